@@ -1,0 +1,173 @@
+// The backend interface: everything the engine asks of a device. One folder under backends/ per
+// implementation, registered by name (see registry.h); adding one touches no engine file.
+//
+// Conventions for every kernel below:
+//  - pointers are device pointers obtained from this backend's allocate();
+//  - tensors are dense row-major (contiguous) unless a Layout says otherwise;
+//  - outputs are overwritten, never accumulated into (the engine accumulates gradients);
+//  - a kernel asked for a dtype it does not support throws Error naming the op, the dtype and
+//    what it supports;
+//  - results must not depend on the thread count (the reference backend is bit-reproducible).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/dtype.h"
+
+namespace trainlab {
+
+enum class DeviceType { cpu, cuda };
+const char* device_type_name(DeviceType type);
+
+// A strided view of a buffer, counted in elements.
+struct Layout {
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  std::int64_t offset = 0;
+};
+
+struct Conv2dShape {
+  std::int64_t batch, in_channels, in_h, in_w;
+  std::int64_t out_channels, kernel_h, kernel_w;
+  std::int64_t stride_h, stride_w, pad_h, pad_w;
+  std::int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
+  std::int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
+};
+
+struct Pool2dShape {
+  std::int64_t batch, channels, in_h, in_w;
+  std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  std::int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
+  std::int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
+};
+
+enum class BinaryOp { add, sub, mul, div };
+
+// One SGD update with PyTorch's semantics (torch.optim.SGD):
+//   d = grad + weight_decay * param
+//   buf = first_step ? d : momentum * buf + (1 - dampening) * d      (when momentum != 0)
+//   d = nesterov ? d + momentum * buf : buf
+//   param -= lr * d
+struct SgdStep {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+};
+
+// One AdamW update with PyTorch's semantics (torch.optim.AdamW, amsgrad off); `step` counts from 1:
+//   param *= 1 - lr * weight_decay
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   param -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  std::int64_t step;
+};
+
+struct AllocatorStats {
+  std::int64_t allocations = 0;      // calls to allocate() so far
+  std::int64_t bytes_in_use = 0;
+  std::int64_t peak_bytes_in_use = 0;
+};
+
+// Measures an interval on the device's own clock: a steady clock on the CPU; device events on an
+// accelerator, so an asynchronous launch is not mistaken for the work it queued.
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  virtual double elapsed_s() = 0;  // waits for the interval's work to finish
+  virtual const char* kind() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual DeviceType device_type() const = 0;
+  virtual bool supports(DType dtype) const = 0;
+  virtual void set_num_threads(int threads) = 0;
+  virtual int num_threads() const = 0;
+
+  // ---- memory, transfers, synchronisation, timing ----
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  virtual AllocatorStats allocator_stats() const = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  virtual std::unique_ptr<Timer> make_timer() = 0;
+
+  // ---- elementwise and reductions ----
+  virtual void fill(DType dtype, void* y, std::int64_t n, double value) = 0;
+  // Copies the elements of `src` viewed through `src_layout` to `dst` viewed through
+  // `dst_layout`; both layouts have the same shape.
+  virtual void copy_strided(DType dtype, const void* src, const Layout& src_layout, void* dst,
+                            const Layout& dst_layout) = 0;
+  virtual void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n) = 0;
+  virtual void binary(BinaryOp op, DType dtype, const void* a, const void* b, void* y, std::int64_t n) = 0;
+  // y = scale * x + shift
+  virtual void affine(DType dtype, const void* x, void* y, std::int64_t n, double scale, double shift) = 0;
+  // y += alpha * x
+  virtual void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y) = 0;
+  // out[0] = sum of x[0..n)
+  virtual void sum(DType dtype, const void* x, std::int64_t n, void* out) = 0;
+
+  // ---- layers: each forward next to its backward ----
+  virtual void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) = 0;
+  // dx = dy * (y > 0), from the forward's output y
+  virtual void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) = 0;
+
+  // x, y: [outer, channels, inner]; bias: [channels]
+  virtual void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
+                                std::int64_t channels, std::int64_t inner) = 0;
+  virtual void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer,
+                                 std::int64_t channels, std::int64_t inner) = 0;
+
+  // x: [batch, in], weight: [out, in], y: [batch, out];  y = x weight^T
+  virtual void linear_forward(DType dtype, const void* x, const void* weight, void* y, std::int64_t batch,
+                              std::int64_t in_features, std::int64_t out_features) = 0;
+  virtual void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx,
+                                    std::int64_t batch, std::int64_t in_features,
+                                    std::int64_t out_features) = 0;
+  virtual void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight,
+                                       std::int64_t batch, std::int64_t in_features,
+                                       std::int64_t out_features) = 0;
+
+  // x: [N, C_in, H, W], weight: [C_out, C_in, kH, kW], y: [N, C_out, outH, outW]
+  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight,
+                              void* y) = 0;
+  virtual void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* dy,
+                                    const void* weight, void* dx) = 0;
+  virtual void conv2d_backward_weights(DType dtype, const Conv2dShape& shape, const void* dy, const void* x,
+                                       void* dweight) = 0;
+
+  // indices (i64, same shape as y) hold the argmax's offset within its input plane (H*W), as
+  // PyTorch's return_indices does; padding never wins.
+  virtual void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y,
+                                  std::int64_t* indices) = 0;
+  virtual void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy,
+                                   const std::int64_t* indices, void* dx) = 0;
+
+  // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
+  // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.
+  virtual void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,
+                                             std::int64_t batch, std::int64_t classes, void* probs,
+                                             void* loss) = 0;
+  // dlogits = (probs - onehot(labels)) * dloss[0] / batch
+  virtual void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels,
+                                              std::int64_t batch, std::int64_t classes, const void* dloss,
+                                              void* dlogits) = 0;
+
+  // ---- optimisers (one launch over a parameter tensor) ----
+  virtual void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
+                        const SgdStep& step) = 0;
+  virtual void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg,
+                          void* exp_avg_sq, const AdamWStep& step) = 0;
+};
+
+}  // namespace trainlab

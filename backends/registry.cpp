@@ -1,0 +1,79 @@
+#include "backends/registry.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "backends/error.h"
+
+namespace trainlab {
+namespace {
+
+struct Entry {
+  BackendInfo info;
+  BackendFactory factory;
+  std::unique_ptr<Backend> instance;
+};
+
+// Function-local statics: registrations run during static initialisation of other files.
+std::map<std::string, Entry>& entries() {
+  static std::map<std::string, Entry> map;
+  return map;
+}
+std::mutex& registry_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace
+
+const char* device_type_name(DeviceType type) {
+  switch (type) {
+    case DeviceType::cpu: return "cpu";
+    case DeviceType::cuda: return "cuda";
+  }
+  return "invalid";
+}
+
+BackendRegistration::BackendRegistration(BackendInfo info, BackendFactory factory) {
+  std::lock_guard lock(registry_mutex());
+  std::string name = info.name;
+  entries()[name] = Entry{std::move(info), std::move(factory), nullptr};
+}
+
+Backend& get_backend(const std::string& name) {
+  std::lock_guard lock(registry_mutex());
+  auto it = entries().find(name);
+  if (it == entries().end()) {
+    std::string allowed;
+    for (const auto& [key, entry] : entries()) allowed += (allowed.empty() ? "" : ", ") + key;
+    throw Error("unknown backend '" + name + "' (registered: " + allowed + ")");
+  }
+  if (!it->second.instance) it->second.instance = it->second.factory();
+  return *it->second.instance;
+}
+
+std::vector<BackendInfo> registered_backends() {
+  std::lock_guard lock(registry_mutex());
+  std::vector<BackendInfo> infos;
+  for (const auto& [key, entry] : entries()) infos.push_back(entry.info);
+  return infos;
+}
+
+std::string registered_backend_names() {
+  std::string names;
+  for (const auto& info : registered_backends()) names += (names.empty() ? "" : ", ") + info.name;
+  return names;
+}
+
+std::string default_backend_name() {
+  auto infos = registered_backends();
+  const BackendInfo* best = nullptr;
+  for (const auto& info : infos) {
+    if (info.device_type == DeviceType::cpu && (!best || info.priority > best->priority)) best = &info;
+  }
+  TL_CHECK(best != nullptr, "no CPU backend is registered");
+  return best->name;
+}
+
+}  // namespace trainlab

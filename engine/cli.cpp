@@ -1,0 +1,93 @@
+#include "engine/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "backends/registry.h"
+#include "engine/config.h"
+#include "engine/trainer.h"
+#include "engine/version.h"
+
+namespace trainlab {
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+
+int run_train(const std::string& config_path, const std::map<std::string, CLI::Option*>& options,
+              const std::map<std::string, std::string>& values) {
+  TrainConfig config;
+  if (!config_path.empty()) apply_config_file(config, config_path);
+  for (const auto& field : config_fields()) {
+    const CLI::Option* option = options.at(field.key);
+    if (option->count() == 0) continue;
+    std::string text = values.at(field.key);
+    if (text.empty() && field.allowed == "true | false") text = "true";  // a bare boolean flag
+    apply_config_value(config, field.key, text, field.flag);
+  }
+  validate_config(config);
+  Trainer trainer(config);
+  const TrainResult result = trainer.train(&std::cout);
+  return result.last_step == config.steps ? 0 : 1;
+}
+
+int list_backends() {
+  const std::string fallback = default_backend_name();
+  for (const auto& info : registered_backends()) {
+    std::printf("%-10s %-5s %s%s\n", info.name.c_str(), device_type_name(info.device_type), info.description.c_str(),
+                info.name == fallback ? " (default)" : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  CLI::App app{"trainlab: a C++ training-systems lab (tensor and autograd engine, backends, benchmarks)", "trainlab"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", version() + " (" + git_describe() + ")");
+
+  auto* train = app.add_subcommand("train", "train SmallCNN on SyntheticImages");
+  std::string config_path;
+  train->add_option("--config", config_path, "YAML config file (flags override its keys)");
+  std::map<std::string, std::string> values;
+  std::map<std::string, CLI::Option*> options;
+  for (const auto& field : config_fields()) {
+    auto* option = train->add_option(field.flag, values[field.key], field.help + " [" + field.allowed + "]");
+    if (field.allowed == "true | false") option->expected(0, 1);
+    options[field.key] = option;
+  }
+  auto* backends = app.add_subcommand("backends", "list the registered backends");
+  auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::string message = e.what();
+    for (auto& c : message) c = c == '\n' ? ' ' : c;
+    std::fprintf(stderr, "trainlab: error: %s (see trainlab --help)\n", message.c_str());
+    return kExitBadInput;
+  }
+
+  try {
+    if (*train) return run_train(config_path, options, values);
+    if (*backends) return list_backends();
+    if (*version_cmd) {
+      std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(), compiler_version().c_str());
+      return 0;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "trainlab: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainlab: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trainlab

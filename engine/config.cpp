@@ -1,0 +1,226 @@
+#include "engine/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "backends/registry.h"
+
+namespace trainlab {
+
+namespace {
+
+std::string flag_of(const std::string& key) {
+  std::string flag = "--" + key;
+  for (auto& c : flag) c = c == '_' ? '-' : c;
+  return flag;
+}
+
+[[noreturn]] void bad_value(const std::string& origin, const std::string& key, const std::string& text,
+                            const std::string& allowed) {
+  throw Error(origin + ": invalid value '" + text + "' for " + key + " (allowed: " + allowed + ")");
+}
+
+std::int64_t parse_int(const std::string& text, const std::string& origin, const std::string& key,
+                       const std::string& allowed) {
+  std::int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty()) bad_value(origin, key, text, "an integer, " + allowed);
+  return value;
+}
+
+double parse_double(const std::string& text, const std::string& origin, const std::string& key,
+                    const std::string& allowed) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty() || !std::isfinite(value)) {
+    bad_value(origin, key, text, "a number, " + allowed);
+  }
+  return value;
+}
+
+template <typename T>
+ConfigField int_field(const std::string& key, T TrainConfig::*member, std::int64_t lo, std::int64_t hi,
+                      const std::string& help) {
+  const std::string allowed = std::to_string(lo) + ".." + std::to_string(hi);
+  return ConfigField{key, flag_of(key), help, allowed,
+                     [=](TrainConfig& c, const std::string& text, const std::string& origin) {
+                       const std::int64_t v = parse_int(text, origin, key, allowed);
+                       if (v < lo || v > hi) bad_value(origin, key, text, allowed);
+                       c.*member = static_cast<T>(v);
+                     },
+                     [=](const TrainConfig& c) { return std::to_string(c.*member); }};
+}
+
+ConfigField double_field(const std::string& key, double TrainConfig::*member, double lo, double hi, bool lo_open,
+                         const std::string& help) {
+  std::ostringstream range;
+  range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+  const std::string allowed = range.str();
+  return ConfigField{key, flag_of(key), help, allowed,
+                     [=](TrainConfig& c, const std::string& text, const std::string& origin) {
+                       const double v = parse_double(text, origin, key, allowed);
+                       if (v < lo || (lo_open && v == lo) || v > hi) bad_value(origin, key, text, allowed);
+                       c.*member = v;
+                     },
+                     [=](const TrainConfig& c) {
+                       char buffer[32];
+                       auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, c.*member);  // shortest exact
+                       return std::string(buffer, end);
+                     }};
+}
+
+ConfigField choice_field(const std::string& key, std::string TrainConfig::*member, std::vector<std::string> choices,
+                         const std::string& help) {
+  std::string allowed;
+  for (const auto& choice : choices) allowed += (allowed.empty() ? "" : " | ") + choice;
+  return ConfigField{key, flag_of(key), help, allowed,
+                     [=](TrainConfig& c, const std::string& text, const std::string& origin) {
+                       for (const auto& choice : choices) {
+                         if (text == choice) {
+                           c.*member = text;
+                           return;
+                         }
+                       }
+                       bad_value(origin, key, text, allowed);
+                     },
+                     [=](const TrainConfig& c) { return c.*member; }};
+}
+
+ConfigField string_field(const std::string& key, std::string TrainConfig::*member, const std::string& allowed,
+                         const std::string& help) {
+  return ConfigField{key, flag_of(key), help, allowed,
+                     [=](TrainConfig& c, const std::string& text, const std::string&) { c.*member = text; },
+                     [=](const TrainConfig& c) { return c.*member; }};
+}
+
+ConfigField bool_field(const std::string& key, bool TrainConfig::*member, const std::string& help) {
+  const std::string allowed = "true | false";
+  return ConfigField{key, flag_of(key), help, allowed,
+                     [=](TrainConfig& c, const std::string& text, const std::string& origin) {
+                       if (text == "true" || text == "1" || text == "yes") c.*member = true;
+                       else if (text == "false" || text == "0" || text == "no") c.*member = false;
+                       else bad_value(origin, key, text, allowed);
+                     },
+                     [=](const TrainConfig& c) { return std::string(c.*member ? "true" : "false"); }};
+}
+
+ConfigField seed_field() {
+  const std::string allowed = "0..2^63-1";
+  return ConfigField{"seed", "--seed", "seed for initialisation, data and shuffling", allowed,
+                     [=](TrainConfig& c, const std::string& text, const std::string& origin) {
+                       const std::int64_t v = parse_int(text, origin, "seed", allowed);
+                       if (v < 0) bad_value(origin, "seed", text, allowed);
+                       c.seed = static_cast<std::uint64_t>(v);
+                     },
+                     [](const TrainConfig& c) { return std::to_string(c.seed); }};
+}
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
+
+}  // namespace
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> fields = {
+      int_field("steps", &TrainConfig::steps, 1, kMaxInt, "total optimiser steps (a resumed run continues up to this)"),
+      int_field("batch", &TrainConfig::batch, 1, 65536, "batch size"),
+      double_field("lr", &TrainConfig::lr, 0.0, 10.0, true, "learning rate"),
+      double_field("momentum", &TrainConfig::momentum, 0.0, 0.999, false, "SGD momentum"),
+      double_field("weight_decay", &TrainConfig::weight_decay, 0.0, 1.0, false, "weight decay (decoupled for adamw)"),
+      choice_field("optimizer", &TrainConfig::optimizer, {"sgd", "adamw"}, "optimiser"),
+      choice_field("schedule", &TrainConfig::schedule, {"constant", "warmup_cosine"}, "learning-rate schedule"),
+      int_field("warmup_steps", &TrainConfig::warmup_steps, 0, kMaxInt, "linear warm-up steps (warmup_cosine)"),
+      double_field("min_lr", &TrainConfig::min_lr, 0.0, 10.0, false, "final learning rate (warmup_cosine)"),
+      seed_field(),
+      string_field("backend", &TrainConfig::backend, "a registered backend", "compute backend (default: the best CPU one)"),
+      choice_field("dtype", &TrainConfig::dtype, {"f32", "f64"}, "parameter and activation dtype"),
+      int_field("threads", &TrainConfig::threads, 0, 1024, "compute threads (0: the backend's default)"),
+      int_field("train_samples", &TrainConfig::train_samples, 1, kMaxInt, "SyntheticImages training split size"),
+      int_field("eval_samples", &TrainConfig::eval_samples, 1, kMaxInt, "held-out split size"),
+      int_field("eval_batch", &TrainConfig::eval_batch, 1, 65536, "batch size for evaluation"),
+      int_field("workers", &TrainConfig::workers, 0, 64, "data loader worker threads (0: load on the training thread)"),
+      int_field("prefetch", &TrainConfig::prefetch, 1, 64, "batches in flight per worker"),
+      bool_field("persistent_workers", &TrainConfig::persistent_workers, "keep loader workers across epochs"),
+      int_field("decode_cost", &TrainConfig::decode_cost, 0, 100000, "per-sample CPU work (stencil passes)"),
+      int_field("eval_every", &TrainConfig::eval_every, 0, kMaxInt, "evaluate every K steps (0: only at the end)"),
+      int_field("log_every", &TrainConfig::log_every, 1, kMaxInt, "progress line every K steps"),
+      int_field("warmup", &TrainConfig::warmup, 0, kMaxInt, "steps excluded from throughput"),
+      string_field("save", &TrainConfig::save, "a directory", "write a checkpoint here at the end"),
+      int_field("save_every", &TrainConfig::save_every, 0, kMaxInt, "also checkpoint every K steps (needs save)"),
+      string_field("resume", &TrainConfig::resume, "a checkpoint directory", "continue from this checkpoint"),
+  };
+  return fields;
+}
+
+void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text, const std::string& origin) {
+  for (const auto& field : config_fields()) {
+    if (field.key == key) {
+      field.set(config, text, origin);
+      return;
+    }
+  }
+  std::string allowed;
+  for (const auto& field : config_fields()) allowed += (allowed.empty() ? "" : ", ") + field.key;
+  throw Error(origin + ": unknown key '" + key + "' (allowed: " + allowed + ")");
+}
+
+void apply_config_file(TrainConfig& config, const std::string& path) {
+  TL_CHECK(std::filesystem::is_regular_file(path), "config file '" + path + "' does not exist");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw Error("config file '" + path + "' is not valid YAML: " + e.msg + " (line " + std::to_string(e.mark.line + 1) +
+                ")");
+  }
+  if (root.IsNull()) return;  // an empty file changes nothing
+  TL_CHECK(root.IsMap(), "config file '" + path + "' must be a map of key: value");
+  for (const auto& item : root) {
+    const std::string key = item.first.as<std::string>();
+    TL_CHECK(item.second.IsScalar(), path + ": the value of '" + key + "' must be a single value, not a list or map");
+    apply_config_value(config, key, item.second.Scalar(), path);
+  }
+}
+
+void validate_config(const TrainConfig& config) {
+  TL_CHECK(config.train_samples >= config.batch, "train_samples (" + std::to_string(config.train_samples) +
+                                                     ") must be at least batch (" + std::to_string(config.batch) + ")");
+  if (!config.backend.empty()) {
+    bool known = false;
+    for (const auto& info : registered_backends()) known = known || info.name == config.backend;
+    TL_CHECK(known, "unknown backend '" + config.backend + "' (registered: " + registered_backend_names() + ")");
+  }
+  if (config.schedule == "warmup_cosine") {
+    TL_CHECK(config.steps > config.warmup_steps, "warmup_cosine: steps (" + std::to_string(config.steps) +
+                                                     ") must exceed warmup_steps (" +
+                                                     std::to_string(config.warmup_steps) + ")");
+    TL_CHECK(config.min_lr <= config.lr, "min_lr must not exceed lr");
+  }
+  TL_CHECK(config.save_every == 0 || !config.save.empty(), "save_every needs a save directory (--save DIR)");
+  if (!config.resume.empty()) {
+    TL_CHECK(std::filesystem::is_directory(config.resume),
+             "resume: checkpoint directory '" + config.resume + "' does not exist");
+  }
+}
+
+void config_to_state(const TrainConfig& config, StateDict& state) {
+  for (const auto& field : config_fields()) state.strings["config." + field.key] = field.get(config);
+}
+
+std::string config_summary(const TrainConfig& config) {
+  std::string out;
+  for (const auto& field : config_fields()) {
+    const std::string value = field.get(config);
+    if (value.empty()) continue;
+    out += (out.empty() ? "" : " ") + field.key + "=" + value;
+  }
+  return out;
+}
+
+}  // namespace trainlab

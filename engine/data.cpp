@@ -1,0 +1,302 @@
+#include "engine/data.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "engine/profiler.h"
+#include "engine/rng.h"
+
+namespace trainlab {
+
+const char* split_name(Split split) { return split == Split::train ? "train" : "held_out"; }
+
+// ---------------------------------------------------------------------------------------------
+// SyntheticImages
+
+namespace {
+
+constexpr float kNoiseStd = 4.0f;
+constexpr std::int64_t kMaxShift = 3;
+
+// Approximately standard normal and cheap: the sum of four 16-bit uniforms (Irwin-Hall), scaled
+// to unit variance. Box-Muller per pixel would cost more than the model's forward pass.
+inline float cheap_normal(std::uint64_t bits) {
+  const float scale = 1.0f / 65536.0f;
+  const float total = static_cast<float>(bits & 0xffff) + static_cast<float>((bits >> 16) & 0xffff) +
+                      static_cast<float>((bits >> 32) & 0xffff) + static_cast<float>(bits >> 48);
+  return (total * scale - 2.0f) * 1.7320508f;  // var of one U(0,1) is 1/12: 4/12 * 3 = 1
+}
+
+// decode_cost passes of a 3x3 smoothing stencil, each reading the previous pass's output, then a
+// sum. This is the work; the image itself is left untouched.
+double decode_work(const float* image, std::int64_t passes) {
+  if (passes <= 0) return 0.0;
+  constexpr std::int64_t h = SyntheticImages::kHeight, w = SyntheticImages::kWidth;
+  std::vector<float> a(image, image + SyntheticImages::kSampleElements), b(a.size());
+  const float k[3][3] = {{0.0625f, 0.125f, 0.0625f}, {0.125f, 0.25f, 0.125f}, {0.0625f, 0.125f, 0.0625f}};
+  for (std::int64_t pass = 0; pass < passes; ++pass) {
+    for (std::int64_t c = 0; c < SyntheticImages::kChannels; ++c) {
+      const float* in = a.data() + c * h * w;
+      float* out = b.data() + c * h * w;
+      for (std::int64_t y = 0; y < h; ++y) {
+        const float* up = in + std::max<std::int64_t>(y - 1, 0) * w;
+        const float* mid = in + y * w;
+        const float* down = in + std::min<std::int64_t>(y + 1, h - 1) * w;
+        out[y * w] = mid[0];
+        out[y * w + w - 1] = mid[w - 1];
+        for (std::int64_t x = 1; x < w - 1; ++x) {
+          out[y * w + x] = k[0][0] * up[x - 1] + k[0][1] * up[x] + k[0][2] * up[x + 1] + k[1][0] * mid[x - 1] +
+                           k[1][1] * mid[x] + k[1][2] * mid[x + 1] + k[2][0] * down[x - 1] + k[2][1] * down[x] +
+                           k[2][2] * down[x + 1];
+        }
+      }
+    }
+    a.swap(b);
+  }
+  double total = 0;
+  for (float v : a) total += v;
+  return total;
+}
+
+}  // namespace
+
+SyntheticImages::SyntheticImages(std::uint64_t seed, Split split, std::int64_t size, std::int64_t decode_cost)
+    : seed_(seed), split_(split), size_(size), decode_cost_(decode_cost) {
+  TL_CHECK(size >= 1, "SyntheticImages: size must be >= 1, got " + std::to_string(size));
+  TL_CHECK(decode_cost >= 0, "SyntheticImages: decode_cost must be >= 0, got " + std::to_string(decode_cost));
+  // Prototypes depend on the seed only, so both splits pose the same classification problem.
+  Generator gen(mix_seed(seed, 0x70726f746f747970ull));
+  prototypes_.resize(static_cast<std::size_t>(kClasses * kSampleElements));
+  for (std::int64_t c = 0; c < kClasses; ++c) {
+    float* proto = prototypes_.data() + c * kSampleElements;
+    const double blob_y = gen.uniform(6, 26), blob_x = gen.uniform(6, 26);
+    for (std::int64_t ch = 0; ch < kChannels; ++ch) {
+      const double fy = static_cast<double>(gen.below(4)) + 1, fx = static_cast<double>(gen.below(4)) + 1;
+      const double phase = gen.uniform(0, 2 * std::numbers::pi);
+      const double blob_amp = gen.uniform(-2, 2);
+      for (std::int64_t y = 0; y < kHeight; ++y) {
+        for (std::int64_t x = 0; x < kWidth; ++x) {
+          const double grating =
+              std::sin(2 * std::numbers::pi * (fy * static_cast<double>(y) + fx * static_cast<double>(x)) / 32.0 + phase);
+          const double r2 = (static_cast<double>(y) - blob_y) * (static_cast<double>(y) - blob_y) +
+                            (static_cast<double>(x) - blob_x) * (static_cast<double>(x) - blob_x);
+          proto[(ch * kHeight + y) * kWidth + x] = static_cast<float>(grating + blob_amp * std::exp(-r2 / 32.0));
+        }
+      }
+    }
+    // Zero mean, unit variance per prototype, so no class is told apart by brightness alone.
+    double mean = 0, sq = 0;
+    for (std::int64_t i = 0; i < kSampleElements; ++i) mean += proto[i];
+    mean /= kSampleElements;
+    for (std::int64_t i = 0; i < kSampleElements; ++i) sq += (proto[i] - mean) * (proto[i] - mean);
+    const double inv_std = 1.0 / std::sqrt(sq / kSampleElements + 1e-12);
+    for (std::int64_t i = 0; i < kSampleElements; ++i) proto[i] = static_cast<float>((proto[i] - mean) * inv_std);
+  }
+}
+
+std::int64_t SyntheticImages::get(std::int64_t index, float* image, double* checksum) const {
+  TL_CHECK(index >= 0 && index < size_, std::string("SyntheticImages(") + split_name(split_) + "): index " +
+                                            std::to_string(index) + " is outside [0, " + std::to_string(size_) + ")");
+  Generator gen(mix_seed(mix_seed(seed_, split_ == Split::train ? 1 : 2), static_cast<std::uint64_t>(index)));
+  const auto label = static_cast<std::int64_t>(gen.below(kClasses));
+  const auto dy = static_cast<std::int64_t>(gen.below(2 * kMaxShift + 1)) - kMaxShift;
+  const auto dx = static_cast<std::int64_t>(gen.below(2 * kMaxShift + 1)) - kMaxShift;
+  const auto contrast = static_cast<float>(gen.uniform(0.6, 1.4));
+  const float* proto = prototypes_.data() + label * kSampleElements;
+  for (std::int64_t ch = 0; ch < kChannels; ++ch) {
+    for (std::int64_t y = 0; y < kHeight; ++y) {
+      const std::int64_t sy = (y - dy + kHeight) % kHeight;
+      for (std::int64_t x = 0; x < kWidth; ++x) {
+        const std::int64_t sx = (x - dx + kWidth) % kWidth;
+        image[(ch * kHeight + y) * kWidth + x] =
+            contrast * proto[(ch * kHeight + sy) * kWidth + sx] + kNoiseStd * cheap_normal(gen.next_u64());
+      }
+    }
+  }
+  const double work = decode_work(image, decode_cost_);
+  if (checksum) *checksum = work;
+  return label;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DataLoader
+
+DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const DataLoaderOptions& options,
+                       Backend& backend)
+    : dataset_(std::move(dataset)), options_(options), backend_(backend) {
+  TL_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
+  TL_CHECK(options.batch_size >= 1, "DataLoader: batch_size must be >= 1, got " + std::to_string(options.batch_size));
+  TL_CHECK(options.num_workers >= 0, "DataLoader: num_workers must be >= 0, got " + std::to_string(options.num_workers));
+  TL_CHECK(options.prefetch >= 1, "DataLoader: prefetch must be >= 1, got " + std::to_string(options.prefetch));
+  const std::int64_t n = dataset_->size(), b = options.batch_size;
+  batches_per_epoch_ = options.drop_last ? n / b : (n + b - 1) / b;
+  TL_CHECK(batches_per_epoch_ >= 1, "DataLoader: the dataset's " + std::to_string(n) + " samples make no full batch of " +
+                                        std::to_string(b) + " (drop_last is on)");
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+std::shared_ptr<const std::vector<std::int64_t>> DataLoader::permutation(std::int64_t epoch) const {
+  std::lock_guard lock(perm_mutex_);
+  auto it = permutations_.find(epoch);
+  if (it != permutations_.end()) return it->second;
+  auto perm = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(dataset_->size()));
+  for (std::size_t i = 0; i < perm->size(); ++i) (*perm)[i] = static_cast<std::int64_t>(i);
+  if (options_.shuffle) {
+    Generator gen(mix_seed(options_.seed, static_cast<std::uint64_t>(epoch)));
+    for (std::size_t i = perm->size(); i > 1; --i) std::swap((*perm)[i - 1], (*perm)[gen.below(i)]);
+  }
+  // A small cache: callers hold their own reference, so evicting an epoch never pulls it from under them.
+  while (permutations_.size() >= 4) permutations_.erase(permutations_.begin());
+  permutations_.emplace(epoch, perm);
+  return perm;
+}
+
+std::vector<std::int64_t> DataLoader::batch_indices(std::int64_t epoch, std::int64_t index) const {
+  TL_CHECK(index >= 0 && index < batches_per_epoch_, "DataLoader: batch index " + std::to_string(index) +
+                                                         " is outside [0, " + std::to_string(batches_per_epoch_) + ")");
+  const auto perm = permutation(epoch);
+  const std::int64_t begin = index * options_.batch_size;
+  const std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, dataset_->size());
+  return {perm->begin() + begin, perm->begin() + end};
+}
+
+DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
+  TL_PROFILE_SCOPE("loader.produce_batch");
+  HostBatch batch;
+  try {
+    const auto indices = batch_indices(global / batches_per_epoch_, global % batches_per_epoch_);
+    batch.images.resize(indices.size() * SyntheticImages::kSampleElements);
+    batch.labels.resize(indices.size());
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      double checksum = 0;
+      batch.labels[i] = dataset_->get(indices[i], batch.images.data() + i * SyntheticImages::kSampleElements, &checksum);
+      batch.checksum += checksum;
+    }
+  } catch (const std::exception& e) {
+    batch.error = e.what();
+  }
+  return batch;
+}
+
+void DataLoader::start_workers(std::int64_t first_global) {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = false;
+    ready_.clear();
+    next_to_claim_ = first_global;
+    next_to_consume_ = first_global;
+    claim_limit_ = options_.persistent_workers ? std::numeric_limits<std::int64_t>::max()
+                                               : (first_global / batches_per_epoch_ + 1) * batches_per_epoch_;
+  }
+  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+}
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  std::lock_guard lock(mutex_);
+  ready_.clear();
+}
+
+void DataLoader::worker_loop() {
+  const std::int64_t in_flight = static_cast<std::int64_t>(options_.num_workers) * options_.prefetch;
+  std::unique_lock lock(mutex_);
+  while (true) {
+    work_cv_.wait(lock, [&] {
+      return stopping_ || next_to_claim_ >= claim_limit_ || next_to_claim_ < next_to_consume_ + in_flight;
+    });
+    if (stopping_ || next_to_claim_ >= claim_limit_) return;
+    const std::int64_t global = next_to_claim_++;
+    lock.unlock();
+    HostBatch batch = produce(global);
+    lock.lock();
+    ready_.emplace(global, std::move(batch));
+    ready_cv_.notify_all();
+  }
+}
+
+Batch DataLoader::next() {
+  const std::int64_t global = position_.epoch * batches_per_epoch_ + position_.next_batch;
+  HostBatch host;
+  if (options_.num_workers == 0) {
+    host = produce(global);
+  } else {
+    // Non-persistent workers end with their epoch and are started afresh for the next one.
+    if (workers_.empty()) {
+      start_workers(global);
+    } else if (global >= claim_limit_) {
+      stop_workers();
+      start_workers(global);
+    }
+    std::unique_lock lock(mutex_);
+    ready_cv_.wait(lock, [&] { return ready_.count(global) > 0; });
+    auto it = ready_.find(global);
+    host = std::move(it->second);
+    ready_.erase(it);
+    ++next_to_consume_;
+    lock.unlock();
+    work_cv_.notify_all();
+  }
+  if (!host.error.empty()) throw Error("data loader: " + host.error);
+
+  Batch batch;
+  const auto count = static_cast<std::int64_t>(host.labels.size());
+  batch.images = Tensor::from_host(host.images.data(), {count, 3, 32, 32}, DType::f32, backend_);
+  batch.labels = Tensor::from_host(host.labels.data(), {count}, DType::i64, backend_);
+  batch.epoch = position_.epoch;
+  batch.index = position_.next_batch;
+  batch.decode_checksum = host.checksum;
+  if (++position_.next_batch == batches_per_epoch_) {
+    position_.next_batch = 0;
+    ++position_.epoch;
+  }
+  return batch;
+}
+
+void DataLoader::set_position(const LoaderPosition& position) {
+  TL_CHECK(position.epoch >= 0 && position.next_batch >= 0 && position.next_batch < batches_per_epoch_,
+           "DataLoader: position (epoch " + std::to_string(position.epoch) + ", batch " +
+               std::to_string(position.next_batch) + ") is invalid; an epoch has " +
+               std::to_string(batches_per_epoch_) + " batches");
+  stop_workers();
+  position_ = position;
+}
+
+StateDict DataLoader::state_dict() const {
+  StateDict state;
+  state.integers["epoch"] = position_.epoch;
+  state.integers["next_batch"] = position_.next_batch;
+  state.integers["batch_size"] = options_.batch_size;
+  state.integers["dataset_size"] = dataset_->size();
+  state.integers["shuffle"] = options_.shuffle ? 1 : 0;
+  state.integers["drop_last"] = options_.drop_last ? 1 : 0;
+  state.strings["seed"] = std::to_string(options_.seed);
+  return state;
+}
+
+void DataLoader::load_state_dict(const StateDict& state) {
+  const std::string owner = "data loader state";
+  auto require_same = [&](const char* key, std::int64_t expected) {
+    const std::int64_t saved = state.integer(key, owner);
+    TL_CHECK(saved == expected, owner + ": " + key + " was " + std::to_string(saved) + " when saved, this loader has " +
+                                    std::to_string(expected));
+  };
+  require_same("batch_size", options_.batch_size);
+  require_same("dataset_size", dataset_->size());
+  require_same("shuffle", options_.shuffle ? 1 : 0);
+  require_same("drop_last", options_.drop_last ? 1 : 0);
+  const std::string& seed = state.string("seed", owner);
+  TL_CHECK(seed == std::to_string(options_.seed),
+           owner + ": seed was " + seed + " when saved, this loader has " + std::to_string(options_.seed));
+  set_position({state.integer("epoch", owner), state.integer("next_batch", owner)});
+}
+
+}  // namespace trainlab

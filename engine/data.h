@@ -1,0 +1,126 @@
+// Data: SyntheticImages (a deterministic, learnable image task with a real per-sample CPU cost)
+// and a DataLoader with seeded shuffling, worker threads, prefetch and a resumable position.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/state_dict.h"
+#include "engine/tensor.h"
+
+namespace trainlab {
+
+enum class Split { train, held_out };
+const char* split_name(Split split);
+
+// 10 classes of 3x32x32 images. Each class has a prototype made of oriented gratings and a
+// bright blob, both drawn from the dataset seed; a sample is its class prototype, shifted by up
+// to 3 pixels, scaled in contrast, plus Gaussian pixel noise. Sample i of a split is a pure
+// function of (seed, split, i): any worker, in any order, produces the same bytes.
+//
+// decode_cost stands in for JPEG decode and augmentation: it performs decode_cost passes of a
+// 3x3 stencil over the image (real arithmetic, about 30 flops per pixel per pass) whose result
+// is folded into a checksum the batch carries, so the work cannot be optimised away. It never
+// changes the pixels, so the learning problem is the same at every cost.
+class SyntheticImages {
+ public:
+  static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;
+  static constexpr std::int64_t kSampleElements = kChannels * kHeight * kWidth;
+
+  SyntheticImages(std::uint64_t seed, Split split, std::int64_t size, std::int64_t decode_cost = 0);
+  std::int64_t size() const { return size_; }
+  Split split() const { return split_; }
+  std::uint64_t seed() const { return seed_; }
+  std::int64_t decode_cost() const { return decode_cost_; }
+
+  // Writes sample `index` ([3, 32, 32] row-major) to `image`; returns its label. `checksum`
+  // receives the decode work's result.
+  std::int64_t get(std::int64_t index, float* image, double* checksum = nullptr) const;
+
+ private:
+  std::uint64_t seed_;
+  Split split_;
+  std::int64_t size_, decode_cost_;
+  std::vector<float> prototypes_;  // [classes, 3, 32, 32]
+};
+
+struct DataLoaderOptions {
+  std::int64_t batch_size = 32;
+  bool shuffle = true;
+  bool drop_last = true;
+  int num_workers = 0;              // 0: batches are produced on the calling thread
+  int prefetch = 2;                 // batches in flight per worker
+  bool persistent_workers = false;  // keep worker threads across epochs instead of restarting them
+  std::uint64_t seed = 0;           // the shuffle order of epoch e is a function of (seed, e)
+};
+
+struct Batch {
+  Tensor images;  // [B, 3, 32, 32] f32
+  Tensor labels;  // [B] i64
+  std::int64_t epoch = 0;
+  std::int64_t index = 0;  // batch index within the epoch
+  double decode_checksum = 0;
+};
+
+struct LoaderPosition {
+  std::int64_t epoch = 0;
+  std::int64_t next_batch = 0;  // within the epoch
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const SyntheticImages> dataset, const DataLoaderOptions& options, Backend& backend);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // The next batch, in order; after the last batch of an epoch, the first of the next epoch.
+  Batch next();
+  LoaderPosition position() const { return position_; }
+  void set_position(const LoaderPosition& position);
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+  const DataLoaderOptions& options() const { return options_; }
+  // Sample indices of batch `index` of `epoch`.
+  std::vector<std::int64_t> batch_indices(std::int64_t epoch, std::int64_t index) const;
+
+ private:
+  struct HostBatch {
+    std::vector<float> images;
+    std::vector<std::int64_t> labels;
+    double checksum = 0;
+    std::string error;  // a worker's failure, rethrown on the consuming thread
+  };
+  // A global batch number g = epoch * batches_per_epoch + index orders all work.
+  HostBatch produce(std::int64_t global) const;
+  std::shared_ptr<const std::vector<std::int64_t>> permutation(std::int64_t epoch) const;
+  void start_workers(std::int64_t first_global);
+  void stop_workers();
+  void worker_loop();
+
+  std::shared_ptr<const SyntheticImages> dataset_;
+  DataLoaderOptions options_;
+  Backend& backend_;
+  std::int64_t batches_per_epoch_;
+  LoaderPosition position_;
+
+  mutable std::mutex perm_mutex_;
+  mutable std::map<std::int64_t, std::shared_ptr<const std::vector<std::int64_t>>> permutations_;  // small cache
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_, ready_cv_;
+  std::vector<std::thread> workers_;
+  bool stopping_ = false;
+  std::int64_t next_to_claim_ = 0;    // next global batch a worker may start
+  std::int64_t next_to_consume_ = 0;  // next global batch next() returns
+  std::int64_t claim_limit_ = 0;      // workers stop at the end of this (exclusive) unless persistent
+  std::map<std::int64_t, HostBatch> ready_;
+};
+
+}  // namespace trainlab

@@ -1,0 +1,120 @@
+// Modules: named parameters with PyTorch state-dict names, the layers SmallCNN needs, Sequential,
+// and SmallCNN itself.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "engine/state_dict.h"
+#include "engine/tensor.h"
+
+namespace trainlab {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // Every parameter, depth first in registration order, with dotted names ("conv1.weight").
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::int64_t num_parameters() const;
+  // The parameters, as PyTorch's state_dict() names them (SmallCNN has no buffers).
+  NamedTensors state_dict() const { return named_parameters(); }
+  // Copies values in. Strict: the names must match exactly, and each shape and dtype; the error
+  // names the offending tensor.
+  void load_state_dict(const NamedTensors& state);
+  void zero_grad(bool set_to_none = false);
+  void train(bool training = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor tensor);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    children_.emplace_back(name, module);
+    return module;
+  }
+
+ private:
+  void collect(const std::string& prefix, NamedTensors& out) const;
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Where a layer's parameters live and how they are drawn.
+struct InitOptions {
+  Generator* generator;  // required
+  DType dtype = DType::f32;
+  Backend* backend = nullptr;  // nullptr: default_backend()
+};
+
+// PyTorch's default init for Conv2d and Linear: weight ~ kaiming_uniform(a = sqrt(5)), which is
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)); drawn
+// weight first, then bias, from the given generator.
+class Conv2d : public Module {
+ public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, std::int64_t stride,
+         std::int64_t padding, const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Conv2dOptions options;
+};
+
+class Linear : public Module {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(std::int64_t kernel_size, std::int64_t stride = 0) : options(Pool2dOptions::square(kernel_size, stride)) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
+  Pool2dOptions options;
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+};
+
+// Children named "0", "1", ... as torch.nn.Sequential names them.
+class Sequential : public Module {
+ public:
+  Sequential& add(std::shared_ptr<Module> module);
+  Tensor forward(const Tensor& x) override;
+  std::size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+// The model every study trains: input [N, 3, 32, 32] ->
+//   conv1 Conv2d(3, 32, 3, pad 1) ReLU MaxPool2d(2) -> conv2 Conv2d(32, 64, 3, pad 1) ReLU
+//   MaxPool2d(2) -> flatten -> fc1 Linear(4096, 256) ReLU -> fc2 Linear(256, 10).
+// Parameters are initialised in the order conv1, conv2, fc1, fc2 (weight, then bias).
+class SmallCNN : public Module {
+ public:
+  static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;
+  explicit SmallCNN(const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<Linear> fc1, fc2;
+};
+
+}  // namespace trainlab

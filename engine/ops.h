@@ -1,0 +1,64 @@
+// The differentiable ops. Each lives in engine/ops/<op>.cpp with its forward and its backward
+// side by side; shapes are checked here, arithmetic happens in the backend.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace trainlab {
+
+// ---- elementwise (same shape, dtype and backend; no broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor mul_scalar(const Tensor& x, double scale);
+Tensor add_scalar(const Tensor& x, double shift);
+Tensor neg(const Tensor& x);
+Tensor sum(const Tensor& x);   // all elements, to a 0-d tensor
+Tensor mean(const Tensor& x);  // all elements, to a 0-d tensor
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator*(const Tensor& x, double s) { return mul_scalar(x, s); }
+inline Tensor operator*(double s, const Tensor& x) { return mul_scalar(x, s); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+
+// ---- layers ----
+Tensor relu(const Tensor& x);
+
+// x: [N, C, ...], bias: [C]; adds bias[c] along dimension 1.
+Tensor bias_add(const Tensor& x, const Tensor& bias);
+
+// x: [N, in], weight: [out, in] (PyTorch's layout) -> [N, out]; the bias, when given, is [out].
+Tensor linear(const Tensor& x, const Tensor& weight);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+struct Conv2dOptions {
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t pad_h = 0, pad_w = 0;
+  static Conv2dOptions square(std::int64_t stride, std::int64_t padding) { return {stride, stride, padding, padding}; }
+};
+// x: [N, C_in, H, W], weight: [C_out, C_in, kH, kW] -> [N, C_out, outH, outW]; bias: [C_out].
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dOptions& options = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options = {});
+
+struct Pool2dOptions {
+  std::int64_t kernel_h = 2, kernel_w = 2;
+  std::int64_t stride_h = 0, stride_w = 0;  // 0 means the kernel size, as in PyTorch
+  std::int64_t pad_h = 0, pad_w = 0;        // at most half the kernel
+  static Pool2dOptions square(std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0) {
+    return {kernel, kernel, stride, stride, padding, padding};
+  }
+};
+// x: [N, C, H, W] -> [N, C, outH, outW]; the gradient goes to each window's first maximum.
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {});
+
+// Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).
+// logits: [N, classes] floating; labels: [N] i64 in [0, classes). Returns a 0-d tensor.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+
+}  // namespace trainlab

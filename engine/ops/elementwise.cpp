@@ -1,0 +1,110 @@
+// Elementwise arithmetic and full reductions: forward and backward of each, side by side.
+#include "engine/ops.h"
+#include "engine/ops/common.h"
+
+namespace trainlab {
+
+using ops_detail::check_compatible;
+using ops_detail::check_floating;
+using ops_detail::dense;
+
+namespace {
+
+Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  ops_detail::check_defined(name, "first operand", a);
+  ops_detail::check_defined(name, "second operand", b);
+  check_compatible(name, a, b);
+  check_floating(name, a);
+  TL_CHECK(a.shape() == b.shape(), std::string(name) + ": shapes " + shape_str(a.shape()) + " and " +
+                                       shape_str(b.shape()) + " differ (no broadcasting)");
+  const Tensor da = dense(a), db = dense(b);
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.backend());
+  a.backend().binary(op, a.dtype(), da.raw_data(), db.raw_data(), y.raw_data(), y.numel());
+  return y;
+}
+
+}  // namespace
+
+// y = a + b;  da = g, db = g
+Tensor add(const Tensor& a, const Tensor& b) {
+  TL_PROFILE_SCOPE("add.forward");
+  Tensor y = binary_forward(BinaryOp::add, "add", a, b);
+  return record(y, "add", {a, b}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g, g}; });
+}
+
+// y = a - b;  da = g, db = -g
+Tensor sub(const Tensor& a, const Tensor& b) {
+  TL_PROFILE_SCOPE("sub.forward");
+  Tensor y = binary_forward(BinaryOp::sub, "sub", a, b);
+  return record(y, "sub", {a, b}, [](const Tensor& g, const std::vector<bool>& needs) {
+    return std::vector<Tensor>{g, needs[1] ? neg(g) : Tensor()};
+  });
+}
+
+// y = a * b;  da = g * b, db = g * a
+Tensor mul(const Tensor& a, const Tensor& b) {
+  TL_PROFILE_SCOPE("mul.forward");
+  Tensor y = binary_forward(BinaryOp::mul, "mul", a, b);
+  const Tensor sa = a.detach(), sb = b.detach();
+  return record(y, "mul", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& needs) {
+    return std::vector<Tensor>{needs[0] ? mul(g, sb) : Tensor(), needs[1] ? mul(g, sa) : Tensor()};
+  });
+}
+
+// y = a / b;  da = g / b, db = -g * a / b^2 = -g * y / b
+Tensor div(const Tensor& a, const Tensor& b) {
+  TL_PROFILE_SCOPE("div.forward");
+  Tensor y = binary_forward(BinaryOp::div, "div", a, b);
+  const Tensor sb = b.detach(), sy = y.detach();
+  return record(y, "div", {a, b}, [sb, sy](const Tensor& g, const std::vector<bool>& needs) {
+    return std::vector<Tensor>{needs[0] ? div(g, sb) : Tensor(), needs[1] ? neg(div(mul(g, sy), sb)) : Tensor()};
+  });
+}
+
+static Tensor affine_forward(const char* name, const Tensor& x, double scale, double shift) {
+  ops_detail::check_defined(name, "input", x);
+  check_floating(name, x);
+  const Tensor dx = dense(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.backend());
+  x.backend().affine(x.dtype(), dx.raw_data(), y.raw_data(), y.numel(), scale, shift);
+  return y;
+}
+
+// y = s x;  dx = s g
+Tensor mul_scalar(const Tensor& x, double scale) {
+  TL_PROFILE_SCOPE("mul_scalar.forward");
+  Tensor y = affine_forward("mul_scalar", x, scale, 0.0);
+  return record(y, "mul_scalar", {x}, [scale](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{mul_scalar(g, scale)};
+  });
+}
+
+// y = x + s;  dx = g
+Tensor add_scalar(const Tensor& x, double shift) {
+  TL_PROFILE_SCOPE("add_scalar.forward");
+  Tensor y = affine_forward("add_scalar", x, 1.0, shift);
+  return record(y, "add_scalar", {x}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g}; });
+}
+
+Tensor neg(const Tensor& x) { return mul_scalar(x, -1.0); }
+
+// y = sum_i x_i (0-d);  dx_i = g
+Tensor sum(const Tensor& x) {
+  TL_PROFILE_SCOPE("sum.forward");
+  ops_detail::check_defined("sum", "input", x);
+  check_floating("sum", x);
+  const Tensor dx = dense(x);
+  Tensor y = Tensor::empty({}, x.dtype(), x.backend());
+  x.backend().sum(x.dtype(), dx.raw_data(), dx.numel(), y.raw_data());
+  const Shape shape = x.shape();
+  return record(y, "sum", {x}, [shape](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{Tensor::full(shape, g.item(), g.dtype(), g.backend())};
+  });
+}
+
+Tensor mean(const Tensor& x) {
+  TL_CHECK(x.defined() && x.numel() > 0, "mean: needs a non-empty tensor");
+  return mul_scalar(sum(x), 1.0 / static_cast<double>(x.numel()));
+}
+
+}  // namespace trainlab

@@ -1,0 +1,253 @@
+#include "engine/optim.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "engine/autograd.h"
+#include "engine/profiler.h"
+
+namespace trainlab {
+
+// ---- Optimizer ----
+
+Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)), lr_(lr) {
+  for (const auto& [name, p] : params_) {
+    TL_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
+             "optimizer: parameter '" + name + "' must be a leaf that requires grad");
+    TL_CHECK(p.is_contiguous(), "optimizer: parameter '" + name + "' must be contiguous");
+  }
+  set_lr(lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  TL_CHECK(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0, got " + std::to_string(lr));
+  lr_ = lr;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (auto& [name, p] : params_) {
+    Tensor t = p;
+    t.zero_grad(set_to_none);
+  }
+}
+
+void Optimizer::check_kind(const StateDict& state) const {
+  const std::string& kind = state.string("optimizer", "optimizer state");
+  TL_CHECK(kind == name(), "optimizer state is for '" + kind + "', this optimizer is '" + name() + "'");
+}
+
+void Optimizer::load_buffers(const StateDict& state, const std::string& kind, std::vector<Tensor>& buffers) const {
+  std::vector<Tensor> loaded(params_.size());
+  std::size_t found = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& [pname, p] = params_[i];
+    auto it = state.tensors.find(buffer_key(kind, pname));
+    if (it == state.tensors.end()) continue;
+    TL_CHECK(it->second.shape() == p.shape() && it->second.dtype() == p.dtype(),
+             "optimizer state '" + it->first + "' is " + shape_str(it->second.shape()) + " " +
+                 dtype_name(it->second.dtype()) + ", parameter '" + pname + "' is " + shape_str(p.shape()) + " " +
+                 dtype_name(p.dtype()));
+    loaded[i] = it->second.to(p.backend()).contiguous().clone();
+    ++found;
+  }
+  std::size_t expected = 0;
+  for (const auto& [key, tensor] : state.tensors) expected += key.rfind(kind + ".", 0) == 0 ? 1 : 0;
+  TL_CHECK(found == expected, "optimizer state has " + kind + " tensors for parameters this model does not have");
+  buffers = std::move(loaded);
+}
+
+// ---- SGD ----
+
+SGD::SGD(NamedTensors params, const SgdOptions& options)
+    : Optimizer(std::move(params), options.lr), options_(options), momentum_buffers_(params_.size()) {
+  TL_CHECK(options.momentum >= 0, "SGD: momentum must be >= 0, got " + std::to_string(options.momentum));
+  TL_CHECK(options.weight_decay >= 0, "SGD: weight_decay must be >= 0, got " + std::to_string(options.weight_decay));
+  TL_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
+           "SGD: nesterov needs momentum > 0 and zero dampening");
+}
+
+void SGD::step() {
+  TL_PROFILE_SCOPE("sgd.step");
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].second;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const bool first = !momentum_buffers_[i].defined();
+    if (first && options_.momentum != 0) momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
+    const Tensor dense_grad = g.contiguous();
+    p.backend().sgd_step(p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(),
+                         options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
+                         SgdStep{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov,
+                                 first});
+  }
+}
+
+StateDict SGD::state_dict() const {
+  StateDict state;
+  state.strings["optimizer"] = name();
+  state.numbers["lr"] = lr_;
+  state.numbers["momentum"] = options_.momentum;
+  state.numbers["dampening"] = options_.dampening;
+  state.numbers["weight_decay"] = options_.weight_decay;
+  state.integers["nesterov"] = options_.nesterov ? 1 : 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (momentum_buffers_[i].defined()) state.tensors[buffer_key("momentum_buffer", params_[i].first)] = momentum_buffers_[i];
+  }
+  return state;
+}
+
+void SGD::load_state_dict(const StateDict& state) {
+  check_kind(state);
+  const std::string owner = "SGD state";
+  std::vector<Tensor> buffers;
+  load_buffers(state, "momentum_buffer", buffers);
+  options_.momentum = state.number("momentum", owner);
+  options_.dampening = state.number("dampening", owner);
+  options_.weight_decay = state.number("weight_decay", owner);
+  options_.nesterov = state.integer("nesterov", owner) != 0;
+  set_lr(state.number("lr", owner));
+  options_.lr = lr_;
+  momentum_buffers_ = std::move(buffers);
+}
+
+// ---- AdamW ----
+
+AdamW::AdamW(NamedTensors params, const AdamWOptions& options)
+    : Optimizer(std::move(params), options.lr),
+      options_(options),
+      exp_avg_(params_.size()),
+      exp_avg_sq_(params_.size()),
+      steps_(params_.size(), 0) {
+  TL_CHECK(options.beta1 >= 0 && options.beta1 < 1, "AdamW: beta1 must be in [0, 1), got " + std::to_string(options.beta1));
+  TL_CHECK(options.beta2 >= 0 && options.beta2 < 1, "AdamW: beta2 must be in [0, 1), got " + std::to_string(options.beta2));
+  TL_CHECK(options.eps > 0, "AdamW: eps must be > 0, got " + std::to_string(options.eps));
+  TL_CHECK(options.weight_decay >= 0, "AdamW: weight_decay must be >= 0, got " + std::to_string(options.weight_decay));
+}
+
+void AdamW::step() {
+  TL_PROFILE_SCOPE("adamw.step");
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].second;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (!exp_avg_[i].defined()) {
+      exp_avg_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
+      exp_avg_sq_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
+    }
+    ++steps_[i];
+    const Tensor dense_grad = g.contiguous();
+    p.backend().adamw_step(p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(), exp_avg_[i].raw_data(),
+                           exp_avg_sq_[i].raw_data(),
+                           AdamWStep{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_[i]});
+  }
+}
+
+StateDict AdamW::state_dict() const {
+  StateDict state;
+  state.strings["optimizer"] = name();
+  state.numbers["lr"] = lr_;
+  state.numbers["beta1"] = options_.beta1;
+  state.numbers["beta2"] = options_.beta2;
+  state.numbers["eps"] = options_.eps;
+  state.numbers["weight_decay"] = options_.weight_decay;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!exp_avg_[i].defined()) continue;
+    state.tensors[buffer_key("exp_avg", params_[i].first)] = exp_avg_[i];
+    state.tensors[buffer_key("exp_avg_sq", params_[i].first)] = exp_avg_sq_[i];
+    state.integers[buffer_key("step", params_[i].first)] = steps_[i];
+  }
+  return state;
+}
+
+void AdamW::load_state_dict(const StateDict& state) {
+  check_kind(state);
+  const std::string owner = "AdamW state";
+  std::vector<Tensor> m, v;
+  load_buffers(state, "exp_avg", m);
+  load_buffers(state, "exp_avg_sq", v);
+  std::vector<std::int64_t> steps(params_.size(), 0);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    TL_CHECK(m[i].defined() == v[i].defined(), "AdamW state: '" + params_[i].first + "' has only one of its two moments");
+    if (m[i].defined()) steps[i] = state.integer(buffer_key("step", params_[i].first), owner);
+  }
+  options_.beta1 = state.number("beta1", owner);
+  options_.beta2 = state.number("beta2", owner);
+  options_.eps = state.number("eps", owner);
+  options_.weight_decay = state.number("weight_decay", owner);
+  set_lr(state.number("lr", owner));
+  options_.lr = lr_;
+  exp_avg_ = std::move(m);
+  exp_avg_sq_ = std::move(v);
+  steps_ = std::move(steps);
+}
+
+// ---- schedules ----
+
+LRScheduler::LRScheduler(Optimizer& optimizer, double base_lr) : optimizer_(optimizer), base_lr_(base_lr) {
+  TL_CHECK(std::isfinite(base_lr) && base_lr >= 0, "schedule: base lr must be finite and >= 0");
+}
+
+void LRScheduler::step() {
+  ++t_;
+  optimizer_.set_lr(lr_at(t_));
+}
+
+StateDict LRScheduler::state_dict() const {
+  StateDict state;
+  state.strings["schedule"] = name();
+  state.numbers["base_lr"] = base_lr_;
+  state.integers["last_step"] = t_;
+  add_state(state);
+  return state;
+}
+
+void LRScheduler::load_state_dict(const StateDict& state) {
+  const std::string& kind = state.string("schedule", "schedule state");
+  TL_CHECK(kind == name(), "schedule state is for '" + kind + "', this schedule is '" + name() + "'");
+  check_state(state);
+  base_lr_ = state.number("base_lr", "schedule state");
+  t_ = state.integer("last_step", "schedule state");
+  TL_CHECK(t_ >= 0, "schedule state: last_step must be >= 0");
+  optimizer_.set_lr(lr_at(t_));
+}
+
+ConstantLR::ConstantLR(Optimizer& optimizer, double base_lr) : LRScheduler(optimizer, base_lr) {
+  optimizer_.set_lr(lr_at(0));
+}
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, double base_lr, std::int64_t warmup_steps,
+                               std::int64_t total_steps, double min_lr)
+    : LRScheduler(optimizer, base_lr), warmup_steps_(warmup_steps), total_steps_(total_steps), min_lr_(min_lr) {
+  TL_CHECK(warmup_steps >= 0, "warmup_cosine: warmup_steps must be >= 0");
+  TL_CHECK(total_steps > warmup_steps, "warmup_cosine: total steps (" + std::to_string(total_steps) +
+                                           ") must exceed warmup_steps (" + std::to_string(warmup_steps) + ")");
+  TL_CHECK(min_lr >= 0 && min_lr <= base_lr, "warmup_cosine: min_lr must be in [0, base lr]");
+  optimizer_.set_lr(lr_at(0));
+}
+
+double WarmupCosineLR::lr_at(std::int64_t t) const {
+  if (t < warmup_steps_) return base_lr_ * static_cast<double>(t + 1) / static_cast<double>(warmup_steps_);
+  const double progress =
+      std::min(1.0, static_cast<double>(t - warmup_steps_) / static_cast<double>(total_steps_ - warmup_steps_));
+  return min_lr_ + 0.5 * (base_lr_ - min_lr_) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+void WarmupCosineLR::add_state(StateDict& state) const {
+  state.integers["warmup_steps"] = warmup_steps_;
+  state.integers["total_steps"] = total_steps_;
+  state.numbers["min_lr"] = min_lr_;
+}
+
+void WarmupCosineLR::check_state(const StateDict& state) const {
+  const std::string owner = "warmup_cosine state";
+  TL_CHECK(state.integer("warmup_steps", owner) == warmup_steps_ && state.integer("total_steps", owner) == total_steps_ &&
+               state.number("min_lr", owner) == min_lr_,
+           "warmup_cosine state was saved with warmup_steps " + std::to_string(state.integer("warmup_steps", owner)) +
+               ", total_steps " + std::to_string(state.integer("total_steps", owner)) +
+               "; this run uses warmup_steps " + std::to_string(warmup_steps_) + ", total_steps " +
+               std::to_string(total_steps_));
+}
+
+}  // namespace trainlab

@@ -1,0 +1,270 @@
+#include "engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <ostream>
+
+#include "backends/registry.h"
+#include "engine/autograd.h"
+#include "engine/checkpoint.h"
+#include "engine/profiler.h"
+#include "engine/version.h"
+
+namespace trainlab {
+
+PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
+  data_wait_s += o.data_wait_s;
+  forward_s += o.forward_s;
+  backward_s += o.backward_s;
+  optimizer_s += o.optimizer_s;
+  return *this;
+}
+
+namespace {
+
+Backend& choose_backend(const TrainConfig& config) {
+  return get_backend(config.backend.empty() ? default_backend_name() : config.backend);
+}
+
+// Times one phase: synchronises the device at both ends (an asynchronous backend must not look
+// faster than it is) and records a profiler span.
+class PhaseTimer {
+ public:
+  PhaseTimer(Backend& backend, const char* name, double& total_s)
+      : backend_(backend), name_(name), total_s_(total_s), start_ns_(Profiler::now_ns()) {}
+  ~PhaseTimer() {
+    backend_.synchronize();
+    const std::int64_t end_ns = Profiler::now_ns();
+    total_s_ += static_cast<double>(end_ns - start_ns_) * 1e-9;
+    if (Profiler::instance().enabled()) Profiler::instance().record(name_, start_ns_, end_ns);
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  Backend& backend_;
+  const char* name_;
+  double& total_s_;
+  std::int64_t start_ns_;
+};
+
+// Config keys that shape the trajectory: a resumed run must use the values it was trained with.
+const char* const kMustMatchOnResume[] = {"batch",        "lr",     "momentum", "weight_decay", "optimizer",
+                                          "schedule",     "warmup_steps", "min_lr", "seed", "dtype", "train_samples"};
+
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config)
+    : config_(config), backend_(choose_backend(config)), dtype_(parse_dtype(config.dtype)), generator_(config.seed) {
+  validate_config(config_);
+  TL_CHECK(backend_.supports(dtype_), "backend '" + backend_.name() + "' does not support dtype " + config.dtype);
+  if (config_.threads > 0) backend_.set_num_threads(config_.threads);
+
+  model_ = std::make_unique<SmallCNN>(InitOptions{&generator_, dtype_, &backend_});
+  if (config_.optimizer == "sgd") {
+    optimizer_ = std::make_unique<SGD>(model_->named_parameters(),
+                                       SgdOptions{config_.lr, config_.momentum, 0.0, config_.weight_decay, false});
+  } else {
+    AdamWOptions options;
+    options.lr = config_.lr;
+    options.weight_decay = config_.weight_decay;
+    optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), options);
+  }
+  if (config_.schedule == "warmup_cosine") {
+    scheduler_ = std::make_unique<WarmupCosineLR>(*optimizer_, config_.lr, config_.warmup_steps, config_.steps,
+                                                  config_.min_lr);
+  } else {
+    scheduler_ = std::make_unique<ConstantLR>(*optimizer_, config_.lr);
+  }
+  train_data_ = std::make_shared<SyntheticImages>(config_.seed, Split::train, config_.train_samples, config_.decode_cost);
+  held_out_data_ = std::make_shared<SyntheticImages>(config_.seed, Split::held_out, config_.eval_samples, 0);
+  DataLoaderOptions loader_options;
+  loader_options.batch_size = config_.batch;
+  loader_options.num_workers = config_.workers;
+  loader_options.prefetch = config_.prefetch;
+  loader_options.persistent_workers = config_.persistent_workers;
+  loader_options.seed = config_.seed;
+  loader_ = std::make_unique<DataLoader>(train_data_, loader_options, backend_);
+  if (!config_.resume.empty()) resume(config_.resume);
+}
+
+Trainer::~Trainer() = default;
+
+EvalResult Trainer::evaluate() {
+  TL_PROFILE_SCOPE("evaluate");
+  NoGradGuard no_grad;
+  model_->eval();
+  EvalResult result;
+  result.step = step_;
+  const std::int64_t n = held_out_data_->size();
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  std::vector<float> images;
+  std::vector<std::int64_t> labels;
+  for (std::int64_t begin = 0; begin < n; begin += config_.eval_batch) {
+    const std::int64_t count = std::min(config_.eval_batch, n - begin);
+    images.resize(static_cast<std::size_t>(count * SyntheticImages::kSampleElements));
+    labels.resize(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) {
+      labels[static_cast<std::size_t>(i)] = held_out_data_->get(begin + i, images.data() + i * SyntheticImages::kSampleElements);
+    }
+    Tensor x = Tensor::from_host(images.data(), {count, 3, 32, 32}, DType::f32, backend_);
+    if (dtype_ != DType::f32) x = x.to(dtype_);
+    const Tensor y = Tensor::from_vector(labels, {count}, backend_);
+    const Tensor logits = model_->forward(x);
+    loss_sum += cross_entropy(logits, y).item() * static_cast<double>(count);
+    const auto values = logits.to(DType::f64).to_vector<double>();
+    for (std::int64_t i = 0; i < count; ++i) {
+      const double* row = values.data() + i * SmallCNN::kClasses;
+      const auto predicted = std::max_element(row, row + SmallCNN::kClasses) - row;
+      correct += predicted == labels[static_cast<std::size_t>(i)] ? 1 : 0;
+    }
+  }
+  model_->train();
+  result.samples = n;
+  result.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  result.loss = loss_sum / static_cast<double>(n);
+  return result;
+}
+
+TrainResult Trainer::train(std::ostream* log) {
+  TrainResult result;
+  result.first_step = step_;
+  const auto wall_start = std::chrono::steady_clock::now();
+  if (log) {
+    *log << fmt::format("trainlab {} ({}): SmallCNN, {} parameters, backend {} ({} threads), dtype {}\n", version(),
+                        git_describe(), model_->num_parameters(), backend_.name(), backend_.num_threads(), config_.dtype);
+    *log << fmt::format("config: {}\n", config_summary(config_));
+    if (step_ > 0) *log << fmt::format("resumed at step {} from {}\n", step_, config_.resume);
+    log->flush();
+  }
+
+  PhaseTimes window;  // since the last progress line
+  std::int64_t window_steps = 0;
+  std::int64_t run_steps = 0;
+  while (step_ < config_.steps) {
+    PhaseTimes phases;
+    Batch batch;
+    Tensor loss;
+    {
+      PhaseTimer t(backend_, "data_wait", phases.data_wait_s);
+      batch = loader_->next();
+      if (dtype_ != DType::f32) batch.images = batch.images.to(dtype_);
+    }
+    {
+      PhaseTimer t(backend_, "forward", phases.forward_s);
+      loss = cross_entropy(model_->forward(batch.images), batch.labels);
+    }
+    {
+      PhaseTimer t(backend_, "backward", phases.backward_s);
+      loss.backward();
+    }
+    {
+      PhaseTimer t(backend_, "optimizer", phases.optimizer_s);
+      optimizer_->step();
+      optimizer_->zero_grad();
+      scheduler_->step();
+    }
+    ++step_;
+    ++run_steps;
+    const double loss_value = loss.item();
+    TL_CHECK(std::isfinite(loss_value), "training diverged: loss is " + std::to_string(loss_value) + " at step " +
+                                            std::to_string(step_) + " (try a smaller --lr)");
+    result.losses.push_back(loss_value);
+    if (run_steps > config_.warmup) {
+      result.measured += phases;
+      ++result.measured_steps;
+    } else {
+      ++result.warmup_steps;
+    }
+    window += phases;
+    ++window_steps;
+
+    if (log && (step_ % config_.log_every == 0 || step_ == config_.steps)) {
+      const double total = window.total();
+      *log << fmt::format("step {:>6}/{}  loss {:.4f}  {:>8.1f} samples/s  data-wait {:>5.1f}%  lr {:.4g}\n", step_,
+                          config_.steps, loss_value,
+                          total > 0 ? static_cast<double>(window_steps * config_.batch) / total : 0.0,
+                          total > 0 ? 100.0 * window.data_wait_s / total : 0.0, optimizer_->lr());
+      log->flush();
+      window = PhaseTimes{};
+      window_steps = 0;
+    }
+    if (config_.eval_every > 0 && step_ % config_.eval_every == 0 && step_ != config_.steps) {
+      const EvalResult eval = evaluate();
+      result.evals.push_back(eval);
+      if (log) *log << fmt::format("eval step {}: held-out accuracy {:.2f}% ({} samples), loss {:.4f}\n", eval.step,
+                                   100 * eval.accuracy, eval.samples, eval.loss);
+    }
+    if (config_.save_every > 0 && step_ % config_.save_every == 0 && step_ != config_.steps) save(config_.save);
+  }
+  result.last_step = step_;
+  result.final_eval = evaluate();
+  result.evals.push_back(result.final_eval);
+  if (!config_.save.empty()) save(config_.save);
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double measured_total = result.measured.total();
+  result.samples_per_s =
+      measured_total > 0 ? static_cast<double>(result.measured_steps * config_.batch) / measured_total : 0.0;
+  if (log) {
+    *log << fmt::format("done: {} steps in {:.1f} s; final loss {:.4f}; held-out accuracy {:.2f}% ({} samples)\n",
+                        run_steps, result.wall_s, result.losses.empty() ? NAN : result.losses.back(),
+                        100 * result.final_eval.accuracy, result.final_eval.samples);
+    if (result.measured_steps > 0) {
+      const PhaseTimes& m = result.measured;
+      *log << fmt::format(
+          "throughput: {:.1f} samples/s over {} steps ({} warm-up steps excluded); data-wait {:.1f}%, forward "
+          "{:.1f}%, backward {:.1f}%, optimizer {:.1f}%\n",
+          result.samples_per_s, result.measured_steps, result.warmup_steps, 100 * m.data_wait_s / measured_total,
+          100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total, 100 * m.optimizer_s / measured_total);
+    }
+    if (!config_.save.empty()) *log << fmt::format("checkpoint: {}\n", config_.save);
+    log->flush();
+  }
+  return result;
+}
+
+void Trainer::save(const std::string& dir) {
+  TL_PROFILE_SCOPE("checkpoint.save");
+  Checkpoint checkpoint;
+  checkpoint.model = model_->state_dict();
+  checkpoint.optimizer = optimizer_->state_dict();
+  checkpoint.scheduler = scheduler_->state_dict();
+  checkpoint.loader = loader_->state_dict();
+  checkpoint.trainer.integers["step"] = step_;
+  checkpoint.trainer.strings["generator"] = generator_.state_string();
+  checkpoint.trainer.strings["engine_version"] = git_describe();
+  checkpoint.trainer.strings["backend"] = backend_.name();
+  config_to_state(config_, checkpoint.trainer);
+  save_checkpoint(dir, checkpoint);
+}
+
+void Trainer::resume(const std::string& dir) {
+  TL_PROFILE_SCOPE("checkpoint.load");
+  const Checkpoint checkpoint = load_checkpoint(dir, backend_);
+  const std::string owner = "checkpoint '" + dir + "'";
+  StateDict current;
+  config_to_state(config_, current);
+  for (const char* key : kMustMatchOnResume) {
+    const std::string saved = checkpoint.trainer.string(std::string("config.") + key, owner);
+    const std::string& now = current.strings.at(std::string("config.") + key);
+    TL_CHECK(saved == now, owner + " was trained with " + key + " " + saved + "; this run asks for " + now +
+                               " (resume with the same value, or start a new run)");
+  }
+  const std::int64_t step = checkpoint.trainer.integer("step", owner);
+  TL_CHECK(step <= config_.steps, owner + " is at step " + std::to_string(step) + ", beyond --steps " +
+                                      std::to_string(config_.steps) + " (ask for more steps to continue)");
+  try {
+    model_->load_state_dict(checkpoint.model);
+    optimizer_->load_state_dict(checkpoint.optimizer);
+    scheduler_->load_state_dict(checkpoint.scheduler);
+    loader_->load_state_dict(checkpoint.loader);
+    generator_.set_state_string(checkpoint.trainer.string("generator", owner));
+  } catch (const Error& e) {
+    throw Error(owner + ": " + e.what());
+  }
+  step_ = step;
+}
+
+}  // namespace trainlab

@@ -1,0 +1,79 @@
+// The trainer: SmallCNN on SyntheticImages. One step = wait for data, forward, loss, backward,
+// optimiser step; each phase timed (with a device synchronise at each boundary) and recorded as a
+// profiler span. Warm-up steps are excluded from throughput and counted.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/data.h"
+#include "engine/nn.h"
+#include "engine/optim.h"
+
+namespace trainlab {
+
+struct PhaseTimes {
+  double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  double total() const { return data_wait_s + forward_s + backward_s + optimizer_s; }
+  PhaseTimes& operator+=(const PhaseTimes& other);
+};
+
+struct EvalResult {
+  std::int64_t step = 0;
+  double accuracy = 0;  // fraction in [0, 1]
+  double loss = 0;
+  std::int64_t samples = 0;
+};
+
+struct TrainResult {
+  std::int64_t first_step = 0;  // the step this run started from (non-zero after a resume)
+  std::int64_t last_step = 0;
+  std::vector<double> losses;   // one per step run, in order
+  std::vector<EvalResult> evals;
+  EvalResult final_eval;
+  std::int64_t warmup_steps = 0;    // excluded from throughput
+  std::int64_t measured_steps = 0;
+  double samples_per_s = 0;         // over the measured steps
+  PhaseTimes measured;              // phase totals over the measured steps
+  double wall_s = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& config);
+  ~Trainer();
+
+  // Trains from the current step up to config.steps, printing progress to `log` (may be null).
+  TrainResult train(std::ostream* log);
+  EvalResult evaluate();
+  void save(const std::string& dir);
+  // Restores everything: weights, optimiser, schedule, RNG, loader position and step. Refuses a
+  // checkpoint trained with different values of the keys that shape the run (batch, lr, seed, ...).
+  void resume(const std::string& dir);
+
+  std::int64_t step() const { return step_; }
+  SmallCNN& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  DataLoader& loader() { return *loader_; }
+  Backend& backend() { return backend_; }
+  Generator& generator() { return generator_; }
+  const TrainConfig& config() const { return config_; }
+
+ private:
+  TrainConfig config_;
+  Backend& backend_;
+  DType dtype_;
+  Generator generator_;
+  std::unique_ptr<SmallCNN> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LRScheduler> scheduler_;
+  std::shared_ptr<const SyntheticImages> train_data_, held_out_data_;
+  std::unique_ptr<DataLoader> loader_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace trainlab

@@ -1,0 +1,9 @@
+#include "engine/version.h"
+
+namespace trainlab {
+
+std::string version() { return TRAINLAB_VERSION; }
+std::string git_describe() { return TRAINLAB_GIT_DESCRIBE; }
+std::string compiler_version() { return TRAINLAB_COMPILER; }
+
+}  // namespace trainlab

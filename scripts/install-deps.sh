@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian packages trainlab builds against, and only those that are missing.
+# Idempotent: when everything is present it does nothing (no apt-get update, no root needed).
+set -euo pipefail
+
+# ocl-icd-opencl-dev and opencl-headers: Debian's dnnl CMake config requires OpenCL (its GPU runtime).
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libeigen3-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
+  libopenmpi-dev openmpi-bin
+  catch2 libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libbenchmark-dev hwloc
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing missing Debian packages: ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
