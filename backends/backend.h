@@ -67,7 +67,7 @@ struct AdamWStep {
 };
 
 struct AllocatorStats {
-  std::int64_t allocations = 0;      // calls to allocate() so far
+  std::int64_t allocations = 0;  // calls to allocate() so far
   std::int64_t bytes_in_use = 0;
   std::int64_t peak_bytes_in_use = 0;
 };
@@ -125,24 +125,21 @@ class Backend {
   // x, y: [outer, channels, inner]; bias: [channels]
   virtual void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
                                 std::int64_t channels, std::int64_t inner) = 0;
-  virtual void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer,
-                                 std::int64_t channels, std::int64_t inner) = 0;
+  virtual void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                                 std::int64_t inner) = 0;
 
   // x: [batch, in], weight: [out, in], y: [batch, out];  y = x weight^T
   virtual void linear_forward(DType dtype, const void* x, const void* weight, void* y, std::int64_t batch,
                               std::int64_t in_features, std::int64_t out_features) = 0;
-  virtual void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx,
-                                    std::int64_t batch, std::int64_t in_features,
-                                    std::int64_t out_features) = 0;
-  virtual void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight,
-                                       std::int64_t batch, std::int64_t in_features,
-                                       std::int64_t out_features) = 0;
+  virtual void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx, std::int64_t batch,
+                                    std::int64_t in_features, std::int64_t out_features) = 0;
+  virtual void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, std::int64_t batch,
+                                       std::int64_t in_features, std::int64_t out_features) = 0;
 
   // x: [N, C_in, H, W], weight: [C_out, C_in, kH, kW], y: [N, C_out, outH, outW]
-  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight,
-                              void* y) = 0;
-  virtual void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* dy,
-                                    const void* weight, void* dx) = 0;
+  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight, void* y) = 0;
+  virtual void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* dy, const void* weight,
+                                    void* dx) = 0;
   virtual void conv2d_backward_weights(DType dtype, const Conv2dShape& shape, const void* dy, const void* x,
                                        void* dweight) = 0;
 
@@ -150,14 +147,13 @@ class Backend {
   // PyTorch's return_indices does; padding never wins.
   virtual void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y,
                                   std::int64_t* indices) = 0;
-  virtual void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy,
-                                   const std::int64_t* indices, void* dx) = 0;
+  virtual void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const std::int64_t* indices,
+                                   void* dx) = 0;
 
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
   // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.
   virtual void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,
-                                             std::int64_t batch, std::int64_t classes, void* probs,
-                                             void* loss) = 0;
+                                             std::int64_t batch, std::int64_t classes, void* probs, void* loss) = 0;
   // dlogits = (probs - onehot(labels)) * dloss[0] / batch
   virtual void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels,
                                               std::int64_t batch, std::int64_t classes, const void* dloss,
@@ -166,8 +162,8 @@ class Backend {
   // ---- optimisers (one launch over a parameter tensor) ----
   virtual void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
                         const SgdStep& step) = 0;
-  virtual void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg,
-                          void* exp_avg_sq, const AdamWStep& step) = 0;
+  virtual void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                          const AdamWStep& step) = 0;
 };
 
 }  // namespace trainlab

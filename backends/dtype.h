@@ -44,8 +44,8 @@ inline float bf16_bits_to_f32(std::uint16_t bits) { return bits_float(static_cas
 // (values >= 65520 round to Inf; 65504 is the largest finite half).
 inline std::uint16_t f32_to_f16_bits(float value) {
   const std::uint32_t f32_infinity = 255u << 23;
-  const std::uint32_t f16_overflow = (127u + 16u) << 23;   // 2^16: at or above it the half is Inf
-  const std::uint32_t denormal_magic = 126u << 23;          // 0.5f: its ulp is the half subnormal step
+  const std::uint32_t f16_overflow = (127u + 16u) << 23;  // 2^16: at or above it the half is Inf
+  const std::uint32_t denormal_magic = 126u << 23;        // 0.5f: its ulp is the half subnormal step
   std::uint32_t bits = float_bits(value);
   const std::uint32_t sign = bits & 0x80000000u;
   bits ^= sign;

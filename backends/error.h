@@ -13,8 +13,8 @@ class Error : public std::runtime_error {
 };
 
 // Throws Error(message) when `condition` is false. The message is built only on failure.
-#define TL_CHECK(condition, message)                  \
-  do {                                                \
+#define TL_CHECK(condition, message)                    \
+  do {                                                  \
     if (!(condition)) throw ::trainlab::Error(message); \
   } while (0)
 

@@ -29,8 +29,10 @@ std::mutex& registry_mutex() {
 
 const char* device_type_name(DeviceType type) {
   switch (type) {
-    case DeviceType::cpu: return "cpu";
-    case DeviceType::cuda: return "cuda";
+    case DeviceType::cpu:
+      return "cpu";
+    case DeviceType::cuda:
+      return "cuda";
   }
   return "invalid";
 }

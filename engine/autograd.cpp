@@ -54,8 +54,10 @@ Tensor record(Tensor output, const char* name, const std::vector<Tensor>& inputs
   for (const auto& input : inputs) {
     Edge edge;
     if (input.requires_grad()) {
-      if (input.grad_fn()) edge.node = input.grad_fn();
-      else edge.leaf = input.impl();
+      if (input.grad_fn())
+        edge.node = input.grad_fn();
+      else
+        edge.leaf = input.impl();
     }
     node->inputs.push_back(std::move(edge));
     node->input_shapes.push_back(input.defined() ? input.shape() : Shape{});
@@ -71,8 +73,9 @@ Tensor record(Tensor output, const char* name, const std::vector<Tensor>& inputs
 
 void run_backward(const Tensor& root, const Tensor& seed) {
   NoGradGuard no_grad;  // gradients are not themselves differentiated
-  TL_CHECK(root.requires_grad(), "backward: the output does not require grad (no input of its graph requires grad, "
-                                 "or it was computed under NoGradGuard)");
+  TL_CHECK(root.requires_grad(),
+           "backward: the output does not require grad (no input of its graph requires grad, "
+           "or it was computed under NoGradGuard)");
   if (root.is_leaf()) {
     Tensor param(root.impl());
     accumulate_leaf_grad(param, seed);
@@ -128,9 +131,9 @@ void run_backward(const Tensor& root, const Tensor& seed) {
         ScopedSpan span(node->name.c_str());
         input_grads = node->backward(grad_output, needs);
       }
-      TL_CHECK(input_grads.size() == node->inputs.size(),
-               "backward of '" + node->name + "' returned " + std::to_string(input_grads.size()) +
-                   " gradients for " + std::to_string(node->inputs.size()) + " inputs");
+      TL_CHECK(input_grads.size() == node->inputs.size(), "backward of '" + node->name + "' returned " +
+                                                              std::to_string(input_grads.size()) + " gradients for " +
+                                                              std::to_string(node->inputs.size()) + " inputs");
     }
     node->backward = nullptr;  // frees the saved tensors; a second backward is refused above
 

@@ -114,10 +114,10 @@ Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
     TL_CHECK(fs::exists(path), "checkpoint file '" + path + "' is missing");
     auto bytes = read_file(path);
     const auto expected_bytes = entry["bytes"].get<std::uint64_t>();
-    TL_CHECK(bytes.size() == expected_bytes, "checkpoint file '" + path + "' is " +
-                                                 (bytes.size() < expected_bytes ? "truncated" : "longer than recorded") +
-                                                 ": " + std::to_string(bytes.size()) + " bytes, the marker records " +
-                                                 std::to_string(expected_bytes));
+    TL_CHECK(bytes.size() == expected_bytes,
+             "checkpoint file '" + path + "' is " +
+                 (bytes.size() < expected_bytes ? "truncated" : "longer than recorded") + ": " +
+                 std::to_string(bytes.size()) + " bytes, the marker records " + std::to_string(expected_bytes));
     const std::string crc = crc32_hex(crc32(bytes.data(), bytes.size()));
     TL_CHECK(crc == entry["crc32"].get<std::string>(), "checkpoint file '" + path + "' is corrupted: CRC-32 " + crc +
                                                            " does not match the recorded " +

@@ -31,7 +31,7 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   validate_config(config);
   Trainer trainer(config);
   const TrainResult result = trainer.train(&std::cout);
-  return result.last_step == config.steps ? 0 : 1;
+  return result.last_step == (config.stop_at > 0 ? config.stop_at : config.steps) ? 0 : 1;
 }
 
 int list_backends() {
@@ -56,13 +56,27 @@ int cli_main(int argc, char** argv) {
   std::map<std::string, std::string> values;
   std::map<std::string, CLI::Option*> options;
   for (const auto& field : config_fields()) {
-    auto* option = train->add_option(field.flag, values[field.key], field.help + " [" + field.allowed + "]");
+    auto* option = train->add_option(field.flag, values[field.key], field.help + " [" + field.allowed + "]")
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides
     if (field.allowed == "true | false") option->expected(0, 1);
     options[field.key] = option;
   }
   auto* backends = app.add_subcommand("backends", "list the registered backends");
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
 
+  // CLI11 would only say "a subcommand is required"; name the word it did not know.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string allowed;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sub->get_name() == argv[1];
+      allowed += (allowed.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "trainlab: error: unknown command '%s' (allowed: %s)\n", argv[1], allowed.c_str());
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -77,7 +91,8 @@ int cli_main(int argc, char** argv) {
     if (*train) return run_train(config_path, options, values);
     if (*backends) return list_backends();
     if (*version_cmd) {
-      std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(), compiler_version().c_str());
+      std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),
+                  compiler_version().c_str());
       return 0;
     }
   } catch (const Error& e) {

@@ -49,7 +49,10 @@ template <typename T>
 ConfigField int_field(const std::string& key, T TrainConfig::*member, std::int64_t lo, std::int64_t hi,
                       const std::string& help) {
   const std::string allowed = std::to_string(lo) + ".." + std::to_string(hi);
-  return ConfigField{key, flag_of(key), help, allowed,
+  return ConfigField{key,
+                     flag_of(key),
+                     help,
+                     allowed,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const std::int64_t v = parse_int(text, origin, key, allowed);
                        if (v < lo || v > hi) bad_value(origin, key, text, allowed);
@@ -63,7 +66,10 @@ ConfigField double_field(const std::string& key, double TrainConfig::*member, do
   std::ostringstream range;
   range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
   const std::string allowed = range.str();
-  return ConfigField{key, flag_of(key), help, allowed,
+  return ConfigField{key,
+                     flag_of(key),
+                     help,
+                     allowed,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const double v = parse_double(text, origin, key, allowed);
                        if (v < lo || (lo_open && v == lo) || v > hi) bad_value(origin, key, text, allowed);
@@ -80,7 +86,10 @@ ConfigField choice_field(const std::string& key, std::string TrainConfig::*membe
                          const std::string& help) {
   std::string allowed;
   for (const auto& choice : choices) allowed += (allowed.empty() ? "" : " | ") + choice;
-  return ConfigField{key, flag_of(key), help, allowed,
+  return ConfigField{key,
+                     flag_of(key),
+                     help,
+                     allowed,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        for (const auto& choice : choices) {
                          if (text == choice) {
@@ -95,25 +104,37 @@ ConfigField choice_field(const std::string& key, std::string TrainConfig::*membe
 
 ConfigField string_field(const std::string& key, std::string TrainConfig::*member, const std::string& allowed,
                          const std::string& help) {
-  return ConfigField{key, flag_of(key), help, allowed,
+  return ConfigField{key,
+                     flag_of(key),
+                     help,
+                     allowed,
                      [=](TrainConfig& c, const std::string& text, const std::string&) { c.*member = text; },
                      [=](const TrainConfig& c) { return c.*member; }};
 }
 
 ConfigField bool_field(const std::string& key, bool TrainConfig::*member, const std::string& help) {
   const std::string allowed = "true | false";
-  return ConfigField{key, flag_of(key), help, allowed,
+  return ConfigField{key,
+                     flag_of(key),
+                     help,
+                     allowed,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
-                       if (text == "true" || text == "1" || text == "yes") c.*member = true;
-                       else if (text == "false" || text == "0" || text == "no") c.*member = false;
-                       else bad_value(origin, key, text, allowed);
+                       if (text == "true" || text == "1" || text == "yes")
+                         c.*member = true;
+                       else if (text == "false" || text == "0" || text == "no")
+                         c.*member = false;
+                       else
+                         bad_value(origin, key, text, allowed);
                      },
                      [=](const TrainConfig& c) { return std::string(c.*member ? "true" : "false"); }};
 }
 
 ConfigField seed_field() {
   const std::string allowed = "0..2^63-1";
-  return ConfigField{"seed", "--seed", "seed for initialisation, data and shuffling", allowed,
+  return ConfigField{"seed",
+                     "--seed",
+                     "seed for initialisation, data and shuffling",
+                     allowed,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const std::int64_t v = parse_int(text, origin, "seed", allowed);
                        if (v < 0) bad_value(origin, "seed", text, allowed);
@@ -129,6 +150,8 @@ constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = {
       int_field("steps", &TrainConfig::steps, 1, kMaxInt, "total optimiser steps (a resumed run continues up to this)"),
+      int_field("stop_at", &TrainConfig::stop_at, 0, kMaxInt,
+                "stop after this global step (0: run to steps); the schedule still spans steps"),
       int_field("batch", &TrainConfig::batch, 1, 65536, "batch size"),
       double_field("lr", &TrainConfig::lr, 0.0, 10.0, true, "learning rate"),
       double_field("momentum", &TrainConfig::momentum, 0.0, 0.999, false, "SGD momentum"),
@@ -138,7 +161,8 @@ const std::vector<ConfigField>& config_fields() {
       int_field("warmup_steps", &TrainConfig::warmup_steps, 0, kMaxInt, "linear warm-up steps (warmup_cosine)"),
       double_field("min_lr", &TrainConfig::min_lr, 0.0, 10.0, false, "final learning rate (warmup_cosine)"),
       seed_field(),
-      string_field("backend", &TrainConfig::backend, "a registered backend", "compute backend (default: the best CPU one)"),
+      string_field("backend", &TrainConfig::backend, "a registered backend",
+                   "compute backend (default: the best CPU one)"),
       choice_field("dtype", &TrainConfig::dtype, {"f32", "f64"}, "parameter and activation dtype"),
       int_field("threads", &TrainConfig::threads, 0, 1024, "compute threads (0: the backend's default)"),
       int_field("train_samples", &TrainConfig::train_samples, 1, kMaxInt, "SyntheticImages training split size"),
@@ -158,7 +182,8 @@ const std::vector<ConfigField>& config_fields() {
   return fields;
 }
 
-void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text, const std::string& origin) {
+void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text,
+                        const std::string& origin) {
   for (const auto& field : config_fields()) {
     if (field.key == key) {
       field.set(config, text, origin);
@@ -202,6 +227,8 @@ void validate_config(const TrainConfig& config) {
                                                      std::to_string(config.warmup_steps) + ")");
     TL_CHECK(config.min_lr <= config.lr, "min_lr must not exceed lr");
   }
+  TL_CHECK(config.stop_at <= config.steps, "stop_at (" + std::to_string(config.stop_at) + ") must not exceed steps (" +
+                                               std::to_string(config.steps) + ")");
   TL_CHECK(config.save_every == 0 || !config.save.empty(), "save_every needs a save directory (--save DIR)");
   if (!config.resume.empty()) {
     TL_CHECK(std::filesystem::is_directory(config.resume),

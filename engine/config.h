@@ -14,20 +14,21 @@ namespace trainlab {
 
 struct TrainConfig {
   // optimisation
-  std::int64_t steps = 300;      // total optimiser steps (a resumed run continues up to this)
+  std::int64_t steps = 300;  // total optimiser steps (a resumed run continues up to this)
+  std::int64_t stop_at = 0;  // stop early after this global step (0: run to steps); schedules still span steps
   std::int64_t batch = 32;
   double lr = 0.01;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  std::string optimizer = "sgd";     // sgd | adamw
-  std::string schedule = "constant"; // constant | warmup_cosine
-  std::int64_t warmup_steps = 0;     // for warmup_cosine
-  double min_lr = 0.0;               // for warmup_cosine
+  std::string optimizer = "sgd";      // sgd | adamw
+  std::string schedule = "constant";  // constant | warmup_cosine
+  std::int64_t warmup_steps = 0;      // for warmup_cosine
+  double min_lr = 0.0;                // for warmup_cosine
   std::uint64_t seed = 0;
   // execution
   std::string backend;  // empty: the default CPU backend
   std::string dtype = "f32";
-  int threads = 0;      // 0: the backend's default (all cores)
+  int threads = 0;  // 0: the backend's default (all cores)
   // data
   std::int64_t train_samples = 50000;
   std::int64_t eval_samples = 1000;
@@ -39,10 +40,10 @@ struct TrainConfig {
   // reporting and state
   std::int64_t eval_every = 0;  // 0: evaluate only at the end
   std::int64_t log_every = 20;
-  std::int64_t warmup = 5;      // steps excluded from throughput
-  std::string save;             // checkpoint directory written at the end (and every save_every)
+  std::int64_t warmup = 5;  // steps excluded from throughput
+  std::string save;         // checkpoint directory written at the end (and every save_every)
   std::int64_t save_every = 0;
-  std::string resume;           // checkpoint directory to continue from
+  std::string resume;  // checkpoint directory to continue from
 };
 
 struct ConfigField {
@@ -58,7 +59,8 @@ struct ConfigField {
 const std::vector<ConfigField>& config_fields();
 // Applies a YAML file (a flat map of known keys to scalars) on top of `config`.
 void apply_config_file(TrainConfig& config, const std::string& path);
-void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text, const std::string& origin);
+void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text,
+                        const std::string& origin);
 // Cross-field checks (train_samples >= batch, the backend is registered, ...).
 void validate_config(const TrainConfig& config);
 // The config as strings ("config.<key>"), for checkpoints and ledgers.

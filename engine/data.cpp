@@ -78,8 +78,8 @@ SyntheticImages::SyntheticImages(std::uint64_t seed, Split split, std::int64_t s
       const double blob_amp = gen.uniform(-2, 2);
       for (std::int64_t y = 0; y < kHeight; ++y) {
         for (std::int64_t x = 0; x < kWidth; ++x) {
-          const double grating =
-              std::sin(2 * std::numbers::pi * (fy * static_cast<double>(y) + fx * static_cast<double>(x)) / 32.0 + phase);
+          const double grating = std::sin(
+              2 * std::numbers::pi * (fy * static_cast<double>(y) + fx * static_cast<double>(x)) / 32.0 + phase);
           const double r2 = (static_cast<double>(y) - blob_y) * (static_cast<double>(y) - blob_y) +
                             (static_cast<double>(x) - blob_x) * (static_cast<double>(x) - blob_x);
           proto[(ch * kHeight + y) * kWidth + x] = static_cast<float>(grating + blob_amp * std::exp(-r2 / 32.0));
@@ -128,12 +128,13 @@ DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const Dat
     : dataset_(std::move(dataset)), options_(options), backend_(backend) {
   TL_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
   TL_CHECK(options.batch_size >= 1, "DataLoader: batch_size must be >= 1, got " + std::to_string(options.batch_size));
-  TL_CHECK(options.num_workers >= 0, "DataLoader: num_workers must be >= 0, got " + std::to_string(options.num_workers));
+  TL_CHECK(options.num_workers >= 0,
+           "DataLoader: num_workers must be >= 0, got " + std::to_string(options.num_workers));
   TL_CHECK(options.prefetch >= 1, "DataLoader: prefetch must be >= 1, got " + std::to_string(options.prefetch));
   const std::int64_t n = dataset_->size(), b = options.batch_size;
   batches_per_epoch_ = options.drop_last ? n / b : (n + b - 1) / b;
-  TL_CHECK(batches_per_epoch_ >= 1, "DataLoader: the dataset's " + std::to_string(n) + " samples make no full batch of " +
-                                        std::to_string(b) + " (drop_last is on)");
+  TL_CHECK(batches_per_epoch_ >= 1, "DataLoader: the dataset's " + std::to_string(n) +
+                                        " samples make no full batch of " + std::to_string(b) + " (drop_last is on)");
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -172,7 +173,8 @@ DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
     batch.labels.resize(indices.size());
     for (std::size_t i = 0; i < indices.size(); ++i) {
       double checksum = 0;
-      batch.labels[i] = dataset_->get(indices[i], batch.images.data() + i * SyntheticImages::kSampleElements, &checksum);
+      batch.labels[i] =
+          dataset_->get(indices[i], batch.images.data() + i * SyntheticImages::kSampleElements, &checksum);
       batch.checksum += checksum;
     }
   } catch (const std::exception& e) {

@@ -39,8 +39,8 @@ void Module::load_state_dict(const NamedTensors& state) {
   }
   for (const auto& [name, tensor] : own) {
     auto it = given.find(name);
-    TL_CHECK(it != given.end(), "load_state_dict: missing tensor '" + name + "' (expected shape " +
-                                    shape_str(tensor.shape()) + ")");
+    TL_CHECK(it != given.end(),
+             "load_state_dict: missing tensor '" + name + "' (expected shape " + shape_str(tensor.shape()) + ")");
     const Tensor& source = *it->second;
     TL_CHECK(source.shape() == tensor.shape(), "load_state_dict: tensor '" + name + "' has shape " +
                                                    shape_str(source.shape()) + ", the model expects " +
@@ -100,7 +100,8 @@ Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t
   TL_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0, "Conv2d: channels and kernel size must be positive");
   const std::int64_t fan_in = in_channels * kernel_size * kernel_size;
   // kaiming_uniform(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in) = 1 / sqrt(fan_in).
-  weight = register_parameter("weight", uniform_init({out_channels, in_channels, kernel_size, kernel_size}, fan_in, init));
+  weight =
+      register_parameter("weight", uniform_init({out_channels, in_channels, kernel_size, kernel_size}, fan_in, init));
   bias = register_parameter("bias", uniform_init({out_channels}, fan_in, init));
 }
 

@@ -83,7 +83,8 @@ class ReLU : public Module {
 
 class MaxPool2d : public Module {
  public:
-  explicit MaxPool2d(std::int64_t kernel_size, std::int64_t stride = 0) : options(Pool2dOptions::square(kernel_size, stride)) {}
+  explicit MaxPool2d(std::int64_t kernel_size, std::int64_t stride = 0)
+      : options(Pool2dOptions::square(kernel_size, stride)) {}
   Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
   Pool2dOptions options;
 };

@@ -76,10 +76,10 @@ void SGD::step() {
     const bool first = !momentum_buffers_[i].defined();
     if (first && options_.momentum != 0) momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
     const Tensor dense_grad = g.contiguous();
-    p.backend().sgd_step(p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(),
-                         options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
-                         SgdStep{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov,
-                                 first});
+    p.backend().sgd_step(
+        p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(),
+        options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
+        SgdStep{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, first});
   }
 }
 
@@ -92,7 +92,8 @@ StateDict SGD::state_dict() const {
   state.numbers["weight_decay"] = options_.weight_decay;
   state.integers["nesterov"] = options_.nesterov ? 1 : 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (momentum_buffers_[i].defined()) state.tensors[buffer_key("momentum_buffer", params_[i].first)] = momentum_buffers_[i];
+    if (momentum_buffers_[i].defined())
+      state.tensors[buffer_key("momentum_buffer", params_[i].first)] = momentum_buffers_[i];
   }
   return state;
 }
@@ -119,8 +120,10 @@ AdamW::AdamW(NamedTensors params, const AdamWOptions& options)
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()),
       steps_(params_.size(), 0) {
-  TL_CHECK(options.beta1 >= 0 && options.beta1 < 1, "AdamW: beta1 must be in [0, 1), got " + std::to_string(options.beta1));
-  TL_CHECK(options.beta2 >= 0 && options.beta2 < 1, "AdamW: beta2 must be in [0, 1), got " + std::to_string(options.beta2));
+  TL_CHECK(options.beta1 >= 0 && options.beta1 < 1,
+           "AdamW: beta1 must be in [0, 1), got " + std::to_string(options.beta1));
+  TL_CHECK(options.beta2 >= 0 && options.beta2 < 1,
+           "AdamW: beta2 must be in [0, 1), got " + std::to_string(options.beta2));
   TL_CHECK(options.eps > 0, "AdamW: eps must be > 0, got " + std::to_string(options.eps));
   TL_CHECK(options.weight_decay >= 0, "AdamW: weight_decay must be >= 0, got " + std::to_string(options.weight_decay));
 }
@@ -138,9 +141,9 @@ void AdamW::step() {
     }
     ++steps_[i];
     const Tensor dense_grad = g.contiguous();
-    p.backend().adamw_step(p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(), exp_avg_[i].raw_data(),
-                           exp_avg_sq_[i].raw_data(),
-                           AdamWStep{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_[i]});
+    p.backend().adamw_step(
+        p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(), exp_avg_[i].raw_data(), exp_avg_sq_[i].raw_data(),
+        AdamWStep{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_[i]});
   }
 }
 
@@ -169,7 +172,8 @@ void AdamW::load_state_dict(const StateDict& state) {
   load_buffers(state, "exp_avg_sq", v);
   std::vector<std::int64_t> steps(params_.size(), 0);
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    TL_CHECK(m[i].defined() == v[i].defined(), "AdamW state: '" + params_[i].first + "' has only one of its two moments");
+    TL_CHECK(m[i].defined() == v[i].defined(),
+             "AdamW state: '" + params_[i].first + "' has only one of its two moments");
     if (m[i].defined()) steps[i] = state.integer(buffer_key("step", params_[i].first), owner);
   }
   options_.beta1 = state.number("beta1", owner);
@@ -242,8 +246,8 @@ void WarmupCosineLR::add_state(StateDict& state) const {
 
 void WarmupCosineLR::check_state(const StateDict& state) const {
   const std::string owner = "warmup_cosine state";
-  TL_CHECK(state.integer("warmup_steps", owner) == warmup_steps_ && state.integer("total_steps", owner) == total_steps_ &&
-               state.number("min_lr", owner) == min_lr_,
+  TL_CHECK(state.integer("warmup_steps", owner) == warmup_steps_ &&
+               state.integer("total_steps", owner) == total_steps_ && state.number("min_lr", owner) == min_lr_,
            "warmup_cosine state was saved with warmup_steps " + std::to_string(state.integer("warmup_steps", owner)) +
                ", total_steps " + std::to_string(state.integer("total_steps", owner)) +
                "; this run uses warmup_steps " + std::to_string(warmup_steps_) + ", total_steps " +

@@ -14,7 +14,7 @@ struct ProfileSpan {
   std::string name;
   std::int64_t start_ns;  // since the profiler's epoch (process start)
   std::int64_t end_ns;
-  std::uint32_t thread;   // small per-thread index, 0 for the first thread that recorded
+  std::uint32_t thread;  // small per-thread index, 0 for the first thread that recorded
 };
 
 class Profiler {

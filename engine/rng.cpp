@@ -86,9 +86,12 @@ void Generator::set_state_string(const std::string& text) {
     for (int j = 0; j < 16; ++j) {
       const char c = text[prefix.size() + 16 * i + j];
       int digit;
-      if (c >= '0' && c <= '9') digit = c - '0';
-      else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-      else throw Error("malformed generator state '" + text + "': '" + std::string(1, c) + "' is not a hex digit");
+      if (c >= '0' && c <= '9')
+        digit = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        digit = c - 'a' + 10;
+      else
+        throw Error("malformed generator state '" + text + "': '" + std::string(1, c) + "' is not a hex digit");
       word = word << 4 | static_cast<std::uint64_t>(digit);
     }
     state[i] = word;

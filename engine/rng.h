@@ -21,9 +21,9 @@ class Generator {
   void reseed(std::uint64_t seed);
 
   std::uint64_t next_u64();
-  double uniform();                     // [0, 1), 53 random bits
+  double uniform();                      // [0, 1), 53 random bits
   double uniform(double lo, double hi);  // [lo, hi)
-  double normal();                      // standard normal (Box-Muller, no cached second value)
+  double normal();                       // standard normal (Box-Muller, no cached second value)
   std::uint64_t below(std::uint64_t n);  // uniform in [0, n), unbiased
 
   const State& state() const { return state_; }

@@ -15,11 +15,16 @@ using json = nlohmann::json;
 
 const char* safetensors_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::i64: return "I64";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::i64:
+      return "I64";
   }
   return "?";
 }
@@ -116,9 +121,9 @@ SafetensorsContents decode_safetensors(const unsigned char* data, std::size_t si
                where + " has invalid data_offsets " + offsets.dump());
       e.begin = offsets[0].get<std::uint64_t>();
       e.end = offsets[1].get<std::uint64_t>();
-      TL_CHECK(e.begin <= e.end && e.end <= data_size,
-               where + " has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                   "] outside the " + std::to_string(data_size) + " data bytes (truncated file?)");
+      TL_CHECK(e.begin <= e.end && e.end <= data_size, where + " has data_offsets [" + std::to_string(e.begin) + ", " +
+                                                           std::to_string(e.end) + "] outside the " +
+                                                           std::to_string(data_size) + " data bytes (truncated file?)");
       const std::uint64_t expected = static_cast<std::uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
       TL_CHECK(e.end - e.begin == expected, where + " holds " + std::to_string(e.end - e.begin) + " bytes, its shape " +
                                                 shape_str(e.shape) + " and dtype need " + std::to_string(expected));

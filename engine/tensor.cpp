@@ -112,8 +112,7 @@ static Tensor from_doubles(const std::vector<double>& values, const Shape& shape
   return dtype == DType::f64 ? host : host.to(dtype);
 }
 
-Tensor Tensor::uniform(const Shape& shape, double lo, double hi, Generator& generator, DType dtype,
-                       Backend& backend) {
+Tensor Tensor::uniform(const Shape& shape, double lo, double hi, Generator& generator, DType dtype, Backend& backend) {
   std::vector<double> values(static_cast<std::size_t>(shape_numel(shape)));
   for (auto& v : values) v = generator.uniform(lo, hi);
   return from_doubles(values, shape, dtype, backend);
@@ -153,7 +152,9 @@ Backend& Tensor::backend() const {
   return impl_->storage->backend();
 }
 
-std::int64_t Tensor::size(std::int64_t d) const { return shape()[static_cast<std::size_t>(wrap_dim(d, dim(), "size"))]; }
+std::int64_t Tensor::size(std::int64_t d) const {
+  return shape()[static_cast<std::size_t>(wrap_dim(d, dim(), "size"))];
+}
 
 bool Tensor::is_contiguous() const {
   const Shape expected = contiguous_strides(shape());
@@ -170,7 +171,8 @@ bool Tensor::same_view(const Tensor& other) const {
 
 void* Tensor::raw_data() const {
   check_defined("raw_data");
-  return static_cast<unsigned char*>(impl_->storage->data()) + impl_->offset * static_cast<std::int64_t>(dtype_size(impl_->dtype));
+  return static_cast<unsigned char*>(impl_->storage->data()) +
+         impl_->offset * static_cast<std::int64_t>(dtype_size(impl_->dtype));
 }
 
 void Tensor::check_host_access(DType expected) const {
@@ -220,18 +222,16 @@ Tensor Tensor::contiguous() const {
   Tensor out = empty(shape(), dtype(), backend());
   backend().copy_strided(dtype(), impl_->storage->data(), layout(), out.raw_data(),
                          Layout{out.shape(), out.strides(), 0});
-  return record(out, "contiguous", {*this}, [](const Tensor& grad, const std::vector<bool>&) {
-    return std::vector<Tensor>{grad};
-  });
+  return record(out, "contiguous", {*this},
+                [](const Tensor& grad, const std::vector<bool>&) { return std::vector<Tensor>{grad}; });
 }
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), backend());
   backend().copy_strided(dtype(), impl_->storage->data(), layout(), out.raw_data(),
                          Layout{shape(), contiguous_strides(shape()), 0});
-  return record(out, "clone", {*this}, [](const Tensor& grad, const std::vector<bool>&) {
-    return std::vector<Tensor>{grad};
-  });
+  return record(out, "clone", {*this},
+                [](const Tensor& grad, const std::vector<bool>&) { return std::vector<Tensor>{grad}; });
 }
 
 Tensor Tensor::to(DType target) const {
@@ -283,8 +283,8 @@ static Shape infer_shape(const Shape& requested, std::int64_t numel, const Shape
 
 Tensor Tensor::view(const Shape& requested) const {
   const Shape new_shape = infer_shape(requested, numel(), shape());
-  TL_CHECK(is_contiguous(), "view: a non-contiguous tensor of shape " + shape_str(shape()) +
-                                " cannot be viewed as " + shape_str(requested) + " without a copy (use reshape)");
+  TL_CHECK(is_contiguous(), "view: a non-contiguous tensor of shape " + shape_str(shape()) + " cannot be viewed as " +
+                                shape_str(requested) + " without a copy (use reshape)");
   Tensor out = make_view(*this, new_shape, contiguous_strides(new_shape), offset());
   const Shape original = shape();
   return record(out, "reshape", {*this}, [original](const Tensor& grad, const std::vector<bool>&) {
@@ -316,7 +316,8 @@ Tensor Tensor::permute(const std::vector<std::int64_t>& dims) const {
   Shape new_shape(dims.size()), new_strides(dims.size());
   for (std::size_t i = 0; i < dims.size(); ++i) {
     wrapped[i] = wrap_dim(dims[i], rank, "permute");
-    TL_CHECK(inverse[static_cast<std::size_t>(wrapped[i])] < 0, "permute: dimension " + std::to_string(dims[i]) + " repeats");
+    TL_CHECK(inverse[static_cast<std::size_t>(wrapped[i])] < 0,
+             "permute: dimension " + std::to_string(dims[i]) + " repeats");
     inverse[static_cast<std::size_t>(wrapped[i])] = static_cast<std::int64_t>(i);
     new_shape[i] = shape()[static_cast<std::size_t>(wrapped[i])];
     new_strides[i] = strides()[static_cast<std::size_t>(wrapped[i])];
@@ -359,14 +360,15 @@ Tensor Tensor::narrow(std::int64_t d, std::int64_t start, std::int64_t length) c
 
 static void check_in_place(const Tensor& t, const char* op) {
   TL_CHECK(!(GradMode::enabled() && t.requires_grad()),
-           std::string(op) + ": in-place change of a tensor that requires grad while grad mode is on "
-                             "(wrap it in NoGradGuard)");
+           std::string(op) +
+               ": in-place change of a tensor that requires grad while grad mode is on "
+               "(wrap it in NoGradGuard)");
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_in_place(*this, "copy_");
-  TL_CHECK(src.shape() == shape(), "copy_: source shape " + shape_str(src.shape()) + " differs from destination " +
-                                       shape_str(shape()));
+  TL_CHECK(src.shape() == shape(),
+           "copy_: source shape " + shape_str(src.shape()) + " differs from destination " + shape_str(shape()));
   Tensor source = src;
   if (&src.backend() != &backend()) source = src.detach().to(backend());
   if (source.dtype() != dtype()) source = source.detach().to(dtype());
@@ -409,9 +411,9 @@ Tensor Tensor::grad() const {
 void Tensor::set_grad(const Tensor& grad) {
   check_defined("set_grad");
   if (grad.defined()) {
-    TL_CHECK(grad.shape() == shape() && grad.dtype() == dtype(),
-             "set_grad: gradient " + shape_str(grad.shape()) + " " + dtype_name(grad.dtype()) + " does not match " +
-                 shape_str(shape()) + " " + dtype_name(dtype()));
+    TL_CHECK(grad.shape() == shape() && grad.dtype() == dtype(), "set_grad: gradient " + shape_str(grad.shape()) + " " +
+                                                                     dtype_name(grad.dtype()) + " does not match " +
+                                                                     shape_str(shape()) + " " + dtype_name(dtype()));
   }
   impl_->grad = grad;
 }
@@ -453,7 +455,8 @@ void Tensor::backward(const Tensor& gradient) const {
 
 void Tensor::add_grad_ready_hook(GradReadyHook hook) {
   check_defined("add_grad_ready_hook");
-  TL_CHECK(is_leaf() && requires_grad(), "add_grad_ready_hook: only leaves that require grad have gradient-ready hooks");
+  TL_CHECK(is_leaf() && requires_grad(),
+           "add_grad_ready_hook: only leaves that require grad have gradient-ready hooks");
   impl_->grad_ready_hooks.push_back(std::move(hook));
 }
 

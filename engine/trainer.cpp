@@ -1,8 +1,8 @@
 #include "engine/trainer.h"
 
+#include <fmt/format.h>
 #include <chrono>
 #include <cmath>
-#include <fmt/format.h>
 #include <ostream>
 
 #include "backends/registry.h"
@@ -50,8 +50,9 @@ class PhaseTimer {
 };
 
 // Config keys that shape the trajectory: a resumed run must use the values it was trained with.
-const char* const kMustMatchOnResume[] = {"batch",        "lr",     "momentum", "weight_decay", "optimizer",
-                                          "schedule",     "warmup_steps", "min_lr", "seed", "dtype", "train_samples"};
+const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",     "weight_decay",
+                                          "optimizer", "schedule", "warmup_steps", "min_lr",
+                                          "seed",      "dtype",    "train_samples"};
 
 }  // namespace
 
@@ -72,12 +73,13 @@ Trainer::Trainer(const TrainConfig& config)
     optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), options);
   }
   if (config_.schedule == "warmup_cosine") {
-    scheduler_ = std::make_unique<WarmupCosineLR>(*optimizer_, config_.lr, config_.warmup_steps, config_.steps,
-                                                  config_.min_lr);
+    scheduler_ =
+        std::make_unique<WarmupCosineLR>(*optimizer_, config_.lr, config_.warmup_steps, config_.steps, config_.min_lr);
   } else {
     scheduler_ = std::make_unique<ConstantLR>(*optimizer_, config_.lr);
   }
-  train_data_ = std::make_shared<SyntheticImages>(config_.seed, Split::train, config_.train_samples, config_.decode_cost);
+  train_data_ =
+      std::make_shared<SyntheticImages>(config_.seed, Split::train, config_.train_samples, config_.decode_cost);
   held_out_data_ = std::make_shared<SyntheticImages>(config_.seed, Split::held_out, config_.eval_samples, 0);
   DataLoaderOptions loader_options;
   loader_options.batch_size = config_.batch;
@@ -107,7 +109,8 @@ EvalResult Trainer::evaluate() {
     images.resize(static_cast<std::size_t>(count * SyntheticImages::kSampleElements));
     labels.resize(static_cast<std::size_t>(count));
     for (std::int64_t i = 0; i < count; ++i) {
-      labels[static_cast<std::size_t>(i)] = held_out_data_->get(begin + i, images.data() + i * SyntheticImages::kSampleElements);
+      labels[static_cast<std::size_t>(i)] =
+          held_out_data_->get(begin + i, images.data() + i * SyntheticImages::kSampleElements);
     }
     Tensor x = Tensor::from_host(images.data(), {count, 3, 32, 32}, DType::f32, backend_);
     if (dtype_ != DType::f32) x = x.to(dtype_);
@@ -134,7 +137,8 @@ TrainResult Trainer::train(std::ostream* log) {
   const auto wall_start = std::chrono::steady_clock::now();
   if (log) {
     *log << fmt::format("trainlab {} ({}): SmallCNN, {} parameters, backend {} ({} threads), dtype {}\n", version(),
-                        git_describe(), model_->num_parameters(), backend_.name(), backend_.num_threads(), config_.dtype);
+                        git_describe(), model_->num_parameters(), backend_.name(), backend_.num_threads(),
+                        config_.dtype);
     *log << fmt::format("config: {}\n", config_summary(config_));
     if (step_ > 0) *log << fmt::format("resumed at step {} from {}\n", step_, config_.resume);
     log->flush();
@@ -143,7 +147,8 @@ TrainResult Trainer::train(std::ostream* log) {
   PhaseTimes window;  // since the last progress line
   std::int64_t window_steps = 0;
   std::int64_t run_steps = 0;
-  while (step_ < config_.steps) {
+  const std::int64_t target = config_.stop_at > 0 ? config_.stop_at : config_.steps;
+  while (step_ < target) {
     PhaseTimes phases;
     Batch batch;
     Tensor loss;
@@ -181,7 +186,7 @@ TrainResult Trainer::train(std::ostream* log) {
     window += phases;
     ++window_steps;
 
-    if (log && (step_ % config_.log_every == 0 || step_ == config_.steps)) {
+    if (log && (step_ % config_.log_every == 0 || step_ == target)) {
       const double total = window.total();
       *log << fmt::format("step {:>6}/{}  loss {:.4f}  {:>8.1f} samples/s  data-wait {:>5.1f}%  lr {:.4g}\n", step_,
                           config_.steps, loss_value,
@@ -191,13 +196,14 @@ TrainResult Trainer::train(std::ostream* log) {
       window = PhaseTimes{};
       window_steps = 0;
     }
-    if (config_.eval_every > 0 && step_ % config_.eval_every == 0 && step_ != config_.steps) {
+    if (config_.eval_every > 0 && step_ % config_.eval_every == 0 && step_ != target) {
       const EvalResult eval = evaluate();
       result.evals.push_back(eval);
-      if (log) *log << fmt::format("eval step {}: held-out accuracy {:.2f}% ({} samples), loss {:.4f}\n", eval.step,
-                                   100 * eval.accuracy, eval.samples, eval.loss);
+      if (log)
+        *log << fmt::format("eval step {}: held-out accuracy {:.2f}% ({} samples), loss {:.4f}\n", eval.step,
+                            100 * eval.accuracy, eval.samples, eval.loss);
     }
-    if (config_.save_every > 0 && step_ % config_.save_every == 0 && step_ != config_.steps) save(config_.save);
+    if (config_.save_every > 0 && step_ % config_.save_every == 0 && step_ != target) save(config_.save);
   }
   result.last_step = step_;
   result.final_eval = evaluate();
@@ -217,7 +223,8 @@ TrainResult Trainer::train(std::ostream* log) {
           "throughput: {:.1f} samples/s over {} steps ({} warm-up steps excluded); data-wait {:.1f}%, forward "
           "{:.1f}%, backward {:.1f}%, optimizer {:.1f}%\n",
           result.samples_per_s, result.measured_steps, result.warmup_steps, 100 * m.data_wait_s / measured_total,
-          100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total, 100 * m.optimizer_s / measured_total);
+          100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total,
+          100 * m.optimizer_s / measured_total);
     }
     if (!config_.save.empty()) *log << fmt::format("checkpoint: {}\n", config_.save);
     log->flush();

@@ -32,13 +32,13 @@ struct EvalResult {
 struct TrainResult {
   std::int64_t first_step = 0;  // the step this run started from (non-zero after a resume)
   std::int64_t last_step = 0;
-  std::vector<double> losses;   // one per step run, in order
+  std::vector<double> losses;  // one per step run, in order
   std::vector<EvalResult> evals;
   EvalResult final_eval;
-  std::int64_t warmup_steps = 0;    // excluded from throughput
+  std::int64_t warmup_steps = 0;  // excluded from throughput
   std::int64_t measured_steps = 0;
-  double samples_per_s = 0;         // over the measured steps
-  PhaseTimes measured;              // phase totals over the measured steps
+  double samples_per_s = 0;  // over the measured steps
+  PhaseTimes measured;       // phase totals over the measured steps
   double wall_s = 0;
 };
 

@@ -56,8 +56,8 @@ void gemm_nt_rows(std::int64_t rows_begin, std::int64_t rows_end, std::int64_t n
 
 // C[rows, N] = A[K, M]^T * B[K, N].
 template <typename T>
-void gemm_tn_rows(std::int64_t rows_begin, std::int64_t rows_end, std::int64_t m, std::int64_t n,
-                  std::int64_t k, const T* a, const T* b, T* c) {
+void gemm_tn_rows(std::int64_t rows_begin, std::int64_t rows_end, std::int64_t m, std::int64_t n, std::int64_t k,
+                  const T* a, const T* b, T* c) {
   for (std::int64_t i = rows_begin; i < rows_end; ++i) {
     T* c_row = c + i * n;
     std::fill(c_row, c_row + n, T(0));

@@ -32,9 +32,14 @@ namespace {
 template <typename Fn>
 void dispatch_float(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::f64: fn(double{}); return;
-    default: unsupported(op, dtype);
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f64:
+      fn(double{});
+      return;
+    default:
+      unsupported(op, dtype);
   }
 }
 
@@ -42,11 +47,21 @@ void dispatch_float(DType dtype, const char* op, Fn&& fn) {
 template <typename Fn>
 void dispatch_storage(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::f64: fn(double{}); return;
-    case DType::bf16: fn(bf16{}); return;
-    case DType::f16: fn(f16{}); return;
-    case DType::i64: fn(std::int64_t{}); return;
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f64:
+      fn(double{});
+      return;
+    case DType::bf16:
+      fn(bf16{});
+      return;
+    case DType::f16:
+      fn(f16{});
+      return;
+    case DType::i64:
+      fn(std::int64_t{});
+      return;
   }
   throw Error("reference backend: invalid dtype");
 }
@@ -247,10 +262,18 @@ class ReferenceBackend final : public Backend {
       const T* pb = as<T>(b);
       T* py = as<T>(y);
       switch (op) {
-        case BinaryOp::add: for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i]; break;
-        case BinaryOp::sub: for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] - pb[i]; break;
-        case BinaryOp::mul: for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] * pb[i]; break;
-        case BinaryOp::div: for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] / pb[i]; break;
+        case BinaryOp::add:
+          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+          break;
+        case BinaryOp::sub:
+          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] - pb[i];
+          break;
+        case BinaryOp::mul:
+          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] * pb[i];
+          break;
+        case BinaryOp::div:
+          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] / pb[i];
+          break;
       }
     });
   }
@@ -402,8 +425,7 @@ class ReferenceBackend final : public Backend {
       }
     });
   }
-  void conv2d_backward_data(DType dtype, const Conv2dShape& s, const void* dy, const void* weight,
-                            void* dx) override {
+  void conv2d_backward_data(DType dtype, const Conv2dShape& s, const void* dy, const void* weight, void* dx) override {
     dispatch_float(dtype, "conv2d_backward_data", [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t k = s.in_channels * s.kernel_h * s.kernel_w, p = s.out_h() * s.out_w();
@@ -448,8 +470,7 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- max-pool ----
-  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y,
-                          std::int64_t* indices) override {
+  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, std::int64_t* indices) override {
     dispatch_float(dtype, "max_pool2d_forward", [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t oh_n = s.out_h(), ow_n = s.out_w(), planes = s.batch * s.channels;
@@ -503,8 +524,8 @@ class ReferenceBackend final : public Backend {
   }
 
   // ---- softmax cross-entropy ----
-  void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,
-                                     std::int64_t batch, std::int64_t classes, void* probs, void* loss) override {
+  void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
+                                     std::int64_t classes, void* probs, void* loss) override {
     dispatch_float(dtype, "softmax_cross_entropy_forward", [&](auto tag) {
       using T = decltype(tag);
       const T* z = as<T>(logits);
@@ -518,19 +539,20 @@ class ReferenceBackend final : public Backend {
         }
         const T* row = z + b * classes;
         T* prow = p + b * classes;
+        // log softmax = (z - max) - log(sum exp(z - max)): never adds the max back, so large
+        // logits lose no precision.
         const T max = *std::max_element(row, row + classes);
         T denom = 0;
         for (std::int64_t c = 0; c < classes; ++c) denom += std::exp(row[c] - max);
-        const T log_sum_exp = max + std::log(denom);
-        for (std::int64_t c = 0; c < classes; ++c) prow[c] = std::exp(row[c] - log_sum_exp);
-        total += static_cast<double>(log_sum_exp - row[label]);
+        const T log_denom = std::log(denom);
+        for (std::int64_t c = 0; c < classes; ++c) prow[c] = std::exp((row[c] - max) - log_denom);
+        total += static_cast<double>(log_denom - (row[label] - max));
       }
       *as<T>(loss) = static_cast<T>(total / static_cast<double>(batch));
     });
   }
-  void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels,
-                                      std::int64_t batch, std::int64_t classes, const void* dloss,
-                                      void* dlogits) override {
+  void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,
+                                      std::int64_t classes, const void* dloss, void* dlogits) override {
     dispatch_float(dtype, "softmax_cross_entropy_backward", [&](auto tag) {
       using T = decltype(tag);
       const T scale = *as<T>(dloss) / static_cast<T>(batch);
@@ -596,8 +618,8 @@ class ReferenceBackend final : public Backend {
 };
 
 const BackendRegistration registration{
-    BackendInfo{"reference", "plain loops, f32/f64; the oracle every other backend is tested against",
-                DeviceType::cpu, 0},
+    BackendInfo{"reference", "plain loops, f32/f64; the oracle every other backend is tested against", DeviceType::cpu,
+                0},
     [] { return std::make_unique<ReferenceBackend>(); }};
 
 }  // namespace

@@ -12,10 +12,11 @@ Tensor bias_add(const Tensor& x, const Tensor& bias) {
   ops_detail::check_compatible("bias_add", x, bias);
   ops_detail::check_floating("bias_add", x);
   TL_CHECK(x.dim() >= 2, "bias_add: input must have at least 2 dimensions [N, C, ...], got " + shape_str(x.shape()));
-  TL_CHECK(bias.dim() == 1 && bias.size(0) == x.size(1),
-           "bias_add: bias must be [" + std::to_string(x.size(1)) + "] for input " + shape_str(x.shape()) + ", got " +
-               shape_str(bias.shape()));
-  const std::int64_t outer = x.size(0), channels = x.size(1), inner = x.numel() / std::max<std::int64_t>(1, outer * channels);
+  TL_CHECK(bias.dim() == 1 && bias.size(0) == x.size(1), "bias_add: bias must be [" + std::to_string(x.size(1)) +
+                                                             "] for input " + shape_str(x.shape()) + ", got " +
+                                                             shape_str(bias.shape()));
+  const std::int64_t outer = x.size(0), channels = x.size(1),
+                     inner = x.numel() / std::max<std::int64_t>(1, outer * channels);
   const Tensor dx = ops_detail::dense(x), db = ops_detail::dense(bias);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.backend());
   x.backend().bias_add_forward(x.dtype(), dx.raw_data(), db.raw_data(), y.raw_data(), outer, channels, inner);

@@ -28,8 +28,8 @@ inline void check_floating(const char* op, const Tensor& t) {
 inline void check_compatible(const char* op, const Tensor& a, const Tensor& b) {
   TL_CHECK(&a.backend() == &b.backend(), std::string(op) + ": tensors are on different backends (" +
                                              a.backend().name() + " and " + b.backend().name() + ")");
-  TL_CHECK(a.dtype() == b.dtype(), std::string(op) + ": dtypes differ (" + dtype_name(a.dtype()) + " and " +
-                                       dtype_name(b.dtype()) + ")");
+  TL_CHECK(a.dtype() == b.dtype(),
+           std::string(op) + ": dtypes differ (" + dtype_name(a.dtype()) + " and " + dtype_name(b.dtype()) + ")");
 }
 
 inline void check_rank(const char* op, const char* what, const Tensor& t, std::int64_t rank, const char* layout) {

@@ -16,10 +16,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dOptions& o) {
   ops_detail::check_rank("conv2d", "weight", weight, 4, "[C_out, C_in, kH, kW]");
   TL_CHECK(x.size(1) == weight.size(1), "conv2d: input has " + std::to_string(x.size(1)) + " channels but weight " +
                                             shape_str(weight.shape()) + " expects " + std::to_string(weight.size(1)));
-  TL_CHECK(o.stride_h >= 1 && o.stride_w >= 1, "conv2d: stride must be >= 1, got " + std::to_string(o.stride_h) + "x" +
-                                                   std::to_string(o.stride_w));
-  TL_CHECK(o.pad_h >= 0 && o.pad_w >= 0, "conv2d: padding must be >= 0, got " + std::to_string(o.pad_h) + "x" +
-                                             std::to_string(o.pad_w));
+  TL_CHECK(o.stride_h >= 1 && o.stride_w >= 1,
+           "conv2d: stride must be >= 1, got " + std::to_string(o.stride_h) + "x" + std::to_string(o.stride_w));
+  TL_CHECK(o.pad_h >= 0 && o.pad_w >= 0,
+           "conv2d: padding must be >= 0, got " + std::to_string(o.pad_h) + "x" + std::to_string(o.pad_w));
   const Conv2dShape s{x.size(0),      x.size(1),  x.size(2),  x.size(3), weight.size(0), weight.size(2),
                       weight.size(3), o.stride_h, o.stride_w, o.pad_h,   o.pad_w};
   TL_CHECK(x.size(2) + 2 * o.pad_h >= s.kernel_h && x.size(3) + 2 * o.pad_w >= s.kernel_w,

@@ -13,9 +13,8 @@ Tensor linear(const Tensor& x, const Tensor& weight) {
   ops_detail::check_floating("linear", x);
   ops_detail::check_rank("linear", "input", x, 2, "[N, in_features]");
   ops_detail::check_rank("linear", "weight", weight, 2, "[out_features, in_features]");
-  TL_CHECK(x.size(1) == weight.size(1), "linear: input has " + std::to_string(x.size(1)) +
-                                            " features but weight " + shape_str(weight.shape()) + " expects " +
-                                            std::to_string(weight.size(1)));
+  TL_CHECK(x.size(1) == weight.size(1), "linear: input has " + std::to_string(x.size(1)) + " features but weight " +
+                                            shape_str(weight.shape()) + " expects " + std::to_string(weight.size(1)));
   const std::int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
   const Tensor sx = ops_detail::dense(x), sw = ops_detail::dense(weight);
   Tensor y = Tensor::empty({batch, out}, x.dtype(), x.backend());

@@ -1,0 +1,208 @@
+// Checkpoints and safetensors: round trips, and refusal of truncated, corrupted, incomplete and
+// mismatched checkpoints, each with a message naming the file and the problem; nothing crashes.
+#include <filesystem>
+#include <fstream>
+
+#include "engine/checkpoint.h"
+#include "engine/fileio.h"
+#include "engine/safetensors.h"
+#include "engine/trainer.h"
+#include "test_util.h"
+
+using namespace trainlab;
+using namespace trainlab::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name) {
+    path = fs::temp_directory_path() / ("trainlab-test-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& child) const { return (path / child).string(); }
+};
+
+TrainConfig tiny_config() {
+  TrainConfig c;
+  c.steps = 3;
+  c.batch = 8;
+  c.train_samples = 64;
+  c.eval_samples = 20;
+  c.eval_batch = 20;
+  c.log_every = 1000;
+  c.seed = 4;
+  return c;
+}
+
+void flip_byte(const std::string& path, std::size_t offset) {
+  auto bytes = read_file(path);
+  REQUIRE(offset < bytes.size());
+  bytes[offset] ^= 0x5a;
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+void truncate_file(const std::string& path, std::size_t keep) { fs::resize_file(path, keep); }
+
+}  // namespace
+
+TEST_CASE("safetensors: round trip and the exact byte layout", "[checkpoint][safetensors]") {
+  TempDir dir("st");
+  Generator gen(1);
+  const NamedTensors tensors = {{"a.weight", random_tensor({2, 3}, gen, DType::f32)},
+                                {"b", random_tensor({4}, gen, DType::f64)},
+                                {"scalar", Tensor::full({}, 2.0, DType::f32, ref())},
+                                {"half", random_tensor({3}, gen, DType::f32).to(DType::bf16)},
+                                {"labels", Tensor::from_vector(std::vector<std::int64_t>{1, -2}, {2}, ref())}};
+  write_safetensors(dir / "t.safetensors", tensors, {{"format", "test"}});
+  const auto bytes = read_file(dir / "t.safetensors");
+  std::uint64_t header_size;
+  std::memcpy(&header_size, bytes.data(), 8);
+  CHECK(header_size % 8 == 0);
+  const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_size));
+  CHECK(header.find("\"a.weight\":{\"data_offsets\":[0,24],\"dtype\":\"F32\",\"shape\":[2,3]}") != std::string::npos);
+  CHECK(header.find("\"__metadata__\":{\"format\":\"test\"}") != std::string::npos);
+  CHECK(bytes.size() == 8 + header_size + 24 + 32 + 4 + 6 + 16);
+  const auto read = read_safetensors(dir / "t.safetensors", ref());
+  REQUIRE(read.tensors.size() == tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    CHECK(read.tensors[i].first == tensors[i].first);
+    CHECK(bitwise_equal(read.tensors[i].second, tensors[i].second));
+  }
+  CHECK(read.metadata.at("format") == "test");
+}
+
+TEST_CASE("safetensors: every truncation and every flipped byte is an Error, never a crash",
+          "[checkpoint][safetensors]") {
+  Generator gen(2);
+  const auto good =
+      encode_safetensors({{"w", random_tensor({3, 2}, gen, DType::f32)}, {"b", random_tensor({2}, gen, DType::f32)}});
+  int refused = 0, accepted = 0;
+  for (std::size_t keep = 0; keep < good.size(); ++keep) {
+    try {
+      decode_safetensors(good.data(), keep, "x.safetensors", ref());
+      ++accepted;
+    } catch (const Error& e) {
+      ++refused;
+      CHECK(std::string(e.what()).find("x.safetensors") != std::string::npos);
+    }
+  }
+  CHECK(accepted == 0);  // no prefix of a file is a valid file
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    auto bad = good;
+    bad[i] ^= 0xff;
+    try {
+      decode_safetensors(bad.data(), bad.size(), "x.safetensors", ref());  // a data byte flip decodes (the CRC
+    } catch (const Error&) {                                               // in the checkpoint marker catches it)
+    }
+  }
+  REQUIRE_THROWS_CONTAINING(decode_safetensors(good.data(), 4, "x.safetensors", ref()), "truncated", "8-byte");
+  auto huge = good;
+  const std::uint64_t too_big = 1ull << 40;
+  std::memcpy(huge.data(), &too_big, 8);
+  REQUIRE_THROWS_CONTAINING(decode_safetensors(huge.data(), huge.size(), "x.safetensors", ref()), "truncated");
+  CHECK(refused > 0);
+}
+
+TEST_CASE("checkpoint: save and load round-trip every piece of state", "[checkpoint]") {
+  TempDir dir("ckpt");
+  Trainer trainer(tiny_config());
+  trainer.train(nullptr);
+  trainer.save(dir / "c");
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json", "COMPLETE"})
+    CHECK(fs::exists(dir / ("c/" + std::string(f))));
+  const Checkpoint loaded = load_checkpoint(dir / "c", ref());
+  const auto params = trainer.model().named_parameters();
+  REQUIRE(loaded.model.size() == params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    CHECK(loaded.model[i].first == params[i].first);
+    CHECK(bitwise_equal(loaded.model[i].second, params[i].second));
+  }
+  const StateDict opt = trainer.optimizer().state_dict();
+  CHECK(loaded.optimizer.tensors.size() == opt.tensors.size());
+  for (const auto& [key, t] : opt.tensors) CHECK(bitwise_equal(loaded.optimizer.tensors.at(key), t));
+  CHECK(loaded.optimizer.numbers == opt.numbers);
+  CHECK(loaded.trainer.integers.at("step") == 3);
+  CHECK(loaded.trainer.strings.at("generator") == trainer.generator().state_string());
+  CHECK(loaded.loader.integers.at("next_batch") == 3);
+  // No temporary files are left behind.
+  for (const auto& entry : fs::directory_iterator(dir / "c"))
+    CHECK(entry.path().string().find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("checkpoint: damaged checkpoints are refused with the file and the problem", "[checkpoint]") {
+  TempDir dir("bad");
+  Trainer trainer(tiny_config());
+  trainer.train(nullptr);
+  auto fresh = [&](const std::string& name) {
+    trainer.save(dir / name);
+    return dir / name;
+  };
+
+  SECTION("truncated weights") {
+    const std::string c = fresh("t");
+    truncate_file(c + "/model.safetensors", 1000);
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "model.safetensors", "truncated", "1000 bytes");
+  }
+  SECTION("a flipped byte in the weights") {
+    const std::string c = fresh("f");
+    flip_byte(c + "/model.safetensors", 5000);
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "model.safetensors", "corrupted", "CRC-32");
+  }
+  SECTION("a flipped byte in the optimizer state") {
+    const std::string c = fresh("o");
+    flip_byte(c + "/optimizer.safetensors", 300);
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "optimizer.safetensors", "CRC-32");
+  }
+  SECTION("a flipped byte in state.json") {
+    const std::string c = fresh("s");
+    flip_byte(c + "/state.json", 10);
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "state.json", "corrupted");
+  }
+  SECTION("no completion marker (an interrupted save)") {
+    const std::string c = fresh("m");
+    fs::remove(c + "/COMPLETE");
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "incomplete", "COMPLETE");
+  }
+  SECTION("a corrupted marker") {
+    const std::string c = fresh("cm");
+    truncate_file(c + "/COMPLETE", 20);
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "COMPLETE", "corrupted");
+  }
+  SECTION("a missing file") {
+    const std::string c = fresh("mf");
+    fs::remove(c + "/optimizer.safetensors");
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "optimizer.safetensors", "missing");
+  }
+  SECTION("no such directory") { REQUIRE_THROWS_CONTAINING(load_checkpoint(dir / "nope", ref()), "does not exist"); }
+  SECTION("weights of the wrong shape (a valid file for another model)") {
+    Checkpoint c = load_checkpoint(fresh("w"), ref());
+    c.model[0].second = Tensor::zeros({16, 3, 3, 3}, DType::f32, ref());
+    save_checkpoint(dir / "w2", c);
+    TrainConfig config = tiny_config();
+    config.steps = 10;
+    Trainer other(config);
+    REQUIRE_THROWS_CONTAINING(other.resume(dir / "w2"), "conv1.weight", "[16, 3, 3, 3]", "[32, 3, 3, 3]");
+  }
+  SECTION("a run that differs in a key that shapes training") {
+    const std::string c = fresh("k");
+    TrainConfig config = tiny_config();
+    config.steps = 10;
+    config.lr = 0.05;
+    Trainer other(config);
+    REQUIRE_THROWS_CONTAINING(other.resume(c), "trained with lr 0.01", "asks for 0.05");
+  }
+}
+
+TEST_CASE("checkpoint: re-saving over a checkpoint leaves a loadable result", "[checkpoint]") {
+  TempDir dir("resave");
+  Trainer trainer(tiny_config());
+  trainer.train(nullptr);
+  trainer.save(dir / "c");
+  trainer.save(dir / "c");
+  CHECK(load_checkpoint(dir / "c", ref()).trainer.integers.at("step") == 3);
+}

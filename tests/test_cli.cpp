@@ -1,0 +1,111 @@
+// The trainlab binary: bad input of every kind exits 2 with exactly one line on stderr naming the
+// problem; a good run trains, saves and resumes.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int exit_code;
+  std::string out;  // stdout and stderr, kept apart
+  std::string err;
+};
+
+Run run(const std::string& args) {
+  const auto err_path = fs::temp_directory_path() / ("trainlab-cli-err-" + std::to_string(::getpid()));
+  const std::string command = std::string(TRAINLAB_CLI) + " " + args + " 2>" + err_path.string();
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  std::array<char, 4096> buffer;
+  std::size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  std::ifstream err_file(err_path);
+  std::string err((std::istreambuf_iterator<char>(err_file)), std::istreambuf_iterator<char>());
+  fs::remove(err_path);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, err};
+}
+
+int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+
+void expect_bad_input(const std::string& args, std::initializer_list<const char*> fragments) {
+  INFO("trainlab " << args);
+  const Run r = run(args);
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.rfind("trainlab: error: ", 0) == 0);
+  for (const char* fragment : fragments) CHECK(r.err.find(fragment) != std::string::npos);
+}
+
+const std::string kSmall = "--steps 3 --batch 8 --train-samples 64 --eval-samples 20 --eval-batch 20 --log-every 1";
+
+}  // namespace
+
+TEST_CASE("cli: bad flags and values exit 2 with one line", "[cli]") {
+  expect_bad_input("train --bogus 3", {"--bogus"});
+  expect_bad_input("train --batch abc", {"--batch", "'abc'", "integer"});
+  expect_bad_input("train --batch 0", {"batch", "1..65536"});
+  expect_bad_input("train --lr -0.5", {"lr", "(0, 10]"});
+  expect_bad_input("train --optimizer adam", {"'adam'", "sgd | adamw"});
+  expect_bad_input("train --backend tpu", {"unknown backend 'tpu'", "reference"});
+  expect_bad_input("train --config /nonexistent.yaml", {"/nonexistent.yaml", "does not exist"});
+  expect_bad_input("train --resume /nonexistent-checkpoint", {"/nonexistent-checkpoint", "does not exist"});
+  expect_bad_input("train --batch 64 --train-samples 10", {"train_samples (10) must be at least batch (64)"});
+  expect_bad_input("frobnicate", {"frobnicate"});
+  expect_bad_input("", {"subcommand"});
+}
+
+TEST_CASE("cli: a config file with a bad key exits 2 naming file and key", "[cli]") {
+  const auto path = fs::temp_directory_path() / ("trainlab-cli-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << "steps: 10\nbatch_size: 32\n";
+  expect_bad_input("train --config " + path.string(), {path.string().c_str(), "unknown key 'batch_size'"});
+  std::ofstream(path, std::ios::trunc) << "workers: many\n";
+  expect_bad_input("train --config " + path.string(), {"'many' for workers", "integer"});
+  fs::remove(path);
+}
+
+TEST_CASE("cli: train, save, resume; a damaged checkpoint is refused", "[cli]") {
+  const auto dir = fs::temp_directory_path() / ("trainlab-cli-ckpt-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const Run first = run("train " + kSmall + " --save " + dir.string());
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.out.find("step      3/3") != std::string::npos);
+  CHECK(first.out.find("held-out accuracy") != std::string::npos);
+  CHECK(first.out.find("data-wait") != std::string::npos);
+  CHECK(fs::exists(dir / "COMPLETE"));
+
+  const Run resumed = run("train " + kSmall + " --steps 5 --resume " + dir.string());
+  INFO(resumed.out << resumed.err);
+  CHECK(resumed.exit_code == 0);
+  CHECK(resumed.out.find("resumed at step 3") != std::string::npos);
+  CHECK(resumed.out.find("step      5/5") != std::string::npos);
+
+  expect_bad_input("train " + kSmall + " --lr 0.1 --steps 5 --resume " + dir.string(), {"trained with lr 0.01"});
+  fs::resize_file(dir / "model.safetensors", 100);
+  expect_bad_input("train " + kSmall + " --steps 5 --resume " + dir.string(), {"model.safetensors", "truncated"});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("cli: help, version and backends", "[cli]") {
+  const Run help = run("train --help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("--decode-cost") != std::string::npos);
+  CHECK(help.out.find("--eval-every") != std::string::npos);
+  const Run version = run("version");
+  CHECK(version.exit_code == 0);
+  CHECK(version.out.find("trainlab 0.1.0") != std::string::npos);
+  const Run backends = run("backends");
+  CHECK(backends.exit_code == 0);
+  CHECK(backends.out.find("reference") != std::string::npos);
+}

@@ -1,0 +1,159 @@
+// SyntheticImages and the DataLoader: determinism per (seed, index), the decode cost, batch order
+// independent of workers, epochs, positions, and errors.
+#include "engine/data.h"
+#include "test_util.h"
+
+using namespace trainlab;
+using namespace trainlab::test;
+
+namespace {
+std::vector<float> sample(const SyntheticImages& data, std::int64_t index, std::int64_t* label = nullptr,
+                          double* checksum = nullptr) {
+  std::vector<float> image(SyntheticImages::kSampleElements);
+  const std::int64_t l = data.get(index, image.data(), checksum);
+  if (label) *label = l;
+  return image;
+}
+}  // namespace
+
+TEST_CASE("SyntheticImages: a pure function of (seed, split, index)", "[data]") {
+  const SyntheticImages a(7, Split::train, 100), b(7, Split::train, 100), other_seed(8, Split::train, 100);
+  const SyntheticImages held_out(7, Split::held_out, 100);
+  std::int64_t la, lb;
+  CHECK(sample(a, 13, &la) == sample(b, 13, &lb));
+  CHECK(la == lb);
+  CHECK(sample(a, 13) != sample(a, 14));
+  CHECK(sample(a, 13) != sample(other_seed, 13));
+  CHECK(sample(a, 13) != sample(held_out, 13));  // the held-out split draws different samples
+  // Reading out of order gives the same bytes.
+  const auto late = sample(a, 99);
+  sample(a, 0);
+  CHECK(sample(a, 99) == late);
+  // Labels cover the classes.
+  std::vector<int> counts(10, 0);
+  for (std::int64_t i = 0; i < 100; ++i) {
+    std::int64_t l;
+    sample(a, i, &l);
+    REQUIRE(l >= 0);
+    REQUIRE(l < 10);
+    ++counts[static_cast<std::size_t>(l)];
+  }
+  for (int c : counts) CHECK(c > 0);
+  REQUIRE_THROWS_CONTAINING(sample(a, 100), "index 100", "[0, 100)");
+  REQUIRE_THROWS_CONTAINING(SyntheticImages(0, Split::train, 0), "size must be >= 1");
+}
+
+TEST_CASE("SyntheticImages: decode_cost does real work and leaves the pixels alone", "[data]") {
+  const SyntheticImages cheap(3, Split::train, 10, 0), costly(3, Split::train, 10, 5), costlier(3, Split::train, 10, 6);
+  double c0 = -1, c5 = 0, c6 = 0;
+  const auto img0 = sample(cheap, 4, nullptr, &c0);
+  CHECK(img0 == sample(costly, 4, nullptr, &c5));
+  sample(costlier, 4, nullptr, &c6);
+  CHECK(c0 == 0.0);
+  CHECK(c5 != 0.0);
+  CHECK(c5 != c6);  // each pass feeds the next
+}
+
+TEST_CASE("DataLoader: batches are identical whatever the worker count", "[data]") {
+  auto data = std::make_shared<SyntheticImages>(5, Split::train, 70, 2);
+  auto collect = [&](int workers, int prefetch, bool persistent) {
+    DataLoaderOptions o;
+    o.batch_size = 16;
+    o.num_workers = workers;
+    o.prefetch = prefetch;
+    o.persistent_workers = persistent;
+    o.seed = 11;
+    DataLoader loader(data, o, ref());
+    std::vector<Batch> batches;
+    for (int i = 0; i < 13; ++i) batches.push_back(loader.next());  // 4 batches an epoch: crosses 3 epochs
+    return batches;
+  };
+  const auto baseline = collect(0, 1, false);
+  CHECK(baseline[0].images.shape() == Shape{16, 3, 32, 32});
+  CHECK(baseline[4].epoch == 1);
+  CHECK(baseline[4].index == 0);
+  for (auto [workers, prefetch, persistent] :
+       {std::tuple{1, 1, false}, std::tuple{2, 2, false}, std::tuple{3, 1, true}, std::tuple{4, 3, true}}) {
+    INFO("workers " << workers << " prefetch " << prefetch << " persistent " << persistent);
+    const auto other = collect(workers, prefetch, persistent);
+    for (std::size_t i = 0; i < baseline.size(); ++i) {
+      CHECK(bitwise_equal(baseline[i].images, other[i].images));
+      CHECK(bitwise_equal(baseline[i].labels, other[i].labels));
+      CHECK(baseline[i].decode_checksum == other[i].decode_checksum);
+    }
+  }
+}
+
+TEST_CASE("DataLoader: each epoch is a fresh permutation of the whole dataset", "[data]") {
+  auto data = std::make_shared<SyntheticImages>(5, Split::train, 40);
+  DataLoaderOptions o;
+  o.batch_size = 8;
+  o.seed = 3;
+  DataLoader loader(data, o, ref());
+  CHECK(loader.batches_per_epoch() == 5);
+  std::vector<std::int64_t> epoch0, epoch1;
+  for (std::int64_t b = 0; b < 5; ++b) {
+    for (auto i : loader.batch_indices(0, b)) epoch0.push_back(i);
+    for (auto i : loader.batch_indices(1, b)) epoch1.push_back(i);
+  }
+  CHECK(epoch0 != epoch1);
+  std::sort(epoch0.begin(), epoch0.end());
+  std::sort(epoch1.begin(), epoch1.end());
+  for (std::int64_t i = 0; i < 40; ++i) {
+    CHECK(epoch0[static_cast<std::size_t>(i)] == i);
+    CHECK(epoch1[static_cast<std::size_t>(i)] == i);
+  }
+  // drop_last off keeps the ragged last batch.
+  DataLoaderOptions ragged = o;
+  ragged.batch_size = 15;
+  ragged.drop_last = false;
+  DataLoader r(data, ragged, ref());
+  CHECK(r.batches_per_epoch() == 3);
+  r.next();
+  r.next();
+  CHECK(r.next().images.size(0) == 10);
+  // Without shuffle, the order is the identity.
+  DataLoaderOptions ordered = o;
+  ordered.shuffle = false;
+  CHECK(DataLoader(data, ordered, ref()).batch_indices(2, 1) ==
+        std::vector<std::int64_t>{8, 9, 10, 11, 12, 13, 14, 15});
+}
+
+TEST_CASE("DataLoader: a restored position continues the same stream", "[data]") {
+  auto data = std::make_shared<SyntheticImages>(5, Split::train, 48);
+  DataLoaderOptions o;
+  o.batch_size = 8;
+  o.num_workers = 2;
+  o.seed = 9;
+  DataLoader straight(data, o, ref());
+  std::vector<Batch> expected;
+  for (int i = 0; i < 10; ++i) expected.push_back(straight.next());
+
+  DataLoader first(data, o, ref());
+  for (int i = 0; i < 4; ++i) first.next();
+  const StateDict state = first.state_dict();
+  DataLoader resumed(data, o, ref());
+  resumed.load_state_dict(state);
+  CHECK(resumed.position().epoch == 0);
+  CHECK(resumed.position().next_batch == 4);
+  for (int i = 4; i < 10; ++i)
+    CHECK(bitwise_equal(resumed.next().images, expected[static_cast<std::size_t>(i)].images));
+
+  DataLoaderOptions other = o;
+  other.batch_size = 16;
+  DataLoader mismatched(data, other, ref());
+  REQUIRE_THROWS_CONTAINING(mismatched.load_state_dict(state), "batch_size was 8", "16");
+  REQUIRE_THROWS_CONTAINING(resumed.set_position({0, 6}), "an epoch has 6 batches");
+}
+
+TEST_CASE("DataLoader: bad options are refused", "[data]") {
+  auto data = std::make_shared<SyntheticImages>(5, Split::train, 10);
+  DataLoaderOptions o;
+  o.batch_size = 11;
+  REQUIRE_THROWS_CONTAINING(DataLoader(data, o, ref()), "10 samples make no full batch of 11");
+  o.batch_size = 0;
+  REQUIRE_THROWS_CONTAINING(DataLoader(data, o, ref()), "batch_size must be >= 1");
+  o.batch_size = 2;
+  o.prefetch = 0;
+  REQUIRE_THROWS_CONTAINING(DataLoader(data, o, ref()), "prefetch must be >= 1");
+}

@@ -1,0 +1,56 @@
+// Helpers shared by the test files.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/registry.h"
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "engine/tensor.h"
+
+namespace trainlab::test {
+
+inline Backend& ref() { return get_backend("reference"); }
+
+inline Tensor random_tensor(const Shape& shape, Generator& gen, DType dtype = DType::f64, double lo = -1.0,
+                            double hi = 1.0) {
+  return Tensor::uniform(shape, lo, hi, gen, dtype, ref());
+}
+
+inline std::vector<double> values(const Tensor& t) {
+  NoGradGuard no_grad;
+  return t.detach().to(DType::f64).to_vector<double>();
+}
+
+// The bytes of two tensors are identical (bit-for-bit equality, NaN-safe).
+inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  std::vector<unsigned char> x(a.nbytes()), y(b.nbytes());
+  a.copy_to_host(x.data());
+  b.copy_to_host(y.data());
+  return x == y;
+}
+
+// Throws-with-message matcher: the Error's text contains every fragment.
+#define REQUIRE_THROWS_CONTAINING(expr, ...)                                          \
+  do {                                                                                \
+    bool threw_ = false;                                                              \
+    try {                                                                             \
+      (void)(expr);                                                                   \
+    } catch (const ::trainlab::Error& e_) {                                           \
+      threw_ = true;                                                                  \
+      const std::string what_ = e_.what();                                            \
+      for (const char* fragment_ : std::initializer_list<const char*>{__VA_ARGS__}) { \
+        INFO("error message: " << what_);                                             \
+        CHECK(what_.find(fragment_) != std::string::npos);                            \
+      }                                                                               \
+    }                                                                                 \
+    if (!threw_) FAIL("expected trainlab::Error from " #expr);                        \
+  } while (0)
+
+}  // namespace trainlab::test
