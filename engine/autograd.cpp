@@ -111,11 +111,12 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     if (contribution) sum_into(leaf_grads[leaf.get()], *contribution);
     if (--pending[leaf.get()] > 0) return;
     // Final for this backward: add to .grad (which persists across backward calls) and announce.
-    auto it = leaf_grads.find(leaf.get());
-    if (it == leaf_grads.end()) return;  // no path delivered a gradient
     Tensor param(leaf);
-    accumulate_leaf_grad(param, it->second);
-    leaf_grads.erase(it);
+    auto it = leaf_grads.find(leaf.get());
+    if (it != leaf_grads.end()) {  // else no path delivered a gradient: .grad is unchanged (maybe undefined)
+      accumulate_leaf_grad(param, it->second);
+      leaf_grads.erase(it);
+    }
     for (auto& hook : leaf->grad_ready_hooks) hook(param);
   };
 
@@ -127,10 +128,11 @@ void run_backward(const Tensor& root, const Tensor& seed) {
       node_grads.erase(it);
       std::vector<bool> needs;
       for (const auto& edge : node->inputs) needs.push_back(edge.connected());
-      {
-        ScopedSpan span(node->name.c_str());
-        input_grads = node->backward(grad_output, needs);
-      }
+      Profiler& profiler = Profiler::instance();
+      const bool profiling = profiler.enabled();
+      const std::int64_t start_ns = profiling ? Profiler::now_ns() : 0;
+      input_grads = node->backward(grad_output, needs);
+      if (profiling) profiler.record(node->name + ".backward", start_ns, Profiler::now_ns());
       TL_CHECK(input_grads.size() == node->inputs.size(), "backward of '" + node->name + "' returned " +
                                                               std::to_string(input_grads.size()) + " gradients for " +
                                                               std::to_string(node->inputs.size()) + " inputs");

@@ -7,6 +7,8 @@
 // its output has passed its gradient back. Leaves accumulate into .grad (across backward calls,
 // until zeroed) and fire their gradient-ready hooks as soon as no node left on the tape can add to
 // them; data-parallel training overlaps its all-reduce with the rest of backward through them.
+// Every leaf the backward reaches fires exactly once, even when no path delivered it a gradient
+// (its .grad is then unchanged, possibly undefined); leaves the backward never reaches do not fire.
 #pragma once
 
 #include <cstdint>

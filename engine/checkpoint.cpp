@@ -1,6 +1,12 @@
 #include "engine/checkpoint.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include <cmath>
 #include <filesystem>
@@ -56,38 +62,123 @@ StateDict scalars_from_json(const json& j, const std::string& where) {
 std::string join(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
 }  // namespace
 
-void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  TL_CHECK(!ec && fs::is_directory(dir), "cannot create checkpoint directory '" + dir + "': " + ec.message());
-  // From here until the new marker lands, the directory is refused by load_checkpoint.
-  remove_file_durably(join(dir, kMarkerFile));
+namespace {
+// An absolute, normal path without a trailing separator, so "runs/a/" and "runs/a" are one place.
+fs::path normalized(const std::string& dir) {
+  TL_CHECK(!dir.empty(), "checkpoint directory name is empty");
+  fs::path path = fs::absolute(fs::path(dir)).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();
+  return path;
+}
 
+// ".NAME.<suffix>": the hidden siblings a save stages in. Built with += because GCC 12 at -O3
+// warns falsely (-Wrestrict, GCC bug 105329) on a literal + std::string chain.
+std::string sibling_name(const fs::path& target, const std::string& suffix) {
+  std::string name = ".";
+  name += target.filename().string();
+  name += ".";
+  name += suffix;
+  return name;
+}
+
+bool is_checkpoint_file(const std::string& name) {
+  return name == kModelFile || name == kOptimizerFile || name == kStateFile || name == kMarkerFile ||
+         name.find(".tmp.") != std::string::npos;
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    throw Error("cannot rename '" + from.string() + "' to '" + to.string() + "': " + std::strerror(errno));
+  }
+}
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
+  const fs::path target = normalized(dir);
+  const fs::path parent = target.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  TL_CHECK(!ec, "cannot create '" + parent.string() + "' for checkpoint '" + dir + "': " + ec.message());
+  if (fs::exists(target, ec)) {
+    // The old checkpoint is replaced as a whole directory: never take anything else with it.
+    TL_CHECK(fs::is_directory(target, ec), "cannot save checkpoint to '" + dir + "': it exists and is not a directory");
+    for (const auto& entry : fs::directory_iterator(target, ec)) {
+      const std::string name = entry.path().filename().string();
+      TL_CHECK(is_checkpoint_file(name), "cannot save checkpoint to '" + dir + "': it holds '" + name +
+                                             "', which is not part of a trainlab checkpoint (use a new or empty "
+                                             "directory)");
+    }
+  }
+
+  // Write the complete new checkpoint beside the target, then swap it in with one rename.
+  const std::string pid = std::to_string(::getpid());
+  const fs::path staging = parent / sibling_name(target, "saving-" + pid);
+  fs::remove_all(staging, ec);
+  TL_CHECK(fs::create_directory(staging, ec) && !ec,
+           "cannot create staging directory '" + staging.string() + "': " + ec.message());
   json marker = {{"format", kFormat}, {"version", kCheckpointFormatVersion}, {"files", json::object()}};
   auto write = [&](const char* file, const std::vector<unsigned char>& bytes) {
-    write_file_atomic(join(dir, file), bytes.data(), bytes.size());
+    write_file_atomic((staging / file).string(), bytes.data(), bytes.size());
     marker["files"][file] = {{"bytes", bytes.size()}, {"crc32", crc32_hex(crc32(bytes.data(), bytes.size()))}};
   };
+  try {
+    write(kModelFile, encode_safetensors(checkpoint.model, {{"format", kFormat}}));
+    NamedTensors optimizer_tensors(checkpoint.optimizer.tensors.begin(), checkpoint.optimizer.tensors.end());
+    write(kOptimizerFile, encode_safetensors(optimizer_tensors, {{"format", kFormat}}));
+    const json state = {{"format", kFormat},
+                        {"version", kCheckpointFormatVersion},
+                        {"optimizer", scalars_to_json(checkpoint.optimizer, "optimizer")},
+                        {"scheduler", scalars_to_json(checkpoint.scheduler, "scheduler")},
+                        {"loader", scalars_to_json(checkpoint.loader, "loader")},
+                        {"trainer", scalars_to_json(checkpoint.trainer, "trainer")}};
+    const std::string state_text = state.dump(2) + "\n";
+    write(kStateFile, std::vector<unsigned char>(state_text.begin(), state_text.end()));
+    write_file_atomic((staging / kMarkerFile).string(), marker.dump(2) + "\n");
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
 
-  write(kModelFile, encode_safetensors(checkpoint.model, {{"format", kFormat}}));
-  NamedTensors optimizer_tensors(checkpoint.optimizer.tensors.begin(), checkpoint.optimizer.tensors.end());
-  write(kOptimizerFile, encode_safetensors(optimizer_tensors, {{"format", kFormat}}));
-  const json state = {{"format", kFormat},
-                      {"version", kCheckpointFormatVersion},
-                      {"optimizer", scalars_to_json(checkpoint.optimizer, "optimizer")},
-                      {"scheduler", scalars_to_json(checkpoint.scheduler, "scheduler")},
-                      {"loader", scalars_to_json(checkpoint.loader, "loader")},
-                      {"trainer", scalars_to_json(checkpoint.trainer, "trainer")}};
-  const std::string state_text = state.dump(2) + "\n";
-  write(kStateFile, std::vector<unsigned char>(state_text.begin(), state_text.end()));
-  write_file_atomic(join(dir, kMarkerFile), marker.dump(2) + "\n");
+  if (!fs::exists(target, ec)) {
+    rename_or_throw(staging, target);
+  } else if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    // Atomic: at every instant `target` was the old complete checkpoint or the new one.
+  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    // No atomic exchange on this filesystem: move the old one aside first. A crash between the two
+    // renames leaves no `target`; load_checkpoint then names the complete copies beside it.
+    const fs::path old = parent / sibling_name(target, "old-" + pid);
+    fs::remove_all(old, ec);
+    rename_or_throw(target, old);
+    rename_or_throw(staging, target);
+    fsync_directory(parent.string());
+    fs::remove_all(old, ec);
+  } else {
+    throw Error("cannot replace checkpoint '" + dir + "': " + std::strerror(errno));
+  }
+  fsync_directory(parent.string());
+  fs::remove_all(staging, ec);  // after an exchange it holds the previous checkpoint
 }
 
 Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
-  TL_CHECK(fs::is_directory(dir), "checkpoint directory '" + dir + "' does not exist");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    // A save interrupted between its two renames (filesystems without an atomic exchange) leaves
+    // complete copies beside the target: name them rather than just "missing".
+    std::string beside;
+    const fs::path target = normalized(dir);
+    for (const auto& entry : fs::directory_iterator(target.parent_path(), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(sibling_name(target, ""), 0) == 0 && fs::exists(entry.path() / kMarkerFile, ec)) {
+        beside += (beside.empty() ? "" : ", ") + entry.path().string();
+      }
+    }
+    throw Error(
+        "checkpoint directory '" + dir + "' does not exist" +
+        (beside.empty() ? std::string() : " (an interrupted save left complete checkpoints at: " + beside + ")"));
+  }
   const std::string marker_path = join(dir, kMarkerFile);
-  TL_CHECK(fs::exists(marker_path), "checkpoint '" + dir + "' is incomplete: no " + kMarkerFile +
-                                        " marker (the save was interrupted, or this is not a checkpoint)");
+  TL_CHECK(fs::exists(marker_path, ec), "checkpoint '" + dir + "' is incomplete: no " + kMarkerFile +
+                                            " marker (the save was interrupted, or this is not a checkpoint)");
   json marker;
   try {
     const auto bytes = read_file(marker_path);
@@ -95,10 +186,10 @@ Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
   } catch (const json::exception& e) {
     throw Error("checkpoint marker '" + marker_path + "' is corrupted (invalid JSON: " + e.what() + ")");
   }
-  TL_CHECK(marker.is_object() && marker.value("format", "") == kFormat && marker.contains("files") &&
-               marker["files"].is_object(),
+  TL_CHECK(marker.is_object() && marker.contains("format") && marker["format"] == kFormat && marker.contains("files") &&
+               marker["files"].is_object() && marker.contains("version"),
            "checkpoint marker '" + marker_path + "' is not a trainlab checkpoint marker");
-  TL_CHECK(marker.value("version", -1) == kCheckpointFormatVersion,
+  TL_CHECK(marker["version"].is_number_integer() && marker["version"] == kCheckpointFormatVersion,
            "checkpoint '" + dir + "' has format version " + marker["version"].dump() + ", this build reads version " +
                std::to_string(kCheckpointFormatVersion));
 
@@ -111,7 +202,7 @@ Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
     TL_CHECK(entry.is_object() && entry.contains("bytes") && entry["bytes"].is_number_unsigned() &&
                  entry.contains("crc32") && entry["crc32"].is_string(),
              "checkpoint marker '" + marker_path + "' has a malformed entry for " + file);
-    TL_CHECK(fs::exists(path), "checkpoint file '" + path + "' is missing");
+    TL_CHECK(fs::exists(path, ec), "checkpoint file '" + path + "' is missing");
     auto bytes = read_file(path);
     const auto expected_bytes = entry["bytes"].get<std::uint64_t>();
     TL_CHECK(bytes.size() == expected_bytes,
@@ -137,7 +228,8 @@ Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
   try {
     const auto& state_bytes = files[kStateFile];
     const json state = json::parse(state_bytes.begin(), state_bytes.end());
-    TL_CHECK(state.is_object() && state.value("format", "") == kFormat, "'" + state_path + "' is not trainlab state");
+    TL_CHECK(state.is_object() && state.contains("format") && state["format"] == kFormat,
+             "'" + state_path + "' is not trainlab state");
     StateDict optimizer = scalars_from_json(state.at("optimizer"), state_path + " optimizer");
     optimizer.tensors = std::move(checkpoint.optimizer.tensors);
     checkpoint.optimizer = std::move(optimizer);

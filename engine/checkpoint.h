@@ -6,10 +6,13 @@
 //                              loader position, the run's config
 //   DIR/COMPLETE               written last: format version and each file's size and CRC-32
 //
-// Each file is written atomically (temp file, fsync, rename) and the marker last; re-saving into
-// a directory first removes its marker. A crash at any point therefore leaves a directory that
-// either loads as the old checkpoint, the new one, or is refused, never a mixture. Loading checks
-// the marker, every file's size and CRC, and every header before using any byte.
+// A save writes the complete new checkpoint into a hidden staging directory beside DIR (each file
+// to a temp name, fsync, rename; the marker last), then swaps it in with one atomic rename
+// (renameat2 RENAME_EXCHANGE; on a filesystem without it, two renames, and a load in between names
+// the complete copies). A crash at any point leaves the previous complete checkpoint or the new
+// one, never a mixture and never nothing. A directory holding anything but checkpoint files is
+// never replaced. Loading checks the marker, every file's size and CRC, and every header before
+// using any byte.
 #pragma once
 
 #include <string>

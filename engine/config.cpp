@@ -196,7 +196,8 @@ void apply_config_value(TrainConfig& config, const std::string& key, const std::
 }
 
 void apply_config_file(TrainConfig& config, const std::string& path) {
-  TL_CHECK(std::filesystem::is_regular_file(path), "config file '" + path + "' does not exist");
+  std::error_code ec;  // permission and path errors become "does not exist", not an exception
+  TL_CHECK(std::filesystem::is_regular_file(path, ec), "config file '" + path + "' does not exist");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -207,9 +208,12 @@ void apply_config_file(TrainConfig& config, const std::string& path) {
   if (root.IsNull()) return;  // an empty file changes nothing
   TL_CHECK(root.IsMap(), "config file '" + path + "' must be a map of key: value");
   for (const auto& item : root) {
-    const std::string key = item.first.as<std::string>();
-    TL_CHECK(item.second.IsScalar(), path + ": the value of '" + key + "' must be a single value, not a list or map");
-    apply_config_value(config, key, item.second.Scalar(), path);
+    TL_CHECK(item.first.IsScalar(), "config file '" + path + "': every key must be a plain name");
+    const std::string key = item.first.Scalar();
+    // `key:` with nothing after it is an empty value, refused by the key's parser unless empty is allowed.
+    TL_CHECK(item.second.IsScalar() || item.second.IsNull(),
+             path + ": the value of '" + key + "' must be a single value, not a list or map");
+    apply_config_value(config, key, item.second.IsNull() ? std::string() : item.second.Scalar(), path);
   }
 }
 
@@ -231,7 +235,8 @@ void validate_config(const TrainConfig& config) {
                                                std::to_string(config.steps) + ")");
   TL_CHECK(config.save_every == 0 || !config.save.empty(), "save_every needs a save directory (--save DIR)");
   if (!config.resume.empty()) {
-    TL_CHECK(std::filesystem::is_directory(config.resume),
+    std::error_code ec;
+    TL_CHECK(std::filesystem::is_directory(config.resume, ec),
              "resume: checkpoint directory '" + config.resume + "' does not exist");
   }
 }

@@ -247,7 +247,12 @@ Batch DataLoader::next() {
     lock.unlock();
     work_cv_.notify_all();
   }
-  if (!host.error.empty()) throw Error("data loader: " + host.error);
+  if (!host.error.empty()) {
+    // The position stays at the failed batch; restarting the workers lets a retry produce it again.
+    stop_workers();
+    throw Error("data loader: batch " + std::to_string(position_.next_batch) + " of epoch " +
+                std::to_string(position_.epoch) + ": " + host.error);
+  }
 
   Batch batch;
   const auto count = static_cast<std::int64_t>(host.labels.size());
@@ -264,7 +269,8 @@ Batch DataLoader::next() {
 }
 
 void DataLoader::set_position(const LoaderPosition& position) {
-  TL_CHECK(position.epoch >= 0 && position.next_batch >= 0 && position.next_batch < batches_per_epoch_,
+  TL_CHECK(position.epoch >= 0 && position.epoch < std::numeric_limits<std::int64_t>::max() / batches_per_epoch_ &&
+               position.next_batch >= 0 && position.next_batch < batches_per_epoch_,
            "DataLoader: position (epoch " + std::to_string(position.epoch) + ", batch " +
                std::to_string(position.next_batch) + ") is invalid; an epoch has " +
                std::to_string(batches_per_epoch_) + " batches");

@@ -33,8 +33,13 @@ void write_all(int fd, const void* bytes, std::size_t size, const std::string& p
 void fsync_directory(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) throw Error("cannot open directory '" + dir + "' to sync it: " + errno_text());
-  ::fsync(fd);
+  const int rc = ::fsync(fd);
+  const int fsync_errno = errno;
   ::close(fd);
+  // Some filesystems cannot sync a directory (EINVAL); anything else means the rename may be lost.
+  if (rc != 0 && fsync_errno != EINVAL) {
+    throw Error("cannot sync directory '" + dir + "': " + std::strerror(fsync_errno));
+  }
 }
 
 void write_file_atomic(const std::string& path, const void* bytes, std::size_t size) {
@@ -75,15 +80,6 @@ std::vector<unsigned char> read_file(const std::string& path) {
   std::fclose(f);
   if (failed) throw Error("cannot read '" + path + "'");
   return data;
-}
-
-bool remove_file_durably(const std::string& path) {
-  if (::unlink(path.c_str()) != 0) {
-    if (errno == ENOENT) return false;
-    throw Error("cannot remove '" + path + "': " + errno_text());
-  }
-  fsync_directory(std::filesystem::path(path).parent_path().string());
-  return true;
 }
 
 std::uint32_t crc32(const void* data, std::size_t size) {

@@ -15,8 +15,6 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // The whole file; throws Error naming the path when it cannot be read.
 std::vector<unsigned char> read_file(const std::string& path);
 void fsync_directory(const std::string& dir);
-// Removes `path` if present (and syncs its directory); returns whether it existed.
-bool remove_file_durably(const std::string& path);
 
 // CRC-32 (IEEE 802.3, the zlib/PNG polynomial).
 std::uint32_t crc32(const void* data, std::size_t size);

@@ -58,12 +58,31 @@ void Optimizer::load_buffers(const StateDict& state, const std::string& kind, st
 
 // ---- SGD ----
 
+namespace {
+// The same checks guard the constructor and a loaded state, so a checkpoint cannot smuggle in a
+// value the constructor would have refused.
+void check_sgd_options(const SgdOptions& o) {
+  TL_CHECK(std::isfinite(o.momentum) && o.momentum >= 0,
+           "SGD: momentum must be >= 0, got " + std::to_string(o.momentum));
+  TL_CHECK(std::isfinite(o.dampening) && o.dampening >= 0 && o.dampening <= 1,
+           "SGD: dampening must be in [0, 1], got " + std::to_string(o.dampening));
+  TL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+           "SGD: weight_decay must be >= 0, got " + std::to_string(o.weight_decay));
+  TL_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: nesterov needs momentum > 0 and zero dampening");
+}
+
+void check_adamw_options(const AdamWOptions& o) {
+  TL_CHECK(o.beta1 >= 0 && o.beta1 < 1, "AdamW: beta1 must be in [0, 1), got " + std::to_string(o.beta1));
+  TL_CHECK(o.beta2 >= 0 && o.beta2 < 1, "AdamW: beta2 must be in [0, 1), got " + std::to_string(o.beta2));
+  TL_CHECK(std::isfinite(o.eps) && o.eps > 0, "AdamW: eps must be > 0, got " + std::to_string(o.eps));
+  TL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+           "AdamW: weight_decay must be >= 0, got " + std::to_string(o.weight_decay));
+}
+}  // namespace
+
 SGD::SGD(NamedTensors params, const SgdOptions& options)
     : Optimizer(std::move(params), options.lr), options_(options), momentum_buffers_(params_.size()) {
-  TL_CHECK(options.momentum >= 0, "SGD: momentum must be >= 0, got " + std::to_string(options.momentum));
-  TL_CHECK(options.weight_decay >= 0, "SGD: weight_decay must be >= 0, got " + std::to_string(options.weight_decay));
-  TL_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
-           "SGD: nesterov needs momentum > 0 and zero dampening");
+  check_sgd_options(options);
 }
 
 void SGD::step() {
@@ -103,12 +122,15 @@ void SGD::load_state_dict(const StateDict& state) {
   const std::string owner = "SGD state";
   std::vector<Tensor> buffers;
   load_buffers(state, "momentum_buffer", buffers);
-  options_.momentum = state.number("momentum", owner);
-  options_.dampening = state.number("dampening", owner);
-  options_.weight_decay = state.number("weight_decay", owner);
-  options_.nesterov = state.integer("nesterov", owner) != 0;
-  set_lr(state.number("lr", owner));
-  options_.lr = lr_;
+  SgdOptions loaded;
+  loaded.momentum = state.number("momentum", owner);
+  loaded.dampening = state.number("dampening", owner);
+  loaded.weight_decay = state.number("weight_decay", owner);
+  loaded.nesterov = state.integer("nesterov", owner) != 0;
+  loaded.lr = state.number("lr", owner);
+  check_sgd_options(loaded);
+  set_lr(loaded.lr);
+  options_ = loaded;
   momentum_buffers_ = std::move(buffers);
 }
 
@@ -120,12 +142,7 @@ AdamW::AdamW(NamedTensors params, const AdamWOptions& options)
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()),
       steps_(params_.size(), 0) {
-  TL_CHECK(options.beta1 >= 0 && options.beta1 < 1,
-           "AdamW: beta1 must be in [0, 1), got " + std::to_string(options.beta1));
-  TL_CHECK(options.beta2 >= 0 && options.beta2 < 1,
-           "AdamW: beta2 must be in [0, 1), got " + std::to_string(options.beta2));
-  TL_CHECK(options.eps > 0, "AdamW: eps must be > 0, got " + std::to_string(options.eps));
-  TL_CHECK(options.weight_decay >= 0, "AdamW: weight_decay must be >= 0, got " + std::to_string(options.weight_decay));
+  check_adamw_options(options);
 }
 
 void AdamW::step() {
@@ -174,14 +191,21 @@ void AdamW::load_state_dict(const StateDict& state) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     TL_CHECK(m[i].defined() == v[i].defined(),
              "AdamW state: '" + params_[i].first + "' has only one of its two moments");
-    if (m[i].defined()) steps[i] = state.integer(buffer_key("step", params_[i].first), owner);
+    if (m[i].defined()) {
+      steps[i] = state.integer(buffer_key("step", params_[i].first), owner);
+      TL_CHECK(steps[i] >= 1, owner + ": '" + params_[i].first + "' has moments but step " + std::to_string(steps[i]) +
+                                  " (must be >= 1)");
+    }
   }
-  options_.beta1 = state.number("beta1", owner);
-  options_.beta2 = state.number("beta2", owner);
-  options_.eps = state.number("eps", owner);
-  options_.weight_decay = state.number("weight_decay", owner);
-  set_lr(state.number("lr", owner));
-  options_.lr = lr_;
+  AdamWOptions loaded;
+  loaded.beta1 = state.number("beta1", owner);
+  loaded.beta2 = state.number("beta2", owner);
+  loaded.eps = state.number("eps", owner);
+  loaded.weight_decay = state.number("weight_decay", owner);
+  loaded.lr = state.number("lr", owner);
+  check_adamw_options(loaded);
+  set_lr(loaded.lr);
+  options_ = loaded;
   exp_avg_ = std::move(m);
   exp_avg_sq_ = std::move(v);
   steps_ = std::move(steps);

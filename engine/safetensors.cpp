@@ -111,8 +111,10 @@ SafetensorsContents decode_safetensors(const unsigned char* data, std::size_t si
       Entry e;
       e.name = it.key();
       e.dtype = parse_safetensors_dtype((*it)["dtype"].get<std::string>(), where);
+      TL_CHECK((*it)["shape"].is_array(), where + " has an invalid shape " + (*it)["shape"].dump());
       for (const auto& d : (*it)["shape"]) {
-        TL_CHECK(d.is_number_unsigned(), where + " has an invalid shape " + (*it)["shape"].dump());
+        TL_CHECK(d.is_number_unsigned() && d.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX),
+                 where + " has an invalid shape " + (*it)["shape"].dump());
         e.shape.push_back(d.get<std::int64_t>());
       }
       const auto& offsets = (*it)["data_offsets"];
@@ -124,7 +126,15 @@ SafetensorsContents decode_safetensors(const unsigned char* data, std::size_t si
       TL_CHECK(e.begin <= e.end && e.end <= data_size, where + " has data_offsets [" + std::to_string(e.begin) + ", " +
                                                            std::to_string(e.end) + "] outside the " +
                                                            std::to_string(data_size) + " data bytes (truncated file?)");
-      const std::uint64_t expected = static_cast<std::uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+      std::int64_t numel = 0;
+      try {
+        numel = shape_numel(e.shape);
+      } catch (const Error& error) {
+        throw Error(where + ": " + error.what());
+      }
+      std::uint64_t expected = 0;
+      TL_CHECK(!__builtin_mul_overflow(static_cast<std::uint64_t>(numel), dtype_size(e.dtype), &expected),
+               where + " has a shape too large for any file " + shape_str(e.shape));
       TL_CHECK(e.end - e.begin == expected, where + " holds " + std::to_string(e.end - e.begin) + " bytes, its shape " +
                                                 shape_str(e.shape) + " and dtype need " + std::to_string(expected));
       entries.push_back(std::move(e));

@@ -24,7 +24,10 @@ std::string shape_str(const Shape& shape) {
 
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) {
+    TL_CHECK(d >= 0, "shape " + shape_str(shape) + " has a negative dimension");
+    TL_CHECK(!__builtin_mul_overflow(n, d, &n), "shape " + shape_str(shape) + " has more elements than fit in 64 bits");
+  }
   return n;
 }
 
@@ -84,9 +87,11 @@ Storage::~Storage() { backend_->deallocate(data_, bytes_); }
 // factories
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Backend& backend) {
-  for (auto d : shape) TL_CHECK(d >= 0, "tensor shape " + shape_str(shape) + " has a negative dimension");
+  std::size_t bytes = 0;
+  TL_CHECK(!__builtin_mul_overflow(static_cast<std::size_t>(shape_numel(shape)), dtype_size(dtype), &bytes),
+           "tensor shape " + shape_str(shape) + " needs more bytes than fit in 64 bits");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(backend, static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
+  impl->storage = std::make_shared<Storage>(backend, bytes);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -372,6 +377,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   Tensor source = src;
   if (&src.backend() != &backend()) source = src.detach().to(backend());
   if (source.dtype() != dtype()) source = source.detach().to(dtype());
+  // Views of one storage may overlap: read from a private copy so no element is read after it was written.
+  if (source.impl()->storage == impl_->storage && !source.same_view(*this)) source = source.detach().clone();
   backend().copy_strided(dtype(), source.impl()->storage->data(), source.layout(), impl_->storage->data(), layout());
   return *this;
 }
@@ -414,6 +421,9 @@ void Tensor::set_grad(const Tensor& grad) {
     TL_CHECK(grad.shape() == shape() && grad.dtype() == dtype(), "set_grad: gradient " + shape_str(grad.shape()) + " " +
                                                                      dtype_name(grad.dtype()) + " does not match " +
                                                                      shape_str(shape()) + " " + dtype_name(dtype()));
+    TL_CHECK(grad.is_contiguous(), "set_grad: the gradient must be contiguous (call .contiguous() first)");
+    TL_CHECK(&grad.backend() == &backend(),
+             "set_grad: the gradient is on backend " + grad.backend().name() + ", the tensor on " + backend().name());
   }
   impl_->grad = grad;
 }

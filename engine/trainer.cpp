@@ -260,8 +260,10 @@ void Trainer::resume(const std::string& dir) {
                                " (resume with the same value, or start a new run)");
   }
   const std::int64_t step = checkpoint.trainer.integer("step", owner);
-  TL_CHECK(step <= config_.steps, owner + " is at step " + std::to_string(step) + ", beyond --steps " +
-                                      std::to_string(config_.steps) + " (ask for more steps to continue)");
+  TL_CHECK(step >= 0 && step <= config_.steps, owner + " is at step " + std::to_string(step) + ", beyond --steps " +
+                                                   std::to_string(config_.steps) + " (ask for more steps to continue)");
+  TL_CHECK(config_.stop_at == 0 || step <= config_.stop_at,
+           owner + " is at step " + std::to_string(step) + ", beyond --stop-at " + std::to_string(config_.stop_at));
   try {
     model_->load_state_dict(checkpoint.model);
     optimizer_->load_state_dict(checkpoint.optimizer);
@@ -271,6 +273,13 @@ void Trainer::resume(const std::string& dir) {
   } catch (const Error& e) {
     throw Error(owner + ": " + e.what());
   }
+  // Every step consumes one batch and advances the schedule once: the three counters must agree.
+  const LoaderPosition position = loader_->position();
+  const std::int64_t batches = position.epoch * loader_->batches_per_epoch() + position.next_batch;
+  TL_CHECK(batches == step && scheduler_->last_step() == step,
+           owner + " is inconsistent: step " + std::to_string(step) + ", but the loader has consumed " +
+               std::to_string(batches) + " batches and the schedule is at step " +
+               std::to_string(scheduler_->last_step()));
   step_ = step;
 }
 

@@ -106,6 +106,14 @@ TEST_CASE("safetensors: every truncation and every flipped byte is an Error, nev
   std::memcpy(huge.data(), &too_big, 8);
   REQUIRE_THROWS_CONTAINING(decode_safetensors(huge.data(), huge.size(), "x.safetensors", ref()), "truncated");
   CHECK(refused > 0);
+  // A shape whose element count overflows 64 bits, with empty data, is refused rather than wrapped.
+  const std::string header = R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})";
+  std::vector<unsigned char> overflow(8 + header.size());
+  const std::uint64_t length = header.size();
+  std::memcpy(overflow.data(), &length, 8);
+  std::memcpy(overflow.data() + 8, header.data(), header.size());
+  REQUIRE_THROWS_CONTAINING(decode_safetensors(overflow.data(), overflow.size(), "x.safetensors", ref()),
+                            "x.safetensors", "tensor 'w'", "64 bits");
 }
 
 TEST_CASE("checkpoint: save and load round-trip every piece of state", "[checkpoint]") {
@@ -173,6 +181,37 @@ TEST_CASE("checkpoint: damaged checkpoints are refused with the file and the pro
     truncate_file(c + "/COMPLETE", 20);
     REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "COMPLETE", "corrupted");
   }
+  SECTION("a marker with a field of the wrong type") {
+    const std::string c = fresh("mt");
+    write_file_atomic(c + "/COMPLETE", std::string(R"({"format":"trainlab-checkpoint","version":"1","files":{}})"));
+    REQUIRE_THROWS_CONTAINING(load_checkpoint(c, ref()), "format version \"1\"");
+  }
+  SECTION("optimizer state that the constructor would refuse") {
+    Checkpoint bad = load_checkpoint(fresh("os"), ref());
+    bad.optimizer.numbers["momentum"] = -1;
+    save_checkpoint(dir / "os2", bad);
+    TrainConfig config = tiny_config();
+    config.steps = 10;
+    Trainer other(config);
+    REQUIRE_THROWS_CONTAINING(other.resume(dir / "os2"), "momentum must be >= 0");
+  }
+  SECTION("counters that disagree") {
+    Checkpoint bad = load_checkpoint(fresh("cd"), ref());
+    bad.trainer.integers["step"] = 2;
+    save_checkpoint(dir / "cd2", bad);
+    TrainConfig config = tiny_config();
+    config.steps = 10;
+    Trainer other(config);
+    REQUIRE_THROWS_CONTAINING(other.resume(dir / "cd2"), "inconsistent", "step 2", "consumed 3 batches");
+  }
+  SECTION("a checkpoint beyond --stop-at") {
+    const std::string c = fresh("sa");
+    TrainConfig config = tiny_config();
+    config.steps = 10;
+    config.stop_at = 2;
+    Trainer other(config);
+    REQUIRE_THROWS_CONTAINING(other.resume(c), "at step 3", "beyond --stop-at 2");
+  }
   SECTION("a missing file") {
     const std::string c = fresh("mf");
     fs::remove(c + "/optimizer.safetensors");
@@ -198,11 +237,32 @@ TEST_CASE("checkpoint: damaged checkpoints are refused with the file and the pro
   }
 }
 
-TEST_CASE("checkpoint: re-saving over a checkpoint leaves a loadable result", "[checkpoint]") {
+TEST_CASE("checkpoint: re-saving replaces the old checkpoint whole, and only a checkpoint", "[checkpoint]") {
   TempDir dir("resave");
-  Trainer trainer(tiny_config());
+  TrainConfig config = tiny_config();
+  config.steps = 5;
+  config.stop_at = 3;
+  Trainer trainer(config);
   trainer.train(nullptr);
   trainer.save(dir / "c");
-  trainer.save(dir / "c");
   CHECK(load_checkpoint(dir / "c", ref()).trainer.integers.at("step") == 3);
+  config.stop_at = 0;
+  config.resume = dir / "c";
+  Trainer more(config);
+  more.train(nullptr);
+  more.save(dir / "c/");  // the same directory, spelled with a trailing slash
+  CHECK(load_checkpoint(dir / "c", ref()).trainer.integers.at("step") == 5);
+  // Nothing but the checkpoint is left: no staging or old copies beside it, no temp files in it.
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename().string());
+  CHECK(names == std::vector<std::string>{"c"});
+  CHECK(std::distance(fs::directory_iterator(dir / "c"), fs::directory_iterator()) == 4);
+
+  // A directory holding anything else is never replaced.
+  fs::create_directories(dir / "mine");
+  std::ofstream(dir / "mine/notes.txt") << "keep me";
+  REQUIRE_THROWS_CONTAINING(more.save(dir / "mine"), "holds 'notes.txt'", "not part of a trainlab checkpoint");
+  CHECK(fs::exists(dir / "mine/notes.txt"));
+  std::ofstream(dir / "afile") << "x";
+  REQUIRE_THROWS_CONTAINING(more.save(dir / "afile"), "not a directory");
 }

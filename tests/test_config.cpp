@@ -63,6 +63,12 @@ TEST_CASE("config: bad keys, types, ranges and files are refused with a clear me
   REQUIRE_THROWS_CONTAINING(apply_config_file(c, wrong_type), "'batch' must be a single value");
   const std::string not_a_map = write_yaml("list", "- 1\n- 2\n");
   REQUIRE_THROWS_CONTAINING(apply_config_file(c, not_a_map), "must be a map");
+  const std::string empty_value = write_yaml("empty", "batch:\n");
+  REQUIRE_THROWS_CONTAINING(apply_config_file(c, empty_value), "invalid value '' for batch");
+  const std::string complex_key = write_yaml("key", "? [a, b]\n: 1\n");
+  REQUIRE_THROWS_CONTAINING(apply_config_file(c, complex_key), "every key must be a plain name");
+  fs::remove(empty_value);
+  fs::remove(complex_key);
   const std::string broken = write_yaml("broken", "batch: [1, 2\n");
   REQUIRE_THROWS_CONTAINING(apply_config_file(c, broken), "not valid YAML");
   REQUIRE_THROWS_CONTAINING(apply_config_file(c, "/nonexistent/config.yaml"),

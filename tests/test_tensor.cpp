@@ -100,6 +100,21 @@ TEST_CASE("tensor: copy_, clone, detach and dtype/backend conversions", "[tensor
   REQUIRE_THROWS_CONTAINING(b.copy_(a), "source shape [3, 2]");
 }
 
+TEST_CASE("tensor: overlapping copies, oversized shapes and dense gradients", "[tensor]") {
+  Tensor t = iota({5});
+  t.narrow(0, 1, 4).copy_(t.narrow(0, 0, 4));  // overlapping views of one storage
+  CHECK(values(t) == std::vector<double>{0, 0, 1, 2, 3});
+  REQUIRE_THROWS_CONTAINING(Tensor::empty({1ll << 40, 1ll << 40}, DType::f32, ref()), "more elements than fit");
+  REQUIRE_THROWS_CONTAINING(Tensor::empty({1ll << 62}, DType::f32, ref()), "more bytes than fit");
+  REQUIRE_THROWS_CONTAINING(Tensor::empty({2, -1}, DType::f32, ref()), "negative dimension");
+  Tensor w = Tensor::zeros({3, 3}, DType::f64, ref());
+  w.set_requires_grad(true);
+  REQUIRE_THROWS_CONTAINING(w.set_grad(iota({3, 3}).transpose(0, 1)), "must be contiguous");
+  REQUIRE_THROWS_CONTAINING(
+      ref().cast(DType::f64, std::vector<double>{1e300}.data(), DType::i64, std::vector<std::int64_t>(1).data(), 1),
+      "cannot convert", "to i64");
+}
+
 TEST_CASE("rng: deterministic, restorable, and in range", "[tensor][rng]") {
   Generator g1(42), g2(42), g3(43);
   for (int i = 0; i < 10; ++i) CHECK(g1.next_u64() == g2.next_u64());

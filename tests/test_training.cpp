@@ -2,6 +2,10 @@
 // loader's worker count or the thread count, and a resumed run is bit-identical to a straight one.
 #include <filesystem>
 
+#include <map>
+#include <set>
+
+#include "engine/profiler.h"
 #include "engine/trainer.h"
 #include "test_util.h"
 
@@ -92,6 +96,48 @@ TEST_CASE("training: bit-identical at 1 and 2 compute threads", "[training][dete
   Trainer two(c);
   two.train(nullptr);
   check_same_parameters(one, two);
+}
+
+TEST_CASE("profiler: phase spans cover each step and op spans nest inside them", "[profiler]") {
+  TrainConfig c = small_config();
+  c.steps = 3;
+  c.workers = 1;
+  Trainer trainer(c);
+  Profiler& profiler = Profiler::instance();
+  profiler.clear();
+  profiler.set_enabled(true);
+  trainer.train(nullptr);
+  profiler.set_enabled(false);
+  const auto spans = profiler.take();
+  std::map<std::string, int> count;
+  for (const auto& s : spans) {
+    ++count[s.name];
+    CHECK(s.end_ns >= s.start_ns);
+  }
+  for (const char* phase : {"data_wait", "forward", "backward", "optimizer"}) CHECK(count[phase] == 3);
+  CHECK(count["conv2d.forward"] >= 6);  // two convolutions a step, plus evaluation
+  CHECK(count["conv2d.backward"] == 6);
+  CHECK(count["cross_entropy.backward"] == 3);
+  CHECK(count["loader.produce_batch"] >= 3);
+  // Each op span lies inside a phase span on the same thread.
+  auto inside = [&](const ProfileSpan& op, const char* phase) {
+    for (const auto& s : spans) {
+      if (s.name == phase && s.thread == op.thread && s.start_ns <= op.start_ns && op.end_ns <= s.end_ns) return true;
+    }
+    return false;
+  };
+  for (const auto& s : spans) {
+    if (s.name == "conv2d.backward") CHECK(inside(s, "backward"));
+    if (s.name == "sgd.step") CHECK(inside(s, "optimizer"));
+  }
+  // The loader worker records on its own thread.
+  std::set<std::uint32_t> loader_threads, phase_threads;
+  for (const auto& s : spans) {
+    if (s.name == "loader.produce_batch") loader_threads.insert(s.thread);
+    if (s.name == "forward") phase_threads.insert(s.thread);
+  }
+  REQUIRE(phase_threads.size() == 1);
+  CHECK(loader_threads.count(*phase_threads.begin()) == 0);
 }
 
 TEST_CASE("training: resume is bit-identical to a straight run", "[training][resume]") {

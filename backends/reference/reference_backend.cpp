@@ -80,6 +80,10 @@ template <typename T>
 T from_double(double value) {
   if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
     return T(static_cast<float>(value));
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    TL_CHECK(value >= -0x1p63 && value < 0x1p63,
+             "reference backend: cannot convert " + std::to_string(value) + " to i64");
+    return static_cast<T>(value);
   } else {
     return static_cast<T>(value);
   }
