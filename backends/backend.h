@@ -6,7 +6,7 @@
 //  - tensors are dense row-major (contiguous) unless a Layout says otherwise;
 //  - outputs are overwritten, never accumulated into (the engine accumulates gradients);
 //  - a kernel asked for a dtype it does not support throws Error naming the op, the dtype and
-//    what it supports;
+//    what it supports; bf16 and f16 kernels accumulate in f32;
 //  - results must not depend on the thread count (the reference backend is bit-reproducible).
 #pragma once
 
@@ -30,10 +30,14 @@ struct Layout {
   std::int64_t offset = 0;
 };
 
+// 4-D activations have the logical shape [N, C, H, W]; in memory they are NCHW, or NHWC when
+// channels_last is set (PyTorch's channels_last memory format). Weights are always
+// [C_out, C_in, kH, kW] in memory.
 struct Conv2dShape {
   std::int64_t batch, in_channels, in_h, in_w;
   std::int64_t out_channels, kernel_h, kernel_w;
   std::int64_t stride_h, stride_w, pad_h, pad_w;
+  bool channels_last = false;
   std::int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
   std::int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
 };
@@ -41,6 +45,7 @@ struct Conv2dShape {
 struct Pool2dShape {
   std::int64_t batch, channels, in_h, in_w;
   std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  bool channels_last = false;
   std::int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
   std::int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
 };
@@ -128,26 +133,31 @@ class Backend {
   virtual void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                                  std::int64_t inner) = 0;
 
-  // x: [batch, in], weight: [out, in], y: [batch, out];  y = x weight^T
-  virtual void linear_forward(DType dtype, const void* x, const void* weight, void* y, std::int64_t batch,
-                              std::int64_t in_features, std::int64_t out_features) = 0;
+  // x: [batch, in], weight: [out, in], y: [batch, out];  y = x weight^T (+ bias) (then ReLU when
+  // `relu`); bias ([out]) may be null. Backward-weights also writes dbias = sum of dy over the
+  // batch when dbias is not null.
+  virtual void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
+                              std::int64_t batch, std::int64_t in_features, std::int64_t out_features) = 0;
   virtual void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx, std::int64_t batch,
                                     std::int64_t in_features, std::int64_t out_features) = 0;
-  virtual void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, std::int64_t batch,
-                                       std::int64_t in_features, std::int64_t out_features) = 0;
+  virtual void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, void* dbias,
+                                       std::int64_t batch, std::int64_t in_features, std::int64_t out_features) = 0;
 
-  // x: [N, C_in, H, W], weight: [C_out, C_in, kH, kW], y: [N, C_out, outH, outW]
-  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight, void* y) = 0;
+  // x: [N, C_in, H, W], weight: [C_out, C_in, kH, kW], y: [N, C_out, outH, outW] (see Conv2dShape
+  // for the memory layout); y = conv(x, weight) (+ bias) (then ReLU when `relu`); bias may be null.
+  // Backward-weights also writes dbias (the sum of dy over N, H, W) when dbias is not null.
+  virtual void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight,
+                              const void* bias, bool relu, void* y) = 0;
   virtual void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* dy, const void* weight,
                                     void* dx) = 0;
   virtual void conv2d_backward_weights(DType dtype, const Conv2dShape& shape, const void* dy, const void* x,
-                                       void* dweight) = 0;
+                                       void* dweight, void* dbias) = 0;
 
-  // indices (i64, same shape as y) hold the argmax's offset within its input plane (H*W), as
-  // PyTorch's return_indices does; padding never wins.
-  virtual void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y,
-                                  std::int64_t* indices) = 0;
-  virtual void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const std::int64_t* indices,
+  // The forward leaves in `workspace` (max_pool2d_workspace_bytes of it) what its backward needs to
+  // route each gradient to its window's first maximum; the contents are the backend's own.
+  virtual std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& shape) = 0;
+  virtual void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y, void* workspace) = 0;
+  virtual void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const void* workspace,
                                    void* dx) = 0;
 
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of

@@ -26,9 +26,11 @@ struct TrainConfig {
   double min_lr = 0.0;                // for warmup_cosine
   std::uint64_t seed = 0;
   // execution
-  std::string backend;  // empty: the default CPU backend
-  std::string dtype = "f32";
-  int threads = 0;  // 0: the backend's default (all cores)
+  std::string backend;          // empty: the default CPU backend
+  std::string dtype = "f32";    // f32 | f64 | bf16 (bf16 compute under autocast, f32 master weights)
+  std::string layout = "nchw";  // nchw | nhwc (channels_last activations)
+  bool fuse = false;            // conv/linear with bias and ReLU in one kernel call
+  int threads = 0;              // 0: the backend's default (all cores)
   // data
   std::int64_t train_samples = 50000;
   std::int64_t eval_samples = 1000;

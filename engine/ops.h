@@ -34,8 +34,11 @@ Tensor relu(const Tensor& x);
 Tensor bias_add(const Tensor& x, const Tensor& bias);
 
 // x: [N, in], weight: [out, in] (PyTorch's layout) -> [N, out]; the bias, when given, is [out].
+// linear(x, W, b) is two nodes (linear, then bias_add); linear_fused does the bias and, when
+// `relu`, the ReLU in the same kernel call (oneDNN's fused bias and post-op).
 Tensor linear(const Tensor& x, const Tensor& weight);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor linear_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu);
 
 struct Conv2dOptions {
   std::int64_t stride_h = 1, stride_w = 1;
@@ -43,8 +46,13 @@ struct Conv2dOptions {
   static Conv2dOptions square(std::int64_t stride, std::int64_t padding) { return {stride, stride, padding, padding}; }
 };
 // x: [N, C_in, H, W], weight: [C_out, C_in, kH, kW] -> [N, C_out, outH, outW]; bias: [C_out].
+// The output keeps the input's memory format (NCHW or channels_last). conv2d(x, W, b) is two
+// nodes (conv2d, then bias_add); conv2d_fused does the bias and, when `relu`, the ReLU in the same
+// kernel call (oneDNN's post-ops).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dOptions& options = {});
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options = {});
+Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu,
+                    const Conv2dOptions& options = {});
 
 struct Pool2dOptions {
   std::int64_t kernel_h = 2, kernel_w = 2;
@@ -54,7 +62,8 @@ struct Pool2dOptions {
     return {kernel, kernel, stride, stride, padding, padding};
   }
 };
-// x: [N, C, H, W] -> [N, C, outH, outW]; the gradient goes to each window's first maximum.
+// x: [N, C, H, W] -> [N, C, outH, outW], in the input's memory format; the gradient goes to each
+// window's first maximum.
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {});
 
 // Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).

@@ -9,6 +9,7 @@
 
 #include "backends/registry.h"
 #include "engine/autograd.h"
+#include "engine/profiler.h"
 #include "engine/rng.h"
 
 namespace trainlab {
@@ -39,6 +40,22 @@ Shape contiguous_strides(const Shape& shape) {
     stride *= std::max<std::int64_t>(shape[i], 1);
   }
   return strides;
+}
+
+const char* memory_format_name(MemoryFormat format) { return format == MemoryFormat::channels_last ? "nhwc" : "nchw"; }
+
+MemoryFormat parse_memory_format(const std::string& name) {
+  if (name == "nchw") return MemoryFormat::contiguous;
+  if (name == "nhwc") return MemoryFormat::channels_last;
+  throw Error("unknown layout '" + name + "' (allowed: nchw, nhwc)");
+}
+
+Shape strides_for(const Shape& shape, MemoryFormat format) {
+  if (format == MemoryFormat::contiguous) return contiguous_strides(shape);
+  TL_CHECK(shape.size() == 4, "channels_last needs a 4-D [N, C, H, W] shape, got " + shape_str(shape));
+  const std::int64_t c = std::max<std::int64_t>(shape[1], 1), h = std::max<std::int64_t>(shape[2], 1),
+                     w = std::max<std::int64_t>(shape[3], 1);
+  return {h * w * c, 1, w * c, c};
 }
 
 namespace {
@@ -86,14 +103,14 @@ Storage::~Storage() { backend_->deallocate(data_, bytes_); }
 // ---------------------------------------------------------------------------------------------
 // factories
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Backend& backend) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Backend& backend, MemoryFormat format) {
   std::size_t bytes = 0;
   TL_CHECK(!__builtin_mul_overflow(static_cast<std::size_t>(shape_numel(shape)), dtype_size(dtype), &bytes),
            "tensor shape " + shape_str(shape) + " needs more bytes than fit in 64 bits");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(backend, bytes);
   impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
+  impl->strides = strides_for(shape, format);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
@@ -161,12 +178,20 @@ std::int64_t Tensor::size(std::int64_t d) const {
   return shape()[static_cast<std::size_t>(wrap_dim(d, dim(), "size"))];
 }
 
-bool Tensor::is_contiguous() const {
-  const Shape expected = contiguous_strides(shape());
+bool Tensor::is_contiguous() const { return is_contiguous(MemoryFormat::contiguous); }
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::channels_last && dim() != 4) return false;
+  const Shape expected = strides_for(shape(), format);
   for (std::size_t i = 0; i < expected.size(); ++i) {
     if (impl_->shape[i] != 1 && impl_->strides[i] != expected[i]) return false;
   }
   return true;
+}
+
+MemoryFormat Tensor::memory_format() const {
+  return !is_contiguous() && is_contiguous(MemoryFormat::channels_last) ? MemoryFormat::channels_last
+                                                                        : MemoryFormat::contiguous;
 }
 
 bool Tensor::same_view(const Tensor& other) const {
@@ -222,12 +247,15 @@ std::string Tensor::str(std::int64_t max_elements) const {
 // ---------------------------------------------------------------------------------------------
 // conversions and views
 
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  Tensor out = empty(shape(), dtype(), backend());
+Tensor Tensor::contiguous() const { return contiguous(MemoryFormat::contiguous); }
+
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  if (is_contiguous(format)) return *this;
+  TL_PROFILE_SCOPE("reorder");
+  Tensor out = empty(shape(), dtype(), backend(), format);
   backend().copy_strided(dtype(), impl_->storage->data(), layout(), out.raw_data(),
                          Layout{out.shape(), out.strides(), 0});
-  return record(out, "contiguous", {*this},
+  return record(out, "reorder", {*this},
                 [](const Tensor& grad, const std::vector<bool>&) { return std::vector<Tensor>{grad}; });
 }
 
@@ -241,8 +269,9 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
-  const Tensor dense = contiguous();
-  Tensor out = empty(shape(), target, backend());
+  const MemoryFormat format = memory_format();  // a cast keeps the layout
+  const Tensor dense = detach().contiguous(format);
+  Tensor out = empty(shape(), target, backend(), format);
   backend().cast(dtype(), dense.raw_data(), target, out.raw_data(), numel());
   if (!is_floating(target) || !is_floating(dtype())) return out;
   const DType source = dtype();

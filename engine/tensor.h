@@ -19,6 +19,13 @@ std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 std::int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
 
+// How a 4-D [N, C, H, W] tensor is laid out in memory: row-major (NCHW), or channels_last (NHWC),
+// as PyTorch's memory formats. Other ranks are always `contiguous`.
+enum class MemoryFormat { contiguous, channels_last };
+const char* memory_format_name(MemoryFormat format);        // "nchw" / "nhwc"
+MemoryFormat parse_memory_format(const std::string& name);  // "nchw" | "nhwc"
+Shape strides_for(const Shape& shape, MemoryFormat format);
+
 // The backend new tensors go to when none is named: the best registered CPU backend unless
 // set_default_backend() chose another.
 Backend& default_backend();
@@ -76,7 +83,8 @@ class Tensor {
   Tensor() = default;
 
   // ---- factories ----
-  static Tensor empty(const Shape& shape, DType dtype, Backend& backend);
+  static Tensor empty(const Shape& shape, DType dtype, Backend& backend,
+                      MemoryFormat format = MemoryFormat::contiguous);
   static Tensor empty(const Shape& shape, DType dtype = DType::f32) { return empty(shape, dtype, default_backend()); }
   static Tensor zeros(const Shape& shape, DType dtype, Backend& backend);
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32) { return zeros(shape, dtype, default_backend()); }
@@ -110,6 +118,10 @@ class Tensor {
   Backend& backend() const;
   DeviceType device_type() const { return backend().device_type(); }
   bool is_contiguous() const;
+  bool is_contiguous(MemoryFormat format) const;
+  // channels_last when the tensor is dense in NHWC order and not also plain contiguous (a tensor
+  // with C == 1 or H == W == 1 is both, and counts as contiguous), else contiguous.
+  MemoryFormat memory_format() const;
   Layout layout() const { return Layout{shape(), strides(), offset()}; }
   // Same storage, offset and layout: `other` is this very view.
   bool same_view(const Tensor& other) const;
@@ -136,6 +148,8 @@ class Tensor {
 
   // ---- conversions and views (differentiable) ----
   Tensor contiguous() const;
+  // Dense in the given layout (a copy, recorded as a "reorder" span, when it is not already).
+  Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
   Tensor to(Backend& backend) const;

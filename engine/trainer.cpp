@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "backends/registry.h"
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/checkpoint.h"
 #include "engine/profiler.h"
@@ -57,12 +58,18 @@ const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",  
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config)
-    : config_(config), backend_(choose_backend(config)), dtype_(parse_dtype(config.dtype)), generator_(config.seed) {
+    : config_(config),
+      backend_(choose_backend(config)),
+      dtype_(parse_dtype(config.dtype)),
+      param_dtype_(dtype_ == DType::bf16 ? DType::f32 : dtype_),
+      layout_(parse_memory_format(config.layout)),
+      generator_(config.seed) {
   validate_config(config_);
   TL_CHECK(backend_.supports(dtype_), "backend '" + backend_.name() + "' does not support dtype " + config.dtype);
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
 
-  model_ = std::make_unique<SmallCNN>(InitOptions{&generator_, dtype_, &backend_});
+  model_ = std::make_unique<SmallCNN>(InitOptions{&generator_, param_dtype_, &backend_});
+  model_->set_fused(config_.fuse);
   if (config_.optimizer == "sgd") {
     optimizer_ = std::make_unique<SGD>(model_->named_parameters(),
                                        SgdOptions{config_.lr, config_.momentum, 0.0, config_.weight_decay, false});
@@ -93,6 +100,17 @@ Trainer::Trainer(const TrainConfig& config)
 
 Trainer::~Trainer() = default;
 
+Tensor Trainer::prepare_input(const Tensor& images) const {
+  // The reorder to channels_last is real work, done (and timed) inside the forward phase.
+  Tensor x = images.contiguous(layout_);
+  return param_dtype_ == DType::f32 ? x : x.to(param_dtype_);
+}
+
+Tensor Trainer::forward_loss(const Tensor& images, const Tensor& labels) {
+  AutocastGuard autocast(dtype_ == DType::bf16 ? DType::bf16 : DType::f32);
+  return cross_entropy(model_->forward(prepare_input(images)), labels);
+}
+
 EvalResult Trainer::evaluate() {
   TL_PROFILE_SCOPE("evaluate");
   NoGradGuard no_grad;
@@ -112,11 +130,14 @@ EvalResult Trainer::evaluate() {
       labels[static_cast<std::size_t>(i)] =
           held_out_data_->get(begin + i, images.data() + i * SyntheticImages::kSampleElements);
     }
-    Tensor x = Tensor::from_host(images.data(), {count, 3, 32, 32}, DType::f32, backend_);
-    if (dtype_ != DType::f32) x = x.to(dtype_);
+    const Tensor x = Tensor::from_host(images.data(), {count, 3, 32, 32}, DType::f32, backend_);
     const Tensor y = Tensor::from_vector(labels, {count}, backend_);
-    const Tensor logits = model_->forward(x);
-    loss_sum += cross_entropy(logits, y).item() * static_cast<double>(count);
+    Tensor logits;
+    {
+      AutocastGuard autocast(dtype_ == DType::bf16 ? DType::bf16 : DType::f32);
+      logits = model_->forward(prepare_input(x));
+    }
+    loss_sum += cross_entropy(logits.to(DType::f32), y).item() * static_cast<double>(count);
     const auto values = logits.to(DType::f64).to_vector<double>();
     for (std::int64_t i = 0; i < count; ++i) {
       const double* row = values.data() + i * SmallCNN::kClasses;
@@ -136,9 +157,9 @@ TrainResult Trainer::train(std::ostream* log) {
   result.first_step = step_;
   const auto wall_start = std::chrono::steady_clock::now();
   if (log) {
-    *log << fmt::format("trainlab {} ({}): SmallCNN, {} parameters, backend {} ({} threads), dtype {}\n", version(),
-                        git_describe(), model_->num_parameters(), backend_.name(), backend_.num_threads(),
-                        config_.dtype);
+    *log << fmt::format("trainlab {} ({}): SmallCNN, {} parameters, backend {} ({} threads), dtype {}, layout {}{}\n",
+                        version(), git_describe(), model_->num_parameters(), backend_.name(), backend_.num_threads(),
+                        config_.dtype, config_.layout, config_.fuse ? ", fused" : "");
     *log << fmt::format("config: {}\n", config_summary(config_));
     if (step_ > 0) *log << fmt::format("resumed at step {} from {}\n", step_, config_.resume);
     log->flush();
@@ -155,11 +176,10 @@ TrainResult Trainer::train(std::ostream* log) {
     {
       PhaseTimer t(backend_, "data_wait", phases.data_wait_s);
       batch = loader_->next();
-      if (dtype_ != DType::f32) batch.images = batch.images.to(dtype_);
     }
     {
       PhaseTimer t(backend_, "forward", phases.forward_s);
-      loss = cross_entropy(model_->forward(batch.images), batch.labels);
+      loss = forward_loss(batch.images, batch.labels);
     }
     {
       PhaseTimer t(backend_, "backward", phases.backward_s);

@@ -65,8 +65,15 @@ class Trainer {
 
  private:
   TrainConfig config_;
+  // One step's forward: the input in the run's layout and dtype, the model under autocast when
+  // the dtype is bf16, and the loss in f32.
+  Tensor forward_loss(const Tensor& images, const Tensor& labels);
+  Tensor prepare_input(const Tensor& images) const;
+
   Backend& backend_;
-  DType dtype_;
+  DType dtype_;        // the compute dtype
+  DType param_dtype_;  // f32 master weights for bf16, else the compute dtype
+  MemoryFormat layout_;
   Generator generator_;
   std::unique_ptr<SmallCNN> model_;
   std::unique_ptr<Optimizer> optimizer_;

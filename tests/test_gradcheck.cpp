@@ -250,6 +250,51 @@ TEST_CASE("gradcheck: cross_entropy", "[gradcheck]") {
   }
 }
 
+TEST_CASE("gradcheck: fused conv2d and linear", "[gradcheck]") {
+  Generator gen(20);
+  for (bool relu : {false, true}) {
+    INFO("relu " << relu);
+    gradcheck(
+        "conv2d_fused",
+        [relu](const auto& in) { return conv2d_fused(in[0], in[1], in[2], relu, Conv2dOptions::square(1, 1)); },
+        {leaf({2, 3, 5, 4}, gen), leaf({4, 3, 3, 3}, gen), leaf({4}, gen)}, relu ? 1 : 2);
+    gradcheck(
+        "conv2d_fused stride 2",
+        [relu](const auto& in) { return conv2d_fused(in[0], in[1], in[2], relu, Conv2dOptions::square(2, 0)); },
+        {leaf({1, 2, 7, 6}, gen), leaf({3, 2, 3, 3}, gen), leaf({3}, gen)}, relu ? 3 : 4);
+    gradcheck(
+        "linear_fused", [relu](const auto& in) { return linear_fused(in[0], in[1], in[2], relu); },
+        {leaf({3, 7}, gen), leaf({5, 7}, gen), leaf({5}, gen)}, relu ? 5 : 6);
+  }
+}
+
+TEST_CASE("gradcheck: channels_last layouts", "[gradcheck]") {
+  Generator gen(21);
+  const auto cl = MemoryFormat::channels_last;
+  gradcheck(
+      "conv2d nhwc",
+      [cl](const auto& in) { return conv2d(in[0].contiguous(cl), in[1], in[2], Conv2dOptions::square(1, 1)); },
+      {leaf({2, 3, 5, 4}, gen), leaf({4, 3, 3, 3}, gen), leaf({4}, gen)}, 1);
+  gradcheck(
+      "conv2d_fused nhwc",
+      [cl](const auto& in) {
+        return conv2d_fused(in[0].contiguous(cl), in[1], in[2], true, Conv2dOptions::square(2, 1));
+      },
+      {leaf({1, 2, 6, 7}, gen), leaf({3, 2, 3, 3}, gen), leaf({3}, gen)}, 2);
+  gradcheck(
+      "max_pool2d nhwc", [cl](const auto& in) { return max_pool2d(in[0].contiguous(cl), Pool2dOptions::square(2)); },
+      {distinct_leaf({2, 3, 6, 4}, gen)}, 3);
+  gradcheck(
+      "relu nhwc", [cl](const auto& in) { return relu(in[0].contiguous(cl)); },
+      {away_from_zero_leaf({2, 3, 2, 3}, gen)}, 4);
+  gradcheck(
+      "bias_add nhwc", [cl](const auto& in) { return bias_add(in[0].contiguous(cl), in[1]); },
+      {leaf({2, 3, 2, 3}, gen), leaf({3}, gen)}, 5);
+  gradcheck(
+      "mixed layouts add", [cl](const auto& in) { return add(in[0].contiguous(cl), in[1]); },
+      {leaf({1, 2, 3, 3}, gen), leaf({1, 2, 3, 3}, gen)}, 6);
+}
+
 TEST_CASE("gradcheck: a small conv net end to end", "[gradcheck]") {
   Generator gen(19);
   const Tensor labels = Tensor::from_vector(std::vector<std::int64_t>{1, 0}, {2}, ref());

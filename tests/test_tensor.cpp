@@ -115,6 +115,28 @@ TEST_CASE("tensor: overlapping copies, oversized shapes and dense gradients", "[
       "cannot convert", "to i64");
 }
 
+TEST_CASE("tensor: channels_last memory format", "[tensor]") {
+  const Tensor x = iota({2, 3, 4, 5});
+  CHECK(x.memory_format() == MemoryFormat::contiguous);
+  const Tensor cl = x.contiguous(MemoryFormat::channels_last);
+  CHECK(cl.strides() == Shape{60, 1, 15, 3});
+  CHECK(cl.memory_format() == MemoryFormat::channels_last);
+  CHECK_FALSE(cl.is_contiguous());
+  CHECK(values(cl) == values(x));  // the same logical tensor
+  // Memory order is N, H, W, C.
+  const double* raw = static_cast<const double*>(cl.raw_data());
+  CHECK(raw[1] == values(x)[20]);                                           // [0, 1, 0, 0]
+  CHECK(raw[3] == values(x)[1]);                                            // [0, 0, 0, 1]
+  CHECK(cl.to(DType::f32).memory_format() == MemoryFormat::channels_last);  // casts keep the layout
+  CHECK(cl.flatten(1).is_contiguous());  // flatten reorders to NCHW order, as PyTorch
+  CHECK(values(cl.flatten(1)) == values(x.flatten(1)));
+  // A single channel is both layouts at once and counts as contiguous.
+  CHECK(iota({2, 1, 3, 3}).contiguous(MemoryFormat::channels_last).memory_format() == MemoryFormat::contiguous);
+  REQUIRE_THROWS_CONTAINING(iota({2, 3}).contiguous(MemoryFormat::channels_last), "4-D");
+  CHECK(parse_memory_format("nhwc") == MemoryFormat::channels_last);
+  REQUIRE_THROWS_CONTAINING(parse_memory_format("chw"), "unknown layout 'chw'", "nchw, nhwc");
+}
+
 TEST_CASE("rng: deterministic, restorable, and in range", "[tensor][rng]") {
   Generator g1(42), g2(42), g3(43);
   for (int i = 0; i < 10; ++i) CHECK(g1.next_u64() == g2.next_u64());
@@ -155,8 +177,10 @@ TEST_CASE("backend registry: lookup and errors", "[tensor][backend]") {
   CHECK(get_backend("reference").name() == "reference");
   CHECK(default_backend_name() == "reference");
   REQUIRE_THROWS_CONTAINING(get_backend("tpu"), "unknown backend 'tpu'", "reference");
-  REQUIRE_THROWS_CONTAINING(ref().relu_forward(DType::bf16, nullptr, nullptr, 0), "relu_forward",
+  REQUIRE_THROWS_CONTAINING(ref().sgd_step(DType::bf16, 0, nullptr, nullptr, nullptr, SgdStep{}), "sgd_step",
                             "does not support dtype bf16", "supported: f32, f64");
+  REQUIRE_THROWS_CONTAINING(ref().relu_forward(DType::i64, nullptr, nullptr, 0), "relu_forward",
+                            "does not support dtype i64");
 }
 
 TEST_CASE("reference backend: results do not depend on the thread count", "[tensor][backend]") {

@@ -1,7 +1,13 @@
-// The reference backend: plain loops for every op, in f32 and f64. It is slow on purpose only
-// in the sense of being obvious; loop orders still let -O3 vectorise, and OpenMP splits work so
-// that every output element is computed in the same order whatever the thread count (so
-// results are bit-identical at 1 or N threads). Every other backend is tested against it.
+// The reference backend: plain loops for every op. It is slow on purpose only in the sense of
+// being obvious; loop orders still let -O3 vectorise, and OpenMP splits work so that every output
+// element is computed in the same order whatever the thread count (results are bit-identical at 1
+// or N threads). Every other backend is tested against it.
+//
+// Every layer kernel is one NCHW loop nest in a compute type C: f32 for f32, bf16 and f16 data,
+// f64 for f64. Staging (below) widens bf16/f16 inputs to f32 and reorders channels-last inputs to
+// NCHW in scratch buffers, then narrows and reorders the outputs back, so the oracle covers every
+// dtype and layout with the same loops, and accumulates in f32 for the half types as the fast
+// backends do.
 #include <omp.h>
 
 #include <algorithm>
@@ -10,9 +16,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
-#include <new>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/backend.h"
@@ -23,14 +31,63 @@
 namespace trainlab::reference {
 namespace {
 
-[[noreturn]] void unsupported(const char* op, DType dtype) {
-  throw Error(std::string("reference backend: ") + op + " does not support dtype " + dtype_name(dtype) +
-              " (supported: f32, f64)");
+// ---------------------------------------------------------------------------------------------
+// types
+
+template <typename S>
+constexpr bool is_half = std::is_same_v<S, bf16> || std::is_same_v<S, f16>;
+
+// The type arithmetic on storage type S happens in.
+template <typename S>
+using compute_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
+
+template <typename C, typename S>
+inline C load(S value) {
+  if constexpr (is_half<S>) {
+    return static_cast<C>(static_cast<float>(value));
+  } else {
+    return static_cast<C>(value);
+  }
 }
 
-// Calls fn(T{}) with T = float or double.
+template <typename S, typename C>
+inline S store(C value) {
+  if constexpr (is_half<S>) {
+    return S(static_cast<float>(value));
+  } else {
+    return static_cast<S>(value);
+  }
+}
+
+[[noreturn]] void unsupported(const char* op, DType dtype, const char* supported) {
+  throw Error(std::string("reference backend: ") + op + " does not support dtype " + dtype_name(dtype) +
+              " (supported: " + supported + ")");
+}
+
+// fn(S{}) for the floating storage types.
 template <typename Fn>
-void dispatch_float(DType dtype, const char* op, Fn&& fn) {
+void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f64:
+      fn(double{});
+      return;
+    case DType::bf16:
+      fn(bf16{});
+      return;
+    case DType::f16:
+      fn(f16{});
+      return;
+    default:
+      unsupported(op, dtype, "f32, f64, bf16, f16");
+  }
+}
+
+// fn(T{}) for f32 and f64 only (optimiser state is never half precision).
+template <typename Fn>
+void dispatch_full(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
     case DType::f32:
       fn(float{});
@@ -39,11 +96,11 @@ void dispatch_float(DType dtype, const char* op, Fn&& fn) {
       fn(double{});
       return;
     default:
-      unsupported(op, dtype);
+      unsupported(op, dtype, "f32, f64");
   }
 }
 
-// Calls fn(T{}) for every storage type.
+// fn(T{}) for every storage type.
 template <typename Fn>
 void dispatch_storage(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -68,7 +125,7 @@ void dispatch_storage(DType dtype, Fn&& fn) {
 
 template <typename T>
 double to_double(T value) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
+  if constexpr (is_half<T>) {
     return static_cast<double>(static_cast<float>(value));
   } else {
     return static_cast<double>(value);
@@ -78,7 +135,7 @@ double to_double(T value) {
 // f64 -> bf16/f16 goes through f32 (two roundings); f32 -> bf16/f16 rounds once, to nearest even.
 template <typename T>
 T from_double(double value) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
+  if constexpr (is_half<T>) {
     return T(static_cast<float>(value));
   } else if constexpr (std::is_same_v<T, std::int64_t>) {
     TL_CHECK(value >= -0x1p63 && value < 0x1p63,
@@ -97,6 +154,77 @@ template <typename T>
 T* as(void* p) {
   return static_cast<T*>(p);
 }
+
+// ---------------------------------------------------------------------------------------------
+// staging: storage type S and layout -> NCHW compute type C, and back
+
+// [N, C, H, W] dims of a 4-D activation.
+struct Dims4 {
+  std::int64_t n, c, h, w;
+  std::int64_t numel() const { return n * c * h * w; }
+};
+
+template <typename S, typename C>
+class Stage {
+ public:
+  // A read-only input of n elements; 4-D activations given as NHWC come back as NCHW.
+  const C* input(const void* src, std::int64_t n) {
+    if constexpr (std::is_same_v<S, C>) return as<C>(src);
+    auto& buf = buffers_.emplace_back(static_cast<std::size_t>(n));
+    const S* s = as<S>(src);
+    for (std::int64_t i = 0; i < n; ++i) buf[static_cast<std::size_t>(i)] = load<C>(s[i]);
+    return buf.data();
+  }
+  const C* input(const void* src, const Dims4& d, bool channels_last) {
+    if (!channels_last) return input(src, d.numel());
+    auto& buf = buffers_.emplace_back(static_cast<std::size_t>(d.numel()));
+    const S* s = as<S>(src);
+    for (std::int64_t n = 0; n < d.n; ++n)
+      for (std::int64_t c = 0; c < d.c; ++c)
+        for (std::int64_t p = 0; p < d.h * d.w; ++p)
+          buf[static_cast<std::size_t>((n * d.c + c) * d.h * d.w + p)] = load<C>(s[(n * d.h * d.w + p) * d.c + c]);
+    return buf.data();
+  }
+  // An output; written back to `dst` (narrowed, reordered) by finish().
+  C* output(void* dst, std::int64_t n) { return output(dst, Dims4{1, 1, 1, n}, false); }
+  C* output(void* dst, const Dims4& d, bool channels_last) {
+    if constexpr (std::is_same_v<S, C>) {
+      if (!channels_last) return as<C>(dst);
+    }
+    auto& buf = buffers_.emplace_back(static_cast<std::size_t>(d.numel()));
+    pending_.push_back({dst, &buf, d, channels_last});
+    return buf.data();
+  }
+  void finish() {
+    for (const auto& p : pending_) {
+      S* out = as<S>(p.dst);
+      const auto& buf = *p.buffer;
+      const Dims4& d = p.dims;
+      if (!p.channels_last) {
+        for (std::int64_t i = 0; i < d.numel(); ++i) out[i] = store<S>(buf[static_cast<std::size_t>(i)]);
+        continue;
+      }
+      for (std::int64_t n = 0; n < d.n; ++n)
+        for (std::int64_t c = 0; c < d.c; ++c)
+          for (std::int64_t q = 0; q < d.h * d.w; ++q)
+            out[(n * d.h * d.w + q) * d.c + c] = store<S>(buf[static_cast<std::size_t>((n * d.c + c) * d.h * d.w + q)]);
+    }
+    pending_.clear();
+  }
+
+ private:
+  struct Pending {
+    void* dst;
+    std::vector<C>* buffer;
+    Dims4 dims;
+    bool channels_last;
+  };
+  std::deque<std::vector<C>> buffers_;  // a deque: pending outputs point at its elements
+  std::vector<Pending> pending_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// NCHW kernels in the compute type
 
 class SteadyTimer final : public Timer {
  public:
@@ -158,13 +286,32 @@ void col2im(const Conv2dShape& s, const T* col, T* dx) {
   }
 }
 
+template <typename T>
+void relu_in_place(T* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+}
+
+// dbias[c] = sum over outer and inner of dy[outer, c, inner], in a fixed order.
+template <typename T>
+void channel_sums(const T* dy, T* dbias, std::int64_t outer, std::int64_t channels, std::int64_t inner, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t c = 0; c < channels; ++c) {
+    T total = 0;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      const T* row = dy + (o * channels + c) * inner;
+      for (std::int64_t i = 0; i < inner; ++i) total += row[i];
+    }
+    dbias[c] = total;
+  }
+}
+
 class ReferenceBackend final : public Backend {
  public:
   ReferenceBackend() : threads_(std::max(1, omp_get_max_threads())) {}
 
   std::string name() const override { return "reference"; }
   DeviceType device_type() const override { return DeviceType::cpu; }
-  bool supports(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64; }
+  bool supports(DType dtype) const override { return dtype != DType::i64; }
   void set_num_threads(int threads) override {
     TL_CHECK(threads >= 1, "threads must be >= 1, got " + std::to_string(threads));
     threads_ = threads;
@@ -233,8 +380,12 @@ class ReferenceBackend final : public Backend {
         s_off += index[k] * src_layout.strides[k];
         d_off += index[k] * dst_layout.strides[k];
       }
-      for (std::int64_t j = 0; j < inner; ++j) {
-        std::memcpy(d + (d_off + j * d_inner) * elem, s + (s_off + j * s_inner) * elem, elem);
+      if (s_inner == 1 && d_inner == 1) {
+        std::memcpy(d + d_off * elem, s + s_off * elem, static_cast<std::size_t>(inner) * elem);
+      } else {
+        for (std::int64_t j = 0; j < inner; ++j) {
+          std::memcpy(d + (d_off + j * d_inner) * elem, s + (s_off + j * s_inner) * elem, elem);
+        }
       }
       for (std::size_t k = rank - 1; k-- > 0;) {
         if (++index[k] < shape[k]) break;
@@ -250,8 +401,10 @@ class ReferenceBackend final : public Backend {
         using D = decltype(dst_tag);
         const S* in = as<S>(src);
         D* out = as<D>(dst);
-        if constexpr (std::is_same_v<S, float> && (std::is_same_v<D, bf16> || std::is_same_v<D, f16>)) {
+        if constexpr (std::is_same_v<S, float> && is_half<D>) {
           for (std::int64_t i = 0; i < n; ++i) out[i] = D(in[i]);  // one rounding
+        } else if constexpr (is_half<S> && std::is_same_v<D, float>) {
+          for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);  // exact
         } else {
           for (std::int64_t i = 0; i < n; ++i) out[i] = from_double<D>(to_double(in[i]));
         }
@@ -260,232 +413,293 @@ class ReferenceBackend final : public Backend {
   }
 
   void binary(BinaryOp op, DType dtype, const void* a, const void* b, void* y, std::int64_t n) override {
-    dispatch_float(dtype, "binary", [&](auto tag) {
-      using T = decltype(tag);
-      const T* pa = as<T>(a);
-      const T* pb = as<T>(b);
-      T* py = as<T>(y);
+    dispatch_floating(dtype, "binary", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      const S* pa = as<S>(a);
+      const S* pb = as<S>(b);
+      S* py = as<S>(y);
+      auto apply = [&](auto f) {
+        for (std::int64_t i = 0; i < n; ++i) py[i] = store<S>(f(load<C>(pa[i]), load<C>(pb[i])));
+      };
       switch (op) {
         case BinaryOp::add:
-          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+          apply([](C u, C v) { return u + v; });
           break;
         case BinaryOp::sub:
-          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] - pb[i];
+          apply([](C u, C v) { return u - v; });
           break;
         case BinaryOp::mul:
-          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] * pb[i];
+          apply([](C u, C v) { return u * v; });
           break;
         case BinaryOp::div:
-          for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] / pb[i];
+          apply([](C u, C v) { return u / v; });
           break;
       }
     });
   }
 
   void affine(DType dtype, const void* x, void* y, std::int64_t n, double scale, double shift) override {
-    dispatch_float(dtype, "affine", [&](auto tag) {
-      using T = decltype(tag);
-      const T* px = as<T>(x);
-      T* py = as<T>(y);
-      const T a = static_cast<T>(scale), b = static_cast<T>(shift);
-      for (std::int64_t i = 0; i < n; ++i) py[i] = a * px[i] + b;
+    dispatch_floating(dtype, "affine", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      const S* px = as<S>(x);
+      S* py = as<S>(y);
+      const C a = static_cast<C>(scale), b = static_cast<C>(shift);
+      for (std::int64_t i = 0; i < n; ++i) py[i] = store<S>(a * load<C>(px[i]) + b);
     });
   }
 
   void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y) override {
-    dispatch_float(dtype, "axpy", [&](auto tag) {
-      using T = decltype(tag);
-      axpy_row(static_cast<T>(alpha), as<T>(x), as<T>(y), n);
+    dispatch_floating(dtype, "axpy", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      const S* px = as<S>(x);
+      S* py = as<S>(y);
+      const C a = static_cast<C>(alpha);
+      for (std::int64_t i = 0; i < n; ++i) py[i] = store<S>(load<C>(py[i]) + a * load<C>(px[i]));
     });
   }
 
   void sum(DType dtype, const void* x, std::int64_t n, void* out) override {
-    dispatch_float(dtype, "sum", [&](auto tag) {
-      using T = decltype(tag);
+    dispatch_floating(dtype, "sum", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
       constexpr int lanes = 16;
-      const T* px = as<T>(x);
-      T partial[lanes] = {};
+      const S* px = as<S>(x);
+      C partial[lanes] = {};
       std::int64_t i = 0;
       for (; i + lanes <= n; i += lanes) {
-        for (int l = 0; l < lanes; ++l) partial[l] += px[i + l];
+        for (int l = 0; l < lanes; ++l) partial[l] += load<C>(px[i + l]);
       }
-      T total = 0;
+      C total = 0;
       for (int l = 0; l < lanes; ++l) total += partial[l];
-      for (; i < n; ++i) total += px[i];
-      *as<T>(out) = total;
+      for (; i < n; ++i) total += load<C>(px[i]);
+      *as<S>(out) = store<S>(total);
     });
   }
 
   // ---- relu ----
   void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) override {
-    dispatch_float(dtype, "relu_forward", [&](auto tag) {
-      using T = decltype(tag);
-      const T* px = as<T>(x);
-      T* py = as<T>(y);
-      for (std::int64_t i = 0; i < n; ++i) py[i] = px[i] > T(0) ? px[i] : T(0);
+    dispatch_floating(dtype, "relu_forward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      const S* px = as<S>(x);
+      S* py = as<S>(y);
+      for (std::int64_t i = 0; i < n; ++i) py[i] = load<C>(px[i]) > C(0) ? px[i] : store<S>(C(0));
     });
   }
   void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) override {
-    dispatch_float(dtype, "relu_backward", [&](auto tag) {
-      using T = decltype(tag);
-      const T* py = as<T>(y);
-      const T* pdy = as<T>(dy);
-      T* pdx = as<T>(dx);
-      for (std::int64_t i = 0; i < n; ++i) pdx[i] = py[i] > T(0) ? pdy[i] : T(0);
+    dispatch_floating(dtype, "relu_backward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      const S* py = as<S>(y);
+      const S* pdy = as<S>(dy);
+      S* pdx = as<S>(dx);
+      for (std::int64_t i = 0; i < n; ++i) pdx[i] = load<C>(py[i]) > C(0) ? pdy[i] : store<S>(C(0));
     });
   }
 
   // ---- bias add ----
   void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
                         std::int64_t channels, std::int64_t inner) override {
-    dispatch_float(dtype, "bias_add_forward", [&](auto tag) {
-      using T = decltype(tag);
-      const T* px = as<T>(x);
-      const T* pb = as<T>(bias);
-      T* py = as<T>(y);
+    dispatch_floating(dtype, "bias_add_forward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      const S* px = as<S>(x);
+      const S* pb = as<S>(bias);
+      S* py = as<S>(y);
 #pragma omp parallel for num_threads(threads_) schedule(static)
       for (std::int64_t o = 0; o < outer; ++o) {
         for (std::int64_t c = 0; c < channels; ++c) {
           const std::int64_t base = (o * channels + c) * inner;
-          for (std::int64_t i = 0; i < inner; ++i) py[base + i] = px[base + i] + pb[c];
+          const C b = load<C>(pb[c]);
+          for (std::int64_t i = 0; i < inner; ++i) py[base + i] = store<S>(load<C>(px[base + i]) + b);
         }
       }
     });
   }
   void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                          std::int64_t inner) override {
-    dispatch_float(dtype, "bias_add_backward", [&](auto tag) {
-      using T = decltype(tag);
-      const T* pdy = as<T>(dy);
-      T* pdb = as<T>(dbias);
-#pragma omp parallel for num_threads(threads_) schedule(static)
-      for (std::int64_t c = 0; c < channels; ++c) {
-        T total = 0;
-        for (std::int64_t o = 0; o < outer; ++o) {
-          const T* row = pdy + (o * channels + c) * inner;
-          for (std::int64_t i = 0; i < inner; ++i) total += row[i];
-        }
-        pdb[c] = total;
-      }
+    dispatch_floating(dtype, "bias_add_backward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      Stage<S, C> st;
+      const C* g = st.input(dy, outer * channels * inner);
+      channel_sums(g, st.output(dbias, channels), outer, channels, inner, threads_);
+      st.finish();
     });
   }
 
   // ---- linear ----
-  void linear_forward(DType dtype, const void* x, const void* weight, void* y, std::int64_t batch,
-                      std::int64_t in_features, std::int64_t out_features) override {
-    dispatch_float(dtype, "linear_forward", [&](auto tag) {
-      using T = decltype(tag);
-      const T* px = as<T>(x);
-      const T* pw = as<T>(weight);
-      T* py = as<T>(y);
+  void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
+                      std::int64_t batch, std::int64_t in_features, std::int64_t out_features) override {
+    dispatch_floating(dtype, "linear_forward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      Stage<S, C> st;
+      const C* px = st.input(x, batch * in_features);
+      const C* pw = st.input(weight, out_features * in_features);
+      const C* pb = bias ? st.input(bias, out_features) : nullptr;
+      C* py = st.output(y, batch * out_features);
       // Output features outermost: each weight row is read once and reused across the batch.
 #pragma omp parallel for num_threads(threads_) schedule(static)
       for (std::int64_t o = 0; o < out_features; ++o) {
         for (std::int64_t b = 0; b < batch; ++b) {
-          py[b * out_features + o] = dot(px + b * in_features, pw + o * in_features, in_features);
+          C v = dot(px + b * in_features, pw + o * in_features, in_features);
+          if (pb) v += pb[o];
+          if (relu) v = v > C(0) ? v : C(0);
+          py[b * out_features + o] = v;
         }
       }
+      st.finish();
     });
   }
   void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx, std::int64_t batch,
                             std::int64_t in_features, std::int64_t out_features) override {
-    dispatch_float(dtype, "linear_backward_data", [&](auto tag) {
-      using T = decltype(tag);
+    dispatch_floating(dtype, "linear_backward_data", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      Stage<S, C> st;
+      const C* pdy = st.input(dy, batch * out_features);
+      const C* pw = st.input(weight, out_features * in_features);
+      C* pdx = st.output(dx, batch * in_features);
       // dx[batch, in] = dy[batch, out] * weight[out, in]
       const std::int64_t blocks = (batch + 7) / 8;
 #pragma omp parallel for num_threads(threads_) schedule(static)
       for (std::int64_t blk = 0; blk < blocks; ++blk) {
-        gemm_nn_rows(blk * 8, std::min(batch, blk * 8 + 8), in_features, out_features, as<T>(dy), as<T>(weight),
-                     as<T>(dx));
+        gemm_nn_rows(blk * 8, std::min(batch, blk * 8 + 8), in_features, out_features, pdy, pw, pdx);
       }
+      st.finish();
     });
   }
-  void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, std::int64_t batch,
-                               std::int64_t in_features, std::int64_t out_features) override {
-    dispatch_float(dtype, "linear_backward_weights", [&](auto tag) {
-      using T = decltype(tag);
+  void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, void* dbias,
+                               std::int64_t batch, std::int64_t in_features, std::int64_t out_features) override {
+    dispatch_floating(dtype, "linear_backward_weights", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      Stage<S, C> st;
+      const C* pdy = st.input(dy, batch * out_features);
+      const C* px = st.input(x, batch * in_features);
+      C* pdw = st.output(dweight, out_features * in_features);
       // dweight[out, in] = dy[batch, out]^T * x[batch, in]
 #pragma omp parallel for num_threads(threads_) schedule(static)
       for (std::int64_t o = 0; o < out_features; ++o) {
-        gemm_tn_rows(o, o + 1, out_features, in_features, batch, as<T>(dy), as<T>(x), as<T>(dweight));
+        gemm_tn_rows(o, o + 1, out_features, in_features, batch, pdy, px, pdw);
       }
+      if (dbias) channel_sums(pdy, st.output(dbias, out_features), batch, out_features, 1, threads_);
+      st.finish();
     });
   }
 
   // ---- conv2d: im2col and the three products ----
-  void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight, void* y) override {
-    dispatch_float(dtype, "conv2d_forward", [&](auto tag) {
-      using T = decltype(tag);
+  void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight, const void* bias, bool relu,
+                      void* y) override {
+    dispatch_floating(dtype, "conv2d_forward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
       const std::int64_t k = s.in_channels * s.kernel_h * s.kernel_w, p = s.out_h() * s.out_w();
       const std::int64_t x_plane = s.in_channels * s.in_h * s.in_w;
+      Stage<S, C> st;
+      const C* px = st.input(x, Dims4{s.batch, s.in_channels, s.in_h, s.in_w}, s.channels_last);
+      const C* pw = st.input(weight, s.out_channels * k);
+      const C* pb = bias ? st.input(bias, s.out_channels) : nullptr;
+      C* py = st.output(y, Dims4{s.batch, s.out_channels, s.out_h(), s.out_w()}, s.channels_last);
 #pragma omp parallel num_threads(threads_)
       {
-        std::vector<T> col(static_cast<std::size_t>(k * p));
+        std::vector<C> col(static_cast<std::size_t>(k * p));
 #pragma omp for schedule(static)
         for (std::int64_t n = 0; n < s.batch; ++n) {
-          im2col(s, as<T>(x) + n * x_plane, col.data());
-          gemm_nn_rows(0, s.out_channels, p, k, as<T>(weight), col.data(), as<T>(y) + n * s.out_channels * p);
+          im2col(s, px + n * x_plane, col.data());
+          C* yn = py + n * s.out_channels * p;
+          gemm_nn_rows(0, s.out_channels, p, k, pw, col.data(), yn);
+          for (std::int64_t c = 0; c < s.out_channels; ++c) {
+            if (pb) {
+              for (std::int64_t q = 0; q < p; ++q) yn[c * p + q] += pb[c];
+            }
+            if (relu) relu_in_place(yn + c * p, p);
+          }
         }
       }
+      st.finish();
     });
   }
   void conv2d_backward_data(DType dtype, const Conv2dShape& s, const void* dy, const void* weight, void* dx) override {
-    dispatch_float(dtype, "conv2d_backward_data", [&](auto tag) {
-      using T = decltype(tag);
+    dispatch_floating(dtype, "conv2d_backward_data", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
       const std::int64_t k = s.in_channels * s.kernel_h * s.kernel_w, p = s.out_h() * s.out_w();
       const std::int64_t x_plane = s.in_channels * s.in_h * s.in_w;
+      Stage<S, C> st;
+      const C* pdy = st.input(dy, Dims4{s.batch, s.out_channels, s.out_h(), s.out_w()}, s.channels_last);
+      const C* pw = st.input(weight, s.out_channels * k);
+      C* pdx = st.output(dx, Dims4{s.batch, s.in_channels, s.in_h, s.in_w}, s.channels_last);
 #pragma omp parallel num_threads(threads_)
       {
-        std::vector<T> dcol(static_cast<std::size_t>(k * p));
+        std::vector<C> dcol(static_cast<std::size_t>(k * p));
 #pragma omp for schedule(static)
         for (std::int64_t n = 0; n < s.batch; ++n) {
           // dcol[k, p] = weight[C_out, k]^T * dy_n[C_out, p]
-          gemm_tn_rows(0, k, k, p, s.out_channels, as<T>(weight), as<T>(dy) + n * s.out_channels * p, dcol.data());
-          T* dx_n = as<T>(dx) + n * x_plane;
-          std::fill(dx_n, dx_n + x_plane, T(0));
+          gemm_tn_rows(0, k, k, p, s.out_channels, pw, pdy + n * s.out_channels * p, dcol.data());
+          C* dx_n = pdx + n * x_plane;
+          std::fill(dx_n, dx_n + x_plane, C(0));
           col2im(s, dcol.data(), dx_n);
         }
       }
+      st.finish();
     });
   }
-  void conv2d_backward_weights(DType dtype, const Conv2dShape& s, const void* dy, const void* x,
-                               void* dweight) override {
-    dispatch_float(dtype, "conv2d_backward_weights", [&](auto tag) {
-      using T = decltype(tag);
+  void conv2d_backward_weights(DType dtype, const Conv2dShape& s, const void* dy, const void* x, void* dweight,
+                               void* dbias) override {
+    dispatch_floating(dtype, "conv2d_backward_weights", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
       const std::int64_t k = s.in_channels * s.kernel_h * s.kernel_w, p = s.out_h() * s.out_w();
       const std::int64_t x_plane = s.in_channels * s.in_h * s.in_w;
-      std::vector<T> cols(static_cast<std::size_t>(s.batch * k * p));
+      Stage<S, C> st;
+      const C* pdy = st.input(dy, Dims4{s.batch, s.out_channels, s.out_h(), s.out_w()}, s.channels_last);
+      const C* px = st.input(x, Dims4{s.batch, s.in_channels, s.in_h, s.in_w}, s.channels_last);
+      C* pdw = st.output(dweight, s.out_channels * k);
+      std::vector<C> cols(static_cast<std::size_t>(s.batch * k * p));
 #pragma omp parallel for num_threads(threads_) schedule(static)
-      for (std::int64_t n = 0; n < s.batch; ++n) im2col(s, as<T>(x) + n * x_plane, cols.data() + n * k * p);
-      // dweight[c, k] = sum_n dy_n[c, :] . col_n[k, :], summed over n in order.
-      const T* pdy = as<T>(dy);
-      T* pdw = as<T>(dweight);
+      for (std::int64_t n = 0; n < s.batch; ++n) im2col(s, px + n * x_plane, cols.data() + n * k * p);
+        // dweight[c, k] = sum_n dy_n[c, :] . col_n[k, :], summed over n in order.
 #pragma omp parallel for num_threads(threads_) schedule(static)
       for (std::int64_t c = 0; c < s.out_channels; ++c) {
-        T* row = pdw + c * k;
-        std::fill(row, row + k, T(0));
+        C* row = pdw + c * k;
+        std::fill(row, row + k, C(0));
         for (std::int64_t n = 0; n < s.batch; ++n) {
-          const T* dy_row = pdy + (n * s.out_channels + c) * p;
-          const T* col = cols.data() + n * k * p;
+          const C* dy_row = pdy + (n * s.out_channels + c) * p;
+          const C* col = cols.data() + n * k * p;
           for (std::int64_t kk = 0; kk < k; ++kk) row[kk] += dot(dy_row, col + kk * p, p);
         }
       }
+      if (dbias) channel_sums(pdy, st.output(dbias, s.out_channels), s.batch, s.out_channels, p, threads_);
+      st.finish();
     });
   }
 
-  // ---- max-pool ----
-  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, std::int64_t* indices) override {
-    dispatch_float(dtype, "max_pool2d_forward", [&](auto tag) {
-      using T = decltype(tag);
+  // ---- max-pool: the workspace holds, per output, the argmax's offset in its NCHW input plane ----
+  std::size_t max_pool2d_workspace_bytes(DType, const Pool2dShape& s) override {
+    return static_cast<std::size_t>(s.batch * s.channels * s.out_h() * s.out_w()) * sizeof(std::int64_t);
+  }
+  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
+    dispatch_floating(dtype, "max_pool2d_forward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
       const std::int64_t oh_n = s.out_h(), ow_n = s.out_w(), planes = s.batch * s.channels;
+      Stage<S, C> st;
+      const C* px = st.input(x, Dims4{s.batch, s.channels, s.in_h, s.in_w}, s.channels_last);
+      C* py = st.output(y, Dims4{s.batch, s.channels, oh_n, ow_n}, s.channels_last);
+      auto* indices = as<std::int64_t>(workspace);
 #pragma omp parallel for num_threads(threads_) schedule(static)
       for (std::int64_t plane = 0; plane < planes; ++plane) {
-        const T* in = as<T>(x) + plane * s.in_h * s.in_w;
-        T* out = as<T>(y) + plane * oh_n * ow_n;
+        const C* in = px + plane * s.in_h * s.in_w;
+        C* out = py + plane * oh_n * ow_n;
         std::int64_t* idx = indices + plane * oh_n * ow_n;
         for (std::int64_t oh = 0; oh < oh_n; ++oh) {
           for (std::int64_t ow = 0; ow < ow_n; ++ow) {
-            T best = -std::numeric_limits<T>::infinity();
+            C best = -std::numeric_limits<C>::infinity();
             std::int64_t best_index = -1;
             for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
               const std::int64_t ih = oh * s.stride_h - s.pad_h + kh;
@@ -493,7 +707,7 @@ class ReferenceBackend final : public Backend {
               for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
                 const std::int64_t iw = ow * s.stride_w - s.pad_w + kw;
                 if (iw < 0 || iw >= s.in_w) continue;
-                const T value = in[ih * s.in_w + iw];
+                const C value = in[ih * s.in_w + iw];
                 // The first maximum wins; a NaN wins over any number (it propagates, as in PyTorch).
                 if (best_index < 0 || value > best || (std::isnan(value) && !std::isnan(best))) {
                   best = value;
@@ -506,34 +720,43 @@ class ReferenceBackend final : public Backend {
           }
         }
       }
+      st.finish();
     });
   }
-  void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const std::int64_t* indices,
+  void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
                            void* dx) override {
-    dispatch_float(dtype, "max_pool2d_backward", [&](auto tag) {
-      using T = decltype(tag);
+    dispatch_floating(dtype, "max_pool2d_backward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
       const std::int64_t out_plane = s.out_h() * s.out_w(), in_plane = s.in_h * s.in_w;
       const std::int64_t planes = s.batch * s.channels;
+      Stage<S, C> st;
+      const C* pdy = st.input(dy, Dims4{s.batch, s.channels, s.out_h(), s.out_w()}, s.channels_last);
+      C* pdx = st.output(dx, Dims4{s.batch, s.channels, s.in_h, s.in_w}, s.channels_last);
+      const auto* indices = as<std::int64_t>(workspace);
 #pragma omp parallel for num_threads(threads_) schedule(static)
       for (std::int64_t plane = 0; plane < planes; ++plane) {
-        T* out = as<T>(dx) + plane * in_plane;
-        std::fill(out, out + in_plane, T(0));
-        const T* grad = as<T>(dy) + plane * out_plane;
+        C* out = pdx + plane * in_plane;
+        std::fill(out, out + in_plane, C(0));
+        const C* grad = pdy + plane * out_plane;
         const std::int64_t* idx = indices + plane * out_plane;
         for (std::int64_t i = 0; i < out_plane; ++i) {
           if (idx[i] >= 0) out[idx[i]] += grad[i];
         }
       }
+      st.finish();
     });
   }
 
   // ---- softmax cross-entropy ----
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
                                      std::int64_t classes, void* probs, void* loss) override {
-    dispatch_float(dtype, "softmax_cross_entropy_forward", [&](auto tag) {
-      using T = decltype(tag);
-      const T* z = as<T>(logits);
-      T* p = as<T>(probs);
+    dispatch_floating(dtype, "softmax_cross_entropy_forward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      Stage<S, C> st;
+      const C* z = st.input(logits, batch * classes);
+      C* p = st.output(probs, batch * classes);
       double total = 0;
       for (std::int64_t b = 0; b < batch; ++b) {
         const std::int64_t label = labels[b];
@@ -541,39 +764,43 @@ class ReferenceBackend final : public Backend {
           throw Error("cross_entropy: label " + std::to_string(label) + " at batch index " + std::to_string(b) +
                       " is outside [0, " + std::to_string(classes) + ")");
         }
-        const T* row = z + b * classes;
-        T* prow = p + b * classes;
+        const C* row = z + b * classes;
+        C* prow = p + b * classes;
         // log softmax = (z - max) - log(sum exp(z - max)): never adds the max back, so large
         // logits lose no precision.
-        const T max = *std::max_element(row, row + classes);
-        T denom = 0;
+        const C max = *std::max_element(row, row + classes);
+        C denom = 0;
         for (std::int64_t c = 0; c < classes; ++c) denom += std::exp(row[c] - max);
-        const T log_denom = std::log(denom);
+        const C log_denom = std::log(denom);
         for (std::int64_t c = 0; c < classes; ++c) prow[c] = std::exp((row[c] - max) - log_denom);
         total += static_cast<double>(log_denom - (row[label] - max));
       }
-      *as<T>(loss) = static_cast<T>(total / static_cast<double>(batch));
+      *as<S>(loss) = store<S>(static_cast<C>(total / static_cast<double>(batch)));
+      st.finish();
     });
   }
   void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,
                                       std::int64_t classes, const void* dloss, void* dlogits) override {
-    dispatch_float(dtype, "softmax_cross_entropy_backward", [&](auto tag) {
-      using T = decltype(tag);
-      const T scale = *as<T>(dloss) / static_cast<T>(batch);
-      const T* p = as<T>(probs);
-      T* g = as<T>(dlogits);
+    dispatch_floating(dtype, "softmax_cross_entropy_backward", [&](auto tag) {
+      using S = decltype(tag);
+      using C = compute_t<S>;
+      Stage<S, C> st;
+      const C* p = st.input(probs, batch * classes);
+      C* g = st.output(dlogits, batch * classes);
+      const C scale = load<C>(*as<S>(dloss)) / static_cast<C>(batch);
       for (std::int64_t b = 0; b < batch; ++b) {
         for (std::int64_t c = 0; c < classes; ++c) {
-          g[b * classes + c] = (p[b * classes + c] - (c == labels[b] ? T(1) : T(0))) * scale;
+          g[b * classes + c] = (p[b * classes + c] - (c == labels[b] ? C(1) : C(0))) * scale;
         }
       }
+      st.finish();
     });
   }
 
   // ---- optimisers ----
   void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
                 const SgdStep& st) override {
-    dispatch_float(dtype, "sgd_step", [&](auto tag) {
+    dispatch_full(dtype, "sgd_step", [&](auto tag) {
       using T = decltype(tag);
       T* w = as<T>(param);
       const T* g = as<T>(grad);
@@ -593,7 +820,7 @@ class ReferenceBackend final : public Backend {
   }
   void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                   const AdamWStep& st) override {
-    dispatch_float(dtype, "adamw_step", [&](auto tag) {
+    dispatch_full(dtype, "adamw_step", [&](auto tag) {
       using T = decltype(tag);
       T* w = as<T>(param);
       const T* g = as<T>(grad);
@@ -622,8 +849,10 @@ class ReferenceBackend final : public Backend {
 };
 
 const BackendRegistration registration{
-    BackendInfo{"reference", "plain loops, f32/f64; the oracle every other backend is tested against", DeviceType::cpu,
-                0},
+    BackendInfo{"reference",
+                "plain loops in f32/f64 (bf16/f16 computed in f32), NCHW and channels-last; the oracle every "
+                "other backend is tested against",
+                DeviceType::cpu, 0},
     [] { return std::make_unique<ReferenceBackend>(); }};
 
 }  // namespace

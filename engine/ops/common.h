@@ -11,10 +11,13 @@ namespace trainlab::ops_detail {
 
 // A dense, detached handle on x for a kernel to read: saved tensors never hold the graph, so a
 // node cannot keep its own output (or its producers) alive in a cycle.
-inline Tensor dense(const Tensor& x) {
+inline Tensor dense(const Tensor& x, MemoryFormat format = MemoryFormat::contiguous) {
   Tensor d = x.detach();
-  return d.is_contiguous() ? d : d.contiguous();
+  return d.is_contiguous(format) ? d : d.contiguous(format);
 }
+
+// Elementwise ops keep a channels_last input channels_last; anything else becomes contiguous.
+inline MemoryFormat elementwise_format(const Tensor& x) { return x.memory_format(); }
 
 inline void check_defined(const char* op, const char* what, const Tensor& t) {
   TL_CHECK(t.defined(), std::string(op) + ": " + what + " is undefined");

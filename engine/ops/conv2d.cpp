@@ -1,53 +1,95 @@
-// 2-D convolution (cross-correlation, as PyTorch), NCHW, with stride and zero padding.
-// Forward y = conv(x, W); backward-data dx = conv_transpose(dy, W); backward-weights
-// dW = correlate(x, dy). The bias is a separate bias_add node.
+// 2-D convolution (cross-correlation, as PyTorch), NCHW or channels_last, with stride and zero
+// padding; optionally with the bias and a ReLU fused into the same kernel call.
+//   forward           y = relu?(conv(x, W) + b)
+//   backward          dz = relu? ? dy * (y > 0) : dy
+//                     dx = conv_transpose(dz, W)       (backward-data)
+//                     dW = correlate(x, dz), db = sum(dz) over N, H, W   (backward-weights)
+// The unfused conv2d(x, W, b) is conv2d(x, W) followed by a separate bias_add node.
+#include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops/common.h"
 
 namespace trainlab {
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dOptions& o) {
+namespace {
+
+Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu, const Conv2dOptions& o,
+                   const char* name) {
   TL_PROFILE_SCOPE("conv2d.forward");
-  ops_detail::check_defined("conv2d", "input", x);
-  ops_detail::check_defined("conv2d", "weight", weight);
-  ops_detail::check_compatible("conv2d", x, weight);
+  ops_detail::check_defined("conv2d", "input", x_in);
+  ops_detail::check_defined("conv2d", "weight", w_in);
+  const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
+  const Tensor b = b_in.defined() ? autocast_low(b_in) : Tensor();
+  ops_detail::check_compatible("conv2d", x, w);
+  if (b.defined()) ops_detail::check_compatible("conv2d", x, b);
   ops_detail::check_floating("conv2d", x);
   ops_detail::check_rank("conv2d", "input", x, 4, "[N, C_in, H, W]");
-  ops_detail::check_rank("conv2d", "weight", weight, 4, "[C_out, C_in, kH, kW]");
-  TL_CHECK(x.size(1) == weight.size(1), "conv2d: input has " + std::to_string(x.size(1)) + " channels but weight " +
-                                            shape_str(weight.shape()) + " expects " + std::to_string(weight.size(1)));
+  ops_detail::check_rank("conv2d", "weight", w, 4, "[C_out, C_in, kH, kW]");
+  TL_CHECK(x.size(1) == w.size(1), "conv2d: input has " + std::to_string(x.size(1)) + " channels but weight " +
+                                       shape_str(w.shape()) + " expects " + std::to_string(w.size(1)));
+  TL_CHECK(
+      !b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)),
+      "conv2d: bias must be [" + std::to_string(w.size(0)) + "], got " + (b.defined() ? shape_str(b.shape()) : ""));
   TL_CHECK(o.stride_h >= 1 && o.stride_w >= 1,
            "conv2d: stride must be >= 1, got " + std::to_string(o.stride_h) + "x" + std::to_string(o.stride_w));
   TL_CHECK(o.pad_h >= 0 && o.pad_w >= 0,
            "conv2d: padding must be >= 0, got " + std::to_string(o.pad_h) + "x" + std::to_string(o.pad_w));
-  const Conv2dShape s{x.size(0),      x.size(1),  x.size(2),  x.size(3), weight.size(0), weight.size(2),
-                      weight.size(3), o.stride_h, o.stride_w, o.pad_h,   o.pad_w};
+  const MemoryFormat format = x.memory_format();
+  Conv2dShape s{x.size(0), x.size(1),  x.size(2),  x.size(3), w.size(0), w.size(2),
+                w.size(3), o.stride_h, o.stride_w, o.pad_h,   o.pad_w};
+  s.channels_last = format == MemoryFormat::channels_last;
   TL_CHECK(x.size(2) + 2 * o.pad_h >= s.kernel_h && x.size(3) + 2 * o.pad_w >= s.kernel_w,
            "conv2d: kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) +
                " is larger than the padded input " + shape_str(x.shape()));
-  const Tensor sx = ops_detail::dense(x), sw = ops_detail::dense(weight);
-  Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_h(), s.out_w()}, x.dtype(), x.backend());
-  x.backend().conv2d_forward(x.dtype(), s, sx.raw_data(), sw.raw_data(), y.raw_data());
-  return record(y, "conv2d", {x, weight}, [s, sx, sw](const Tensor& g, const std::vector<bool>& needs) {
-    const Tensor dy = ops_detail::dense(g);
-    Backend& be = dy.backend();
-    Tensor dx, dw;
+  const Tensor sx = ops_detail::dense(x, format), sw = ops_detail::dense(w);
+  const Tensor sb = b.defined() ? ops_detail::dense(b) : Tensor();
+  Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_h(), s.out_w()}, x.dtype(), x.backend(), format);
+  x.backend().conv2d_forward(x.dtype(), s, sx.raw_data(), sw.raw_data(), sb.defined() ? sb.raw_data() : nullptr, relu,
+                             y.raw_data());
+  const Tensor saved_y = relu ? y.detach() : Tensor();
+  const bool has_bias = b.defined();
+  std::vector<Tensor> inputs{x, w};
+  if (has_bias) inputs.push_back(b);
+  return record(y, name, inputs, [=](const Tensor& g, const std::vector<bool>& needs) {
+    Tensor dz = ops_detail::dense(g, format);
+    Backend& be = dz.backend();
+    if (relu) {
+      Tensor masked = Tensor::empty(dz.shape(), dz.dtype(), be, format);
+      be.relu_backward(dz.dtype(), saved_y.raw_data(), dz.raw_data(), masked.raw_data(), masked.numel());
+      dz = masked;
+    }
+    Tensor dx, dw, db;
     if (needs[0]) {
-      dx = Tensor::empty(sx.shape(), dy.dtype(), be);
+      dx = Tensor::empty(sx.shape(), dz.dtype(), be, format);
       TL_PROFILE_SCOPE("conv2d.backward_data");
-      be.conv2d_backward_data(dy.dtype(), s, dy.raw_data(), sw.raw_data(), dx.raw_data());
+      be.conv2d_backward_data(dz.dtype(), s, dz.raw_data(), sw.raw_data(), dx.raw_data());
     }
-    if (needs[1]) {
-      dw = Tensor::empty(sw.shape(), dy.dtype(), be);
+    if (needs[1] || (has_bias && needs[2])) {
+      dw = Tensor::empty(sw.shape(), dz.dtype(), be);
+      if (has_bias) db = Tensor::empty({s.out_channels}, dz.dtype(), be);
       TL_PROFILE_SCOPE("conv2d.backward_weights");
-      be.conv2d_backward_weights(dy.dtype(), s, dy.raw_data(), sx.raw_data(), dw.raw_data());
+      be.conv2d_backward_weights(dz.dtype(), s, dz.raw_data(), sx.raw_data(), dw.raw_data(),
+                                 has_bias ? db.raw_data() : nullptr);
     }
-    return std::vector<Tensor>{dx, dw};
+    std::vector<Tensor> grads{dx, needs[1] ? dw : Tensor()};
+    if (has_bias) grads.push_back(needs[2] ? db : Tensor());
+    return grads;
   });
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dOptions& options) {
+  return conv2d_node(x, weight, Tensor(), false, options, "conv2d");
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
   return bias_add(conv2d(x, weight, options), bias);
+}
+
+Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu,
+                    const Conv2dOptions& options) {
+  return conv2d_node(x, weight, bias, relu, options, relu ? "conv2d_bias_relu" : "conv2d_bias");
 }
 
 }  // namespace trainlab

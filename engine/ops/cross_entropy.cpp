@@ -1,13 +1,15 @@
 // Softmax cross-entropy, mean over the batch, computed stably through log-sum-exp.
 // Forward keeps the softmax probabilities; backward dlogits = (p - onehot(label)) * g / N.
+#include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops/common.h"
 
 namespace trainlab {
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels) {
   TL_PROFILE_SCOPE("cross_entropy.forward");
-  ops_detail::check_defined("cross_entropy", "logits", logits);
+  ops_detail::check_defined("cross_entropy", "logits", logits_in);
+  const Tensor logits = autocast_f32(logits_in);  // the loss is computed in f32 under autocast
   ops_detail::check_defined("cross_entropy", "labels", labels);
   ops_detail::check_floating("cross_entropy", logits);
   ops_detail::check_rank("cross_entropy", "logits", logits, 2, "[N, classes]");

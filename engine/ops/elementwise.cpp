@@ -1,4 +1,7 @@
 // Elementwise arithmetic and full reductions: forward and backward of each, side by side.
+#include <utility>
+
+#include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops/common.h"
 
@@ -17,24 +20,36 @@ Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tens
   check_floating(name, a);
   TL_CHECK(a.shape() == b.shape(), std::string(name) + ": shapes " + shape_str(a.shape()) + " and " +
                                        shape_str(b.shape()) + " differ (no broadcasting)");
-  const Tensor da = dense(a), db = dense(b);
-  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.backend());
+  // Both operands in one layout: the first's when the second shares it, else row-major.
+  const MemoryFormat format = a.memory_format() == b.memory_format() ? a.memory_format() : MemoryFormat::contiguous;
+  const Tensor da = dense(a, format), db = dense(b, format);
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.backend(), format);
   a.backend().binary(op, a.dtype(), da.raw_data(), db.raw_data(), y.raw_data(), y.numel());
   return y;
+}
+
+// Under autocast an f32 operand meets a low-precision one in the low precision.
+std::pair<Tensor, Tensor> autocast_pair(const Tensor& a, const Tensor& b) {
+  if (!autocast_enabled() || !a.defined() || !b.defined() || a.dtype() == b.dtype()) return {a, b};
+  if (a.dtype() == DType::f32) return {a.to(b.dtype()), b};
+  if (b.dtype() == DType::f32) return {a, b.to(a.dtype())};
+  return {a, b};
 }
 
 }  // namespace
 
 // y = a + b;  da = g, db = g
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
   TL_PROFILE_SCOPE("add.forward");
+  const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::add, "add", a, b);
   return record(y, "add", {a, b}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g, g}; });
 }
 
 // y = a - b;  da = g, db = -g
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
   TL_PROFILE_SCOPE("sub.forward");
+  const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::sub, "sub", a, b);
   return record(y, "sub", {a, b}, [](const Tensor& g, const std::vector<bool>& needs) {
     return std::vector<Tensor>{g, needs[1] ? neg(g) : Tensor()};
@@ -42,8 +57,9 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 // y = a * b;  da = g * b, db = g * a
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   TL_PROFILE_SCOPE("mul.forward");
+  const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::mul, "mul", a, b);
   const Tensor sa = a.detach(), sb = b.detach();
   return record(y, "mul", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& needs) {
@@ -52,8 +68,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 // y = a / b;  da = g / b, db = -g * a / b^2 = -g * y / b
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
   TL_PROFILE_SCOPE("div.forward");
+  const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::div, "div", a, b);
   const Tensor sb = b.detach(), sy = y.detach();
   return record(y, "div", {a, b}, [sb, sy](const Tensor& g, const std::vector<bool>& needs) {
@@ -64,8 +81,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
 static Tensor affine_forward(const char* name, const Tensor& x, double scale, double shift) {
   ops_detail::check_defined(name, "input", x);
   check_floating(name, x);
-  const Tensor dx = dense(x);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.backend());
+  const MemoryFormat format = x.memory_format();
+  const Tensor dx = dense(x, format);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.backend(), format);
   x.backend().affine(x.dtype(), dx.raw_data(), y.raw_data(), y.numel(), scale, shift);
   return y;
 }
@@ -93,7 +111,7 @@ Tensor sum(const Tensor& x) {
   TL_PROFILE_SCOPE("sum.forward");
   ops_detail::check_defined("sum", "input", x);
   check_floating("sum", x);
-  const Tensor dx = dense(x);
+  const Tensor dx = dense(x, x.memory_format());  // any dense layout holds the same elements
   Tensor y = Tensor::empty({}, x.dtype(), x.backend());
   x.backend().sum(x.dtype(), dx.raw_data(), dx.numel(), y.raw_data());
   const Shape shape = x.shape();

@@ -1,42 +1,75 @@
-// Linear: y = x W^T (+ bias), x: [N, in], W: [out, in].
-// dx = dy W;  dW = dy^T x;  the bias is a separate bias_add node.
+// Linear: y = relu?(x W^T + b), x: [N, in], W: [out, in]; the bias and ReLU fused into the
+// kernel call in linear_fused, a separate bias_add node in linear(x, W, b).
+//   backward  dz = relu? ? dy * (y > 0) : dy;  dx = dz W;  dW = dz^T x;  db = sum(dz) over N
+#include "engine/autocast.h"
 #include "engine/ops.h"
 #include "engine/ops/common.h"
 
 namespace trainlab {
 
-Tensor linear(const Tensor& x, const Tensor& weight) {
+namespace {
+
+Tensor linear_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu, const char* name) {
   TL_PROFILE_SCOPE("linear.forward");
-  ops_detail::check_defined("linear", "input", x);
-  ops_detail::check_defined("linear", "weight", weight);
-  ops_detail::check_compatible("linear", x, weight);
+  ops_detail::check_defined("linear", "input", x_in);
+  ops_detail::check_defined("linear", "weight", w_in);
+  const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
+  const Tensor b = b_in.defined() ? autocast_low(b_in) : Tensor();
+  ops_detail::check_compatible("linear", x, w);
+  if (b.defined()) ops_detail::check_compatible("linear", x, b);
   ops_detail::check_floating("linear", x);
   ops_detail::check_rank("linear", "input", x, 2, "[N, in_features]");
-  ops_detail::check_rank("linear", "weight", weight, 2, "[out_features, in_features]");
-  TL_CHECK(x.size(1) == weight.size(1), "linear: input has " + std::to_string(x.size(1)) + " features but weight " +
-                                            shape_str(weight.shape()) + " expects " + std::to_string(weight.size(1)));
-  const std::int64_t batch = x.size(0), in = x.size(1), out = weight.size(0);
-  const Tensor sx = ops_detail::dense(x), sw = ops_detail::dense(weight);
+  ops_detail::check_rank("linear", "weight", w, 2, "[out_features, in_features]");
+  TL_CHECK(x.size(1) == w.size(1), "linear: input has " + std::to_string(x.size(1)) + " features but weight " +
+                                       shape_str(w.shape()) + " expects " + std::to_string(w.size(1)));
+  TL_CHECK(
+      !b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)),
+      "linear: bias must be [" + std::to_string(w.size(0)) + "], got " + (b.defined() ? shape_str(b.shape()) : ""));
+  const std::int64_t batch = x.size(0), in = x.size(1), out = w.size(0);
+  const Tensor sx = ops_detail::dense(x), sw = ops_detail::dense(w);
+  const Tensor sb = b.defined() ? ops_detail::dense(b) : Tensor();
   Tensor y = Tensor::empty({batch, out}, x.dtype(), x.backend());
-  x.backend().linear_forward(x.dtype(), sx.raw_data(), sw.raw_data(), y.raw_data(), batch, in, out);
-  return record(y, "linear", {x, weight}, [=](const Tensor& g, const std::vector<bool>& needs) {
-    const Tensor dy = ops_detail::dense(g);
-    Backend& be = dy.backend();
-    Tensor dx, dw;
+  x.backend().linear_forward(x.dtype(), sx.raw_data(), sw.raw_data(), sb.defined() ? sb.raw_data() : nullptr, relu,
+                             y.raw_data(), batch, in, out);
+  const Tensor saved_y = relu ? y.detach() : Tensor();
+  const bool has_bias = b.defined();
+  std::vector<Tensor> inputs{x, w};
+  if (has_bias) inputs.push_back(b);
+  return record(y, name, inputs, [=](const Tensor& g, const std::vector<bool>& needs) {
+    Tensor dz = ops_detail::dense(g);
+    Backend& be = dz.backend();
+    if (relu) {
+      Tensor masked = Tensor::empty(dz.shape(), dz.dtype(), be);
+      be.relu_backward(dz.dtype(), saved_y.raw_data(), dz.raw_data(), masked.raw_data(), masked.numel());
+      dz = masked;
+    }
+    Tensor dx, dw, db;
     if (needs[0]) {
-      dx = Tensor::empty({batch, in}, dy.dtype(), be);
+      dx = Tensor::empty({batch, in}, dz.dtype(), be);
       TL_PROFILE_SCOPE("linear.backward_data");
-      be.linear_backward_data(dy.dtype(), dy.raw_data(), sw.raw_data(), dx.raw_data(), batch, in, out);
+      be.linear_backward_data(dz.dtype(), dz.raw_data(), sw.raw_data(), dx.raw_data(), batch, in, out);
     }
-    if (needs[1]) {
-      dw = Tensor::empty({out, in}, dy.dtype(), be);
+    if (needs[1] || (has_bias && needs[2])) {
+      dw = Tensor::empty({out, in}, dz.dtype(), be);
+      if (has_bias) db = Tensor::empty({out}, dz.dtype(), be);
       TL_PROFILE_SCOPE("linear.backward_weights");
-      be.linear_backward_weights(dy.dtype(), dy.raw_data(), sx.raw_data(), dw.raw_data(), batch, in, out);
+      be.linear_backward_weights(dz.dtype(), dz.raw_data(), sx.raw_data(), dw.raw_data(),
+                                 has_bias ? db.raw_data() : nullptr, batch, in, out);
     }
-    return std::vector<Tensor>{dx, dw};
+    std::vector<Tensor> grads{dx, needs[1] ? dw : Tensor()};
+    if (has_bias) grads.push_back(needs[2] ? db : Tensor());
+    return grads;
   });
 }
 
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight) { return linear_node(x, weight, Tensor(), false, "linear"); }
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { return bias_add(linear(x, weight), bias); }
+
+Tensor linear_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu) {
+  return linear_node(x, weight, bias, relu, relu ? "linear_bias_relu" : "linear_bias");
+}
 
 }  // namespace trainlab

@@ -1,5 +1,6 @@
-// Max-pool 2-D, NCHW. Forward keeps each window's argmax (its offset in the input plane);
-// backward routes dy to exactly those positions.
+// Max-pool 2-D, NCHW or channels_last (the output keeps the input's layout). The forward leaves a
+// backend-defined workspace recording each window's first maximum; the backward routes dy to
+// exactly those positions.
 #include "engine/ops.h"
 #include "engine/ops/common.h"
 
@@ -19,22 +20,25 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) {
            "max_pool2d: padding " + std::to_string(o.pad_h) + "x" + std::to_string(o.pad_w) +
                " must be between 0 and half the kernel " + std::to_string(o.kernel_h) + "x" +
                std::to_string(o.kernel_w));
-  const Pool2dShape s{x.size(0),  x.size(1), x.size(2), x.size(3), o.kernel_h,
-                      o.kernel_w, stride_h,  stride_w,  o.pad_h,   o.pad_w};
+  const MemoryFormat format = x.memory_format();
+  Pool2dShape s{x.size(0),  x.size(1), x.size(2), x.size(3), o.kernel_h,
+                o.kernel_w, stride_h,  stride_w,  o.pad_h,   o.pad_w};
+  s.channels_last = format == MemoryFormat::channels_last;
   TL_CHECK(s.in_h + 2 * s.pad_h >= s.kernel_h && s.in_w + 2 * s.pad_w >= s.kernel_w,
            "max_pool2d: input " + shape_str(x.shape()) + " is smaller than the kernel " + std::to_string(s.kernel_h) +
                "x" + std::to_string(s.kernel_w));
-  const Tensor sx = ops_detail::dense(x);
-  Tensor y = Tensor::empty({s.batch, s.channels, s.out_h(), s.out_w()}, x.dtype(), x.backend());
-  Tensor indices = Tensor::empty(y.shape(), DType::i64, x.backend());
-  x.backend().max_pool2d_forward(x.dtype(), s, sx.raw_data(), y.raw_data(),
-                                 static_cast<std::int64_t*>(indices.raw_data()));
+  const Tensor sx = ops_detail::dense(x, format);
+  Backend& be = x.backend();
+  Tensor y = Tensor::empty({s.batch, s.channels, s.out_h(), s.out_w()}, x.dtype(), be, format);
+  const std::size_t workspace_bytes = be.max_pool2d_workspace_bytes(x.dtype(), s);
+  const Tensor workspace =
+      Tensor::empty({static_cast<std::int64_t>((workspace_bytes + 7) / 8)}, DType::i64, be);  // bytes, 8-aligned
+  be.max_pool2d_forward(x.dtype(), s, sx.raw_data(), y.raw_data(), workspace.raw_data());
   const Shape in_shape = x.shape();
-  return record(y, "max_pool2d", {x}, [s, indices, in_shape](const Tensor& g, const std::vector<bool>&) {
-    const Tensor dy = ops_detail::dense(g);
-    Tensor dx = Tensor::empty(in_shape, dy.dtype(), dy.backend());
-    dy.backend().max_pool2d_backward(dy.dtype(), s, dy.raw_data(), static_cast<const std::int64_t*>(indices.raw_data()),
-                                     dx.raw_data());
+  return record(y, "max_pool2d", {x}, [s, workspace, in_shape, format](const Tensor& g, const std::vector<bool>&) {
+    const Tensor dy = ops_detail::dense(g, format);
+    Tensor dx = Tensor::empty(in_shape, dy.dtype(), dy.backend(), format);
+    dy.backend().max_pool2d_backward(dy.dtype(), s, dy.raw_data(), workspace.raw_data(), dx.raw_data());
     return std::vector<Tensor>{dx};
   });
 }

@@ -8,13 +8,14 @@ Tensor relu(const Tensor& x) {
   TL_PROFILE_SCOPE("relu.forward");
   ops_detail::check_defined("relu", "input", x);
   ops_detail::check_floating("relu", x);
-  const Tensor dx = ops_detail::dense(x);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.backend());
-  x.backend().relu_forward(x.dtype(), dx.raw_data(), y.raw_data(), y.numel());
+  const MemoryFormat format = x.memory_format();  // elementwise: any dense layout, kept
+  const Tensor sx = ops_detail::dense(x, format);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.backend(), format);
+  x.backend().relu_forward(x.dtype(), sx.raw_data(), y.raw_data(), y.numel());
   const Tensor saved_y = y.detach();
-  return record(y, "relu", {x}, [saved_y](const Tensor& g, const std::vector<bool>&) {
-    const Tensor dy = ops_detail::dense(g);
-    Tensor grad = Tensor::empty(saved_y.shape(), saved_y.dtype(), saved_y.backend());
+  return record(y, "relu", {x}, [saved_y, format](const Tensor& g, const std::vector<bool>&) {
+    const Tensor dy = ops_detail::dense(g, format);
+    Tensor grad = Tensor::empty(saved_y.shape(), saved_y.dtype(), saved_y.backend(), format);
     saved_y.backend().relu_backward(saved_y.dtype(), saved_y.raw_data(), dy.raw_data(), grad.raw_data(), grad.numel());
     return std::vector<Tensor>{grad};
   });

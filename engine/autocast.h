@@ -1,0 +1,36 @@
+// Mixed precision the way PyTorch's autocast does it. Inside an AutocastGuard(bf16) (or f16):
+//  - the matrix ops (conv2d, linear and their fused forms) cast f32 inputs, weights and biases to
+//    the low-precision dtype and compute in it (backends accumulate in f32);
+//  - ops that follow (relu, max_pool2d, bias_add, elementwise) run in the dtype they are given,
+//    casting an f32 operand to match a low-precision one;
+//  - cross_entropy runs in f32.
+// The casts are differentiable, so gradients arrive at f32 master weights in f32, and the
+// optimiser updates and keeps its state in f32. No loss scaler is involved (bf16 has f32's range).
+#pragma once
+
+#include "backends/dtype.h"
+
+namespace trainlab {
+
+class Tensor;
+
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType dtype);  // f32 switches autocast off inside the guard
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  DType previous_;
+};
+
+// The low-precision dtype in force on this thread, or f32 when autocast is off.
+DType autocast_dtype();
+bool autocast_enabled();
+// t cast to the autocast dtype when autocast is on and t is f32; otherwise t itself.
+Tensor autocast_low(const Tensor& t);
+// t cast to f32 when autocast is on and t is bf16/f16; otherwise t itself.
+Tensor autocast_f32(const Tensor& t);
+
+}  // namespace trainlab
