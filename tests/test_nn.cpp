@@ -202,10 +202,17 @@ TEST_CASE("SmallCNN: channels_last and fused give the same numbers on the refere
   const Tensor x = Tensor::normal({3, 3, 32, 32}, gen, DType::f32, ref());
   const Tensor y = Tensor::from_vector(std::vector<std::int64_t>{1, 4, 9}, {3}, ref());
   const Step base = forward_backward(model, x, y);
-  // The reference runs channels_last through the same NCHW loops: bit-identical.
+  // The reference runs channels_last convolutions through the same NCHW loops: bit-identical
+  // logits and weight gradients. Bias gradients are channel sums taken in row blocks in NHWC, in
+  // NCHW order otherwise: equal to rounding.
   const Step nhwc = forward_backward(model, x.contiguous(MemoryFormat::channels_last), y);
   CHECK(bitwise_equal(nhwc.logits, base.logits));
-  for (std::size_t i = 0; i < base.grads.size(); ++i) CHECK(bitwise_equal(nhwc.grads[i], base.grads[i]));
+  const auto names = model.named_parameters();
+  for (std::size_t i = 0; i < base.grads.size(); ++i) {
+    INFO(names[i].first);
+    if (names[i].first.find("bias") == std::string::npos) CHECK(bitwise_equal(nhwc.grads[i], base.grads[i]));
+    CHECK(relative_error(nhwc.grads[i], base.grads[i]) < 1e-6);
+  }
   // Fusion adds the bias inside the same sum instead of after it: equal to rounding.
   model.set_fused(true);
   const Step fused = forward_backward(model, x, y);

@@ -1,0 +1,434 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "backends/cpu/cpu_kernels.h"
+
+namespace trainlab::cpu {
+
+namespace {
+
+class SteadyTimer final : public Timer {
+ public:
+  void start() override { start_ = std::chrono::steady_clock::now(); }
+  void stop() override { stop_ = std::chrono::steady_clock::now(); }
+  double elapsed_s() override { return std::chrono::duration<double>(stop_ - start_).count(); }
+  const char* kind() const override { return "steady_clock"; }
+
+ private:
+  std::chrono::steady_clock::time_point start_{}, stop_{};
+};
+
+// Elementwise loops split into fixed chunks so that small tensors stay on one thread and every
+// element is computed the same way at any thread count.
+constexpr std::int64_t kChunk = 1 << 15;
+
+template <typename Fn>
+void parallel_chunks(std::int64_t n, int threads, Fn&& fn) {
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (chunks <= 1) {
+    if (n > 0) fn(std::int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
+
+template <typename E>
+void copy_elements(const unsigned char* s, std::int64_t s_stride, unsigned char* d, std::int64_t d_stride,
+                   std::int64_t n) {
+  const E* src = reinterpret_cast<const E*>(s);
+  E* dst = reinterpret_cast<E*>(d);
+  for (std::int64_t j = 0; j < n; ++j) dst[j * d_stride] = src[j * s_stride];
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(std::string name, bool caching)
+    : name_(std::move(name)), threads_(std::max(1, omp_get_max_threads())), allocator_(caching) {}
+
+void CpuBackend::set_num_threads(int threads) {
+  TL_CHECK(threads >= 1, "threads must be >= 1, got " + std::to_string(threads));
+  threads_ = threads;
+}
+
+void CpuBackend::copy_from_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+std::unique_ptr<Timer> CpuBackend::make_timer() { return std::make_unique<SteadyTimer>(); }
+
+// ---- elementwise ----
+
+void CpuBackend::fill(DType dtype, void* y, std::int64_t n, double value) {
+  dispatch_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T v = from_double<T>(value);
+    parallel_chunks(n, threads_, [&](std::int64_t b, std::int64_t e) { std::fill(as<T>(y) + b, as<T>(y) + e, v); });
+  });
+}
+
+void CpuBackend::copy_strided(DType dtype, const void* src, const Layout& src_layout, void* dst,
+                              const Layout& dst_layout) {
+  TL_CHECK(src_layout.shape == dst_layout.shape, "copy_strided: source and destination shapes differ");
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
+  const std::size_t rank = src_layout.shape.size();
+  const std::int64_t numel = std::accumulate(src_layout.shape.begin(), src_layout.shape.end(), std::int64_t{1},
+                                             std::multiplies<std::int64_t>());
+  if (numel == 0) return;
+  const auto* s = static_cast<const unsigned char*>(src) + src_layout.offset * elem;
+  auto* d = static_cast<unsigned char*>(dst) + dst_layout.offset * elem;
+  if (rank == 0) {
+    std::memcpy(d, s, static_cast<std::size_t>(elem));
+    return;
+  }
+  // Visit dimensions in the destination's memory order (largest stride first), so writes are
+  // sequential; an NCHW <-> NHWC reorder then reads with a stride and writes straight through.
+  std::vector<std::size_t> order(rank);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return dst_layout.strides[a] > dst_layout.strides[b]; });
+  std::vector<std::int64_t> shape(rank), s_strides(rank), d_strides(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    shape[i] = src_layout.shape[order[i]];
+    s_strides[i] = src_layout.strides[order[i]];
+    d_strides[i] = dst_layout.strides[order[i]];
+  }
+  const std::int64_t inner = shape[rank - 1];
+  const std::int64_t s_inner = s_strides[rank - 1], d_inner = d_strides[rank - 1];
+  const std::int64_t rows = numel / inner;
+  auto copy_row = [&](std::int64_t row) {
+    std::int64_t s_off = 0, d_off = 0, rest = row;
+    for (std::size_t k = rank - 1; k-- > 0;) {
+      const std::int64_t i = rest % shape[k];
+      rest /= shape[k];
+      s_off += i * s_strides[k];
+      d_off += i * d_strides[k];
+    }
+    const unsigned char* sp = s + s_off * elem;
+    unsigned char* dp = d + d_off * elem;
+    if (s_inner == 1 && d_inner == 1) {
+      std::memcpy(dp, sp, static_cast<std::size_t>(inner * elem));
+    } else if (elem == 2) {
+      copy_elements<std::uint16_t>(sp, s_inner, dp, d_inner, inner);
+    } else if (elem == 4) {
+      copy_elements<std::uint32_t>(sp, s_inner, dp, d_inner, inner);
+    } else {
+      copy_elements<std::uint64_t>(sp, s_inner, dp, d_inner, inner);
+    }
+  };
+  if (numel < kChunk) {
+    for (std::int64_t r = 0; r < rows; ++r) copy_row(r);
+  } else {
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) copy_row(r);
+  }
+}
+
+void CpuBackend::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n) {
+  dispatch_storage(src_dtype, [&](auto src_tag) {
+    using S = decltype(src_tag);
+    dispatch_storage(dst_dtype, [&](auto dst_tag) {
+      using D = decltype(dst_tag);
+      const S* in = as<S>(src);
+      D* out = as<D>(dst);
+      parallel_chunks(n, threads_, [&](std::int64_t b, std::int64_t e) {
+        if constexpr (std::is_same_v<S, float> && is_half<D>) {
+          for (std::int64_t i = b; i < e; ++i) out[i] = D(in[i]);  // one rounding
+        } else if constexpr (is_half<S> && std::is_same_v<D, float>) {
+          for (std::int64_t i = b; i < e; ++i) out[i] = static_cast<float>(in[i]);  // exact
+        } else {
+          for (std::int64_t i = b; i < e; ++i) out[i] = from_double<D>(to_double(in[i]));
+        }
+      });
+    });
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, DType dtype, const void* a, const void* b, void* y, std::int64_t n) {
+  dispatch_floating(dtype, op_name("binary").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* pa = as<S>(a);
+    const S* pb = as<S>(b);
+    S* py = as<S>(y);
+    auto apply = [&](auto f) {
+      parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t i = lo; i < hi; ++i) py[i] = store<S>(f(load<C>(pa[i]), load<C>(pb[i])));
+      });
+    };
+    switch (op) {
+      case BinaryOp::add:
+        apply([](C u, C v) { return u + v; });
+        break;
+      case BinaryOp::sub:
+        apply([](C u, C v) { return u - v; });
+        break;
+      case BinaryOp::mul:
+        apply([](C u, C v) { return u * v; });
+        break;
+      case BinaryOp::div:
+        apply([](C u, C v) { return u / v; });
+        break;
+    }
+  });
+}
+
+void CpuBackend::affine(DType dtype, const void* x, void* y, std::int64_t n, double scale, double shift) {
+  dispatch_floating(dtype, op_name("affine").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* px = as<S>(x);
+    S* py = as<S>(y);
+    const C a = static_cast<C>(scale), b = static_cast<C>(shift);
+    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) py[i] = store<S>(a * load<C>(px[i]) + b);
+    });
+  });
+}
+
+void CpuBackend::axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y) {
+  dispatch_floating(dtype, op_name("axpy").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* px = as<S>(x);
+    S* py = as<S>(y);
+    const C a = static_cast<C>(alpha);
+    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) py[i] = store<S>(load<C>(py[i]) + a * load<C>(px[i]));
+    });
+  });
+}
+
+void CpuBackend::sum(DType dtype, const void* x, std::int64_t n, void* out) {
+  dispatch_floating(dtype, op_name("sum").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* px = as<S>(x);
+    // Fixed chunks, each summed with 16 lanes, then the chunk sums in order: the same result at
+    // any thread count.
+    const std::int64_t chunks = std::max<std::int64_t>(1, (n + kChunk - 1) / kChunk);
+    std::vector<C> partials(static_cast<std::size_t>(chunks), C(0));
+    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+      constexpr int lanes = 16;
+      C lane[lanes] = {};
+      std::int64_t i = lo;
+      for (; i + lanes <= hi; i += lanes) {
+        for (int l = 0; l < lanes; ++l) lane[l] += load<C>(px[i + l]);
+      }
+      C total = 0;
+      for (int l = 0; l < lanes; ++l) total += lane[l];
+      for (; i < hi; ++i) total += load<C>(px[i]);
+      partials[static_cast<std::size_t>(lo / kChunk)] = total;
+    });
+    C total = 0;
+    for (C p : partials) total += p;
+    *as<S>(out) = store<S>(total);
+  });
+}
+
+// ---- relu ----
+
+void CpuBackend::relu_forward(DType dtype, const void* x, void* y, std::int64_t n) {
+  dispatch_floating(dtype, op_name("relu_forward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* px = as<S>(x);
+    S* py = as<S>(y);
+    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) py[i] = load<C>(px[i]) > C(0) ? px[i] : store<S>(C(0));
+    });
+  });
+}
+
+void CpuBackend::relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) {
+  dispatch_floating(dtype, op_name("relu_backward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* py = as<S>(y);
+    const S* pdy = as<S>(dy);
+    S* pdx = as<S>(dx);
+    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) pdx[i] = load<C>(py[i]) > C(0) ? pdy[i] : store<S>(C(0));
+    });
+  });
+}
+
+// ---- bias add ----
+
+void CpuBackend::bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
+                                  std::int64_t channels, std::int64_t inner) {
+  dispatch_floating(dtype, op_name("bias_add_forward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* px = as<S>(x);
+    const S* pb = as<S>(bias);
+    S* py = as<S>(y);
+    std::vector<C> b(static_cast<std::size_t>(channels));
+    for (std::int64_t c = 0; c < channels; ++c) b[static_cast<std::size_t>(c)] = load<C>(pb[c]);
+#pragma omp parallel for num_threads(threads_) schedule(static) if (outer * channels * inner >= kChunk)
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const std::int64_t base = (o * channels + c) * inner;
+        const C bc = b[static_cast<std::size_t>(c)];
+        for (std::int64_t i = 0; i < inner; ++i) py[base + i] = store<S>(load<C>(px[base + i]) + bc);
+      }
+    }
+  });
+}
+
+void CpuBackend::bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                                   std::int64_t inner) {
+  dispatch_floating(dtype, op_name("bias_add_backward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* g = as<S>(dy);
+    S* db = as<S>(dbias);
+    if (inner > 1) {
+      // NCHW: each channel's rows are contiguous.
+#pragma omp parallel for num_threads(threads_) schedule(static)
+      for (std::int64_t c = 0; c < channels; ++c) {
+        C total = 0;
+        for (std::int64_t o = 0; o < outer; ++o) {
+          const S* row = g + (o * channels + c) * inner;
+          for (std::int64_t i = 0; i < inner; ++i) total += load<C>(row[i]);
+        }
+        db[c] = store<S>(total);
+      }
+      return;
+    }
+    // Channels innermost ([rows, channels]): fixed blocks of rows add whole rows into a partial
+    // vector, then the partials are added in block order.
+    constexpr std::int64_t block = 256;
+    const std::int64_t blocks = (outer + block - 1) / block;
+    std::vector<C> partials(static_cast<std::size_t>(blocks * channels), C(0));
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      C* part = partials.data() + blk * channels;
+      for (std::int64_t o = blk * block; o < std::min(outer, (blk + 1) * block); ++o) {
+        const S* row = g + o * channels;
+        for (std::int64_t c = 0; c < channels; ++c) part[c] += load<C>(row[c]);
+      }
+    }
+    for (std::int64_t c = 0; c < channels; ++c) {
+      C total = 0;
+      for (std::int64_t blk = 0; blk < blocks; ++blk) total += partials[static_cast<std::size_t>(blk * channels + c)];
+      db[c] = store<S>(total);
+    }
+  });
+}
+
+// ---- softmax cross-entropy ----
+
+void CpuBackend::softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,
+                                               std::int64_t batch, std::int64_t classes, void* probs, void* loss) {
+  dispatch_floating(dtype, op_name("softmax_cross_entropy_forward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    Stage<S, C> st;
+    const C* z = st.input(logits, batch * classes);
+    C* p = st.output(probs, batch * classes);
+    double total = 0;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t label = labels[b];
+      if (label < 0 || label >= classes) {
+        throw Error("cross_entropy: label " + std::to_string(label) + " at batch index " + std::to_string(b) +
+                    " is outside [0, " + std::to_string(classes) + ")");
+      }
+      const C* row = z + b * classes;
+      C* prow = p + b * classes;
+      // log softmax = (z - max) - log(sum exp(z - max)): never adds the max back, so large
+      // logits lose no precision.
+      const C max = *std::max_element(row, row + classes);
+      C denom = 0;
+      for (std::int64_t c = 0; c < classes; ++c) denom += std::exp(row[c] - max);
+      const C log_denom = std::log(denom);
+      for (std::int64_t c = 0; c < classes; ++c) prow[c] = std::exp((row[c] - max) - log_denom);
+      total += static_cast<double>(log_denom - (row[label] - max));
+    }
+    *as<S>(loss) = store<S>(static_cast<C>(total / static_cast<double>(batch)));
+    st.finish();
+  });
+}
+
+void CpuBackend::softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels,
+                                                std::int64_t batch, std::int64_t classes, const void* dloss,
+                                                void* dlogits) {
+  dispatch_floating(dtype, op_name("softmax_cross_entropy_backward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    Stage<S, C> st;
+    const C* p = st.input(probs, batch * classes);
+    C* g = st.output(dlogits, batch * classes);
+    const C scale = load<C>(*as<S>(dloss)) / static_cast<C>(batch);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t c = 0; c < classes; ++c) {
+        g[b * classes + c] = (p[b * classes + c] - (c == labels[b] ? C(1) : C(0))) * scale;
+      }
+    }
+    st.finish();
+  });
+}
+
+// ---- optimisers ----
+
+void CpuBackend::sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
+                          const SgdStep& st) {
+  dispatch_full(dtype, op_name("sgd_step").c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    T* w = as<T>(param);
+    const T* g = as<T>(grad);
+    T* buf = as<T>(momentum_buffer);
+    const T lr = static_cast<T>(st.lr), mom = static_cast<T>(st.momentum), wd = static_cast<T>(st.weight_decay);
+    const T damp = static_cast<T>(1.0 - st.dampening);
+    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        T d = g[i];
+        if (st.weight_decay != 0) d += wd * w[i];
+        if (st.momentum != 0) {
+          buf[i] = st.first_step ? d : mom * buf[i] + damp * d;
+          d = st.nesterov ? d + mom * buf[i] : buf[i];
+        }
+        w[i] -= lr * d;
+      }
+    });
+  });
+}
+
+void CpuBackend::adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                            const AdamWStep& st) {
+  dispatch_full(dtype, op_name("adamw_step").c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    T* w = as<T>(param);
+    const T* g = as<T>(grad);
+    T* m = as<T>(exp_avg);
+    T* v = as<T>(exp_avg_sq);
+    const double bias1 = 1.0 - std::pow(st.beta1, static_cast<double>(st.step));
+    const double bias2 = 1.0 - std::pow(st.beta2, static_cast<double>(st.step));
+    const T decay = static_cast<T>(1.0 - st.lr * st.weight_decay);
+    const T b1 = static_cast<T>(st.beta1), b2 = static_cast<T>(st.beta2);
+    const T step_size = static_cast<T>(st.lr / bias1);
+    const T bias2_sqrt = static_cast<T>(std::sqrt(bias2));
+    const T eps = static_cast<T>(st.eps);
+    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        w[i] *= decay;
+        m[i] = b1 * m[i] + (T(1) - b1) * g[i];
+        v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
+        const T denom = std::sqrt(v[i]) / bias2_sqrt + eps;
+        w[i] -= step_size * m[i] / denom;
+      }
+    });
+  });
+}
+
+}  // namespace trainlab::cpu

@@ -1,0 +1,68 @@
+// The part of a CPU backend that is the same for all of them: host memory, transfers, timing,
+// threads, and the kernels that are not layers (fills, copies, casts, elementwise arithmetic,
+// ReLU, bias add, cross-entropy, optimiser steps), written as plain OpenMP loops that vectorise
+// and whose results do not depend on the thread count. A CPU backend derives from it and
+// implements the layer kernels (linear, conv2d, max-pool), overriding others where it has better.
+#pragma once
+
+#include <string>
+
+#include "backends/backend.h"
+#include "backends/cpu/host_allocator.h"
+
+namespace trainlab::cpu {
+
+class CpuBackend : public Backend {
+ public:
+  // caching: keep freed blocks for reuse (see host_allocator.h).
+  CpuBackend(std::string name, bool caching);
+
+  std::string name() const override { return name_; }
+  DeviceType device_type() const override { return DeviceType::cpu; }
+  bool supports(DType dtype) const override { return dtype != DType::i64; }
+  void set_num_threads(int threads) override;
+  int num_threads() const override { return threads_; }
+
+  void* allocate(std::size_t bytes) override { return allocator_.allocate(bytes); }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override { allocator_.deallocate(ptr, bytes); }
+  AllocatorStats allocator_stats() const override { return allocator_.stats(); }
+  void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override;
+  void synchronize() override {}
+  std::unique_ptr<Timer> make_timer() override;
+
+  void fill(DType dtype, void* y, std::int64_t n, double value) override;
+  void copy_strided(DType dtype, const void* src, const Layout& src_layout, void* dst,
+                    const Layout& dst_layout) override;
+  void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n) override;
+  void binary(BinaryOp op, DType dtype, const void* a, const void* b, void* y, std::int64_t n) override;
+  void affine(DType dtype, const void* x, void* y, std::int64_t n, double scale, double shift) override;
+  void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y) override;
+  void sum(DType dtype, const void* x, std::int64_t n, void* out) override;
+
+  void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) override;
+  void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) override;
+  void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
+                        std::int64_t channels, std::int64_t inner) override;
+  void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                         std::int64_t inner) override;
+
+  void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
+                                     std::int64_t classes, void* probs, void* loss) override;
+  void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,
+                                      std::int64_t classes, const void* dloss, void* dlogits) override;
+
+  void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
+                const SgdStep& step) override;
+  void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                  const AdamWStep& step) override;
+
+ protected:
+  // "<backend>: <op>" for error messages.
+  std::string op_name(const char* op) const { return name_ + ": " + op; }
+  std::string name_;
+  int threads_;
+  HostAllocator allocator_;
+};
+
+}  // namespace trainlab::cpu
