@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,12 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;
+  // One line for logs and ledgers: library versions, the ISA or device in use, the kernel
+  // implementations chosen so far.
+  virtual std::string describe() const { return name(); }
+  // Named counters for checks such as "a steady-state step allocates nothing" (allocations,
+  // bytes_in_use, peak_bytes_in_use, and backend-specific ones like primitives_created).
+  virtual std::map<std::string, std::int64_t> counters() const;
   virtual DeviceType device_type() const = 0;
   virtual bool supports(DType dtype) const = 0;
   virtual void set_num_threads(int threads) = 0;

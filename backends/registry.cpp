@@ -27,6 +27,13 @@ std::mutex& registry_mutex() {
 
 }  // namespace
 
+std::map<std::string, std::int64_t> Backend::counters() const {
+  const AllocatorStats stats = allocator_stats();
+  return {{"allocations", stats.allocations},
+          {"bytes_in_use", stats.bytes_in_use},
+          {"peak_bytes_in_use", stats.peak_bytes_in_use}};
+}
+
 const char* device_type_name(DeviceType type) {
   switch (type) {
     case DeviceType::cpu:

@@ -246,6 +246,7 @@ TrainResult Trainer::train(std::ostream* log) {
           100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total,
           100 * m.optimizer_s / measured_total);
     }
+    *log << fmt::format("backend: {}\n", backend_.describe());
     if (!config_.save.empty()) *log << fmt::format("checkpoint: {}\n", config_.save);
     log->flush();
   }

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "backends/registry.h"
 #include "engine/profiler.h"
 #include "engine/trainer.h"
 #include "test_util.h"
@@ -71,23 +72,28 @@ TEST_CASE("training: loss falls and held-out accuracy passes 80% within 3,200 sa
 }
 
 TEST_CASE("training: the same seed gives bit-identical parameters whatever num_workers is", "[training][determinism]") {
-  TrainConfig base = small_config();
-  Trainer reference_run(base);
-  const TrainResult expected = reference_run.train(nullptr);
-  for (auto [workers, persistent] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, true}}) {
-    INFO("workers " << workers << " persistent " << persistent);
-    TrainConfig c = base;
-    c.workers = workers;
-    c.persistent_workers = persistent;
-    Trainer run(c);
-    const TrainResult result = run.train(nullptr);
-    CHECK(result.losses == expected.losses);
-    check_same_parameters(reference_run, run);
+  for (const std::string backend : {"reference", "onednn"}) {
+    INFO("backend " << backend);
+    TrainConfig base = small_config();
+    base.backend = backend;
+    Trainer reference_run(base);
+    const TrainResult expected = reference_run.train(nullptr);
+    for (auto [workers, persistent] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, true}}) {
+      INFO("workers " << workers << " persistent " << persistent);
+      TrainConfig c = base;
+      c.workers = workers;
+      c.persistent_workers = persistent;
+      Trainer run(c);
+      const TrainResult result = run.train(nullptr);
+      CHECK(result.losses == expected.losses);
+      check_same_parameters(reference_run, run);
+    }
   }
 }
 
-TEST_CASE("training: bit-identical at 1 and 2 compute threads", "[training][determinism]") {
+TEST_CASE("training: bit-identical at 1 and 2 compute threads on the reference", "[training][determinism]") {
   TrainConfig c = small_config();
+  c.backend = "reference";
   c.steps = 4;
   c.threads = 1;
   Trainer one(c);
@@ -96,6 +102,33 @@ TEST_CASE("training: bit-identical at 1 and 2 compute threads", "[training][dete
   Trainer two(c);
   two.train(nullptr);
   check_same_parameters(one, two);
+}
+
+TEST_CASE("training: every fast backend tracks the reference's loss curve", "[training][determinism]") {
+  // Rounding differences grow chaotically over steps (about 100x in the first six here), so the
+  // bound is loose; a stale cached primitive or a wrong gradient would be off by far more.
+  for (const auto& info : registered_backends()) {
+    if (info.name == "reference" || info.device_type != DeviceType::cpu) continue;
+    for (const std::string dtype : {"f32", "bf16"}) {
+      for (const std::string layout : {"nchw", "nhwc"}) {
+        INFO(info.name << " " << dtype << " " << layout);
+        TrainConfig c = small_config();
+        c.steps = 8;
+        c.dtype = dtype;
+        c.layout = layout;
+        c.fuse = layout == "nhwc";  // both the plain and the fused paths
+        c.backend = "reference";
+        const TrainResult expected = Trainer(c).train(nullptr);
+        c.backend = info.name;
+        const TrainResult got = Trainer(c).train(nullptr);
+        REQUIRE(got.losses.size() == expected.losses.size());
+        for (std::size_t i = 0; i < got.losses.size(); ++i) {
+          INFO("step " << i + 1 << ": " << got.losses[i] << " vs " << expected.losses[i]);
+          CHECK(std::abs(got.losses[i] - expected.losses[i]) < (dtype == "f32" ? 2e-3 : 3e-2) * expected.losses[i]);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("profiler: phase spans cover each step and op spans nest inside them", "[profiler]") {

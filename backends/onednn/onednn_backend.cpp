@@ -1,0 +1,572 @@
+// The onednn backend: oneDNN primitives for convolution (forward, backward-data,
+// backward-weights), inner product, ReLU, max-pool and the f32 <-> bf16 casts, in f32 and bf16.
+//
+// Primitives are created once per shape and cached with everything they need (memory objects,
+// reorder primitives, the buffers their reorders write into), so a training step after warm-up
+// creates no primitive and allocates nothing; counters() reports primitives_created to prove it.
+//
+// Layouts: a channels_last activation is handed to oneDNN as nhwc and used in place. An NCHW
+// activation lets oneDNN choose its preferred (blocked) layout and is reordered in and out inside
+// the op; that cost is counted in the op's time, which is what the layout knob measures. Weights
+// are [O, I, kH, kW] in the engine and reordered to the primitive's layout on every call (they
+// change every step).
+#include <omp.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/registry.h"
+
+namespace trainlab::onednn {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    default:
+      return "other";
+  }
+}
+
+// A user buffer bound to a memory object, and, when the primitive wants another layout, the
+// reorder into (or out of) a buffer of that layout that this cache entry owns.
+struct Operand {
+  memory user;   // the engine's layout; its data handle is set on every call
+  memory inner;  // the primitive's layout (the same object as `user` when no reorder)
+  dnnl::reorder to_inner, to_user;
+  bool reordered = false;
+};
+
+class OnednnBackend final : public cpu::CpuBackend {
+ public:
+  OnednnBackend() : CpuBackend("onednn", /*caching=*/true), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    omp_set_num_threads(threads_);
+  }
+
+  bool supports(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
+
+  void set_num_threads(int threads) override {
+    CpuBackend::set_num_threads(threads);
+    omp_set_num_threads(threads);  // oneDNN (Debian's build) runs on OpenMP
+  }
+
+  // ---- casts between f32 and bf16 through oneDNN's reorder (native bf16 conversion) ----
+  void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n) override {
+    const bool native =
+        (src_dtype == DType::f32 && dst_dtype == DType::bf16) || (src_dtype == DType::bf16 && dst_dtype == DType::f32);
+    if (!native || n == 0) {
+      CpuBackend::cast(src_dtype, src, dst_dtype, dst, n);
+      return;
+    }
+    guarded("cast", [&] {
+      Entry& e = entry("cast", key(src_dtype, dst_dtype, n), [&](Entry& fresh) {
+        const memory::desc in({n}, data_type(src_dtype), tag::a), out({n}, data_type(dst_dtype), tag::a);
+        fresh.operands.resize(2);
+        fresh.operands[0].user = memory(in, engine_, DNNL_MEMORY_NONE);
+        fresh.operands[1].user = memory(out, engine_, DNNL_MEMORY_NONE);
+        fresh.primitive = dnnl::reorder(fresh.operands[0].user, fresh.operands[1].user);
+      });
+      bind(e.operands[0], src);
+      bind(e.operands[1], dst);
+      e.primitive.execute(stream_, {{DNNL_ARG_FROM, e.operands[0].user}, {DNNL_ARG_TO, e.operands[1].user}});
+      stream_.wait();
+    });
+  }
+
+  // ---- ReLU (eltwise; the backward reads the forward's output) ----
+  void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) override {
+    if (n == 0) return;
+    check(dtype, "relu_forward");
+    guarded("relu_forward", [&] {
+      Entry& e = entry("relu_fwd", key(dtype, n), [&](Entry& fresh) {
+        const memory::desc md({n}, data_type(dtype), tag::a);
+        const dnnl::eltwise_forward::primitive_desc pd(
+            dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, md, 0.f),
+            engine_);
+        fresh.operands = {plain(md), plain(md)};
+        fresh.primitive = dnnl::eltwise_forward(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind(e.operands[0], x);
+      bind(e.operands[1], y);
+      e.primitive.execute(stream_, {{DNNL_ARG_SRC, e.operands[0].user}, {DNNL_ARG_DST, e.operands[1].user}});
+      stream_.wait();
+    });
+  }
+
+  void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) override {
+    if (n == 0) return;
+    check(dtype, "relu_backward");
+    guarded("relu_backward", [&] {
+      Entry& e = entry("relu_bwd", key(dtype, n), [&](Entry& fresh) {
+        const memory::desc md({n}, data_type(dtype), tag::a);
+        const auto algo = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+        const dnnl::eltwise_forward::primitive_desc hint(
+            dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algo, md, 0.f), engine_);
+        const dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(algo, md, md, 0.f), engine_, hint);
+        fresh.operands = {plain(md), plain(md), plain(md)};
+        fresh.primitive = dnnl::eltwise_backward(pd);
+      });
+      bind(e.operands[0], y);
+      bind(e.operands[1], dy);
+      bind(e.operands[2], dx);
+      e.primitive.execute(stream_, {{DNNL_ARG_DST, e.operands[0].user},
+                                    {DNNL_ARG_DIFF_DST, e.operands[1].user},
+                                    {DNNL_ARG_DIFF_SRC, e.operands[2].user}});
+      stream_.wait();
+    });
+  }
+
+  // ---- linear: inner product, bias and ReLU fused when asked ----
+  void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
+                      std::int64_t batch, std::int64_t in, std::int64_t out) override {
+    check(dtype, "linear_forward");
+    guarded("linear_forward", [&] {
+      Entry& e = entry("ip_fwd", key(dtype, batch, in, out, bias != nullptr, relu), [&](Entry& fresh) {
+        const auto d = data_type(dtype);
+        const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
+        const memory::desc weights_any({out, in}, d, tag::any), bias_md({out}, d, tag::x);
+        const auto desc =
+            bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, bias_md, dst)
+                 : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, dst);
+        const dnnl::inner_product_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
+        fresh.operands = {plain(src), operand({{out, in}, d, tag::oi}, pd.weights_desc(), true), plain(bias_md),
+                          plain(dst)};
+        fresh.primitive = dnnl::inner_product_forward(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind(e.operands[0], x);
+      bind_in(e.operands[1], weight);
+      if (bias) bind(e.operands[2], bias);
+      bind(e.operands[3], y);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].user},
+                                           {DNNL_ARG_WEIGHTS, e.operands[1].inner},
+                                           {DNNL_ARG_DST, e.operands[3].user}};
+      if (bias) args[DNNL_ARG_BIAS] = e.operands[2].user;
+      e.primitive.execute(stream_, args);
+      stream_.wait();
+    });
+  }
+
+  void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx, std::int64_t batch,
+                            std::int64_t in, std::int64_t out) override {
+    check(dtype, "linear_backward_data");
+    guarded("linear_backward_data", [&] {
+      Entry& e = entry("ip_bwd_data", key(dtype, batch, in, out), [&](Entry& fresh) {
+        const auto d = data_type(dtype);
+        const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
+        const memory::desc weights_any({out, in}, d, tag::any);
+        const dnnl::inner_product_forward::primitive_desc hint(
+            dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, dst), engine_);
+        const dnnl::inner_product_backward_data::primitive_desc pd(
+            dnnl::inner_product_backward_data::desc(src, weights_any, dst), engine_, hint);
+        fresh.operands = {plain(dst), operand({{out, in}, d, tag::oi}, pd.weights_desc(), true), plain(src)};
+        fresh.primitive = dnnl::inner_product_backward_data(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind(e.operands[0], dy);
+      bind_in(e.operands[1], weight);
+      bind(e.operands[2], dx);
+      e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].user},
+                                    {DNNL_ARG_WEIGHTS, e.operands[1].inner},
+                                    {DNNL_ARG_DIFF_SRC, e.operands[2].user}});
+      stream_.wait();
+    });
+  }
+
+  void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, void* dbias,
+                               std::int64_t batch, std::int64_t in, std::int64_t out) override {
+    check(dtype, "linear_backward_weights");
+    guarded("linear_backward_weights", [&] {
+      Entry& e = entry("ip_bwd_weights", key(dtype, batch, in, out, dbias != nullptr), [&](Entry& fresh) {
+        const auto d = data_type(dtype);
+        const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
+        const memory::desc weights_any({out, in}, d, tag::any), bias_md({out}, d, tag::x);
+        const dnnl::inner_product_forward::primitive_desc hint(
+            dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, bias_md, dst),
+            engine_);
+        const auto desc = dbias ? dnnl::inner_product_backward_weights::desc(src, weights_any, bias_md, dst)
+                                : dnnl::inner_product_backward_weights::desc(src, weights_any, dst);
+        const dnnl::inner_product_backward_weights::primitive_desc pd(desc, engine_, hint);
+        fresh.operands = {plain(src), plain(dst), operand({{out, in}, d, tag::oi}, pd.diff_weights_desc(), false),
+                          plain(bias_md)};
+        fresh.primitive = dnnl::inner_product_backward_weights(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind(e.operands[0], x);
+      bind(e.operands[1], dy);
+      bind(e.operands[2], dweight);
+      if (dbias) bind(e.operands[3], dbias);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].user},
+                                           {DNNL_ARG_DIFF_DST, e.operands[1].user},
+                                           {DNNL_ARG_DIFF_WEIGHTS, e.operands[2].inner}};
+      if (dbias) args[DNNL_ARG_DIFF_BIAS] = e.operands[3].user;
+      e.primitive.execute(stream_, args);
+      finish_out(e.operands[2]);
+      stream_.wait();
+    });
+  }
+
+  // ---- convolution ----
+  void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight, const void* bias, bool relu,
+                      void* y) override {
+    check(dtype, "conv2d_forward");
+    guarded("conv2d_forward", [&] {
+      Entry& e = entry("conv_fwd", key(dtype, s, bias != nullptr, relu), [&](Entry& fresh) {
+        const ConvDescs c = conv_descs(dtype, s);
+        const auto desc = bias ? dnnl::convolution_forward::desc(
+                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, c.src_any,
+                                     c.weights_any, c.bias, c.dst_any, c.strides, c.padding, c.padding)
+                               : dnnl::convolution_forward::desc(
+                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, c.src_any,
+                                     c.weights_any, c.dst_any, c.strides, c.padding, c.padding);
+        const dnnl::convolution_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
+        fresh.operands = {operand(c.src, pd.src_desc(), true), operand(c.weights, pd.weights_desc(), true),
+                          plain(c.bias), operand(c.dst, pd.dst_desc(), false)};
+        fresh.primitive = dnnl::convolution_forward(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind_in(e.operands[0], x);
+      bind_in(e.operands[1], weight);
+      if (bias) bind(e.operands[2], bias);
+      bind(e.operands[3], y);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
+                                           {DNNL_ARG_WEIGHTS, e.operands[1].inner},
+                                           {DNNL_ARG_DST, e.operands[3].inner}};
+      if (bias) args[DNNL_ARG_BIAS] = e.operands[2].user;
+      e.primitive.execute(stream_, args);
+      finish_out(e.operands[3]);
+      stream_.wait();
+    });
+  }
+
+  void conv2d_backward_data(DType dtype, const Conv2dShape& s, const void* dy, const void* weight, void* dx) override {
+    check(dtype, "conv2d_backward_data");
+    guarded("conv2d_backward_data", [&] {
+      Entry& e = entry("conv_bwd_data", key(dtype, s), [&](Entry& fresh) {
+        const ConvDescs c = conv_descs(dtype, s);
+        const dnnl::convolution_forward::primitive_desc hint(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                            c.src_any, c.weights_any, c.dst_any, c.strides, c.padding, c.padding),
+            engine_);
+        const dnnl::convolution_backward_data::primitive_desc pd(
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, c.src_any, c.weights_any,
+                                                  c.dst_any, c.strides, c.padding, c.padding),
+            engine_, hint);
+        fresh.operands = {operand(c.dst, pd.diff_dst_desc(), true), operand(c.weights, pd.weights_desc(), true),
+                          operand(c.src, pd.diff_src_desc(), false)};
+        fresh.primitive = dnnl::convolution_backward_data(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind_in(e.operands[0], dy);
+      bind_in(e.operands[1], weight);
+      bind(e.operands[2], dx);
+      e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].inner},
+                                    {DNNL_ARG_WEIGHTS, e.operands[1].inner},
+                                    {DNNL_ARG_DIFF_SRC, e.operands[2].inner}});
+      finish_out(e.operands[2]);
+      stream_.wait();
+    });
+  }
+
+  void conv2d_backward_weights(DType dtype, const Conv2dShape& s, const void* dy, const void* x, void* dweight,
+                               void* dbias) override {
+    check(dtype, "conv2d_backward_weights");
+    guarded("conv2d_backward_weights", [&] {
+      Entry& e = entry("conv_bwd_weights", key(dtype, s, dbias != nullptr), [&](Entry& fresh) {
+        const ConvDescs c = conv_descs(dtype, s);
+        const dnnl::convolution_forward::primitive_desc hint(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                            c.src_any, c.weights_any, c.bias, c.dst_any, c.strides, c.padding,
+                                            c.padding),
+            engine_);
+        const auto desc =
+            dbias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.src_any,
+                                                             c.weights_any, c.bias, c.dst_any, c.strides, c.padding,
+                                                             c.padding)
+                  : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.src_any,
+                                                             c.weights_any, c.dst_any, c.strides, c.padding, c.padding);
+        const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine_, hint);
+        fresh.operands = {operand(c.src, pd.src_desc(), true), operand(c.dst, pd.diff_dst_desc(), true),
+                          operand(c.weights, pd.diff_weights_desc(), false), plain(c.bias)};
+        fresh.primitive = dnnl::convolution_backward_weights(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind_in(e.operands[0], x);
+      bind_in(e.operands[1], dy);
+      bind(e.operands[2], dweight);
+      if (dbias) bind(e.operands[3], dbias);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
+                                           {DNNL_ARG_DIFF_DST, e.operands[1].inner},
+                                           {DNNL_ARG_DIFF_WEIGHTS, e.operands[2].inner}};
+      if (dbias) args[DNNL_ARG_DIFF_BIAS] = e.operands[3].user;
+      e.primitive.execute(stream_, args);
+      finish_out(e.operands[2]);
+      stream_.wait();
+    });
+  }
+
+  // ---- max-pool: oneDNN's workspace is the backend's workspace ----
+  std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& s) override {
+    check(dtype, "max_pool2d");
+    std::size_t bytes = 0;
+    guarded("max_pool2d", [&] { bytes = pool_entry(dtype, s).workspace_bytes; });
+    return bytes;
+  }
+
+  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
+    check(dtype, "max_pool2d_forward");
+    guarded("max_pool2d_forward", [&] {
+      Entry& e = pool_entry(dtype, s);
+      bind(e.operands[0], x);
+      bind(e.operands[1], y);
+      bind(e.operands[2], workspace);
+      e.primitive.execute(stream_, {{DNNL_ARG_SRC, e.operands[0].user},
+                                    {DNNL_ARG_DST, e.operands[1].user},
+                                    {DNNL_ARG_WORKSPACE, e.operands[2].user}});
+      stream_.wait();
+    });
+  }
+
+  void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
+                           void* dx) override {
+    check(dtype, "max_pool2d_backward");
+    guarded("max_pool2d_backward", [&] {
+      Entry& fwd = pool_entry(dtype, s);
+      Entry& e = entry("pool_bwd", key(dtype, s), [&](Entry& fresh) {
+        const auto& fpd = fwd.pool_pd;
+        const dnnl::pooling_backward::primitive_desc pd(
+            dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, fpd.src_desc(), fpd.dst_desc(),
+                                         {s.stride_h, s.stride_w}, {s.kernel_h, s.kernel_w}, {s.pad_h, s.pad_w},
+                                         pool_padding_r(s)),
+            engine_, fpd);
+        fresh.operands = {plain(fpd.dst_desc()), plain(fpd.workspace_desc()), plain(fpd.src_desc())};
+        fresh.primitive = dnnl::pooling_backward(pd);
+        note_impl(pd.impl_info_str());
+      });
+      bind(e.operands[0], dy);
+      bind(e.operands[1], workspace);
+      bind(e.operands[2], dx);
+      e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].user},
+                                    {DNNL_ARG_WORKSPACE, e.operands[1].user},
+                                    {DNNL_ARG_DIFF_SRC, e.operands[2].user}});
+      stream_.wait();
+    });
+  }
+
+  std::string describe() const override {
+    std::lock_guard lock(mutex_);
+    const auto v = dnnl::version();
+    std::string impls;
+    for (const auto& impl : impls_) impls += (impls.empty() ? "" : ", ") + impl;
+    return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+           ", ISA " + isa_name(dnnl::get_effective_cpu_isa()) + ", " + std::to_string(primitives_created_) +
+           " primitives" + (impls.empty() ? "" : " (implementations: " + impls + ")");
+  }
+
+  std::map<std::string, std::int64_t> counters() const override {
+    std::lock_guard lock(mutex_);
+    auto out = CpuBackend::counters();
+    out["primitives_created"] = primitives_created_;
+    return out;
+  }
+
+ private:
+  struct Entry {
+    dnnl::primitive primitive;
+    std::vector<Operand> operands;
+    dnnl::pooling_forward::primitive_desc pool_pd;
+    std::size_t workspace_bytes = 0;
+  };
+
+  struct ConvDescs {
+    memory::desc src, weights, bias, dst;        // the engine's layouts
+    memory::desc src_any, weights_any, dst_any;  // what the primitive may choose
+    memory::dims strides, padding;
+  };
+
+  static dt data_type(DType dtype) { return dtype == DType::bf16 ? dt::bf16 : dt::f32; }
+
+  void check(DType dtype, const char* op) const {
+    if (!supports(dtype)) cpu::unsupported(op_name(op).c_str(), dtype, "f32, bf16");
+  }
+
+  template <typename Fn>
+  void guarded(const char* op, Fn&& fn) {
+    try {
+      fn();
+    } catch (const dnnl::error& e) {
+      throw Error("onednn: " + std::string(op) + ": " + e.what() + " (dnnl status " + std::to_string(e.status) + ")");
+    }
+  }
+
+  static std::string key_part(std::int64_t v) { return std::to_string(v) + ","; }
+  template <typename... Args>
+  static std::string key(DType dtype, Args... args) {
+    std::string k = std::string(dtype_name(dtype)) + ":";
+    ((k += key_part(static_cast<std::int64_t>(args))), ...);
+    return k;
+  }
+  static std::string key(DType dtype, const Conv2dShape& s, bool a = false, bool b = false) {
+    return key(dtype, s.batch, s.in_channels, s.in_h, s.in_w, s.out_channels, s.kernel_h, s.kernel_w, s.stride_h,
+               s.stride_w, s.pad_h, s.pad_w, s.channels_last, a, b);
+  }
+  static std::string key(DType dtype, const Pool2dShape& s) {
+    return key(dtype, s.batch, s.channels, s.in_h, s.in_w, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h,
+               s.pad_w, s.channels_last);
+  }
+
+  // The cached entry for (kind, key), built by `build` on first use.
+  template <typename Build>
+  Entry& entry(const char* kind, const std::string& k, Build&& build) {
+    const std::string full = std::string(kind) + "|" + k;
+    std::lock_guard lock(mutex_);
+    auto it = cache_.find(full);
+    if (it != cache_.end()) return *it->second;
+    auto fresh = std::make_unique<Entry>();
+    build(*fresh);
+    ++primitives_created_;
+    return *cache_.emplace(full, std::move(fresh)).first->second;
+  }
+
+  Entry& pool_entry(DType dtype, const Pool2dShape& s) {
+    return entry("pool_fwd", key(dtype, s), [&](Entry& fresh) {
+      const auto d = data_type(dtype);
+      const tag t = s.channels_last ? tag::nhwc : tag::nchw;
+      const memory::desc src({s.batch, s.channels, s.in_h, s.in_w}, d, t);
+      const memory::desc dst({s.batch, s.channels, s.out_h(), s.out_w()}, d, t);
+      fresh.pool_pd = dnnl::pooling_forward::primitive_desc(
+          dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, src, dst,
+                                      {s.stride_h, s.stride_w}, {s.kernel_h, s.kernel_w}, {s.pad_h, s.pad_w},
+                                      pool_padding_r(s)),
+          engine_);
+      fresh.workspace_bytes = fresh.pool_pd.workspace_desc().get_size();
+      fresh.operands = {plain(src), plain(dst), plain(fresh.pool_pd.workspace_desc())};
+      fresh.primitive = dnnl::pooling_forward(fresh.pool_pd);
+      note_impl(fresh.pool_pd.impl_info_str());
+    });
+  }
+
+  // oneDNN wants the right padding that makes the output size exact.
+  static memory::dims pool_padding_r(const Pool2dShape& s) {
+    return {(s.out_h() - 1) * s.stride_h + s.kernel_h - s.in_h - s.pad_h,
+            (s.out_w() - 1) * s.stride_w + s.kernel_w - s.in_w - s.pad_w};
+  }
+
+  ConvDescs conv_descs(DType dtype, const Conv2dShape& s) const {
+    const auto d = data_type(dtype);
+    const tag act = s.channels_last ? tag::nhwc : tag::nchw;
+    // channels_last activations are used in place; NCHW ones may be reordered to what oneDNN likes.
+    const tag act_choice = s.channels_last ? tag::nhwc : tag::any;
+    const memory::dims src_dims{s.batch, s.in_channels, s.in_h, s.in_w};
+    const memory::dims dst_dims{s.batch, s.out_channels, s.out_h(), s.out_w()};
+    const memory::dims w_dims{s.out_channels, s.in_channels, s.kernel_h, s.kernel_w};
+    return ConvDescs{memory::desc(src_dims, d, act),
+                     memory::desc(w_dims, d, tag::oihw),
+                     memory::desc({s.out_channels}, d, tag::x),
+                     memory::desc(dst_dims, d, act),
+                     memory::desc(src_dims, d, act_choice),
+                     memory::desc(w_dims, d, tag::any),
+                     memory::desc(dst_dims, d, act_choice),
+                     {s.stride_h, s.stride_w},
+                     {s.pad_h, s.pad_w}};
+  }
+
+  static dnnl::primitive_attr relu_attr(bool relu) {
+    dnnl::primitive_attr attr;
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(ops);
+    }
+    return attr;
+  }
+
+  Operand plain(const memory::desc& md) {
+    Operand op;
+    op.user = memory(md, engine_, DNNL_MEMORY_NONE);
+    op.inner = op.user;
+    return op;
+  }
+
+  // An operand whose primitive layout may differ from the engine's: the inner buffer and the
+  // reorder (engine -> primitive for inputs, primitive -> engine for outputs) are made once here.
+  Operand operand(const memory::desc& user_md, const memory::desc& inner_md, bool input) {
+    Operand op;
+    op.user = memory(user_md, engine_, DNNL_MEMORY_NONE);
+    if (inner_md == user_md) {
+      op.inner = op.user;
+      return op;
+    }
+    op.inner = memory(inner_md, engine_);  // owned by the entry for its whole life
+    op.reordered = true;
+    if (input) {
+      op.to_inner = dnnl::reorder(op.user, op.inner);
+    } else {
+      op.to_user = dnnl::reorder(op.inner, op.user);
+    }
+    return op;
+  }
+
+  static void bind(Operand& op, const void* ptr) { op.user.set_data_handle(const_cast<void*>(ptr)); }
+
+  // Binds an input and, when the primitive wants another layout, reorders it in.
+  void bind_in(Operand& op, const void* ptr) {
+    bind(op, ptr);
+    if (op.reordered) op.to_inner.execute(stream_, op.user, op.inner);
+  }
+
+  // After the primitive ran: reorders an output back to the engine's layout when needed.
+  void finish_out(Operand& op) {
+    if (op.reordered) op.to_user.execute(stream_, op.inner, op.user);
+  }
+
+  void note_impl(const char* impl) { impls_.insert(impl); }  // called with mutex_ held (from entry())
+
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> cache_;
+  std::set<std::string> impls_;
+  std::int64_t primitives_created_ = 0;
+};
+
+const BackendRegistration registration{
+    BackendInfo{"onednn",
+                "oneDNN primitives (conv, inner product, pooling, eltwise) in f32 and bf16, NCHW and channels-last",
+                DeviceType::cpu, 20},
+    [] { return std::make_unique<OnednnBackend>(); }};
+
+}  // namespace
+}  // namespace trainlab::onednn

@@ -1,0 +1,299 @@
+// The cross-backend harness (in the spirit of ggml's test-backend-ops): every op on every
+// registered backend against the reference backend, forward and every gradient, on random shapes
+// (odd sizes included), in f32 and bf16, in both layouts.
+//
+// Each case builds L = sum(op(inputs) * R) with a fixed random R and compares the output and the
+// gradient of every input, norm-wise: |got - reference| / |reference| must stay below 1e-5 in f32
+// (both sides accumulate in f32, in different orders) and 1e-2 in bf16 (8-bit mantissas; both
+// sides accumulate in f32 and round the same inputs).
+#include <functional>
+
+#include "backends/registry.h"
+#include "engine/optim.h"
+#include "test_util.h"
+
+using namespace trainlab;
+using namespace trainlab::test;
+
+namespace {
+
+using Op = std::function<Tensor(const std::vector<Tensor>&)>;
+
+double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-5 : 1e-2; }
+
+double relative_error(const Tensor& got, const Tensor& expected) {
+  const auto g = values(got), e = values(expected);
+  REQUIRE(g.size() == e.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    diff += (g[i] - e[i]) * (g[i] - e[i]);
+    norm += e[i] * e[i];
+  }
+  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+std::vector<std::string> fast_backends() {
+  std::vector<std::string> names;
+  for (const auto& info : registered_backends()) {
+    if (info.name != "reference" && info.device_type == DeviceType::cpu) names.push_back(info.name);
+  }
+  return names;
+}
+
+// Runs `op` on `backend`: inputs (f32 host values on the reference) are moved there, cast to
+// `dtype` and laid out as asked; returns the output and the gradients of the inputs flagged.
+struct Result {
+  Tensor output;
+  std::vector<Tensor> grads;
+};
+
+Result run(Backend& backend, DType dtype, const Op& op, const std::vector<Tensor>& host_inputs,
+           const std::vector<bool>& differentiable, const std::vector<bool>& channels_last,
+           const Tensor& host_weights) {
+  std::vector<Tensor> inputs;
+  for (std::size_t i = 0; i < host_inputs.size(); ++i) {
+    Tensor t = host_inputs[i].to(backend);
+    if (is_floating(t.dtype())) t = t.to(dtype);
+    if (channels_last[i]) t = t.contiguous(MemoryFormat::channels_last);
+    t = t.detach();
+    if (differentiable[i]) t.set_requires_grad(true);
+    inputs.push_back(t);
+  }
+  Result result;
+  result.output = op(inputs);
+  const Tensor weights = host_weights.to(backend).to(result.output.dtype());
+  sum(mul(result.output, weights)).backward();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (differentiable[i]) result.grads.push_back(inputs[i].grad());
+  }
+  return result;
+}
+
+// Compares `op` on every fast backend with the reference.
+void check_op(const std::string& label, DType dtype, const Op& op, const std::vector<Tensor>& host_inputs,
+              std::vector<bool> differentiable, std::vector<bool> channels_last, std::uint64_t seed) {
+  if (channels_last.empty()) channels_last.assign(host_inputs.size(), false);
+  Generator gen(seed);
+  Tensor probe;
+  {
+    NoGradGuard no_grad;
+    std::vector<Tensor> inputs;
+    for (const auto& t : host_inputs) inputs.push_back(is_floating(t.dtype()) ? t.to(dtype) : t);
+    probe = op(inputs);
+  }
+  const Tensor weights = Tensor::uniform(probe.shape(), -1, 1, gen, DType::f32, ref());
+  const Result expected = run(ref(), dtype, op, host_inputs, differentiable, channels_last, weights);
+  for (const auto& name : fast_backends()) {
+    Backend& backend = get_backend(name);
+    if (!backend.supports(dtype)) continue;
+    INFO(label << " on " << name << " in " << dtype_name(dtype));
+    const Result got = run(backend, dtype, op, host_inputs, differentiable, channels_last, weights);
+    CHECK(got.output.dtype() == expected.output.dtype());
+    CHECK(got.output.memory_format() == expected.output.memory_format());
+    const double out_err = relative_error(got.output, expected.output);
+    INFO("output relative error " << out_err);
+    CHECK(out_err < tolerance(dtype));
+    for (std::size_t i = 0; i < expected.grads.size(); ++i) {
+      const double err = relative_error(got.grads[i], expected.grads[i]);
+      INFO("gradient " << i << " relative error " << err);
+      CHECK(err < tolerance(dtype));
+    }
+  }
+}
+
+std::int64_t between(Generator& gen, std::int64_t lo, std::int64_t hi) {
+  return lo + static_cast<std::int64_t>(gen.below(static_cast<std::uint64_t>(hi - lo + 1)));
+}
+
+Tensor random(const Shape& shape, Generator& gen, double lo = -1, double hi = 1) {
+  return Tensor::uniform(shape, lo, hi, gen, DType::f32, ref());
+}
+
+// Pooling inputs whose every window holds distinct values that bf16 represents exactly, so the
+// argmax (and the gradient's route) is the same on every backend: a per-position offset below
+// the window size plus a random multiple of it, all integers below 256.
+Tensor pool_input(const Shape& shape, std::int64_t window, Generator& gen) {
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+  const std::int64_t h = shape[2], w = shape[3];
+  const std::int64_t levels = 256 / (window * window);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::int64_t y = static_cast<std::int64_t>(i) / w % h, x = static_cast<std::int64_t>(i) % w;
+    const std::int64_t offset = (y % window) * window + (x % window);
+    v[i] = static_cast<float>(
+               static_cast<std::int64_t>(gen.below(static_cast<std::uint64_t>(levels))) * window * window + offset) /
+           16.0f;
+  }
+  return Tensor::from_vector(v, shape, ref());
+}
+
+const std::vector<DType> kDtypes = {DType::f32, DType::bf16};
+
+}  // namespace
+
+TEST_CASE("backends: the harness finds the fast backends", "[backends]") {
+  CHECK(fast_backends().size() >= 1);
+  for (const auto& name : fast_backends()) {
+    INFO(name << ": " << get_backend(name).describe());
+    CHECK(get_backend(name).supports(DType::f32));
+  }
+}
+
+TEST_CASE("backends: conv2d, plain and fused, both layouts", "[backends]") {
+  Generator gen(100);
+  for (DType dtype : kDtypes) {
+    for (bool nhwc : {false, true}) {
+      for (int trial = 0; trial < 4; ++trial) {
+        const std::int64_t k = between(gen, 1, 3);
+        const std::int64_t n = between(gen, 1, 3), c_in = trial == 0 ? 3 : between(gen, 1, 17),
+                           c_out = between(gen, 1, 19), h = between(gen, k, 13), w = between(gen, k, 11);
+        const Conv2dOptions o = Conv2dOptions::square(between(gen, 1, 2), between(gen, 0, k / 2 + 1));
+        const bool relu = trial % 2 == 1;
+        INFO("x [" << n << "," << c_in << "," << h << "," << w << "] k " << k << " stride " << o.stride_h << " pad "
+                   << o.pad_h << (nhwc ? " nhwc" : " nchw") << (relu ? " relu" : ""));
+        const std::vector<Tensor> in = {random({n, c_in, h, w}, gen), random({c_out, c_in, k, k}, gen, -0.5, 0.5),
+                                        random({c_out}, gen)};
+        check_op(
+            "conv2d", dtype, [o](const auto& x) { return conv2d(x[0], x[1], o); }, {in[0], in[1]}, {true, true},
+            {nhwc, false}, 200 + static_cast<std::uint64_t>(trial));
+        check_op(
+            "conv2d_fused", dtype, [o, relu](const auto& x) { return conv2d_fused(x[0], x[1], x[2], relu, o); }, in,
+            {true, true, true}, {nhwc, false, false}, 300 + static_cast<std::uint64_t>(trial));
+      }
+    }
+  }
+}
+
+TEST_CASE("backends: SmallCNN's own convolutions", "[backends]") {
+  Generator gen(101);
+  for (DType dtype : kDtypes) {
+    for (bool nhwc : {false, true}) {
+      INFO((nhwc ? "nhwc" : "nchw"));
+      const Conv2dOptions o = Conv2dOptions::square(1, 1);
+      check_op(
+          "conv1", dtype, [o](const auto& x) { return conv2d_fused(x[0], x[1], x[2], true, o); },
+          {random({4, 3, 32, 32}, gen), random({32, 3, 3, 3}, gen, -0.2, 0.2), random({32}, gen, -0.2, 0.2)},
+          {true, true, true}, {nhwc, false, false}, 1);
+      check_op(
+          "conv2", dtype, [o](const auto& x) { return conv2d(x[0], x[1], o); },
+          {random({4, 32, 16, 16}, gen, 0, 1), random({64, 32, 3, 3}, gen, -0.06, 0.06)}, {true, true}, {nhwc, false},
+          2);
+    }
+  }
+}
+
+TEST_CASE("backends: linear, plain and fused", "[backends]") {
+  Generator gen(102);
+  for (DType dtype : kDtypes) {
+    for (int trial = 0; trial < 4; ++trial) {
+      const std::int64_t batch = between(gen, 1, 9), in = between(gen, 1, 70), out = between(gen, 1, 33);
+      const bool relu = trial % 2 == 0;
+      INFO("batch " << batch << " in " << in << " out " << out << (relu ? " relu" : ""));
+      const std::vector<Tensor> x = {random({batch, in}, gen), random({out, in}, gen), random({out}, gen)};
+      check_op(
+          "linear", dtype, [](const auto& t) { return linear(t[0], t[1]); }, {x[0], x[1]}, {true, true}, {},
+          400 + static_cast<std::uint64_t>(trial));
+      check_op(
+          "linear_fused", dtype, [relu](const auto& t) { return linear_fused(t[0], t[1], t[2], relu); }, x,
+          {true, true, true}, {}, 500 + static_cast<std::uint64_t>(trial));
+    }
+    check_op(
+        "fc1", dtype, [](const auto& t) { return linear_fused(t[0], t[1], t[2], true); },
+        {random({8, 4096}, gen, 0, 1), random({256, 4096}, gen, -0.015, 0.015), random({256}, gen, -0.015, 0.015)},
+        {true, true, true}, {}, 600);
+  }
+}
+
+TEST_CASE("backends: max_pool2d, both layouts", "[backends]") {
+  Generator gen(103);
+  for (DType dtype : kDtypes) {
+    for (bool nhwc : {false, true}) {
+      struct Case {
+        Shape shape;
+        Pool2dOptions options;
+        std::int64_t window;
+      };
+      for (const Case& c :
+           {Case{{2, 3, 8, 6}, Pool2dOptions::square(2), 2}, Case{{1, 5, 7, 9}, Pool2dOptions::square(2), 2},
+            Case{{2, 4, 9, 7}, Pool2dOptions::square(3, 2, 1), 3},
+            Case{{4, 32, 32, 32}, Pool2dOptions::square(2), 2}}) {
+        INFO(shape_str(c.shape) << (nhwc ? " nhwc" : " nchw") << " kernel " << c.options.kernel_h);
+        const Pool2dOptions o = c.options;
+        check_op(
+            "max_pool2d", dtype, [o](const auto& x) { return max_pool2d(x[0], o); },
+            {pool_input(c.shape, c.window, gen)}, {true}, {nhwc}, 700);
+      }
+    }
+  }
+}
+
+TEST_CASE("backends: relu, bias_add, elementwise and reductions", "[backends]") {
+  Generator gen(104);
+  for (DType dtype : kDtypes) {
+    for (bool nhwc : {false, true}) {
+      const Shape shape{3, 5, 7, 4};
+      check_op(
+          "relu", dtype, [](const auto& x) { return relu(x[0]); }, {random(shape, gen)}, {true}, {nhwc}, 800);
+      check_op(
+          "bias_add", dtype, [](const auto& x) { return bias_add(x[0], x[1]); }, {random(shape, gen), random({5}, gen)},
+          {true, true}, {nhwc, false}, 801);
+      check_op(
+          "mul", dtype, [](const auto& x) { return mul(x[0], x[1]); }, {random(shape, gen), random(shape, gen)},
+          {true, true}, {nhwc, nhwc}, 802);
+    }
+    check_op(
+        "add_sub", dtype, [](const auto& x) { return sub(add(x[0], x[1]), x[0]); },
+        {random({17, 3}, gen), random({17, 3}, gen)}, {true, true}, {}, 803);
+    check_op(
+        "bias_add 2-D", dtype, [](const auto& x) { return bias_add(x[0], x[1]); },
+        {random({6, 11}, gen), random({11}, gen)}, {true, true}, {}, 804);
+    check_op(
+        "relu big", dtype, [](const auto& x) { return relu(x[0]); }, {random({1 << 17}, gen)}, {true}, {}, 805);
+    check_op(
+        "sum", dtype, [](const auto& x) { return sum(x[0]); }, {random({1000, 3}, gen)}, {true}, {}, 806);
+  }
+}
+
+TEST_CASE("backends: cross_entropy", "[backends]") {
+  Generator gen(105);
+  for (DType dtype : kDtypes) {
+    std::vector<std::int64_t> labels(13);
+    for (auto& l : labels) l = static_cast<std::int64_t>(gen.below(10));
+    const Tensor y = Tensor::from_vector(labels, {13}, ref());
+    check_op(
+        "cross_entropy", dtype, [](const auto& x) { return cross_entropy(x[0], x[1]); },
+        {random({13, 10}, gen, -4, 4), y}, {true, false}, {}, 900);
+  }
+}
+
+TEST_CASE("backends: casts and optimiser steps", "[backends]") {
+  Generator gen(106);
+  const Tensor x = Tensor::normal({5000}, gen, DType::f32, ref());
+  for (const auto& name : fast_backends()) {
+    INFO(name);
+    Backend& backend = get_backend(name);
+    for (DType to : {DType::bf16, DType::f16, DType::f64}) {
+      CHECK(bitwise_equal(x.to(backend).to(to).to(ref()), x.to(to)));
+      CHECK(bitwise_equal(x.to(to).to(backend).to(DType::f32).to(ref()), x.to(to).to(DType::f32)));
+    }
+    for (const std::string kind : {"sgd", "adamw"}) {
+      INFO(kind);
+      auto make = [&](Backend& be, Tensor& p) -> std::unique_ptr<Optimizer> {
+        p = x.to(be).detach();
+        p.set_requires_grad(true);
+        if (kind == "sgd") return std::make_unique<SGD>(NamedTensors{{"p", p}}, SgdOptions{0.1, 0.9, 0.0, 0.01, true});
+        return std::make_unique<AdamW>(NamedTensors{{"p", p}}, AdamWOptions{});
+      };
+      Tensor pr, pb;
+      auto opt_r = make(ref(), pr);
+      auto opt_b = make(backend, pb);
+      for (int step = 0; step < 3; ++step) {
+        const Tensor g = Tensor::normal({5000}, gen, DType::f32, ref());
+        pr.set_grad(g.clone());
+        pb.set_grad(g.to(backend).clone());
+        opt_r->step();
+        opt_b->step();
+      }
+      CHECK(relative_error(pb.to(ref()), pr) < 1e-6);
+    }
+  }
+}
