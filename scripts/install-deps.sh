@@ -3,6 +3,8 @@
 # Idempotent: when everything is present it does nothing (no apt-get update, no root needed).
 set -euo pipefail
 
+# python3-torch (PyTorch 1.13 under /usr/bin/python3): the peer for side-by-side benchmarks and
+# the gradient comparison test.
 # ocl-icd-opencl-dev and opencl-headers: Debian's dnnl CMake config requires OpenCL (its GPU runtime).
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -10,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   catch2 libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libbenchmark-dev hwloc
+  python3-torch python3-numpy
 )
 
 missing=()

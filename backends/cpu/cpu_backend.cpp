@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -323,6 +324,102 @@ void CpuBackend::bias_add_backward(DType dtype, const void* dy, void* dbias, std
       C total = 0;
       for (std::int64_t blk = 0; blk < blocks; ++blk) total += partials[static_cast<std::size_t>(blk * channels + c)];
       db[c] = store<S>(total);
+    }
+  });
+}
+
+// ---- max-pool ----
+
+std::size_t CpuBackend::max_pool2d_workspace_bytes(DType, const Pool2dShape& s) {
+  return static_cast<std::size_t>(s.batch * s.channels * s.out_h() * s.out_w()) * sizeof(std::int64_t);
+}
+
+void CpuBackend::max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) {
+  dispatch_floating(dtype, op_name("max_pool2d_forward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* in = as<S>(x);
+    S* out = as<S>(y);
+    auto* idx = as<std::int64_t>(workspace);
+    const std::int64_t oh_n = s.out_h(), ow_n = s.out_w(), ch = s.channels;
+    // One output: the first maximum of its window wins; a NaN wins over any number (it propagates,
+    // as in PyTorch). `at(ih, iw)` reads the window's element in this layout.
+    auto pool_one = [&](std::int64_t oh, std::int64_t ow, auto at, S* result, std::int64_t* argmax) {
+      C best = -std::numeric_limits<C>::infinity();
+      std::int64_t best_index = -1;
+      for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
+        const std::int64_t ih = oh * s.stride_h - s.pad_h + kh;
+        if (ih < 0 || ih >= s.in_h) continue;
+        for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
+          const std::int64_t iw = ow * s.stride_w - s.pad_w + kw;
+          if (iw < 0 || iw >= s.in_w) continue;
+          const C value = load<C>(at(ih, iw));
+          if (best_index < 0 || value > best || (std::isnan(value) && !std::isnan(best))) {
+            best = value;
+            best_index = ih * s.in_w + iw;
+          }
+        }
+      }
+      *result = store<S>(best);
+      *argmax = best_index;
+    };
+    if (!s.channels_last) {
+#pragma omp parallel for num_threads(threads_) schedule(static)
+      for (std::int64_t plane = 0; plane < s.batch * ch; ++plane) {
+        const S* src = in + plane * s.in_h * s.in_w;
+        for (std::int64_t oh = 0; oh < oh_n; ++oh)
+          for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+            const std::int64_t o = (plane * oh_n + oh) * ow_n + ow;
+            pool_one(
+                oh, ow, [&](std::int64_t ih, std::int64_t iw) { return src[ih * s.in_w + iw]; }, out + o, idx + o);
+          }
+      }
+      return;
+    }
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (std::int64_t row = 0; row < s.batch * oh_n; ++row) {
+      const std::int64_t n = row / oh_n, oh = row % oh_n;
+      const S* src = in + n * s.in_h * s.in_w * ch;
+      for (std::int64_t ow = 0; ow < ow_n; ++ow)
+        for (std::int64_t c = 0; c < ch; ++c) {
+          const std::int64_t o = ((n * oh_n + oh) * ow_n + ow) * ch + c;
+          pool_one(
+              oh, ow, [&](std::int64_t ih, std::int64_t iw) { return src[(ih * s.in_w + iw) * ch + c]; }, out + o,
+              idx + o);
+        }
+    }
+  });
+}
+
+void CpuBackend::max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
+                                     void* dx) {
+  dispatch_floating(dtype, op_name("max_pool2d_backward").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* g = as<S>(dy);
+    S* out = as<S>(dx);
+    const auto* idx = as<std::int64_t>(workspace);
+    const std::int64_t out_plane = s.out_h() * s.out_w(), in_plane = s.in_h * s.in_w, ch = s.channels;
+    // Per image: windows may overlap, so each image's gradient is accumulated in f32/f64 by one
+    // thread, in output order, then stored.
+#pragma omp parallel num_threads(threads_)
+    {
+      std::vector<C> acc(static_cast<std::size_t>(in_plane * ch));
+#pragma omp for schedule(static)
+      for (std::int64_t n = 0; n < s.batch; ++n) {
+        std::fill(acc.begin(), acc.end(), C(0));
+        const std::int64_t base_out = n * out_plane * ch;
+        for (std::int64_t i = 0; i < out_plane * ch; ++i) {
+          const std::int64_t o = base_out + i;
+          if (idx[o] < 0) continue;
+          // NCHW: i = c * out_plane + q; channels_last: i = q * ch + c.
+          const std::int64_t c = s.channels_last ? i % ch : i / out_plane;
+          const std::int64_t target = s.channels_last ? idx[o] * ch + c : c * in_plane + idx[o];
+          acc[static_cast<std::size_t>(target)] += load<C>(g[o]);
+        }
+        S* dst = out + n * in_plane * ch;
+        for (std::int64_t i = 0; i < in_plane * ch; ++i) dst[i] = store<S>(acc[static_cast<std::size_t>(i)]);
+      }
     }
   });
 }

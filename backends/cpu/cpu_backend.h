@@ -47,6 +47,13 @@ class CpuBackend : public Backend {
   void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                          std::int64_t inner) override;
 
+  // Max-pool in plain loops, NCHW and channels-last natively. The workspace holds, per output,
+  // the argmax's offset in its input plane (ih * W + iw), -1 when a window is all padding.
+  std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& shape) override;
+  void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y, void* workspace) override;
+  void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const void* workspace,
+                           void* dx) override;
+
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
                                      std::int64_t classes, void* probs, void* loss) override;
   void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,

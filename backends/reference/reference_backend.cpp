@@ -8,8 +8,8 @@
 // f64 for f64. Staging (cpu_kernels.h) widens bf16/f16 inputs to f32 and reorders channels-last
 // inputs to NCHW in scratch buffers, then narrows and reorders the outputs back, so the oracle
 // covers every dtype and layout with the same loops and accumulates in f32 for the half types, as
-// the fast backends do. The non-layer kernels come from CpuBackend; memory is not cached, so
-// AddressSanitizer sees every buffer's life.
+// the fast backends do. The non-layer kernels and max-pool come from CpuBackend; memory is not
+// cached, so AddressSanitizer sees every buffer's life.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -245,75 +245,6 @@ class ReferenceBackend final : public cpu::CpuBackend {
         }
       }
       if (dbias) channel_sums(pdy, st.output(dbias, s.out_channels), s.batch, s.out_channels, p, threads_);
-      st.finish();
-    });
-  }
-
-  // ---- max-pool: the workspace holds, per output, the argmax's offset in its NCHW input plane ----
-  std::size_t max_pool2d_workspace_bytes(DType, const Pool2dShape& s) override {
-    return static_cast<std::size_t>(s.batch * s.channels * s.out_h() * s.out_w()) * sizeof(std::int64_t);
-  }
-  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
-    dispatch_floating(dtype, op_name("max_pool2d_forward").c_str(), [&](auto tag) {
-      using S = decltype(tag);
-      using C = compute_t<S>;
-      const std::int64_t oh_n = s.out_h(), ow_n = s.out_w(), planes = s.batch * s.channels;
-      Stage<S, C> st;
-      const C* px = st.input(x, Dims4{s.batch, s.channels, s.in_h, s.in_w}, s.channels_last);
-      C* py = st.output(y, Dims4{s.batch, s.channels, oh_n, ow_n}, s.channels_last);
-      auto* indices = as<std::int64_t>(workspace);
-#pragma omp parallel for num_threads(threads_) schedule(static)
-      for (std::int64_t plane = 0; plane < planes; ++plane) {
-        const C* in = px + plane * s.in_h * s.in_w;
-        C* out = py + plane * oh_n * ow_n;
-        std::int64_t* idx = indices + plane * oh_n * ow_n;
-        for (std::int64_t oh = 0; oh < oh_n; ++oh) {
-          for (std::int64_t ow = 0; ow < ow_n; ++ow) {
-            C best = -std::numeric_limits<C>::infinity();
-            std::int64_t best_index = -1;
-            for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
-              const std::int64_t ih = oh * s.stride_h - s.pad_h + kh;
-              if (ih < 0 || ih >= s.in_h) continue;
-              for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
-                const std::int64_t iw = ow * s.stride_w - s.pad_w + kw;
-                if (iw < 0 || iw >= s.in_w) continue;
-                const C value = in[ih * s.in_w + iw];
-                // The first maximum wins; a NaN wins over any number (it propagates, as in PyTorch).
-                if (best_index < 0 || value > best || (std::isnan(value) && !std::isnan(best))) {
-                  best = value;
-                  best_index = ih * s.in_w + iw;
-                }
-              }
-            }
-            out[oh * ow_n + ow] = best;
-            idx[oh * ow_n + ow] = best_index;
-          }
-        }
-      }
-      st.finish();
-    });
-  }
-  void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
-                           void* dx) override {
-    dispatch_floating(dtype, op_name("max_pool2d_backward").c_str(), [&](auto tag) {
-      using S = decltype(tag);
-      using C = compute_t<S>;
-      const std::int64_t out_plane = s.out_h() * s.out_w(), in_plane = s.in_h * s.in_w;
-      const std::int64_t planes = s.batch * s.channels;
-      Stage<S, C> st;
-      const C* pdy = st.input(dy, Dims4{s.batch, s.channels, s.out_h(), s.out_w()}, s.channels_last);
-      C* pdx = st.output(dx, Dims4{s.batch, s.channels, s.in_h, s.in_w}, s.channels_last);
-      const auto* indices = as<std::int64_t>(workspace);
-#pragma omp parallel for num_threads(threads_) schedule(static)
-      for (std::int64_t plane = 0; plane < planes; ++plane) {
-        C* out = pdx + plane * in_plane;
-        std::fill(out, out + in_plane, C(0));
-        const C* grad = pdy + plane * out_plane;
-        const std::int64_t* idx = indices + plane * out_plane;
-        for (std::int64_t i = 0; i < out_plane; ++i) {
-          if (idx[i] >= 0) out[idx[i]] += grad[i];
-        }
-      }
       st.finish();
     });
   }
