@@ -8,6 +8,7 @@
 
 #include "backends/registry.h"
 #include "engine/config.h"
+#include "engine/throughput.h"
 #include "engine/trainer.h"
 #include "engine/version.h"
 
@@ -32,6 +33,12 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   Trainer trainer(config);
   const TrainResult result = trainer.train(&std::cout);
   return result.last_step == (config.stop_at > 0 ? config.stop_at : config.steps) ? 0 : 1;
+}
+
+int run_throughput(const ThroughputConfig& config) {
+  check_backend_name(config.backend);
+  std::printf("%s\n", throughput_json(measure_throughput(config)).c_str());
+  return 0;
 }
 
 int list_backends() {
@@ -61,6 +68,22 @@ int cli_main(int argc, char** argv) {
     if (field.allowed == "true | false") option->expected(0, 1);
     options[field.key] = option;
   }
+  auto* throughput = app.add_subcommand(
+      "throughput", "time SmallCNN training steps on in-memory batches; prints one JSON line (warm-up excluded)");
+  ThroughputConfig tp;
+  throughput->add_option("--backend", tp.backend, "backend (default: the best CPU backend)");
+  throughput->add_option("--dtype", tp.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  throughput->add_option("--layout", tp.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
+  throughput->add_option("--batch", tp.batch, "batch size [1..65536]")->check(CLI::Range(1, 65536));
+  throughput->add_option("--threads", tp.threads, "compute threads (0: all cores) [0..1024]")
+      ->check(CLI::Range(0, 1024));
+  throughput->add_option("--seconds", tp.seconds, "measured seconds after warm-up (0.01..3600]")
+      ->check(CLI::Range(0.01, 3600.0));
+  throughput->add_option("--warmup", tp.warmup, "warm-up steps excluded [0..10000]")->check(CLI::Range(0, 10000));
+  throughput->add_option("--seed", tp.seed, "seed for weights and data");
+  throughput->add_flag("--fuse", tp.fuse, "conv/linear with bias and ReLU fused");
+  throughput->add_flag("--forward-only", tp.forward_only, "inference: forward passes without gradients");
+  throughput->add_flag("--profile", tp.profile, "add per-op seconds over the measured steps (op_seconds)");
   auto* backends = app.add_subcommand("backends", "list the registered backends");
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
 
@@ -89,6 +112,7 @@ int cli_main(int argc, char** argv) {
 
   try {
     if (*train) return run_train(config_path, options, values);
+    if (*throughput) return run_throughput(tp);
     if (*backends) return list_backends();
     if (*version_cmd) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),

@@ -220,14 +220,18 @@ void apply_config_file(TrainConfig& config, const std::string& path) {
   }
 }
 
+void check_backend_name(const std::string& name) {
+  if (name.empty()) return;
+  for (const auto& info : registered_backends()) {
+    if (info.name == name) return;
+  }
+  throw Error("unknown backend '" + name + "' (registered: " + registered_backend_names() + ")");
+}
+
 void validate_config(const TrainConfig& config) {
   TL_CHECK(config.train_samples >= config.batch, "train_samples (" + std::to_string(config.train_samples) +
                                                      ") must be at least batch (" + std::to_string(config.batch) + ")");
-  if (!config.backend.empty()) {
-    bool known = false;
-    for (const auto& info : registered_backends()) known = known || info.name == config.backend;
-    TL_CHECK(known, "unknown backend '" + config.backend + "' (registered: " + registered_backend_names() + ")");
-  }
+  check_backend_name(config.backend);
   if (config.schedule == "warmup_cosine") {
     TL_CHECK(config.steps > config.warmup_steps, "warmup_cosine: steps (" + std::to_string(config.steps) +
                                                      ") must exceed warmup_steps (" +

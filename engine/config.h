@@ -63,6 +63,8 @@ const std::vector<ConfigField>& config_fields();
 void apply_config_file(TrainConfig& config, const std::string& path);
 void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text,
                         const std::string& origin);
+// Throws Error unless `name` is empty (the default) or a registered backend.
+void check_backend_name(const std::string& name);
 // Cross-field checks (train_samples >= batch, the backend is registered, ...).
 void validate_config(const TrainConfig& config);
 // The config as strings ("config.<key>"), for checkpoints and ledgers.

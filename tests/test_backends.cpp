@@ -10,6 +10,7 @@
 
 #include "backends/registry.h"
 #include "engine/optim.h"
+#include "engine/throughput.h"
 #include "test_util.h"
 
 using namespace trainlab;
@@ -296,4 +297,39 @@ TEST_CASE("backends: casts and optimiser steps", "[backends]") {
       CHECK(relative_error(pb.to(ref()), pr) < 1e-6);
     }
   }
+}
+
+TEST_CASE("backends: a steady-state training step allocates nothing and creates no primitive", "[backends]") {
+  for (const auto& name : fast_backends()) {
+    for (const std::string dtype : {"f32", "bf16"}) {
+      for (const std::string layout : {"nchw", "nhwc"}) {
+        for (bool fuse : {false, true}) {
+          INFO(name << " " << dtype << " " << layout << (fuse ? " fused" : ""));
+          ThroughputConfig config;
+          config.backend = name;
+          config.dtype = dtype;
+          config.layout = layout;
+          config.fuse = fuse;
+          config.batch = 16;
+          config.warmup = 2;
+          config.min_steps = 3;
+          config.seconds = 0.01;
+          const ThroughputResult result = measure_throughput(config);
+          CHECK(result.steps >= 3);
+          for (const auto& [counter, delta] : result.counter_deltas) {
+            INFO(counter);
+            CHECK(delta == 0);
+          }
+          CHECK(result.counter_deltas.count("allocations") == 1);
+        }
+      }
+    }
+  }
+  // The reference allocates on every step (it does not cache): the counter does see allocations.
+  ThroughputConfig config;
+  config.backend = "reference";
+  config.batch = 4;
+  config.warmup = 1;
+  config.seconds = 0.01;
+  CHECK(measure_throughput(config).counter_deltas.at("allocations") > 0);
 }

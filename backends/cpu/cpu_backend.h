@@ -5,7 +5,10 @@
 // implements the layer kernels (linear, conv2d, max-pool), overriding others where it has better.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/host_allocator.h"
@@ -65,6 +68,32 @@ class CpuBackend : public Backend {
                   const AdamWStep& step) override;
 
  protected:
+  // Blocks borrowed from this backend's allocator for the life of one op (im2col columns,
+  // reorder targets, per-thread partial sums) and returned when it ends. With the caching
+  // allocator they are the same blocks every step: a steady-state step makes no system allocation.
+  class Scratch {
+   public:
+    explicit Scratch(CpuBackend& backend) : backend_(backend) {}
+    ~Scratch() {
+      for (auto [ptr, bytes] : blocks_) backend_.allocator_.deallocate(ptr, bytes);
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    void* get(std::size_t bytes) {
+      void* ptr = backend_.allocator_.allocate(bytes);
+      blocks_.emplace_back(ptr, bytes);
+      return ptr;
+    }
+    template <typename T>
+    T* get(std::int64_t count) {
+      return static_cast<T*>(get(static_cast<std::size_t>(count) * sizeof(T)));
+    }
+
+   private:
+    CpuBackend& backend_;
+    std::vector<std::pair<void*, std::size_t>> blocks_;
+  };
+
   // "<backend>: <op>" for error messages.
   std::string op_name(const char* op) const { return name_ + ": " + op; }
   std::string name_;

@@ -190,24 +190,26 @@ class EigenBackend final : public CpuBackend {
       const std::int64_t k = s.in_channels * s.kernel_h * s.kernel_w, p = s.out_h() * s.out_w();
       const std::int64_t x_image = s.in_channels * s.in_h * s.in_w, y_image = s.out_channels * p;
       const float* px = st.input(x, s.batch * x_image);
-      const float* pw = weights_for(s, st.input(weight, s.out_channels * k));
+      Scratch scratch(*this);
+      const float* pw = weights_for(s, st.input(weight, s.out_channels * k), scratch);
       const float* pb = bias ? st.input(bias, s.out_channels) : nullptr;
       float* py = st.output(y, s.batch * y_image);
+      float* cols = scratch.get<float>(threads_ * k * p);  // one im2col buffer per thread
 #pragma omp parallel num_threads(threads_)
       {
-        std::vector<float> col(static_cast<std::size_t>(k * p));
+        float* col = cols + omp_get_thread_num() * k * p;
 #pragma omp for schedule(static)
         for (std::int64_t n = 0; n < s.batch; ++n) {
           if (s.channels_last) {
-            im2col_nhwc(s, px + n * x_image, col.data());
+            im2col_nhwc(s, px + n * x_image, col);
             Map Y(py + n * y_image, p, s.out_channels);  // [P, C_out]
-            Y.noalias() = ConstMap(col.data(), p, k) * ConstMap(pw, s.out_channels, k).transpose();
+            Y.noalias() = ConstMap(col, p, k) * ConstMap(pw, s.out_channels, k).transpose();
             if (pb) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(pb, s.out_channels);
             if (relu) Y = Y.cwiseMax(0.f);
           } else {
-            im2col_nchw(s, px + n * x_image, col.data());
+            im2col_nchw(s, px + n * x_image, col);
             Map Y(py + n * y_image, s.out_channels, p);  // [C_out, P]
-            Y.noalias() = ConstMap(pw, s.out_channels, k) * ConstMap(col.data(), k, p);
+            Y.noalias() = ConstMap(pw, s.out_channels, k) * ConstMap(col, k, p);
             if (pb) Y.colwise() += Eigen::Map<const Eigen::VectorXf>(pb, s.out_channels);
             if (relu) Y = Y.cwiseMax(0.f);
           }
@@ -221,21 +223,23 @@ class EigenBackend final : public CpuBackend {
       const std::int64_t k = s.in_channels * s.kernel_h * s.kernel_w, p = s.out_h() * s.out_w();
       const std::int64_t x_image = s.in_channels * s.in_h * s.in_w, y_image = s.out_channels * p;
       const float* pdy = st.input(dy, s.batch * y_image);
-      const float* pw = weights_for(s, st.input(weight, s.out_channels * k));
+      Scratch scratch(*this);
+      const float* pw = weights_for(s, st.input(weight, s.out_channels * k), scratch);
       float* pdx = st.output(dx, s.batch * x_image);
+      float* dcols = scratch.get<float>(threads_ * k * p);  // one column buffer per thread
 #pragma omp parallel num_threads(threads_)
       {
-        std::vector<float> dcol(static_cast<std::size_t>(k * p));
+        float* dcol = dcols + omp_get_thread_num() * k * p;
 #pragma omp for schedule(static)
         for (std::int64_t n = 0; n < s.batch; ++n) {
           if (s.channels_last) {
-            Map(dcol.data(), p, k).noalias() =
+            Map(dcol, p, k).noalias() =
                 ConstMap(pdy + n * y_image, p, s.out_channels) * ConstMap(pw, s.out_channels, k);  // [P, K]
-            col2im_nhwc(s, dcol.data(), pdx + n * x_image);
+            col2im_nhwc(s, dcol, pdx + n * x_image);
           } else {
-            Map(dcol.data(), k, p).noalias() =
+            Map(dcol, k, p).noalias() =
                 ConstMap(pw, s.out_channels, k).transpose() * ConstMap(pdy + n * y_image, s.out_channels, p);  // [K, P]
-            col2im_nchw(s, dcol.data(), pdx + n * x_image);
+            col2im_nchw(s, dcol, pdx + n * x_image);
           }
         }
       }
@@ -253,40 +257,45 @@ class EigenBackend final : public CpuBackend {
       // Each thread sums its images into its own [C_out, K] (and bias) partials; the partials are
       // then added in thread order.
       const int threads = static_cast<int>(std::min<std::int64_t>(threads_, s.batch));
-      std::vector<RowMatrix> partial_w(static_cast<std::size_t>(threads), RowMatrix::Zero(s.out_channels, k));
-      std::vector<Eigen::RowVectorXf> partial_b(static_cast<std::size_t>(threads),
-                                                Eigen::RowVectorXf::Zero(s.out_channels));
+      Scratch scratch(*this);
+      float* cols = scratch.get<float>(threads * k * p);
+      float* partial_w = scratch.get<float>(threads * s.out_channels * k);
+      float* partial_b = scratch.get<float>(threads * s.out_channels);
+      std::fill(partial_w, partial_w + threads * s.out_channels * k, 0.f);
+      std::fill(partial_b, partial_b + threads * s.out_channels, 0.f);
 #pragma omp parallel num_threads(threads)
       {
-        const auto t = static_cast<std::size_t>(omp_get_thread_num());
-        std::vector<float> col(static_cast<std::size_t>(k * p));
+        const std::int64_t t = omp_get_thread_num();
+        float* col = cols + t * k * p;
+        Map dW(partial_w + t * s.out_channels * k, s.out_channels, k);
+        Eigen::Map<Eigen::RowVectorXf> db(partial_b + t * s.out_channels, s.out_channels);
 #pragma omp for schedule(static)
         for (std::int64_t n = 0; n < s.batch; ++n) {
           if (s.channels_last) {
-            im2col_nhwc(s, px + n * x_image, col.data());
+            im2col_nhwc(s, px + n * x_image, col);
             const ConstMap dY(pdy + n * y_image, p, s.out_channels);  // [P, C_out]
-            partial_w[t].noalias() += dY.transpose() * ConstMap(col.data(), p, k);
-            if (dbias) partial_b[t] += dY.colwise().sum();
+            dW.noalias() += dY.transpose() * ConstMap(col, p, k);
+            if (dbias) db += dY.colwise().sum();
           } else {
-            im2col_nchw(s, px + n * x_image, col.data());
+            im2col_nchw(s, px + n * x_image, col);
             const ConstMap dY(pdy + n * y_image, s.out_channels, p);  // [C_out, P]
-            partial_w[t].noalias() += dY * ConstMap(col.data(), k, p).transpose();
-            if (dbias) partial_b[t] += dY.rowwise().sum().transpose();
+            dW.noalias() += dY * ConstMap(col, k, p).transpose();
+            if (dbias) db += dY.rowwise().sum().transpose();
           }
         }
       }
-      RowMatrix total = RowMatrix::Zero(s.out_channels, k);
-      Eigen::RowVectorXf total_b = Eigen::RowVectorXf::Zero(s.out_channels);
-      for (int t = 0; t < threads; ++t) {
-        total += partial_w[static_cast<std::size_t>(t)];
-        total_b += partial_b[static_cast<std::size_t>(t)];
+      float* total = partial_w;  // thread 0's partial becomes the total
+      for (int t = 1; t < threads; ++t) {
+        Map(total, s.out_channels, k) += ConstMap(partial_w + t * s.out_channels * k, s.out_channels, k);
+        Eigen::Map<Eigen::RowVectorXf>(partial_b, s.out_channels) +=
+            Eigen::Map<const Eigen::RowVectorXf>(partial_b + t * s.out_channels, s.out_channels);
       }
       if (s.channels_last) {
-        weights_from_hwi(s, total.data(), pdw);
+        weights_from_hwi(s, total, pdw);
       } else {
-        std::copy_n(total.data(), s.out_channels * k, pdw);
+        std::copy_n(total, s.out_channels * k, pdw);
       }
-      if (dbias) std::copy_n(total_b.data(), s.out_channels, st.output(dbias, s.out_channels));
+      if (dbias) std::copy_n(partial_b, s.out_channels, st.output(dbias, s.out_channels));
     });
   }
 
@@ -308,13 +317,12 @@ class EigenBackend final : public CpuBackend {
   }
 
   // The weights in the column order of this layout: as given for NCHW, [C_out, (kH, kW, C_in)]
-  // for channels_last (into a buffer reused across calls of the same size).
-  const float* weights_for(const Conv2dShape& s, const float* w) {
+  // (in scratch) for channels_last.
+  const float* weights_for(const Conv2dShape& s, const float* w, Scratch& scratch) {
     if (!s.channels_last) return w;
-    thread_local std::vector<float> hwi;
-    hwi.resize(static_cast<std::size_t>(s.out_channels * s.in_channels * s.kernel_h * s.kernel_w));
-    weights_to_hwi(s, w, hwi.data());
-    return hwi.data();
+    float* hwi = scratch.get<float>(s.out_channels * s.in_channels * s.kernel_h * s.kernel_w);
+    weights_to_hwi(s, w, hwi);
+    return hwi;
   }
 };
 

@@ -60,12 +60,15 @@ const char* isa_name(dnnl::cpu_isa isa) {
 }
 
 // A user buffer bound to a memory object, and, when the primitive wants another layout, the
-// reorder into (or out of) a buffer of that layout that this cache entry owns.
+// reorder into (or out of) a buffer of that layout. That buffer lives only while the op runs: it
+// comes from the backend's caching allocator on each call, so ops share one pool of blocks
+// instead of every cached primitive holding its own.
 struct Operand {
   memory user;   // the engine's layout; its data handle is set on every call
   memory inner;  // the primitive's layout (the same object as `user` when no reorder)
   dnnl::reorder to_inner, to_user;
   bool reordered = false;
+  std::size_t inner_bytes = 0;
 };
 
 class OnednnBackend final : public cpu::CpuBackend {
@@ -153,6 +156,7 @@ class OnednnBackend final : public cpu::CpuBackend {
                       std::int64_t batch, std::int64_t in, std::int64_t out) override {
     check(dtype, "linear_forward");
     guarded("linear_forward", [&] {
+      Scratch scratch(*this);
       Entry& e = entry("ip_fwd", key(dtype, batch, in, out, bias != nullptr, relu), [&](Entry& fresh) {
         const auto d = data_type(dtype);
         const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
@@ -167,7 +171,7 @@ class OnednnBackend final : public cpu::CpuBackend {
         note_impl(pd.impl_info_str());
       });
       bind(e.operands[0], x);
-      bind_in(e.operands[1], weight);
+      bind_in(e.operands[1], weight, scratch);
       if (bias) bind(e.operands[2], bias);
       bind(e.operands[3], y);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].user},
@@ -183,6 +187,7 @@ class OnednnBackend final : public cpu::CpuBackend {
                             std::int64_t in, std::int64_t out) override {
     check(dtype, "linear_backward_data");
     guarded("linear_backward_data", [&] {
+      Scratch scratch(*this);
       Entry& e = entry("ip_bwd_data", key(dtype, batch, in, out), [&](Entry& fresh) {
         const auto d = data_type(dtype);
         const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
@@ -196,7 +201,7 @@ class OnednnBackend final : public cpu::CpuBackend {
         note_impl(pd.impl_info_str());
       });
       bind(e.operands[0], dy);
-      bind_in(e.operands[1], weight);
+      bind_in(e.operands[1], weight, scratch);
       bind(e.operands[2], dx);
       e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].user},
                                     {DNNL_ARG_WEIGHTS, e.operands[1].inner},
@@ -209,6 +214,7 @@ class OnednnBackend final : public cpu::CpuBackend {
                                std::int64_t batch, std::int64_t in, std::int64_t out) override {
     check(dtype, "linear_backward_weights");
     guarded("linear_backward_weights", [&] {
+      Scratch scratch(*this);
       Entry& e = entry("ip_bwd_weights", key(dtype, batch, in, out, dbias != nullptr), [&](Entry& fresh) {
         const auto d = data_type(dtype);
         const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
@@ -226,7 +232,7 @@ class OnednnBackend final : public cpu::CpuBackend {
       });
       bind(e.operands[0], x);
       bind(e.operands[1], dy);
-      bind(e.operands[2], dweight);
+      bind_out(e.operands[2], dweight, scratch);
       if (dbias) bind(e.operands[3], dbias);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].user},
                                            {DNNL_ARG_DIFF_DST, e.operands[1].user},
@@ -243,6 +249,7 @@ class OnednnBackend final : public cpu::CpuBackend {
                       void* y) override {
     check(dtype, "conv2d_forward");
     guarded("conv2d_forward", [&] {
+      Scratch scratch(*this);
       Entry& e = entry("conv_fwd", key(dtype, s, bias != nullptr, relu), [&](Entry& fresh) {
         const ConvDescs c = conv_descs(dtype, s);
         const auto desc = bias ? dnnl::convolution_forward::desc(
@@ -257,10 +264,10 @@ class OnednnBackend final : public cpu::CpuBackend {
         fresh.primitive = dnnl::convolution_forward(pd);
         note_impl(pd.impl_info_str());
       });
-      bind_in(e.operands[0], x);
-      bind_in(e.operands[1], weight);
+      bind_in(e.operands[0], x, scratch);
+      bind_in(e.operands[1], weight, scratch);
       if (bias) bind(e.operands[2], bias);
-      bind(e.operands[3], y);
+      bind_out(e.operands[3], y, scratch);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
                                            {DNNL_ARG_WEIGHTS, e.operands[1].inner},
                                            {DNNL_ARG_DST, e.operands[3].inner}};
@@ -274,6 +281,7 @@ class OnednnBackend final : public cpu::CpuBackend {
   void conv2d_backward_data(DType dtype, const Conv2dShape& s, const void* dy, const void* weight, void* dx) override {
     check(dtype, "conv2d_backward_data");
     guarded("conv2d_backward_data", [&] {
+      Scratch scratch(*this);
       Entry& e = entry("conv_bwd_data", key(dtype, s), [&](Entry& fresh) {
         const ConvDescs c = conv_descs(dtype, s);
         const dnnl::convolution_forward::primitive_desc hint(
@@ -289,9 +297,9 @@ class OnednnBackend final : public cpu::CpuBackend {
         fresh.primitive = dnnl::convolution_backward_data(pd);
         note_impl(pd.impl_info_str());
       });
-      bind_in(e.operands[0], dy);
-      bind_in(e.operands[1], weight);
-      bind(e.operands[2], dx);
+      bind_in(e.operands[0], dy, scratch);
+      bind_in(e.operands[1], weight, scratch);
+      bind_out(e.operands[2], dx, scratch);
       e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].inner},
                                     {DNNL_ARG_WEIGHTS, e.operands[1].inner},
                                     {DNNL_ARG_DIFF_SRC, e.operands[2].inner}});
@@ -304,6 +312,7 @@ class OnednnBackend final : public cpu::CpuBackend {
                                void* dbias) override {
     check(dtype, "conv2d_backward_weights");
     guarded("conv2d_backward_weights", [&] {
+      Scratch scratch(*this);
       Entry& e = entry("conv_bwd_weights", key(dtype, s, dbias != nullptr), [&](Entry& fresh) {
         const ConvDescs c = conv_descs(dtype, s);
         const dnnl::convolution_forward::primitive_desc hint(
@@ -323,9 +332,9 @@ class OnednnBackend final : public cpu::CpuBackend {
         fresh.primitive = dnnl::convolution_backward_weights(pd);
         note_impl(pd.impl_info_str());
       });
-      bind_in(e.operands[0], x);
-      bind_in(e.operands[1], dy);
-      bind(e.operands[2], dweight);
+      bind_in(e.operands[0], x, scratch);
+      bind_in(e.operands[1], dy, scratch);
+      bind_out(e.operands[2], dweight, scratch);
       if (dbias) bind(e.operands[3], dbias);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
                                            {DNNL_ARG_DIFF_DST, e.operands[1].inner},
@@ -529,7 +538,8 @@ class OnednnBackend final : public cpu::CpuBackend {
       op.inner = op.user;
       return op;
     }
-    op.inner = memory(inner_md, engine_);  // owned by the entry for its whole life
+    op.inner = memory(inner_md, engine_, DNNL_MEMORY_NONE);  // bound to scratch on each call
+    op.inner_bytes = inner_md.get_size();
     op.reordered = true;
     if (input) {
       op.to_inner = dnnl::reorder(op.user, op.inner);
@@ -541,10 +551,19 @@ class OnednnBackend final : public cpu::CpuBackend {
 
   static void bind(Operand& op, const void* ptr) { op.user.set_data_handle(const_cast<void*>(ptr)); }
 
-  // Binds an input and, when the primitive wants another layout, reorders it in.
-  void bind_in(Operand& op, const void* ptr) {
+  // Binds an input and, when the primitive wants another layout, reorders it into scratch.
+  void bind_in(Operand& op, const void* ptr, Scratch& scratch) {
     bind(op, ptr);
-    if (op.reordered) op.to_inner.execute(stream_, op.user, op.inner);
+    if (!op.reordered) return;
+    op.inner.set_data_handle(scratch.get(op.inner_bytes));
+    op.to_inner.execute(stream_, op.user, op.inner);
+  }
+
+  // Binds an output; when the primitive writes another layout it writes scratch, and finish_out
+  // reorders that back.
+  void bind_out(Operand& op, void* ptr, Scratch& scratch) {
+    bind(op, ptr);
+    if (op.reordered) op.inner.set_data_handle(scratch.get(op.inner_bytes));
   }
 
   // After the primitive ran: reorders an output back to the engine's layout when needed.

@@ -1,0 +1,53 @@
+// Throughput of SmallCNN training (or inference) on in-memory batches: the measurement behind
+// `trainlab throughput` and the comparison against PyTorch. Data are generated before timing
+// starts, so the figure is the engine's compute alone (data-wait is zero by construction).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/trainer.h"
+
+namespace trainlab {
+
+struct ThroughputConfig {
+  std::string backend;  // empty: the default CPU backend
+  std::string dtype = "f32";
+  std::string layout = "nchw";
+  bool fuse = false;
+  bool forward_only = false;
+  std::int64_t batch = 128;
+  int threads = 0;
+  double seconds = 5.0;     // measured time (after warm-up); at least min_steps steps run
+  std::int64_t warmup = 5;  // steps run first and excluded
+  std::int64_t min_steps = 3;
+  std::uint64_t seed = 0;
+  bool profile = false;  // record op spans over the measured steps (op_seconds in the result)
+};
+
+struct ThroughputResult {
+  ThroughputConfig config;
+  std::string backend_name;
+  std::string backend_describe;
+  int threads = 0;
+  std::int64_t steps = 0;  // measured steps
+  double seconds = 0;      // their total
+  double samples_per_s = 0;
+  std::vector<double> step_seconds;
+  PhaseTimes phases;           // totals over the measured steps
+  double flop_per_sample = 0;  // analytic: 2 * multiply-adds of the convolutions and linears
+  // Backend counters over the measured steps (allocations and primitives created should be 0).
+  std::map<std::string, std::int64_t> counter_deltas;
+  double peak_rss_mb = 0;  // of this process, so far
+  // With profile: per span name (conv2d.forward, reorder, ...), total seconds and calls over the
+  // measured steps; spans nest (an op inside a phase), so they do not add up to the step.
+  std::map<std::string, std::pair<double, std::int64_t>> op_seconds;
+};
+
+ThroughputResult measure_throughput(const ThroughputConfig& config);
+std::string throughput_json(const ThroughputResult& result);  // one line
+double peak_rss_mb();
+
+}  // namespace trainlab
