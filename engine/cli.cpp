@@ -8,6 +8,7 @@
 
 #include "backends/registry.h"
 #include "engine/config.h"
+#include "engine/grad_dump.h"
 #include "engine/throughput.h"
 #include "engine/trainer.h"
 #include "engine/version.h"
@@ -84,6 +85,22 @@ int cli_main(int argc, char** argv) {
   throughput->add_flag("--fuse", tp.fuse, "conv/linear with bias and ReLU fused");
   throughput->add_flag("--forward-only", tp.forward_only, "inference: forward passes without gradients");
   throughput->add_flag("--profile", tp.profile, "add per-op seconds over the measured steps (op_seconds)");
+  auto* grad = app.add_subcommand("grad-dump",
+                                  "SmallCNN's loss and every parameter gradient for given weights and "
+                                  "batch (safetensors in, safetensors out)");
+  std::string grad_weights, grad_batch, grad_out;
+  GradDumpOptions grad_options;
+  grad->add_option("--weights", grad_weights, "SmallCNN state dict (conv1.weight, ...), f32")
+      ->required()
+      ->check(CLI::ExistingFile);
+  grad->add_option("--batch", grad_batch, "tensors 'images' f32 [N, 3, 32, 32] and 'labels' i64 [N]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  grad->add_option("--out", grad_out, "output: 'loss' and one gradient per parameter")->required();
+  grad->add_option("--backend", grad_options.backend, "backend (default: the best CPU backend)");
+  grad->add_option("--dtype", grad_options.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  grad->add_option("--layout", grad_options.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
+  grad->add_flag("--fuse", grad_options.fuse, "conv/linear with bias and ReLU fused");
   auto* backends = app.add_subcommand("backends", "list the registered backends");
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
 
@@ -113,6 +130,12 @@ int cli_main(int argc, char** argv) {
   try {
     if (*train) return run_train(config_path, options, values);
     if (*throughput) return run_throughput(tp);
+    if (*grad) {
+      check_backend_name(grad_options.backend);
+      const std::size_t written = grad_dump(grad_weights, grad_batch, grad_out, grad_options);
+      std::printf("grad-dump: loss and %zu gradients written to %s\n", written, grad_out.c_str());
+      return 0;
+    }
     if (*backends) return list_backends();
     if (*version_cmd) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),

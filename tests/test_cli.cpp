@@ -97,6 +97,30 @@ TEST_CASE("cli: train, save, resume; a damaged checkpoint is refused", "[cli]") 
   fs::remove_all(dir);
 }
 
+TEST_CASE("cli: throughput and grad-dump refuse bad input", "[cli]") {
+  expect_bad_input("throughput --batch 0", {"--batch", "0"});
+  expect_bad_input("throughput --dtype f8", {"--dtype", "f8"});
+  expect_bad_input("throughput --backend quantum", {"unknown backend 'quantum'"});
+  expect_bad_input("grad-dump --weights /nonexistent.safetensors --batch /nonexistent --out /tmp/x",
+                   {"/nonexistent.safetensors"});
+  // A weights file that is a valid safetensors file but not SmallCNN's state dict.
+  const auto dir = fs::temp_directory_path() / ("trainlab-cli-grad-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const Run saved = run("train " + kSmall + " --save " + (dir / "ckpt").string());
+  REQUIRE(saved.exit_code == 0);
+  expect_bad_input("grad-dump --weights " + (dir / "ckpt/optimizer.safetensors").string() + " --batch " +
+                       (dir / "ckpt/model.safetensors").string() + " --out " + (dir / "g.safetensors").string(),
+                   {"no tensor named 'images'", "batch"});
+  expect_bad_input("grad-dump --weights " + (dir / "ckpt/optimizer.safetensors").string() + " --batch " +
+                       (dir / "ckpt/model.safetensors").string() + " --out " + (dir / "g.safetensors").string() +
+                       " --dtype bf16 --backend reference",
+                   {"batch"});
+  const Run ok = run("throughput --backend reference --batch 4 --seconds 0.01 --warmup 1");
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.out.find("\"samples_per_s\"") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("cli: help, version and backends", "[cli]") {
   const Run help = run("train --help");
   CHECK(help.exit_code == 0);

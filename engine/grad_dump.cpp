@@ -1,0 +1,81 @@
+#include "engine/grad_dump.h"
+
+#include "backends/registry.h"
+#include "engine/autocast.h"
+#include "engine/nn.h"
+#include "engine/safetensors.h"
+
+namespace trainlab {
+
+namespace {
+const Tensor& find(const NamedTensors& tensors, const std::string& name, const std::string& where) {
+  for (const auto& [key, tensor] : tensors) {
+    if (key == name) return tensor;
+  }
+  throw Error(where + ": no tensor named '" + name + "'");
+}
+}  // namespace
+
+NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors& batch,
+                                const GradDumpOptions& options) {
+  Backend& backend = get_backend(options.backend.empty() ? default_backend_name() : options.backend);
+  const DType dtype = parse_dtype(options.dtype);
+  TL_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
+           "grad-dump: dtype must be f32, bf16 or f64, got " + options.dtype);
+  TL_CHECK(backend.supports(dtype), "backend '" + backend.name() + "' does not support dtype " + options.dtype);
+  const DType param_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+
+  const Tensor& images = find(batch, "images", "batch");
+  const Tensor& labels = find(batch, "labels", "batch");
+  TL_CHECK(images.dtype() == DType::f32 && images.dim() == 4 && images.size(1) == 3 && images.size(2) == 32 &&
+               images.size(3) == 32,
+           "batch: 'images' must be f32 [N, 3, 32, 32], got " + std::string(dtype_name(images.dtype())) + " " +
+               shape_str(images.shape()));
+  TL_CHECK(labels.dtype() == DType::i64 && labels.dim() == 1 && labels.size(0) == images.size(0),
+           "batch: 'labels' must be i64 [" + std::to_string(images.size(0)) + "], got " +
+               std::string(dtype_name(labels.dtype())) + " " + shape_str(labels.shape()));
+
+  Generator unused(0);  // the weights are loaded, not drawn
+  SmallCNN model(InitOptions{&unused, param_dtype, &backend});
+  model.set_fused(options.fuse);
+  NamedTensors moved;
+  for (const auto& [name, tensor] : weights) moved.emplace_back(name, tensor.to(backend));
+  model.load_state_dict(moved);
+
+  Tensor loss;
+  {
+    AutocastGuard autocast(dtype == DType::bf16 ? DType::bf16 : DType::f32);
+    Tensor x = images.to(backend).contiguous(parse_memory_format(options.layout));
+    if (param_dtype != DType::f32) x = x.to(param_dtype);
+    loss = cross_entropy(model.forward(x), labels.to(backend));
+  }
+  loss.backward();
+  NamedTensors out{{"loss", loss.detach().to(param_dtype == DType::f64 ? DType::f64 : DType::f32)}};
+  for (const auto& [name, param] : model.named_parameters()) {
+    TL_CHECK(param.grad().defined(), "grad-dump: no gradient reached '" + name + "'");
+    out.emplace_back(name, param.grad());
+  }
+  return out;
+}
+
+std::size_t grad_dump(const std::string& weights_path, const std::string& batch_path, const std::string& out_path,
+                      const GradDumpOptions& options) {
+  Backend& host = get_backend("reference");  // files are read to the host, then moved
+  const NamedTensors weights = read_safetensors(weights_path, host).tensors;
+  const NamedTensors batch = read_safetensors(batch_path, host).tensors;
+  NamedTensors result;
+  try {
+    result = smallcnn_gradients(weights, batch, options);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (weights '" + weights_path + "', batch '" + batch_path + "')");
+  }
+  write_safetensors(out_path, result,
+                    {{"tool", "trainlab grad-dump"},
+                     {"backend", options.backend.empty() ? default_backend_name() : options.backend},
+                     {"dtype", options.dtype},
+                     {"layout", options.layout},
+                     {"fuse", options.fuse ? "true" : "false"}});
+  return result.size() - 1;
+}
+
+}  // namespace trainlab

@@ -1,0 +1,28 @@
+// SmallCNN's loss and every parameter gradient for given weights and batch: what
+// `trainlab grad-dump` writes, so another framework (PyTorch) can be compared on identical inputs.
+#pragma once
+
+#include <string>
+
+#include "engine/state_dict.h"
+
+namespace trainlab {
+
+struct GradDumpOptions {
+  std::string backend;          // empty: the default CPU backend
+  std::string dtype = "f32";    // f32 | bf16 (autocast, f32 master weights) | f64
+  std::string layout = "nchw";  // nchw | nhwc
+  bool fuse = false;
+};
+
+// weights: SmallCNN's state dict (conv1.weight, ...), f32 (f64 for dtype f64). batch: "images"
+// [N, 3, 32, 32] f32 and "labels" [N] i64. Returns "loss" (a 0-d f32 tensor) and one f32 (f64)
+// gradient per parameter under the parameter's name. Errors name the file and what is wrong.
+NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors& batch, const GradDumpOptions& options);
+
+// The same, reading and writing safetensors files (the output is written atomically).
+// Returns the number of gradients written.
+std::size_t grad_dump(const std::string& weights_path, const std::string& batch_path, const std::string& out_path,
+                      const GradDumpOptions& options);
+
+}  // namespace trainlab
