@@ -101,6 +101,18 @@ int cli_main(int argc, char** argv) {
   grad->add_option("--dtype", grad_options.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
   grad->add_option("--layout", grad_options.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
   grad->add_flag("--fuse", grad_options.fuse, "conv/linear with bias and ReLU fused");
+  auto* gemm = app.add_subcommand("gemm",
+                                  "GEMM ceiling: n x n x n products through the backend's linear kernel; "
+                                  "prints one JSON line");
+  std::string gemm_backend, gemm_dtype = "f32";
+  std::int64_t gemm_n = 2048;
+  int gemm_threads = 0;
+  double gemm_seconds = 3.0;
+  gemm->add_option("--backend", gemm_backend, "backend (default: the best CPU backend)");
+  gemm->add_option("--dtype", gemm_dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  gemm->add_option("--size", gemm_n, "n [1..16384]")->check(CLI::Range(1, 16384));
+  gemm->add_option("--threads", gemm_threads, "compute threads (0: all cores) [0..1024]")->check(CLI::Range(0, 1024));
+  gemm->add_option("--seconds", gemm_seconds, "measured seconds (0.01..3600]")->check(CLI::Range(0.01, 3600.0));
   auto* backends = app.add_subcommand("backends", "list the registered backends");
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
 
@@ -130,6 +142,13 @@ int cli_main(int argc, char** argv) {
   try {
     if (*train) return run_train(config_path, options, values);
     if (*throughput) return run_throughput(tp);
+    if (*gemm) {
+      check_backend_name(gemm_backend);
+      const auto gflops = measure_gemm_gflops(gemm_backend, gemm_dtype, gemm_n, gemm_threads, gemm_seconds);
+      Backend& be = get_backend(gemm_backend.empty() ? default_backend_name() : gemm_backend);
+      std::printf("%s\n", gemm_json(be, gemm_dtype, gemm_n, gflops).c_str());
+      return 0;
+    }
     if (*grad) {
       check_backend_name(grad_options.backend);
       const std::size_t written = grad_dump(grad_weights, grad_batch, grad_out, grad_options);

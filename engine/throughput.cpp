@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -152,6 +153,48 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   result.backend_describe = backend.describe();
   result.peak_rss_mb = peak_rss_mb();
   return result;
+}
+
+std::vector<double> measure_gemm_gflops(const std::string& backend_name, const std::string& dtype_name_, std::int64_t n,
+                                        int threads, double seconds) {
+  Backend& backend = get_backend(backend_name.empty() ? default_backend_name() : backend_name);
+  const DType dtype = parse_dtype(dtype_name_);
+  TL_CHECK(backend.supports(dtype), "backend '" + backend.name() + "' does not support dtype " + dtype_name_);
+  TL_CHECK(n >= 1 && n <= 16384, "gemm: size must be in 1..16384, got " + std::to_string(n));
+  if (threads > 0) backend.set_num_threads(threads);
+  Generator gen(0);
+  const Tensor x = Tensor::uniform({n, n}, -1, 1, gen, dtype, backend);
+  const Tensor w = Tensor::uniform({n, n}, -1, 1, gen, dtype, backend);
+  Tensor y = Tensor::empty({n, n}, dtype, backend);
+  auto call = [&] {
+    backend.linear_forward(dtype, x.raw_data(), w.raw_data(), nullptr, false, y.raw_data(), n, n, n);
+    backend.synchronize();
+  };
+  call();  // warm-up (primitive creation, first touch)
+  std::vector<double> gflops;
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  while (gflops.size() < 3 || std::chrono::duration<double>(clock::now() - start).count() < seconds) {
+    const auto t = clock::now();
+    call();
+    const double s = std::chrono::duration<double>(clock::now() - t).count();
+    gflops.push_back(2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / s * 1e-9);
+  }
+  return gflops;
+}
+
+std::string gemm_json(Backend& backend, const std::string& dtype, std::int64_t n, const std::vector<double>& gflops) {
+  std::vector<double> sorted = gflops;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  nlohmann::json j = {
+      {"tool", "trainlab gemm"},
+      {"gflop_per_s", median},
+      {"gflop_per_s_each", gflops},
+      {"config", {{"backend", backend.name()}, {"dtype", dtype}, {"n", n}, {"threads", backend.num_threads()}}},
+      {"versions", {{"trainlab", version()}, {"engine", git_describe()}, {"backend", backend.describe()}}},
+      {"timer", "steady_clock"}};
+  return j.dump();
 }
 
 std::string throughput_json(const ThroughputResult& r) {

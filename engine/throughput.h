@@ -47,7 +47,13 @@ struct ThroughputResult {
 };
 
 ThroughputResult measure_throughput(const ThroughputConfig& config);
+
+// The GEMM ceiling: y[n, n] = x[n, n] w[n, n]^T through the backend's linear kernel (oneDNN's
+// inner product), repeated for `seconds` after one warm-up call. Returns each call's GFLOP/s.
+std::vector<double> measure_gemm_gflops(const std::string& backend, const std::string& dtype, std::int64_t n,
+                                        int threads, double seconds);
 std::string throughput_json(const ThroughputResult& result);  // one line
+std::string gemm_json(Backend& backend, const std::string& dtype, std::int64_t n, const std::vector<double>& gflops);
 double peak_rss_mb();
 
 }  // namespace trainlab

@@ -160,6 +160,7 @@ TrainResult Trainer::train(std::ostream* log) {
     *log << fmt::format("trainlab {} ({}): SmallCNN, {} parameters, backend {} ({} threads), dtype {}, layout {}{}\n",
                         version(), git_describe(), model_->num_parameters(), backend_.name(), backend_.num_threads(),
                         config_.dtype, config_.layout, config_.fuse ? ", fused" : "");
+    *log << fmt::format("backend: {}\n", backend_.describe());  // the ISA oneDNN chose, before any step
     *log << fmt::format("config: {}\n", config_summary(config_));
     if (step_ > 0) *log << fmt::format("resumed at step {} from {}\n", step_, config_.resume);
     log->flush();
@@ -246,7 +247,7 @@ TrainResult Trainer::train(std::ostream* log) {
           100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total,
           100 * m.optimizer_s / measured_total);
     }
-    *log << fmt::format("backend: {}\n", backend_.describe());
+    *log << fmt::format("backend after the run: {}\n", backend_.describe());  // with the kernels it picked
     if (!config_.save.empty()) *log << fmt::format("checkpoint: {}\n", config_.save);
     log->flush();
   }

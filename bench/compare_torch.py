@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""trainlab against PyTorch on this machine: SmallCNN training (and inference) throughput, side by side.
+
+Every configuration runs as its own process (so peak RSS is its own), all configurations in turn
+within each round (A B C ... A B C ...) so that drift hits them alike, for --rounds rounds. Each
+round also measures the GEMM ceiling (oneDNN f32 and bf16, 2048^3, through `trainlab gemm`).
+Reported per row: median and min-max over rounds; ratios are per round against the best PyTorch
+variant for that dtype (chosen by its median), then summarised the same way.
+
+    python3 bench/compare_torch.py [--rounds 5] [--seconds 3] [--batch 128] [--threads 2]
+                                   [--update-readme] [--out bench/results/compare_torch.json]
+
+PyTorch runs under /usr/bin/python3 (Debian's python3-torch); the script itself needs only the
+standard library. Nothing here is a test: it is a measurement, and every number it prints comes
+from this run.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAINLAB = os.path.join(ROOT, "build", "bin", "trainlab")
+PEER = os.path.join(ROOT, "bench", "peers", "torch_smallcnn.py")
+TORCH_PYTHON = "/usr/bin/python3"
+README_BEGIN = "<!-- compare_torch:begin -->"
+README_END = "<!-- compare_torch:end -->"
+TORCH_VARIANTS = ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last"]
+
+
+def trainlab_configs(threads):
+    """(key, label, kind, argv) of every trainlab configuration measured; kind picks the peer.
+    An argv may start with VAR=value environment settings."""
+    def tl(key, label, kind, *flags, threads_override=None, env=()):
+        dtype = "bf16" if kind == "bf16" else "f32"
+        return (key, label, kind,
+                [*env, "throughput", "--dtype", dtype, "--threads", str(threads_override or threads), *flags])
+    return [
+        tl("tl_onednn_f32", "onednn f32 nchw", "f32", "--backend", "onednn"),
+        tl("tl_onednn_f32_best", "onednn f32 nhwc fused", "f32", "--backend", "onednn", "--layout", "nhwc", "--fuse"),
+        tl("tl_onednn_f32_best_1t", "onednn f32 nhwc fused, 1 thread", "f32", "--backend", "onednn", "--layout", "nhwc",
+           "--fuse", threads_override=1),
+        tl("tl_eigen_f32", "eigen f32 nchw", "f32", "--backend", "eigen"),
+        tl("tl_onednn_bf16", "onednn bf16 nchw", "bf16", "--backend", "onednn"),
+        tl("tl_onednn_bf16_best", "onednn bf16 nhwc fused", "bf16", "--backend", "onednn", "--layout", "nhwc", "--fuse"),
+        # What bf16 costs on a CPU without native bf16: oneDNN held to plain AVX-512 (its fallback).
+        tl("tl_onednn_bf16_no_native", "onednn bf16 nhwc fused, ISA capped at avx512_core", "bf16", "--backend",
+           "onednn", "--layout", "nhwc", "--fuse", env=("ONEDNN_MAX_CPU_ISA=AVX512_CORE",)),
+        tl("tl_onednn_f32_infer", "onednn f32 nhwc fused, forward only", "f32_infer", "--backend", "onednn", "--layout",
+           "nhwc", "--fuse", "--forward-only"),
+    ]
+
+
+def torch_configs(threads):
+    out = []
+    for kind, dtype, extra in (("f32", "f32", []), ("bf16", "bf16", []), ("f32_infer", "f32", ["--forward-only"])):
+        for variant in TORCH_VARIANTS:
+            out.append((f"torch_{kind}_{variant}", f"torch {dtype} {variant}" + (" forward only" if extra else ""), kind,
+                        ["--variant", variant, "--dtype", dtype, "--threads", str(threads), *extra]))
+    return out
+
+
+def run_json(argv):
+    env = dict(os.environ)
+    while argv and "=" in argv[0] and not argv[0].startswith("/"):
+        name, value = argv[0].split("=", 1)
+        env[name] = value
+        argv = argv[1:]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip() or result.stdout.strip()}")
+    return json.loads(lines[-1])
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def fmt(s, digits=0):
+    return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}-{s['max']:,.{digits}f})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per configuration and round")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare_torch.json"))
+    parser.add_argument("--update-readme", action="store_true", help="rewrite the README table between its markers")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rounds must be >= 1 and --seconds > 0")
+    if not os.access(TRAINLAB, os.X_OK):
+        sys.exit(f"compare_torch: {TRAINLAB} is missing; build first (make test or make ladder)")
+    probe = subprocess.run([TORCH_PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        sys.exit(f"compare_torch: {TORCH_PYTHON} cannot import torch ({probe.stderr.strip()}); "
+                 "install Debian's python3-torch (scripts/install-deps.sh does)")
+
+    configs = trainlab_configs(args.threads) + torch_configs(args.threads)
+    samples = {key: [] for key, *_ in configs}
+    rss = {key: [] for key, *_ in configs}
+    gflops = {"f32": [], "bf16": []}
+    raw = []
+    common = ["--batch", str(args.batch), "--seconds", str(args.seconds)]
+    for r in range(args.rounds):
+        for dtype in ("f32", "bf16"):
+            g = run_json([TRAINLAB, "gemm", "--backend", "onednn", "--dtype", dtype, "--threads", str(args.threads),
+                          "--seconds", str(min(args.seconds, 2.0))])
+            gflops[dtype].append(g["gflop_per_s"])
+            raw.append({"round": r, "key": f"gemm_{dtype}", "result": g})
+        for key, label, kind, argv in configs:
+            if key.startswith("tl_"):
+                env = [a for a in argv if "=" in a and not a.startswith("-")][:1]
+                cmd = [*env, TRAINLAB, *argv[len(env):], *common]
+            else:
+                cmd = [TORCH_PYTHON, PEER, *argv, *common]
+            result = run_json(cmd)
+            samples[key].append(result["samples_per_s"])
+            rss[key].append(result["peak_rss_mb"])
+            raw.append({"round": r, "key": key, "result": result})
+            print(f"round {r + 1}/{args.rounds}  {label:42s} {result['samples_per_s']:9.1f} samples/s  "
+                  f"rss {result['peak_rss_mb']:6.0f} MB", flush=True)
+
+    # The best PyTorch variant of each kind, by median.
+    best = {}
+    for kind in ("f32", "bf16", "f32_infer"):
+        keys = [k for k, _, kd, _ in torch_configs(args.threads) if kd == kind]
+        best[kind] = max(keys, key=lambda k: statistics.median(samples[k]))
+    labels = {key: label for key, label, *_ in configs}
+
+    def ratio(a, b):
+        return summary([x / y for x, y in zip(samples[a], samples[b])])
+
+    rows = []
+    for key, label, kind, _ in trainlab_configs(args.threads):
+        peer = best[kind]
+        ceiling = gflops["bf16" if kind == "bf16" else "f32"]
+        tput = summary(samples[key])
+        flop = next(x["result"]["flop_per_sample"] for x in raw if x["key"] == key)
+        gf = [s * flop * 1e-9 for s in samples[key]]
+        rows.append({
+            "config": label, "samples_per_s": tput, "peer": labels[peer], "peer_samples_per_s": summary(samples[peer]),
+            "ratio": ratio(key, peer), "gflop_per_s": summary(gf),
+            "ceiling_share": summary([g / c for g, c in zip(gf, ceiling)]),
+            "rss_mb": summary(rss[key]), "peer_rss_mb": summary(rss[peer]),
+        })
+
+    targets = [
+        ("f32 training, onednn >= 1.0x best PyTorch f32 (stretch 1.3x)", ratio("tl_onednn_f32_best", best["f32"]), 1.0, 1.3),
+        ("bf16 training, onednn >= 1.0x best PyTorch bf16 (stretch 1.3x)", ratio("tl_onednn_bf16_best", best["bf16"]), 1.0, 1.3),
+        ("forward-only f32 >= 1.0x best PyTorch inference", ratio("tl_onednn_f32_infer", best["f32_infer"]), 1.0, None),
+        ("2 threads over 1 thread, onednn, >= 1.7x", ratio("tl_onednn_f32_best", "tl_onednn_f32_best_1t"), 1.7, None),
+        ("eigen f32 training >= 2x PyTorch as shipped", ratio("tl_eigen_f32", "torch_f32_shipped"), 2.0, None),
+        ("(report) bf16 without native bf16 instructions, relative to native", 
+         ratio("tl_onednn_bf16_no_native", "tl_onednn_bf16_best"), None, None),
+        ("peak RSS, onednn f32 <= 0.5x PyTorch as shipped f32",
+         summary([a / b for a, b in zip(rss["tl_onednn_f32"], rss["torch_f32_shipped"])]), None, 0.5),
+        ("peak RSS, onednn bf16 <= 0.5x best PyTorch bf16",
+         summary([a / b for a, b in zip(rss["tl_onednn_bf16_best"], rss[best["bf16"]])]), None, 0.5),
+    ]
+
+    machine = {"cpu": platform.processor() or platform.machine(), "python": sys.version.split()[0],
+               "torch": probe.stdout.strip(), "threads": args.threads, "batch": args.batch,
+               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        with open("/proc/cpuinfo") as f:
+            machine["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    engine = next(x["result"]["versions"] for x in raw if x["key"] == "tl_onednn_f32")
+
+    lines = [
+        f"Measured {machine['date']} by `python3 bench/compare_torch.py --rounds {args.rounds} --seconds {args.seconds}` "
+        f"on {machine['cpu']}, {args.threads} threads, batch {args.batch}; trainlab {engine['engine']} "
+        f"({engine['backend'].split(' (')[0]}), PyTorch {machine['torch']}. Median (min-max) of {args.rounds} "
+        f"interleaved rounds; ratios are per round against the best PyTorch variant of the same dtype.",
+        "",
+        f"GEMM ceiling (oneDNN, 2048^3): f32 {fmt(summary(gflops['f32']))} GFLOP/s, "
+        f"bf16 {fmt(summary(gflops['bf16']))} GFLOP/s.",
+        "",
+        "| trainlab config | samples/s | best PyTorch (variant) | samples/s | ratio | GFLOP/s (of ceiling) | peak RSS MB (PyTorch) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['config']} | {fmt(row['samples_per_s'])} | {row['peer']} | {fmt(row['peer_samples_per_s'])} "
+                     f"| {fmt(row['ratio'], 2)}x | {row['gflop_per_s']['median']:.0f} "
+                     f"({100 * row['ceiling_share']['median']:.0f}%) | {row['rss_mb']['median']:.0f} "
+                     f"({row['peer_rss_mb']['median']:.0f}) |")
+    lines += ["", "| target | measured (median, min-max) | verdict |", "|---|---|---|"]
+    verdicts = []
+    for name, value, at_least, at_most in targets:
+        if at_least is None and at_most is None:
+            verdicts.append({"target": name, "value": value, "verdict": "reported"})
+            lines.append(f"| {name} | {fmt(value, 2)} | reported |")
+            continue
+        if at_least is not None:
+            ok = value["median"] >= at_least
+            stretch = f"; stretch {'met' if at_most and value['median'] >= at_most else 'missed'}" if at_most else ""
+        else:
+            ok, stretch = value["median"] <= at_most, ""
+        verdict = ("met" if ok else "MISSED") + stretch
+        verdicts.append({"target": name, "value": value, "verdict": verdict})
+        lines.append(f"| {name} | {fmt(value, 2)} | {verdict} |")
+    table = "\n".join(lines)
+    print("\n" + table)
+
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".tmp", "w") as f:
+        json.dump({"machine": machine, "engine": engine, "gemm_gflop_per_s": gflops, "rows": rows,
+                   "targets": verdicts, "raw": raw}, f, indent=1)
+    os.replace(args.out + ".tmp", args.out)
+    print(f"\nall measurements: {args.out}")
+
+    if args.update_readme:
+        readme = os.path.join(ROOT, "README.md")
+        with open(readme) as f:
+            text = f.read()
+        if README_BEGIN not in text or README_END not in text:
+            sys.exit(f"compare_torch: README.md lacks the {README_BEGIN} ... {README_END} markers")
+        head, rest = text.split(README_BEGIN, 1)
+        _, tail = rest.split(README_END, 1)
+        with open(readme + ".tmp", "w") as f:
+            f.write(head + README_BEGIN + "\n" + table + "\n" + README_END + tail)
+        os.replace(readme + ".tmp", readme)
+        print("README.md table updated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
