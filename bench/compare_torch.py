@@ -41,6 +41,7 @@ def trainlab_configs(threads):
                 [*env, "throughput", "--dtype", dtype, "--threads", str(threads_override or threads), *flags])
     return [
         tl("tl_onednn_f32", "onednn f32 nchw", "f32", "--backend", "onednn"),
+        tl("tl_onednn_f32_nhwc", "onednn f32 nhwc", "f32", "--backend", "onednn", "--layout", "nhwc"),
         tl("tl_onednn_f32_best", "onednn f32 nhwc fused", "f32", "--backend", "onednn", "--layout", "nhwc", "--fuse"),
         tl("tl_onednn_f32_best_1t", "onednn f32 nhwc fused, 1 thread", "f32", "--backend", "onednn", "--layout", "nhwc",
            "--fuse", threads_override=1),
@@ -158,6 +159,10 @@ def main():
         ("forward-only f32 >= 1.0x best PyTorch inference", ratio("tl_onednn_f32_infer", best["f32_infer"]), 1.0, None),
         ("2 threads over 1 thread, onednn, >= 1.7x", ratio("tl_onednn_f32_best", "tl_onednn_f32_best_1t"), 1.7, None),
         ("eigen f32 training >= 2x PyTorch as shipped", ratio("tl_eigen_f32", "torch_f32_shipped"), 2.0, None),
+        ("(report) fusion's worth: onednn f32 nhwc fused over unfused", ratio("tl_onednn_f32_best", "tl_onednn_f32_nhwc"),
+         None, None),
+        ("(report) channels_last's worth: onednn f32 nhwc over nchw, both unfused",
+         ratio("tl_onednn_f32_nhwc", "tl_onednn_f32"), None, None),
         ("(report) bf16 without native bf16 instructions, relative to native", 
          ratio("tl_onednn_bf16_no_native", "tl_onednn_bf16_best"), None, None),
         ("peak RSS, onednn f32 <= 0.5x PyTorch as shipped f32",
