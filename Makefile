@@ -6,7 +6,7 @@ PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
 BUILD_DIR := build
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize ladder clean format check-format
+.PHONY: all deps configure build test test-sanitize ladder ladder-full report clean format check-format
 
 all: build
 
@@ -29,11 +29,19 @@ test-sanitize: deps
 	@cmake --build --preset sanitize
 	@ctest --preset sanitize
 
-# The main job. Until the optimisation ladder lands (bench layer issue) this is the training
-# demo: SmallCNN on SyntheticImages with configs/smallcnn.yaml, printing progress and the
-# held-out accuracy.
+# The main job: the quick CPU optimisation ladder (configs/ladder_cpu.yaml) with calibration
+# arms, interleaved repeats, rows appended to results/ledger_cpu.jsonl and results/REPORT.md
+# regenerated from it. `make ladder-full` runs the full ladder (more steps and repeats).
+LADDER := $(BUILD_DIR)/bin/bench_ladder
 ladder: build
-	@$(TRAINLAB) train --config configs/smallcnn.yaml
+	@$(LADDER) --device cpu --quick --calibrate --repeats 5
+
+ladder-full: build
+	@$(LADDER) --device cpu --calibrate --repeats 7
+
+# REPORT.md and its figure from the ledger alone.
+report: build
+	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

@@ -167,6 +167,8 @@ const std::vector<ConfigField>& config_fields() {
                    "compute dtype (bf16: autocast with f32 master weights and optimizer state)"),
       choice_field("layout", &TrainConfig::layout, {"nchw", "nhwc"}, "activation memory layout (nhwc: channels_last)"),
       bool_field("fuse", &TrainConfig::fuse, "conv/linear with bias and ReLU fused into one kernel call"),
+      bool_field("pin_memory", &TrainConfig::pin_memory, "page-locked loader buffers (CUDA backends only)"),
+      bool_field("tf32", &TrainConfig::tf32, "TF32 math for f32 matmuls (CUDA backends only)"),
       int_field("threads", &TrainConfig::threads, 0, 1024, "compute threads (0: the backend's default)"),
       int_field("train_samples", &TrainConfig::train_samples, 1, kMaxInt, "SyntheticImages training split size"),
       int_field("eval_samples", &TrainConfig::eval_samples, 1, kMaxInt, "held-out split size"),
@@ -181,6 +183,8 @@ const std::vector<ConfigField>& config_fields() {
       string_field("save", &TrainConfig::save, "a directory", "write a checkpoint here at the end"),
       int_field("save_every", &TrainConfig::save_every, 0, kMaxInt, "also checkpoint every K steps (needs save)"),
       string_field("resume", &TrainConfig::resume, "a checkpoint directory", "continue from this checkpoint"),
+      bool_field("eval_at_end", &TrainConfig::eval_at_end, "held-out evaluation after the last step"),
+      string_field("trace", &TrainConfig::trace, "a file path", "write a Chrome trace (Perfetto) of the run here"),
   };
   return fields;
 }

@@ -30,6 +30,8 @@ struct TrainConfig {
   std::string dtype = "f32";    // f32 | f64 | bf16 (bf16 compute under autocast, f32 master weights)
   std::string layout = "nchw";  // nchw | nhwc (channels_last activations)
   bool fuse = false;            // conv/linear with bias and ReLU in one kernel call
+  bool pin_memory = false;      // page-locked loader buffers for host-to-device copies (CUDA backends)
+  bool tf32 = false;            // TF32 tensor-core math for f32 matmuls (CUDA backends)
   int threads = 0;              // 0: the backend's default (all cores)
   // data
   std::int64_t train_samples = 50000;
@@ -45,7 +47,9 @@ struct TrainConfig {
   std::int64_t warmup = 5;  // steps excluded from throughput
   std::string save;         // checkpoint directory written at the end (and every save_every)
   std::int64_t save_every = 0;
-  std::string resume;  // checkpoint directory to continue from
+  std::string resume;       // checkpoint directory to continue from
+  bool eval_at_end = true;  // held-out evaluation after the last step
+  std::string trace;        // Chrome trace JSON of the run's profiler spans (empty: none)
 };
 
 struct ConfigField {

@@ -23,10 +23,10 @@ const char* split_name(Split split);
 // to 3 pixels, scaled in contrast, plus Gaussian pixel noise. Sample i of a split is a pure
 // function of (seed, split, i): any worker, in any order, produces the same bytes.
 //
-// decode_cost stands in for JPEG decode and augmentation: it performs decode_cost passes of a
-// 3x3 stencil over the image (real arithmetic, about 30 flops per pixel per pass) whose result
-// is folded into a checksum the batch carries, so the work cannot be optimised away. It never
-// changes the pixels, so the learning problem is the same at every cost.
+// decode_cost stands in for JPEG decode and augmentation: each unit is four passes of a 3x3
+// stencil over the image (real arithmetic, about 18 flops per pixel per pass), each pass reading
+// the previous one's output, folded into a checksum the batch carries so the work cannot be
+// optimised away. It never changes the pixels, so the learning problem is the same at every cost.
 class SyntheticImages {
  public:
   static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;

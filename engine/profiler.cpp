@@ -20,6 +20,17 @@ std::uint32_t Profiler::thread_index() {
   return index;
 }
 
+void Profiler::name_this_thread(const std::string& name) {
+  const std::uint32_t thread = thread_index();
+  std::lock_guard lock(mutex_);
+  thread_names_[thread] = name;
+}
+
+std::map<std::uint32_t, std::string> Profiler::thread_names() const {
+  std::lock_guard lock(mutex_);
+  return thread_names_;
+}
+
 void Profiler::record(std::string name, std::int64_t start_ns, std::int64_t end_ns) {
   const std::uint32_t thread = thread_index();
   std::lock_guard lock(mutex_);

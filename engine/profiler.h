@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@ class Profiler {
   static std::int64_t now_ns();
   static std::uint32_t thread_index();
 
+  // Names the calling thread's track in traces ("main", "loader worker 1", ...).
+  void name_this_thread(const std::string& name);
+  std::map<std::uint32_t, std::string> thread_names() const;
+
   void set_enabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void record(std::string name, std::int64_t start_ns, std::int64_t end_ns);
@@ -34,6 +39,7 @@ class Profiler {
   std::atomic<bool> enabled_{false};
   mutable std::mutex mutex_;
   std::vector<ProfileSpan> spans_;
+  std::map<std::uint32_t, std::string> thread_names_;
 };
 
 // Records a span from construction to destruction when the profiler is enabled.

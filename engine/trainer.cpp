@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <ostream>
 
 #include "backends/registry.h"
@@ -10,6 +11,7 @@
 #include "engine/autograd.h"
 #include "engine/checkpoint.h"
 #include "engine/profiler.h"
+#include "engine/trace.h"
 #include "engine/version.h"
 
 namespace trainlab {
@@ -66,6 +68,14 @@ Trainer::Trainer(const TrainConfig& config)
       generator_(config.seed) {
   validate_config(config_);
   TL_CHECK(backend_.supports(dtype_), "backend '" + backend_.name() + "' does not support dtype " + config.dtype);
+  if (backend_.device_type() == DeviceType::cpu) {
+    TL_CHECK(!config_.pin_memory,
+             "pin_memory needs a CUDA backend (it page-locks loader buffers for host-to-device "
+             "copies); backend '" +
+                 backend_.name() + "' runs on the CPU, where there is no copy");
+    TL_CHECK(!config_.tf32, "tf32 needs a CUDA backend (TF32 is a tensor-core math mode); backend '" + backend_.name() +
+                                "' runs on the CPU");
+  }
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
 
   model_ = std::make_unique<SmallCNN>(InitOptions{&generator_, param_dtype_, &backend_});
@@ -166,6 +176,14 @@ TrainResult Trainer::train(std::ostream* log) {
     log->flush();
   }
 
+  Profiler& profiler = Profiler::instance();
+  const bool tracing = !config_.trace.empty();
+  if (tracing) {
+    profiler.clear();
+    profiler.name_this_thread("main (training)");
+    profiler.set_enabled(true);
+  }
+
   PhaseTimes window;  // since the last progress line
   std::int64_t window_steps = 0;
   std::int64_t run_steps = 0;
@@ -174,6 +192,8 @@ TrainResult Trainer::train(std::ostream* log) {
     PhaseTimes phases;
     Batch batch;
     Tensor loss;
+    double step_s = 0;
+    std::optional<PhaseTimer> step_span(std::in_place, backend_, "step", step_s);
     {
       PhaseTimer t(backend_, "data_wait", phases.data_wait_s);
       batch = loader_->next();
@@ -192,6 +212,7 @@ TrainResult Trainer::train(std::ostream* log) {
       optimizer_->zero_grad();
       scheduler_->step();
     }
+    step_span.reset();  // the step span ends with the optimiser phase
     ++step_;
     ++run_steps;
     const double loss_value = loss.item();
@@ -227,17 +248,27 @@ TrainResult Trainer::train(std::ostream* log) {
     if (config_.save_every > 0 && step_ % config_.save_every == 0 && step_ != target) save(config_.save);
   }
   result.last_step = step_;
-  result.final_eval = evaluate();
-  result.evals.push_back(result.final_eval);
+  if (tracing) {
+    profiler.set_enabled(false);
+    write_chrome_trace(config_.trace, profiler.take(), profiler.thread_names());
+  }
+  if (config_.eval_at_end) {
+    result.final_eval = evaluate();
+    result.evals.push_back(result.final_eval);
+  }
   if (!config_.save.empty()) save(config_.save);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   const double measured_total = result.measured.total();
   result.samples_per_s =
       measured_total > 0 ? static_cast<double>(result.measured_steps * config_.batch) / measured_total : 0.0;
   if (log) {
-    *log << fmt::format("done: {} steps in {:.1f} s; final loss {:.4f}; held-out accuracy {:.2f}% ({} samples)\n",
-                        run_steps, result.wall_s, result.losses.empty() ? NAN : result.losses.back(),
-                        100 * result.final_eval.accuracy, result.final_eval.samples);
+    *log << fmt::format("done: {} steps in {:.1f} s; final loss {:.4f}", run_steps, result.wall_s,
+                        result.losses.empty() ? NAN : result.losses.back());
+    if (config_.eval_at_end) {
+      *log << fmt::format("; held-out accuracy {:.2f}% ({} samples)", 100 * result.final_eval.accuracy,
+                          result.final_eval.samples);
+    }
+    *log << "\n";
     if (result.measured_steps > 0) {
       const PhaseTimes& m = result.measured;
       *log << fmt::format(
@@ -249,6 +280,8 @@ TrainResult Trainer::train(std::ostream* log) {
     }
     *log << fmt::format("backend after the run: {}\n", backend_.describe());  // with the kernels it picked
     if (!config_.save.empty()) *log << fmt::format("checkpoint: {}\n", config_.save);
+    if (tracing)
+      *log << fmt::format("trace: {} (open in https://ui.perfetto.dev or chrome://tracing)\n", config_.trace);
     log->flush();
   }
   return result;

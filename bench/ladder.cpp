@@ -1,0 +1,558 @@
+#include "bench/ladder.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include "backends/registry.h"
+#include "engine/config.h"
+#include "engine/profiler.h"
+#include "engine/trainer.h"
+
+namespace trainlab::bench {
+
+namespace {
+
+// Keys that say how a measurement is taken, not what is measured.
+const std::set<std::string> kBookkeeping = {"steps",       "stop_at", "warmup",     "log_every", "eval_every",
+                                            "eval_at_end", "save",    "save_every", "resume",    "trace"};
+
+const char* const kPhases[] = {"data_wait", "forward", "backward", "optimizer"};
+
+KnobMap knobs_of(const TrainConfig& config) {
+  StateDict state;
+  config_to_state(config, state);
+  KnobMap out;
+  for (const auto& [key, value] : state.strings) out[key.substr(std::string("config.").size())] = value;
+  return out;
+}
+
+TrainConfig config_from(const KnobMap& knobs, const std::string& origin) {
+  TrainConfig config;
+  for (const auto& [key, value] : knobs) apply_config_value(config, key, value, origin);
+  return config;
+}
+
+std::string number_text(double v) {
+  std::ostringstream out;
+  out.precision(10);
+  out << v;
+  return out.str();
+}
+
+KnobMap yaml_map(const YAML::Node& node, const std::string& where) {
+  KnobMap out;
+  if (!node || node.IsNull()) return out;
+  TL_CHECK(node.IsMap(), where + " must be a map of config keys to values");
+  for (const auto& item : node) {
+    TL_CHECK(item.first.IsScalar() && item.second.IsScalar(),
+             where + ": each entry must be key: value (got a list or map)");
+    out[item.first.Scalar()] = item.second.Scalar();
+  }
+  return out;
+}
+
+json phase_json(const PhaseTimes& totals, std::int64_t steps) {
+  const double total = totals.total();
+  const double values[] = {totals.data_wait_s, totals.forward_s, totals.backward_s, totals.optimizer_s};
+  json out = json::object();
+  for (int i = 0; i < 4; ++i) {
+    out[kPhases[i]] = {{"seconds_per_step", steps > 0 ? values[i] / static_cast<double>(steps) : 0.0},
+                       {"share", total > 0 ? values[i] / total : 0.0}};
+  }
+  return out;
+}
+
+json stats_json(const Summary& s) {
+  return {{"median", s.median}, {"mean", s.mean}, {"std", s.std}, {"min", s.min}, {"max", s.max}, {"n", s.n}};
+}
+
+Summary stats_from(const json& j) {
+  Summary s;
+  s.median = j.at("median");
+  s.mean = j.at("mean");
+  s.std = j.at("std");
+  s.min = j.at("min");
+  s.max = j.at("max");
+  s.n = j.at("n");
+  return s;
+}
+
+}  // namespace
+
+double LrRule::lr_for(std::int64_t batch) const {
+  return base_lr * static_cast<double>(batch) / static_cast<double>(base_batch);
+}
+
+LadderSpec load_ladder(const std::string& path) {
+  std::error_code ec;
+  TL_CHECK(std::filesystem::is_regular_file(path, ec), "ladder file '" + path + "' does not exist");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw Error("ladder file '" + path + "' is not valid YAML: " + e.msg + " (line " + std::to_string(e.mark.line + 1) +
+                ")");
+  }
+  TL_CHECK(root.IsMap(), "ladder file '" + path + "' must be a map");
+  static const std::set<std::string> allowed = {"ladder", "device", "base", "rungs", "steps", "warmup", "lr_rule"};
+  for (const auto& item : root) {
+    const std::string key = item.first.as<std::string>();
+    TL_CHECK(allowed.count(key),
+             path + ": unknown key '" + key + "' (allowed: ladder, device, base, rungs, steps, warmup, lr_rule)");
+  }
+  LadderSpec spec;
+  try {
+    spec.name = root["ladder"].as<std::string>();
+    spec.device = root["device"].as<std::string>();
+    TL_CHECK(spec.device == "cpu" || spec.device == "cuda",
+             path + ": device must be cpu or cuda, got '" + spec.device + "'");
+    spec.base = yaml_map(root["base"], path + ": base");
+    if (root["steps"]) {
+      spec.quick_steps = root["steps"]["quick"].as<std::int64_t>();
+      spec.full_steps = root["steps"]["full"].as<std::int64_t>();
+    }
+    if (root["warmup"]) spec.warmup = root["warmup"].as<std::int64_t>();
+    TL_CHECK(spec.quick_steps >= 1 && spec.full_steps >= 1 && spec.warmup >= 0,
+             path + ": steps must be >= 1 and warmup >= 0");
+    if (root["lr_rule"]) {
+      const std::string kind = root["lr_rule"]["kind"].as<std::string>();
+      TL_CHECK(kind == "linear",
+               path + ": lr_rule kind must be 'linear' (lr = base lr * batch / base_batch), got '" + kind + "'");
+      spec.lr_rule.base_batch = root["lr_rule"]["base_batch"].as<std::int64_t>();
+      TL_CHECK(spec.lr_rule.base_batch >= 1, path + ": lr_rule base_batch must be >= 1");
+    }
+    TL_CHECK(root["rungs"] && root["rungs"].IsSequence() && root["rungs"].size() >= 1,
+             path + ": rungs must be a list with at least the baseline");
+    std::set<std::string> names;
+    for (const auto& node : root["rungs"]) {
+      Rung rung;
+      rung.name = node["name"].as<std::string>();
+      TL_CHECK(names.insert(rung.name).second, path + ": rung name '" + rung.name + "' appears twice");
+      rung.set = yaml_map(node["set"], path + ": rung '" + rung.name + "' set");
+      if (node["needs"]) rung.needs = node["needs"].as<std::string>();
+      if (node["skip_reason"]) rung.skip_reason = node["skip_reason"].as<std::string>();
+      if (node["note"]) rung.note = node["note"].as<std::string>();
+      TL_CHECK(rung.needs.empty() || !rung.skip_reason.empty(),
+               path + ": rung '" + rung.name + "' needs " + rung.needs + " and must say why (skip_reason)");
+      spec.rungs.push_back(std::move(rung));
+    }
+  } catch (const YAML::Exception& e) {
+    throw Error("ladder file '" + path + "': " + e.msg + " (line " + std::to_string(e.mark.line + 1) + ")");
+  }
+  // Every config is valid, and every step changes one knob.
+  const auto configs = rung_configs(spec);
+  for (std::size_t i = 1; i < configs.size(); ++i)
+    single_change(configs[i - 1], configs[i], spec.lr_rule, spec.rungs[i].name);
+  return spec;
+}
+
+bool rung_runs_on(const Rung& rung, const std::string& device_type) {
+  return rung.needs.empty() || rung.needs == device_type;
+}
+
+std::vector<KnobMap> rung_configs(const LadderSpec& spec, const std::string& device_type) {
+  const std::string origin = "ladder '" + spec.name + "'";
+  TrainConfig base = config_from(spec.base, origin + " base");
+  KnobMap current = knobs_of(base);
+  std::vector<KnobMap> out;
+  const double base_lr = std::stod(current.at("lr"));
+  LrRule rule = spec.lr_rule;
+  rule.base_lr = base_lr;
+  for (const auto& rung : spec.rungs) {
+    if (!device_type.empty() && !rung_runs_on(rung, device_type)) {
+      out.push_back(current);  // skipped here: nothing changes
+      continue;
+    }
+    for (const auto& [key, value] : rung.set) current[key] = value;
+    // The LR follows from the batch unless the rung sets it (then it is a knob of its own).
+    if (!rung.set.count("lr") && rung.set.count("batch")) {
+      current["lr"] = number_text(rule.lr_for(std::stoll(current.at("batch"))));
+    }
+    // Round-trip through TrainConfig: unknown keys and bad values are refused here, by name.
+    out.push_back(knobs_of(config_from(current, origin + " rung '" + rung.name + "'")));
+    current = out.back();
+  }
+  return out;
+}
+
+std::optional<Change> single_change(const KnobMap& before, const KnobMap& after, const LrRule& rule,
+                                    const std::string& rung) {
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : after) {
+    if (kBookkeeping.count(key)) continue;
+    auto it = before.find(key);
+    if (it == before.end() || it->second != value) changed.push_back(key);
+  }
+  if (changed.empty()) return std::nullopt;
+  // batch with the LR its rule gives is one change.
+  if (changed.size() == 2 && std::find(changed.begin(), changed.end(), "batch") != changed.end() &&
+      std::find(changed.begin(), changed.end(), "lr") != changed.end()) {
+    LrRule r = rule;
+    r.base_lr = std::stod(before.at("lr")) * static_cast<double>(rule.base_batch) / std::stod(before.at("batch"));
+    const double expected = r.lr_for(std::stoll(after.at("batch")));
+    if (std::abs(std::stod(after.at("lr")) - expected) <= 1e-12 * std::max(1.0, std::abs(expected))) {
+      return Change{"batch (+ LR rule)", before.at("batch") + " (lr " + before.at("lr") + ")",
+                    after.at("batch") + " (lr " + after.at("lr") + ")"};
+    }
+  }
+  if (changed.size() > 1) {
+    std::string names;
+    for (const auto& c : changed)
+      names += (names.empty() ? "" : ", ") + c + " (" + before.at(c) + " -> " + after.at(c) + ")";
+    throw Error("rung '" + rung + "' changes " + std::to_string(changed.size()) + " knobs against the previous rung: " +
+                names + "; a rung must change exactly one (batch with its LR rule counts as one)");
+  }
+  return Change{changed[0], before.at(changed[0]), after.at(changed[0])};
+}
+
+// ---------------------------------------------------------------------------------------------
+// running
+
+namespace {
+
+struct Arm {
+  std::string name;
+  std::size_t index;  // position in the ladder (calibration arms share the baseline's config)
+  KnobMap config;
+  const Rung* rung = nullptr;
+  std::optional<Change> change;
+  bool calibration = false;
+  std::string skip_reason;
+  std::string error;
+  std::vector<double> values;
+  PhaseTimes phases;
+  std::int64_t measured_steps = 0, warmup_steps = 0;
+  json env;
+};
+
+json base_row(const Arm& arm, const std::string& run_id, const LadderSpec& spec) {
+  json row = arm.env;
+  row["run_id"] = run_id;
+  row["ladder"] = spec.name;
+  row["rung"] = arm.name;
+  row["rung_index"] = arm.index;
+  row["calibration"] = arm.calibration;
+  row["config"] = arm.config;
+  row["changed"] =
+      arm.change ? json{{"knob", arm.change->knob}, {"from", arm.change->from}, {"to", arm.change->to}} : json(nullptr);
+  if (arm.rung && !arm.rung->note.empty()) row["note"] = arm.rung->note;
+  return row;
+}
+
+json environment_for(const KnobMap& config) {
+  Backend& backend = get_backend(config.at("backend").empty() ? default_backend_name() : config.at("backend"));
+  const int threads = std::stoi(config.at("threads"));
+  if (threads > 0) backend.set_num_threads(threads);
+  return current_environment(backend).to_json();
+}
+
+}  // namespace
+
+LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
+  TL_CHECK(options.repeats >= 1, "ladder: repeats must be >= 1, got " + std::to_string(options.repeats));
+  // The device the baseline runs on decides which rungs are skipped; their knobs are not applied.
+  const json base_env = environment_for(rung_configs(spec).front());
+  const std::string device_type = base_env["device"]["type"];
+  const auto declared = rung_configs(spec);
+  const auto configs = rung_configs(spec, device_type);
+  std::vector<Arm> arms;
+  for (std::size_t i = 0; i < spec.rungs.size(); ++i) {
+    Arm arm;
+    arm.name = spec.rungs[i].name;
+    arm.index = i;
+    arm.rung = &spec.rungs[i];
+    if (!rung_runs_on(spec.rungs[i], device_type)) {
+      arm.skip_reason = spec.rungs[i].skip_reason;
+      arm.config = declared[i];  // what it would have run
+      if (i > 0) arm.change = single_change(declared[i - 1], declared[i], spec.lr_rule, arm.name);
+    } else {
+      arm.config = configs[i];
+      if (i > 0) arm.change = single_change(configs[i - 1], configs[i], spec.lr_rule, arm.name);
+    }
+    arm.env = environment_for(arm.config);
+    arms.push_back(std::move(arm));
+  }
+  // Two secretly identical arms (the baseline's config), first and last in every round.
+  std::vector<std::size_t> order;
+  if (options.calibrate) {
+    for (const char* name : {"calibration A", "calibration B"}) {
+      Arm arm;
+      arm.name = name;
+      arm.index = spec.rungs.size() + (name[12] == 'A' ? 0 : 1);
+      arm.config = configs[0];
+      arm.calibration = true;
+      arm.env = arms[0].env;
+      arms.push_back(std::move(arm));
+    }
+    order.push_back(arms.size() - 2);
+  }
+  for (std::size_t i = 0; i < spec.rungs.size(); ++i) order.push_back(i);
+  if (options.calibrate) order.push_back(arms.size() - 1);
+
+  LadderRun run;
+  run.run_id = new_run_id();
+  run.ledger_path = options.ledger_path.empty() ? default_ledger_path(spec.device) : options.ledger_path;
+  const Ledger ledger(run.ledger_path);
+  const std::int64_t steps = options.quick ? spec.quick_steps : spec.full_steps;
+  std::ostream* log = options.log;
+  if (log) {
+    *log << fmt::format("ladder '{}' on {} ({}), {} repeats of {} measured steps after {} warm-up steps, run {}\n",
+                        spec.name, arms[0].env["device"]["name"].get<std::string>(),
+                        arms[0].env["backend_describe"].get<std::string>(), options.repeats, steps, spec.warmup,
+                        run.run_id);
+    *log << fmt::format("ledger: {}\n", run.ledger_path);
+  }
+
+  auto rung_row = [&](const Arm& arm) {
+    json row = base_row(arm, run.run_id, spec);
+    row["kind"] = "rung";
+    if (!arm.skip_reason.empty()) {
+      row["status"] = "skipped";
+      row["reason"] = arm.skip_reason;
+    } else if (!arm.error.empty()) {
+      row["status"] = "failed";
+      row["error"] = arm.error;
+      row["repeats"] = arm.values;
+    } else {
+      row["status"] = "ok";
+      row["repeats"] = arm.values;
+      row["stats"] = stats_json(summarize(arm.values));
+      row["breakdown"] = phase_json(arm.phases, arm.measured_steps);
+      row["warmup_steps_excluded"] = arm.warmup_steps;
+      row["measured_steps"] = arm.measured_steps;
+    }
+    return row;
+  };
+
+  // Skipped rungs are recorded before anything runs.
+  for (const Arm& arm : arms) {
+    if (arm.skip_reason.empty()) continue;
+    ledger.append(rung_row(arm));
+    if (log) *log << fmt::format("rung {:<20} skipped: {}\n", arm.name, arm.skip_reason);
+  }
+
+  const int total = options.repeats * static_cast<int>(order.size());
+  int done = 0;
+  for (int repeat = 0; repeat < options.repeats; ++repeat) {
+    for (std::size_t position : order) {
+      Arm& arm = arms[position];
+      ++done;
+      if (!arm.skip_reason.empty() || !arm.error.empty()) continue;
+      TrainConfig config = config_from(arm.config, "ladder rung '" + arm.name + "'");
+      config.steps = spec.warmup + steps;
+      config.warmup = spec.warmup;
+      config.eval_at_end = false;
+      config.eval_every = 0;
+      config.log_every = config.steps + 1;
+      if (options.trace && repeat == 0 && !arm.calibration) {
+        config.trace = (std::filesystem::path(options.trace_dir) / (spec.name + "_" + arm.name + ".json")).string();
+      }
+      json row = base_row(arm, run.run_id, spec);
+      row["kind"] = "repeat";
+      row["repeat"] = repeat;
+      try {
+        Trainer trainer(config);
+        const TrainResult result = trainer.train(nullptr);
+        arm.env["backend_describe"] = trainer.backend().describe();  // now with the kernels it picked
+        row["backend_describe"] = arm.env["backend_describe"];
+        arm.values.push_back(result.samples_per_s);
+        arm.phases += result.measured;
+        arm.measured_steps += result.measured_steps;
+        arm.warmup_steps = result.warmup_steps;
+        row["status"] = "ok";
+        row["value"] = result.samples_per_s;
+        row["breakdown"] = phase_json(result.measured, result.measured_steps);
+        row["warmup_steps_excluded"] = result.warmup_steps;
+        row["measured_steps"] = result.measured_steps;
+        ledger.append(row);
+        if (log) {
+          const double share = result.measured.total() > 0 ? result.measured.data_wait_s / result.measured.total() : 0;
+          *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} {:>9.1f} samples/s  data-wait {:>5.1f}%\n", done, total,
+                              repeat + 1, options.repeats, arm.name, result.samples_per_s, 100 * share);
+          log->flush();
+        }
+      } catch (const std::exception& e) {
+        // A rung that crashes is a failed row with its error; the ladder goes on.
+        arm.error = e.what();
+        row["status"] = "failed";
+        row["error"] = arm.error;
+        ledger.append(row);
+        ledger.append(rung_row(arm));
+        if (log)
+          *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} FAILED: {}\n", done, total, repeat + 1, options.repeats,
+                              arm.name, arm.error);
+      }
+    }
+  }
+  for (std::size_t position : order) {
+    const Arm& arm = arms[position];
+    if (arm.skip_reason.empty() && arm.error.empty()) ledger.append(rung_row(arm));
+  }
+  // The rows, in ladder order, from the ledger itself (what a report will see).
+  for (const auto& row : ledger.load().rows) {
+    if (row.value("run_id", "") == run.run_id && row.value("kind", "") == "rung") run.rung_rows.push_back(row);
+  }
+  std::stable_sort(run.rung_rows.begin(), run.rung_rows.end(), [](const json& a, const json& b) {
+    return a.at("rung_index").get<std::size_t>() < b.at("rung_index").get<std::size_t>();
+  });
+  return run;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the plan
+
+std::string plan_ladder(const LadderSpec& spec, bool quick) {
+  const auto configs = rung_configs(spec);  // the baseline is the same on every device
+  TrainConfig config = config_from(configs[0], "ladder baseline");
+  const std::int64_t steps = quick ? spec.quick_steps : spec.full_steps;
+  config.steps = spec.warmup + steps;
+  config.warmup = spec.warmup;
+  config.eval_at_end = false;
+  config.log_every = config.steps + 1;
+  Profiler& profiler = Profiler::instance();
+  Trainer trainer(config);
+  profiler.clear();
+  profiler.set_enabled(true);
+  const TrainResult result = trainer.train(nullptr);
+  profiler.set_enabled(false);
+  std::map<std::string, double> op_seconds;
+  for (const auto& span : profiler.take())
+    op_seconds[span.name] += static_cast<double>(span.end_ns - span.start_ns) * 1e-9;
+
+  std::ostringstream out;
+  const PhaseTimes& m = result.measured;
+  const double total = m.total();
+  out << fmt::format("baseline '{}' ({} measured steps, {} warm-up excluded): {:.1f} samples/s\n", spec.rungs[0].name,
+                     result.measured_steps, result.warmup_steps, result.samples_per_s);
+  const std::pair<const char*, double> phases[] = {
+      {"data_wait", m.data_wait_s}, {"forward", m.forward_s}, {"backward", m.backward_s}, {"optimizer", m.optimizer_s}};
+  out << "step breakdown:\n";
+  for (const auto& [name, seconds] : phases) {
+    out << fmt::format("  {:<10} {:>8.2f} ms/step  {:>5.1f}%\n", name,
+                       1000 * seconds / static_cast<double>(std::max<std::int64_t>(1, result.measured_steps)),
+                       100 * seconds / total);
+  }
+  std::vector<std::pair<double, std::string>> ops;
+  for (const auto& [name, seconds] : op_seconds) {
+    if (name == "step" || name == "data_wait" || name == "forward" || name == "backward" || name == "optimizer")
+      continue;
+    ops.emplace_back(seconds, name);
+  }
+  std::sort(ops.rbegin(), ops.rend());
+  out << "largest spans inside the phases (inclusive, so nested spans overlap):\n";
+  for (std::size_t i = 0; i < std::min<std::size_t>(8, ops.size()); ++i) {
+    out << fmt::format("  {:<32} {:>8.2f} ms/step\n", ops[i].second,
+                       1000 * ops[i].first / static_cast<double>(std::max<std::int64_t>(1, result.measured_steps)));
+  }
+  const auto largest = *std::max_element(std::begin(phases), std::end(phases),
+                                         [](const auto& a, const auto& b) { return a.second < b.second; });
+  const std::string category = largest.first;
+  std::string points_to;
+  if (category == "data_wait") {
+    points_to =
+        "the input pipeline: workers first (then persistent_workers, prefetch); precision and layout cannot "
+        "help while the device waits for data";
+  } else if (category == "optimizer") {
+    points_to = "the optimiser step: compile (fused kernels, pre-planned buffers)";
+  } else {
+    points_to = "compute: amp_bf16, channels_last, compile (in the order the top spans suggest)";
+  }
+  out << fmt::format("largest exposed category: {} ({:.1f}% of the step) -> {}\n", category,
+                     100 * largest.second / total, points_to);
+  // Does the ladder's order follow the profile?
+  if (spec.rungs.size() > 1) {
+    const std::string first = spec.rungs[1].name;
+    const bool data_first = first.find("worker") != std::string::npos || first.find("prefetch") != std::string::npos;
+    if ((category == "data_wait") != data_first) {
+      out << fmt::format("note: the ladder's first rung is '{}', which the profile does not point to first\n", first);
+    } else {
+      out << fmt::format("the ladder's first rung, '{}', is the one the profile points to\n", first);
+    }
+  }
+  return out.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// the table
+
+std::string ladder_table(const std::vector<json>& rows, bool markdown) {
+  TL_CHECK(!rows.empty(), "ladder table: no rows");
+  // One table never mixes devices or engine versions.
+  const json& first = rows.front();
+  for (const auto& row : rows) {
+    TL_CHECK(row.at("device") == first.at("device"), "ladder table: rows from different devices (" +
+                                                         first.at("device").dump() + " and " + row.at("device").dump() +
+                                                         ") are never merged into one table");
+    TL_CHECK(row.at("versions").at("engine") == first.at("versions").at("engine"),
+             "ladder table: rows from different engine versions (" + first.at("versions").at("engine").dump() +
+                 " and " + row.at("versions").at("engine").dump() + ") are never merged into one table");
+  }
+  std::optional<Calibration> calibration;
+  std::vector<double> arm_a, arm_b;
+  for (const auto& row : rows) {
+    if (!row.value("calibration", false) || row.value("status", "") != "ok") continue;
+    (row.at("rung") == "calibration A" ? arm_a : arm_b) = row.at("repeats").get<std::vector<double>>();
+  }
+  if (!arm_a.empty() && !arm_b.empty()) calibration = calibrate(arm_a, arm_b);
+
+  std::ostringstream out;
+  if (markdown) {
+    out << "| rung | samples/s | ± | min-max | data-wait | vs prev | separable? |\n|---|---|---|---|---|---|---|\n";
+  } else {
+    out << fmt::format("{:<22} {:>10} {:>8} {:>21} {:>9} {:>9}  {}\n", "rung", "samples/s", "±", "min-max", "data-wait",
+                       "vs prev", "separable?");
+  }
+  std::optional<Summary> previous;
+  for (const auto& row : rows) {
+    if (row.value("calibration", false)) continue;
+    const std::string name = row.at("rung");
+    const std::string status = row.at("status");
+    if (status != "ok") {
+      const std::string why = status == "skipped" ? "skipped: " + row.value("reason", std::string())
+                                                  : "failed: " + row.value("error", std::string());
+      if (markdown) {
+        out << fmt::format("| {} | {} | | | | | |\n", name, why);
+      } else {
+        out << fmt::format("{:<22} {}\n", name, why);
+      }
+      continue;
+    }
+    const Summary s = stats_from(row.at("stats"));
+    const double wait = row.at("breakdown").at("data_wait").at("share").get<double>() * 100;
+    std::string vs = "-", sep = "-";
+    if (previous) {
+      vs = fmt::format("{:+.1f}%", effect_percent(s, *previous));
+      sep = verdict_text(verdict(s, *previous, calibration));
+    }
+    if (markdown) {
+      out << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}-{:.1f} | {:.1f}% | {} | {} |\n", name, s.median, s.std, s.min,
+                         s.max, wait, vs, sep);
+    } else {
+      out << fmt::format("{:<22} {:>10.1f} {:>8.1f} {:>10.1f}-{:<10.1f} {:>8.1f}% {:>9}  {}\n", name, s.median, s.std,
+                         s.min, s.max, wait, vs, sep);
+    }
+    previous = s;
+  }
+  if (calibration) {
+    out << fmt::format(
+        "{}noise floor: {:.1f}% (calibration arms, the baseline measured twice per round: {:.1f} "
+        "[{:.1f}-{:.1f}] and {:.1f} [{:.1f}-{:.1f}]); {}\n",
+        markdown ? "\n" : "", calibration->noise_floor_percent, calibration->a.median, calibration->a.min,
+        calibration->a.max, calibration->b.median, calibration->b.min, calibration->b.max,
+        calibration->valid ? "the arms overlap, so separability verdicts stand"
+                           : "the arms came out SEPARABLE although identical: at this number of "
+                             "repeats the test is unsound, so every verdict is NO CONCLUSION");
+  } else {
+    out << (markdown ? "\n" : "") << "noise floor: not measured (run with --calibrate)\n";
+  }
+  return out.str();
+}
+
+}  // namespace trainlab::bench

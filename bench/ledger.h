@@ -1,0 +1,59 @@
+// The ledger: every measurement trainlab's benchmarks make, as JSON Lines (one JSON object per
+// line) in results/ledger_<device>.jsonl, schema version kLedgerSchema.
+//
+// Rows are appended one at a time, each with a single write() of the whole line followed by
+// fsync, so an interrupted run loses at most the row it was writing: load() drops a torn last line
+// (and says so) and refuses a damaged line anywhere else. A ledger holds one device: appending a
+// row measured on another device is refused, and rows of different devices or engine versions are
+// never put in one table (see Run below).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace trainlab::bench {
+
+inline constexpr int kLedgerSchema = 1;
+using json = nlohmann::json;
+
+// Where a measurement was made: the same for every row of one run.
+struct Environment {
+  std::string device_type;  // "cpu" | "cuda"
+  std::string device_name;  // the CPU model, or the GPU's name
+  std::string host;
+  int cores = 0;
+  int threads = 0;
+  std::string backend;
+  std::string backend_describe;
+  std::string timer;  // steady_clock on the CPU; CUDA events on a GPU
+  json versions;      // engine (git describe), compiler, backend library, ...
+  json to_json() const;
+};
+Environment current_environment(Backend& backend);
+std::string default_ledger_path(const std::string& device_type);  // results/ledger_<device>.jsonl
+std::string new_run_id();                                         // 20261129T120000Z-<pid>
+std::string utc_now();                                            // ISO 8601
+
+class Ledger {
+ public:
+  explicit Ledger(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+  // Appends one row (adding "schema" and "time"); the row must carry "device": {"name", ...}.
+  void append(json row) const;
+
+  struct Loaded {
+    std::vector<json> rows;
+    std::vector<std::string> warnings;  // e.g. a torn last line that was dropped
+  };
+  // Every complete row, in order. A missing file is an empty ledger.
+  Loaded load() const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace trainlab::bench

@@ -1,0 +1,36 @@
+// Noise-aware statistics for benchmark repeats (the seed's rules): median and min-max, the effect
+// of a rung against the previous one, separability when the repeat ranges do not overlap, and the
+// calibration arms: two secretly identical configurations whose gap is the noise floor. When the
+// arms themselves come out separable the test is unsound at this number of repeats and every
+// verdict is NO CONCLUSION.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainlab::bench {
+
+struct Summary {
+  double median = 0, mean = 0, std = 0, min = 0, max = 0;  // std: sample standard deviation
+  int n = 0;
+};
+Summary summarize(const std::vector<double>& values);
+
+// Percent change of the medians: +10 means `now` is 10% faster than `before`.
+double effect_percent(const Summary& now, const Summary& before);
+// The repeat ranges [min, max] do not overlap.
+bool separable(const Summary& a, const Summary& b);
+
+struct Calibration {
+  Summary a, b;
+  double noise_floor_percent = 0;  // |median gap| / mean of the medians
+  bool valid = false;              // the arms overlap, as identical configurations must
+};
+Calibration calibrate(const std::vector<double>& arm_a, const std::vector<double>& arm_b);
+
+enum class Verdict { separable, not_separable, no_conclusion };
+Verdict verdict(const Summary& now, const Summary& before, const std::optional<Calibration>& calibration);
+const char* verdict_text(Verdict verdict);  // "yes", "no", "NO CONCLUSION"
+
+}  // namespace trainlab::bench

@@ -1,0 +1,74 @@
+// bench_ladder: the optimisation ladder (a thin main over the bench library).
+//   bench_ladder --plan                      the baseline's profile and which rung it points to
+//   bench_ladder --device cpu --repeats 3 [--calibrate] [--quick] [--trace]
+// Rows go to results/ledger_<device>.jsonl; REPORT.md is regenerated from the ledger afterwards.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "backends/error.h"
+#include "backends/registry.h"
+#include "bench/ladder.h"
+#include "bench/report.h"
+
+int main(int argc, char** argv) {
+  using namespace trainlab;
+  CLI::App app{"bench_ladder: the optimisation ladder, one knob per rung, measured honestly", "bench_ladder"};
+  std::string device = "cpu", config_path, ledger_path, report_path = "results/REPORT.md";
+  int repeats = 3;
+  bool calibrate = false, quick = false, plan = false, trace = false, no_report = false;
+  app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--config", config_path, "ladder YAML (default configs/ladder_<device>.yaml)");
+  app.add_option("--repeats", repeats, "interleaved repeats per rung [1..100]")->check(CLI::Range(1, 100));
+  app.add_flag("--calibrate", calibrate, "add two secretly identical arms; their gap is the noise floor");
+  app.add_flag("--quick", quick, "fewer measured steps per repeat");
+  app.add_flag("--plan", plan, "profile the baseline and print which rung the largest stall points to");
+  app.add_flag("--trace", trace, "a Chrome trace of each rung's first repeat under results/traces/");
+  app.add_option("--ledger", ledger_path, "ledger file (default results/ledger_<device>.jsonl)");
+  app.add_option("--report", report_path, "REPORT.md to regenerate after the run");
+  app.add_flag("--no-report", no_report, "do not regenerate the report");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string message = e.what();
+    for (auto& c : message) c = c == '\n' ? ' ' : c;
+    std::fprintf(stderr, "bench_ladder: error: %s (see bench_ladder --help)\n", message.c_str());
+    return 2;
+  }
+  try {
+    if (config_path.empty()) config_path = "configs/ladder_" + device + ".yaml";
+    const bench::LadderSpec spec = bench::load_ladder(config_path);
+    TL_CHECK(spec.device == device, config_path + " is the '" + spec.device + "' ladder, not '" + device + "'");
+    if (device == "cuda") {
+      bool any = false;
+      for (const auto& info : registered_backends()) any = any || info.device_type == DeviceType::cuda;
+      TL_CHECK(any, "no CUDA backend in this build (registered: " + registered_backend_names() +
+                        "); build with -DTRAINLAB_CUDA=ON on a machine with a GPU");
+    }
+    if (plan) {
+      std::cout << bench::plan_ladder(spec, quick);
+      return 0;
+    }
+    bench::LadderOptions options;
+    options.repeats = repeats;
+    options.quick = quick;
+    options.calibrate = calibrate;
+    options.trace = trace;
+    options.ledger_path = ledger_path;
+    options.log = &std::cout;
+    const bench::LadderRun run = bench::run_ladder(spec, options);
+    std::cout << "\n" << bench::ladder_table(run.rung_rows, false);
+    if (!no_report) {
+      bench::write_report({run.ledger_path, report_path, run.run_id});
+      std::cout << "report: " << report_path << " (from " << run.ledger_path << ", run " << run.run_id << ")\n";
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_ladder: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ladder: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,274 @@
+// The bench layer: single-change enforcement, the ledger (append, interruption, device mixing),
+// the statistics and the seed's false positive, skipped and failed rungs in the ledger and the
+// report, and Chrome trace validity and nesting.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "bench/ladder.h"
+#include "bench/ledger.h"
+#include "bench/report.h"
+#include "bench/stats.h"
+#include "engine/fileio.h"
+#include "engine/trainer.h"
+#include "test_util.h"
+
+using namespace trainlab;
+using namespace trainlab::bench;
+using namespace trainlab::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const auto path = fs::temp_directory_path() / ("trainlab-bench-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(path);
+  return path.string();
+}
+
+LadderSpec tiny_spec() {
+  LadderSpec spec;
+  spec.name = "test";
+  spec.device = "cpu";
+  spec.base = {
+      {"batch", "8"}, {"lr", "0.01"}, {"train_samples", "64"}, {"eval_samples", "8"}, {"backend", "reference"}};
+  spec.quick_steps = spec.full_steps = 2;
+  spec.warmup = 1;
+  spec.lr_rule.base_batch = 8;
+  spec.rungs = {Rung{"baseline", {}, "", "", ""}, Rung{"workers", {{"workers", "1"}}, "", "", "one loader thread"}};
+  return spec;
+}
+
+json row_on(const std::string& device, double value) {
+  return {{"device", {{"type", "cpu"}, {"name", device}}}, {"versions", {{"engine", "x"}}}, {"value", value}};
+}
+
+}  // namespace
+
+TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[bench]") {
+  const LrRule rule{8, 0.01};
+  const KnobMap base = {{"batch", "8"}, {"lr", "0.01"}, {"workers", "0"}, {"layout", "nchw"}};
+  KnobMap two = base;
+  two["workers"] = "2";
+  two["layout"] = "nhwc";
+  REQUIRE_THROWS_CONTAINING(single_change(base, two, rule, "both"), "rung 'both' changes 2 knobs",
+                            "layout (nchw -> nhwc)", "workers (0 -> 2)");
+  // batch with the LR its rule gives is one change...
+  KnobMap batch = base;
+  batch["batch"] = "32";
+  batch["lr"] = "0.04";
+  const auto change = single_change(base, batch, rule, "batch32");
+  REQUIRE(change);
+  CHECK(change->knob == "batch (+ LR rule)");
+  // ... and any other LR is a second knob.
+  batch["lr"] = "0.05";
+  REQUIRE_THROWS_CONTAINING(single_change(base, batch, rule, "batch32"), "batch (8 -> 32)", "lr (0.01 -> 0.05)");
+  // Bookkeeping keys are not knobs.
+  KnobMap steps = base;
+  steps["steps"] = "999";
+  CHECK_FALSE(single_change(base, steps, rule, "none"));
+
+  // A ladder file whose rung sets two knobs is refused when loaded.
+  const std::string path = temp_path("two.yaml");
+  std::ofstream(path) << "ladder: t\ndevice: cpu\nbase: {batch: 8}\nrungs:\n  - name: baseline\n  - name: both\n"
+                         "    set: {workers: 2, layout: nhwc}\n";
+  REQUIRE_THROWS_CONTAINING(load_ladder(path), "rung 'both' changes 2 knobs");
+  std::ofstream(path, std::ios::trunc) << "ladder: t\ndevice: cpu\nbase: {batch: 8, workerz: 1}\nrungs:\n  - name: b\n";
+  REQUIRE_THROWS_CONTAINING(load_ladder(path), "unknown key 'workerz'");
+  fs::remove(path);
+}
+
+TEST_CASE("ladder: the shipped ladders load, and their LR follows the rule", "[bench]") {
+  for (const char* device : {"cpu", "cuda"}) {
+    const LadderSpec spec = load_ladder(std::string(TRAINLAB_SOURCE_DIR) + "/configs/ladder_" + device + ".yaml");
+    const auto configs = rung_configs(spec);
+    REQUIRE(configs.size() == spec.rungs.size());
+    CHECK(spec.rungs.front().name == "baseline");
+    for (std::size_t i = 0; i < spec.rungs.size(); ++i) {
+      if (spec.rungs[i].name == "batch128") CHECK(std::stod(configs[i].at("lr")) == Approx(0.04));
+    }
+  }
+}
+
+TEST_CASE("ledger: append and reload; another device is refused", "[bench]") {
+  const Ledger ledger(temp_path("ledger.jsonl"));
+  for (int i = 0; i < 5; ++i) ledger.append(row_on("cpu A", i));
+  const auto loaded = ledger.load();
+  REQUIRE(loaded.rows.size() == 5);
+  CHECK(loaded.rows[3]["value"] == 3);
+  CHECK(loaded.rows[0]["schema"] == kLedgerSchema);
+  CHECK(loaded.warnings.empty());
+  REQUIRE_THROWS_CONTAINING(ledger.append(row_on("cpu B", 9)), "cpu A", "cpu B", "own ledger");
+  fs::remove(ledger.path());
+}
+
+TEST_CASE("ledger: an interrupted writer loses at most the row in flight", "[bench]") {
+  const Ledger ledger(temp_path("killed.jsonl"));
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    for (int i = 0;; ++i) ledger.append(row_on("cpu A", i));  // until killed
+  }
+  // Let it write some rows, then kill it mid-stream.
+  for (int waited = 0; waited < 200; ++waited) {
+    ::usleep(10000);
+    std::error_code ec;
+    if (fs::exists(ledger.path(), ec) && fs::file_size(ledger.path(), ec) > 4000) break;
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  const auto loaded = ledger.load();
+  REQUIRE(loaded.rows.size() >= 5);
+  for (std::size_t i = 0; i < loaded.rows.size(); ++i) CHECK(loaded.rows[i]["value"] == static_cast<int>(i));
+  // A torn last line (as a crash mid-write leaves) is dropped with a warning; earlier rows stand.
+  std::ofstream(ledger.path(), std::ios::app) << R"({"device": {"name": "cpu A"}, "val)";
+  const auto torn = ledger.load();
+  CHECK(torn.rows.size() == loaded.rows.size());
+  REQUIRE(torn.warnings.size() == 1);
+  CHECK(torn.warnings[0].find("interrupted") != std::string::npos);
+  // Damage in the middle is not silently skipped.
+  std::ofstream(ledger.path(), std::ios::app) << "\n" << row_on("cpu A", 1).dump() << "\n";
+  const std::string damaged_line = "line " + std::to_string(loaded.rows.size() + 1);
+  REQUIRE_THROWS_CONTAINING(ledger.load(), damaged_line.c_str(), "damaged");
+  fs::remove(ledger.path());
+}
+
+TEST_CASE("statistics: medians, separability and the calibration arms", "[bench]") {
+  const Summary s = summarize({3, 1, 2, 10});
+  CHECK(s.median == 2.5);
+  CHECK(s.min == 1);
+  CHECK(s.max == 10);
+  CHECK(s.mean == 4);
+  CHECK(s.std == Approx(4.0825).epsilon(1e-4));
+  CHECK(effect_percent(summarize({110}), summarize({100})) == Approx(10));
+  CHECK(separable(summarize({1, 2}), summarize({3, 4})));
+  CHECK_FALSE(separable(summarize({1, 3}), summarize({2, 4})));
+
+  // The seed's 3-repeat false positive: two identical configurations whose ranges did not
+  // overlap (48.9-67.0 vs 81.9-92.5). The test is unsound there, so nothing is concluded.
+  const Calibration false_positive = calibrate({48.9, 60.2, 67.0}, {81.9, 88.0, 92.5});
+  CHECK_FALSE(false_positive.valid);
+  CHECK(false_positive.noise_floor_percent > 30);
+  CHECK(verdict(summarize({140}), summarize({88}), false_positive) == Verdict::no_conclusion);
+  // At 7 repeats the arms overlapped, as identical arms must, and verdicts stand.
+  const Calibration sound =
+      calibrate({87.8, 79.2, 105.2, 90.0, 84.1, 95.3, 88.6}, {99.5, 65.3, 129.0, 92.0, 85.0, 101.0, 97.0});
+  CHECK(sound.valid);
+  CHECK(verdict(summarize({129.4, 140.6, 146.3}), summarize({79.2, 87.8, 105.2}), sound) == Verdict::separable);
+  CHECK(verdict(summarize({100, 110}), summarize({105, 115}), sound) == Verdict::not_separable);
+  CHECK(std::string(verdict_text(Verdict::no_conclusion)) == "NO CONCLUSION");
+}
+
+TEST_CASE("ladder: skipped and failed rungs appear in the ledger and the report", "[bench]") {
+  LadderSpec spec = tiny_spec();
+  spec.rungs.push_back(Rung{"pin_memory", {{"pin_memory", "true"}}, "cuda", "needs a GPU to copy to", ""});
+  spec.rungs.push_back(Rung{"tf32", {{"tf32", "true"}}, "", "", ""});  // not marked: it crashes, and is recorded
+  spec.rungs.push_back(Rung{"prefetch", {{"prefetch", "3"}}, "", "", ""});
+  const std::string dir = temp_path("ladder");
+  LadderOptions options;
+  options.repeats = 2;
+  options.quick = true;
+  options.calibrate = true;
+  options.ledger_path = dir + "/ledger_cpu.jsonl";
+  const LadderRun run = run_ladder(spec, options);
+  std::map<std::string, std::string> status;
+  for (const auto& row : run.rung_rows) status[row.at("rung")] = row.at("status");
+  CHECK(status["baseline"] == "ok");
+  CHECK(status["workers"] == "ok");
+  CHECK(status["pin_memory"] == "skipped");
+  CHECK(status["tf32"] == "failed");
+  CHECK(status["prefetch"] == "failed");  // the chain carries tf32: true, which this device cannot run
+  CHECK(status["calibration A"] == "ok");
+  for (const auto& row : run.rung_rows) {
+    if (row.at("rung") == "workers") {
+      CHECK(row.at("repeats").size() == 2);
+      CHECK(row.at("changed").at("knob") == "workers");
+      CHECK(row.at("warmup_steps_excluded") == 1);
+      CHECK(row.at("device").at("type") == "cpu");
+      CHECK(row.at("timer") == "steady_clock");
+      CHECK(row.at("versions").contains("engine"));
+      CHECK(row.at("breakdown").contains("data_wait"));
+    }
+    if (row.at("rung") == "tf32")
+      CHECK(row.at("error").get<std::string>().find("tf32 needs a CUDA backend") != std::string::npos);
+  }
+  const std::string table = ladder_table(run.rung_rows, false);
+  CHECK(table.find("skipped: needs a GPU to copy to") != std::string::npos);
+  CHECK(table.find("failed: tf32 needs a CUDA backend") != std::string::npos);
+  CHECK(table.find("noise floor") != std::string::npos);
+
+  ReportOptions report;
+  report.ledger_path = options.ledger_path;
+  report.out_path = dir + "/REPORT.md";
+  const std::string md = write_report(report);
+  CHECK(md.find(run.run_id) != std::string::npos);
+  CHECK(md.find("| pin_memory | skipped: needs a GPU to copy to") != std::string::npos);
+  CHECK(md.find("| tf32 | failed: tf32 needs a CUDA backend") != std::string::npos);
+  CHECK(md.find("noise floor") != std::string::npos);
+  CHECK(fs::exists(dir + "/figures/ladder_test_" + run.run_id + ".svg"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("trace: valid Chrome trace JSON whose spans nest and cover each step", "[bench][trace]") {
+  const std::string path = temp_path("trace") + "/run.json";
+  TrainConfig c;
+  c.steps = 4;
+  c.batch = 8;
+  c.train_samples = 64;
+  c.workers = 1;
+  c.backend = "reference";
+  c.eval_at_end = false;
+  c.log_every = 100;
+  c.trace = path;
+  Trainer(c).train(nullptr);
+  const auto bytes = read_file(path);
+  const json trace = json::parse(bytes.begin(), bytes.end());
+  REQUIRE(trace.contains("traceEvents"));
+  std::map<int, std::vector<json>> by_thread;
+  std::map<int, std::string> names;
+  for (const auto& e : trace["traceEvents"]) {
+    REQUIRE(e.contains("ph"));
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"]] = e["args"]["name"];
+    if (e["ph"] != "X") continue;
+    REQUIRE(e["dur"].get<double>() >= 0);
+    by_thread[e["tid"]].push_back(e);
+  }
+  bool worker_track = false;
+  for (const auto& [tid, name] : names) worker_track = worker_track || name.rfind("loader worker", 0) == 0;
+  CHECK(worker_track);
+  int steps = 0;
+  for (auto& [tid, events] : by_thread) {
+    // On one thread, any two spans are disjoint or one contains the other.
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const double a0 = events[i]["ts"], a1 = a0 + events[i]["dur"].get<double>();
+      for (std::size_t j = i + 1; j < events.size(); ++j) {
+        const double b0 = events[j]["ts"], b1 = b0 + events[j]["dur"].get<double>();
+        const bool disjoint = a1 <= b0 || b1 <= a0;
+        const bool nested = (a0 <= b0 && b1 <= a1) || (b0 <= a0 && a1 <= b1);
+        if (!(disjoint || nested))
+          FAIL("spans '" << events[i]["name"] << "' and '" << events[j]["name"] << "' overlap");
+      }
+    }
+    // Each step is covered by its four phases.
+    for (const auto& step : events) {
+      if (step["name"] != "step") continue;
+      ++steps;
+      const double s0 = step["ts"], s1 = s0 + step["dur"].get<double>();
+      double covered = 0;
+      for (const auto& e : events) {
+        const std::string n = e["name"];
+        if (n != "data_wait" && n != "forward" && n != "backward" && n != "optimizer") continue;
+        const double e0 = e["ts"], e1 = e0 + e["dur"].get<double>();
+        if (e0 >= s0 && e1 <= s1) covered += e1 - e0;
+      }
+      CHECK(covered >= 0.95 * (s1 - s0));
+    }
+  }
+  CHECK(steps == 4);
+  fs::remove_all(fs::path(path).parent_path());
+}
