@@ -12,6 +12,9 @@ struct ReportOptions {
   std::string ledger_path;  // results/ledger_<device>.jsonl
   std::string out_path = "results/REPORT.md";
   std::string run_id;  // empty: the ledger's latest ladder run
+  // When set, the ladder table also replaces the text between "<!-- ladder:begin -->" and
+  // "<!-- ladder:end -->" in this file (the README), with the command and run it came from.
+  std::string readme_path;
 };
 
 // Writes the report (atomically) and the SVG figure beside it (figures/ladder_<run>.svg); returns

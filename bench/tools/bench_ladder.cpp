@@ -60,7 +60,11 @@ int main(int argc, char** argv) {
     const bench::LadderRun run = bench::run_ladder(spec, options);
     std::cout << "\n" << bench::ladder_table(run.rung_rows, false);
     if (!no_report) {
-      bench::write_report({run.ledger_path, report_path, run.run_id});
+      bench::ReportOptions report;
+      report.ledger_path = run.ledger_path;
+      report.out_path = report_path;
+      report.run_id = run.run_id;
+      bench::write_report(report);
       std::cout << "report: " << report_path << " (from " << run.ledger_path << ", run " << run.run_id << ")\n";
     }
   } catch (const Error& e) {

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.add_option("--ledger", options.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_option("--out", options.out_path, "the report to write (default results/REPORT.md)");
   app.add_option("--run", options.run_id, "the run to report (default: the ledger's latest)");
+  app.add_option("--readme", options.readme_path, "also rewrite the ladder table between markers in this file");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
