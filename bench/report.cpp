@@ -255,10 +255,11 @@ std::string write_report(const ReportOptions& options) {
     s.n = st.at("n");
     if (previous) {
       const Verdict v = verdict(s, *previous, calibration);
-      md << fmt::format("- `{}` vs `{}`: {:+.1f}%, {}\n", name, previous_name, effect_percent(s, *previous),
-                        v == Verdict::no_conclusion ? "NO CONCLUSION (the calibration arms failed their own check)"
-                        : v == Verdict::separable   ? "separable (the repeat ranges do not overlap)"
-                                                    : "not separable: inside the noise");
+      const char* meaning = v == Verdict::no_conclusion ? "NO CONCLUSION (the calibration arms failed their own check)"
+                            : v == Verdict::separable   ? "separable (the repeat ranges do not overlap)"
+                            : v == Verdict::too_few_repeats ? "no verdict from a single repeat"
+                                                            : "not separable: inside the noise";
+      md << fmt::format("- `{}` vs `{}`: {:+.1f}%, {}\n", name, previous_name, effect_percent(s, *previous), meaning);
     }
     previous = s;
     previous_name = name;

@@ -43,6 +43,7 @@ Calibration calibrate(const std::vector<double>& arm_a, const std::vector<double
 }
 
 Verdict verdict(const Summary& now, const Summary& before, const std::optional<Calibration>& calibration) {
+  if (now.n < 2 || before.n < 2) return Verdict::too_few_repeats;
   if (calibration && !calibration->valid) return Verdict::no_conclusion;
   return separable(now, before) ? Verdict::separable : Verdict::not_separable;
 }
@@ -55,6 +56,8 @@ const char* verdict_text(Verdict v) {
       return "no";
     case Verdict::no_conclusion:
       return "NO CONCLUSION";
+    case Verdict::too_few_repeats:
+      return "n/a (1 repeat)";
   }
   return "?";
 }

@@ -29,8 +29,10 @@ struct Calibration {
 };
 Calibration calibrate(const std::vector<double>& arm_a, const std::vector<double>& arm_b);
 
-enum class Verdict { separable, not_separable, no_conclusion };
+enum class Verdict { separable, not_separable, no_conclusion, too_few_repeats };
+// too_few_repeats when either side has a single repeat: two points never "overlap", so
+// non-overlap says nothing there.
 Verdict verdict(const Summary& now, const Summary& before, const std::optional<Calibration>& calibration);
-const char* verdict_text(Verdict verdict);  // "yes", "no", "NO CONCLUSION"
+const char* verdict_text(Verdict verdict);  // "yes", "no", "NO CONCLUSION", "n/a (1 repeat)"
 
 }  // namespace trainlab::bench

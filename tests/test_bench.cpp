@@ -154,7 +154,7 @@ TEST_CASE("statistics: medians, separability and the calibration arms", "[bench]
   const Calibration false_positive = calibrate({48.9, 60.2, 67.0}, {81.9, 88.0, 92.5});
   CHECK_FALSE(false_positive.valid);
   CHECK(false_positive.noise_floor_percent > 30);
-  CHECK(verdict(summarize({140}), summarize({88}), false_positive) == Verdict::no_conclusion);
+  CHECK(verdict(summarize({140, 141}), summarize({88, 90}), false_positive) == Verdict::no_conclusion);
   // At 7 repeats the arms overlapped, as identical arms must, and verdicts stand.
   const Calibration sound =
       calibrate({87.8, 79.2, 105.2, 90.0, 84.1, 95.3, 88.6}, {99.5, 65.3, 129.0, 92.0, 85.0, 101.0, 97.0});
@@ -162,6 +162,8 @@ TEST_CASE("statistics: medians, separability and the calibration arms", "[bench]
   CHECK(verdict(summarize({129.4, 140.6, 146.3}), summarize({79.2, 87.8, 105.2}), sound) == Verdict::separable);
   CHECK(verdict(summarize({100, 110}), summarize({105, 115}), sound) == Verdict::not_separable);
   CHECK(std::string(verdict_text(Verdict::no_conclusion)) == "NO CONCLUSION");
+  // One repeat per side: no verdict at all.
+  CHECK(verdict(summarize({200}), summarize({100}), std::nullopt) == Verdict::too_few_repeats);
 }
 
 TEST_CASE("ladder: skipped and failed rungs appear in the ledger and the report", "[bench]") {
