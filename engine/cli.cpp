@@ -1,10 +1,10 @@
 #include "engine/cli.h"
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <string>
+#include "engine/cli_parse.h"
 
 #include "backends/registry.h"
 #include "engine/config.h"
@@ -129,15 +129,7 @@ int cli_main(int argc, char** argv) {
       return kExitBadInput;
     }
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::string message = e.what();
-    for (auto& c : message) c = c == '\n' ? ' ' : c;
-    std::fprintf(stderr, "trainlab: error: %s (see trainlab --help)\n", message.c_str());
-    return kExitBadInput;
-  }
+  if (const auto status = parse_command_line(app, argc, argv, "trainlab")) return *status;
 
   try {
     if (*train) return run_train(config_path, options, values);

@@ -2,7 +2,6 @@
 //   bench_ladder --plan                      the baseline's profile and which rung it points to
 //   bench_ladder --device cpu --repeats 3 [--calibrate] [--quick] [--trace]
 // Rows go to results/ledger_<device>.jsonl; REPORT.md is regenerated from the ledger afterwards.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +9,7 @@
 #include "backends/registry.h"
 #include "bench/ladder.h"
 #include "bench/report.h"
+#include "engine/cli_parse.h"
 
 int main(int argc, char** argv) {
   using namespace trainlab;
@@ -27,15 +27,7 @@ int main(int argc, char** argv) {
   app.add_option("--ledger", ledger_path, "ledger file (default results/ledger_<device>.jsonl)");
   app.add_option("--report", report_path, "REPORT.md to regenerate after the run");
   app.add_flag("--no-report", no_report, "do not regenerate the report");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::string message = e.what();
-    for (auto& c : message) c = c == '\n' ? ' ' : c;
-    std::fprintf(stderr, "bench_ladder: error: %s (see bench_ladder --help)\n", message.c_str());
-    return 2;
-  }
+  if (const auto status = parse_command_line(app, argc, argv, "bench_ladder")) return *status;
   try {
     if (config_path.empty()) config_path = "configs/ladder_" + device + ".yaml";
     const bench::LadderSpec spec = bench::load_ladder(config_path);
