@@ -9,7 +9,7 @@
 #include "backends/registry.h"
 #include "bench/ladder.h"
 #include "bench/report.h"
-#include "engine/cli_parse.h"
+#include "engine/tools/cli_parse.h"
 
 int main(int argc, char** argv) {
   using namespace trainlab;

@@ -1,4 +1,4 @@
 // The trainlab command: a thin main over the library (see engine/cli.cpp).
-#include "engine/cli.h"
+#include "engine/tools/cli.h"
 
 int main(int argc, char** argv) { return trainlab::cli_main(argc, argv); }

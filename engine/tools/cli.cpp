@@ -1,10 +1,10 @@
-#include "engine/cli.h"
+#include "engine/tools/cli.h"
 
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <string>
-#include "engine/cli_parse.h"
+#include "engine/tools/cli_parse.h"
 
 #include "backends/registry.h"
 #include "engine/config.h"

@@ -1,0 +1,58 @@
+#include "comm/communicator.h"
+
+#include <fmt/format.h>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "backends/error.h"
+#include "comm/ring_allreduce.h"
+
+namespace trainlab::comm {
+
+Algorithm parse_algorithm(const std::string& name) {
+  if (name == "ring") return Algorithm::ring;
+  if (name == "native") return Algorithm::native;
+  throw Error("unknown all-reduce '" + name + "' (allowed: ring, native)");
+}
+
+const char* algorithm_name(Algorithm algorithm) { return algorithm == Algorithm::ring ? "ring" : "native"; }
+
+void Communicator::set_timeout(double seconds) {
+  TL_CHECK(std::isfinite(seconds) && seconds > 0, "comm timeout must be > 0 seconds, got " + std::to_string(seconds));
+  timeout_s_ = seconds;
+}
+
+void Communicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
+  // Completed requests are released as they finish; what remains is what is still pending.
+  while (true) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (!requests[i]->test()) requests[kept++] = std::move(requests[i]);
+    }
+    requests.resize(kept);
+    if (requests.empty()) return;
+    if (clock::now() > deadline) {
+      const std::size_t first = 0;
+      abort(fmt::format("timed out after {:.1f} s waiting for {} (rank {} of {} in this communicator): that peer is "
+                        "stalled or dead; ending the job (--comm-timeout {})",
+                        std::chrono::duration<double>(clock::now() - start).count(), requests[first]->describe(),
+                        rank(), size(), timeout_s_),
+            3);
+    }
+    std::this_thread::yield();  // a ring step may wait on a rank sharing this core
+  }
+}
+
+void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm) {
+  if (algorithm == Algorithm::ring) {
+    ring_allreduce(comm, data, count, dtype, op);
+  } else {
+    comm.allreduce_native(data, count, dtype, op);
+  }
+}
+
+}  // namespace trainlab::comm

@@ -1,0 +1,64 @@
+// Communicators: one interface over MPI (and NCCL on a GPU machine). Point-to-point operations are
+// non-blocking and every wait has a deadline: a dead or stalled peer ends the job, naming the
+// operation and the peer, instead of hanging it forever.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/dtype.h"
+
+namespace trainlab::comm {
+
+enum class ReduceOp { sum, average };
+enum class Algorithm { ring, native };               // the hand-written ring, or MPI_Allreduce / ncclAllReduce
+Algorithm parse_algorithm(const std::string& name);  // "ring" | "native"
+const char* algorithm_name(Algorithm algorithm);
+
+// A non-blocking operation in flight.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual bool test() = 0;                   // completed?
+  virtual std::string describe() const = 0;  // "receive from rank 1 (ring reduce-scatter)"
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi", "nccl"
+  // This process's rank in the launched job (for messages); equals rank() on the world.
+  virtual int world_rank() const = 0;
+
+  virtual std::unique_ptr<Request> isend(const void* data, std::size_t bytes, int peer, const char* what) = 0;
+  virtual std::unique_ptr<Request> irecv(void* data, std::size_t bytes, int peer, const char* what) = 0;
+  virtual void barrier() = 0;
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  // The library's own all-reduce (MPI_Allreduce, ncclAllReduce), in place.
+  virtual void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) = 0;
+  // The ranks with the same colour form a new communicator, ordered by key; a negative colour
+  // takes no part and gets nullptr (MPI_Comm_split semantics).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Ends the whole job with a non-zero status after printing `message` (never returns).
+  [[noreturn]] virtual void abort(const std::string& message, int status) = 0;
+
+  // Waits for every request; past the deadline it aborts the job naming the first request still
+  // pending (the operation and the peer). The default polls; MPI blocks in MPI_Waitall under a
+  // deadline guard.
+  virtual void wait_all(std::vector<std::unique_ptr<Request>>& requests);
+  void set_timeout(double seconds);
+  double timeout() const { return timeout_s_; }
+
+ protected:
+  double timeout_s_ = 300.0;
+};
+
+// All-reduce in place with the chosen algorithm.
+void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm);
+
+}  // namespace trainlab::comm

@@ -1,0 +1,266 @@
+#include "comm/mpi_communicator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "backends/error.h"
+#include "comm/watchdog.h"
+
+#include <fmt/format.h>
+
+namespace trainlab::comm {
+
+namespace {
+
+bool session_active = false;
+MPI_Op bf16_sum = MPI_OP_NULL, f16_sum = MPI_OP_NULL;
+
+// Sums of bf16/f16 buffers for MPI's native all-reduce: added in f32, rounded back.
+template <typename H>
+void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const H*>(in);
+  auto* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = H(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+// The description is built only when a deadline expires: a ring sends thousands of messages.
+class MpiRequest final : public Request {
+ public:
+  enum class Kind { send, receive, collective };
+  MpiRequest(MPI_Request request, Kind kind, const char* what, int rank, int peer)
+      : request_(request), kind_(kind), what_(what), rank_(rank), peer_(peer) {}
+  ~MpiRequest() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
+  }
+  MPI_Request* handle() { return &request_; }
+  bool test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    mpi_check(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test", rank_, peer_);
+    return done != 0;
+  }
+  std::string describe() const override {
+    switch (kind_) {
+      case Kind::send:
+        return "send to rank " + std::to_string(peer_) + " (" + what_ + ")";
+      case Kind::receive:
+        return "receive from rank " + std::to_string(peer_) + " (" + what_ + ")";
+      case Kind::collective:
+        break;
+    }
+    return what_;
+  }
+
+ private:
+  MPI_Request request_;
+  Kind kind_;
+  std::string what_;  // for collectives, built once per call; for messages, the static label
+  int rank_, peer_;
+};
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::bf16:
+    case DType::f16:
+      return MPI_UINT16_T;
+    case DType::i64:
+      return MPI_INT64_T;
+  }
+  throw Error("mpi: no MPI type for dtype " + std::string(dtype_name(dtype)));
+}
+
+// In place: data *= 1 / size (the average after a sum).
+void scale(void* data, std::int64_t count, DType dtype, double factor) {
+  switch (dtype) {
+    case DType::f32: {
+      auto* p = static_cast<float*>(data);
+      const auto f = static_cast<float>(factor);
+      for (std::int64_t i = 0; i < count; ++i) p[i] *= f;
+      return;
+    }
+    case DType::f64: {
+      auto* p = static_cast<double*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] *= factor;
+      return;
+    }
+    case DType::bf16: {
+      auto* p = static_cast<bf16*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] = bf16(static_cast<float>(p[i]) * static_cast<float>(factor));
+      return;
+    }
+    case DType::f16: {
+      auto* p = static_cast<f16*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] = f16(static_cast<float>(p[i]) * static_cast<float>(factor));
+      return;
+    }
+    case DType::i64:
+      throw Error("mpi: an average of i64 data is not defined");
+  }
+}
+
+}  // namespace
+
+void mpi_check(int code, const char* call, int rank, int peer) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw Error(std::string(call) + " failed on rank " + std::to_string(rank) +
+              (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") + ": " + std::string(text, length));
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", -1);
+  TL_CHECK(provided >= MPI_THREAD_SERIALIZED,
+           "MPI provides thread level " + std::to_string(provided) + "; trainlab needs MPI_THREAD_SERIALIZED or more");
+  // Errors come back as codes (turned into trainlab::Error by mpi_check), not as an abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Op_create(&half_sum<bf16>, 1, &bf16_sum);
+  MPI_Op_create(&half_sum<f16>, 1, &f16_sum);
+  session_active = true;
+}
+
+MpiSession::~MpiSession() {
+  MPI_Op_free(&bf16_sum);
+  MPI_Op_free(&f16_sum);
+  session_active = false;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+bool MpiSession::active() { return session_active; }
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
+  TL_CHECK(MpiSession::active(), "MPI is not initialised (construct an MpiSession in main)");
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(MPI_COMM_WORLD, false));
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::maybe_stall() {
+  // TRAINLAB_DEBUG_STALL="<world rank>:<seconds>": that rank stalls once, before its first operation.
+  static bool stalled = false;
+  if (stalled) return;
+  stalled = true;
+  const char* knob = std::getenv("TRAINLAB_DEBUG_STALL");
+  if (!knob) return;
+  const std::string spec(knob);
+  const auto colon = spec.find(':');
+  TL_CHECK(colon != std::string::npos, "TRAINLAB_DEBUG_STALL must be '<rank>:<seconds>', got '" + spec + "'");
+  if (std::stoi(spec.substr(0, colon)) != world_rank_) return;
+  const double seconds = std::stod(spec.substr(colon + 1));
+  std::fprintf(stderr, "trainlab: rank %d: stalling for %.1f s (TRAINLAB_DEBUG_STALL)\n", world_rank_, seconds);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+std::unique_ptr<Request> MpiCommunicator::isend(const void* data, std::size_t bytes, int peer, const char* what) {
+  maybe_stall();
+  TL_CHECK(bytes <= static_cast<std::size_t>(INT32_MAX), "mpi: a single send is limited to 2 GiB");
+  MPI_Request request;
+  MPI_CHECK_PEER(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, 7, comm_, &request), rank_, peer);
+  return std::make_unique<MpiRequest>(request, MpiRequest::Kind::send, what, rank_, peer);
+}
+
+std::unique_ptr<Request> MpiCommunicator::irecv(void* data, std::size_t bytes, int peer, const char* what) {
+  maybe_stall();
+  TL_CHECK(bytes <= static_cast<std::size_t>(INT32_MAX), "mpi: a single receive is limited to 2 GiB");
+  MPI_Request request;
+  MPI_CHECK_PEER(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, 7, comm_, &request), rank_, peer);
+  return std::make_unique<MpiRequest>(request, MpiRequest::Kind::receive, what, rank_, peer);
+}
+
+void MpiCommunicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
+  if (requests.empty()) return;
+  // Our own requests: block in MPI_Waitall (MPI's progress engine, no polling loop of ours) under a
+  // deadline guard that names the first one if it expires.
+  thread_local std::vector<MPI_Request> handles;
+  handles.clear();
+  for (auto& request : requests) {
+    auto* mpi = dynamic_cast<MpiRequest*>(request.get());
+    if (!mpi) {
+      Communicator::wait_all(requests);
+      return;
+    }
+    handles.push_back(*mpi->handle());
+  }
+  {
+    DeadlineGuard guard(*this, [&requests] {
+      return requests.front()->describe() +
+             (requests.size() > 1 ? fmt::format(" and {} more", requests.size() - 1) : "");
+    });
+    MPI_CHECK(MPI_Waitall(static_cast<int>(handles.size()), handles.data(), MPI_STATUSES_IGNORE), rank_);
+  }
+  for (std::size_t i = 0; i < requests.size(); ++i) *static_cast<MpiRequest*>(requests[i].get())->handle() = handles[i];
+  requests.clear();
+}
+
+void MpiCommunicator::barrier() {
+  maybe_stall();
+  DeadlineGuard guard(*this, [this] { return "a barrier (every one of the " + std::to_string(size_) + " ranks)"; });
+  MPI_CHECK(MPI_Barrier(comm_), rank_);
+}
+
+void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  maybe_stall();
+  TL_CHECK(bytes <= static_cast<std::size_t>(INT32_MAX), "mpi: a broadcast is limited to 2 GiB");
+  DeadlineGuard guard(*this, [root] { return "a broadcast from rank " + std::to_string(root); });
+  MPI_CHECK_PEER(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), rank_, root);
+}
+
+void MpiCommunicator::allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) {
+  maybe_stall();
+  TL_CHECK(count <= INT32_MAX, "mpi: a native all-reduce is limited to 2^31 elements");
+  MPI_Op mpi_op = MPI_SUM;
+  if (dtype == DType::bf16) mpi_op = bf16_sum;
+  if (dtype == DType::f16) mpi_op = f16_sum;
+  {
+    // MPI_Allreduce itself (the tuned collective), blocking under a deadline guard: the
+    // non-blocking MPI_Iallreduce is a different, slower implementation in OpenMPI.
+    DeadlineGuard guard(*this, [count, this] {
+      return "MPI_Allreduce of " + std::to_string(count) + " elements (every one of the " + std::to_string(size_) +
+             " ranks)";
+    });
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(dtype), mpi_op, comm_), rank_);
+  }
+  if (op == ReduceOp::average) scale(data, count, dtype, 1.0 / size_);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), rank_);
+  if (sub == MPI_COMM_NULL) return nullptr;
+  return std::unique_ptr<Communicator>(new MpiCommunicator(sub, true));
+}
+
+void MpiCommunicator::abort(const std::string& message, int status) {
+  std::fprintf(stderr, "trainlab: rank %d: %s\n", world_rank_, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);  // MPI_Abort does not return; this only satisfies [[noreturn]]
+}
+
+double MpiCommunicator::max_over_ranks(double value) {
+  double out = value;
+  MPI_CHECK(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_), rank_);
+  return out;
+}
+
+}  // namespace trainlab::comm

@@ -1,0 +1,66 @@
+// The MPI communicator (OpenMPI). Every MPI call is checked: a failure throws Error naming the
+// call, the rank and (for point-to-point) the peer. Collectives are the non-blocking forms
+// (MPI_Iallreduce, MPI_Ibarrier, MPI_Ibcast) waited on with the deadline.
+//
+// A debug knob for the stall test: TRAINLAB_DEBUG_STALL="<world rank>:<seconds>" makes that rank
+// sleep that long before its first collective or point-to-point operation.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace trainlab::comm {
+
+// Initialises MPI (MPI_THREAD_MULTIPLE) on construction and finalises it on destruction; one per
+// process, made by main().
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  static bool active();
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // The world (MPI_COMM_WORLD); MPI must be initialised (MpiSession).
+  static std::unique_ptr<MpiCommunicator> world();
+
+  ~MpiCommunicator() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  int world_rank() const override { return world_rank_; }
+
+  std::unique_ptr<Request> isend(const void* data, std::size_t bytes, int peer, const char* what) override;
+  std::unique_ptr<Request> irecv(void* data, std::size_t bytes, int peer, const char* what) override;
+  void barrier() override;
+  void broadcast(void* data, std::size_t bytes, int root) override;
+  void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  void wait_all(std::vector<std::unique_ptr<Request>>& requests) override;
+  [[noreturn]] void abort(const std::string& message, int status) override;
+
+  MPI_Comm handle() const { return comm_; }
+  // The largest of each rank's `value` (for the slowest rank's time).
+  double max_over_ranks(double value);
+
+ private:
+  MpiCommunicator(MPI_Comm comm, bool owned);
+  void maybe_stall();
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1, world_rank_ = 0;
+};
+
+// Checks an MPI call: throws Error naming the call, this rank and the MPI error string.
+void mpi_check(int code, const char* call, int rank, int peer = -1);
+#define MPI_CHECK(call, rank) ::trainlab::comm::mpi_check((call), #call, (rank))
+#define MPI_CHECK_PEER(call, rank, peer) ::trainlab::comm::mpi_check((call), #call, (rank), (peer))
+
+}  // namespace trainlab::comm

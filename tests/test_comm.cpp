@@ -1,0 +1,149 @@
+// The comm layer under mpirun (np 2 and 4): the ring all-reduce against MPI_Allreduce, exactly on
+// integer-valued data and within a tolerance on random data, uneven lengths, every dtype, sum and
+// average, sub-communicators, and bitwise identity of the result across ranks.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "comm/mpi_communicator.h"
+#include "comm/ring_allreduce.h"
+#include "engine/rng.h"
+
+using namespace trainlab;
+using namespace trainlab::comm;
+
+namespace {
+
+// Values of dtype T from doubles.
+template <typename T>
+std::vector<T> make(const std::vector<double>& v) {
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = T(static_cast<float>(v[i]));
+  return out;
+}
+template <>
+std::vector<double> make<double>(const std::vector<double>& v) {
+  return v;
+}
+
+std::vector<double> integers(std::int64_t n, std::uint64_t seed, int lo, int hi) {
+  Generator gen(seed);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = lo + static_cast<double>(gen.below(static_cast<std::uint64_t>(hi - lo + 1)));
+  return v;
+}
+
+std::vector<double> normals(std::int64_t n, std::uint64_t seed) {
+  Generator gen(seed);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = gen.normal();
+  return v;
+}
+
+// A 64-bit hash of a buffer, equal on every rank iff the bytes are (checked with MPI_MAX/MIN).
+std::uint64_t fnv(const void* data, std::size_t bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// Within `comm`: rank 0's hash broadcast, each rank compares, the mismatches summed.
+bool same_on_every_rank(Communicator& comm, const void* data, std::size_t bytes) {
+  std::uint64_t root_hash = fnv(data, bytes);
+  const std::uint64_t mine = root_hash;
+  comm.broadcast(&root_hash, sizeof root_hash, 0);
+  double mismatches = root_hash == mine ? 0.0 : 1.0;
+  comm.allreduce_native(&mismatches, 1, DType::f64, ReduceOp::sum);
+  return mismatches == 0.0;
+}
+
+template <typename T>
+void check_exact(Communicator& comm, DType dtype, std::int64_t n, ReduceOp op, int bound) {
+  INFO("dtype " << dtype_name(dtype) << " n " << n << " op " << (op == ReduceOp::sum ? "sum" : "average") << " ranks "
+                << comm.size());
+  const auto values =
+      integers(n, 1000 + static_cast<std::uint64_t>(comm.rank()) * 7 + static_cast<std::uint64_t>(n), -bound, bound);
+  auto ring = make<T>(values), native = make<T>(values);
+  ring_allreduce(comm, ring.data(), n, dtype, op, RingOptions{4096});  // small segments: many pipeline steps
+  comm.allreduce_native(native.data(), n, dtype, op);
+  CHECK(std::memcmp(ring.data(), native.data(), ring.size() * sizeof(T)) == 0);
+  CHECK(same_on_every_rank(comm, ring.data(), ring.size() * sizeof(T)));
+}
+
+}  // namespace
+
+TEST_CASE("ring equals MPI_Allreduce exactly on integer-valued data", "[comm]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{P - 1}, std::int64_t{7}, std::int64_t{1000},
+                         std::int64_t{12345}, std::int64_t{(1 << 18) + 3}}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+      check_exact<float>(*world, DType::f32, n, op, 1000);
+      check_exact<double>(*world, DType::f64, n, op, 1000);
+      // Partial sums stay exactly representable: bf16 holds integers to 256, f16 to 2048.
+      check_exact<bf16>(*world, DType::bf16, n, op, 256 / (2 * P));
+      check_exact<f16>(*world, DType::f16, n, op, 2048 / (2 * P));
+    }
+  }
+}
+
+TEST_CASE("ring matches MPI_Allreduce on random data within tolerance, identically on every rank", "[comm]") {
+  auto world = MpiCommunicator::world();
+  for (std::int64_t n : {std::int64_t{5}, std::int64_t{100003}, std::int64_t{1 << 20}}) {
+    INFO("n " << n);
+    const auto values = normals(n, 77 + static_cast<std::uint64_t>(world->rank()));
+    std::vector<float> ring(values.begin(), values.end()), native = ring;
+    ring_allreduce(*world, ring.data(), n, DType::f32, ReduceOp::sum);
+    world->allreduce_native(native.data(), n, DType::f32, ReduceOp::sum);
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      diff += (ring[i] - native[i]) * static_cast<double>(ring[i] - native[i]);
+      norm += native[i] * static_cast<double>(native[i]);
+    }
+    CHECK(std::sqrt(diff / norm) < 1e-6);  // f32 sums of P terms in another order
+    CHECK(same_on_every_rank(*world, ring.data(), ring.size() * sizeof(float)));
+    // bf16: each hop adds in f32 and rounds to bf16.
+    auto ring16 = make<bf16>(values), native16 = ring16;
+    ring_allreduce(*world, ring16.data(), n, DType::bf16, ReduceOp::average);
+    world->allreduce_native(native16.data(), n, DType::bf16, ReduceOp::average);
+    double diff16 = 0, norm16 = 0;
+    for (std::size_t i = 0; i < ring16.size(); ++i) {
+      const double a = static_cast<float>(ring16[i]), b = static_cast<float>(native16[i]);
+      diff16 += (a - b) * (a - b);
+      norm16 += b * b;
+    }
+    CHECK(std::sqrt(diff16 / norm16) < 1e-2);
+    CHECK(same_on_every_rank(*world, ring16.data(), ring16.size() * sizeof(bf16)));
+  }
+}
+
+TEST_CASE("ring on sub-communicators", "[comm]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  // The scaling study's groups: the first k ranks, for every k that fits.
+  for (int k = 1; k <= P; k *= 2) {
+    INFO("group of the first " << k << " ranks");
+    auto group = world->split(world->rank() < k ? 0 : -1, world->rank());
+    if (world->rank() >= k) {
+      CHECK(group == nullptr);
+      continue;
+    }
+    REQUIRE(group != nullptr);
+    CHECK(group->size() == k);
+    CHECK(group->rank() == world->rank());
+    check_exact<float>(*group, DType::f32, 999, ReduceOp::sum, 100);
+  }
+  world->barrier();
+}
+
+TEST_CASE("broadcast and barrier", "[comm]") {
+  auto world = MpiCommunicator::world();
+  std::vector<double> v(1000, world->rank() == 0 ? 3.5 : -1.0);
+  world->broadcast(v.data(), v.size() * sizeof(double), 0);
+  for (double x : v) CHECK(x == 3.5);
+  world->barrier();
+  CHECK(parse_algorithm("ring") == Algorithm::ring);
+  CHECK_THROWS_WITH(parse_algorithm("tree"), Catch::Contains("unknown all-reduce 'tree'"));
+}
