@@ -263,4 +263,12 @@ double MpiCommunicator::max_over_ranks(double value) {
   return out;
 }
 
+std::string mpi_library_version() {
+  char library[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_CHECK(MPI_Get_library_version(library, &length), -1);
+  const std::string text(library, static_cast<std::size_t>(length));
+  return text.substr(0, text.find_first_of(",\n"));
+}
+
 }  // namespace trainlab::comm

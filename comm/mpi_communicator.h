@@ -58,6 +58,9 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1, world_rank_ = 0;
 };
 
+// The MPI library's version line ("Open MPI v4.1.4").
+std::string mpi_library_version();
+
 // Checks an MPI call: throws Error naming the call, this rank and the MPI error string.
 void mpi_check(int code, const char* call, int rank, int peer = -1);
 #define MPI_CHECK(call, rank) ::trainlab::comm::mpi_check((call), #call, (rank))

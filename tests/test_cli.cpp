@@ -133,3 +133,53 @@ TEST_CASE("cli: help, version and backends", "[cli]") {
   CHECK(backends.exit_code == 0);
   CHECK(backends.out.find("reference") != std::string::npos);
 }
+
+TEST_CASE("cli: collective-cost reproduces seed 001 and refuses bad input", "[cli]") {
+  const Run r =
+      run("collective-cost --gpus 32 --bw 25 --latency 20 --params 1.3 --bytes-per-param 2 --step-ms 400 "
+          "--buckets 1,8,16,25,100 --scale-to 256");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* fragment : {"202.7 ms", "15.26 MiB", "3276.7", "585.9", "393.7", "325.5", "232.5", "217.4 ms",
+                               "122.07 MiB", "1227.2 ms", "1 GB/s = 1e9 bytes/s"}) {
+    INFO(fragment);
+    CHECK(r.out.find(fragment) != std::string::npos);
+  }
+  expect_bad_input("collective-cost --gpus 32 --bw 25", {"missing", "--latency", "--params", "--step-ms", "--fit"});
+  expect_bad_input("collective-cost --gpus 1 --bw 25 --latency 20 --params 1 --step-ms 4", {"--gpus", "1"});
+  expect_bad_input("collective-cost --gpus 8 --bw 25 --latency 20 --params 1 --step-ms 4 --buckets 1,x",
+                   {"--buckets", "'x'"});
+  expect_bad_input("collective-cost --fit /nonexistent.jsonl", {"/nonexistent.jsonl"});
+}
+
+TEST_CASE("cli: collective-cost --fit reads bench_allreduce rows from a ledger", "[cli]") {
+  const auto path = fs::temp_directory_path() / ("trainlab-cli-fit-" + std::to_string(::getpid()) + ".jsonl");
+  fs::remove(path);
+  {
+    std::ofstream out(path);
+    // Two regimes, as on this machine: cache-resident (fast) below 1 MiB, memory-bound from 1 MiB.
+    for (double bytes = 4096; bytes <= 64.0 * 1024 * 1024; bytes *= 2) {
+      const double seconds = bytes < 1024 * 1024 ? 20e-6 + bytes / 20e9 : 4e-6 + bytes / 2e9;
+      for (const char* algorithm : {"ring", "native"}) {
+        out << "{\"schema\":1,\"kind\":\"allreduce\",\"status\":\"ok\",\"run_id\":\"r1\",\"device\":{\"name\":\"x\"},"
+               "\"config\":{\"ranks\":2,\"bytes\":"
+            << bytes << ",\"dtype\":\"f32\",\"algorithm\":\"" << algorithm << "\"},\"stats\":{\"median\":" << seconds
+            << "}}\n";
+      }
+    }
+  }
+  const Run r = run("collective-cost --fit " + path.string());
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("run r1: ring all-reduce, 2 ranks, f32, 15 sizes") != std::string::npos);
+  CHECK(r.out.find("fits POORLY") != std::string::npos);
+  CHECK(r.out.find("two regimes, split at 1 MiB") != std::string::npos);
+  // With --params the model's questions are answered with the fitted regime that fits the message.
+  const Run answered = run("collective-cost --fit " + path.string() + " --params 0.001 --step-ms 50 --buckets 1,4");
+  INFO(answered.out << answered.err);
+  CHECK(answered.exit_code == 0);
+  CHECK(answered.out.find("with the fitted alpha and B (upper regime)") != std::string::npos);
+  CHECK(answered.out.find("B = 2 GB/s") != std::string::npos);
+  expect_bad_input("collective-cost --fit " + path.string() + " --run nope", {"--run 'nope'", "r1"});
+  fs::remove(path);
+}

@@ -16,6 +16,7 @@
 
 #include "backends/error.h"
 #include "backends/registry.h"
+#include "bench/comm_bench.h"
 #include "bench/ledger.h"
 #include "bench/stats.h"
 #include "comm/mpi_communicator.h"
@@ -26,69 +27,6 @@
 using namespace trainlab;
 using namespace trainlab::comm;
 using clock_type = std::chrono::steady_clock;
-
-namespace {
-
-std::int64_t parse_size(const std::string& text) {
-  TL_CHECK(!text.empty(), "bench_allreduce: empty size");
-  std::size_t used = 0;
-  const double number = std::stod(text, &used);
-  const std::string unit = text.substr(used);
-  double scale = 1;
-  if (unit == "K" || unit == "KiB")
-    scale = 1024.0;
-  else if (unit == "M" || unit == "MiB")
-    scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB")
-    scale = 1024.0 * 1024 * 1024;
-  else
-    TL_CHECK(unit.empty() || unit == "B", "bench_allreduce: unknown size unit in '" + text + "' (use B, K, M, G)");
-  return static_cast<std::int64_t>(number * scale);
-}
-
-// "4K..256M" (powers of two), or "4K,1M,64M".
-std::vector<std::int64_t> parse_sizes(const std::string& spec) {
-  std::vector<std::int64_t> sizes;
-  const auto dots = spec.find("..");
-  if (dots != std::string::npos) {
-    const std::int64_t lo = parse_size(spec.substr(0, dots)), hi = parse_size(spec.substr(dots + 2));
-    TL_CHECK(lo >= 1 && lo <= hi, "bench_allreduce: --sizes range '" + spec + "' is empty");
-    for (std::int64_t s = lo; s <= hi; s *= 2) sizes.push_back(s);
-  } else {
-    std::size_t start = 0;
-    while (start <= spec.size()) {
-      const auto comma = spec.find(',', start);
-      sizes.push_back(parse_size(spec.substr(start, comma - start)));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  return sizes;
-}
-
-std::string human(std::int64_t bytes) {
-  if (bytes >= (1 << 30) && bytes % (1 << 30) == 0) return fmt::format("{}G", bytes >> 30);
-  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{}M", bytes >> 20);
-  if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return fmt::format("{}K", bytes >> 10);
-  return fmt::format("{}B", bytes);
-}
-
-// Single-core memcpy rate: bytes copied per second, median of several copies of 64 MiB.
-double memcpy_gbps() {
-  const std::size_t bytes = 64u << 20;
-  std::vector<unsigned char> a(bytes, 1), b(bytes, 2);
-  std::vector<double> rates;
-  for (int i = 0; i < 12; ++i) {
-    const auto t = clock_type::now();
-    std::memcpy(b.data(), a.data(), bytes);
-    const double s = std::chrono::duration<double>(clock_type::now() - t).count();
-    if (i >= 2) rates.push_back(static_cast<double>(bytes) / s * 1e-9);
-    std::swap(a, b);
-  }
-  return bench::summarize(rates).median;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   MpiSession session(&argc, &argv);
@@ -118,22 +56,18 @@ int main(int argc, char** argv) {
     world->set_timeout(timeout);
     const DType dtype = parse_dtype(dtype_name_);
     const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
-    const auto sizes = parse_sizes(sizes_spec);
+    const auto sizes = bench::parse_byte_sizes(sizes_spec, "bench_allreduce: --sizes");
     const RingOptions ring_options{segment_bytes};
 
     // The copy rate, on rank 0 while the others wait.
     double copy_rate = 0;
-    if (rank == 0) copy_rate = memcpy_gbps();
+    if (rank == 0) copy_rate = bench::memcpy_gbps();
     world->broadcast(&copy_rate, sizeof copy_rate, 0);
 
     Backend& host = get_backend(default_backend_name());
     host.set_num_threads(1);
     bench::json env = bench::current_environment(host).to_json();
-    char library[MPI_MAX_LIBRARY_VERSION_STRING];
-    int length = 0;
-    MPI_Get_library_version(library, &length);
-    std::string mpi_version(library, static_cast<std::size_t>(length));
-    mpi_version = mpi_version.substr(0, mpi_version.find_first_of(",\n"));
+    const std::string mpi_version = mpi_library_version();
     env["versions"]["mpi"] = mpi_version;
     env["timer"] = "steady_clock (slowest rank per iteration)";
     const std::string run_id = bench::new_run_id();
@@ -142,7 +76,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::cout << fmt::format(
           "# bench_allreduce: {} ranks, dtype {}, ring segment {}, {}; single-core memcpy {:.2f} GB/s\n", P,
-          dtype_name_, human(static_cast<std::int64_t>(segment_bytes)), mpi_version, copy_rate);
+          dtype_name_, bench::human_bytes(static_cast<std::int64_t>(segment_bytes)), mpi_version, copy_rate);
       std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
                    "GB/s = 1e9 bytes/s\n";
       std::cout << fmt::format("{:>7} {:>11} | {:>27} {:>7} {:>7} {:>6} | {:>27} {:>7} {:>7} | {:>6} | {}\n", "size",
@@ -219,9 +153,9 @@ int main(int argc, char** argv) {
           std::cout << fmt::format(
               "{:>7} {:>11} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} {:>5.0f}% | {:>9.1f} ({:>7.1f}-{:>8.1f}) "
               "{:>7.2f} {:>7.2f} | {:>6.2f} | {}\n",
-              human(actual), count, ring_s.median * 1e6, ring_s.min * 1e6, ring_s.max * 1e6, algbw(ring_s.median),
-              ring_bus, 100 * ring_bus / copy_rate, native_s.median * 1e6, native_s.min * 1e6, native_s.max * 1e6,
-              algbw(native_s.median), native_bus, ratio, correct ? "ok" : "MISMATCH");
+              bench::human_bytes(actual), count, ring_s.median * 1e6, ring_s.min * 1e6, ring_s.max * 1e6,
+              algbw(ring_s.median), ring_bus, 100 * ring_bus / copy_rate, native_s.median * 1e6, native_s.min * 1e6,
+              native_s.max * 1e6, algbw(native_s.median), native_bus, ratio, correct ? "ok" : "MISMATCH");
           std::cout.flush();
           if (!no_ledger) {
             for (const auto& [algorithm, times, s] :

@@ -1,12 +1,16 @@
 #include "engine/tools/cli.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
 #include "engine/tools/cli_parse.h"
 
 #include "backends/registry.h"
+#include "bench/ledger.h"
+#include "comm/cost_model.h"
 #include "engine/config.h"
 #include "engine/grad_dump.h"
 #include "engine/throughput.h"
@@ -48,6 +52,116 @@ int list_backends() {
     std::printf("%-10s %-5s %s%s\n", info.name.c_str(), device_type_name(info.device_type), info.description.c_str(),
                 info.name == fallback ? " (default)" : "");
   }
+  return 0;
+}
+
+struct CostOptions {
+  comm::CostQuestion question;
+  double bw_gbps = 0, latency_us = 0, params_billions = 0, step_ms = 0;
+  std::string buckets = "1,8,16,25,100", fit_ledger, fit_run, fit_algorithm = "ring";
+};
+
+std::vector<double> parse_bucket_list(const std::string& text) {
+  std::vector<double> out;
+  std::size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const auto comma = text.find(',', start);
+    const std::string item = text.substr(start, comma - start);
+    std::size_t used = 0;
+    double mib = 0;
+    try {
+      mib = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TL_CHECK(used == item.size() && used > 0 && mib > 0,
+             "collective-cost: --buckets '" + text + "': '" + item + "' is not a size in MiB > 0 (e.g. 1,8,16,25,100)");
+    out.push_back(mib);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// The (bytes, median seconds) points of one bench_allreduce run in a ledger; the latest run
+// unless `run` names one.
+struct LedgerPoints {
+  std::string run_id, dtype;
+  int ranks = 0;
+  std::vector<std::pair<double, double>> points;
+};
+LedgerPoints allreduce_points(const std::string& path, const std::string& run, const std::string& algorithm) {
+  const bench::Ledger ledger(path);
+  TL_CHECK(std::ifstream(path).good(), "collective-cost: --fit: cannot read ledger '" + path + "'");
+  const auto loaded = ledger.load();
+  for (const auto& warning : loaded.warnings) std::fprintf(stderr, "collective-cost: warning: %s\n", warning.c_str());
+  LedgerPoints out;
+  std::vector<std::string> runs;
+  for (const auto& row : loaded.rows) {
+    if (row.value("kind", "") != "allreduce" || row.value("status", "") != "ok") continue;
+    const std::string id = row.value("run_id", "");
+    if (std::find(runs.begin(), runs.end(), id) == runs.end()) runs.push_back(id);
+  }
+  TL_CHECK(!runs.empty(),
+           "collective-cost: --fit: ledger '" + path +
+               "' has no all-reduce rows (write some with scripts/mpirun -np 2 build/bin/bench_allreduce)");
+  out.run_id = run.empty() ? runs.back() : run;
+  TL_CHECK(
+      std::find(runs.begin(), runs.end(), out.run_id) != runs.end(),
+      "collective-cost: --run '" + run + "' has no all-reduce rows in '" + path + "' (latest: " + runs.back() + ")");
+  for (const auto& row : loaded.rows) {
+    if (row.value("kind", "") != "allreduce" || row.value("status", "") != "ok" ||
+        row.value("run_id", "") != out.run_id)
+      continue;
+    const auto& config = row.at("config");
+    if (config.value("algorithm", "") != algorithm) continue;
+    out.ranks = config.at("ranks").get<int>();
+    out.dtype = config.value("dtype", "");
+    out.points.emplace_back(config.at("bytes").get<double>(), row.at("stats").at("median").get<double>());
+  }
+  TL_CHECK(out.points.size() >= 2, "collective-cost: --fit: run " + out.run_id + " has " +
+                                       std::to_string(out.points.size()) + " '" + algorithm +
+                                       "' sizes; a fit needs at least two");
+  return out;
+}
+
+int run_collective_cost(CostOptions& o, const CLI::App& cmd) {
+  comm::CostQuestion& q = o.question;
+  q.buckets_mib = parse_bucket_list(o.buckets);
+  const bool fitting = !o.fit_ledger.empty();
+  if (fitting) {
+    const LedgerPoints measured = allreduce_points(o.fit_ledger, o.fit_run, o.fit_algorithm);
+    std::printf("ledger %s, run %s: %s all-reduce, %d ranks, %s, %zu sizes\n", o.fit_ledger.c_str(),
+                measured.run_id.c_str(), o.fit_algorithm.c_str(), measured.ranks, measured.dtype.c_str(),
+                measured.points.size());
+    const comm::FitAnalysis analysis = comm::analyse_fit(measured.ranks, measured.points);
+    std::printf("%s", comm::fit_report(analysis, measured.points).c_str());
+    if (cmd.count("--params") == 0) return 0;
+    // The model questions answered with the fitted alpha and B (of the regime the message falls in).
+    const double bytes = o.params_billions * 1e9 * q.bytes_per_param;
+    const comm::Fit& used = analysis.one_line_fits || !analysis.split ? analysis.one_line
+                            : bytes >= analysis.split_bytes           ? analysis.upper
+                                                                      : analysis.lower;
+    if (cmd.count("--gpus") == 0) o.question.model.ranks = measured.ranks;
+    if (cmd.count("--bw") == 0) o.bw_gbps = used.model.bandwidth_Bps / 1e9;
+    if (cmd.count("--latency") == 0) o.latency_us = used.model.alpha_s * 1e6;
+    TL_CHECK(used.physical, "collective-cost: the fitted alpha or B is not physical; pass --bw and --latency");
+    std::printf("\nwith the fitted alpha and B%s:\n",
+                &used == &analysis.one_line ? "" : (&used == &analysis.upper ? " (upper regime)" : " (lower regime)"));
+  } else {
+    std::string missing;
+    for (const char* flag : {"--gpus", "--bw", "--latency", "--params", "--step-ms"})
+      if (cmd.count(flag) == 0) missing += std::string(missing.empty() ? "" : ", ") + flag;
+    TL_CHECK(missing.empty(), "collective-cost: missing " + missing + " (or --fit LEDGER to fit them to measurements)");
+  }
+  TL_CHECK(cmd.count("--step-ms") > 0,
+           "collective-cost: --step-ms is required with --params (the step the "
+           "communication is compared with)");
+  q.model.bandwidth_Bps = o.bw_gbps * 1e9;
+  q.model.alpha_s = o.latency_us * 1e-6;
+  q.params = o.params_billions * 1e9;
+  q.step_s = o.step_ms * 1e-3;
+  std::printf("%s", comm::collective_cost_report(q).c_str());
   return 0;
 }
 
@@ -113,6 +227,34 @@ int cli_main(int argc, char** argv) {
   gemm->add_option("--size", gemm_n, "n [1..16384]")->check(CLI::Range(1, 16384));
   gemm->add_option("--threads", gemm_threads, "compute threads (0: all cores) [0..1024]")->check(CLI::Range(0, 1024));
   gemm->add_option("--seconds", gemm_seconds, "measured seconds (0.01..3600]")->check(CLI::Range(0.01, 3600.0));
+  auto* cost = app.add_subcommand("collective-cost",
+                                  "the alpha-beta ring all-reduce model (seed 001): cost, overlap, buckets, "
+                                  "scaling; --fit fits alpha and B to bench_allreduce rows");
+  CostOptions cost_options;
+  cost->add_option("--gpus", cost_options.question.model.ranks, "ranks in the ring P [2..1048576]")
+      ->check(CLI::Range(2, 1 << 20));
+  cost->add_option("--bw", cost_options.bw_gbps, "per-link bandwidth B in GB/s (1e9 bytes/s) (0..1e6]")
+      ->check(CLI::Range(1e-6, 1e6));
+  cost->add_option("--latency", cost_options.latency_us, "per-hop latency alpha in microseconds [0..1e6]")
+      ->check(CLI::Range(0.0, 1e6));
+  cost->add_option("--params", cost_options.params_billions, "parameters, in billions (1.3 = 1.3e9) (0..1e6]")
+      ->check(CLI::Range(1e-12, 1e6));
+  cost->add_option("--bytes-per-param", cost_options.question.bytes_per_param,
+                   "bytes per gradient element (2 for bf16/fp16, 4 for f32) (0..64]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.125, 64.0));
+  cost->add_option("--step-ms", cost_options.step_ms, "the training step without communication, ms (0..1e7]")
+      ->check(CLI::Range(1e-6, 1e7));
+  cost->add_option("--buckets", cost_options.buckets, "bucket sizes in MiB for the bucket table")
+      ->capture_default_str();
+  cost->add_option("--scale-to", cost_options.question.scale_to, "also the scaling table at this many ranks")
+      ->check(CLI::Range(2, 1 << 20));
+  cost->add_option("--fit", cost_options.fit_ledger,
+                   "fit alpha and B to a ledger's bench_allreduce rows (with --params: answer with the fit)");
+  cost->add_option("--run", cost_options.fit_run, "with --fit: the run id (default: the latest all-reduce run)");
+  cost->add_option("--algorithm", cost_options.fit_algorithm, "with --fit: ring | native")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ring", "native"}));
   auto* backends = app.add_subcommand("backends", "list the registered backends");
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
 
@@ -147,6 +289,7 @@ int cli_main(int argc, char** argv) {
       std::printf("grad-dump: loss and %zu gradients written to %s\n", written, grad_out.c_str());
       return 0;
     }
+    if (*cost) return run_collective_cost(cost_options, *cost);
     if (*backends) return list_backends();
     if (*version_cmd) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),

@@ -1,0 +1,277 @@
+#include "comm/cost_model.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "backends/error.h"
+
+namespace trainlab::comm {
+
+namespace {
+constexpr double kMiB = 1024.0 * 1024.0;
+}
+
+std::int64_t RingModel::bucket_count(double total, double bucket) const {
+  TL_CHECK(bucket > 0, "bucket size must be > 0");
+  return static_cast<std::int64_t>(std::ceil(total / bucket - 1e-9));
+}
+
+double RingModel::bucketed_time_s(double total, double bucket) const {
+  return static_cast<double>(bucket_count(total, bucket)) * latency_term_s() + bandwidth_term_s(total);
+}
+
+std::string collective_cost_report(const CostQuestion& q) {
+  const RingModel& m = q.model;
+  TL_CHECK(m.ranks >= 2, "collective-cost: --gpus must be >= 2, got " + std::to_string(m.ranks));
+  TL_CHECK(m.bandwidth_Bps > 0 && m.alpha_s >= 0, "collective-cost: --bw must be > 0 and --latency >= 0");
+  TL_CHECK(q.params > 0 && q.bytes_per_param > 0 && q.step_s > 0,
+           "collective-cost: --params, --bytes-per-param and --step-ms must be > 0");
+  const double S = q.params * q.bytes_per_param;
+  const double lat = m.latency_term_s(), bw = m.bandwidth_term_s(S), total = lat + bw;
+  const double step_ms = q.step_s * 1e3;
+  std::ostringstream out;
+  out << fmt::format(
+      "ring all-reduce model (seed 001): P = {} ranks, B = {:g} GB/s, alpha = {:g} us, {:g}e9 params x "
+      "{:g} bytes\n",
+      m.ranks, m.bandwidth_Bps / 1e9, m.alpha_s * 1e6, q.params / 1e9, q.bytes_per_param);
+  out << "units: 1 MiB = 2^20 bytes, 1 GiB = 2^30 bytes, 1 GB/s = 1e9 bytes/s\n\n";
+  out << fmt::format("(a) message size      S = {:.4g} bytes = {:.1f} MiB = {:.2f} GiB\n", S, S / kMiB,
+                     S / (kMiB * 1024));
+  out << fmt::format("(b) latency term      2(P-1) alpha        = 2 * {} * {:g} us = {:.2f} ms\n", m.ranks - 1,
+                     m.alpha_s * 1e6, lat * 1e3);
+  out << fmt::format("    bandwidth term    2(P-1)/P * S/B      = {:.4f} * {:.4g}/{:.4g} = {:.1f} ms\n",
+                     2.0 * (m.ranks - 1) / m.ranks, S, m.bandwidth_Bps, bw * 1e3);
+  out << fmt::format(
+      "    total             T                   = {:.1f} ms (the bandwidth term is {:.1f}x the "
+      "latency term)\n",
+      total * 1e3, lat > 0 ? bw / lat : INFINITY);
+  const double fraction = total / q.step_s;
+  out << fmt::format("(c) fraction of step  T / {:g} ms = {:.1f}%\n", step_ms, 100 * fraction);
+  out << fmt::format(
+      "    efficiency        fully exposed {:g}/({:g} + {:.1f}) = {:.1f}%; perfectly overlapped: "
+      "100% (a ceiling)\n",
+      step_ms, step_ms, total * 1e3, 100 * q.step_s / (q.step_s + total));
+  const double window = q.step_s * q.backward_share;
+  out << fmt::format("    backward window   ~{:.0f}% of the step = {:.1f} ms: T {} it", 100 * q.backward_share,
+                     window * 1e3, total < window ? "fits inside" : "does NOT fit inside");
+  if (total < window) {
+    out << fmt::format(
+        ", slack {:.1f} ms ({:.0f}% of the window) -> hideable in principle; the last "
+        "bucket never overlaps\n",
+        (window - total) * 1e3, 100 * (window - total) / window);
+  } else {
+    out << fmt::format(": at least {:.1f} ms stays exposed even with perfect overlap\n", (total - window) * 1e3);
+  }
+  out << fmt::format("    verdict           {}\n",
+                     total < window
+                         ? (fraction > 0.5 ? "communication-sensitive, not communication-bound: it can hide inside "
+                                             "backward, but anything that breaks overlap exposes it"
+                                           : "comfortably hideable inside backward with bucketed, overlapped DDP")
+                         : "communication-bound: the all-reduce outlasts the backward pass");
+  const double s_star = m.crossover_bytes();
+  out << "    (a ring-only model: below S* it overstates the cost, since real libraries switch to tree and one-shot "
+         "algorithms)\n";
+  out << fmt::format("(f) crossover         S* = P alpha B = {:.4g} bytes = {:.2f} MiB\n", s_star, s_star / kMiB);
+  if (!q.buckets_mib.empty()) {
+    out << fmt::format("\n{:>10} {:>7} {:>10} {:>11} {:>10} {:>9} {:>17}\n", "bucket MiB", "count", "time ms",
+                       "over ideal", "latency %", "overlap?", "bandwidth-bound?");
+    for (double mib : q.buckets_mib) {
+      const double bucket = mib * kMiB;
+      const std::int64_t count = m.bucket_count(S, bucket);
+      const double t = m.bucketed_time_s(S, bucket);
+      out << fmt::format("{:>10g} {:>7} {:>10.1f} {:>+10.1f}% {:>10.1f} {:>9} {:>17}\n", mib, count, t * 1e3,
+                         100 * (t / bw - 1), 100 * static_cast<double>(count) * lat / t, count >= 2 ? "yes" : "no",
+                         bucket >= s_star ? "yes" : "no");
+    }
+    out << fmt::format(
+        "  ideal = the bandwidth term alone ({:.1f} ms); overlap?: two or more buckets, so reduction can "
+        "start before backward ends; bandwidth-bound?: the bucket is at least S*\n",
+        bw * 1e3);
+    double best = -1;
+    for (double mib : q.buckets_mib) {
+      if (best < 0 && m.bucketed_time_s(S, mib * kMiB) <= 1.15 * bw) best = mib;
+    }
+    // The rule solved exactly: count * latency <= 0.15 * bandwidth term.
+    const auto max_count = static_cast<std::int64_t>(std::floor(0.15 * bw / std::max(lat, 1e-300)));
+    if (best > 0) {
+      out << fmt::format("  smallest listed bucket within 15% of the ideal: {:g} MiB", best);
+    } else {
+      out << "  no listed bucket is within 15% of the ideal";
+    }
+    if (max_count >= 1) {
+      out << fmt::format("; the rule solved exactly: at most {} buckets, each >= {:.1f} MiB\n", max_count,
+                         S / static_cast<double>(max_count) / kMiB);
+    } else {
+      out << "; even one bucket exceeds it (the latency term alone is over 15% of the ideal)\n";
+    }
+  }
+  if (q.scale_to > 0) {
+    RingModel big = m;
+    big.ranks = q.scale_to;
+    const double big_bw = big.bandwidth_term_s(S), big_lat = big.latency_term_s();
+    out << fmt::format(
+        "\n(g) scaling to {} ranks: the all-reduce of {:.0f} MiB takes {:.1f} ms, {:.1f}% of a {:g} ms step\n",
+        big.ranks, S / kMiB, big.time_s(S) * 1e3, 100 * big.time_s(S) / q.step_s, step_ms);
+    out << fmt::format("{:<34} {:>12} {:>12} {:>10}\n", "term", fmt::format("at P={}", m.ranks),
+                       fmt::format("at P={}", big.ranks), "change");
+    out << fmt::format("{:<34} {:>9.1f} ms {:>9.1f} ms {:>+9.1f}%\n", "bandwidth 2(P-1)/P * S/B", bw * 1e3,
+                       big_bw * 1e3, 100 * (big_bw / bw - 1));
+    out << fmt::format("{:<34} {:>9.2f} ms {:>9.2f} ms {:>9.1f}x\n", "latency 2(P-1) alpha", lat * 1e3, big_lat * 1e3,
+                       lat > 0 ? big_lat / lat : INFINITY);
+    out << fmt::format("{:<34} {:>8.2f} MiB {:>8.2f} MiB {:>9.1f}x\n", "crossover S* = P alpha B", s_star / kMiB,
+                       big.crossover_bytes() / kMiB, big.crossover_bytes() / s_star);
+    out << fmt::format("{:<34} {:>12} {:>12} {:>9.1f}x\n", "global batch (per-rank units)", m.ranks, big.ranks,
+                       static_cast<double>(big.ranks) / m.ranks);
+    for (double mib : q.buckets_mib) {
+      out << fmt::format("  {:g} MiB buckets: {:.1f} ms at P={}, {:.1f} ms at P={}{}\n", mib,
+                         m.bucketed_time_s(S, mib * kMiB) * 1e3, m.ranks, big.bucketed_time_s(S, mib * kMiB) * 1e3,
+                         big.ranks, mib * kMiB < big.crossover_bytes() ? " (now below S*: latency-bound)" : "");
+    }
+  }
+  return out.str();
+}
+
+Fit fit_ring_model(int ranks, const std::vector<std::pair<double, double>>& points) {
+  TL_CHECK(ranks >= 2, "fit: needs at least 2 ranks, got " + std::to_string(ranks));
+  TL_CHECK(points.size() >= 2, "fit: needs at least two measured sizes, got " + std::to_string(points.size()));
+  // Weighted least squares with w = 1/y^2: minimises the sum of squared relative residuals.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    TL_CHECK(x > 0 && y > 0, "fit: sizes and times must be > 0");
+    const double w = 1.0 / (y * y);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
+  }
+  const double det = sw * sxx - sx * sx;
+  TL_CHECK(det > 0, "fit: needs at least two different sizes");
+  double slope = (sw * sxy - sx * sy) / det;
+  double intercept = (sy - slope * sx) / sw;
+  Fit fit;
+  if (intercept < 0 && sxy > 0) {
+    // A latency cannot be negative: the constrained optimum then lies on alpha = 0 (the problem is
+    // convex), a pure bandwidth line. It happens when the sizes are all far above S*, where the
+    // latency term is smaller than the noise.
+    intercept = 0;
+    slope = sxy / sxx;
+    fit.alpha_unresolved = true;
+  }
+  fit.model.ranks = ranks;
+  fit.model.alpha_s = intercept / (2.0 * (ranks - 1));
+  fit.model.bandwidth_Bps = slope > 0 ? 2.0 * (ranks - 1) / ranks / slope : INFINITY;
+  fit.physical = intercept >= 0 && slope > 0;
+  double squares = 0;
+  for (const auto& [x, y] : points) {
+    const double r = (y - (intercept + slope * x)) / y;
+    fit.relative_residuals.push_back(r);
+    fit.max_abs_relative_residual = std::max(fit.max_abs_relative_residual, std::abs(r));
+    squares += r * r;
+  }
+  fit.rms_relative_residual = std::sqrt(squares / static_cast<double>(points.size()));
+  return fit;
+}
+
+FitAnalysis analyse_fit(int ranks, std::vector<std::pair<double, double>> points, double tolerance,
+                        std::size_t min_points) {
+  std::sort(points.begin(), points.end());
+  FitAnalysis analysis;
+  analysis.tolerance = tolerance;
+  analysis.one_line = fit_ring_model(ranks, points);
+  analysis.one_line_fits = analysis.one_line.physical && analysis.one_line.max_abs_relative_residual <= tolerance;
+  if (analysis.one_line_fits || points.size() < 2 * min_points) return analysis;
+  double best = INFINITY;
+  for (std::size_t k = min_points; k + min_points <= points.size(); ++k) {
+    const std::vector<std::pair<double, double>> lo(points.begin(), points.begin() + static_cast<std::ptrdiff_t>(k));
+    const std::vector<std::pair<double, double>> hi(points.begin() + static_cast<std::ptrdiff_t>(k), points.end());
+    if (lo.back().first == lo.front().first || hi.back().first == hi.front().first) continue;
+    const Fit a = fit_ring_model(ranks, lo), b = fit_ring_model(ranks, hi);
+    double cost = 0;
+    for (double r : a.relative_residuals) cost += r * r;
+    for (double r : b.relative_residuals) cost += r * r;
+    if (!a.physical || !b.physical) cost += 1e6;  // prefer splits where both lines mean something
+    if (cost < best) {
+      best = cost;
+      analysis.split = true;
+      analysis.split_bytes = hi.front().first;
+      analysis.lower = a;
+      analysis.upper = b;
+    }
+  }
+  return analysis;
+}
+
+namespace {
+
+std::string bytes_text(double bytes) {
+  if (bytes >= kMiB) return fmt::format("{:.4g} MiB", bytes / kMiB);
+  if (bytes >= 1024) return fmt::format("{:.4g} KiB", bytes / 1024);
+  return fmt::format("{:g} B", bytes);
+}
+
+std::string fit_line(const Fit& fit) {
+  const RingModel& m = fit.model;
+  std::string text =
+      fmt::format("alpha = {:.2f} us, B = {:.3g} GB/s, S* = P alpha B = {}; residuals max {:.1f}%, rms {:.1f}%",
+                  m.alpha_s * 1e6, m.bandwidth_Bps / 1e9, fit.physical ? bytes_text(m.crossover_bytes()) : "n/a",
+                  100 * fit.max_abs_relative_residual, 100 * fit.rms_relative_residual);
+  if (fit.alpha_unresolved) text += " (alpha held at 0: these sizes cannot resolve a latency)";
+  if (!fit.physical) text += " (not physical: negative latency or bandwidth)";
+  return text;
+}
+
+}  // namespace
+
+std::string fit_report(const FitAnalysis& analysis, const std::vector<std::pair<double, double>>& unsorted) {
+  auto points = unsorted;
+  std::sort(points.begin(), points.end());
+  const RingModel& one = analysis.one_line.model;
+  std::ostringstream out;
+  out << fmt::format("fit of T(S) = 2(P-1) alpha + 2(P-1)/P S/B, P = {}, {} sizes, least squares on relative error\n",
+                     one.ranks, points.size());
+  out << "one line: " << fit_line(analysis.one_line) << "\n";
+  if (analysis.split) {
+    out << fmt::format("two regimes, split at {}:\n", bytes_text(analysis.split_bytes));
+    out << "  below: " << fit_line(analysis.lower) << "\n";
+    out << "  from:  " << fit_line(analysis.upper) << "\n";
+  }
+  out << fmt::format("\n{:>12} {:>13} {:>13} {:>9}", "size", "measured us", "one line us", "residual");
+  if (analysis.split) out << fmt::format(" {:>13} {:>9}", "regime us", "residual");
+  out << "\n";
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto [x, y] = points[i];
+    const RingModel& m = analysis.one_line.model;
+    out << fmt::format("{:>12} {:>13.1f} {:>13.1f} {:>+8.1f}%", bytes_text(x), y * 1e6, m.time_s(x) * 1e6,
+                       100 * (y - m.time_s(x)) / y);
+    if (analysis.split) {
+      const RingModel& r = x < analysis.split_bytes ? analysis.lower.model : analysis.upper.model;
+      out << fmt::format(" {:>13.1f} {:>+8.1f}%", r.time_s(x) * 1e6, 100 * (y - r.time_s(x)) / y);
+    }
+    out << "\n";
+  }
+  if (analysis.one_line_fits) {
+    out << fmt::format("\nverdict: one line fits (every residual within {:.0f}%)\n", 100 * analysis.tolerance);
+  } else {
+    const bool off = analysis.one_line.max_abs_relative_residual > analysis.tolerance;
+    out << fmt::format(
+        "\nverdict: one straight line fits POORLY ({}{}); ",
+        off ? fmt::format("max residual {:.0f}% > {:.0f}%", 100 * analysis.one_line.max_abs_relative_residual,
+                          100 * analysis.tolerance)
+            : "",
+        analysis.one_line.physical ? "" : (off ? ", and its B is not physical" : "its B is not physical"));
+    if (analysis.split) {
+      out << fmt::format(
+          "the data has two regimes (below and from {}: small messages stay in cache, large ones "
+          "stream through memory), so quote the regime that matches the message size, not one pair\n",
+          bytes_text(analysis.split_bytes));
+    } else {
+      out << "too few sizes to separate regimes; measure more sizes\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace trainlab::comm

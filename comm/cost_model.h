@@ -1,0 +1,73 @@
+// The alpha-beta model of a ring all-reduce (seed 001): for P ranks, per-hop latency alpha and
+// link bandwidth B, an all-reduce of S bytes takes
+//     T = 2 (P - 1) alpha  +  2 (P - 1) / P * S / B
+// (latency term + bandwidth term). Buckets pay the latency term once each. The crossover
+// S* = P alpha B is the bucket size at which the two terms of one bucket are equal.
+// Units: bytes, seconds, bytes per second; MiB = 2^20 bytes and GB/s = 1e9 bytes/s in printouts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainlab::comm {
+
+struct RingModel {
+  int ranks = 2;
+  double alpha_s = 0;          // per-hop latency
+  double bandwidth_Bps = 1e9;  // per-link bandwidth
+
+  double latency_term_s() const { return 2.0 * (ranks - 1) * alpha_s; }
+  double bandwidth_term_s(double bytes) const { return 2.0 * (ranks - 1) / ranks * bytes / bandwidth_Bps; }
+  double time_s(double bytes) const { return latency_term_s() + bandwidth_term_s(bytes); }
+  double crossover_bytes() const { return ranks * alpha_s * bandwidth_Bps; }
+  // `total` bytes in buckets of `bucket` bytes: ceil(total / bucket) latency terms, one bandwidth term.
+  std::int64_t bucket_count(double total, double bucket) const;
+  double bucketed_time_s(double total, double bucket) const;
+};
+
+struct CostQuestion {
+  RingModel model;
+  double params = 0;  // parameters
+  double bytes_per_param = 2;
+  double step_s = 0.4;                // the training step without communication
+  double backward_share = 2.0 / 3.0;  // backward's share of the step (about 4 of its 6 FLOPs per parameter)
+  std::vector<double> buckets_mib;
+  int scale_to = 0;  // also the scaling table at this many ranks (0: none)
+};
+
+// The seed's whole analysis as text: message size, latency and bandwidth terms, total, fraction of
+// the step, the exposed/overlapped brackets, the backward-window check, the crossover and the
+// bucket table, and (with scale_to) the scaling table.
+std::string collective_cost_report(const CostQuestion& question);
+
+// A fit of T(S) = a + b S to measured (bytes, seconds) points, least squares on the relative error
+// (each point weighted 1/T^2, so a 4 KiB point counts as much as a 256 MiB one), mapped to alpha =
+// a / 2(P-1) and B = 2(P-1)/P / b.
+struct Fit {
+  RingModel model;
+  std::vector<double> relative_residuals;  // (measured - fitted) / measured, per point
+  double max_abs_relative_residual = 0;
+  double rms_relative_residual = 0;
+  bool alpha_unresolved = false;  // the best line had a < 0: refitted with alpha = 0 (pure bandwidth)
+  bool physical = true;           // b > 0; otherwise B is meaningless
+};
+Fit fit_ring_model(int ranks, const std::vector<std::pair<double, double>>& points);
+
+// One line, or two regimes: the best split of the sizes (sorted) into a lower and an upper range,
+// each fitted on its own (at least `min_points` per side: two points always fit a line exactly, so
+// a two-point regime would say nothing), when one line fits poorly.
+struct FitAnalysis {
+  Fit one_line;
+  bool one_line_fits = true;  // max |residual| <= tolerance and physical
+  double tolerance = 0.2;
+  bool split = false;
+  double split_bytes = 0;  // the first size of the upper regime
+  Fit lower, upper;
+};
+FitAnalysis analyse_fit(int ranks, std::vector<std::pair<double, double>> points, double tolerance = 0.2,
+                        std::size_t min_points = 3);
+// The fit as text: alpha, B, S*, the per-size table of measured, fitted and residual, and the verdict.
+std::string fit_report(const FitAnalysis& analysis, const std::vector<std::pair<double, double>>& points);
+
+}  // namespace trainlab::comm
