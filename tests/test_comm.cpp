@@ -68,7 +68,7 @@ void check_exact(Communicator& comm, DType dtype, std::int64_t n, ReduceOp op, i
   auto ring = make<T>(values), native = make<T>(values);
   ring_allreduce(comm, ring.data(), n, dtype, op, RingOptions{4096});  // small segments: many pipeline steps
   comm.allreduce_native(native.data(), n, dtype, op);
-  CHECK(std::memcmp(ring.data(), native.data(), ring.size() * sizeof(T)) == 0);
+  CHECK((ring.empty() || std::memcmp(ring.data(), native.data(), ring.size() * sizeof(T)) == 0));
   CHECK(same_on_every_rank(comm, ring.data(), ring.size() * sizeof(T)));
 }
 
