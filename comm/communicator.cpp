@@ -1,12 +1,20 @@
 #include "comm/communicator.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <thread>
 
 #include "backends/error.h"
+#include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
+#ifdef TRAINLAB_HAVE_NCCL
+#include "comm/nccl_communicator.h"
+#endif
 
 namespace trainlab::comm {
 
@@ -21,6 +29,45 @@ const char* algorithm_name(Algorithm algorithm) { return algorithm == Algorithm:
 void Communicator::set_timeout(double seconds) {
   TL_CHECK(std::isfinite(seconds) && seconds > 0, "comm timeout must be > 0 seconds, got " + std::to_string(seconds));
   timeout_s_ = seconds;
+}
+
+std::shared_ptr<void> Communicator::allocate(std::size_t bytes) {
+  // 64-byte aligned host memory, like the engine's buffers.
+  void* p = std::aligned_alloc(64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64));
+  if (p == nullptr) throw std::bad_alloc();
+  return {p, [](void* q) { std::free(q); }};
+}
+
+void Communicator::copy_in(void* dst, const void* host, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, host, bytes);
+}
+
+void Communicator::copy_out(void* host, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(host, src, bytes);
+}
+
+std::vector<std::string> communicator_names() {
+#ifdef TRAINLAB_HAVE_NCCL
+  return {"mpi", "nccl"};
+#else
+  return {"mpi"};
+#endif
+}
+
+std::unique_ptr<Communicator> make_world(const std::string& kind) {
+  if (kind == "mpi") return MpiCommunicator::world();
+  if (kind == "nccl") {
+#ifdef TRAINLAB_HAVE_NCCL
+    return NcclCommunicator::world();
+#else
+    throw Error(
+        "communicator 'nccl' is not in this build: it is compiled with CUDA (configure with --preset cuda, "
+        "or -DTRAINLAB_CUDA=ON, on a machine with the CUDA toolkit and NCCL); allowed here: mpi");
+#endif
+  }
+  std::string allowed;
+  for (const auto& name : communicator_names()) allowed += (allowed.empty() ? "" : ", ") + name;
+  throw Error("unknown communicator '" + kind + "' (allowed: " + allowed + ")");
 }
 
 void Communicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {

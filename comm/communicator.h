@@ -47,6 +47,17 @@ class Communicator {
   // Ends the whole job with a non-zero status after printing `message` (never returns).
   [[noreturn]] virtual void abort(const std::string& message, int status) = 0;
 
+  // The memory its operations take: host memory (MPI), or device memory of this rank's GPU (NCCL).
+  // Benchmarks and tests allocate through the communicator and copy in and out with these.
+  virtual bool device_memory() const { return false; }
+  // The device its memory is on ("" for the host CPU; the GPU's name for NCCL) and the library's
+  // version line ("Open MPI v4.1.4", "NCCL 2.28.9"), for the ledger.
+  virtual std::string device_name() const { return ""; }
+  virtual std::string library_version() const = 0;
+  virtual std::shared_ptr<void> allocate(std::size_t bytes);
+  virtual void copy_in(void* dst, const void* host, std::size_t bytes);   // host -> communicator memory
+  virtual void copy_out(void* host, const void* src, std::size_t bytes);  // communicator memory -> host
+
   // Waits for every request; past the deadline it aborts the job naming the first request still
   // pending (the operation and the peer). The default polls; MPI blocks in MPI_Waitall under a
   // deadline guard.
@@ -57,6 +68,12 @@ class Communicator {
  protected:
   double timeout_s_ = 300.0;
 };
+
+// The communicators this build offers: "mpi", plus "nccl" when built with CUDA.
+std::vector<std::string> communicator_names();
+// The world communicator of a kind ("mpi" | "nccl"); MPI must be initialised (MpiSession), since
+// NCCL is bootstrapped over it. An unknown or unbuilt kind throws naming what is allowed.
+std::unique_ptr<Communicator> make_world(const std::string& kind);
 
 // All-reduce in place with the chosen algorithm.
 void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm);

@@ -1,8 +1,10 @@
 #include "comm/mpi_communicator.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -156,18 +158,29 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::maybe_stall() {
-  // TRAINLAB_DEBUG_STALL="<world rank>:<seconds>": that rank stalls once, before its first operation.
-  static bool stalled = false;
-  if (stalled) return;
-  stalled = true;
-  const char* knob = std::getenv("TRAINLAB_DEBUG_STALL");
-  if (!knob) return;
-  const std::string spec(knob);
-  const auto colon = spec.find(':');
-  TL_CHECK(colon != std::string::npos, "TRAINLAB_DEBUG_STALL must be '<rank>:<seconds>', got '" + spec + "'");
-  if (std::stoi(spec.substr(0, colon)) != world_rank_) return;
-  const double seconds = std::stod(spec.substr(colon + 1));
-  std::fprintf(stderr, "trainlab: rank %d: stalling for %.1f s (TRAINLAB_DEBUG_STALL)\n", world_rank_, seconds);
+  // TRAINLAB_DEBUG_STALL="<world rank>:<seconds>[:<operation>]": that rank stalls once, before its
+  // operation number <operation> (counted from 0 over every communicator in the process; default 0).
+  static std::atomic<long> operations{0};
+  static long stall_at = -1;  // -1: no stall
+  static double seconds = 0;
+  static std::once_flag read_knob;
+  std::call_once(read_knob, [this] {
+    if (const char* knob = std::getenv("TRAINLAB_DEBUG_STALL")) {
+      const std::string spec(knob);
+      const auto colon = spec.find(':');
+      TL_CHECK(colon != std::string::npos,
+               "TRAINLAB_DEBUG_STALL must be '<rank>:<seconds>[:<operation>]', got '" + spec + "'");
+      const auto second = spec.find(':', colon + 1);
+      if (std::stoi(spec.substr(0, colon)) == world_rank_) {
+        seconds =
+            std::stod(spec.substr(colon + 1, second == std::string::npos ? std::string::npos : second - colon - 1));
+        stall_at = second == std::string::npos ? 0 : std::stol(spec.substr(second + 1));
+      }
+    }
+  });
+  if (operations++ != stall_at) return;
+  std::fprintf(stderr, "trainlab: rank %d: stalling for %.1f s before operation %ld (TRAINLAB_DEBUG_STALL)\n",
+               world_rank_, seconds, stall_at);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
@@ -249,6 +262,8 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   if (sub == MPI_COMM_NULL) return nullptr;
   return std::unique_ptr<Communicator>(new MpiCommunicator(sub, true));
 }
+
+std::string MpiCommunicator::library_version() const { return mpi_library_version(); }
 
 void MpiCommunicator::abort(const std::string& message, int status) {
   std::fprintf(stderr, "trainlab: rank %d: %s\n", world_rank_, message.c_str());

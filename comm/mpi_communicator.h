@@ -1,9 +1,10 @@
 // The MPI communicator (OpenMPI). Every MPI call is checked: a failure throws Error naming the
-// call, the rank and (for point-to-point) the peer. Collectives are the non-blocking forms
-// (MPI_Iallreduce, MPI_Ibarrier, MPI_Ibcast) waited on with the deadline.
+// call, the rank and (for point-to-point) the peer. Collectives and waits are the blocking calls
+// (MPI_Allreduce, MPI_Barrier, MPI_Bcast, MPI_Waitall) under a deadline guard (watchdog.h).
 //
-// A debug knob for the stall test: TRAINLAB_DEBUG_STALL="<world rank>:<seconds>" makes that rank
-// sleep that long before its first collective or point-to-point operation.
+// A debug knob for the stall tests: TRAINLAB_DEBUG_STALL="<world rank>:<seconds>[:<operation>]"
+// makes that rank sleep that long before its operation number <operation> (collective or
+// point-to-point, counted from 0 in the process; default 0, the first).
 #pragma once
 
 #include <mpi.h>
@@ -45,6 +46,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   void wait_all(std::vector<std::unique_ptr<Request>>& requests) override;
   [[noreturn]] void abort(const std::string& message, int status) override;
+  std::string library_version() const override;
 
   MPI_Comm handle() const { return comm_; }
   // The largest of each rank's `value` (for the slowest rank's time).

@@ -64,6 +64,11 @@ void ring_allreduce(Communicator& comm, void* data, std::int64_t count, DType dt
   TL_CHECK(count >= 0, "ring all-reduce: negative count");
   const int P = comm.size(), r = comm.rank();
   if (P == 1 || count == 0) return;  // the sum (and the average) of one rank is its own buffer
+  TL_CHECK(!comm.device_memory(),
+           "ring all-reduce: the " + comm.backend() +
+               " communicator works on device memory, and the ring reduces on the host; use --allreduce native "
+               "(" +
+               comm.backend() + "'s own all-reduce) there, or the ring over the mpi communicator");
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
   auto* bytes = static_cast<unsigned char*>(data);
   const std::int64_t base = count / P, rem = count % P;

@@ -185,6 +185,16 @@ const std::vector<ConfigField>& config_fields() {
       string_field("resume", &TrainConfig::resume, "a checkpoint directory", "continue from this checkpoint"),
       bool_field("eval_at_end", &TrainConfig::eval_at_end, "held-out evaluation after the last step"),
       string_field("trace", &TrainConfig::trace, "a file path", "write a Chrome trace (Perfetto) of the run here"),
+      int_field("accumulate", &TrainConfig::accumulate, 1, 4096,
+                "micro-steps per optimiser step (gradient accumulation; DDP communicates on the last only)"),
+      double_field("bucket_cap_mb", &TrainConfig::bucket_cap_mb, 0.0, 4096.0, true,
+                   "DDP gradient bucket capacity in MiB (the first bucket is 1 MiB)"),
+      choice_field("allreduce", &TrainConfig::allreduce, {"ring", "native"},
+                   "DDP all-reduce: the hand-written ring, or the library's own"),
+      choice_field("comm", &TrainConfig::comm, {"mpi", "nccl"},
+                   "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
+      double_field("comm_timeout", &TrainConfig::comm_timeout, 0.0, 86400.0, true,
+                   "seconds a DDP communication may wait before the job is ended, naming the peer"),
   };
   return fields;
 }

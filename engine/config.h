@@ -50,6 +50,13 @@ struct TrainConfig {
   std::string resume;       // checkpoint directory to continue from
   bool eval_at_end = true;  // held-out evaluation after the last step
   std::string trace;        // Chrome trace JSON of the run's profiler spans (empty: none)
+  // data parallelism (trainlab train under scripts/mpirun; ignored by a single process). `batch`
+  // is the global batch of one micro-step: each of the world's ranks takes batch / world of it.
+  std::int64_t accumulate = 1;       // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
+  double bucket_cap_mb = 25;         // DDP bucket capacity (the first bucket is 1 MiB, as in PyTorch DDP)
+  std::string allreduce = "native";  // ring | native (MPI_Allreduce / ncclAllReduce)
+  std::string comm = "mpi";          // mpi | nccl (a CUDA build, one GPU per rank)
+  double comm_timeout = 300;         // seconds any communication may wait before the job is ended
 };
 
 struct ConfigField {

@@ -135,6 +135,14 @@ DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const Dat
   TL_CHECK(options.num_workers >= 0,
            "DataLoader: num_workers must be >= 0, got " + std::to_string(options.num_workers));
   TL_CHECK(options.prefetch >= 1, "DataLoader: prefetch must be >= 1, got " + std::to_string(options.prefetch));
+  TL_CHECK(options.shard_count >= 1 && options.shard_rank >= 0 && options.shard_rank < options.shard_count,
+           "DataLoader: shard " + std::to_string(options.shard_rank) + " of " + std::to_string(options.shard_count) +
+               " does not exist");
+  TL_CHECK(options.batch_size % options.shard_count == 0,
+           "DataLoader: the global batch " + std::to_string(options.batch_size) + " does not split evenly over " +
+               std::to_string(options.shard_count) + " ranks (choose a batch divisible by the world size)");
+  TL_CHECK(options.shard_count == 1 || options.drop_last,
+           "DataLoader: sharding needs drop_last (every rank must take a full part of every batch)");
   const std::int64_t n = dataset_->size(), b = options.batch_size;
   batches_per_epoch_ = options.drop_last ? n / b : (n + b - 1) / b;
   TL_CHECK(batches_per_epoch_ >= 1, "DataLoader: the dataset's " + std::to_string(n) +
@@ -163,8 +171,9 @@ std::vector<std::int64_t> DataLoader::batch_indices(std::int64_t epoch, std::int
   TL_CHECK(index >= 0 && index < batches_per_epoch_, "DataLoader: batch index " + std::to_string(index) +
                                                          " is outside [0, " + std::to_string(batches_per_epoch_) + ")");
   const auto perm = permutation(epoch);
-  const std::int64_t begin = index * options_.batch_size;
-  const std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, dataset_->size());
+  const std::int64_t part = options_.batch_size / options_.shard_count;
+  const std::int64_t begin = index * options_.batch_size + options_.shard_rank * part;
+  const std::int64_t end = std::min<std::int64_t>(begin + part, dataset_->size());
   return {perm->begin() + begin, perm->begin() + end};
 }
 

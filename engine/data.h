@@ -57,6 +57,12 @@ struct DataLoaderOptions {
   int prefetch = 2;                 // batches in flight per worker
   bool persistent_workers = false;  // keep worker threads across epochs instead of restarting them
   std::uint64_t seed = 0;           // the shuffle order of epoch e is a function of (seed, e)
+  // The distributed sampler: batch_size is the global batch, and shard r of n takes the r-th of
+  // its n equal parts. Every rank draws the same per-epoch permutation, so the shards are disjoint
+  // and together are exactly the batch one process would take: the position (epoch, batch) means
+  // the same at any world size, and a checkpoint resumes at another.
+  int shard_rank = 0;
+  int shard_count = 1;
 };
 
 struct Batch {
@@ -87,7 +93,7 @@ class DataLoader {
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
   const DataLoaderOptions& options() const { return options_; }
-  // Sample indices of batch `index` of `epoch`.
+  // Sample indices of batch `index` of `epoch` (this shard's part of it).
   std::vector<std::int64_t> batch_indices(std::int64_t epoch, std::int64_t index) const;
 
  private:

@@ -21,6 +21,7 @@ PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
   forward_s += o.forward_s;
   backward_s += o.backward_s;
   optimizer_s += o.optimizer_s;
+  comm_s += o.comm_s;
   return *this;
 }
 
@@ -53,15 +54,16 @@ class PhaseTimer {
 };
 
 // Config keys that shape the trajectory: a resumed run must use the values it was trained with.
-const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",     "weight_decay",
-                                          "optimizer", "schedule", "warmup_steps", "min_lr",
-                                          "seed",      "dtype",    "train_samples"};
+const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",      "weight_decay",
+                                          "optimizer", "schedule", "warmup_steps",  "min_lr",
+                                          "seed",      "dtype",    "train_samples", "accumulate"};
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& config)
+Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
     : config_(config),
       backend_(choose_backend(config)),
+      parallel_(parallel),
       dtype_(parse_dtype(config.dtype)),
       param_dtype_(dtype_ == DType::bf16 ? DType::f32 : dtype_),
       layout_(parse_memory_format(config.layout)),
@@ -104,7 +106,12 @@ Trainer::Trainer(const TrainConfig& config)
   loader_options.prefetch = config_.prefetch;
   loader_options.persistent_workers = config_.persistent_workers;
   loader_options.seed = config_.seed;
+  if (parallel_ != nullptr) {
+    loader_options.shard_rank = parallel_->rank();
+    loader_options.shard_count = parallel_->world_size();
+  }
   loader_ = std::make_unique<DataLoader>(train_data_, loader_options, backend_);
+  if (parallel_ != nullptr) parallel_->attach(model_->named_parameters());
   if (!config_.resume.empty()) resume(config_.resume);
 }
 
@@ -170,6 +177,10 @@ TrainResult Trainer::train(std::ostream* log) {
     *log << fmt::format("trainlab {} ({}): SmallCNN, {} parameters, backend {} ({} threads), dtype {}, layout {}{}\n",
                         version(), git_describe(), model_->num_parameters(), backend_.name(), backend_.num_threads(),
                         config_.dtype, config_.layout, config_.fuse ? ", fused" : "");
+    if (parallel_ != nullptr) {
+      *log << fmt::format("data parallel: {}; global batch {} ({} per rank)\n", parallel_->describe(), config_.batch,
+                          config_.batch / parallel_->world_size());
+    }
     *log << fmt::format("backend: {}\n", backend_.describe());  // the ISA oneDNN chose, before any step
     *log << fmt::format("config: {}\n", config_summary(config_));
     if (step_ > 0) *log << fmt::format("resumed at step {} from {}\n", step_, config_.resume);
@@ -187,6 +198,7 @@ TrainResult Trainer::train(std::ostream* log) {
   PhaseTimes window;  // since the last progress line
   std::int64_t window_steps = 0;
   std::int64_t run_steps = 0;
+  const std::int64_t samples_per_step = config_.batch * config_.accumulate;  // over the whole world
   const std::int64_t target = config_.stop_at > 0 ? config_.stop_at : config_.steps;
   while (step_ < target) {
     PhaseTimes phases;
@@ -194,17 +206,31 @@ TrainResult Trainer::train(std::ostream* log) {
     Tensor loss;
     double step_s = 0;
     std::optional<PhaseTimer> step_span(std::in_place, backend_, "step", step_s);
-    {
-      PhaseTimer t(backend_, "data_wait", phases.data_wait_s);
-      batch = loader_->next();
-    }
-    {
-      PhaseTimer t(backend_, "forward", phases.forward_s);
-      loss = forward_loss(batch.images, batch.labels);
-    }
-    {
-      PhaseTimer t(backend_, "backward", phases.backward_s);
-      loss.backward();
+    // Micro-steps: gradients accumulate over `accumulate` batches (each loss scaled by 1/K, so the
+    // step's gradient is the mean); data parallel runs communicate on the last one only.
+    double loss_sum = 0;
+    DdpStepStats ddp;
+    for (std::int64_t micro = 0; micro < config_.accumulate; ++micro) {
+      {
+        PhaseTimer t(backend_, "data_wait", phases.data_wait_s);
+        batch = loader_->next();
+      }
+      {
+        PhaseTimer t(backend_, "forward", phases.forward_s);
+        loss = forward_loss(batch.images, batch.labels);
+        if (config_.accumulate > 1) loss = loss * (1.0 / static_cast<double>(config_.accumulate));
+      }
+      const bool sync = micro + 1 == config_.accumulate;
+      if (parallel_ != nullptr) parallel_->begin_backward(sync);
+      {
+        PhaseTimer t(backend_, "backward", phases.backward_s);
+        loss.backward();
+      }
+      if (parallel_ != nullptr && sync) {
+        PhaseTimer t(backend_, "comm_wait", phases.comm_s);
+        ddp = parallel_->finish_backward();
+      }
+      loss_sum += loss.item();
     }
     {
       PhaseTimer t(backend_, "optimizer", phases.optimizer_s);
@@ -215,12 +241,18 @@ TrainResult Trainer::train(std::ostream* log) {
     step_span.reset();  // the step span ends with the optimiser phase
     ++step_;
     ++run_steps;
-    const double loss_value = loss.item();
+    const double loss_value = loss_sum;  // the mean over the micro-steps (each was scaled by 1/K)
     TL_CHECK(std::isfinite(loss_value), "training diverged: loss is " + std::to_string(loss_value) + " at step " +
                                             std::to_string(step_) + " (try a smaller --lr)");
     result.losses.push_back(loss_value);
     if (run_steps > config_.warmup) {
       result.measured += phases;
+      result.step_seconds.push_back(step_s);
+      result.ddp.backward_compute_s += ddp.backward_compute_s;
+      result.ddp.comm_s += ddp.comm_s;
+      result.ddp.overlap_s += ddp.overlap_s;
+      result.ddp.exposed_s += ddp.exposed_s;
+      result.ddp.bucket_bytes = ddp.bucket_bytes;
       ++result.measured_steps;
     } else {
       ++result.warmup_steps;
@@ -232,7 +264,7 @@ TrainResult Trainer::train(std::ostream* log) {
       const double total = window.total();
       *log << fmt::format("step {:>6}/{}  loss {:.4f}  {:>8.1f} samples/s  data-wait {:>5.1f}%  lr {:.4g}\n", step_,
                           config_.steps, loss_value,
-                          total > 0 ? static_cast<double>(window_steps * config_.batch) / total : 0.0,
+                          total > 0 ? static_cast<double>(window_steps * samples_per_step) / total : 0.0,
                           total > 0 ? 100.0 * window.data_wait_s / total : 0.0, optimizer_->lr());
       log->flush();
       window = PhaseTimes{};
@@ -250,7 +282,7 @@ TrainResult Trainer::train(std::ostream* log) {
   result.last_step = step_;
   if (tracing) {
     profiler.set_enabled(false);
-    write_chrome_trace(config_.trace, profiler.take(), profiler.thread_names());
+    write_chrome_trace(trace_path(), profiler.take(), profiler.thread_names());
   }
   if (config_.eval_at_end) {
     result.final_eval = evaluate();
@@ -260,7 +292,7 @@ TrainResult Trainer::train(std::ostream* log) {
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   const double measured_total = result.measured.total();
   result.samples_per_s =
-      measured_total > 0 ? static_cast<double>(result.measured_steps * config_.batch) / measured_total : 0.0;
+      measured_total > 0 ? static_cast<double>(result.measured_steps * samples_per_step) / measured_total : 0.0;
   if (log) {
     *log << fmt::format("done: {} steps in {:.1f} s; final loss {:.4f}", run_steps, result.wall_s,
                         result.losses.empty() ? NAN : result.losses.back());
@@ -273,22 +305,57 @@ TrainResult Trainer::train(std::ostream* log) {
       const PhaseTimes& m = result.measured;
       *log << fmt::format(
           "throughput: {:.1f} samples/s over {} steps ({} warm-up steps excluded); data-wait {:.1f}%, forward "
-          "{:.1f}%, backward {:.1f}%, optimizer {:.1f}%\n",
+          "{:.1f}%, backward {:.1f}%, {}optimizer {:.1f}%\n",
           result.samples_per_s, result.measured_steps, result.warmup_steps, 100 * m.data_wait_s / measured_total,
           100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total,
+          parallel_ != nullptr ? fmt::format("comm wait {:.1f}%, ", 100 * m.comm_s / measured_total) : std::string(),
           100 * m.optimizer_s / measured_total);
+      if (parallel_ != nullptr) {
+        const DdpStepStats& d = result.ddp;
+        const double n = static_cast<double>(result.measured_steps);
+        *log << fmt::format(
+            "ddp: {}; per step: backward compute {:.2f} ms, communication {:.2f} ms, overlapped {:.2f} ms, exposed "
+            "{:.2f} ms\n",
+            parallel_->describe(), 1e3 * d.backward_compute_s / n, 1e3 * d.comm_s / n, 1e3 * d.overlap_s / n,
+            1e3 * d.exposed_s / n);
+      }
     }
     *log << fmt::format("backend after the run: {}\n", backend_.describe());  // with the kernels it picked
     if (!config_.save.empty()) *log << fmt::format("checkpoint: {}\n", config_.save);
     if (tracing)
-      *log << fmt::format("trace: {} (open in https://ui.perfetto.dev or chrome://tracing)\n", config_.trace);
+      *log << fmt::format(
+          "trace: {}{} (open in https://ui.perfetto.dev or chrome://tracing)\n", config_.trace,
+          parallel_ != nullptr && parallel_->world_size() > 1 ? " (rank 0; rank r writes .rank<r>)" : "");
     log->flush();
   }
   return result;
 }
 
+std::string Trainer::trace_path() const {
+  // In a data-parallel run every rank traces its own process: rank r > 0 writes NAME.rank<r>.json.
+  if (parallel_ == nullptr || parallel_->rank() == 0) return config_.trace;
+  const std::string suffix = ".json";
+  const std::string& path = config_.trace;
+  const bool json =
+      path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string stem = json ? path.substr(0, path.size() - suffix.size()) : path;
+  return stem + ".rank" + std::to_string(parallel_->rank()) + (json ? suffix : "");
+}
+
 void Trainer::save(const std::string& dir) {
   TL_PROFILE_SCOPE("checkpoint.save");
+  if (parallel_ != nullptr) {
+    // The state is replicated: rank 0 writes once every rank has finished the step, and no rank
+    // goes on (or reads it) before the write, completion marker last, is done.
+    parallel_->barrier();
+    if (parallel_->rank() == 0) save_local(dir);
+    parallel_->barrier();
+    return;
+  }
+  save_local(dir);
+}
+
+void Trainer::save_local(const std::string& dir) {
   Checkpoint checkpoint;
   checkpoint.model = model_->state_dict();
   checkpoint.optimizer = optimizer_->state_dict();
@@ -328,13 +395,13 @@ void Trainer::resume(const std::string& dir) {
   } catch (const Error& e) {
     throw Error(owner + ": " + e.what());
   }
-  // Every step consumes one batch and advances the schedule once: the three counters must agree.
+  // Every step consumes `accumulate` batches and advances the schedule once: the counters must agree.
   const LoaderPosition position = loader_->position();
   const std::int64_t batches = position.epoch * loader_->batches_per_epoch() + position.next_batch;
-  TL_CHECK(batches == step && scheduler_->last_step() == step,
-           owner + " is inconsistent: step " + std::to_string(step) + ", but the loader has consumed " +
-               std::to_string(batches) + " batches and the schedule is at step " +
-               std::to_string(scheduler_->last_step()));
+  TL_CHECK(batches == step * config_.accumulate && scheduler_->last_step() == step,
+           owner + " is inconsistent: step " + std::to_string(step) + " of " + std::to_string(config_.accumulate) +
+               " micro-steps, but the loader has consumed " + std::to_string(batches) +
+               " batches and the schedule is at step " + std::to_string(scheduler_->last_step()));
   step_ = step;
 }
 

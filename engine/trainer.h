@@ -11,6 +11,7 @@
 
 #include "engine/config.h"
 #include "engine/data.h"
+#include "engine/distributed.h"
 #include "engine/nn.h"
 #include "engine/optim.h"
 
@@ -18,7 +19,8 @@ namespace trainlab {
 
 struct PhaseTimes {
   double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
-  double total() const { return data_wait_s + forward_s + backward_s + optimizer_s; }
+  double comm_s = 0;  // data parallel: the gradient all-reduce still running after backward (exposed)
+  double total() const { return data_wait_s + forward_s + backward_s + optimizer_s + comm_s; }
   PhaseTimes& operator+=(const PhaseTimes& other);
 };
 
@@ -37,14 +39,18 @@ struct TrainResult {
   EvalResult final_eval;
   std::int64_t warmup_steps = 0;  // excluded from throughput
   std::int64_t measured_steps = 0;
-  double samples_per_s = 0;  // over the measured steps
-  PhaseTimes measured;       // phase totals over the measured steps
+  double samples_per_s = 0;          // over the measured steps
+  PhaseTimes measured;               // phase totals over the measured steps
+  std::vector<double> step_seconds;  // every measured step's time, in order
+  DdpStepStats ddp;                  // data parallel: totals over the measured steps (bucket sizes of the last)
   double wall_s = 0;
 };
 
 class Trainer {
  public:
-  explicit Trainer(const TrainConfig& config);
+  // With `parallel` (data parallel training, see engine/distributed.h), the run is one replica of
+  // a world: config.batch is the global batch and this rank takes its share of every batch.
+  explicit Trainer(const TrainConfig& config, DataParallel* parallel = nullptr);
   ~Trainer();
 
   // Trains from the current step up to config.steps, printing progress to `log` (may be null).
@@ -69,8 +75,11 @@ class Trainer {
   // the dtype is bf16, and the loss in f32.
   Tensor forward_loss(const Tensor& images, const Tensor& labels);
   Tensor prepare_input(const Tensor& images) const;
+  void save_local(const std::string& dir);
+  std::string trace_path() const;
 
   Backend& backend_;
+  DataParallel* parallel_ = nullptr;
   DType dtype_;        // the compute dtype
   DType param_dtype_;  // f32 master weights for bf16, else the compute dtype
   MemoryFormat layout_;

@@ -6,6 +6,10 @@
 // (nccl-tests' definitions); every busbw is also a fraction of the single-core memcpy rate
 // measured in the same run. Timed buffers hold zeros (so repeated sums stay finite); every row goes
 // to the ledger.
+//
+// --comm nccl (a CUDA build, one GPU per rank) times ncclAllReduce on device buffers instead; the
+// ring's reduction runs on the host, so its column is skipped there (with the reason) when the
+// world has more than one rank. Each NCCL call returns once its stream has finished it.
 #include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
@@ -31,7 +35,7 @@ using clock_type = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   MpiSession session(&argc, &argv);
   CLI::App app{"bench_allreduce: the ring all-reduce against MPI_Allreduce, side by side", "bench_allreduce"};
-  std::string sizes_spec = "4K..256M", dtype_name_ = "f32", ledger_path;
+  std::string sizes_spec = "4K..256M", dtype_name_ = "f32", ledger_path, comm_kind = "mpi";
   double seconds_per_size = 0.4, timeout = 300;
   int warmup = 3, min_iters = 5, max_iters = 500;
   std::size_t segment_bytes = RingOptions{}.segment_bytes;
@@ -46,14 +50,23 @@ int main(int argc, char** argv) {
   app.add_option("--segment-bytes", segment_bytes, "the ring's pipeline segment")->check(CLI::Range(256, 1 << 30));
   app.add_option("--comm-timeout", timeout, "seconds any wait may take before the job is ended")
       ->check(CLI::Range(0.1, 86400.0));
-  app.add_option("--ledger", ledger_path, "ledger (default results/ledger_cpu.jsonl)");
+  app.add_option("--comm", comm_kind, "communicator: mpi, or nccl (CUDA builds, one GPU per rank)")
+      ->capture_default_str();
+  app.add_option("--ledger", ledger_path, "ledger (default results/ledger_<cpu|cuda>.jsonl)");
   app.add_flag("--no-ledger", no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_allreduce")) return *status;
 
-  auto world = MpiCommunicator::world();
+  auto world = MpiCommunicator::world();  // host-side bookkeeping: slowest rank, checks, abort
   const int P = world->size(), rank = world->rank();
   try {
     world->set_timeout(timeout);
+    std::unique_ptr<Communicator> measured = make_world(comm_kind);
+    Communicator& comm = *measured;
+    comm.set_timeout(timeout);
+    // The ring reduces on the host: over device memory with more than one rank it cannot run.
+    const bool ring_runs = !comm.device_memory() || P == 1;
+    const std::string ring_skip_reason =
+        ring_runs ? "" : "the ring reduces on the host and the " + comm.backend() + " buffers are on the device";
     const DType dtype = parse_dtype(dtype_name_);
     const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
     const auto sizes = bench::parse_byte_sizes(sizes_spec, "bench_allreduce: --sizes");
@@ -69,14 +82,26 @@ int main(int argc, char** argv) {
     bench::json env = bench::current_environment(host).to_json();
     const std::string mpi_version = mpi_library_version();
     env["versions"]["mpi"] = mpi_version;
-    env["timer"] = "steady_clock (slowest rank per iteration)";
+    env["communicator"] = comm.backend();
+    std::string device_type = "cpu";
+    if (comm.device_memory()) {
+      device_type = "cuda";
+      env["device"] = {{"type", device_type}, {"name", comm.device_name()}};
+      env["versions"][comm.backend()] = comm.library_version();
+      env["timer"] = "steady_clock around stream-synchronised calls (slowest rank per iteration)";
+    } else {
+      env["timer"] = "steady_clock (slowest rank per iteration)";
+    }
     const std::string run_id = bench::new_run_id();
-    const bench::Ledger ledger(ledger_path.empty() ? bench::default_ledger_path("cpu") : ledger_path);
+    const bench::Ledger ledger(ledger_path.empty() ? bench::default_ledger_path(device_type) : ledger_path);
 
     if (rank == 0) {
       std::cout << fmt::format(
-          "# bench_allreduce: {} ranks, dtype {}, ring segment {}, {}; single-core memcpy {:.2f} GB/s\n", P,
-          dtype_name_, bench::human_bytes(static_cast<std::int64_t>(segment_bytes)), mpi_version, copy_rate);
+          "# bench_allreduce: {} ranks, {} communicator{}, dtype {}, ring segment {}, {}; single-core memcpy {:.2f} "
+          "GB/s\n",
+          P, comm.backend(), comm.device_memory() ? " on " + comm.device_name() : std::string(), dtype_name_,
+          bench::human_bytes(static_cast<std::int64_t>(segment_bytes)), comm.library_version(), copy_rate);
+      if (!ring_runs) std::cout << "# ring: skipped (" << ring_skip_reason << ")\n";
       std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
                    "GB/s = 1e9 bytes/s\n";
       std::cout << fmt::format("{:>7} {:>11} | {:>27} {:>7} {:>7} {:>6} | {:>27} {:>7} {:>7} | {:>6} | {}\n", "size",
@@ -90,6 +115,13 @@ int main(int argc, char** argv) {
       const std::int64_t actual = count * elem;
       // Correctness: the same integer-valued data through both; bitwise equal on every rank.
       std::vector<unsigned char> ring_buffer(static_cast<std::size_t>(actual)), native_buffer(ring_buffer.size());
+      // What the communicator works on (host memory for MPI, device memory for NCCL).
+      const auto ring_memory = comm.allocate(ring_buffer.size()), native_memory = comm.allocate(ring_buffer.size());
+      const auto zero = [&] {
+        std::fill(ring_buffer.begin(), ring_buffer.end(), 0);
+        comm.copy_in(ring_memory.get(), ring_buffer.data(), ring_buffer.size());
+        comm.copy_in(native_memory.get(), ring_buffer.data(), ring_buffer.size());
+      };
       {
         Generator gen(static_cast<std::uint64_t>(rank) * 977 + 11);
         const int bound = dtype == DType::bf16 ? 256 / (2 * P) : dtype == DType::f16 ? 2048 / (2 * P) : 1000;
@@ -111,51 +143,70 @@ int main(int argc, char** argv) {
               break;
           }
         }
+        // The native result is checked against the host's exact sum (integer-valued data), the ring
+        // against the native result, bit for bit.
+        comm.copy_in(ring_memory.get(), ring_buffer.data(), ring_buffer.size());
+        comm.copy_in(native_memory.get(), ring_buffer.data(), ring_buffer.size());
+        if (ring_runs) ring_allreduce(comm, ring_memory.get(), count, dtype, ReduceOp::sum, ring_options);
         native_buffer = ring_buffer;
-        ring_allreduce(*world, ring_buffer.data(), count, dtype, ReduceOp::sum, ring_options);
-        world->allreduce_native(native_buffer.data(), count, dtype, ReduceOp::sum);
-        double mismatch = ring_buffer == native_buffer ? 0 : 1;
+        world->allreduce_native(native_buffer.data(), count, dtype, ReduceOp::sum);  // MPI on the host: exact
+        comm.allreduce_native(native_memory.get(), count, dtype, ReduceOp::sum);
+        std::vector<unsigned char> result(ring_buffer.size());
+        comm.copy_out(result.data(), native_memory.get(), result.size());
+        double mismatch = result == native_buffer ? 0 : 1;
+        if (ring_runs) {
+          comm.copy_out(result.data(), ring_memory.get(), result.size());
+          mismatch += result == native_buffer ? 0 : 1;
+        }
         world->allreduce_native(&mismatch, 1, DType::f64, ReduceOp::sum);
         const bool correct = mismatch == 0;
         all_correct = all_correct && correct;
-        std::fill(ring_buffer.begin(), ring_buffer.end(), 0);
-        std::fill(native_buffer.begin(), native_buffer.end(), 0);
+        zero();
 
         // Timing: warm-up, then as many iterations as fit the budget, alternating ring and native.
         auto time_one = [&](bool ring) {
           world->barrier();
           const auto t = clock_type::now();
           if (ring) {
-            ring_allreduce(*world, ring_buffer.data(), count, dtype, ReduceOp::sum, ring_options);
+            ring_allreduce(comm, ring_memory.get(), count, dtype, ReduceOp::sum, ring_options);
           } else {
-            world->allreduce_native(native_buffer.data(), count, dtype, ReduceOp::sum);
+            comm.allreduce_native(native_memory.get(), count, dtype, ReduceOp::sum);
           }
           return world->max_over_ranks(std::chrono::duration<double>(clock_type::now() - t).count());
         };
         double warm = 0;
-        for (int i = 0; i < warmup; ++i) warm = std::max({warm, time_one(true), time_one(false)});
-        if (warmup == 0) warm = std::max(time_one(true), time_one(false));
+        auto time_pair = [&] { return std::max(ring_runs ? time_one(true) : 0.0, time_one(false)); };
+        for (int i = 0; i < warmup; ++i) warm = std::max(warm, time_pair());
+        if (warmup == 0) warm = time_pair();
         int iters = static_cast<int>(seconds_per_size / std::max(warm, 1e-6));
         iters = std::clamp(iters, min_iters, max_iters);
         std::vector<double> ring_times, native_times;
         for (int i = 0; i < iters; ++i) {
-          ring_times.push_back(time_one(true));
+          if (ring_runs) ring_times.push_back(time_one(true));
           native_times.push_back(time_one(false));
         }
-        const auto ring_s = bench::summarize(ring_times), native_s = bench::summarize(native_times);
+        const auto native_s = bench::summarize(native_times);
         const double factor = 2.0 * (P - 1) / P;
         auto algbw = [&](double seconds) { return static_cast<double>(actual) / seconds * 1e-9; };
-        const double ring_bus = algbw(ring_s.median) * factor, native_bus = algbw(native_s.median) * factor;
-        const double ratio = ring_s.median / native_s.median;
-        ratios.emplace_back(actual, ratio);
-        busbw_fraction.emplace_back(actual, ring_bus / copy_rate);
+        const double native_bus = algbw(native_s.median) * factor;
+        std::string ring_columns = fmt::format("{:>27} {:>7} {:>7} {:>6}", "skipped", "-", "-", "-"),
+                    ratio_column = "-";
+        bench::Summary ring_s{};
+        if (ring_runs) {
+          ring_s = bench::summarize(ring_times);
+          const double ring_bus = algbw(ring_s.median) * factor, ratio = ring_s.median / native_s.median;
+          ratios.emplace_back(actual, ratio);
+          busbw_fraction.emplace_back(actual, ring_bus / copy_rate);
+          ring_columns = fmt::format("{:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} {:>5.0f}%", ring_s.median * 1e6,
+                                     ring_s.min * 1e6, ring_s.max * 1e6, algbw(ring_s.median), ring_bus,
+                                     100 * ring_bus / copy_rate);
+          ratio_column = fmt::format("{:.2f}", ratio);
+        }
         if (rank == 0) {
-          std::cout << fmt::format(
-              "{:>7} {:>11} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} {:>5.0f}% | {:>9.1f} ({:>7.1f}-{:>8.1f}) "
-              "{:>7.2f} {:>7.2f} | {:>6.2f} | {}\n",
-              bench::human_bytes(actual), count, ring_s.median * 1e6, ring_s.min * 1e6, ring_s.max * 1e6,
-              algbw(ring_s.median), ring_bus, 100 * ring_bus / copy_rate, native_s.median * 1e6, native_s.min * 1e6,
-              native_s.max * 1e6, algbw(native_s.median), native_bus, ratio, correct ? "ok" : "MISMATCH");
+          std::cout << fmt::format("{:>7} {:>11} | {} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} | {:>6} | {}\n",
+                                   bench::human_bytes(actual), count, ring_columns, native_s.median * 1e6,
+                                   native_s.min * 1e6, native_s.max * 1e6, algbw(native_s.median), native_bus,
+                                   ratio_column, correct ? "ok" : "MISMATCH");
           std::cout.flush();
           if (!no_ledger) {
             for (const auto& [algorithm, times, s] :
@@ -163,9 +214,20 @@ int main(int argc, char** argv) {
               bench::json row = env;
               row["run_id"] = run_id;
               row["kind"] = "allreduce";
+              row["config"] = {{"ranks", P},
+                               {"bytes", actual},
+                               {"count", count},
+                               {"dtype", dtype_name_},
+                               {"algorithm", algorithm},
+                               {"segment_bytes", segment_bytes},
+                               {"communicator", comm.backend()}};
+              if (times->empty()) {  // the ring over device memory: recorded as skipped, with the reason
+                row["status"] = "skipped";
+                row["reason"] = ring_skip_reason;
+                ledger.append(row);
+                continue;
+              }
               row["status"] = "ok";
-              row["config"] = {{"ranks", P},           {"bytes", actual},        {"count", count},
-                               {"dtype", dtype_name_}, {"algorithm", algorithm}, {"segment_bytes", segment_bytes}};
               row["repeats"] = *times;
               row["stats"] = {{"median", s.median}, {"mean", s.mean}, {"std", s.std},
                               {"min", s.min},       {"max", s.max},   {"n", s.n}};
@@ -193,9 +255,13 @@ int main(int argc, char** argv) {
           stretch = stretch && f >= 0.45;
         }
       }
-      std::cout << fmt::format("targets: ring/native <= 1.2 at 4K: {}; <= 1.0 from 64K to 256M: {}",
-                               ok_small ? "met" : "MISSED", ok_large ? "met" : "MISSED");
-      if (P == 2)
+      if (ring_runs) {
+        std::cout << fmt::format("targets: ring/native <= 1.2 at 4K: {}; <= 1.0 from 64K to 256M: {}",
+                                 ok_small ? "met" : "MISSED", ok_large ? "met" : "MISSED");
+      } else {
+        std::cout << "targets: not assessed (the ring was skipped)";
+      }
+      if (P == 2 && ring_runs)
         std::cout << fmt::format("; busbw >= 0.3x memcpy from 16M: {} (stretch 0.45x: {})", ok_bw ? "met" : "MISSED",
                                  stretch ? "met" : "missed");
       std::cout << fmt::format("; results {}\n", all_correct ? "all correct" : "MISMATCHED");

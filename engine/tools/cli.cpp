@@ -1,7 +1,9 @@
 #include "engine/tools/cli.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -11,6 +13,8 @@
 #include "backends/registry.h"
 #include "bench/ledger.h"
 #include "comm/cost_model.h"
+#include "comm/ddp.h"
+#include "comm/mpi_communicator.h"
 #include "engine/config.h"
 #include "engine/grad_dump.h"
 #include "engine/throughput.h"
@@ -22,6 +26,14 @@ namespace trainlab {
 namespace {
 
 constexpr int kExitBadInput = 2;
+
+// Started by an MPI launcher (mpirun, srun with PMI/PMIx): the launcher sets these.
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
 
 int run_train(const std::string& config_path, const std::map<std::string, CLI::Option*>& options,
               const std::map<std::string, std::string>& values) {
@@ -35,9 +47,31 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     apply_config_value(config, field.key, text, field.flag);
   }
   validate_config(config);
-  Trainer trainer(config);
-  const TrainResult result = trainer.train(&std::cout);
-  return result.last_step == (config.stop_at > 0 ? config.stop_at : config.steps) ? 0 : 1;
+  const std::int64_t target = config.stop_at > 0 ? config.stop_at : config.steps;
+  if (!launched_by_mpi()) {
+    Trainer trainer(config);
+    const TrainResult result = trainer.train(&std::cout);
+    return result.last_step == target ? 0 : 1;
+  }
+  // Under mpirun (or a scheduler's MPI launcher): one replica per rank, DDP over the world. Only
+  // rank 0 prints; an error on any rank ends the whole job with the message.
+  comm::MpiSession session(nullptr, nullptr);
+  auto bootstrap = comm::MpiCommunicator::world();
+  try {
+    auto world = comm::make_world(config.comm);
+    world->set_timeout(config.comm_timeout);
+    comm::DdpOptions ddp_options;
+    ddp_options.bucket_cap_mb = config.bucket_cap_mb;
+    ddp_options.algorithm = comm::parse_algorithm(config.allreduce);
+    comm::Ddp ddp(*world, ddp_options);
+    Trainer trainer(config, &ddp);
+    const TrainResult result = trainer.train(world->rank() == 0 ? &std::cout : nullptr);
+    const int ok = result.last_step == target ? 0 : 1;
+    world->barrier();
+    return ok;
+  } catch (const Error& e) {
+    bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitBadInput);
+  }
 }
 
 int run_throughput(const ThroughputConfig& config) {

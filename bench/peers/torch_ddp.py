@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""PyTorch DDP over gloo on the CPU: the peer for bench_scaling.
+
+Starts `--world` processes on this host (torch.multiprocessing, a file:// rendezvous), each with
+`--threads` threads, wraps torch_smallcnn.SmallCNN in DistributedDataParallel (gloo, default
+buckets) and times training steps: per-rank batch `--batch`, SGD momentum 0.9 at `--lr`, batches
+made in memory before timing (no decode work), `--warmup` steps excluded, then `--steps` steps
+after a barrier. The time is the slowest rank's. Prints one JSON line:
+{"tool": "torch_ddp", "world": W, "samples_per_s": ..., "step_seconds": [...], ...}.
+
+Run it under /usr/bin/python3 (Debian's python3-torch); other interpreters lack torch.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+except ImportError as error:
+    print(json.dumps({"tool": "torch_ddp", "error": f"no torch in {sys.executable}: {error}"}))
+    sys.exit(3)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_smallcnn import SmallCNN, VARIANTS  # noqa: E402
+
+
+def worker(rank: int, args, rendezvous: str, results) -> None:
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=args.world)
+    torch.manual_seed(args.seed)
+    channels_last = "channels_last" in args.variant
+    model = SmallCNN(linear_as_conv="linear_as_conv" in args.variant)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    ddp = DistributedDataParallel(model)
+    optimiser = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    images = torch.randn(args.batch, 3, 32, 32, generator=generator)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, 10, (args.batch,), generator=generator)
+
+    def step():
+        optimiser.zero_grad(set_to_none=True)
+        if args.dtype == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(ddp(images), labels)
+        else:
+            loss = F.cross_entropy(ddp(images), labels)
+        loss.backward()
+        optimiser.step()
+
+    for _ in range(args.warmup):
+        step()
+    dist.barrier()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    total = torch.tensor([sum(times)], dtype=torch.float64)
+    dist.all_reduce(total, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        results.put({"slowest_total_s": total.item(), "step_seconds": times})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=32, help="per-rank batch")
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--threads", type=int, default=1, help="threads per rank")
+    parser.add_argument("--steps", type=int, default=20, help="measured steps")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--variant", choices=VARIANTS, default="linear_as_conv+channels_last")
+    parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.world < 1 or args.batch < 1 or args.steps < 1:
+        parser.error("--world, --batch and --steps must be >= 1")
+    with tempfile.TemporaryDirectory(prefix="trainlab_torch_ddp_") as directory:
+        context = mp.get_context("spawn")
+        results = context.Queue()
+        rendezvous = os.path.join(directory, "rendezvous")
+        processes = [context.Process(target=worker, args=(r, args, rendezvous, results)) for r in range(args.world)]
+        for process in processes:
+            process.start()
+        result = results.get(timeout=600)
+        for process in processes:
+            process.join(timeout=60)
+        failed = [p.exitcode for p in processes if p.exitcode != 0]
+        if failed:
+            print(json.dumps({"tool": "torch_ddp", "error": f"worker exit codes {failed}"}))
+            return 1
+    global_batch = args.batch * args.world
+    print(json.dumps({
+        "tool": "torch_ddp",
+        "world": args.world,
+        "backend": "gloo",
+        "variant": args.variant,
+        "dtype": args.dtype,
+        "batch_per_rank": args.batch,
+        "global_batch": global_batch,
+        "threads_per_rank": args.threads,
+        "warmup_steps_excluded": args.warmup,
+        "samples_per_s": global_batch * args.steps / result["slowest_total_s"],
+        "step_seconds": result["step_seconds"],
+        "torch": torch.__version__,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

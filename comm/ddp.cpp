@@ -1,0 +1,305 @@
+#include "comm/ddp.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/error.h"
+#include "comm/ring_allreduce.h"
+#include "engine/autograd.h"
+#include "engine/profiler.h"
+
+namespace trainlab::comm {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+std::string mib(std::int64_t bytes) {
+  const auto b = static_cast<double>(bytes);
+  return b >= kMiB ? fmt::format("{:.2f} MiB", b / kMiB) : fmt::format("{:.1f} KiB", b / 1024);
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> assign_buckets(const std::vector<std::int64_t>& parameter_bytes, std::int64_t first_cap,
+                                             std::int64_t cap) {
+  std::vector<std::vector<int>> buckets;
+  std::vector<int> current;
+  std::int64_t bytes = 0;
+  for (int i = static_cast<int>(parameter_bytes.size()) - 1; i >= 0; --i) {
+    current.push_back(i);
+    bytes += parameter_bytes[static_cast<std::size_t>(i)];
+    if (bytes >= (buckets.empty() ? first_cap : cap)) {
+      buckets.push_back(std::move(current));
+      current.clear();
+      bytes = 0;
+    }
+  }
+  if (!current.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+Ddp::Ddp(Communicator& comm, const DdpOptions& options) : comm_(comm), options_(options) {
+  TL_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_mb > 0,
+           fmt::format("ddp: bucket caps must be > 0 MiB (got bucket_cap_mb {}, first bucket {})", options.bucket_cap_mb,
+                       options.first_bucket_mb));
+  thread_ = std::thread([this] { comm_loop(); });
+}
+
+Ddp::~Ddp() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Ddp::attach(const NamedTensors& parameters) {
+  TL_CHECK(slots_.empty(), "ddp: attach() was already called");
+  TL_CHECK(!parameters.empty(), "ddp: the model has no parameters");
+  dtype_ = parameters.front().second.dtype();
+  TL_CHECK(dtype_ == DType::f32 || dtype_ == DType::f64,
+           std::string("ddp: parameters must be f32 or f64 (master weights), got ") + dtype_name(dtype_));
+  std::vector<std::int64_t> bytes;
+  for (const auto& [name, parameter] : parameters) {
+    TL_CHECK(parameter.dtype() == dtype_, "ddp: parameter " + name + " is " + dtype_name(parameter.dtype()) +
+                                              ", the others " + dtype_name(dtype_) + " (one dtype per model)");
+    TL_CHECK(parameter.requires_grad(), "ddp: parameter " + name + " does not require a gradient");
+    Slot slot;
+    slot.name = name;
+    slot.parameter = parameter;
+    slot.numel = parameter.numel();
+    slots_.push_back(slot);
+    bytes.push_back(static_cast<std::int64_t>(parameter.nbytes()));
+  }
+
+  // The replicas start equal: rank 0's parameters everywhere, then checked.
+  for (Slot& slot : slots_) {
+    std::vector<unsigned char> host(slot.parameter.nbytes());
+    slot.parameter.copy_to_host(host.data());
+    auto memory = comm_.allocate(host.size());
+    comm_.copy_in(memory.get(), host.data(), host.size());
+    comm_.broadcast(memory.get(), host.size(), 0);
+    comm_.copy_out(host.data(), memory.get(), host.size());
+    if (comm_.rank() != 0) {
+      TL_CHECK(slot.parameter.is_contiguous(), "ddp: parameter " + slot.name + " is not contiguous");
+      std::memcpy(slot.parameter.raw_data(), host.data(), host.size());
+    }
+  }
+  verify_replicas();
+
+  const auto first_cap = static_cast<std::int64_t>(options_.first_bucket_mb * kMiB);
+  const auto cap = static_cast<std::int64_t>(options_.bucket_cap_mb * kMiB);
+  bucket_members_ = assign_buckets(bytes, first_cap, cap);
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
+  buckets_.resize(bucket_members_.size());
+  for (std::size_t b = 0; b < bucket_members_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.slots = bucket_members_[b];
+    for (int s : bucket.slots) {
+      Slot& slot = slots_[static_cast<std::size_t>(s)];
+      slot.bucket = static_cast<int>(b);
+      slot.offset = bucket.numel;
+      bucket.numel += slot.numel;
+    }
+    const auto size = static_cast<std::size_t>(bucket.numel * elem);
+    bucket.memory = comm_.allocate(size);
+    if (comm_.device_memory()) {
+      bucket.staging.resize(size);
+      bucket.host = bucket.staging.data();
+    } else {
+      bucket.host = static_cast<unsigned char*>(bucket.memory.get());
+    }
+  }
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    slots_[s].parameter.add_grad_ready_hook([this, s](const Tensor&) { on_gradient_ready(static_cast<int>(s)); });
+  }
+}
+
+std::uint64_t Ddp::parameter_checksum() const {
+  std::uint64_t hash = 1469598103934665603ULL;  // FNV-1a, 64 bits
+  std::vector<unsigned char> host;
+  for (const Slot& slot : slots_) {
+    host.resize(slot.parameter.nbytes());
+    slot.parameter.copy_to_host(host.data());
+    for (unsigned char byte : host) {
+      hash ^= byte;
+      hash *= 1099511628211ULL;
+    }
+  }
+  return hash;
+}
+
+std::vector<double> Ddp::gather(double value) {
+  const int P = comm_.size();
+  std::vector<double> values(static_cast<std::size_t>(P), 0.0);
+  values[static_cast<std::size_t>(comm_.rank())] = value;
+  const std::size_t bytes = values.size() * sizeof(double);
+  auto memory = comm_.allocate(bytes);
+  comm_.copy_in(memory.get(), values.data(), bytes);
+  comm_.allreduce_native(memory.get(), P, DType::f64, ReduceOp::sum);
+  comm_.copy_out(values.data(), memory.get(), bytes);
+  return values;
+}
+
+double Ddp::max_over_ranks(double value) {
+  const auto values = gather(value);
+  return *std::max_element(values.begin(), values.end());
+}
+
+void Ddp::verify_replicas() {
+  // The checksum travels as two exact 32-bit halves (doubles hold them exactly).
+  const std::uint64_t mine = parameter_checksum();
+  const auto high = gather(static_cast<double>(mine >> 32)), low = gather(static_cast<double>(mine & 0xffffffffULL));
+  std::string differing;
+  for (std::size_t r = 1; r < high.size(); ++r) {
+    if (high[r] != high[0] || low[r] != low[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  TL_CHECK(differing.empty(), "ddp: after the broadcast from rank 0, the parameters of rank(s) " + differing +
+                                  " differ from rank 0's (checksum); the replicas would drift");
+}
+
+void Ddp::begin_backward(bool sync) {
+  TL_CHECK(!slots_.empty(), "ddp: begin_backward before attach");
+  std::lock_guard lock(mutex_);
+  sync_ = sync && communicate_;
+  in_backward_ = true;
+  backward_start_ns_ = Profiler::now_ns();
+  next_launch_ = 0;
+  for (Slot& slot : slots_) slot.ready = false;
+  for (Bucket& bucket : buckets_) {
+    bucket.pending = static_cast<int>(bucket.slots.size());
+    bucket.launched = bucket.done = false;
+    bucket.comm_start_ns = bucket.comm_end_ns = 0;
+  }
+}
+
+void Ddp::on_gradient_ready(int s) {
+  if (!in_backward_ || !sync_) return;  // no_sync: gradients accumulate locally
+  Slot& slot = slots_[static_cast<std::size_t>(s)];
+  Bucket& bucket = buckets_[static_cast<std::size_t>(slot.bucket)];
+  const Tensor grad = slot.parameter.grad();
+  TL_CHECK(grad.defined(), "ddp: parameter " + slot.name + " reported ready without a gradient");
+  // Gather the gradient into its bucket (on the training thread, as backward produces it).
+  grad.copy_to_host(bucket.host + slot.offset * static_cast<std::int64_t>(dtype_size(dtype_)));
+  std::lock_guard lock(mutex_);
+  TL_CHECK(!slot.ready, "ddp: parameter " + slot.name + " became ready twice in one backward");
+  slot.ready = true;
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+void Ddp::launch_ready_buckets() {
+  bool launched = false;
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    buckets_[next_launch_].launched = true;
+    queue_.push_back(static_cast<int>(next_launch_));
+    ++next_launch_;
+    launched = true;
+  }
+  if (launched) cv_.notify_all();
+}
+
+void Ddp::comm_loop() {
+  Profiler::instance().name_this_thread("comm (DDP all-reduce)");
+  while (true) {
+    int b = -1;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      b = queue_.front();
+      queue_.pop_front();
+    }
+    Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
+    const std::int64_t start = Profiler::now_ns();
+    try {
+      const std::size_t bytes = static_cast<std::size_t>(bucket.numel) * dtype_size(dtype_);
+      if (comm_.device_memory()) comm_.copy_in(bucket.memory.get(), bucket.host, bytes);
+      allreduce(comm_, bucket.memory.get(), bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+      if (comm_.device_memory()) comm_.copy_out(bucket.host, bucket.memory.get(), bytes);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      error_ = std::current_exception();
+    }
+    const std::int64_t end = Profiler::now_ns();
+    if (Profiler::instance().enabled()) {
+      Profiler::instance().record(
+          fmt::format("allreduce bucket {} ({})", b,
+                      mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)))),
+          start, end);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      bucket.comm_start_ns = start;
+      bucket.comm_end_ns = end;
+      bucket.done = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+DdpStepStats Ddp::finish_backward() {
+  DdpStepStats stats;
+  const std::int64_t backward_end = Profiler::now_ns();
+  {
+    std::lock_guard lock(mutex_);
+    TL_CHECK(in_backward_, "ddp: finish_backward without begin_backward");
+    in_backward_ = false;
+    if (!sync_) return stats;
+    if (next_launch_ < buckets_.size()) {
+      std::string missing;
+      for (const Slot& slot : slots_) {
+        if (!slot.ready) missing += (missing.empty() ? "" : ", ") + slot.name;
+      }
+      throw Error("ddp: backward ended without gradients for " + missing +
+                  " (every parameter must take part in every synchronised step; unused parameters are not supported)");
+    }
+  }
+  // Wait for the buckets in order, writing each back as soon as it is done.
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
+  for (Bucket& bucket : buckets_) {
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return bucket.done; });
+      if (error_) std::rethrow_exception(error_);
+    }
+    for (int s : bucket.slots) {
+      Slot& slot = slots_[static_cast<std::size_t>(s)];
+      Tensor grad = slot.parameter.grad();
+      const unsigned char* source = bucket.host + slot.offset * elem;
+      if (grad.is_contiguous()) {
+        std::memcpy(grad.raw_data(), source, static_cast<std::size_t>(slot.numel * elem));
+      } else {
+        NoGradGuard no_grad;  // a layout other than row-major (channels_last): copied into place
+        grad.copy_(Tensor::from_host(source, grad.shape(), dtype_, grad.backend()));
+      }
+    }
+  }
+  const std::int64_t finished = Profiler::now_ns();
+  stats.backward_compute_s = static_cast<double>(backward_end - backward_start_ns_) * 1e-9;
+  stats.exposed_s = static_cast<double>(finished - backward_end) * 1e-9;
+  for (const Bucket& bucket : buckets_) {
+    stats.comm_s += static_cast<double>(bucket.comm_end_ns - bucket.comm_start_ns) * 1e-9;
+    const std::int64_t overlap =
+        std::min(bucket.comm_end_ns, backward_end) - std::max(bucket.comm_start_ns, backward_start_ns_);
+    stats.overlap_s += static_cast<double>(std::max<std::int64_t>(0, overlap)) * 1e-9;
+    stats.bucket_bytes.push_back(bucket.numel * elem);
+  }
+  return stats;
+}
+
+std::string Ddp::describe() const {
+  std::string sizes;
+  for (const Bucket& bucket : buckets_) {
+    sizes += (sizes.empty() ? "" : ", ") + mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)));
+  }
+  return fmt::format("DDP over {}, {} rank{}, {} all-reduce, {} bucket{} ({}; cap {} MiB, first {} MiB)",
+                     comm_.backend(), comm_.size(), comm_.size() == 1 ? "" : "s", algorithm_name(options_.algorithm),
+                     buckets_.size(), buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb,
+                     options_.first_bucket_mb);
+}
+
+}  // namespace trainlab::comm

@@ -1,0 +1,113 @@
+// DDP: data-parallel training over a Communicator, attached to the engine through its
+// gradient-ready hooks (engine/distributed.h).
+//
+// Buckets, as in PyTorch DDP: parameters are taken in reverse registration order (the order
+// backward finishes them) and packed into buckets; the first bucket closes at 1 MiB
+// (first_bucket_mb), later ones at bucket_cap_mb (a bucket closes once it reaches its cap, so one
+// large parameter may exceed it). When the last gradient of a bucket is ready, the hook hands the
+// bucket to the communication thread, which all-reduces it (average; ring or native) while
+// backward goes on. Buckets are launched and completed in order; finish_backward waits for them
+// in order and writes each averaged bucket back into its gradients as soon as it is done.
+//
+// Every parameter must receive a gradient in each synchronised backward (find_unused_parameters
+// is not supported): a missing one is an error naming it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/distributed.h"
+#include "engine/tensor.h"
+
+namespace trainlab::comm {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25;  // MiB
+  double first_bucket_mb = 1;
+  Algorithm algorithm = Algorithm::native;
+};
+
+// Bucket assignment alone (for tests and for printing): parameter indices (registration order)
+// per bucket, buckets in launch order.
+std::vector<std::vector<int>> assign_buckets(const std::vector<std::int64_t>& parameter_bytes, std::int64_t first_cap,
+                                             std::int64_t cap);
+
+class Ddp final : public DataParallel {
+ public:
+  Ddp(Communicator& comm, const DdpOptions& options);
+  ~Ddp() override;
+  Ddp(const Ddp&) = delete;
+  Ddp& operator=(const Ddp&) = delete;
+
+  int rank() const override { return comm_.rank(); }
+  int world_size() const override { return comm_.size(); }
+  void attach(const NamedTensors& parameters) override;
+  void begin_backward(bool sync) override;
+  DdpStepStats finish_backward() override;
+  void barrier() override { comm_.barrier(); }
+  double max_over_ranks(double value) override;
+  std::string describe() const override;
+
+  // Every rank's value, in rank order (one all-reduce of world_size doubles).
+  std::vector<double> gather(double value);
+  // FNV-1a over every parameter's bytes, in registration order.
+  std::uint64_t parameter_checksum() const;
+  const std::vector<std::vector<int>>& buckets() const { return bucket_members_; }
+  // Off: every step runs as no_sync (no communication at all), for bench_scaling's paired
+  // comparison; the replicas then drift apart, so this is for timing only.
+  void set_communication(bool on) { communicate_ = on; }
+
+ private:
+  struct Slot {
+    std::string name;
+    Tensor parameter;
+    int bucket = 0;
+    std::int64_t offset = 0;  // elements into the bucket
+    std::int64_t numel = 0;
+    bool ready = false;
+  };
+  struct Bucket {
+    std::vector<int> slots;
+    std::int64_t numel = 0;
+    std::shared_ptr<void> memory;        // what the communicator reduces (device memory for NCCL)
+    std::vector<unsigned char> staging;  // host copy when the memory is on a device
+    unsigned char* host = nullptr;       // where gradients are gathered on the host
+    int pending = 0;
+    bool launched = false;
+    bool done = false;
+    std::int64_t comm_start_ns = 0, comm_end_ns = 0;
+  };
+  void on_gradient_ready(int slot);
+  void launch_ready_buckets();  // in order; caller holds mutex_
+  void comm_loop();
+  void verify_replicas();
+
+  Communicator& comm_;
+  DdpOptions options_;
+  DType dtype_ = DType::f32;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<int>> bucket_members_;
+  bool sync_ = true;
+  bool communicate_ = true;
+  bool in_backward_ = false;
+  std::int64_t backward_start_ns_ = 0;
+  std::size_t next_launch_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace trainlab::comm

@@ -1,0 +1,291 @@
+#include "comm/nccl_communicator.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "backends/error.h"
+
+namespace trainlab::comm {
+
+void cuda_check(cudaError_t code, const char* call, int rank) {
+  if (code == cudaSuccess) return;
+  throw Error(fmt::format("cuda: {} failed on rank {}: {} ({})", call, rank, cudaGetErrorString(code),
+                          cudaGetErrorName(code)));
+}
+
+void nccl_check(ncclResult_t code, const char* call, int rank, ncclComm_t comm, int peer) {
+  if (code == ncclSuccess || code == ncclInProgress) return;
+  const char* last = ncclGetLastError(comm);
+  throw Error(fmt::format("nccl: {} failed on rank {}{}: {}{}", call, rank,
+                          peer >= 0 ? fmt::format(" (peer rank {})", peer) : std::string(), ncclGetErrorString(code),
+                          last != nullptr && *last != '\0' ? fmt::format(" ({})", last) : std::string()));
+}
+
+#define CUDA_CHECK(call) ::trainlab::comm::cuda_check((call), #call, rank_)
+#define NCCL_CHECK(call) ::trainlab::comm::nccl_check((call), #call, rank_, comm_)
+#define NCCL_CHECK_PEER(call, peer) ::trainlab::comm::nccl_check((call), #call, rank_, comm_, (peer))
+
+namespace {
+
+// A point-to-point operation: queued until the next flush, then an event recorded after its group.
+struct P2pState {
+  cudaEvent_t done = nullptr;
+  bool launched = false;
+  std::string description;
+  ~P2pState() {
+    if (done != nullptr) cudaEventDestroy(done);
+  }
+};
+
+class NcclRequest final : public Request {
+ public:
+  NcclRequest(NcclCommunicator& comm, std::shared_ptr<P2pState> state) : comm_(comm), state_(std::move(state)) {}
+  bool test() override {
+    if (!state_->launched) comm_.flush();
+    const cudaError_t status = cudaEventQuery(state_->done);
+    if (status == cudaErrorNotReady) {
+      comm_.check_async(state_->description.c_str());
+      return false;
+    }
+    cuda_check(status, "cudaEventQuery", comm_.rank());
+    return true;
+  }
+  std::string describe() const override { return state_->description; }
+
+ private:
+  NcclCommunicator& comm_;
+  std::shared_ptr<P2pState> state_;
+};
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i64:
+      return ncclInt64;
+  }
+  throw Error("nccl: unsupported dtype");
+}
+
+}  // namespace
+
+struct NcclCommunicator::Pending {
+  bool send;
+  void* data;
+  std::size_t bytes;
+  int peer;
+  std::shared_ptr<P2pState> state;
+};
+
+std::string NcclCommunicator::device_name() const {
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device_) != cudaSuccess) return fmt::format("GPU {}", device_);
+  return fmt::format("{} (device {})", properties.name, device_);
+}
+
+std::string NcclCommunicator::library_version() const {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "NCCL (version unknown)";
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+  return fmt::format("NCCL {}.{}.{}", version / 10000, (version / 100) % 100, version % 100);
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::world() {
+  auto bootstrap = MpiCommunicator::world();
+  const int rank_ = bootstrap->rank();
+
+  // This rank's index among the ranks on its host picks its GPU.
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(bootstrap->handle(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), rank_);
+  int local_rank = 0, local_size = 1;
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank), rank_);
+  MPI_CHECK(MPI_Comm_size(local, &local_size), rank_);
+  MPI_CHECK(MPI_Comm_free(&local), rank_);
+
+  int devices = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&devices);
+  if (counted != cudaSuccess) {
+    throw Error(fmt::format("nccl: rank {} finds no usable GPU (cudaGetDeviceCount: {}); the nccl communicator needs "
+                            "one GPU per rank; use --comm mpi on this machine",
+                            rank_, cudaGetErrorString(counted)));
+  }
+  if (local_size > devices) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    throw Error(fmt::format("nccl: {} ranks run on host {} but it has {} GPU(s): NCCL needs one GPU per rank, so this "
+                            "host supports world sizes up to {} (a single GPU supports world size 1 only)",
+                            local_size, host, devices, devices));
+  }
+  const int device = local_rank;
+  CUDA_CHECK(cudaSetDevice(device));
+
+  ncclUniqueId id{};
+  if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", rank_, nullptr);
+  bootstrap->broadcast(&id, sizeof id, 0);
+  ncclComm_t comm = nullptr;
+  nccl_check(ncclCommInitRank(&comm, bootstrap->size(), id, rank_), "ncclCommInitRank", rank_, nullptr);
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(bootstrap), device, comm));
+}
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> bootstrap, int device, ncclComm_t comm)
+    : bootstrap_(std::move(bootstrap)), device_(device), comm_(comm) {
+  rank_ = bootstrap_->rank();
+  NCCL_CHECK(ncclCommCount(comm_, &size_));
+  int nccl_rank = -1;
+  NCCL_CHECK(ncclCommUserRank(comm_, &nccl_rank));
+  TL_CHECK(nccl_rank == rank_ && size_ == bootstrap_->size(),
+           fmt::format("nccl: communicator rank {} of {} does not match MPI rank {} of {}", nccl_rank, size_, rank_,
+                       bootstrap_->size()));
+  timeout_s_ = bootstrap_->timeout();
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  // Destructors do not throw: a failure here is reported and the rest is still released.
+  if (stream_ != nullptr) {
+    if (cudaStreamSynchronize(stream_) != cudaSuccess || cudaStreamDestroy(stream_) != cudaSuccess) {
+      fmt::print(stderr, "trainlab: warning: rank {}: releasing the NCCL stream failed\n", rank_);
+    }
+  }
+  if (comm_ != nullptr && ncclCommDestroy(comm_) != ncclSuccess) {
+    fmt::print(stderr, "trainlab: warning: rank {}: ncclCommDestroy failed\n", rank_);
+  }
+}
+
+void NcclCommunicator::check_async(const char* during) const {
+  ncclResult_t async = ncclSuccess;
+  nccl_check(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError", rank_, comm_);
+  if (async != ncclSuccess && async != ncclInProgress) {
+    throw Error(fmt::format("nccl: asynchronous error on rank {} during {}: {}", rank_, during,
+                            ncclGetErrorString(async)));
+  }
+}
+
+void NcclCommunicator::synchronize(const std::string& what) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  while (true) {
+    const cudaError_t status = cudaStreamQuery(stream_);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) cuda_check(status, "cudaStreamQuery", rank_);
+    check_async(what.c_str());
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (waited > timeout_s_) {
+      abort(fmt::format("timed out after {:.1f} s waiting for {} (rank {} of {} in this nccl communicator): a peer "
+                        "is stalled or dead; ending the job (--comm-timeout {})",
+                        waited, what, rank_, size_, timeout_s_),
+            3);
+    }
+    std::this_thread::yield();
+  }
+}
+
+std::unique_ptr<Request> NcclCommunicator::isend(const void* data, std::size_t bytes, int peer, const char* what) {
+  TL_CHECK(peer >= 0 && peer < size_, fmt::format("nccl: isend to rank {} (world size {})", peer, size_));
+  auto state = std::make_shared<P2pState>();
+  state->description = fmt::format("send of {} bytes to rank {} ({})", bytes, peer, what);
+  pending_.push_back({true, const_cast<void*>(data), bytes, peer, state});
+  return std::make_unique<NcclRequest>(*this, std::move(state));
+}
+
+std::unique_ptr<Request> NcclCommunicator::irecv(void* data, std::size_t bytes, int peer, const char* what) {
+  TL_CHECK(peer >= 0 && peer < size_, fmt::format("nccl: irecv from rank {} (world size {})", peer, size_));
+  auto state = std::make_shared<P2pState>();
+  state->description = fmt::format("receive of {} bytes from rank {} ({})", bytes, peer, what);
+  pending_.push_back({false, data, bytes, peer, state});
+  return std::make_unique<NcclRequest>(*this, std::move(state));
+}
+
+void NcclCommunicator::flush() {
+  if (pending_.empty()) return;
+  NCCL_CHECK(ncclGroupStart());
+  for (const Pending& op : pending_) {
+    if (op.send) {
+      NCCL_CHECK_PEER(ncclSend(op.data, op.bytes, ncclUint8, op.peer, comm_, stream_), op.peer);
+    } else {
+      NCCL_CHECK_PEER(ncclRecv(op.data, op.bytes, ncclUint8, op.peer, comm_, stream_), op.peer);
+    }
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  // One event after the group completes every request of the group.
+  for (const Pending& op : pending_) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&op.state->done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(op.state->done, stream_));
+    op.state->launched = true;
+  }
+  pending_.clear();
+}
+
+void NcclCommunicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
+  flush();
+  Communicator::wait_all(requests);
+}
+
+void NcclCommunicator::barrier() {
+  flush();
+  synchronize("the stream before a barrier");
+  bootstrap_->barrier();
+}
+
+void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  TL_CHECK(root >= 0 && root < size_, fmt::format("nccl: broadcast root {} (world size {})", root, size_));
+  flush();
+  NCCL_CHECK_PEER(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), root);
+  synchronize(fmt::format("ncclBroadcast of {} bytes from rank {}", bytes, root));
+}
+
+void NcclCommunicator::allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) {
+  TL_CHECK(count >= 0, "nccl: all-reduce of a negative count");
+  if (count == 0) return;
+  flush();
+  NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(count), nccl_type(dtype),
+                           op == ReduceOp::sum ? ncclSum : ncclAvg, comm_, stream_));
+  synchronize(fmt::format("ncclAllReduce of {} {} elements", count, dtype_name(dtype)));
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  flush();
+  auto sub_mpi = bootstrap_->split(color, key);
+  ncclComm_t sub = nullptr;
+  NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr));
+  if (color < 0) return nullptr;
+  std::unique_ptr<MpiCommunicator> bootstrap(static_cast<MpiCommunicator*>(sub_mpi.release()));
+  auto result = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(bootstrap), device_, sub));
+  result->set_timeout(timeout_s_);
+  return result;
+}
+
+void NcclCommunicator::abort(const std::string& message, int status) {
+  // Unblock this rank's kernels first, so the job can end, then end it through MPI.
+  if (comm_ != nullptr) ncclCommAbort(comm_);
+  comm_ = nullptr;
+  bootstrap_->abort(message, status);
+}
+
+std::shared_ptr<void> NcclCommunicator::allocate(std::size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
+  return {p, [](void* q) { cudaFree(q); }};
+}
+
+void NcclCommunicator::copy_in(void* dst, const void* host, std::size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+}
+
+void NcclCommunicator::copy_out(void* host, const void* src, std::size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+}  // namespace trainlab::comm

@@ -1,0 +1,85 @@
+// The NCCL communicator (compiled when trainlab is built with CUDA: --preset cuda). One GPU per
+// rank: the rank's GPU is its index among the ranks on its host, and a host with fewer GPUs than
+// ranks is refused with the counts (a single GPU supports world size 1 only; nothing here fakes
+// more). NCCL is bootstrapped over MPI: rank 0 makes the ncclUniqueId and broadcasts it with
+// MPI_Bcast, every rank calls ncclCommInitRank.
+//
+// Its operations take device memory on this rank's GPU (device_memory() is true; allocate and
+// copy_in/copy_out move data there). Collectives run on the communicator's stream and return when
+// the stream has finished them, waited on with the deadline: past --comm-timeout the rank aborts
+// the NCCL communicator (ncclCommAbort) and ends the job naming the operation. Point-to-point
+// operations posted between two waits are launched together as one NCCL group (ncclGroupStart/End)
+// at the next test or wait, so a ring's send to the right and receive from the left progress
+// together instead of blocking each other on the stream.
+//
+// Every CUDA and NCCL call is checked: a failure throws Error naming the call, the rank, the peer
+// where there is one, and NCCL's own last-error text.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
+
+namespace trainlab::comm {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Every launched rank, one GPU each; MPI must be initialised (MpiSession).
+  static std::unique_ptr<NcclCommunicator> world();
+
+  ~NcclCommunicator() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "nccl"; }
+  int world_rank() const override { return bootstrap_->world_rank(); }
+
+  std::unique_ptr<Request> isend(const void* data, std::size_t bytes, int peer, const char* what) override;
+  std::unique_ptr<Request> irecv(void* data, std::size_t bytes, int peer, const char* what) override;
+  void barrier() override;
+  void broadcast(void* data, std::size_t bytes, int root) override;
+  void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  void wait_all(std::vector<std::unique_ptr<Request>>& requests) override;
+  [[noreturn]] void abort(const std::string& message, int status) override;
+
+  bool device_memory() const override { return true; }
+  std::shared_ptr<void> allocate(std::size_t bytes) override;
+  void copy_in(void* dst, const void* host, std::size_t bytes) override;
+  void copy_out(void* host, const void* src, std::size_t bytes) override;
+
+  std::string device_name() const override;     // "NVIDIA H200 (device 0)"
+  std::string library_version() const override;  // "NCCL 2.28.9" (the library linked at run time)
+
+  int device() const { return device_; }
+  MpiCommunicator& bootstrap() { return *bootstrap_; }
+
+  // Launches the queued point-to-point operations as one group (called by their requests).
+  void flush();
+  // Throws if NCCL reported an asynchronous error on this communicator.
+  void check_async(const char* during) const;
+
+ private:
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> bootstrap, int device, ncclComm_t comm);
+  // Waits for the stream with the deadline; `what` names the operation for the timeout message.
+  void synchronize(const std::string& what);
+
+  struct Pending;
+  std::unique_ptr<MpiCommunicator> bootstrap_;  // the same ranks over MPI (bootstrap, abort)
+  int device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  std::vector<Pending> pending_;
+};
+
+// Checks a CUDA runtime or NCCL call: throws Error naming the call, the rank and (peer >= 0) the peer.
+void cuda_check(cudaError_t code, const char* call, int rank);
+void nccl_check(ncclResult_t code, const char* call, int rank, ncclComm_t comm, int peer = -1);
+
+}  // namespace trainlab::comm

@@ -1,0 +1,43 @@
+// Data parallelism as the trainer sees it. The engine knows no communicator: comm::Ddp
+// (comm/ddp.h) implements this over MPI or NCCL and is handed to the Trainer. The trainer shards
+// the data (DataLoaderOptions::shard_*), calls begin_backward before each micro-step's backward and
+// finish_backward after the last one, and checkpoints through rank 0 after a barrier.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/state_dict.h"
+
+namespace trainlab {
+
+// One optimiser step's communication, as PyTorch DDP logs it.
+struct DdpStepStats {
+  double backward_compute_s = 0;  // the synchronised micro-step's backward, start to end
+  double comm_s = 0;              // all-reduce time, summed over buckets (on the communication thread)
+  double overlap_s = 0;           // the part of comm_s inside backward (avg_backward_compute_comm_overlap_time)
+  double exposed_s = 0;           // waited for after backward (the step sees this)
+  std::vector<std::int64_t> bucket_bytes;
+};
+
+class DataParallel {
+ public:
+  virtual ~DataParallel() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Once, with the model's parameters in registration order: broadcasts them from rank 0, checks
+  // that every replica agrees (checksum), builds the buckets and attaches gradient-ready hooks.
+  virtual void attach(const NamedTensors& parameters) = 0;
+  // Before a micro-step's backward; `sync` false is no_sync: gradients only accumulate locally.
+  virtual void begin_backward(bool sync) = 0;
+  // After the synchronised backward: waits for every bucket (in order) and leaves each gradient
+  // averaged over the world. Returns what the step's communication cost.
+  virtual DdpStepStats finish_backward() = 0;
+  virtual void barrier() = 0;
+  // The largest value over the ranks (the slowest rank's time).
+  virtual double max_over_ranks(double value) = 0;
+  virtual std::string describe() const = 0;  // "DDP over mpi, 2 ranks, native all-reduce, 2 buckets (1.0 MiB, ...)"
+};
+
+}  // namespace trainlab

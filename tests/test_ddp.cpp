@@ -1,0 +1,215 @@
+// DDP under MPI (every rank runs every test; ctest runs them at 2 and 4 ranks).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "backends/registry.h"
+#include "comm/ddp.h"
+#include "comm/mpi_communicator.h"
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "engine/trainer.h"
+
+using namespace trainlab;
+using namespace trainlab::comm;
+namespace fs = std::filesystem;
+
+namespace {
+
+// SmallCNN's parameter sizes in registration order (conv1 w, b, conv2 w, b, fc1 w, b, fc2 w, b).
+const std::vector<std::int64_t> kSmallCnnBytes = {864 * 4, 32 * 4, 18432 * 4, 64 * 4, 1048576 * 4, 256 * 4, 2560 * 4,
+                                                  10 * 4};
+
+TrainConfig ddp_config() {
+  TrainConfig c;
+  c.backend = "reference";  // deterministic at any thread count: differences come from DDP alone
+  c.steps = 6;
+  c.batch = 16;  // global; 8 per rank at 2 ranks, 4 at 4
+  c.train_samples = 64;  // 4 batches an epoch: 6 steps cross an epoch boundary
+  c.eval_samples = 20;
+  c.eval_batch = 20;
+  c.eval_at_end = false;
+  c.log_every = 1000;
+  c.lr = 0.05;
+  c.seed = 11;
+  c.threads = 1;
+  return c;
+}
+
+double max_relative_difference(Trainer& a, Trainer& b) {
+  const auto pa = a.model().named_parameters(), pb = b.model().named_parameters();
+  double worst = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    const auto x = pa[i].second.to_vector<float>(), y = pb[i].second.to_vector<float>();
+    double diff = 0, norm = 0;
+    for (std::size_t j = 0; j < x.size(); ++j) {
+      diff += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
+      norm += static_cast<double>(y[j]) * y[j];
+    }
+    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
+  }
+  return worst;
+}
+
+// A directory every rank names the same way (rank 0's pid).
+std::string shared_directory(Communicator& comm, const std::string& what) {
+  long pid = static_cast<long>(getpid());
+  comm.broadcast(&pid, sizeof pid, 0);
+  return (fs::temp_directory_path() / ("trainlab_ddp_" + what + "_" + std::to_string(pid))).string();
+}
+
+}  // namespace
+
+TEST_CASE("DDP buckets: reverse registration order, a 1 MiB first bucket, then the cap", "[ddp]") {
+  // PyTorch's rule: a bucket closes once it reaches its cap. fc2 and fc1 fill the first bucket
+  // (fc1.weight alone is 4 MiB), the convolutions the second.
+  const auto buckets = assign_buckets(kSmallCnnBytes, 1 << 20, 25 << 20);
+  REQUIRE(buckets.size() == 2);
+  CHECK(buckets[0] == std::vector<int>{7, 6, 5, 4});
+  CHECK(buckets[1] == std::vector<int>{3, 2, 1, 0});
+  // A 1 KiB cap: a bucket closes as soon as it holds 1 KiB (the small biases ride with the next weight).
+  const auto small = assign_buckets(kSmallCnnBytes, 1024, 1024);
+  CHECK(small == std::vector<std::vector<int>>{{7, 6}, {5}, {4}, {3, 2}, {1, 0}});
+  CHECK(assign_buckets({}, 1, 1).empty());
+}
+
+TEST_CASE("DDP averages gradients exactly on integer-valued data, with no_sync accumulating locally", "[ddp]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size(), r = world->rank();
+  for (Algorithm algorithm : {Algorithm::native, Algorithm::ring}) {
+    INFO("all-reduce " << algorithm_name(algorithm) << ", " << P << " ranks");
+    Backend& be = get_backend("reference");
+    // Three parameters; with a 64-byte cap they fall into several buckets.
+    std::vector<Tensor> params = {Tensor::zeros({5}, DType::f32, be).set_requires_grad(true),
+                                  Tensor::zeros({40}, DType::f32, be).set_requires_grad(true),
+                                  Tensor::zeros({3}, DType::f32, be).set_requires_grad(true)};
+    NamedTensors named = {{"a", params[0]}, {"b", params[1]}, {"c", params[2]}};
+    DdpOptions options;
+    options.bucket_cap_mb = 64.0 / (1024 * 1024);
+    options.first_bucket_mb = 16.0 / (1024 * 1024);
+    options.algorithm = algorithm;
+    Ddp ddp(*world, options);
+    ddp.attach(named);
+    REQUIRE(ddp.buckets().size() >= 2);
+    // Rank r's gradient of element j is (r + 1) * (j + 1): integers, exact sums.
+    auto backward = [&] {
+      Tensor loss;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        std::vector<float> c(static_cast<std::size_t>(params[i].numel()));
+        for (std::size_t j = 0; j < c.size(); ++j) c[j] = static_cast<float>((r + 1) * (j + 1));
+        const Tensor term = sum(mul(params[i], Tensor::from_vector(c, params[i].shape(), be)));
+        loss = loss.defined() ? add(loss, term) : term;
+      }
+      loss.backward();
+    };
+    // A no_sync micro-step, then a synchronised one: the local sum (2 (r+1)(j+1)) is averaged.
+    ddp.begin_backward(false);
+    backward();
+    ddp.finish_backward();
+    CHECK(params[1].grad().to_vector<float>()[3] == static_cast<float>((r + 1) * 4));  // untouched by no_sync
+    ddp.begin_backward(true);
+    backward();
+    const DdpStepStats stats = ddp.finish_backward();
+    CHECK(stats.bucket_bytes.size() == ddp.buckets().size());
+    const double mean_factor = static_cast<double>(P + 1) / 2.0;  // mean over ranks of (r + 1)
+    for (const Tensor& p : params) {
+      const auto g = p.grad().to_vector<float>();
+      for (std::size_t j = 0; j < g.size(); ++j) {
+        REQUIRE(g[j] == static_cast<float>(2.0 * mean_factor * static_cast<double>(j + 1)));
+      }
+    }
+    world->barrier();
+  }
+}
+
+TEST_CASE("DDP refuses a step in which a parameter received no gradient, naming it", "[ddp]") {
+  auto world = MpiCommunicator::world();
+  Backend& be = get_backend("reference");
+  Tensor used = Tensor::zeros({4}, DType::f32, be).set_requires_grad(true);
+  Tensor unused = Tensor::zeros({4}, DType::f32, be).set_requires_grad(true);
+  DdpOptions options;
+  options.bucket_cap_mb = 8.0 / (1024 * 1024);
+  options.first_bucket_mb = 8.0 / (1024 * 1024);
+  Ddp ddp(*world, options);
+  ddp.attach({{"used", used}, {"never_used", unused}});
+  ddp.begin_backward(true);
+  sum(used).backward();
+  REQUIRE_THROWS_WITH(ddp.finish_backward(), Catch::Contains("never_used"));
+  world->barrier();
+}
+
+TEST_CASE("DDP at world N equals one process with the whole batch, bitwise across ranks", "[ddp]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  for (const char* allreduce : {"native", "ring"}) {
+    INFO("all-reduce " << allreduce << ", " << P << " ranks");
+    TrainConfig config = ddp_config();
+    DdpOptions options;
+    options.algorithm = parse_algorithm(allreduce);
+    options.bucket_cap_mb = 0.05;  // several buckets
+    options.first_bucket_mb = 0.01;
+    Ddp ddp(*world, options);
+    Trainer replica(config, &ddp);
+    replica.train(nullptr);
+    Trainer single(config);  // world 1, batch 16
+    single.train(nullptr);
+    // Summation order differs (per-rank means, then the average): f32 rounding, nothing more.
+    const double difference = max_relative_difference(replica, single);
+    INFO("max relative difference " << difference);
+    if (world->rank() == 0) std::cout << "ddp " << allreduce << " world " << P << ": max relative parameter difference "
+                                      << difference << " against world 1" << std::endl;
+    CHECK(difference < 1e-5);
+    // The replicas never drift: every rank holds the same bits.
+    const auto checksums_high = ddp.gather(static_cast<double>(ddp.parameter_checksum() >> 32));
+    const auto checksums_low = ddp.gather(static_cast<double>(ddp.parameter_checksum() & 0xffffffffULL));
+    for (int q = 1; q < P; ++q) {
+      CHECK(checksums_high[static_cast<std::size_t>(q)] == checksums_high[0]);
+      CHECK(checksums_low[static_cast<std::size_t>(q)] == checksums_low[0]);
+    }
+  }
+}
+
+TEST_CASE("DDP gradient accumulation equals the large batch; checkpoints resume at another world size", "[ddp]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  const std::string dir = shared_directory(*world, "resume");
+  TrainConfig config = ddp_config();
+  Trainer single(config);  // the reference: world 1, 6 steps straight
+  single.train(nullptr);
+  {
+    // World P, two micro-steps of half the batch each, stopping at step 3 with a checkpoint.
+    TrainConfig half = config;
+    half.batch = config.batch / 2;
+    half.accumulate = 2;
+    half.stop_at = 3;
+    half.save = dir;
+    Ddp ddp(*world, DdpOptions{});
+    Trainer first(half, &ddp);
+    first.train(nullptr);
+    // Accumulating two half batches is the full batch (as far as f32 rounding goes).
+    TrainConfig config3 = config;
+    config3.stop_at = 3;
+    Trainer single3(config3);
+    single3.train(nullptr);
+    CHECK(max_relative_difference(first, single3) < 1e-5);
+  }
+  {
+    // The same checkpoint continues at world 1 (the state is replicated) with the same data order.
+    TrainConfig rest = config;
+    rest.batch = config.batch / 2;
+    rest.accumulate = 2;
+    rest.resume = dir;
+    Trainer resumed(rest);
+    REQUIRE(resumed.step() == 3);
+    resumed.train(nullptr);
+    CHECK(max_relative_difference(resumed, single) < 1e-5);
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+  (void)P;
+}
