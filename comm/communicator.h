@@ -38,6 +38,10 @@ class Communicator {
   virtual std::unique_ptr<Request> isend(const void* data, std::size_t bytes, int peer, const char* what) = 0;
   virtual std::unique_ptr<Request> irecv(void* data, std::size_t bytes, int peer, const char* what) = 0;
   virtual void barrier() = 0;
+  // A barrier that sleeps between polls instead of spinning in the library's progress loop: DDP's
+  // communication thread calls it before each bucket, so a rank that arrives first does not burn
+  // the core its own backward is computing on. The default is barrier().
+  virtual void rendezvous() { barrier(); }
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // The library's own all-reduce (MPI_Allreduce, ncclAllReduce), in place.
   virtual void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) = 0;

@@ -43,8 +43,8 @@ std::vector<std::vector<int>> assign_buckets(const std::vector<std::int64_t>& pa
 
 Ddp::Ddp(Communicator& comm, const DdpOptions& options) : comm_(comm), options_(options) {
   TL_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_mb > 0,
-           fmt::format("ddp: bucket caps must be > 0 MiB (got bucket_cap_mb {}, first bucket {})", options.bucket_cap_mb,
-                       options.first_bucket_mb));
+           fmt::format("ddp: bucket caps must be > 0 MiB (got bucket_cap_mb {}, first bucket {})",
+                       options.bucket_cap_mb, options.first_bucket_mb));
   thread_ = std::thread([this] { comm_loop(); });
 }
 
@@ -218,6 +218,7 @@ void Ddp::comm_loop() {
     try {
       const std::size_t bytes = static_cast<std::size_t>(bucket.numel) * dtype_size(dtype_);
       if (comm_.device_memory()) comm_.copy_in(bucket.memory.get(), bucket.host, bytes);
+      if (options_.rendezvous && comm_.size() > 1) comm_.rendezvous();
       allreduce(comm_, bucket.memory.get(), bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
       if (comm_.device_memory()) comm_.copy_out(bucket.host, bucket.memory.get(), bytes);
     } catch (...) {
@@ -227,8 +228,7 @@ void Ddp::comm_loop() {
     const std::int64_t end = Profiler::now_ns();
     if (Profiler::instance().enabled()) {
       Profiler::instance().record(
-          fmt::format("allreduce bucket {} ({})", b,
-                      mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)))),
+          fmt::format("allreduce bucket {} ({})", b, mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)))),
           start, end);
     }
     {

@@ -33,6 +33,9 @@ struct DdpOptions {
   double bucket_cap_mb = 25;  // MiB
   double first_bucket_mb = 1;
   Algorithm algorithm = Algorithm::native;
+  // Meet the other ranks at a sleeping rendezvous before each bucket's all-reduce, so an early
+  // rank does not spin (see Communicator::rendezvous). Off: straight into the all-reduce.
+  bool rendezvous = false;
 };
 
 // Bucket assignment alone (for tests and for printing): parameter indices (registration order)

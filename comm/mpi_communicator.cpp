@@ -231,6 +231,27 @@ void MpiCommunicator::barrier() {
   MPI_CHECK(MPI_Barrier(comm_), rank_);
 }
 
+void MpiCommunicator::rendezvous() {
+  maybe_stall();
+  MPI_Request request;
+  MPI_CHECK(MPI_Ibarrier(comm_, &request), rank_);
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  int done = 0;
+  while (true) {
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE), rank_);
+    if (done) return;
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (waited > timeout_s_) {
+      abort(fmt::format("timed out after {:.1f} s waiting at a rendezvous of every one of the {} ranks (rank {}): a "
+                        "peer is stalled or dead; ending the job (--comm-timeout {})",
+                        waited, size_, rank_, timeout_s_),
+            3);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   maybe_stall();
   TL_CHECK(bytes <= static_cast<std::size_t>(INT32_MAX), "mpi: a broadcast is limited to 2 GiB");

@@ -13,8 +13,8 @@ namespace trainlab::comm {
 
 void cuda_check(cudaError_t code, const char* call, int rank) {
   if (code == cudaSuccess) return;
-  throw Error(fmt::format("cuda: {} failed on rank {}: {} ({})", call, rank, cudaGetErrorString(code),
-                          cudaGetErrorName(code)));
+  throw Error(
+      fmt::format("cuda: {} failed on rank {}: {} ({})", call, rank, cudaGetErrorString(code), cudaGetErrorName(code)));
 }
 
 void nccl_check(ncclResult_t code, const char* call, int rank, ncclComm_t comm, int peer) {
@@ -115,16 +115,18 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::world() {
   int devices = 0;
   const cudaError_t counted = cudaGetDeviceCount(&devices);
   if (counted != cudaSuccess) {
-    throw Error(fmt::format("nccl: rank {} finds no usable GPU (cudaGetDeviceCount: {}); the nccl communicator needs "
-                            "one GPU per rank; use --comm mpi on this machine",
-                            rank_, cudaGetErrorString(counted)));
+    throw Error(
+        fmt::format("nccl: rank {} finds no usable GPU (cudaGetDeviceCount: {}); the nccl communicator needs "
+                    "one GPU per rank; use --comm mpi on this machine",
+                    rank_, cudaGetErrorString(counted)));
   }
   if (local_size > devices) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
-    throw Error(fmt::format("nccl: {} ranks run on host {} but it has {} GPU(s): NCCL needs one GPU per rank, so this "
-                            "host supports world sizes up to {} (a single GPU supports world size 1 only)",
-                            local_size, host, devices, devices));
+    throw Error(
+        fmt::format("nccl: {} ranks run on host {} but it has {} GPU(s): NCCL needs one GPU per rank, so this "
+                    "host supports world sizes up to {} (a single GPU supports world size 1 only)",
+                    local_size, host, devices, devices));
   }
   const int device = local_rank;
   CUDA_CHECK(cudaSetDevice(device));
@@ -167,8 +169,8 @@ void NcclCommunicator::check_async(const char* during) const {
   ncclResult_t async = ncclSuccess;
   nccl_check(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError", rank_, comm_);
   if (async != ncclSuccess && async != ncclInProgress) {
-    throw Error(fmt::format("nccl: asynchronous error on rank {} during {}: {}", rank_, during,
-                            ncclGetErrorString(async)));
+    throw Error(
+        fmt::format("nccl: asynchronous error on rank {} during {}: {}", rank_, during, ncclGetErrorString(async)));
   }
 }
 

@@ -53,7 +53,7 @@ class NcclCommunicator final : public Communicator {
   void copy_in(void* dst, const void* host, std::size_t bytes) override;
   void copy_out(void* host, const void* src, std::size_t bytes) override;
 
-  std::string device_name() const override;     // "NVIDIA H200 (device 0)"
+  std::string device_name() const override;      // "NVIDIA H200 (device 0)"
   std::string library_version() const override;  // "NCCL 2.28.9" (the library linked at run time)
 
   int device() const { return device_; }

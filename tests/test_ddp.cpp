@@ -1,11 +1,11 @@
 // DDP under MPI (every rank runs every test; ctest runs them at 2 and 4 ranks).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "backends/registry.h"
@@ -22,14 +22,14 @@ namespace fs = std::filesystem;
 namespace {
 
 // SmallCNN's parameter sizes in registration order (conv1 w, b, conv2 w, b, fc1 w, b, fc2 w, b).
-const std::vector<std::int64_t> kSmallCnnBytes = {864 * 4, 32 * 4, 18432 * 4, 64 * 4, 1048576 * 4, 256 * 4, 2560 * 4,
-                                                  10 * 4};
+const std::vector<std::int64_t> kSmallCnnBytes = {864 * 4,     32 * 4,  18432 * 4, 64 * 4,
+                                                  1048576 * 4, 256 * 4, 2560 * 4,  10 * 4};
 
 TrainConfig ddp_config() {
   TrainConfig c;
   c.backend = "reference";  // deterministic at any thread count: differences come from DDP alone
   c.steps = 6;
-  c.batch = 16;  // global; 8 per rank at 2 ranks, 4 at 4
+  c.batch = 16;          // global; 8 per rank at 2 ranks, 4 at 4
   c.train_samples = 64;  // 4 batches an epoch: 6 steps cross an epoch boundary
   c.eval_samples = 20;
   c.eval_batch = 20;
@@ -93,6 +93,7 @@ TEST_CASE("DDP averages gradients exactly on integer-valued data, with no_sync a
     options.bucket_cap_mb = 64.0 / (1024 * 1024);
     options.first_bucket_mb = 16.0 / (1024 * 1024);
     options.algorithm = algorithm;
+    options.rendezvous = algorithm == Algorithm::ring;  // the sleeping rendezvous before each bucket, too
     Ddp ddp(*world, options);
     ddp.attach(named);
     REQUIRE(ddp.buckets().size() >= 2);
@@ -161,8 +162,9 @@ TEST_CASE("DDP at world N equals one process with the whole batch, bitwise acros
     // Summation order differs (per-rank means, then the average): f32 rounding, nothing more.
     const double difference = max_relative_difference(replica, single);
     INFO("max relative difference " << difference);
-    if (world->rank() == 0) std::cout << "ddp " << allreduce << " world " << P << ": max relative parameter difference "
-                                      << difference << " against world 1" << std::endl;
+    if (world->rank() == 0)
+      std::cout << "ddp " << allreduce << " world " << P << ": max relative parameter difference " << difference
+                << " against world 1" << std::endl;
     CHECK(difference < 1e-5);
     // The replicas never drift: every rank holds the same bits.
     const auto checksums_high = ddp.gather(static_cast<double>(ddp.parameter_checksum() >> 32));

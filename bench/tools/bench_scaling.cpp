@@ -39,10 +39,10 @@ struct Options {
   std::string worlds = "1,2,4";
   int repeats = 3, trials = 7, steps = 15, warmup = 3, trial_steps = 10, threads = 1;
   std::int64_t batch = 32, global_batch = 128, base_batch = 32, decode_cost = 60;
-  double base_lr = 0.01, bucket_cap_mb = 25, timeout = 300;
+  double base_lr = 0.01, bucket_cap_mb = 25, first_bucket_mb = 1, timeout = 300;
   std::string backend, dtype = "f32", allreduce = "native", ledger_path, python = "/usr/bin/python3";
   std::string peer_script = std::string(TRAINLAB_SOURCE_DIR) + "/bench/peers/torch_ddp.py";
-  bool ablation = true, peer = true, no_ledger = false;
+  bool ablation = true, peer = true, no_ledger = false, rendezvous = false;
 };
 
 // A run's result, as rank 0 sees it.
@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--allreduce", o.allreduce, "ring | native")->check(CLI::IsMember({"ring", "native"}));
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP bucket capacity (MiB)")->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--first-bucket-mb", o.first_bucket_mb, "DDP's first bucket (MiB; PyTorch uses 1)")
+      ->check(CLI::Range(0.001, 4096.0));
+  app.add_flag("--rendezvous", o.rendezvous, "DDP meets the other ranks at a sleeping rendezvous before each bucket");
   app.add_option("--comm-timeout", o.timeout, "seconds any wait may take")->check(CLI::Range(0.1, 86400.0));
   app.add_flag("!--no-peer", o.peer, "skip PyTorch DDP (gloo)");
   app.add_option("--python", o.python, "the interpreter with torch for the peer")->capture_default_str();
@@ -149,8 +152,8 @@ int main(int argc, char** argv) {
                "bench_scaling: --worlds must start at 1 (speedup and efficiency are against world 1)");
     }
     for (int w : worlds) {
-      TL_CHECK(o.global_batch % w == 0, fmt::format("bench_scaling: --global-batch {} does not split over world {}",
-                                                    o.global_batch, w));
+      TL_CHECK(o.global_batch % w == 0,
+               fmt::format("bench_scaling: --global-batch {} does not split over world {}", o.global_batch, w));
     }
     // One sub-communicator per world size: the first w ranks.
     std::map<int, std::unique_ptr<Communicator>> subs;
@@ -168,8 +171,7 @@ int main(int argc, char** argv) {
     const bench::Ledger ledger(o.ledger_path.empty() ? bench::default_ledger_path("cpu") : o.ledger_path);
 
     // One training run of world w; every launched rank calls this (ranks outside the world wait).
-    auto run = [&](int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate,
-                   int measured) -> Run {
+    auto run = [&](int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured) -> Run {
       Run result;
       if (rank < w) {
         TrainConfig config;
@@ -189,6 +191,8 @@ int main(int argc, char** argv) {
         DdpOptions ddp_options;
         ddp_options.bucket_cap_mb = o.bucket_cap_mb;
         ddp_options.algorithm = parse_algorithm(o.allreduce);
+        ddp_options.rendezvous = o.rendezvous;
+        ddp_options.first_bucket_mb = o.first_bucket_mb;
         Ddp ddp(*subs[w], ddp_options);
         ddp.set_communication(communicate);
         Trainer trainer(config, &ddp);
@@ -230,7 +234,9 @@ int main(int argc, char** argv) {
                        {"decode_cost", decode_cost},
                        {"no_sync", !communicate},
                        {"allreduce", o.allreduce},
+                       {"rendezvous", o.rendezvous},
                        {"bucket_cap_mb", o.bucket_cap_mb},
+                       {"first_bucket_mb", o.first_bucket_mb},
                        {"dtype", o.dtype},
                        {"launched_ranks", P},
                        {"ranks_per_core", static_cast<double>(P) / cores}};
@@ -251,10 +257,12 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::cout << fmt::format(
           "# bench_scaling: {} launched ranks on {} cores ({} ranks per core), worlds {}, {} repeats interleaved, {} "
-          "warm-up + {} measured steps, {} thread(s) per rank, backend {}, {}, {} all-reduce, buckets {} MiB; "
+          "warm-up + {} measured steps, {} thread(s) per rank, backend {}, {}, {} all-reduce{}, buckets {} MiB (first "
+          "{}); "
           "decode cost {}{}\n",
           P, cores, ranks_per_core_text(P, cores), o.worlds, o.repeats, o.warmup, o.steps, o.threads, host.name(),
-          o.dtype, o.allreduce, o.bucket_cap_mb, o.decode_cost, o.ablation ? " (and the 0 ablation)" : "");
+          o.dtype, o.allreduce, o.rendezvous ? " (sleeping rendezvous before each bucket)" : "", o.bucket_cap_mb,
+          o.first_bucket_mb, o.decode_cost, o.ablation ? " (and the 0 ablation)" : "");
       std::cout << "# LR rule: lr = " << o.base_lr << " x global batch / " << o.base_batch << "\n";
       std::cout.flush();
     }
@@ -292,10 +300,9 @@ int main(int argc, char** argv) {
       if (o.peer) {
         if (rank == 0 && peer_possible) {
           for (int w : peer_worlds) {
-            const std::string command =
-                fmt::format("{} {} --world {} --batch {} --lr {} --threads {} --steps {} --warmup {} --dtype {} 2>&1",
-                            o.python, peer_script, w, o.batch, lr_for(o, o.batch * w), o.threads, o.steps, o.warmup,
-                            o.dtype);
+            const std::string command = fmt::format(
+                "{} {} --world {} --batch {} --lr {} --threads {} --steps {} --warmup {} --dtype {} 2>&1", o.python,
+                peer_script, w, o.batch, lr_for(o, o.batch * w), o.threads, o.steps, o.warmup, o.dtype);
             std::string output;
             if (FILE* pipe = popen(command.c_str(), "r")) {
               std::array<char, 4096> buffer{};
@@ -315,8 +322,11 @@ int main(int argc, char** argv) {
                   row["kind"] = "scaling_peer";
                   row["status"] = "ok";
                   row["peer"] = parsed;
-                  row["config"] = {{"mode", "weak"}, {"world", w}, {"global_batch", o.batch * w},
-                                   {"decode_cost", 0}, {"dtype", o.dtype}};
+                  row["config"] = {{"mode", "weak"},
+                                   {"world", w},
+                                   {"global_batch", o.batch * w},
+                                   {"decode_cost", 0},
+                                   {"dtype", o.dtype}};
                   ledger.append(row);
                 }
               }
@@ -351,8 +361,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       auto table = [&](const std::string& mode, std::int64_t decode) {
         const bool weak = mode == "weak";
-        std::cout << fmt::format("\n{} scaling ({}), decode cost {}:\n",
-                                 weak ? "Weak" : "Strong",
+        std::cout << fmt::format("\n{} scaling ({}), decode cost {}:\n", weak ? "Weak" : "Strong",
                                  weak ? "per-worker batch fixed - \"more data in the same time\""
                                       : "global batch fixed - \"the same job, faster\"",
                                  decode);
@@ -371,8 +380,8 @@ int main(int argc, char** argv) {
           // Weak: the ideal is w times world 1; strong: the same.
           std::cout << fmt::format("| {} | {} | {:.4f} | {:.1f} ± {:.1f} | {:.2f}x | {:.0f}% | {} |\n", config.world,
                                    weak ? config.global_batch : config.global_batch / config.world,
-                                   lr_for(o, config.global_batch), s.mean, s.std, speedup,
-                                   100 * speedup / config.world, ranks_per_core_text(config.world, cores));
+                                   lr_for(o, config.global_batch), s.mean, s.std, speedup, 100 * speedup / config.world,
+                                   ranks_per_core_text(config.world, cores));
         }
       };
       for (std::int64_t decode : decode_costs) {
@@ -380,9 +389,10 @@ int main(int argc, char** argv) {
         table("strong", decode);
       }
 
-      std::cout << fmt::format("\nCommunication fraction (weak, decode cost {}), paired no_sync comparison, {} "
-                               "trials of {} steps: 1 - (samples/s with communication) / (without):\n",
-                               o.decode_cost, o.trials, o.trial_steps);
+      std::cout << fmt::format(
+          "\nCommunication fraction (weak, decode cost {}), paired no_sync comparison, {} "
+          "trials of {} steps: 1 - (samples/s with communication) / (without):\n",
+          o.decode_cost, o.trials, o.trial_steps);
       std::cout << "| world | comm fraction (median) | spread across trials (half of max-min) | verdict |\n";
       std::cout << "|---|---|---|---|\n";
       for (const auto& [w, values] : fractions) {
@@ -468,9 +478,8 @@ int main(int argc, char** argv) {
 
       // The targets, at decode cost 0 (the ablation tables) where present.
       auto efficiency = [&](const std::string& mode, int w) {
-        const std::int64_t decode = std::find(decode_costs.begin(), decode_costs.end(), 0) != decode_costs.end()
-                                        ? 0
-                                        : o.decode_cost;
+        const std::int64_t decode =
+            std::find(decode_costs.begin(), decode_costs.end(), 0) != decode_costs.end() ? 0 : o.decode_cost;
         double base = 0, at = -1;
         for (std::size_t c = 0; c < configs.size(); ++c) {
           if (configs[c].mode != mode || configs[c].decode_cost != decode) continue;
@@ -491,7 +500,9 @@ int main(int argc, char** argv) {
             100 * weak2, weak2 >= 0.9 ? "met" : "MISSED", 100 * strong2, strong2 >= 0.8 ? "met" : "MISSED",
             ratio_w2 > 0 ? fmt::format("{:.2f}x {}", ratio_w2, ratio_w2 >= 1.5 ? "met" : "MISSED")
                          : std::string("not measured"),
-            !two_buckets ? std::string("n/a (one bucket)") : overlap_real ? "met" : "MISSED");
+            !two_buckets   ? std::string("n/a (one bucket)")
+            : overlap_real ? "met"
+                           : "MISSED");
       }
       if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
     }
