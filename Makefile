@@ -6,7 +6,7 @@ PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
 BUILD_DIR := build
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize ladder ladder-full report clean format check-format
+.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report clean format check-format
 
 all: build
 
@@ -28,6 +28,17 @@ test-sanitize: deps
 	@cmake --preset sanitize > /dev/null
 	@cmake --build --preset sanitize
 	@ctest --preset sanitize
+
+# The CUDA build (build-cuda/, sm_90 + PTX): libtrainlab with the cuda backend and its kernels,
+# the NCCL communicator, the trainlab command and bench_allreduce, then the GPU tests, which report
+# themselves skipped (with the reason) on a machine without a GPU. Skipped, saying so, when there
+# is no CUDA toolkit.
+NVCC ?= /usr/local/cuda/bin/nvcc
+build-cuda: deps
+	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
+	cmake --preset cuda > /dev/null && \
+	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling && \
+	ctest --preset cuda -L gpu
 
 # The main job: the quick CPU optimisation ladder (configs/ladder_cpu.yaml) with calibration
 # arms, interleaved repeats, rows appended to results/ledger_cpu.jsonl and results/REPORT.md

@@ -104,6 +104,9 @@ class Backend {
   virtual bool supports(DType dtype) const = 0;
   virtual void set_num_threads(int threads) = 0;
   virtual int num_threads() const = 0;
+  // TF32 tensor-core math for f32 GEMMs and convolutions (the tf32 rung). Off by default; a
+  // backend without it throws Error saying so.
+  virtual void set_tf32(bool enabled);
 
   // ---- memory, transfers, synchronisation, timing ----
   virtual void* allocate(std::size_t bytes) = 0;

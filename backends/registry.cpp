@@ -27,6 +27,10 @@ std::mutex& registry_mutex() {
 
 }  // namespace
 
+void Backend::set_tf32(bool enabled) {
+  if (enabled) throw Error("backend '" + name() + "' has no TF32 math mode (it needs a CUDA backend)");
+}
+
 std::map<std::string, std::int64_t> Backend::counters() const {
   const AllocatorStats stats = allocator_stats();
   return {{"allocations", stats.allocations},

@@ -79,6 +79,7 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
                                 "' runs on the CPU");
   }
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
+  backend_.set_tf32(config_.tf32);
 
   model_ = std::make_unique<SmallCNN>(InitOptions{&generator_, param_dtype_, &backend_});
   model_->set_fused(config_.fuse);

@@ -6,6 +6,8 @@
 // gradient of every input, norm-wise: |got - reference| / |reference| must stay below 1e-5 in f32
 // (both sides accumulate in f32, in different orders) and 1e-2 in bf16 (8-bit mantissas; both
 // sides accumulate in f32 and round the same inputs).
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 
 #include "backends/registry.h"
@@ -33,8 +35,20 @@ double relative_error(const Tensor& got, const Tensor& expected) {
   return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
+// The backends checked against the reference: every registered CPU backend, or the list in
+// TRAINLAB_HARNESS_BACKENDS (comma-separated; the GPU tests run the harness with "cuda").
 std::vector<std::string> fast_backends() {
   std::vector<std::string> names;
+  if (const char* chosen = std::getenv("TRAINLAB_HARNESS_BACKENDS")) {
+    std::string list(chosen), item;
+    for (std::size_t start = 0; start <= list.size();) {
+      const std::size_t comma = std::min(list.find(',', start), list.size());
+      item = list.substr(start, comma - start);
+      if (!item.empty()) names.push_back(item);
+      start = comma + 1;
+    }
+    return names;
+  }
   for (const auto& info : registered_backends()) {
     if (info.name != "reference" && info.device_type == DeviceType::cpu) names.push_back(info.name);
   }

@@ -1,0 +1,573 @@
+// The cuda backend: device memory through a caching allocator, one compute stream, cuBLAS for the
+// linear layers, cuDNN for convolution and max-pool (algorithms chosen once per shape and cached),
+// and trainlab's own kernels (kernels/kernels.h) for everything else. Compiled when the build has
+// CUDA (--preset cuda); registered as "cuda".
+//
+// The device is TRAINLAB_CUDA_DEVICE (default 0), never a hard-coded index. Every kernel is
+// enqueued on the backend's stream; synchronize() and the timers (CUDA events on that stream) are
+// the only waits, apart from host transfers and the cross-entropy label check, which read back.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/error.h"
+#include "backends/registry.h"
+#include "kernels/kernels.h"
+
+namespace trainlab::cuda {
+
+namespace {
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    throw Error(std::string("cuda: ") + call + " failed: " + cudaGetErrorString(status) + " (" +
+                cudaGetErrorName(status) + ")");
+  }
+}
+void check(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw Error(std::string("cuda: ") + call + " failed: " + cublasGetStatusString(status));
+  }
+}
+void check(cudnnStatus_t status, const char* call) {
+  if (status != CUDNN_STATUS_SUCCESS) {
+    throw Error(std::string("cuda: ") + call + " failed: " + cudnnGetErrorString(status));
+  }
+}
+#define CU(call) check((call), #call)
+
+cudaDataType_t blas_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    default:
+      throw Error(std::string("cuda: ") + op + ": dtype " + dtype_name(dtype) + " is not supported (f32, bf16, f16)");
+  }
+}
+
+cudnnDataType_t dnn_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    default:
+      throw Error(std::string("cuda: ") + op + ": dtype " + dtype_name(dtype) + " is not supported (f32, bf16, f16)");
+  }
+}
+
+// Device memory, cached: a freed block goes to a free list keyed by its rounded size and is handed
+// out again, so a steady-state training step makes no cudaMalloc.
+class CachingAllocator {
+ public:
+  ~CachingAllocator() {
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) cudaFree(p);
+  }
+  static std::size_t round(std::size_t bytes) {
+    if (bytes <= 512) return 512;
+    if (bytes <= (1u << 20)) return (bytes + 511) / 512 * 512;
+    return (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);  // 1 MiB granules above 1 MiB
+  }
+  void* allocate(std::size_t bytes) {
+    const std::size_t size = round(bytes);
+    std::lock_guard lock(mutex_);
+    stats_.bytes_in_use += static_cast<std::int64_t>(size);
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    auto& list = free_[size];
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
+      return p;
+    }
+    void* p = nullptr;
+    cudaError_t status = cudaMalloc(&p, size);
+    if (status == cudaErrorMemoryAllocation) {
+      // Give the cached blocks back to the driver and try once more before failing.
+      cudaGetLastError();
+      for (auto& [s, blocks] : free_) {
+        for (void* q : blocks) cudaFree(q);
+        blocks.clear();
+      }
+      status = cudaMalloc(&p, size);
+    }
+    if (status != cudaSuccess) {
+      stats_.bytes_in_use -= static_cast<std::int64_t>(size);
+      throw Error("cuda: cudaMalloc of " + std::to_string(size) + " bytes failed: " + cudaGetErrorString(status));
+    }
+    ++stats_.allocations;  // counts only real device allocations
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept {
+    if (p == nullptr) return;
+    const std::size_t size = round(bytes);
+    std::lock_guard lock(mutex_);
+    stats_.bytes_in_use -= static_cast<std::int64_t>(size);
+    free_[size].push_back(p);
+  }
+  AllocatorStats stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  AllocatorStats stats_;
+};
+
+class EventTimer final : public Timer {
+ public:
+  explicit EventTimer(cudaStream_t stream) : stream_(stream) {
+    CU(cudaEventCreate(&start_));
+    CU(cudaEventCreate(&stop_));
+  }
+  ~EventTimer() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void start() override { CU(cudaEventRecord(start_, stream_)); }
+  void stop() override { CU(cudaEventRecord(stop_, stream_)); }
+  double elapsed_s() override {
+    CU(cudaEventSynchronize(stop_));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1e-3;
+  }
+  const char* kind() const override { return "cuda events"; }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// cuDNN descriptors and chosen algorithms for one convolution shape.
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t forward{};
+  cudnnConvolutionBwdDataAlgo_t backward_data{};
+  cudnnConvolutionBwdFilterAlgo_t backward_filter{};
+  std::size_t workspace = 0;
+  ~ConvPlan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+struct PoolPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  ~PoolPlan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (pool) cudnnDestroyPoolingDescriptor(pool);
+  }
+};
+
+std::size_t bytes_of(DType dtype, std::int64_t n) { return static_cast<std::size_t>(n) * dtype_size(dtype); }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    int devices = 0;
+    const cudaError_t counted = cudaGetDeviceCount(&devices);
+    if (counted != cudaSuccess || devices == 0) {
+      throw Error(std::string("cuda backend: no usable GPU (") +
+                  (counted != cudaSuccess ? cudaGetErrorString(counted) : "no devices") +
+                  "); use a CPU backend (trainlab backends lists them)");
+    }
+    if (const char* env = std::getenv("TRAINLAB_CUDA_DEVICE")) device_ = std::atoi(env);
+    if (device_ < 0 || device_ >= devices) {
+      throw Error("cuda backend: TRAINLAB_CUDA_DEVICE=" + std::to_string(device_) + " but this machine has " +
+                  std::to_string(devices) + " GPU(s) (0.." + std::to_string(devices - 1) + ")");
+    }
+    CU(cudaSetDevice(device_));
+    CU(cudaGetDeviceProperties(&properties_, device_));
+    CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CU(cublasCreate(&blas_));
+    CU(cublasSetStream(blas_, stream_));
+    CU(cudnnCreate(&dnn_));
+    CU(cudnnSetStream(dnn_, stream_));
+    scratch_ = static_cast<float*>(allocator_.allocate(sizeof(float) * kernels::sum_scratch_elements(0)));
+    flag_ = static_cast<int*>(allocator_.allocate(sizeof(int)));
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    conv_plans_.clear();
+    pool_plans_.clear();
+    if (workspace_) allocator_.deallocate(workspace_, workspace_bytes_);
+    allocator_.deallocate(scratch_, sizeof(float) * kernels::sum_scratch_elements(0));
+    allocator_.deallocate(flag_, sizeof(int));
+    cudnnDestroy(dnn_);
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  std::string describe() const override {
+    int runtime = 0;
+    cudaRuntimeGetVersion(&runtime);
+    return std::string(properties_.name) + " (device " + std::to_string(device_) + ", sm_" +
+           std::to_string(properties_.major) + std::to_string(properties_.minor) + "), CUDA runtime " +
+           std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10) + ", cuBLAS " +
+           std::to_string(cublasGetProperty_version()) + ", cuDNN " + std::to_string(cudnnGetVersion()) + ", TF32 " +
+           (tf32_ ? "on" : "off") + ", " + std::to_string(conv_plans_.size()) + " convolution plans";
+  }
+  std::map<std::string, std::int64_t> counters() const override {
+    auto out = Backend::counters();
+    out["convolution_plans"] = static_cast<std::int64_t>(conv_plans_.size());
+    return out;
+  }
+  DeviceType device_type() const override { return DeviceType::cuda; }
+  bool supports(DType dtype) const override {
+    return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+  }
+  void set_num_threads(int) override {}
+  int num_threads() const override { return 1; }
+  void set_tf32(bool enabled) override { tf32_ = enabled; }
+
+  void* allocate(std::size_t bytes) override { return allocator_.allocate(bytes); }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override { allocator_.deallocate(ptr, bytes); }
+  AllocatorStats allocator_stats() const override { return allocator_.stats(); }
+  void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    CU(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+    CU(cudaStreamSynchronize(stream_));  // the host buffer may be reused as soon as this returns
+  }
+  void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    CU(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CU(cudaStreamSynchronize(stream_));
+  }
+  void synchronize() override { CU(cudaStreamSynchronize(stream_)); }
+  std::unique_ptr<Timer> make_timer() override { return std::make_unique<EventTimer>(stream_); }
+
+  void fill(DType dtype, void* y, std::int64_t n, double value) override {
+    if (dtype == DType::i64) {
+      TL_CHECK(value == 0, "cuda: fill of i64 supports only 0");
+      CU(cudaMemsetAsync(y, 0, bytes_of(dtype, n), stream_));
+      return;
+    }
+    kernels::fill(dtype, y, n, static_cast<float>(value), stream_);
+  }
+  void copy_strided(DType dtype, const void* src, const Layout& s, void* dst, const Layout& d) override {
+    TL_CHECK(s.shape == d.shape, "cuda: copy_strided with different shapes");
+    kernels::copy_strided(dtype, src, s.shape.data(), s.strides.data(), s.offset, dst, d.strides.data(), d.offset,
+                          static_cast<int>(s.shape.size()), stream_);
+  }
+  void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n) override {
+    if (src_dtype == dst_dtype) {
+      CU(cudaMemcpyAsync(dst, src, bytes_of(src_dtype, n), cudaMemcpyDeviceToDevice, stream_));
+      return;
+    }
+    kernels::cast(src_dtype, src, dst_dtype, dst, n, stream_);
+  }
+  void binary(BinaryOp op, DType dtype, const void* a, const void* b, void* y, std::int64_t n) override {
+    kernels::binary(static_cast<int>(op), dtype, a, b, y, n, stream_);
+  }
+  void affine(DType dtype, const void* x, void* y, std::int64_t n, double scale, double shift) override {
+    kernels::affine(dtype, x, y, n, static_cast<float>(scale), static_cast<float>(shift), stream_);
+  }
+  void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y) override {
+    kernels::axpy(dtype, n, static_cast<float>(alpha), x, y, stream_);
+  }
+  void sum(DType dtype, const void* x, std::int64_t n, void* out) override {
+    kernels::sum(dtype, x, n, out, scratch_, stream_);
+  }
+
+  void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) override {
+    kernels::relu_forward(dtype, x, y, n, stream_);
+  }
+  void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) override {
+    kernels::relu_backward(dtype, y, dy, dx, n, stream_);
+  }
+  void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
+                        std::int64_t channels, std::int64_t inner) override {
+    kernels::bias_relu_forward(dtype, x, bias, y, outer, channels, inner, false, stream_);
+  }
+  void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                         std::int64_t inner) override {
+    kernels::bias_backward(dtype, dy, dbias, outer, channels, inner, stream_);
+  }
+
+  // Row-major y[batch, out] = x[batch, in] W[out, in]^T is, in cuBLAS's column-major terms,
+  // y^T (out x batch) = op_T(W_col (in x out)) x_col (in x batch).
+  void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
+                      std::int64_t batch, std::int64_t in, std::int64_t out) override {
+    gemm(dtype, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, weight, in, x, in, y, out, "linear_forward");
+    if (bias != nullptr || relu) {
+      if (bias != nullptr) {
+        kernels::bias_relu_forward(dtype, y, bias, y, batch, out, 1, relu, stream_);
+      } else {
+        kernels::relu_forward(dtype, y, y, batch * out, stream_);
+      }
+    }
+  }
+  // dx[batch, in] = dy[batch, out] W[out, in]: dx^T (in x batch) = W_col (in x out) dy_col (out x batch).
+  void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx, std::int64_t batch,
+                            std::int64_t in, std::int64_t out) override {
+    gemm(dtype, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, weight, in, dy, out, dx, in, "linear_backward_data");
+  }
+  // dW[out, in] = dy^T x: dW^T (in x out) = x_col (in x batch) op_T(dy_col (out x batch)).
+  void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, void* dbias,
+                               std::int64_t batch, std::int64_t in, std::int64_t out) override {
+    gemm(dtype, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out, dweight, in, "linear_backward_weights");
+    if (dbias != nullptr) kernels::bias_backward(dtype, dy, dbias, batch, out, 1, stream_);
+  }
+
+  void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight, const void* bias,
+                      bool relu, void* y) override {
+    ConvPlan& plan = conv_plan(dtype, shape);
+    const float one = 1.f, zero = 0.f;
+    CU(cudnnConvolutionForward(dnn_, &one, plan.x, x, plan.w, weight, plan.conv, plan.forward,
+                               workspace(plan.workspace), plan.workspace, &zero, plan.y, y));
+    if (bias != nullptr || relu) {
+      const std::int64_t hw = shape.out_h() * shape.out_w();
+      const std::int64_t n = shape.batch, c = shape.out_channels;
+      if (bias == nullptr) {
+        kernels::relu_forward(dtype, y, y, n * c * hw, stream_);
+      } else if (shape.channels_last) {
+        kernels::bias_relu_forward(dtype, y, bias, y, n * hw, c, 1, relu, stream_);
+      } else {
+        kernels::bias_relu_forward(dtype, y, bias, y, n, c, hw, relu, stream_);
+      }
+    }
+  }
+  void conv2d_backward_data(DType dtype, const Conv2dShape& shape, const void* dy, const void* weight,
+                            void* dx) override {
+    ConvPlan& plan = conv_plan(dtype, shape);
+    const float one = 1.f, zero = 0.f;
+    CU(cudnnConvolutionBackwardData(dnn_, &one, plan.w, weight, plan.y, dy, plan.conv, plan.backward_data,
+                                    workspace(plan.workspace), plan.workspace, &zero, plan.x, dx));
+  }
+  void conv2d_backward_weights(DType dtype, const Conv2dShape& shape, const void* dy, const void* x, void* dweight,
+                               void* dbias) override {
+    ConvPlan& plan = conv_plan(dtype, shape);
+    const float one = 1.f, zero = 0.f;
+    CU(cudnnConvolutionBackwardFilter(dnn_, &one, plan.x, x, plan.y, dy, plan.conv, plan.backward_filter,
+                                      workspace(plan.workspace), plan.workspace, &zero, plan.w, dweight));
+    if (dbias != nullptr) {
+      const std::int64_t hw = shape.out_h() * shape.out_w();
+      if (shape.channels_last) {
+        kernels::bias_backward(dtype, dy, dbias, shape.batch * hw, shape.out_channels, 1, stream_);
+      } else {
+        kernels::bias_backward(dtype, dy, dbias, shape.batch, shape.out_channels, hw, stream_);
+      }
+    }
+  }
+
+  // cuDNN's max-pool backward needs the forward's input and output: the workspace keeps copies.
+  std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& s) override {
+    return bytes_of(dtype, s.batch * s.channels * (s.in_h * s.in_w + s.out_h() * s.out_w()));
+  }
+  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
+    PoolPlan& plan = pool_plan(dtype, s);
+    const float one = 1.f, zero = 0.f;
+    CU(cudnnPoolingForward(dnn_, plan.pool, &one, plan.x, x, &zero, plan.y, y));
+    const std::size_t x_bytes = bytes_of(dtype, s.batch * s.channels * s.in_h * s.in_w);
+    const std::size_t y_bytes = bytes_of(dtype, s.batch * s.channels * s.out_h() * s.out_w());
+    auto* keep = static_cast<unsigned char*>(workspace);
+    CU(cudaMemcpyAsync(keep, x, x_bytes, cudaMemcpyDeviceToDevice, stream_));
+    CU(cudaMemcpyAsync(keep + x_bytes, y, y_bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
+                           void* dx) override {
+    PoolPlan& plan = pool_plan(dtype, s);
+    const float one = 1.f, zero = 0.f;
+    const std::size_t x_bytes = bytes_of(dtype, s.batch * s.channels * s.in_h * s.in_w);
+    const auto* keep = static_cast<const unsigned char*>(workspace);
+    CU(cudnnPoolingBackward(dnn_, plan.pool, &one, plan.y, keep + x_bytes, plan.y, dy, plan.x, keep, &zero, plan.x,
+                            dx));
+  }
+
+  void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,
+                                     std::int64_t batch, std::int64_t classes, void* probs, void* loss) override {
+    float* rows = static_cast<float*>(allocator_.allocate(sizeof(float) * static_cast<std::size_t>(batch)));
+    try {
+      kernels::softmax_cross_entropy_forward(dtype, logits, labels, batch, classes, probs, loss, rows, flag_,
+                                             stream_);
+      int bad = 0;
+      CU(cudaMemcpyAsync(&bad, flag_, sizeof bad, cudaMemcpyDeviceToHost, stream_));
+      CU(cudaStreamSynchronize(stream_));
+      if (bad != 0) {
+        std::int64_t label = 0;
+        CU(cudaMemcpy(&label, labels + (bad - 1), sizeof label, cudaMemcpyDeviceToHost));
+        throw Error("cross_entropy: label " + std::to_string(label) + " at row " + std::to_string(bad - 1) +
+                    " is outside [0, " + std::to_string(classes) + ")");
+      }
+    } catch (...) {
+      allocator_.deallocate(rows, sizeof(float) * static_cast<std::size_t>(batch));
+      throw;
+    }
+    allocator_.deallocate(rows, sizeof(float) * static_cast<std::size_t>(batch));
+  }
+  void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,
+                                      std::int64_t classes, const void* dloss, void* dlogits) override {
+    kernels::softmax_cross_entropy_backward(dtype, probs, labels, batch, classes, dloss, dlogits, stream_);
+  }
+
+  void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
+                const SgdStep& s) override {
+    kernels::sgd_step(dtype, n, param, grad, momentum_buffer, static_cast<float>(s.lr), static_cast<float>(s.momentum),
+                      static_cast<float>(s.dampening), static_cast<float>(s.weight_decay), s.nesterov, s.first_step,
+                      dtype, nullptr, stream_);
+  }
+  void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                  const AdamWStep& s) override {
+    kernels::adamw_step(dtype, n, param, grad, exp_avg, exp_avg_sq, static_cast<float>(s.lr),
+                        static_cast<float>(s.beta1), static_cast<float>(s.beta2), static_cast<float>(s.eps),
+                        static_cast<float>(s.weight_decay), s.step, dtype, nullptr, stream_);
+  }
+
+ private:
+  void gemm(DType dtype, cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t k,
+            const void* a, std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc,
+            const char* op) {
+    const cudaDataType_t type = blas_type(dtype, op);
+    const cublasComputeType_t compute =
+        dtype == DType::f32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float one = 1.f, zero = 0.f;
+    CU(cublasGemmEx(blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, a, type,
+                    static_cast<int>(lda), b, type, static_cast<int>(ldb), &zero, c, type, static_cast<int>(ldc),
+                    compute, CUBLAS_GEMM_DEFAULT));
+  }
+
+  void* workspace(std::size_t bytes) {
+    if (bytes <= workspace_bytes_) return workspace_;
+    if (workspace_) allocator_.deallocate(workspace_, workspace_bytes_);
+    workspace_ = allocator_.allocate(bytes);
+    workspace_bytes_ = bytes;
+    return workspace_;
+  }
+
+  void set_tensor(cudnnTensorDescriptor_t desc, DType dtype, bool channels_last, std::int64_t n, std::int64_t c,
+                  std::int64_t h, std::int64_t w, const char* op) {
+    CU(cudnnSetTensor4dDescriptor(desc, channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, dnn_type(dtype, op),
+                                  static_cast<int>(n), static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)));
+  }
+
+  ConvPlan& conv_plan(DType dtype, const Conv2dShape& s) {
+    const auto key = std::make_tuple(static_cast<int>(dtype), s.batch, s.in_channels, s.in_h, s.in_w, s.out_channels,
+                                     s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
+                                     s.channels_last, tf32_);
+    auto it = conv_plans_.find(key);
+    if (it != conv_plans_.end()) return *it->second;
+    auto plan = std::make_unique<ConvPlan>();
+    const char* op = "conv2d";
+    CU(cudnnCreateTensorDescriptor(&plan->x));
+    CU(cudnnCreateTensorDescriptor(&plan->y));
+    CU(cudnnCreateFilterDescriptor(&plan->w));
+    CU(cudnnCreateConvolutionDescriptor(&plan->conv));
+    set_tensor(plan->x, dtype, s.channels_last, s.batch, s.in_channels, s.in_h, s.in_w, op);
+    set_tensor(plan->y, dtype, s.channels_last, s.batch, s.out_channels, s.out_h(), s.out_w(), op);
+    // Weights are [C_out, C_in, kH, kW] in memory whatever the activation layout.
+    CU(cudnnSetFilter4dDescriptor(plan->w, dnn_type(dtype, op), CUDNN_TENSOR_NCHW, static_cast<int>(s.out_channels),
+                                  static_cast<int>(s.in_channels), static_cast<int>(s.kernel_h),
+                                  static_cast<int>(s.kernel_w)));
+    CU(cudnnSetConvolution2dDescriptor(plan->conv, static_cast<int>(s.pad_h), static_cast<int>(s.pad_w),
+                                       static_cast<int>(s.stride_h), static_cast<int>(s.stride_w), 1, 1,
+                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // f32 without TF32 must not down-convert (CUDNN_FMA_MATH); bf16/f16 use tensor cores.
+    CU(cudnnSetConvolutionMathType(
+        plan->conv, dtype != DType::f32 ? CUDNN_TENSOR_OP_MATH : tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    int found = 0;
+    cudnnConvolutionFwdAlgoPerf_t forward[8];
+    CU(cudnnGetConvolutionForwardAlgorithm_v7(dnn_, plan->x, plan->w, plan->conv, plan->y, 8, &found, forward));
+    TL_CHECK(found > 0, "cuda: cuDNN offers no forward algorithm for this convolution");
+    plan->forward = forward[0].algo;
+    cudnnConvolutionBwdDataAlgoPerf_t data[8];
+    CU(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn_, plan->w, plan->y, plan->conv, plan->x, 8, &found, data));
+    TL_CHECK(found > 0, "cuda: cuDNN offers no backward-data algorithm for this convolution");
+    plan->backward_data = data[0].algo;
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[8];
+    CU(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn_, plan->x, plan->y, plan->conv, plan->w, 8, &found, filter));
+    TL_CHECK(found > 0, "cuda: cuDNN offers no backward-filter algorithm for this convolution");
+    plan->backward_filter = filter[0].algo;
+    std::size_t bytes = 0;
+    CU(cudnnGetConvolutionForwardWorkspaceSize(dnn_, plan->x, plan->w, plan->conv, plan->y, plan->forward, &bytes));
+    plan->workspace = std::max(plan->workspace, bytes);
+    CU(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn_, plan->w, plan->y, plan->conv, plan->x, plan->backward_data,
+                                                    &bytes));
+    plan->workspace = std::max(plan->workspace, bytes);
+    CU(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn_, plan->x, plan->y, plan->conv, plan->w,
+                                                      plan->backward_filter, &bytes));
+    plan->workspace = std::max(plan->workspace, bytes);
+    ConvPlan& ref = *plan;
+    conv_plans_.emplace(key, std::move(plan));
+    return ref;
+  }
+
+  PoolPlan& pool_plan(DType dtype, const Pool2dShape& s) {
+    const auto key = std::make_tuple(static_cast<int>(dtype), s.batch, s.channels, s.in_h, s.in_w, s.kernel_h,
+                                     s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.channels_last);
+    auto it = pool_plans_.find(key);
+    if (it != pool_plans_.end()) return *it->second;
+    auto plan = std::make_unique<PoolPlan>();
+    const char* op = "max_pool2d";
+    CU(cudnnCreateTensorDescriptor(&plan->x));
+    CU(cudnnCreateTensorDescriptor(&plan->y));
+    CU(cudnnCreatePoolingDescriptor(&plan->pool));
+    set_tensor(plan->x, dtype, s.channels_last, s.batch, s.channels, s.in_h, s.in_w, op);
+    set_tensor(plan->y, dtype, s.channels_last, s.batch, s.channels, s.out_h(), s.out_w(), op);
+    CU(cudnnSetPooling2dDescriptor(plan->pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
+                                   static_cast<int>(s.kernel_h), static_cast<int>(s.kernel_w),
+                                   static_cast<int>(s.pad_h), static_cast<int>(s.pad_w), static_cast<int>(s.stride_h),
+                                   static_cast<int>(s.stride_w)));
+    PoolPlan& ref = *plan;
+    pool_plans_.emplace(key, std::move(plan));
+    return ref;
+  }
+
+  int device_ = 0;
+  cudaDeviceProp properties_{};
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr;
+  CachingAllocator allocator_;
+  bool tf32_ = false;
+  float* scratch_ = nullptr;
+  int* flag_ = nullptr;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+  using ConvKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool>;
+  std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
+  using PoolKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>;
+  std::map<PoolKey, std::unique_ptr<PoolPlan>> pool_plans_;
+
+  static int cublasGetProperty_version() {
+    int major = 0, minor = 0;
+    cublasGetProperty(MAJOR_VERSION, &major);
+    cublasGetProperty(MINOR_VERSION, &minor);
+    return major * 100 + minor;
+  }
+};
+
+const BackendRegistration registration(
+    BackendInfo{"cuda", "NVIDIA GPU: cuBLAS, cuDNN and trainlab's kernels", DeviceType::cuda, 0},
+    [] { return std::make_unique<CudaBackend>(); });
+
+}  // namespace
+
+}  // namespace trainlab::cuda

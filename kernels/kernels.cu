@@ -1,0 +1,563 @@
+// The hand-written kernels of the cuda backend; see kernels.h for the contracts.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "backends/error.h"
+#include "kernels/kernels.h"
+
+namespace trainlab::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(std::int64_t n) {
+  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > 65535 * 32 ? 65535 * 32 : blocks));
+}
+
+// Loads and stores through f32.
+__device__ __forceinline__ float load(const float* p, std::int64_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __nv_bfloat16* p, std::int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load(const __half* p, std::int64_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ void store(float* p, std::int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(__nv_bfloat16* p, std::int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(__half* p, std::int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+// Calls f with a typed null pointer for the storage type of `dtype`.
+template <typename F>
+void dispatch(DType dtype, const char* kernel, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      f(static_cast<float*>(nullptr));
+      return;
+    case DType::bf16:
+      f(static_cast<__nv_bfloat16*>(nullptr));
+      return;
+    case DType::f16:
+      f(static_cast<__half*>(nullptr));
+      return;
+    default:
+      throw Error(std::string("cuda kernel ") + kernel + ": dtype " + dtype_name(dtype) +
+                  " is not supported (f32, bf16, f16)");
+  }
+}
+
+#define GRID_STRIDE_LOOP(i, n)                                                                          \
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+template <typename T>
+__global__ void fill_kernel(T* y, std::int64_t n, float value) {
+  GRID_STRIDE_LOOP(i, n) store(y, i, value);
+}
+
+template <typename S, typename D>
+__global__ void cast_kernel(const S* x, D* y, std::int64_t n) {
+  GRID_STRIDE_LOOP(i, n) store(y, i, load(x, i));
+}
+
+template <typename T>
+__global__ void binary_kernel(int op, const T* a, const T* b, T* y, std::int64_t n) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float x = load(a, i), z = load(b, i);
+    store(y, i, op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z);
+  }
+}
+
+template <typename T>
+__global__ void affine_kernel(const T* x, T* y, std::int64_t n, float scale, float shift) {
+  GRID_STRIDE_LOOP(i, n) store(y, i, scale * load(x, i) + shift);
+}
+
+template <typename T>
+__global__ void axpy_kernel(std::int64_t n, float alpha, const T* x, T* y) {
+  GRID_STRIDE_LOOP(i, n) store(y, i, load(y, i) + alpha * load(x, i));
+}
+
+struct StridedArgs {
+  std::int64_t shape[8], src_strides[8], dst_strides[8];
+  std::int64_t src_offset, dst_offset;
+  int dims;
+};
+
+template <typename T>
+__global__ void copy_strided_kernel(const T* src, T* dst, std::int64_t n, StridedArgs a) {
+  GRID_STRIDE_LOOP(i, n) {
+    std::int64_t rest = i, s = a.src_offset, d = a.dst_offset;
+    for (int k = a.dims - 1; k >= 0; --k) {
+      const std::int64_t index = rest % a.shape[k];
+      rest /= a.shape[k];
+      s += index * a.src_strides[k];
+      d += index * a.dst_strides[k];
+    }
+    dst[d] = src[s];
+  }
+}
+
+// ---- reductions ----
+template <typename T>
+__global__ void sum_v1_kernel(const T* x, std::int64_t n, float* total) {
+  GRID_STRIDE_LOOP(i, n) atomicAdd(total, load(x, i));  // order varies: not bit-reproducible
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// One partial per block in a fixed order, so the result is the same every run.
+template <typename T>
+__global__ void sum_partials_kernel(const T* x, std::int64_t n, float* partials) {
+  __shared__ float warps[kThreads / 32];
+  float v = 0;
+  GRID_STRIDE_LOOP(i, n) v += load(x, i);
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partials[blockIdx.x] = v;
+  }
+}
+
+template <typename T>
+__global__ void sum_finish_kernel(const float* partials, int count, T* out) {
+  __shared__ float warps[kThreads / 32];
+  float v = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) v += partials[i];
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) store(out, 0, v);
+  }
+}
+
+template <typename T>
+__global__ void store_total_kernel(const float* total, T* out) {
+  store(out, 0, *total);
+}
+
+constexpr int kSumBlocks = 1024;
+
+// ---- ReLU, bias ----
+template <typename T>
+__global__ void relu_forward_kernel(const T* x, T* y, std::int64_t n) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float v = load(x, i);
+    store(y, i, v > 0.f ? v : 0.f);
+  }
+}
+
+template <typename T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t n) {
+  GRID_STRIDE_LOOP(i, n) store(dx, i, load(y, i) > 0.f ? load(dy, i) : 0.f);
+}
+
+template <typename T>
+__global__ void bias_relu_kernel(const T* x, const T* bias, T* y, std::int64_t total, std::int64_t channels,
+                                 std::int64_t inner, bool relu) {
+  GRID_STRIDE_LOOP(i, total) {
+    const std::int64_t c = (i / inner) % channels;
+    float v = load(x, i) + load(bias, c);
+    if (relu && v < 0.f) v = 0.f;
+    store(y, i, v);
+  }
+}
+
+template <typename T>
+__global__ void bias_backward_v1_kernel(const T* dy, T* dbias, std::int64_t outer, std::int64_t channels,
+                                        std::int64_t inner) {
+  GRID_STRIDE_LOOP(c, channels) {
+    float s = 0;
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t k = 0; k < inner; ++k) s += load(dy, (o * channels + c) * inner + k);
+    store(dbias, c, s);
+  }
+}
+
+template <typename T>
+__global__ void bias_backward_kernel(const T* dy, T* dbias, std::int64_t outer, std::int64_t channels,
+                                     std::int64_t inner) {
+  __shared__ float warps[kThreads / 32];
+  const std::int64_t c = blockIdx.x;
+  const std::int64_t count = outer * inner;
+  float s = 0;
+  for (std::int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const std::int64_t o = j / inner, k = j % inner;
+    s += load(dy, (o * channels + c) * inner + k);
+  }
+  s = warp_sum(s);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) store(dbias, c, s);
+  }
+}
+
+// ---- softmax cross-entropy ----
+template <typename T>
+__global__ void sce_forward_v1_kernel(const T* logits, const std::int64_t* labels, std::int64_t batch,
+                                      std::int64_t classes, T* probs, float* row_losses, int* bad_label) {
+  GRID_STRIDE_LOOP(r, batch) {
+    const std::int64_t label = labels[r];
+    if (label < 0 || label >= classes) {
+      atomicCAS(bad_label, 0, static_cast<int>(r) + 1);
+      row_losses[r] = 0;
+      continue;
+    }
+    float m = -INFINITY;
+    for (std::int64_t j = 0; j < classes; ++j) m = fmaxf(m, load(logits, r * classes + j));
+    float s = 0;
+    for (std::int64_t j = 0; j < classes; ++j) s += expf(load(logits, r * classes + j) - m);
+    for (std::int64_t j = 0; j < classes; ++j) store(probs, r * classes + j, expf(load(logits, r * classes + j) - m) / s);
+    row_losses[r] = logf(s) + m - load(logits, r * classes + label);
+  }
+}
+
+// One warp per row.
+template <typename T>
+__global__ void sce_forward_kernel(const T* logits, const std::int64_t* labels, std::int64_t batch,
+                                   std::int64_t classes, T* probs, float* row_losses, int* bad_label) {
+  const std::int64_t r = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= batch) return;
+  const std::int64_t label = labels[r];
+  if (label < 0 || label >= classes) {
+    if (lane == 0) {
+      atomicCAS(bad_label, 0, static_cast<int>(r) + 1);
+      row_losses[r] = 0;
+    }
+    return;
+  }
+  const T* row = logits + r * classes;
+  float m = -INFINITY;
+  for (std::int64_t j = lane; j < classes; j += 32) m = fmaxf(m, load(row, j));
+  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  float s = 0;
+  for (std::int64_t j = lane; j < classes; j += 32) s += expf(load(row, j) - m);
+  for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+  for (std::int64_t j = lane; j < classes; j += 32) store(probs, r * classes + j, expf(load(row, j) - m) / s);
+  if (lane == 0) row_losses[r] = logf(s) + m - load(row, label);
+}
+
+template <typename T>
+__global__ void mean_kernel(const float* row_losses, std::int64_t batch, T* loss) {
+  // One block, fixed order: the same mean every run.
+  __shared__ float warps[kThreads / 32];
+  float s = 0;
+  for (std::int64_t i = threadIdx.x; i < batch; i += blockDim.x) s += row_losses[i];
+  s = warp_sum(s);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) store(loss, 0, s / static_cast<float>(batch));
+  }
+}
+
+template <typename T>
+__global__ void sce_backward_kernel(const T* probs, const std::int64_t* labels, std::int64_t batch,
+                                    std::int64_t classes, const T* dloss, T* dlogits) {
+  const float scale = load(dloss, 0) / static_cast<float>(batch);
+  GRID_STRIDE_LOOP(i, batch * classes) {
+    const std::int64_t r = i / classes, j = i % classes;
+    const float onehot = labels[r] == j ? 1.f : 0.f;
+    store(dlogits, i, (load(probs, i) - onehot) * scale);
+  }
+}
+
+// ---- optimisers ----
+template <typename T, typename W>
+__global__ void sgd_kernel(std::int64_t n, T* param, const T* grad, T* buf, float lr, float momentum,
+                           float dampening, float weight_decay, bool nesterov, bool first_step, W* working) {
+  GRID_STRIDE_LOOP(i, n) {
+    float p = load(param, i);
+    float d = load(grad, i) + weight_decay * p;
+    if (momentum != 0.f) {
+      const float b = first_step ? d : momentum * load(buf, i) + (1.f - dampening) * d;
+      store(buf, i, b);
+      d = nesterov ? d + momentum * b : b;
+    }
+    p -= lr * d;
+    store(param, i, p);
+    if (working != nullptr) store(working, i, p);
+  }
+}
+
+template <typename T, typename W>
+__global__ void adamw_kernel(std::int64_t n, T* param, const T* grad, T* m, T* v, float lr, float beta1, float beta2,
+                             float eps, float weight_decay, float bias1, float bias2_sqrt, W* working) {
+  GRID_STRIDE_LOOP(i, n) {
+    float p = load(param, i) * (1.f - lr * weight_decay);
+    const float g = load(grad, i);
+    const float mi = beta1 * load(m, i) + (1.f - beta1) * g;
+    const float vi = beta2 * load(v, i) + (1.f - beta2) * g * g;
+    store(m, i, mi);
+    store(v, i, vi);
+    p -= lr / bias1 * mi / (sqrtf(vi) / bias2_sqrt + eps);
+    store(param, i, p);
+    if (working != nullptr) store(working, i, p);
+  }
+}
+
+template <typename T>
+__global__ void unscale_kernel(T* x, std::int64_t n, float inv_scale, int* found_inf) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float v = load(x, i) * inv_scale;
+    if (!isfinite(v)) *found_inf = 1;
+    store(x, i, v);
+  }
+}
+
+}  // namespace
+
+void check_launch(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) {
+    throw Error(std::string("cuda kernel ") + kernel + ": launch failed: " + cudaGetErrorString(status));
+  }
+}
+
+void fill(DType dtype, void* y, std::int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "fill", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, value);
+  });
+  check_launch("fill");
+}
+
+void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(src_dtype, "cast", [&](auto* s) {
+    using S = std::remove_pointer_t<decltype(s)>;
+    dispatch(dst_dtype, "cast", [&](auto* d) {
+      using D = std::remove_pointer_t<decltype(d)>;
+      cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+    });
+  });
+  check_launch("cast");
+}
+
+void binary(int op, DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "binary", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    binary_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                          static_cast<T*>(y), n);
+  });
+  check_launch("binary");
+}
+
+void affine(DType dtype, const void* x, void* y, std::int64_t n, float scale, float shift, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "affine", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    affine_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n, scale,
+                                                          shift);
+  });
+  check_launch("affine");
+}
+
+void axpy(DType dtype, std::int64_t n, float alpha, const void* x, void* y, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "axpy", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    axpy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, alpha, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+  check_launch("axpy");
+}
+
+void copy_strided(DType dtype, const void* src, const std::int64_t* shape, const std::int64_t* src_strides,
+                  std::int64_t src_offset, void* dst, const std::int64_t* dst_strides, std::int64_t dst_offset,
+                  int dims, cudaStream_t stream) {
+  if (dims > 8) throw Error("cuda kernel copy_strided: at most 8 dimensions, got " + std::to_string(dims));
+  StridedArgs args{};
+  std::int64_t n = 1;
+  for (int k = 0; k < dims; ++k) {
+    args.shape[k] = shape[k];
+    args.src_strides[k] = src_strides[k];
+    args.dst_strides[k] = dst_strides[k];
+    n *= shape[k];
+  }
+  args.src_offset = src_offset;
+  args.dst_offset = dst_offset;
+  args.dims = dims;
+  if (n == 0) return;
+  dispatch(dtype, "copy_strided", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    copy_strided_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), n,
+                                                                args);
+  });
+  check_launch("copy_strided");
+}
+
+std::int64_t sum_scratch_elements(std::int64_t) { return kSumBlocks; }
+
+void sum_v1(DType dtype, const void* x, std::int64_t n, void* out, float* scratch, cudaStream_t stream) {
+  cudaMemsetAsync(scratch, 0, sizeof(float), stream);
+  dispatch(dtype, "sum_v1", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    if (n > 0) sum_v1_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), n, scratch);
+    store_total_kernel<<<1, 1, 0, stream>>>(scratch, static_cast<T*>(out));
+  });
+  check_launch("sum_v1");
+}
+
+void sum(DType dtype, const void* x, std::int64_t n, void* out, float* scratch, cudaStream_t stream) {
+  const int blocks = static_cast<int>(std::min<std::int64_t>(kSumBlocks, (n + kThreads - 1) / kThreads + 1));
+  dispatch(dtype, "sum", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    sum_partials_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(x), n, scratch);
+    sum_finish_kernel<<<1, kThreads, 0, stream>>>(scratch, blocks, static_cast<T*>(out));
+  });
+  check_launch("sum");
+}
+
+void relu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "relu_forward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
+  check_launch("relu_forward");
+}
+
+void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "relu_backward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+                                                                 static_cast<T*>(dx), n);
+  });
+  check_launch("relu_backward");
+}
+
+void bias_relu_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
+                       std::int64_t channels, std::int64_t inner, bool relu, cudaStream_t stream) {
+  const std::int64_t total = outer * channels * inner;
+  if (total == 0) return;
+  dispatch(dtype, "bias_relu_forward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    bias_relu_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(y), total, channels, inner, relu);
+  });
+  check_launch("bias_relu_forward");
+}
+
+void bias_backward_v1(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                      std::int64_t inner, cudaStream_t stream) {
+  if (channels == 0) return;
+  dispatch(dtype, "bias_backward_v1", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    bias_backward_v1_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(
+        static_cast<const T*>(dy), static_cast<T*>(dbias), outer, channels, inner);
+  });
+  check_launch("bias_backward_v1");
+}
+
+void bias_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                   std::int64_t inner, cudaStream_t stream) {
+  if (channels == 0) return;
+  dispatch(dtype, "bias_backward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    bias_backward_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
+        static_cast<const T*>(dy), static_cast<T*>(dbias), outer, channels, inner);
+  });
+  check_launch("bias_backward");
+}
+
+void softmax_cross_entropy_forward_v1(DType dtype, const void* logits, const std::int64_t* labels,
+                                      std::int64_t batch, std::int64_t classes, void* probs, void* loss,
+                                      float* row_losses, int* bad_label, cudaStream_t stream) {
+  cudaMemsetAsync(bad_label, 0, sizeof(int), stream);
+  dispatch(dtype, "softmax_cross_entropy_forward_v1", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    sce_forward_v1_kernel<<<blocks_for(batch), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), labels, batch, classes, static_cast<T*>(probs), row_losses, bad_label);
+    mean_kernel<<<1, kThreads, 0, stream>>>(row_losses, batch, static_cast<T*>(loss));
+  });
+  check_launch("softmax_cross_entropy_forward_v1");
+}
+
+void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
+                                   std::int64_t classes, void* probs, void* loss, float* row_losses,
+                                   int* bad_label, cudaStream_t stream) {
+  cudaMemsetAsync(bad_label, 0, sizeof(int), stream);
+  const std::int64_t threads = batch * 32;
+  dispatch(dtype, "softmax_cross_entropy_forward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    sce_forward_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), labels, batch, classes, static_cast<T*>(probs), row_losses, bad_label);
+    mean_kernel<<<1, kThreads, 0, stream>>>(row_losses, batch, static_cast<T*>(loss));
+  });
+  check_launch("softmax_cross_entropy_forward");
+}
+
+void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,
+                                    std::int64_t classes, const void* dloss, void* dlogits, cudaStream_t stream) {
+  if (batch * classes == 0) return;
+  dispatch(dtype, "softmax_cross_entropy_backward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    sce_backward_kernel<<<blocks_for(batch * classes), kThreads, 0, stream>>>(
+        static_cast<const T*>(probs), labels, batch, classes, static_cast<const T*>(dloss), static_cast<T*>(dlogits));
+  });
+  check_launch("softmax_cross_entropy_backward");
+}
+
+void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer, float lr,
+              float momentum, float dampening, float weight_decay, bool nesterov, bool first_step,
+              DType working_dtype, void* working, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "sgd_step", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    dispatch(working == nullptr ? dtype : working_dtype, "sgd_step (working copy)", [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, static_cast<T*>(param), static_cast<const T*>(grad),
+                                                         static_cast<T*>(momentum_buffer), lr, momentum, dampening,
+                                                         weight_decay, nesterov, first_step, static_cast<W*>(working));
+    });
+  });
+  check_launch("sgd_step");
+}
+
+void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
+                float lr, float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
+                DType working_dtype, void* working, cudaStream_t stream) {
+  if (n == 0) return;
+  const float bias1 = 1.f - powf(beta1, static_cast<float>(step));
+  const float bias2_sqrt = sqrtf(1.f - powf(beta2, static_cast<float>(step)));
+  dispatch(dtype, "adamw_step", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    dispatch(working == nullptr ? dtype : working_dtype, "adamw_step (working copy)", [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+          n, static_cast<T*>(param), static_cast<const T*>(grad), static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq),
+          lr, beta1, beta2, eps, weight_decay, bias1, bias2_sqrt, static_cast<W*>(working));
+    });
+  });
+  check_launch("adamw_step");
+}
+
+void unscale_and_check(DType dtype, void* x, std::int64_t n, float inv_scale, int* found_inf, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch(dtype, "unscale_and_check", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    unscale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(x), n, inv_scale, found_inf);
+  });
+  check_launch("unscale_and_check");
+}
+
+}  // namespace trainlab::kernels

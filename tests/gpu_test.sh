@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU tests: the cross-backend harness (every op against the reference, forward and every
+# gradient, f32 near 1e-5 with TF32 off, bf16 near 1e-2, both layouts) and the steady-state
+# allocation check, run on the cuda backend. Where there is no cuda backend in the build, or no
+# GPU on the machine, the test is reported as skipped (exit 77) with the reason, never as passed.
+set -u
+trainlab=$1
+tests=$2
+if ! "$trainlab" backends | grep -q '^cuda '; then
+  echo "SKIPPED: this build has no cuda backend (configure with --preset cuda on a machine with the CUDA toolkit)"
+  exit 77
+fi
+probe=$("$trainlab" gemm --backend cuda --size 64 --seconds 0.05 2>&1)
+if [ $? -ne 0 ]; then
+  echo "SKIPPED: the cuda backend cannot start here: $probe"
+  exit 77
+fi
+echo "cuda backend: $probe"
+TRAINLAB_HARNESS_BACKENDS=cuda exec "$tests" "[backends]"
