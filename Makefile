@@ -55,10 +55,10 @@ report: build
 	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md
 
 format:
-	@git ls-files '*.cpp' '*.h' | xargs clang-format -i
+	@git ls-files '*.cpp' '*.h' '*.cu' | xargs clang-format -i
 
 check-format:
-	@git ls-files '*.cpp' '*.h' | xargs clang-format --dry-run --Werror
+	@git ls-files '*.cpp' '*.h' '*.cu' | xargs clang-format --dry-run --Werror
 
 clean:
 	@rm -rf $(BUILD_DIR) build-sanitize build-cuda

@@ -179,6 +179,9 @@ class Backend {
                                               std::int64_t batch, std::int64_t classes, const void* dloss,
                                               void* dlogits) = 0;
 
+  // The f16 loss scaler's unscale: x *= inv_scale in place; returns whether every result is finite.
+  virtual bool unscale_and_check_finite(DType dtype, void* x, std::int64_t n, double inv_scale) = 0;
+
   // ---- optimisers (one launch over a parameter tensor) ----
   virtual void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
                         const SgdStep& step) = 0;

@@ -163,8 +163,9 @@ const std::vector<ConfigField>& config_fields() {
       seed_field(),
       string_field("backend", &TrainConfig::backend, "a registered backend",
                    "compute backend (default: the best CPU one)"),
-      choice_field("dtype", &TrainConfig::dtype, {"f32", "f64", "bf16"},
-                   "compute dtype (bf16: autocast with f32 master weights and optimizer state)"),
+      choice_field("dtype", &TrainConfig::dtype, {"f32", "f64", "bf16", "f16"},
+                   "compute dtype (bf16/f16: autocast with f32 master weights and optimizer state; f16 with "
+                   "dynamic loss scaling)"),
       choice_field("layout", &TrainConfig::layout, {"nchw", "nhwc"}, "activation memory layout (nhwc: channels_last)"),
       bool_field("fuse", &TrainConfig::fuse, "conv/linear with bias and ReLU fused into one kernel call"),
       bool_field("pin_memory", &TrainConfig::pin_memory, "page-locked loader buffers (CUDA backends only)"),
@@ -193,6 +194,10 @@ const std::vector<ConfigField>& config_fields() {
                    "DDP all-reduce: the hand-written ring, or the library's own"),
       choice_field("comm", &TrainConfig::comm, {"mpi", "nccl"},
                    "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
+      double_field("loss_scale_init", &TrainConfig::loss_scale_init, 0.0, 1e30, true,
+                   "f16: the loss scale to start from (halved on overflow, doubled after the growth interval)"),
+      int_field("loss_scale_growth_interval", &TrainConfig::loss_scale_growth_interval, 1, kMaxInt,
+                "f16: good steps in a row before the loss scale doubles"),
       double_field("comm_timeout", &TrainConfig::comm_timeout, 0.0, 86400.0, true,
                    "seconds a DDP communication may wait before the job is ended, naming the peer"),
   };

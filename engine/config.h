@@ -27,7 +27,7 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   // execution
   std::string backend;          // empty: the default CPU backend
-  std::string dtype = "f32";    // f32 | f64 | bf16 (bf16 compute under autocast, f32 master weights)
+  std::string dtype = "f32";    // f32 | f64 | bf16 | f16 (autocast, f32 master weights; f16 with loss scaling)
   std::string layout = "nchw";  // nchw | nhwc (channels_last activations)
   bool fuse = false;            // conv/linear with bias and ReLU in one kernel call
   bool pin_memory = false;      // page-locked loader buffers for host-to-device copies (CUDA backends)
@@ -57,6 +57,9 @@ struct TrainConfig {
   std::string allreduce = "native";  // ring | native (MPI_Allreduce / ncclAllReduce)
   std::string comm = "mpi";          // mpi | nccl (a CUDA build, one GPU per rank)
   double comm_timeout = 300;         // seconds any communication may wait before the job is ended
+  // f16 dynamic loss scaling (PyTorch GradScaler semantics)
+  double loss_scale_init = 65536;
+  std::int64_t loss_scale_growth_interval = 2000;
 };
 
 struct ConfigField {

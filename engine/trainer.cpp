@@ -65,7 +65,7 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
       backend_(choose_backend(config)),
       parallel_(parallel),
       dtype_(parse_dtype(config.dtype)),
-      param_dtype_(dtype_ == DType::bf16 ? DType::f32 : dtype_),
+      param_dtype_(dtype_ == DType::bf16 || dtype_ == DType::f16 ? DType::f32 : dtype_),
       layout_(parse_memory_format(config.layout)),
       generator_(config.seed) {
   validate_config(config_);
@@ -98,6 +98,12 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
   } else {
     scheduler_ = std::make_unique<ConstantLR>(*optimizer_, config_.lr);
   }
+  if (dtype_ == DType::f16) {
+    GradScalerOptions scaler_options;
+    scaler_options.init_scale = config_.loss_scale_init;
+    scaler_options.growth_interval = config_.loss_scale_growth_interval;
+    scaler_ = std::make_unique<GradScaler>(scaler_options);
+  }
   train_data_ =
       std::make_shared<SyntheticImages>(config_.seed, Split::train, config_.train_samples, config_.decode_cost);
   held_out_data_ = std::make_shared<SyntheticImages>(config_.seed, Split::held_out, config_.eval_samples, 0);
@@ -125,7 +131,7 @@ Tensor Trainer::prepare_input(const Tensor& images) const {
 }
 
 Tensor Trainer::forward_loss(const Tensor& images, const Tensor& labels) {
-  AutocastGuard autocast(dtype_ == DType::bf16 ? DType::bf16 : DType::f32);
+  AutocastGuard autocast(param_dtype_ != dtype_ ? dtype_ : DType::f32);
   return cross_entropy(model_->forward(prepare_input(images)), labels);
 }
 
@@ -152,7 +158,7 @@ EvalResult Trainer::evaluate() {
     const Tensor y = Tensor::from_vector(labels, {count}, backend_);
     Tensor logits;
     {
-      AutocastGuard autocast(dtype_ == DType::bf16 ? DType::bf16 : DType::f32);
+      AutocastGuard autocast(param_dtype_ != dtype_ ? dtype_ : DType::f32);
       logits = model_->forward(prepare_input(x));
     }
     loss_sum += cross_entropy(logits.to(DType::f32), y).item() * static_cast<double>(count);
@@ -225,7 +231,11 @@ TrainResult Trainer::train(std::ostream* log) {
       if (parallel_ != nullptr) parallel_->begin_backward(sync);
       {
         PhaseTimer t(backend_, "backward", phases.backward_s);
-        loss.backward();
+        if (scaler_) {
+          scaler_->scale(loss).backward();
+        } else {
+          loss.backward();
+        }
       }
       if (parallel_ != nullptr && sync) {
         PhaseTimer t(backend_, "comm_wait", phases.comm_s);
@@ -235,7 +245,11 @@ TrainResult Trainer::train(std::ostream* log) {
     }
     {
       PhaseTimer t(backend_, "optimizer", phases.optimizer_s);
-      optimizer_->step();
+      if (scaler_) {
+        if (!scaler_->step(*optimizer_)) ++result.skipped_steps;
+      } else {
+        optimizer_->step();
+      }
       optimizer_->zero_grad();
       scheduler_->step();
     }
@@ -263,10 +277,11 @@ TrainResult Trainer::train(std::ostream* log) {
 
     if (log && (step_ % config_.log_every == 0 || step_ == target)) {
       const double total = window.total();
-      *log << fmt::format("step {:>6}/{}  loss {:.4f}  {:>8.1f} samples/s  data-wait {:>5.1f}%  lr {:.4g}\n", step_,
+      *log << fmt::format("step {:>6}/{}  loss {:.4f}  {:>8.1f} samples/s  data-wait {:>5.1f}%  lr {:.4g}{}\n", step_,
                           config_.steps, loss_value,
                           total > 0 ? static_cast<double>(window_steps * samples_per_step) / total : 0.0,
-                          total > 0 ? 100.0 * window.data_wait_s / total : 0.0, optimizer_->lr());
+                          total > 0 ? 100.0 * window.data_wait_s / total : 0.0, optimizer_->lr(),
+                          scaler_ ? fmt::format("  loss scale {:g}", scaler_->scale_value()) : std::string());
       log->flush();
       window = PhaseTimes{};
       window_steps = 0;
@@ -281,6 +296,7 @@ TrainResult Trainer::train(std::ostream* log) {
     if (config_.save_every > 0 && step_ % config_.save_every == 0 && step_ != target) save(config_.save);
   }
   result.last_step = step_;
+  if (scaler_) result.loss_scale = scaler_->scale_value();
   if (tracing) {
     profiler.set_enabled(false);
     write_chrome_trace(trace_path(), profiler.take(), profiler.thread_names());
@@ -302,6 +318,10 @@ TrainResult Trainer::train(std::ostream* log) {
                           result.final_eval.samples);
     }
     *log << "\n";
+    if (scaler_) {
+      *log << fmt::format("loss scaling (f16): {} of {} steps skipped for non-finite gradients; scale now {:g}\n",
+                          result.skipped_steps, run_steps, scaler_->scale_value());
+    }
     if (result.measured_steps > 0) {
       const PhaseTimes& m = result.measured;
       *log << fmt::format(
@@ -366,6 +386,11 @@ void Trainer::save_local(const std::string& dir) {
   checkpoint.trainer.strings["generator"] = generator_.state_string();
   checkpoint.trainer.strings["engine_version"] = git_describe();
   checkpoint.trainer.strings["backend"] = backend_.name();
+  if (scaler_) {
+    const StateDict scaler = scaler_->state_dict();
+    for (const auto& [key, value] : scaler.numbers) checkpoint.trainer.numbers["scaler." + key] = value;
+    for (const auto& [key, value] : scaler.integers) checkpoint.trainer.integers["scaler." + key] = value;
+  }
   config_to_state(config_, checkpoint.trainer);
   save_checkpoint(dir, checkpoint);
 }
@@ -393,6 +418,13 @@ void Trainer::resume(const std::string& dir) {
     scheduler_->load_state_dict(checkpoint.scheduler);
     loader_->load_state_dict(checkpoint.loader);
     generator_.set_state_string(checkpoint.trainer.string("generator", owner));
+    if (scaler_) {
+      StateDict scaler;
+      scaler.numbers["scale"] = checkpoint.trainer.number("scaler.scale", owner);
+      for (const char* key : {"growth_tracker", "skipped_steps", "growth_interval"})
+        scaler.integers[key] = checkpoint.trainer.integer(std::string("scaler.") + key, owner);
+      scaler_->load_state_dict(scaler);
+    }
   } catch (const Error& e) {
     throw Error(owner + ": " + e.what());
   }

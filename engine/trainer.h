@@ -12,6 +12,7 @@
 #include "engine/config.h"
 #include "engine/data.h"
 #include "engine/distributed.h"
+#include "engine/grad_scaler.h"
 #include "engine/nn.h"
 #include "engine/optim.h"
 
@@ -43,6 +44,8 @@ struct TrainResult {
   PhaseTimes measured;               // phase totals over the measured steps
   std::vector<double> step_seconds;  // every measured step's time, in order
   DdpStepStats ddp;                  // data parallel: totals over the measured steps (bucket sizes of the last)
+  std::int64_t skipped_steps = 0;    // f16: optimiser steps skipped for non-finite gradients (this run)
+  double loss_scale = 0;             // f16: the loss scale at the end (0 without a scaler)
   double wall_s = 0;
 };
 
@@ -87,6 +90,7 @@ class Trainer {
   std::unique_ptr<SmallCNN> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRScheduler> scheduler_;
+  std::unique_ptr<GradScaler> scaler_;  // f16 only
   std::shared_ptr<const SyntheticImages> train_data_, held_out_data_;
   std::unique_ptr<DataLoader> loader_;
   std::int64_t step_ = 0;

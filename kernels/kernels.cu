@@ -47,7 +47,7 @@ void dispatch(DType dtype, const char* kernel, F&& f) {
   }
 }
 
-#define GRID_STRIDE_LOOP(i, n)                                                                          \
+#define GRID_STRIDE_LOOP(i, n)                                                                     \
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
@@ -220,7 +220,8 @@ __global__ void sce_forward_v1_kernel(const T* logits, const std::int64_t* label
     for (std::int64_t j = 0; j < classes; ++j) m = fmaxf(m, load(logits, r * classes + j));
     float s = 0;
     for (std::int64_t j = 0; j < classes; ++j) s += expf(load(logits, r * classes + j) - m);
-    for (std::int64_t j = 0; j < classes; ++j) store(probs, r * classes + j, expf(load(logits, r * classes + j) - m) / s);
+    for (std::int64_t j = 0; j < classes; ++j)
+      store(probs, r * classes + j, expf(load(logits, r * classes + j) - m) / s);
     row_losses[r] = logf(s) + m - load(logits, r * classes + label);
   }
 }
@@ -280,8 +281,8 @@ __global__ void sce_backward_kernel(const T* probs, const std::int64_t* labels, 
 
 // ---- optimisers ----
 template <typename T, typename W>
-__global__ void sgd_kernel(std::int64_t n, T* param, const T* grad, T* buf, float lr, float momentum,
-                           float dampening, float weight_decay, bool nesterov, bool first_step, W* working) {
+__global__ void sgd_kernel(std::int64_t n, T* param, const T* grad, T* buf, float lr, float momentum, float dampening,
+                           float weight_decay, bool nesterov, bool first_step, W* working) {
   GRID_STRIDE_LOOP(i, n) {
     float p = load(param, i);
     float d = load(grad, i) + weight_decay * p;
@@ -445,14 +446,14 @@ void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::in
   check_launch("relu_backward");
 }
 
-void bias_relu_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
-                       std::int64_t channels, std::int64_t inner, bool relu, cudaStream_t stream) {
+void bias_relu_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer, std::int64_t channels,
+                       std::int64_t inner, bool relu, cudaStream_t stream) {
   const std::int64_t total = outer * channels * inner;
   if (total == 0) return;
   dispatch(dtype, "bias_relu_forward", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    bias_relu_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(y), total, channels, inner, relu);
+    bias_relu_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(bias),
+                                                                 static_cast<T*>(y), total, channels, inner, relu);
   });
   check_launch("bias_relu_forward");
 }
@@ -479,9 +480,9 @@ void bias_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer,
   check_launch("bias_backward");
 }
 
-void softmax_cross_entropy_forward_v1(DType dtype, const void* logits, const std::int64_t* labels,
-                                      std::int64_t batch, std::int64_t classes, void* probs, void* loss,
-                                      float* row_losses, int* bad_label, cudaStream_t stream) {
+void softmax_cross_entropy_forward_v1(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
+                                      std::int64_t classes, void* probs, void* loss, float* row_losses, int* bad_label,
+                                      cudaStream_t stream) {
   cudaMemsetAsync(bad_label, 0, sizeof(int), stream);
   dispatch(dtype, "softmax_cross_entropy_forward_v1", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
@@ -493,8 +494,8 @@ void softmax_cross_entropy_forward_v1(DType dtype, const void* logits, const std
 }
 
 void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
-                                   std::int64_t classes, void* probs, void* loss, float* row_losses,
-                                   int* bad_label, cudaStream_t stream) {
+                                   std::int64_t classes, void* probs, void* loss, float* row_losses, int* bad_label,
+                                   cudaStream_t stream) {
   cudaMemsetAsync(bad_label, 0, sizeof(int), stream);
   const std::int64_t threads = batch * 32;
   dispatch(dtype, "softmax_cross_entropy_forward", [&](auto* t) {
@@ -518,8 +519,8 @@ void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::i
 }
 
 void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer, float lr,
-              float momentum, float dampening, float weight_decay, bool nesterov, bool first_step,
-              DType working_dtype, void* working, cudaStream_t stream) {
+              float momentum, float dampening, float weight_decay, bool nesterov, bool first_step, DType working_dtype,
+              void* working, cudaStream_t stream) {
   if (n == 0) return;
   dispatch(dtype, "sgd_step", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
@@ -533,9 +534,9 @@ void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* 
   check_launch("sgd_step");
 }
 
-void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
-                float lr, float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
-                DType working_dtype, void* working, cudaStream_t stream) {
+void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, float lr,
+                float beta1, float beta2, float eps, float weight_decay, std::int64_t step, DType working_dtype,
+                void* working, cudaStream_t stream) {
   if (n == 0) return;
   const float bias1 = 1.f - powf(beta1, static_cast<float>(step));
   const float bias2_sqrt = sqrtf(1.f - powf(beta2, static_cast<float>(step)));

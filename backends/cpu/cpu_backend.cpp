@@ -210,6 +210,22 @@ void CpuBackend::axpy(DType dtype, std::int64_t n, double alpha, const void* x, 
   });
 }
 
+bool CpuBackend::unscale_and_check_finite(DType dtype, void* x, std::int64_t n, double inv_scale) {
+  bool finite = true;
+  dispatch_floating(dtype, op_name("unscale_and_check_finite").c_str(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    S* px = as<S>(x);
+    const C s = static_cast<C>(inv_scale);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const C v = load<C>(px[i]) * s;
+      finite = finite && std::isfinite(static_cast<double>(v));
+      px[i] = store<S>(v);
+    }
+  });
+  return finite;
+}
+
 void CpuBackend::sum(DType dtype, const void* x, std::int64_t n, void* out) {
   dispatch_floating(dtype, op_name("sum").c_str(), [&](auto tag) {
     using S = decltype(tag);

@@ -42,6 +42,7 @@ class CpuBackend : public Backend {
   void affine(DType dtype, const void* x, void* y, std::int64_t n, double scale, double shift) override;
   void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y) override;
   void sum(DType dtype, const void* x, std::int64_t n, void* out) override;
+  bool unscale_and_check_finite(DType dtype, void* x, std::int64_t n, double inv_scale) override;
 
   void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) override;
   void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) override;

@@ -295,6 +295,15 @@ class CudaBackend final : public Backend {
     kernels::sum(dtype, x, n, out, scratch_, stream_);
   }
 
+  bool unscale_and_check_finite(DType dtype, void* x, std::int64_t n, double inv_scale) override {
+    CU(cudaMemsetAsync(flag_, 0, sizeof(int), stream_));
+    kernels::unscale_and_check(dtype, x, n, static_cast<float>(inv_scale), flag_, stream_);
+    int found_inf = 0;
+    CU(cudaMemcpyAsync(&found_inf, flag_, sizeof found_inf, cudaMemcpyDeviceToHost, stream_));
+    CU(cudaStreamSynchronize(stream_));
+    return found_inf == 0;
+  }
+
   void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) override {
     kernels::relu_forward(dtype, x, y, n, stream_);
   }
@@ -400,12 +409,11 @@ class CudaBackend final : public Backend {
                             dx));
   }
 
-  void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,
-                                     std::int64_t batch, std::int64_t classes, void* probs, void* loss) override {
+  void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
+                                     std::int64_t classes, void* probs, void* loss) override {
     float* rows = static_cast<float*>(allocator_.allocate(sizeof(float) * static_cast<std::size_t>(batch)));
     try {
-      kernels::softmax_cross_entropy_forward(dtype, logits, labels, batch, classes, probs, loss, rows, flag_,
-                                             stream_);
+      kernels::softmax_cross_entropy_forward(dtype, logits, labels, batch, classes, probs, loss, rows, flag_, stream_);
       int bad = 0;
       CU(cudaMemcpyAsync(&bad, flag_, sizeof bad, cudaMemcpyDeviceToHost, stream_));
       CU(cudaStreamSynchronize(stream_));
@@ -467,9 +475,9 @@ class CudaBackend final : public Backend {
   }
 
   ConvPlan& conv_plan(DType dtype, const Conv2dShape& s) {
-    const auto key = std::make_tuple(static_cast<int>(dtype), s.batch, s.in_channels, s.in_h, s.in_w, s.out_channels,
-                                     s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w,
-                                     s.channels_last, tf32_);
+    const auto key =
+        std::make_tuple(static_cast<int>(dtype), s.batch, s.in_channels, s.in_h, s.in_w, s.out_channels, s.kernel_h,
+                        s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.channels_last, tf32_);
     auto it = conv_plans_.find(key);
     if (it != conv_plans_.end()) return *it->second;
     auto plan = std::make_unique<ConvPlan>();
@@ -488,8 +496,9 @@ class CudaBackend final : public Backend {
                                        static_cast<int>(s.stride_h), static_cast<int>(s.stride_w), 1, 1,
                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     // f32 without TF32 must not down-convert (CUDNN_FMA_MATH); bf16/f16 use tensor cores.
-    CU(cudnnSetConvolutionMathType(
-        plan->conv, dtype != DType::f32 ? CUDNN_TENSOR_OP_MATH : tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    CU(cudnnSetConvolutionMathType(plan->conv, dtype != DType::f32 ? CUDNN_TENSOR_OP_MATH
+                                               : tf32_             ? CUDNN_DEFAULT_MATH
+                                                                   : CUDNN_FMA_MATH));
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t forward[8];
     CU(cudnnGetConvolutionForwardAlgorithm_v7(dnn_, plan->x, plan->w, plan->conv, plan->y, 8, &found, forward));
@@ -564,9 +573,9 @@ class CudaBackend final : public Backend {
   }
 };
 
-const BackendRegistration registration(
-    BackendInfo{"cuda", "NVIDIA GPU: cuBLAS, cuDNN and trainlab's kernels", DeviceType::cuda, 0},
-    [] { return std::make_unique<CudaBackend>(); });
+const BackendRegistration registration(BackendInfo{"cuda", "NVIDIA GPU: cuBLAS, cuDNN and trainlab's kernels",
+                                                   DeviceType::cuda, 0},
+                                       [] { return std::make_unique<CudaBackend>(); });
 
 }  // namespace
 
