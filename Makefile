@@ -37,7 +37,7 @@ NVCC ?= /usr/local/cuda/bin/nvcc
 build-cuda: deps
 	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
 	cmake --preset cuda > /dev/null && \
-	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling && \
+	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling trainlab_cuda_kernels_test && \
 	ctest --preset cuda -L gpu
 
 # The main job: the quick CPU optimisation ladder (configs/ladder_cpu.yaml) with calibration

@@ -72,6 +72,17 @@ struct AdamWStep {
   std::int64_t step;
 };
 
+// One parameter tensor of a whole-model optimiser step (sgd_step_all, adamw_step_all).
+struct OptimizerSlot {
+  void* param;
+  const void* grad;
+  void* state1;  // SGD: the momentum buffer (null without momentum); AdamW: exp_avg
+  void* state2;  // AdamW: exp_avg_sq
+  std::int64_t n;
+  bool first_step;    // SGD: the momentum buffer starts as the gradient
+  std::int64_t step;  // AdamW: this parameter's step count, from 1
+};
+
 struct AllocatorStats {
   std::int64_t allocations = 0;  // calls to allocate() so far
   std::int64_t bytes_in_use = 0;
@@ -187,6 +198,10 @@ class Backend {
                         const SgdStep& step) = 0;
   virtual void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                           const AdamWStep& step) = 0;
+  // Every parameter in one call (one kernel launch on a GPU). `step`'s first_step (SGD) and step
+  // (AdamW) are taken per slot. The default calls sgd_step / adamw_step per slot.
+  virtual void sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& step);
+  virtual void adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& step);
 };
 
 }  // namespace trainlab

@@ -27,6 +27,22 @@ std::mutex& registry_mutex() {
 
 }  // namespace
 
+void Backend::sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& step) {
+  for (const OptimizerSlot& slot : slots) {
+    SgdStep one = step;
+    one.first_step = slot.first_step;
+    sgd_step(dtype, slot.n, slot.param, slot.grad, slot.state1, one);
+  }
+}
+
+void Backend::adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& step) {
+  for (const OptimizerSlot& slot : slots) {
+    AdamWStep one = step;
+    one.step = slot.step;
+    adamw_step(dtype, slot.n, slot.param, slot.grad, slot.state1, slot.state2, one);
+  }
+}
+
 void Backend::set_tf32(bool enabled) {
   if (enabled) throw Error("backend '" + name() + "' has no TF32 math mode (it needs a CUDA backend)");
 }

@@ -88,18 +88,35 @@ SGD::SGD(NamedTensors params, const SgdOptions& options)
 void SGD::step() {
   TL_PROFILE_SCOPE("sgd.step");
   NoGradGuard no_grad;
+  // Every parameter with a gradient, in one backend call per (backend, dtype): one launch on a GPU.
+  std::vector<Tensor> dense_grads;  // kept alive until the call returns
+  std::vector<OptimizerSlot> slots;
+  Backend* backend = nullptr;
+  DType dtype = DType::f32;
+  auto flush = [&] {
+    if (!slots.empty()) {
+      backend->sgd_step_all(
+          dtype, slots,
+          SgdStep{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, false});
+    }
+    slots.clear();
+    dense_grads.clear();
+  };
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
+    if (backend != nullptr && (&p.backend() != backend || p.dtype() != dtype)) flush();
+    backend = &p.backend();
+    dtype = p.dtype();
     const bool first = !momentum_buffers_[i].defined();
     if (first && options_.momentum != 0) momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
-    const Tensor dense_grad = g.contiguous();
-    p.backend().sgd_step(
-        p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(),
-        options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
-        SgdStep{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, first});
+    dense_grads.push_back(g.contiguous());
+    slots.push_back(OptimizerSlot{p.raw_data(), dense_grads.back().raw_data(),
+                                  options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr, nullptr,
+                                  p.numel(), first, 0});
   }
+  flush();
 }
 
 StateDict SGD::state_dict() const {
@@ -148,20 +165,35 @@ AdamW::AdamW(NamedTensors params, const AdamWOptions& options)
 void AdamW::step() {
   TL_PROFILE_SCOPE("adamw.step");
   NoGradGuard no_grad;
+  std::vector<Tensor> dense_grads;  // kept alive until the call returns
+  std::vector<OptimizerSlot> slots;
+  Backend* backend = nullptr;
+  DType dtype = DType::f32;
+  auto flush = [&] {
+    if (!slots.empty()) {
+      backend->adamw_step_all(dtype, slots,
+                              AdamWStep{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, 0});
+    }
+    slots.clear();
+    dense_grads.clear();
+  };
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
+    if (backend != nullptr && (&p.backend() != backend || p.dtype() != dtype)) flush();
+    backend = &p.backend();
+    dtype = p.dtype();
     if (!exp_avg_[i].defined()) {
       exp_avg_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
       exp_avg_sq_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
     }
     ++steps_[i];
-    const Tensor dense_grad = g.contiguous();
-    p.backend().adamw_step(
-        p.dtype(), p.numel(), p.raw_data(), dense_grad.raw_data(), exp_avg_[i].raw_data(), exp_avg_sq_[i].raw_data(),
-        AdamWStep{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_[i]});
+    dense_grads.push_back(g.contiguous());
+    slots.push_back(OptimizerSlot{p.raw_data(), dense_grads.back().raw_data(), exp_avg_[i].raw_data(),
+                                  exp_avg_sq_[i].raw_data(), p.numel(), false, steps_[i]});
   }
+  flush();
 }
 
 StateDict AdamW::state_dict() const {

@@ -77,6 +77,9 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
                  backend_.name() + "' runs on the CPU, where there is no copy");
     TL_CHECK(!config_.tf32, "tf32 needs a CUDA backend (TF32 is a tensor-core math mode); backend '" + backend_.name() +
                                 "' runs on the CPU");
+  } else {
+    TL_CHECK(!config_.pin_memory, "pin_memory is not implemented yet on backend '" + backend_.name() +
+                                      "' (page-locked loader buffers with copies on a copy stream are still to come)");
   }
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
   backend_.set_tf32(config_.tf32);

@@ -314,6 +314,48 @@ __global__ void adamw_kernel(std::int64_t n, T* param, const T* grad, T* m, T* v
 }
 
 template <typename T>
+__global__ void sgd_multi_kernel(const MultiSlot* slots, float lr, float momentum, float dampening, float weight_decay,
+                                 bool nesterov) {
+  const MultiSlot s = slots[blockIdx.y];
+  T* param = static_cast<T*>(s.param);
+  const T* grad = static_cast<const T*>(s.grad);
+  T* buf = static_cast<T*>(s.state1);
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.n;
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+    float p = load(param, i);
+    float d = load(grad, i) + weight_decay * p;
+    if (buf != nullptr) {
+      const float b = s.first_step ? d : momentum * load(buf, i) + (1.f - dampening) * d;
+      store(buf, i, b);
+      d = nesterov ? d + momentum * b : b;
+    }
+    store(param, i, p - lr * d);
+  }
+}
+
+template <typename T>
+__global__ void adamw_multi_kernel(const MultiSlot* slots, float lr, float beta1, float beta2, float eps,
+                                   float weight_decay) {
+  const MultiSlot s = slots[blockIdx.y];
+  T* param = static_cast<T*>(s.param);
+  const T* grad = static_cast<const T*>(s.grad);
+  T* m = static_cast<T*>(s.state1);
+  T* v = static_cast<T*>(s.state2);
+  const float bias1 = 1.f - powf(beta1, static_cast<float>(s.step));
+  const float bias2_sqrt = sqrtf(1.f - powf(beta2, static_cast<float>(s.step)));
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.n;
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+    float p = load(param, i) * (1.f - lr * weight_decay);
+    const float g = load(grad, i);
+    const float mi = beta1 * load(m, i) + (1.f - beta1) * g;
+    const float vi = beta2 * load(v, i) + (1.f - beta2) * g * g;
+    store(m, i, mi);
+    store(v, i, vi);
+    store(param, i, p - lr / bias1 * mi / (sqrtf(vi) / bias2_sqrt + eps));
+  }
+}
+
+template <typename T>
 __global__ void unscale_kernel(T* x, std::int64_t n, float inv_scale, int* found_inf) {
   GRID_STRIDE_LOOP(i, n) {
     const float v = load(x, i) * inv_scale;
@@ -550,6 +592,32 @@ void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void
     });
   });
   check_launch("adamw_step");
+}
+
+void sgd_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float momentum,
+                    float dampening, float weight_decay, bool nesterov, cudaStream_t stream) {
+  if (count == 0 || max_n == 0) return;
+  if (count > 65535) throw Error("cuda kernel sgd_step_multi: at most 65535 tensors, got " + std::to_string(count));
+  const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(1024, (max_n + kThreads - 1) / kThreads)),
+                  static_cast<unsigned>(count));
+  dispatch(dtype, "sgd_step_multi", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    sgd_multi_kernel<T><<<grid, kThreads, 0, stream>>>(slots, lr, momentum, dampening, weight_decay, nesterov);
+  });
+  check_launch("sgd_step_multi");
+}
+
+void adamw_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, cudaStream_t stream) {
+  if (count == 0 || max_n == 0) return;
+  if (count > 65535) throw Error("cuda kernel adamw_step_multi: at most 65535 tensors, got " + std::to_string(count));
+  const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(1024, (max_n + kThreads - 1) / kThreads)),
+                  static_cast<unsigned>(count));
+  dispatch(dtype, "adamw_step_multi", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    adamw_multi_kernel<T><<<grid, kThreads, 0, stream>>>(slots, lr, beta1, beta2, eps, weight_decay);
+  });
+  check_launch("adamw_step_multi");
 }
 
 void unscale_and_check(DType dtype, void* x, std::int64_t n, float inv_scale, int* found_inf, cudaStream_t stream) {

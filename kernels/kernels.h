@@ -4,8 +4,8 @@
 //
 // As llm.c keeps numbered versions, a kernel that has a faster form keeps its first, plain one as
 // `_v1` (one thread per output, no shared memory, the obviously-correct version); the backend
-// uses the latest. (A GPU test comparing every version with the reference is still to come: no
-// GPU has been at hand.)
+// uses the latest; tests/cuda_kernels_test.cpp checks every version against host computations
+// (a GPU test: skipped where there is no GPU, and not yet run on one).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -70,6 +70,22 @@ void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* 
 void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq, float lr,
                 float beta1, float beta2, float eps, float weight_decay, std::int64_t step, DType working_dtype,
                 void* working, cudaStream_t stream);
+
+// ---- the whole model in one launch: `slots` is a device array of `count` slots; grid.y walks the
+// slots, grid.x the elements of the largest (max_n). Per slot: SGD's first_step, AdamW's step. ----
+struct MultiSlot {
+  void* param;
+  const void* grad;
+  void* state1;
+  void* state2;
+  std::int64_t n;
+  int first_step;
+  std::int64_t step;
+};
+void sgd_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float momentum,
+                    float dampening, float weight_decay, bool nesterov, cudaStream_t stream);
+void adamw_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, cudaStream_t stream);
 
 // ---- the f16 loss scaler: x *= inv_scale in place, and *found_inf = 1 if any result is not finite ----
 void unscale_and_check(DType dtype, void* x, std::int64_t n, float inv_scale, int* found_inf, cudaStream_t stream);

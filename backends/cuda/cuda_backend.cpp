@@ -216,6 +216,7 @@ class CudaBackend final : public Backend {
     conv_plans_.clear();
     pool_plans_.clear();
     if (workspace_) allocator_.deallocate(workspace_, workspace_bytes_);
+    if (slot_table_) allocator_.deallocate(slot_table_, slot_table_bytes_);
     allocator_.deallocate(scratch_, sizeof(float) * kernels::sum_scratch_elements(0));
     allocator_.deallocate(flag_, sizeof(int));
     cudnnDestroy(dnn_);
@@ -440,6 +441,22 @@ class CudaBackend final : public Backend {
                       static_cast<float>(s.dampening), static_cast<float>(s.weight_decay), s.nesterov, s.first_step,
                       dtype, nullptr, stream_);
   }
+  // The whole model in one launch: the slot table goes to the device (a small copy on the stream).
+  void sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& s) override {
+    std::int64_t max_n = 0;
+    kernels::MultiSlot* table = upload_slots(slots, max_n);
+    kernels::sgd_step_multi(dtype, table, static_cast<int>(slots.size()), max_n, static_cast<float>(s.lr),
+                            static_cast<float>(s.momentum), static_cast<float>(s.dampening),
+                            static_cast<float>(s.weight_decay), s.nesterov, stream_);
+  }
+  void adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& s) override {
+    std::int64_t max_n = 0;
+    kernels::MultiSlot* table = upload_slots(slots, max_n);
+    kernels::adamw_step_multi(dtype, table, static_cast<int>(slots.size()), max_n, static_cast<float>(s.lr),
+                              static_cast<float>(s.beta1), static_cast<float>(s.beta2), static_cast<float>(s.eps),
+                              static_cast<float>(s.weight_decay), stream_);
+  }
+
   void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                   const AdamWStep& s) override {
     kernels::adamw_step(dtype, n, param, grad, exp_avg, exp_avg_sq, static_cast<float>(s.lr),
@@ -458,6 +475,27 @@ class CudaBackend final : public Backend {
     CU(cublasGemmEx(blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, a, type,
                     static_cast<int>(lda), b, type, static_cast<int>(ldb), &zero, c, type, static_cast<int>(ldc),
                     compute, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // The slot table in device memory, reused while it is large enough. The copy is ordered on the
+  // stream after the kernels that read the previous table, and a copy from pageable host memory
+  // has taken the bytes by the time cudaMemcpyAsync returns, so no wait is needed.
+  kernels::MultiSlot* upload_slots(const std::vector<OptimizerSlot>& slots, std::int64_t& max_n) {
+    staged_slots_.clear();
+    max_n = 0;
+    for (const OptimizerSlot& s : slots) {
+      staged_slots_.push_back(
+          kernels::MultiSlot{s.param, s.grad, s.state1, s.state2, s.n, s.first_step ? 1 : 0, s.step});
+      max_n = std::max(max_n, s.n);
+    }
+    const std::size_t bytes = staged_slots_.size() * sizeof(kernels::MultiSlot);
+    if (bytes > slot_table_bytes_) {
+      if (slot_table_) allocator_.deallocate(slot_table_, slot_table_bytes_);
+      slot_table_ = allocator_.allocate(bytes);
+      slot_table_bytes_ = bytes;
+    }
+    if (bytes > 0) CU(cudaMemcpyAsync(slot_table_, staged_slots_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    return static_cast<kernels::MultiSlot*>(slot_table_);
   }
 
   void* workspace(std::size_t bytes) {
@@ -558,6 +596,9 @@ class CudaBackend final : public Backend {
   int* flag_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
+  void* slot_table_ = nullptr;
+  std::size_t slot_table_bytes_ = 0;
+  std::vector<kernels::MultiSlot> staged_slots_;
   using ConvKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                              std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool>;
   std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;

@@ -74,7 +74,14 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--forward-only", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: the eager step on the GPU, each step timed after torch.cuda.synchronize()")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"tool": "torch_smallcnn", "error": "--device cuda: torch.cuda.is_available() is False"}))
+        return 3
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -82,12 +89,13 @@ def main() -> int:
     channels_last = "channels_last" in args.variant
     model = SmallCNN("linear_as_conv" in args.variant)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = model.to(memory_format=fmt)
+    model = model.to(device=device, memory_format=fmt)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     # Batches arrive NCHW, as a data loader delivers them; the channels_last variants convert each
     # one inside the timed step, exactly as trainlab counts its own input reorder.
-    batches = [(torch.randn(args.batch, 3, 32, 32), torch.randint(0, 10, (args.batch,))) for _ in range(4)]
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    batches = [(torch.randn(args.batch, 3, 32, 32, device=device), torch.randint(0, 10, (args.batch,), device=device))
+               for _ in range(4)]
+    autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
 
     def step(i):
         x, y = batches[i % 4]
@@ -104,12 +112,14 @@ def main() -> int:
 
     for i in range(args.warmup):
         step(i)
+    sync()
     step_seconds = []
     start = time.perf_counter()
     i = 0
     while len(step_seconds) < 3 or time.perf_counter() - start < args.seconds:
         t = time.perf_counter()
         step(args.warmup + i)
+        sync()  # a GPU step is timed to its end, not to its launch
         step_seconds.append(time.perf_counter() - t)
         i += 1
     seconds = time.perf_counter() - start
@@ -125,11 +135,11 @@ def main() -> int:
         "warmup_steps_excluded": args.warmup,
         "step_seconds": step_seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "config": {"variant": args.variant, "dtype": args.dtype, "batch": args.batch,
+        "config": {"variant": args.variant, "dtype": args.dtype, "batch": args.batch, "device": args.device,
                    "threads": torch.get_num_threads(), "forward_only": args.forward_only, "seed": args.seed},
         "versions": {"torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
                      "python": sys.version.split()[0]},
-        "timer": "perf_counter",
+        "timer": "perf_counter" + (" after torch.cuda.synchronize()" if args.device == "cuda" else ""),
     }))
     return 0
 
