@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "backends/error.h"
 #include "kernels/kernels.h"
@@ -47,6 +48,40 @@ void dispatch(DType dtype, const char* kernel, F&& f) {
   }
 }
 
+// Storage types for casts: the compute types plus f64 (the engine casts to f64 to read values back).
+template <typename F>
+void dispatch_storage(DType dtype, const char* kernel, F&& f) {
+  if (dtype == DType::f64) {
+    f(static_cast<double*>(nullptr));
+    return;
+  }
+  dispatch(dtype, kernel, std::forward<F>(f));
+}
+
+// One rounding from the source to the destination type (f64 -> bf16/f16 directly, not via f32).
+template <typename D>
+__device__ __forceinline__ D convert(double v);
+template <>
+__device__ __forceinline__ double convert<double>(double v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float convert<float>(double v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 convert<__nv_bfloat16>(double v) {
+  return __double2bfloat16(v);
+}
+template <>
+__device__ __forceinline__ __half convert<__half>(double v) {
+  return __double2half(v);
+}
+__device__ __forceinline__ double widen(double v) { return v; }
+__device__ __forceinline__ double widen(float v) { return v; }
+__device__ __forceinline__ double widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ double widen(__half v) { return __half2float(v); }
+
 #define GRID_STRIDE_LOOP(i, n)                                                                     \
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
@@ -58,7 +93,12 @@ __global__ void fill_kernel(T* y, std::int64_t n, float value) {
 
 template <typename S, typename D>
 __global__ void cast_kernel(const S* x, D* y, std::int64_t n) {
-  GRID_STRIDE_LOOP(i, n) store(y, i, load(x, i));
+  GRID_STRIDE_LOOP(i, n) y[i] = convert<D>(widen(x[i]));
+}
+
+template <typename T>
+__global__ void fill_storage_kernel(T* y, std::int64_t n, T value) {
+  GRID_STRIDE_LOOP(i, n) y[i] = value;
 }
 
 template <typename T>
@@ -222,7 +262,7 @@ __global__ void sce_forward_v1_kernel(const T* logits, const std::int64_t* label
     for (std::int64_t j = 0; j < classes; ++j) s += expf(load(logits, r * classes + j) - m);
     for (std::int64_t j = 0; j < classes; ++j)
       store(probs, r * classes + j, expf(load(logits, r * classes + j) - m) / s);
-    row_losses[r] = logf(s) + m - load(logits, r * classes + label);
+    row_losses[r] = logf(s) - (load(logits, r * classes + label) - m);
   }
 }
 
@@ -249,7 +289,7 @@ __global__ void sce_forward_kernel(const T* logits, const std::int64_t* labels, 
   for (std::int64_t j = lane; j < classes; j += 32) s += expf(load(row, j) - m);
   for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
   for (std::int64_t j = lane; j < classes; j += 32) store(probs, r * classes + j, expf(load(row, j) - m) / s);
-  if (lane == 0) row_losses[r] = logf(s) + m - load(row, label);
+  if (lane == 0) row_losses[r] = logf(s) - (load(row, label) - m);
 }
 
 template <typename T>
@@ -373,20 +413,30 @@ void check_launch(const char* kernel) {
   }
 }
 
-void fill(DType dtype, void* y, std::int64_t n, float value, cudaStream_t stream) {
+void fill(DType dtype, void* y, std::int64_t n, double value, cudaStream_t stream) {
   if (n == 0) return;
+  if (dtype == DType::f64 || dtype == DType::i64) {  // storage types: exact values
+    if (dtype == DType::f64) {
+      fill_storage_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<double*>(y), n, value);
+    } else {
+      fill_storage_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<std::int64_t*>(y), n,
+                                                                  static_cast<std::int64_t>(value));
+    }
+    check_launch("fill");
+    return;
+  }
   dispatch(dtype, "fill", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, value);
+    fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, static_cast<float>(value));
   });
   check_launch("fill");
 }
 
 void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  dispatch(src_dtype, "cast", [&](auto* s) {
+  dispatch_storage(src_dtype, "cast", [&](auto* s) {
     using S = std::remove_pointer_t<decltype(s)>;
-    dispatch(dst_dtype, "cast", [&](auto* d) {
+    dispatch_storage(dst_dtype, "cast", [&](auto* d) {
       using D = std::remove_pointer_t<decltype(d)>;
       cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
     });
@@ -439,11 +489,25 @@ void copy_strided(DType dtype, const void* src, const std::int64_t* shape, const
   args.dst_offset = dst_offset;
   args.dims = dims;
   if (n == 0) return;
-  dispatch(dtype, "copy_strided", [&](auto* t) {
+  // A copy moves bits: dispatch on the element size, so every dtype (f64 and i64 too) is covered.
+  auto launch = [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
     copy_strided_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), n,
                                                                 args);
-  });
+  };
+  switch (dtype_size(dtype)) {
+    case 2:
+      launch(static_cast<std::uint16_t*>(nullptr));
+      break;
+    case 4:
+      launch(static_cast<std::uint32_t*>(nullptr));
+      break;
+    case 8:
+      launch(static_cast<std::uint64_t*>(nullptr));
+      break;
+    default:
+      throw Error(std::string("cuda kernel copy_strided: unsupported element size for dtype ") + dtype_name(dtype));
+  }
   check_launch("copy_strided");
 }
 
@@ -539,6 +603,7 @@ void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::i
                                    std::int64_t classes, void* probs, void* loss, float* row_losses, int* bad_label,
                                    cudaStream_t stream) {
   cudaMemsetAsync(bad_label, 0, sizeof(int), stream);
+  if (batch == 0) throw Error("cuda kernel softmax_cross_entropy_forward: empty batch");
   const std::int64_t threads = batch * 32;
   dispatch(dtype, "softmax_cross_entropy_forward", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;

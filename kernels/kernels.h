@@ -20,13 +20,14 @@ namespace trainlab::kernels {
 void check_launch(const char* kernel);
 
 // ---- elementwise ----
-void fill(DType dtype, void* y, std::int64_t n, float value, cudaStream_t stream);
+// fill and cast also take f64 (and fill i64): the engine reads values back through f64.
+void fill(DType dtype, void* y, std::int64_t n, double value, cudaStream_t stream);
 void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, cudaStream_t stream);
 // op: 0 add, 1 sub, 2 mul, 3 div
 void binary(int op, DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream);
 void affine(DType dtype, const void* x, void* y, std::int64_t n, float scale, float shift, cudaStream_t stream);
 void axpy(DType dtype, std::int64_t n, float alpha, const void* x, void* y, cudaStream_t stream);
-// Up to 8 dimensions; strides and offsets in elements.
+// Up to 8 dimensions; strides and offsets in elements; any dtype (it moves bits).
 void copy_strided(DType dtype, const void* src, const std::int64_t* shape, const std::int64_t* src_strides,
                   std::int64_t src_offset, void* dst, const std::int64_t* dst_strides, std::int64_t dst_offset,
                   int dims, cudaStream_t stream);

@@ -11,9 +11,15 @@ if ! "$trainlab" backends | grep -q '^cuda '; then
   exit 77
 fi
 probe=$("$trainlab" gemm --backend cuda --size 64 --seconds 0.05 2>&1)
-if [ $? -ne 0 ]; then
-  echo "SKIPPED: the cuda backend cannot start here: $probe"
-  exit 77
+status=$?
+if [ $status -ne 0 ]; then
+  # Only a machine without a GPU is a skip; a backend that fails on a GPU is a failure.
+  if echo "$probe" | grep -q "no usable GPU"; then
+    echo "SKIPPED: $(echo "$probe" | head -n 1)"
+    exit 77
+  fi
+  echo "FAIL: the cuda backend failed its probe (exit $status): $probe"
+  exit 1
 fi
 echo "cuda backend: $probe"
 TRAINLAB_HARNESS_BACKENDS=cuda exec "$tests" "[backends]"

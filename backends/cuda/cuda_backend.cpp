@@ -76,10 +76,8 @@ cudnnDataType_t dnn_type(DType dtype, const char* op) {
 // out again, so a steady-state training step makes no cudaMalloc.
 class CachingAllocator {
  public:
-  ~CachingAllocator() {
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) cudaFree(p);
-  }
+  // No destructor work: the allocator lives until exit, and the driver reclaims device memory then
+  // (see ~CudaBackend).
   static std::size_t round(std::size_t bytes) {
     if (bytes <= 512) return 512;
     if (bytes <= (1u << 20)) return (bytes + 511) / 512 * 512;
@@ -211,18 +209,10 @@ class CudaBackend final : public Backend {
     scratch_ = static_cast<float*>(allocator_.allocate(sizeof(float) * kernels::sum_scratch_elements(0)));
     flag_ = static_cast<int*>(allocator_.allocate(sizeof(int)));
   }
-  ~CudaBackend() override {
-    cudaStreamSynchronize(stream_);
-    conv_plans_.clear();
-    pool_plans_.clear();
-    if (workspace_) allocator_.deallocate(workspace_, workspace_bytes_);
-    if (slot_table_) allocator_.deallocate(slot_table_, slot_table_bytes_);
-    allocator_.deallocate(scratch_, sizeof(float) * kernels::sum_scratch_elements(0));
-    allocator_.deallocate(flag_, sizeof(int));
-    cudnnDestroy(dnn_);
-    cublasDestroy(blas_);
-    cudaStreamDestroy(stream_);
-  }
+  // The backend lives until the process exits (the registry's static), after the CUDA runtime may
+  // have begun its own teardown: like PyTorch, it leaves its handles, stream and cached memory to
+  // the driver instead of calling into a runtime that may be gone.
+  ~CudaBackend() override = default;
 
   std::string name() const override { return "cuda"; }
   std::string describe() const override {
@@ -247,7 +237,10 @@ class CudaBackend final : public Backend {
   int num_threads() const override { return 1; }
   void set_tf32(bool enabled) override { tf32_ = enabled; }
 
-  void* allocate(std::size_t bytes) override { return allocator_.allocate(bytes); }
+  void* allocate(std::size_t bytes) override {
+    CU(cudaSetDevice(device_));  // the caller's thread may not have chosen this device
+    return allocator_.allocate(bytes);
+  }
   void deallocate(void* ptr, std::size_t bytes) noexcept override { allocator_.deallocate(ptr, bytes); }
   AllocatorStats allocator_stats() const override { return allocator_.stats(); }
   void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override {
@@ -263,14 +256,7 @@ class CudaBackend final : public Backend {
   void synchronize() override { CU(cudaStreamSynchronize(stream_)); }
   std::unique_ptr<Timer> make_timer() override { return std::make_unique<EventTimer>(stream_); }
 
-  void fill(DType dtype, void* y, std::int64_t n, double value) override {
-    if (dtype == DType::i64) {
-      TL_CHECK(value == 0, "cuda: fill of i64 supports only 0");
-      CU(cudaMemsetAsync(y, 0, bytes_of(dtype, n), stream_));
-      return;
-    }
-    kernels::fill(dtype, y, n, static_cast<float>(value), stream_);
-  }
+  void fill(DType dtype, void* y, std::int64_t n, double value) override { kernels::fill(dtype, y, n, value, stream_); }
   void copy_strided(DType dtype, const void* src, const Layout& s, void* dst, const Layout& d) override {
     TL_CHECK(s.shape == d.shape, "cuda: copy_strided with different shapes");
     kernels::copy_strided(dtype, src, s.shape.data(), s.strides.data(), s.offset, dst, d.strides.data(), d.offset,
@@ -349,7 +335,8 @@ class CudaBackend final : public Backend {
                       bool relu, void* y) override {
     ConvPlan& plan = conv_plan(dtype, shape);
     const float one = 1.f, zero = 0.f;
-    CU(cudnnConvolutionForward(dnn_, &one, plan.x, x, plan.w, weight, plan.conv, plan.forward,
+    WeightCopy khwc(*this, dtype, shape, weight);
+    CU(cudnnConvolutionForward(dnn_, &one, plan.x, x, plan.w, khwc.get(), plan.conv, plan.forward,
                                workspace(plan.workspace), plan.workspace, &zero, plan.y, y));
     if (bias != nullptr || relu) {
       const std::int64_t hw = shape.out_h() * shape.out_w();
@@ -367,15 +354,19 @@ class CudaBackend final : public Backend {
                             void* dx) override {
     ConvPlan& plan = conv_plan(dtype, shape);
     const float one = 1.f, zero = 0.f;
-    CU(cudnnConvolutionBackwardData(dnn_, &one, plan.w, weight, plan.y, dy, plan.conv, plan.backward_data,
+    WeightCopy khwc(*this, dtype, shape, weight);
+    CU(cudnnConvolutionBackwardData(dnn_, &one, plan.w, khwc.get(), plan.y, dy, plan.conv, plan.backward_data,
                                     workspace(plan.workspace), plan.workspace, &zero, plan.x, dx));
   }
   void conv2d_backward_weights(DType dtype, const Conv2dShape& shape, const void* dy, const void* x, void* dweight,
                                void* dbias) override {
     ConvPlan& plan = conv_plan(dtype, shape);
     const float one = 1.f, zero = 0.f;
+    WeightCopy khwc(*this, dtype, shape, nullptr);  // channels_last: dW in KRSC, transposed back below
     CU(cudnnConvolutionBackwardFilter(dnn_, &one, plan.x, x, plan.y, dy, plan.conv, plan.backward_filter,
-                                      workspace(plan.workspace), plan.workspace, &zero, plan.w, dweight));
+                                      workspace(plan.workspace), plan.workspace, &zero, plan.w,
+                                      shape.channels_last ? khwc.get() : dweight));
+    if (shape.channels_last) khwc.to_kcrs(dweight);
     if (dbias != nullptr) {
       const std::int64_t hw = shape.out_h() * shape.out_w();
       if (shape.channels_last) {
@@ -386,9 +377,13 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // cuDNN's max-pool backward needs the forward's input and output: the workspace keeps copies.
+  // cuDNN's max-pool backward needs the forward's input and output: the workspace keeps copies,
+  // the output's at a 256-byte aligned offset after the input's.
+  static std::size_t pool_x_bytes(DType dtype, const Pool2dShape& s) {
+    return (bytes_of(dtype, s.batch * s.channels * s.in_h * s.in_w) + 255) / 256 * 256;
+  }
   std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& s) override {
-    return bytes_of(dtype, s.batch * s.channels * (s.in_h * s.in_w + s.out_h() * s.out_w()));
+    return pool_x_bytes(dtype, s) + bytes_of(dtype, s.batch * s.channels * s.out_h() * s.out_w());
   }
   void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
     PoolPlan& plan = pool_plan(dtype, s);
@@ -398,16 +393,15 @@ class CudaBackend final : public Backend {
     const std::size_t y_bytes = bytes_of(dtype, s.batch * s.channels * s.out_h() * s.out_w());
     auto* keep = static_cast<unsigned char*>(workspace);
     CU(cudaMemcpyAsync(keep, x, x_bytes, cudaMemcpyDeviceToDevice, stream_));
-    CU(cudaMemcpyAsync(keep + x_bytes, y, y_bytes, cudaMemcpyDeviceToDevice, stream_));
+    CU(cudaMemcpyAsync(keep + pool_x_bytes(dtype, s), y, y_bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
                            void* dx) override {
     PoolPlan& plan = pool_plan(dtype, s);
     const float one = 1.f, zero = 0.f;
-    const std::size_t x_bytes = bytes_of(dtype, s.batch * s.channels * s.in_h * s.in_w);
     const auto* keep = static_cast<const unsigned char*>(workspace);
-    CU(cudnnPoolingBackward(dnn_, plan.pool, &one, plan.y, keep + x_bytes, plan.y, dy, plan.x, keep, &zero, plan.x,
-                            dx));
+    CU(cudnnPoolingBackward(dnn_, plan.pool, &one, plan.y, keep + pool_x_bytes(dtype, s), plan.y, dy, plan.x, keep,
+                            &zero, plan.x, dx));
   }
 
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
@@ -477,6 +471,47 @@ class CudaBackend final : public Backend {
                     compute, CUBLAS_GEMM_DEFAULT));
   }
 
+  // Weights are [K, C, R, S] in memory (the engine's convention). With channels_last activations
+  // cuDNN is given a KRSC filter, as PyTorch does: a transposed copy made per call (weights are
+  // small), and dW computed in KRSC and transposed back. NCHW passes the weight through.
+  class WeightCopy {
+   public:
+    WeightCopy(CudaBackend& backend, DType dtype, const Conv2dShape& s, const void* kcrs)
+        : backend_(backend), dtype_(dtype), s_(s), kcrs_(kcrs) {
+      if (!s.channels_last) return;
+      bytes_ = bytes_of(dtype, s.out_channels * s.in_channels * s.kernel_h * s.kernel_w);
+      krsc_ = backend.allocator_.allocate(bytes_);
+      if (kcrs != nullptr) {
+        // Read KCRS through a [K, R, S, C] view; write dense KRSC.
+        const std::int64_t K = s.out_channels, C = s.in_channels, R = s.kernel_h, S = s.kernel_w;
+        const std::int64_t shape[4] = {K, R, S, C}, from[4] = {C * R * S, S, 1, R * S},
+                           to[4] = {R * S * C, S * C, C, 1};
+        kernels::copy_strided(dtype, kcrs, shape, from, 0, krsc_, to, 0, 4, backend.stream_);
+      }
+    }
+    ~WeightCopy() {
+      if (krsc_) backend_.allocator_.deallocate(krsc_, bytes_);  // reused later on the same stream: ordered
+    }
+    WeightCopy(const WeightCopy&) = delete;
+    WeightCopy& operator=(const WeightCopy&) = delete;
+    const void* get() const { return s_.channels_last ? krsc_ : kcrs_; }
+    void* get() { return s_.channels_last ? krsc_ : const_cast<void*>(kcrs_); }
+    // KRSC (this copy) back to dense KCRS.
+    void to_kcrs(void* kcrs) {
+      const std::int64_t K = s_.out_channels, C = s_.in_channels, R = s_.kernel_h, S = s_.kernel_w;
+      const std::int64_t shape[4] = {K, C, R, S}, from[4] = {R * S * C, 1, S * C, C}, to[4] = {C * R * S, R * S, S, 1};
+      kernels::copy_strided(dtype_, krsc_, shape, from, 0, kcrs, to, 0, 4, backend_.stream_);
+    }
+
+   private:
+    CudaBackend& backend_;
+    DType dtype_;
+    Conv2dShape s_;
+    const void* kcrs_;
+    void* krsc_ = nullptr;
+    std::size_t bytes_ = 0;
+  };
+
   // The slot table in device memory, reused while it is large enough. The copy is ordered on the
   // stream after the kernels that read the previous table, and a copy from pageable host memory
   // has taken the bytes by the time cudaMemcpyAsync returns, so no wait is needed.
@@ -526,10 +561,11 @@ class CudaBackend final : public Backend {
     CU(cudnnCreateConvolutionDescriptor(&plan->conv));
     set_tensor(plan->x, dtype, s.channels_last, s.batch, s.in_channels, s.in_h, s.in_w, op);
     set_tensor(plan->y, dtype, s.channels_last, s.batch, s.out_channels, s.out_h(), s.out_w(), op);
-    // Weights are [C_out, C_in, kH, kW] in memory whatever the activation layout.
-    CU(cudnnSetFilter4dDescriptor(plan->w, dnn_type(dtype, op), CUDNN_TENSOR_NCHW, static_cast<int>(s.out_channels),
-                                  static_cast<int>(s.in_channels), static_cast<int>(s.kernel_h),
-                                  static_cast<int>(s.kernel_w)));
+    // The filter as cuDNN sees it: KCRS with NCHW activations, a KRSC copy with channels_last
+    // (see WeightCopy); the dimensions are given as K, C, R, S either way.
+    CU(cudnnSetFilter4dDescriptor(plan->w, dnn_type(dtype, op), s.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                  static_cast<int>(s.out_channels), static_cast<int>(s.in_channels),
+                                  static_cast<int>(s.kernel_h), static_cast<int>(s.kernel_w)));
     CU(cudnnSetConvolution2dDescriptor(plan->conv, static_cast<int>(s.pad_h), static_cast<int>(s.pad_w),
                                        static_cast<int>(s.stride_h), static_cast<int>(s.stride_w), 1, 1,
                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -537,19 +573,27 @@ class CudaBackend final : public Backend {
     CU(cudnnSetConvolutionMathType(plan->conv, dtype != DType::f32 ? CUDNN_TENSOR_OP_MATH
                                                : tf32_             ? CUDNN_DEFAULT_MATH
                                                                    : CUDNN_FMA_MATH));
+    // The heuristics' ranked lists may hold unsupported entries: take the first that cuDNN reports
+    // as supported, preferring deterministic ones (the same gradients every run).
+    auto pick = [](const auto* perf, int found, const char* what) {
+      int chosen = -1;
+      for (int i = 0; i < found && chosen < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) chosen = i;
+      for (int i = 0; i < found && chosen < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS) chosen = i;
+      TL_CHECK(chosen >= 0, std::string("cuda: cuDNN offers no supported ") + what + " algorithm for this convolution");
+      return perf[chosen].algo;
+    };
     int found = 0;
-    cudnnConvolutionFwdAlgoPerf_t forward[8];
-    CU(cudnnGetConvolutionForwardAlgorithm_v7(dnn_, plan->x, plan->w, plan->conv, plan->y, 8, &found, forward));
-    TL_CHECK(found > 0, "cuda: cuDNN offers no forward algorithm for this convolution");
-    plan->forward = forward[0].algo;
-    cudnnConvolutionBwdDataAlgoPerf_t data[8];
-    CU(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn_, plan->w, plan->y, plan->conv, plan->x, 8, &found, data));
-    TL_CHECK(found > 0, "cuda: cuDNN offers no backward-data algorithm for this convolution");
-    plan->backward_data = data[0].algo;
-    cudnnConvolutionBwdFilterAlgoPerf_t filter[8];
-    CU(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn_, plan->x, plan->y, plan->conv, plan->w, 8, &found, filter));
-    TL_CHECK(found > 0, "cuda: cuDNN offers no backward-filter algorithm for this convolution");
-    plan->backward_filter = filter[0].algo;
+    cudnnConvolutionFwdAlgoPerf_t forward[16];
+    CU(cudnnGetConvolutionForwardAlgorithm_v7(dnn_, plan->x, plan->w, plan->conv, plan->y, 16, &found, forward));
+    plan->forward = pick(forward, found, "forward");
+    cudnnConvolutionBwdDataAlgoPerf_t data[16];
+    CU(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn_, plan->w, plan->y, plan->conv, plan->x, 16, &found, data));
+    plan->backward_data = pick(data, found, "backward-data");
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[16];
+    CU(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn_, plan->x, plan->y, plan->conv, plan->w, 16, &found, filter));
+    plan->backward_filter = pick(filter, found, "backward-filter");
     std::size_t bytes = 0;
     CU(cudnnGetConvolutionForwardWorkspaceSize(dnn_, plan->x, plan->w, plan->conv, plan->y, plan->forward, &bytes));
     plan->workspace = std::max(plan->workspace, bytes);
@@ -576,7 +620,7 @@ class CudaBackend final : public Backend {
     CU(cudnnCreatePoolingDescriptor(&plan->pool));
     set_tensor(plan->x, dtype, s.channels_last, s.batch, s.channels, s.in_h, s.in_w, op);
     set_tensor(plan->y, dtype, s.channels_last, s.batch, s.channels, s.out_h(), s.out_w(), op);
-    CU(cudnnSetPooling2dDescriptor(plan->pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
+    CU(cudnnSetPooling2dDescriptor(plan->pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN,
                                    static_cast<int>(s.kernel_h), static_cast<int>(s.kernel_w),
                                    static_cast<int>(s.pad_h), static_cast<int>(s.pad_w), static_cast<int>(s.stride_h),
                                    static_cast<int>(s.stride_w)));
