@@ -93,12 +93,12 @@ void Ddp::attach(const NamedTensors& parameters) {
 
   const auto first_cap = static_cast<std::int64_t>(options_.first_bucket_mb * kMiB);
   const auto cap = static_cast<std::int64_t>(options_.bucket_cap_mb * kMiB);
-  bucket_members_ = assign_buckets(bytes, first_cap, cap);
+  auto members = assign_buckets(bytes, first_cap, cap);
   const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
-  buckets_.resize(bucket_members_.size());
-  for (std::size_t b = 0; b < bucket_members_.size(); ++b) {
+  buckets_.resize(members.size());
+  for (std::size_t b = 0; b < members.size(); ++b) {
     Bucket& bucket = buckets_[b];
-    bucket.slots = bucket_members_[b];
+    bucket.slots = std::move(members[b]);
     for (int s : bucket.slots) {
       Slot& slot = slots_[static_cast<std::size_t>(s)];
       slot.bucket = static_cast<int>(b);
@@ -117,6 +117,12 @@ void Ddp::attach(const NamedTensors& parameters) {
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     slots_[s].parameter.add_grad_ready_hook([this, s](const Tensor&) { on_gradient_ready(static_cast<int>(s)); });
   }
+}
+
+std::vector<std::vector<int>> Ddp::buckets() const {
+  std::vector<std::vector<int>> members;
+  for (const Bucket& bucket : buckets_) members.push_back(bucket.slots);
+  return members;
 }
 
 std::uint64_t Ddp::parameter_checksum() const {
@@ -172,7 +178,7 @@ void Ddp::begin_backward(bool sync) {
   for (Slot& slot : slots_) slot.ready = false;
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.slots.size());
-    bucket.launched = bucket.done = false;
+    bucket.done = false;
     bucket.comm_start_ns = bucket.comm_end_ns = 0;
   }
 }
@@ -194,7 +200,6 @@ void Ddp::on_gradient_ready(int s) {
 void Ddp::launch_ready_buckets() {
   bool launched = false;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    buckets_[next_launch_].launched = true;
     queue_.push_back(static_cast<int>(next_launch_));
     ++next_launch_;
     launched = true;

@@ -63,7 +63,8 @@ class Ddp final : public DataParallel {
   std::vector<double> gather(double value);
   // FNV-1a over every parameter's bytes, in registration order.
   std::uint64_t parameter_checksum() const;
-  const std::vector<std::vector<int>>& buckets() const { return bucket_members_; }
+  // Parameter indices per bucket, buckets in launch order.
+  std::vector<std::vector<int>> buckets() const;
   // Off: every step runs as no_sync (no communication at all), for bench_scaling's paired
   // comparison; the replicas then drift apart, so this is for timing only.
   void set_communication(bool on) { communicate_ = on; }
@@ -84,7 +85,6 @@ class Ddp final : public DataParallel {
     std::vector<unsigned char> staging;  // host copy when the memory is on a device
     unsigned char* host = nullptr;       // where gradients are gathered on the host
     int pending = 0;
-    bool launched = false;
     bool done = false;
     std::int64_t comm_start_ns = 0, comm_end_ns = 0;
   };
@@ -98,7 +98,6 @@ class Ddp final : public DataParallel {
   DType dtype_ = DType::f32;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<int>> bucket_members_;
   bool sync_ = true;
   bool communicate_ = true;
   bool in_backward_ = false;

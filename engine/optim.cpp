@@ -8,6 +8,37 @@
 
 namespace trainlab {
 
+namespace {
+
+// Every parameter with a gradient, in one backend call per run of parameters that share a backend
+// and a dtype (one kernel launch on a GPU). make_slot(i, param, dense_grad) prepares parameter i's
+// state and describes it; step(backend, dtype, slots) updates a group.
+template <typename MakeSlot, typename Step>
+void step_in_groups(const NamedTensors& params, MakeSlot make_slot, Step step) {
+  std::vector<Tensor> dense_grads;  // kept alive until the group's call returns
+  std::vector<OptimizerSlot> slots;
+  Backend* backend = nullptr;
+  DType dtype = DType::f32;
+  auto flush = [&] {
+    if (!slots.empty()) step(*backend, dtype, slots);
+    slots.clear();
+    dense_grads.clear();
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i].second;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (backend != nullptr && (&p.backend() != backend || p.dtype() != dtype)) flush();
+    backend = &p.backend();
+    dtype = p.dtype();
+    dense_grads.push_back(g.contiguous());
+    slots.push_back(make_slot(i, p, dense_grads.back()));
+  }
+  flush();
+}
+
+}  // namespace
+
 // ---- Optimizer ----
 
 Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)), lr_(lr) {
@@ -88,35 +119,23 @@ SGD::SGD(NamedTensors params, const SgdOptions& options)
 void SGD::step() {
   TL_PROFILE_SCOPE("sgd.step");
   NoGradGuard no_grad;
-  // Every parameter with a gradient, in one backend call per (backend, dtype): one launch on a GPU.
-  std::vector<Tensor> dense_grads;  // kept alive until the call returns
-  std::vector<OptimizerSlot> slots;
-  Backend* backend = nullptr;
-  DType dtype = DType::f32;
-  auto flush = [&] {
-    if (!slots.empty()) {
-      backend->sgd_step_all(
-          dtype, slots,
-          SgdStep{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, false});
-    }
-    slots.clear();
-    dense_grads.clear();
-  };
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i].second;
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (backend != nullptr && (&p.backend() != backend || p.dtype() != dtype)) flush();
-    backend = &p.backend();
-    dtype = p.dtype();
-    const bool first = !momentum_buffers_[i].defined();
-    if (first && options_.momentum != 0) momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
-    dense_grads.push_back(g.contiguous());
-    slots.push_back(OptimizerSlot{p.raw_data(), dense_grads.back().raw_data(),
-                                  options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr, nullptr,
-                                  p.numel(), first, 0});
-  }
-  flush();
+  const SgdStep step{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, false};
+  step_in_groups(
+      params_,
+      [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
+        const bool first = !momentum_buffers_[i].defined();
+        if (first && options_.momentum != 0) momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
+        return OptimizerSlot{p.raw_data(),
+                             dense_grad.raw_data(),
+                             options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
+                             nullptr,
+                             p.numel(),
+                             first,
+                             0};
+      },
+      [&](Backend& backend, DType dtype, const std::vector<OptimizerSlot>& slots) {
+        backend.sgd_step_all(dtype, slots, step);
+      });
 }
 
 StateDict SGD::state_dict() const {
@@ -165,35 +184,22 @@ AdamW::AdamW(NamedTensors params, const AdamWOptions& options)
 void AdamW::step() {
   TL_PROFILE_SCOPE("adamw.step");
   NoGradGuard no_grad;
-  std::vector<Tensor> dense_grads;  // kept alive until the call returns
-  std::vector<OptimizerSlot> slots;
-  Backend* backend = nullptr;
-  DType dtype = DType::f32;
-  auto flush = [&] {
-    if (!slots.empty()) {
-      backend->adamw_step_all(dtype, slots,
-                              AdamWStep{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, 0});
-    }
-    slots.clear();
-    dense_grads.clear();
-  };
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i].second;
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (backend != nullptr && (&p.backend() != backend || p.dtype() != dtype)) flush();
-    backend = &p.backend();
-    dtype = p.dtype();
-    if (!exp_avg_[i].defined()) {
-      exp_avg_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
-      exp_avg_sq_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
-    }
-    ++steps_[i];
-    dense_grads.push_back(g.contiguous());
-    slots.push_back(OptimizerSlot{p.raw_data(), dense_grads.back().raw_data(), exp_avg_[i].raw_data(),
-                                  exp_avg_sq_[i].raw_data(), p.numel(), false, steps_[i]});
-  }
-  flush();
+  const AdamWStep step{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, 0};
+  step_in_groups(
+      params_,
+      [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
+        if (!exp_avg_[i].defined()) {
+          exp_avg_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
+          exp_avg_sq_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
+        }
+        ++steps_[i];
+        return OptimizerSlot{
+            p.raw_data(), dense_grad.raw_data(), exp_avg_[i].raw_data(), exp_avg_sq_[i].raw_data(), p.numel(), false,
+            steps_[i]};
+      },
+      [&](Backend& backend, DType dtype, const std::vector<OptimizerSlot>& slots) {
+        backend.adamw_step_all(dtype, slots, step);
+      });
 }
 
 StateDict AdamW::state_dict() const {
