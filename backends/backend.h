@@ -128,6 +128,23 @@ class Backend {
   virtual void synchronize() = 0;
   virtual std::unique_ptr<Timer> make_timer() = 0;
 
+  // ---- device graphs (the compile rung on a GPU: CUDA graphs) ----
+  // Between begin_capture() and end_capture() the backend records the work it is asked for
+  // instead of running it; replay(graph) runs that work again, in capture order, on the same
+  // memory. While capturing nothing may wait for the device or move data to or from the host
+  // (synchronize, copy_from_host, copy_to_host and unscale_and_check_finite throw), and memory
+  // allocated or freed while capturing belongs to the graphs from then on (backends/graph_pool.h).
+  // Graphs must be replayed in the order they were captured. A backend without graphs says so
+  // (supports_graphs false; begin_capture throws naming it).
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture();
+  // The recorded graph's handle. Throws Error when the work could not be captured.
+  virtual int end_capture();
+  // Ends a capture that failed part-way, dropping what was recorded; never throws.
+  virtual void abort_capture() noexcept {}
+  virtual bool capturing() const { return false; }
+  virtual void replay(int graph);
+
   // ---- elementwise and reductions ----
   virtual void fill(DType dtype, void* y, std::int64_t n, double value) = 0;
   // Copies the elements of `src` viewed through `src_layout` to `dst` viewed through

@@ -20,8 +20,9 @@ std::map<std::string, Entry>& entries() {
   static std::map<std::string, Entry> map;
   return map;
 }
-std::mutex& registry_mutex() {
-  static std::mutex mutex;
+// Recursive: a backend's factory may look up another backend (one backend built over another).
+std::recursive_mutex& registry_mutex() {
+  static std::recursive_mutex mutex;
   return mutex;
 }
 
@@ -46,6 +47,12 @@ void Backend::adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slot
 void Backend::set_tf32(bool enabled) {
   if (enabled) throw Error("backend '" + name() + "' has no TF32 math mode (it needs a CUDA backend)");
 }
+
+void Backend::begin_capture() {
+  throw Error("backend '" + name() + "' cannot capture device graphs (cuda_graph needs the cuda backend)");
+}
+int Backend::end_capture() { throw Error("backend '" + name() + "' cannot capture device graphs"); }
+void Backend::replay(int) { throw Error("backend '" + name() + "' cannot replay device graphs"); }
 
 std::map<std::string, std::int64_t> Backend::counters() const {
   const AllocatorStats stats = allocator_stats();

@@ -170,6 +170,9 @@ const std::vector<ConfigField>& config_fields() {
       bool_field("fuse", &TrainConfig::fuse, "conv/linear with bias and ReLU fused into one kernel call"),
       bool_field("pin_memory", &TrainConfig::pin_memory, "page-locked loader buffers (CUDA backends only)"),
       bool_field("tf32", &TrainConfig::tf32, "TF32 math for f32 matmuls (CUDA backends only)"),
+      bool_field("cuda_graph", &TrainConfig::cuda_graph,
+                 "capture forward and backward as CUDA graphs after two eager steps, then replay them (cuda "
+                 "backend; f32/bf16, one process)"),
       int_field("threads", &TrainConfig::threads, 0, 1024, "compute threads (0: the backend's default)"),
       int_field("train_samples", &TrainConfig::train_samples, 1, kMaxInt, "SyntheticImages training split size"),
       int_field("eval_samples", &TrainConfig::eval_samples, 1, kMaxInt, "held-out split size"),

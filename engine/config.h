@@ -32,6 +32,7 @@ struct TrainConfig {
   bool fuse = false;            // conv/linear with bias and ReLU in one kernel call
   bool pin_memory = false;      // page-locked loader buffers for host-to-device copies (CUDA backends)
   bool tf32 = false;            // TF32 tensor-core math for f32 matmuls (CUDA backends)
+  bool cuda_graph = false;      // forward and backward captured once as device graphs, then replayed
   int threads = 0;              // 0: the backend's default (all cores)
   // data
   std::int64_t train_samples = 50000;

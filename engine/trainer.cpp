@@ -53,6 +53,11 @@ class PhaseTimer {
   std::int64_t start_ns_;
 };
 
+// cuda_graph: eager steps run before the capture, so that everything the step creates lazily
+// (gradient buffers, optimiser state, convolution plans, workspaces) exists and the graph only
+// reuses it.
+constexpr std::int64_t kEagerStepsBeforeCapture = 2;
+
 // Config keys that shape the trajectory: a resumed run must use the values it was trained with.
 const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",      "weight_decay",
                                           "optimizer", "schedule", "warmup_steps",  "min_lr",
@@ -80,6 +85,16 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
   } else {
     TL_CHECK(!config_.pin_memory, "pin_memory is not implemented yet on backend '" + backend_.name() +
                                       "' (page-locked loader buffers with copies on a copy stream are still to come)");
+  }
+  if (config_.cuda_graph) {
+    TL_CHECK(backend_.supports_graphs(),
+             "cuda_graph needs a backend that captures device graphs (cuda); backend '" + backend_.name() + "' cannot");
+    TL_CHECK(dtype_ != DType::f16,
+             "cuda_graph with dtype f16 is not supported: the loss scaler decides on the host, every step, whether "
+             "to skip it (use bf16, which needs no scaler, or f32)");
+    TL_CHECK(parallel == nullptr,
+             "cuda_graph with data-parallel training is not supported yet: the all-reduce hooks run on the host "
+             "while backward runs");
   }
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
   backend_.set_tf32(config_.tf32);
@@ -125,7 +140,59 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
   if (!config_.resume.empty()) resume(config_.resume);
 }
 
+// The graphs' fixed memory: the input they read, the loss they write. Each replay reads the
+// parameters and writes (accumulates into) the gradient buffers in place, at the addresses the
+// capture saw, so those must persist: the trainer zeroes gradients instead of dropping them.
+struct Trainer::CapturedStep {
+  Tensor images, labels;  // every batch is copied in before the forward replay
+  Tensor loss;            // rewritten by every forward replay
+  int forward = -1, backward = -1;
+};
+
 Trainer::~Trainer() = default;
+
+// Copies a batch into the graphs' input. A replayed forward cannot read the label check back
+// from the device, so the labels are checked here, on the host.
+void Trainer::stage_for_graph(const Batch& batch) {
+  TL_PROFILE_SCOPE("graph.stage_input");
+  const std::vector<std::int64_t> labels = batch.labels.to_vector<std::int64_t>();
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    TL_CHECK(labels[i] >= 0 && labels[i] < SmallCNN::kClasses, "cross_entropy: label " + std::to_string(labels[i]) +
+                                                                   " at row " + std::to_string(i) + " is outside [0, " +
+                                                                   std::to_string(SmallCNN::kClasses) + ")");
+  }
+  graph_->images.copy_(batch.images);
+  graph_->labels.copy_(batch.labels);
+}
+
+// Records one micro-step as two graphs, forward (to the scaled loss) and backward (into the
+// gradient buffers), so that the phases stay separately timed. Capturing records without running:
+// the caller replays both for this very step.
+void Trainer::capture_step(const Batch& staged) {
+  TL_PROFILE_SCOPE("graph.capture");
+  for (const auto& [name, p] : model_->named_parameters()) {
+    TL_CHECK(p.grad().defined(), "cuda_graph: parameter " + name + " has no gradient buffer after the eager steps");
+  }
+  auto step = std::make_unique<CapturedStep>();
+  step->images = staged.images.clone();
+  step->labels = staged.labels.clone();
+  backend_.synchronize();
+  try {
+    Tensor loss;
+    backend_.begin_capture();
+    loss = forward_loss(step->images, step->labels);
+    if (config_.accumulate > 1) loss = loss * (1.0 / static_cast<double>(config_.accumulate));
+    step->forward = backend_.end_capture();
+    backend_.begin_capture();
+    loss.backward();
+    step->backward = backend_.end_capture();
+    step->loss = loss.detach();  // the tape is spent; keep only the loss buffer
+  } catch (const Error& e) {
+    backend_.abort_capture();
+    throw Error(std::string("cuda_graph: capturing the training step failed: ") + e.what());
+  }
+  graph_ = std::move(step);
+}
 
 Tensor Trainer::prepare_input(const Tensor& images) const {
   // The reorder to channels_last is real work, done (and timed) inside the forward phase.
@@ -220,10 +287,32 @@ TrainResult Trainer::train(std::ostream* log) {
     // step's gradient is the mean); data parallel runs communicate on the last one only.
     double loss_sum = 0;
     DdpStepStats ddp;
+    // cuda_graph: eager for the first steps of the run, then captured once (untimed: the capture
+    // is taken out of the step's time) and replayed.
+    const bool replay = config_.cuda_graph && run_steps >= kEagerStepsBeforeCapture;
+    double capture_s = 0;
     for (std::int64_t micro = 0; micro < config_.accumulate; ++micro) {
       {
         PhaseTimer t(backend_, "data_wait", phases.data_wait_s);
         batch = loader_->next();
+        if (replay && graph_) stage_for_graph(batch);
+      }
+      if (replay && !graph_) {
+        PhaseTimer t(backend_, "graph_capture", capture_s);
+        capture_step(batch);
+        stage_for_graph(batch);
+      }
+      if (replay) {
+        {
+          PhaseTimer t(backend_, "forward", phases.forward_s);
+          backend_.replay(graph_->forward);
+        }
+        {
+          PhaseTimer t(backend_, "backward", phases.backward_s);
+          backend_.replay(graph_->backward);
+        }
+        loss_sum += graph_->loss.item();
+        continue;
       }
       {
         PhaseTimer t(backend_, "forward", phases.forward_s);
@@ -257,6 +346,7 @@ TrainResult Trainer::train(std::ostream* log) {
       scheduler_->step();
     }
     step_span.reset();  // the step span ends with the optimiser phase
+    step_s -= capture_s;
     ++step_;
     ++run_steps;
     const double loss_value = loss_sum;  // the mean over the micro-steps (each was scaled by 1/K)

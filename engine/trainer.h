@@ -80,6 +80,11 @@ class Trainer {
   Tensor prepare_input(const Tensor& images) const;
   void save_local(const std::string& dir);
   std::string trace_path() const;
+  // cuda_graph: one micro-step's forward (with the loss) and backward, captured once on the
+  // batch in `staged` and replayed from then on (see train()).
+  struct CapturedStep;
+  void capture_step(const Batch& staged);
+  void stage_for_graph(const Batch& batch);
 
   Backend& backend_;
   DataParallel* parallel_ = nullptr;
@@ -93,6 +98,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;  // f16 only
   std::shared_ptr<const SyntheticImages> train_data_, held_out_data_;
   std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<CapturedStep> graph_;
   std::int64_t step_ = 0;
 };
 

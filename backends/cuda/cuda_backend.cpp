@@ -21,6 +21,7 @@
 
 #include "backends/backend.h"
 #include "backends/error.h"
+#include "backends/graph_pool.h"
 #include "backends/registry.h"
 #include "kernels/kernels.h"
 
@@ -73,7 +74,8 @@ cudnnDataType_t dnn_type(DType dtype, const char* op) {
 }
 
 // Device memory, cached: a freed block goes to a free list keyed by its rounded size and is handed
-// out again, so a steady-state training step makes no cudaMalloc.
+// out again, so a steady-state training step makes no cudaMalloc. While a graph is being captured,
+// blocks come from and go back to the graphs' own pool (backends/graph_pool.h).
 class CachingAllocator {
  public:
   // No destructor work: the allocator lives until exit, and the driver reclaims device memory then
@@ -88,15 +90,19 @@ class CachingAllocator {
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use += static_cast<std::int64_t>(size);
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-    auto& list = free_[size];
-    if (!list.empty()) {
-      void* p = list.back();
-      list.pop_back();
-      return p;
+    if (graphs_.capturing()) {
+      if (void* p = graphs_.take(size)) return p;
+    } else {
+      auto& list = free_[size];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        return p;
+      }
     }
     void* p = nullptr;
     cudaError_t status = cudaMalloc(&p, size);
-    if (status == cudaErrorMemoryAllocation) {
+    if (status == cudaErrorMemoryAllocation && !graphs_.capturing()) {
       // Give the cached blocks back to the driver and try once more before failing.
       cudaGetLastError();
       for (auto& [s, blocks] : free_) {
@@ -110,6 +116,7 @@ class CachingAllocator {
       throw Error("cuda: cudaMalloc of " + std::to_string(size) + " bytes failed: " + cudaGetErrorString(status));
     }
     ++stats_.allocations;  // counts only real device allocations
+    if (graphs_.capturing()) graphs_.adopt(p);
     return p;
   }
   void deallocate(void* p, std::size_t bytes) noexcept {
@@ -117,7 +124,20 @@ class CachingAllocator {
     const std::size_t size = round(bytes);
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= static_cast<std::int64_t>(size);
+    if (graphs_.give_back(p, size)) return;
     free_[size].push_back(p);
+  }
+  void begin_capture() {
+    std::lock_guard lock(mutex_);
+    graphs_.begin_capture();
+  }
+  void end_capture() {
+    std::lock_guard lock(mutex_);
+    graphs_.end_capture();
+  }
+  std::size_t graph_blocks() const {
+    std::lock_guard lock(mutex_);
+    return graphs_.blocks();
   }
   AllocatorStats stats() const {
     std::lock_guard lock(mutex_);
@@ -127,6 +147,7 @@ class CachingAllocator {
  private:
   mutable std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
+  GraphPool graphs_;
   AllocatorStats stats_;
 };
 
@@ -206,6 +227,10 @@ class CudaBackend final : public Backend {
     CU(cublasSetStream(blas_, stream_));
     CU(cudnnCreate(&dnn_));
     CU(cudnnSetStream(dnn_, stream_));
+    // cuBLAS gets its workspace from us, once, so a captured GEMM never allocates (32 MiB, the
+    // size NVIDIA recommends for Hopper).
+    blas_workspace_ = allocator_.allocate(kBlasWorkspaceBytes);
+    CU(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
     scratch_ = static_cast<float*>(allocator_.allocate(sizeof(float) * kernels::sum_scratch_elements(0)));
     flag_ = static_cast<int*>(allocator_.allocate(sizeof(int)));
   }
@@ -222,11 +247,15 @@ class CudaBackend final : public Backend {
            std::to_string(properties_.major) + std::to_string(properties_.minor) + "), CUDA runtime " +
            std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10) + ", cuBLAS " +
            std::to_string(cublasGetProperty_version()) + ", cuDNN " + std::to_string(cudnnGetVersion()) + ", TF32 " +
-           (tf32_ ? "on" : "off") + ", " + std::to_string(conv_plans_.size()) + " convolution plans";
+           (tf32_ ? "on" : "off") + ", " + std::to_string(conv_plans_.size()) + " convolution plans" +
+           (graphs_.empty() ? std::string()
+                            : ", " + std::to_string(graphs_.size()) + " CUDA graphs (" +
+                                  std::to_string(allocator_.graph_blocks()) + " blocks in their pool)");
   }
   std::map<std::string, std::int64_t> counters() const override {
     auto out = Backend::counters();
     out["convolution_plans"] = static_cast<std::int64_t>(conv_plans_.size());
+    out["graphs"] = static_cast<std::int64_t>(graphs_.size());
     return out;
   }
   DeviceType device_type() const override { return DeviceType::cuda; }
@@ -244,16 +273,73 @@ class CudaBackend final : public Backend {
   void deallocate(void* ptr, std::size_t bytes) noexcept override { allocator_.deallocate(ptr, bytes); }
   AllocatorStats allocator_stats() const override { return allocator_.stats(); }
   void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override {
+    refuse_while_capturing("copy_from_host");
     if (bytes == 0) return;
     CU(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
     CU(cudaStreamSynchronize(stream_));  // the host buffer may be reused as soon as this returns
   }
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
+    refuse_while_capturing("copy_to_host");
     if (bytes == 0) return;
     CU(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CU(cudaStreamSynchronize(stream_));
   }
-  void synchronize() override { CU(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    refuse_while_capturing("synchronize");
+    CU(cudaStreamSynchronize(stream_));
+  }
+
+  // CUDA graphs: the stream is captured in relaxed mode (the caching allocator may cudaMalloc a
+  // new block for the graphs' pool while capturing); each graph is instantiated once and kept
+  // for the life of the process, like the rest of the backend's state.
+  bool supports_graphs() const override { return true; }
+  bool capturing() const override { return capturing_; }
+  void begin_capture() override {
+    TL_CHECK(!capturing_, "cuda: begin_capture while a capture is already under way");
+    CU(cudaStreamSynchronize(stream_));
+    allocator_.begin_capture();
+    const cudaError_t status = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+    if (status != cudaSuccess) {
+      allocator_.end_capture();
+      check(status, "cudaStreamBeginCapture");
+    }
+    capturing_ = true;
+  }
+  int end_capture() override {
+    TL_CHECK(capturing_, "cuda: end_capture without begin_capture");
+    capturing_ = false;
+    allocator_.end_capture();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t status = cudaStreamEndCapture(stream_, &graph);
+    if (status != cudaSuccess || graph == nullptr) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw Error(std::string("cuda: graph capture failed: ") + cudaGetErrorString(status) +
+                  " (some work in the captured step cannot be recorded in a CUDA graph)");
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(instantiated, "cudaGraphInstantiate");
+    graphs_.push_back(exec);
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  void abort_capture() noexcept override {
+    if (!capturing_) return;
+    capturing_ = false;
+    allocator_.end_capture();
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the failed capture's error is reported by whoever threw
+  }
+  void replay(int graph) override {
+    refuse_while_capturing("replay");
+    TL_CHECK(graph >= 0 && graph < static_cast<int>(graphs_.size()), "cuda: replay of graph " + std::to_string(graph) +
+                                                                         ", but " + std::to_string(graphs_.size()) +
+                                                                         " have been captured");
+    CU(cudaGraphLaunch(graphs_[static_cast<std::size_t>(graph)], stream_));
+  }
   std::unique_ptr<Timer> make_timer() override { return std::make_unique<EventTimer>(stream_); }
 
   void fill(DType dtype, void* y, std::int64_t n, double value) override { kernels::fill(dtype, y, n, value, stream_); }
@@ -283,6 +369,7 @@ class CudaBackend final : public Backend {
   }
 
   bool unscale_and_check_finite(DType dtype, void* x, std::int64_t n, double inv_scale) override {
+    refuse_while_capturing("unscale_and_check_finite (it reads the inf/NaN flag back)");
     CU(cudaMemsetAsync(flag_, 0, sizeof(int), stream_));
     kernels::unscale_and_check(dtype, x, n, static_cast<float>(inv_scale), flag_, stream_);
     int found_inf = 0;
@@ -409,6 +496,12 @@ class CudaBackend final : public Backend {
     float* rows = static_cast<float*>(allocator_.allocate(sizeof(float) * static_cast<std::size_t>(batch)));
     try {
       kernels::softmax_cross_entropy_forward(dtype, logits, labels, batch, classes, probs, loss, rows, flag_, stream_);
+      if (capturing_) {
+        // A graph cannot read the label flag back: whoever replays it checks the labels it copies
+        // into the graph's input (the trainer does, on the host).
+        allocator_.deallocate(rows, sizeof(float) * static_cast<std::size_t>(batch));
+        return;
+      }
       int bad = 0;
       CU(cudaMemcpyAsync(&bad, flag_, sizeof bad, cudaMemcpyDeviceToHost, stream_));
       CU(cudaStreamSynchronize(stream_));
@@ -459,6 +552,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  void refuse_while_capturing(const char* what) const {
+    if (capturing_) {
+      throw Error(std::string("cuda: ") + what +
+                  " while a CUDA graph is being captured (a graph cannot wait for the device or move host data)");
+    }
+  }
+
   void gemm(DType dtype, cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t k,
             const void* a, std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc,
             const char* op) {
@@ -636,6 +736,10 @@ class CudaBackend final : public Backend {
   cudnnHandle_t dnn_ = nullptr;
   CachingAllocator allocator_;
   bool tf32_ = false;
+  bool capturing_ = false;
+  std::vector<cudaGraphExec_t> graphs_;
+  static constexpr std::size_t kBlasWorkspaceBytes = std::size_t{32} << 20;
+  void* blas_workspace_ = nullptr;
   float* scratch_ = nullptr;
   int* flag_ = nullptr;
   void* workspace_ = nullptr;
