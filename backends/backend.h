@@ -128,6 +128,23 @@ class Backend {
   virtual void synchronize() = 0;
   virtual std::unique_ptr<Timer> make_timer() = 0;
 
+  // ---- pinned host memory and asynchronous uploads (the pin_memory rung) ----
+  // Page-locked host memory, from which upload_async copies by DMA with no staging and no wait.
+  // A backend without it (every CPU backend: the batch is already where the compute is) says so:
+  // supports_pinned_memory false, and the calls throw naming the backend.
+  virtual bool supports_pinned_memory() const { return false; }
+  virtual void* allocate_pinned(std::size_t bytes);
+  virtual void deallocate_pinned(void* ptr) noexcept;
+  // Starts copying `bytes` from pinned host memory to device memory on the backend's copy stream,
+  // after the work enqueued so far (so `dst` may be a block that work has just freed), and
+  // returns at once with a ticket. Nothing waits for the copy: wait_upload(ticket) makes the
+  // compute stream wait for it before the work enqueued next; upload_done(ticket) says, without
+  // blocking, whether it has finished, so that its pinned source may be reused (a finished
+  // ticket is retired: waiting on it later is a no-op).
+  virtual std::uint64_t upload_async(void* dst, const void* pinned_src, std::size_t bytes);
+  virtual void wait_upload(std::uint64_t ticket);
+  virtual bool upload_done(std::uint64_t ticket);
+
   // ---- device graphs (the compile rung on a GPU: CUDA graphs) ----
   // Between begin_capture() and end_capture() the backend records the work it is asked for
   // instead of running it; replay(graph) runs that work again, in capture order, on the same

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <utility>
 
 #include "engine/profiler.h"
 #include "engine/rng.h"
@@ -127,6 +128,65 @@ std::int64_t SyntheticImages::get(std::int64_t index, float* image, double* chec
 // ---------------------------------------------------------------------------------------------
 // DataLoader
 
+// Page-locked blocks by size, reused: a steady loader allocates no pinned memory. Workers take
+// blocks, the consuming thread gives them back; a block with a copy still reading it is held
+// by the loader (in_flight_) until the copy has finished.
+class PinnedPool {
+ public:
+  explicit PinnedPool(Backend& backend) : backend_(backend) {}
+  ~PinnedPool() {
+    for (void* p : all_) backend_.deallocate_pinned(p);
+  }
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+  void* acquire(std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    auto& list = free_[bytes];
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
+      return p;
+    }
+    void* p = backend_.allocate_pinned(bytes);
+    all_.push_back(p);
+    return p;
+  }
+  void release(void* p, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    free_[bytes].push_back(p);
+  }
+
+ private:
+  Backend& backend_;
+  std::mutex mutex_;
+  std::map<std::size_t, std::vector<void*>> free_;
+  std::vector<void*> all_;
+};
+
+DataLoader::PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept
+    : pool(std::exchange(other.pool, nullptr)), data(std::exchange(other.data, nullptr)), bytes(other.bytes) {}
+DataLoader::PinnedBlock& DataLoader::PinnedBlock::operator=(PinnedBlock&& other) noexcept {
+  if (this != &other) {
+    if (pool != nullptr && data != nullptr) pool->release(data, bytes);
+    pool = std::exchange(other.pool, nullptr);
+    data = std::exchange(other.data, nullptr);
+    bytes = other.bytes;
+  }
+  return *this;
+}
+DataLoader::PinnedBlock::~PinnedBlock() {
+  if (pool != nullptr && data != nullptr) pool->release(data, bytes);
+}
+
+float* DataLoader::HostBatch::image_data() {
+  return pinned.data != nullptr ? static_cast<float*>(pinned.data) : images.data();
+}
+std::int64_t* DataLoader::HostBatch::label_data() {
+  return pinned.data != nullptr ? reinterpret_cast<std::int64_t*>(static_cast<float*>(pinned.data) +
+                                                                  count * SyntheticImages::kSampleElements)
+                                : labels.data();
+}
+
 DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const DataLoaderOptions& options,
                        Backend& backend)
     : dataset_(std::move(dataset)), options_(options), backend_(backend) {
@@ -147,9 +207,29 @@ DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const Dat
   batches_per_epoch_ = options.drop_last ? n / b : (n + b - 1) / b;
   TL_CHECK(batches_per_epoch_ >= 1, "DataLoader: the dataset's " + std::to_string(n) +
                                         " samples make no full batch of " + std::to_string(b) + " (drop_last is on)");
+  if (options.pin_memory) {
+    TL_CHECK(backend.supports_pinned_memory(),
+             "DataLoader: pin_memory needs a backend with page-locked host memory "
+             "(cuda); backend '" +
+                 backend.name() + "' has none");
+    pinned_pool_ = std::make_shared<PinnedPool>(backend);
+  }
 }
 
-DataLoader::~DataLoader() { stop_workers(); }
+DataLoader::~DataLoader() {
+  stop_workers();
+  try {
+    drop_staged();
+    if (!in_flight_.empty()) {
+      // Every copy was waited on by the compute stream (finish_upload, drop_staged): once it is
+      // idle, the pinned blocks are free.
+      backend_.synchronize();
+      retire_uploads();
+    }
+  } catch (...) {
+    // Nothing to report from a destructor: the pool frees the blocks (cudaFreeHost waits for them).
+  }
+}
 
 std::shared_ptr<const std::vector<std::int64_t>> DataLoader::permutation(std::int64_t epoch) const {
   std::lock_guard lock(perm_mutex_);
@@ -182,12 +262,23 @@ DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
   HostBatch batch;
   try {
     const auto indices = batch_indices(global / batches_per_epoch_, global % batches_per_epoch_);
-    batch.images.resize(indices.size() * SyntheticImages::kSampleElements);
-    batch.labels.resize(indices.size());
+    batch.count = static_cast<std::int64_t>(indices.size());
+    if (pinned_pool_) {
+      // Written straight into page-locked memory: no pinning copy afterwards.
+      const std::size_t bytes = static_cast<std::size_t>(batch.count) *
+                                (SyntheticImages::kSampleElements * sizeof(float) + sizeof(std::int64_t));
+      batch.pinned.data = pinned_pool_->acquire(bytes);
+      batch.pinned.pool = pinned_pool_.get();
+      batch.pinned.bytes = bytes;
+    } else {
+      batch.images.resize(indices.size() * SyntheticImages::kSampleElements);
+      batch.labels.resize(indices.size());
+    }
+    float* images = batch.image_data();
+    std::int64_t* labels = batch.label_data();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       double checksum = 0;
-      batch.labels[i] =
-          dataset_->get(indices[i], batch.images.data() + i * SyntheticImages::kSampleElements, &checksum);
+      labels[i] = dataset_->get(indices[i], images + i * SyntheticImages::kSampleElements, &checksum);
       batch.checksum += checksum;
     }
   } catch (const std::exception& e) {
@@ -243,8 +334,7 @@ void DataLoader::worker_loop() {
   }
 }
 
-Batch DataLoader::next() {
-  const std::int64_t global = position_.epoch * batches_per_epoch_ + position_.next_batch;
+DataLoader::HostBatch DataLoader::take(std::int64_t global) {
   HostBatch host;
   if (options_.num_workers == 0) {
     host = produce(global);
@@ -268,20 +358,95 @@ Batch DataLoader::next() {
   if (!host.error.empty()) {
     // The position stays at the failed batch; restarting the workers lets a retry produce it again.
     stop_workers();
-    throw Error("data loader: batch " + std::to_string(position_.next_batch) + " of epoch " +
-                std::to_string(position_.epoch) + ": " + host.error);
+    throw Error("data loader: batch " + std::to_string(global % batches_per_epoch_) + " of epoch " +
+                std::to_string(global / batches_per_epoch_) + ": " + host.error);
   }
+  return host;
+}
 
+DataLoader::Upload DataLoader::start_upload(HostBatch& host, std::int64_t global) {
+  TL_PROFILE_SCOPE("loader.upload");
+  Upload upload;
+  upload.global = global;
+  upload.batch.images = Tensor::empty({host.count, 3, 32, 32}, DType::f32, backend_);
+  upload.batch.labels = Tensor::empty({host.count}, DType::i64, backend_);
+  upload.batch.decode_checksum = host.checksum;
+  upload.tickets[0] =
+      backend_.upload_async(upload.batch.images.raw_data(), host.image_data(), upload.batch.images.nbytes());
+  upload.tickets[1] =
+      backend_.upload_async(upload.batch.labels.raw_data(), host.label_data(), upload.batch.labels.nbytes());
+  in_flight_.push_back(InFlight{std::move(host.pinned), {upload.tickets[0], upload.tickets[1]}});
+  return upload;
+}
+
+void DataLoader::finish_upload(const Upload& upload) {
+  backend_.wait_upload(upload.tickets[0]);
+  backend_.wait_upload(upload.tickets[1]);
+}
+
+void DataLoader::retire_uploads() {
+  std::erase_if(in_flight_, [&](InFlight& f) {
+    // Both polled every time: a finished ticket is retired by the poll.
+    const bool images = backend_.upload_done(f.tickets[0]);
+    const bool labels = backend_.upload_done(f.tickets[1]);
+    return images && labels;  // the block goes back to the pool with the InFlight
+  });
+}
+
+// A staged batch that will not be used: the compute stream waits for its copy, so the device
+// memory it was copied into is reused only after the copy.
+void DataLoader::drop_staged() {
+  if (!staged_) return;
+  finish_upload(*staged_);
+  staged_.reset();
+}
+
+Batch DataLoader::next() {
+  const std::int64_t global = position_.epoch * batches_per_epoch_ + position_.next_batch;
   Batch batch;
-  const auto count = static_cast<std::int64_t>(host.labels.size());
-  batch.images = Tensor::from_host(host.images.data(), {count, 3, 32, 32}, DType::f32, backend_);
-  batch.labels = Tensor::from_host(host.labels.data(), {count}, DType::i64, backend_);
+  if (pinned_pool_) {
+    retire_uploads();
+    if (staged_ && staged_->global == global) {
+      finish_upload(*staged_);
+      batch = std::move(staged_->batch);
+      staged_.reset();
+    } else {
+      drop_staged();
+      HostBatch host = take(global);
+      Upload upload = start_upload(host, global);
+      finish_upload(upload);
+      batch = std::move(upload.batch);
+    }
+  } else {
+    HostBatch host = take(global);
+    batch.images = Tensor::from_host(host.images.data(), {host.count, 3, 32, 32}, DType::f32, backend_);
+    batch.labels = Tensor::from_host(host.labels.data(), {host.count}, DType::i64, backend_);
+    batch.decode_checksum = host.checksum;
+  }
   batch.epoch = position_.epoch;
   batch.index = position_.next_batch;
-  batch.decode_checksum = host.checksum;
   if (++position_.next_batch == batches_per_epoch_) {
     position_.next_batch = 0;
     ++position_.epoch;
+  }
+  // pin_memory with workers: when the next batch is ready, its copy starts now and runs on the
+  // copy stream while the caller trains on this one.
+  if (pinned_pool_ && options_.num_workers > 0) {
+    const std::int64_t ahead = global + 1;
+    std::optional<HostBatch> host;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = ready_.find(ahead);
+      if (ahead < claim_limit_ && it != ready_.end() && it->second.error.empty()) {
+        host = std::move(it->second);
+        ready_.erase(it);
+        ++next_to_consume_;
+      }
+    }
+    if (host) {
+      work_cv_.notify_all();
+      staged_ = start_upload(*host, ahead);
+    }
   }
   return batch;
 }
@@ -293,6 +458,7 @@ void DataLoader::set_position(const LoaderPosition& position) {
                std::to_string(position.next_batch) + ") is invalid; an epoch has " +
                std::to_string(batches_per_epoch_) + " batches");
   stop_workers();
+  drop_staged();
   position_ = position;
 }
 

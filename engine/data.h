@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -56,7 +57,12 @@ struct DataLoaderOptions {
   int num_workers = 0;              // 0: batches are produced on the calling thread
   int prefetch = 2;                 // batches in flight per worker
   bool persistent_workers = false;  // keep worker threads across epochs instead of restarting them
-  std::uint64_t seed = 0;           // the shuffle order of epoch e is a function of (seed, e)
+  // Page-locked host batches (a backend with pinned memory: cuda): workers write each batch
+  // straight into pinned memory, and its host-to-device copy runs on the backend's copy stream.
+  // With workers, the next batch's copy starts as soon as the current batch is handed out, so it
+  // overlaps the training step.
+  bool pin_memory = false;
+  std::uint64_t seed = 0;  // the shuffle order of epoch e is a function of (seed, e)
   // The distributed sampler: batch_size is the global batch, and shard r of n takes the r-th of
   // its n equal parts. Every rank draws the same per-epoch permutation, so the shards are disjoint
   // and together are exactly the batch one process would take: the position (epoch, batch) means
@@ -78,6 +84,8 @@ struct LoaderPosition {
   std::int64_t next_batch = 0;  // within the epoch
 };
 
+class PinnedPool;
+
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const SyntheticImages> dataset, const DataLoaderOptions& options, Backend& backend);
@@ -97,14 +105,39 @@ class DataLoader {
   std::vector<std::int64_t> batch_indices(std::int64_t epoch, std::int64_t index) const;
 
  private:
+  // A page-locked block from the pool, returned to it when the handle goes (once no copy reads it).
+  struct PinnedBlock {
+    PinnedPool* pool = nullptr;
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    PinnedBlock() = default;
+    PinnedBlock(PinnedBlock&& other) noexcept;
+    PinnedBlock& operator=(PinnedBlock&& other) noexcept;
+    ~PinnedBlock();
+  };
   struct HostBatch {
-    std::vector<float> images;
+    std::int64_t count = 0;
+    std::vector<float> images;  // pageable, without pin_memory
     std::vector<std::int64_t> labels;
+    PinnedBlock pinned;  // pin_memory: the images, then the labels
     double checksum = 0;
     std::string error;  // a worker's failure, rethrown on the consuming thread
+    float* image_data();
+    std::int64_t* label_data();
+  };
+  // A batch whose copy to the device has been started (pin_memory).
+  struct Upload {
+    std::int64_t global = -1;
+    Batch batch;
+    std::uint64_t tickets[2] = {0, 0};
   };
   // A global batch number g = epoch * batches_per_epoch + index orders all work.
   HostBatch produce(std::int64_t global) const;
+  HostBatch take(std::int64_t global);  // produced here, or waited for from the workers
+  Upload start_upload(HostBatch& host, std::int64_t global);
+  void finish_upload(const Upload& upload);  // the compute stream waits for its copy
+  void retire_uploads();                     // pinned blocks whose copy has finished go back to the pool
+  void drop_staged();
   std::shared_ptr<const std::vector<std::int64_t>> permutation(std::int64_t epoch) const;
   void start_workers(std::int64_t first_global);
   void stop_workers();
@@ -113,6 +146,13 @@ class DataLoader {
   std::shared_ptr<const SyntheticImages> dataset_;
   DataLoaderOptions options_;
   Backend& backend_;
+  std::shared_ptr<PinnedPool> pinned_pool_;  // pin_memory; outlives every PinnedBlock of this loader
+  std::optional<Upload> staged_;             // the next batch, its copy already started
+  struct InFlight {
+    PinnedBlock block;
+    std::uint64_t tickets[2];
+  };
+  std::vector<InFlight> in_flight_;  // pinned blocks with a copy that may still be reading them
   std::int64_t batches_per_epoch_;
   LoaderPosition position_;
 

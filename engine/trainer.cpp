@@ -75,16 +75,12 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
       generator_(config.seed) {
   validate_config(config_);
   TL_CHECK(backend_.supports(dtype_), "backend '" + backend_.name() + "' does not support dtype " + config.dtype);
+  TL_CHECK(!config_.pin_memory || backend_.supports_pinned_memory(),
+           "pin_memory needs a CUDA backend (it page-locks loader buffers for host-to-device copies); backend '" +
+               backend_.name() + "' runs on the CPU, where there is no copy");
   if (backend_.device_type() == DeviceType::cpu) {
-    TL_CHECK(!config_.pin_memory,
-             "pin_memory needs a CUDA backend (it page-locks loader buffers for host-to-device "
-             "copies); backend '" +
-                 backend_.name() + "' runs on the CPU, where there is no copy");
     TL_CHECK(!config_.tf32, "tf32 needs a CUDA backend (TF32 is a tensor-core math mode); backend '" + backend_.name() +
                                 "' runs on the CPU");
-  } else {
-    TL_CHECK(!config_.pin_memory, "pin_memory is not implemented yet on backend '" + backend_.name() +
-                                      "' (page-locked loader buffers with copies on a copy stream are still to come)");
   }
   if (config_.cuda_graph) {
     TL_CHECK(backend_.supports_graphs(),
@@ -130,6 +126,7 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
   loader_options.num_workers = config_.workers;
   loader_options.prefetch = config_.prefetch;
   loader_options.persistent_workers = config_.persistent_workers;
+  loader_options.pin_memory = config_.pin_memory;
   loader_options.seed = config_.seed;
   if (parallel_ != nullptr) {
     loader_options.shard_rank = parallel_->rank();

@@ -2,6 +2,7 @@
 // independent of workers, epochs, positions, and errors.
 #include "engine/data.h"
 #include "test_util.h"
+#include "tests/emulated_device.h"
 
 using namespace trainlab;
 using namespace trainlab::test;
@@ -156,4 +157,48 @@ TEST_CASE("DataLoader: bad options are refused", "[data]") {
   o.batch_size = 2;
   o.prefetch = 0;
   REQUIRE_THROWS_CONTAINING(DataLoader(data, o, ref()), "prefetch must be >= 1");
+}
+
+TEST_CASE("DataLoader: pin_memory delivers the same batches, copied late on a copy stream", "[data]") {
+  // The emulated device copies an upload only when the compute stream waits for it (or on a
+  // later poll): a pinned block reused too early, or a batch handed out before its wait, would
+  // arrive with the wrong bytes.
+  auto data = std::make_shared<SyntheticImages>(5, Split::train, 70, 2);
+  Backend& device = get_backend(testing::emulated_device());
+  DataLoaderOptions o;
+  o.batch_size = 16;
+  o.seed = 11;
+  std::vector<Batch> expected;
+  {
+    DataLoader pageable(data, o, ref());
+    for (int i = 0; i < 13; ++i) expected.push_back(pageable.next());  // crosses 3 epochs
+  }
+  for (auto [workers, prefetch, persistent] :
+       {std::tuple{0, 1, false}, std::tuple{2, 2, false}, std::tuple{3, 1, true}, std::tuple{1, 3, true}}) {
+    INFO("workers " << workers << " prefetch " << prefetch << " persistent " << persistent);
+    {
+      DataLoaderOptions p = o;
+      p.pin_memory = true;
+      p.num_workers = workers;
+      p.prefetch = prefetch;
+      p.persistent_workers = persistent;
+      DataLoader pinned(data, p, device);
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        INFO("batch " << i);
+        const Batch got = pinned.next();  // checked at once: it must be on the device when handed out
+        CHECK(bitwise_equal(got.images, expected[i].images));
+        CHECK(bitwise_equal(got.labels, expected[i].labels));
+        CHECK(got.decode_checksum == expected[i].decode_checksum);
+        CHECK(got.epoch == expected[i].epoch);
+        if (i == 6) pinned.set_position({1, 3});  // drops a staged batch; the stream goes on from batch 7
+      }
+      // Blocks are reused: the pool holds what is in flight, not one block per batch.
+      CHECK(device.counters()["pinned_blocks"] <= workers * prefetch + 3);
+    }
+    CHECK(device.counters()["pinned_blocks"] == 0);  // all returned when the loader goes
+    CHECK(device.counters()["uploads_pending"] == 0);
+  }
+  o.pin_memory = true;
+  REQUIRE_THROWS_CONTAINING(DataLoader(data, o, ref()), "pin_memory needs a backend with page-locked host memory",
+                            "'reference' has none");
 }

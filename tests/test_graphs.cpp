@@ -1,11 +1,9 @@
 // Device graphs (cuda_graph): the training step captured once and replayed must train exactly as
 // the eager step does. The cuda backend's CUDA graphs run only on a GPU, so the contract is also
-// checked here on the CPU, through "graph-recorder": a backend over the reference that behaves
-// as a CUDA stream under capture does. Between begin_capture and end_capture it records every
-// call instead of running it, refuses anything that waits for the device or moves host data, and
-// keeps the memory of the capture in a GraphPool; replay runs the recorded calls on the same
-// pointers. A trainer that forgot to stage an input, kept a stale buffer, or let eager work reuse
-// a graph's memory trains differently from eager here, or trips AddressSanitizer.
+// checked here on the CPU, through "emulated-device" (tests/emulated_device.h), which records
+// between begin_capture and end_capture and replays the recorded calls on the same pointers. A trainer that forgot to
+// stage an input, kept a stale buffer, or let eager work reuse a graph's memory trains differently from eager here, or
+// trips AddressSanitizer.
 //
 // TRAINLAB_GRAPH_TEST_BACKEND=cuda runs the same equivalence on the cuda backend (the GPU tests).
 #include <catch2/catch.hpp>
@@ -20,188 +18,17 @@
 #include "backends/graph_pool.h"
 #include "backends/registry.h"
 #include "engine/trainer.h"
+#include "tests/emulated_device.h"
 
 using namespace trainlab;
 
 namespace {
 
-class GraphRecorder final : public Backend {
- public:
-  std::string name() const override { return "graph-recorder"; }
-  std::string describe() const override { return "graph-recorder over " + inner_.describe(); }
-  std::map<std::string, std::int64_t> counters() const override {
-    auto out = Backend::counters();
-    out["graphs"] = static_cast<std::int64_t>(graphs_.size());
-    out["replays"] = replays_;
-    return out;
-  }
-  DeviceType device_type() const override { return DeviceType::cpu; }
-  bool supports(DType dtype) const override { return inner_.supports(dtype); }
-  void set_num_threads(int threads) override { inner_.set_num_threads(threads); }
-  int num_threads() const override { return inner_.num_threads(); }
-
-  void* allocate(std::size_t bytes) override {
-    if (pool_.capturing()) {
-      if (void* p = pool_.take(bytes)) return p;
-      void* p = inner_.allocate(bytes);
-      pool_.adopt(p);
-      return p;
-    }
-    return inner_.allocate(bytes);
-  }
-  void deallocate(void* ptr, std::size_t bytes) noexcept override {
-    if (ptr != nullptr && pool_.give_back(ptr, bytes)) return;
-    inner_.deallocate(ptr, bytes);
-  }
-  AllocatorStats allocator_stats() const override { return inner_.allocator_stats(); }
-  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
-    refuse("copy_from_host");
-    inner_.copy_from_host(dst, src, bytes);
-  }
-  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
-    refuse("copy_to_host");
-    inner_.copy_to_host(dst, src, bytes);
-  }
-  void synchronize() override { refuse("synchronize"); }
-  std::unique_ptr<Timer> make_timer() override { return inner_.make_timer(); }
-
-  bool supports_graphs() const override { return true; }
-  bool capturing() const override { return pool_.capturing(); }
-  void begin_capture() override {
-    REQUIRE_FALSE(pool_.capturing());
-    pool_.begin_capture();
-    recording_.clear();
-  }
-  int end_capture() override {
-    REQUIRE(pool_.capturing());
-    pool_.end_capture();
-    graphs_.push_back(std::move(recording_));
-    recording_.clear();
-    return static_cast<int>(graphs_.size()) - 1;
-  }
-  void abort_capture() noexcept override {
-    pool_.end_capture();
-    recording_.clear();
-  }
-  void replay(int graph) override {
-    refuse("replay");
-    for (const auto& call : graphs_.at(static_cast<std::size_t>(graph))) call();
-    ++replays_;
-  }
-
-  void fill(DType d, void* y, std::int64_t n, double v) override {
-    run([=, this] { inner_.fill(d, y, n, v); });
-  }
-  void copy_strided(DType d, const void* src, const Layout& sl, void* dst, const Layout& dl) override {
-    run([=, this] { inner_.copy_strided(d, src, sl, dst, dl); });
-  }
-  void cast(DType sd, const void* src, DType dd, void* dst, std::int64_t n) override {
-    run([=, this] { inner_.cast(sd, src, dd, dst, n); });
-  }
-  void binary(BinaryOp op, DType d, const void* a, const void* b, void* y, std::int64_t n) override {
-    run([=, this] { inner_.binary(op, d, a, b, y, n); });
-  }
-  void affine(DType d, const void* x, void* y, std::int64_t n, double scale, double shift) override {
-    run([=, this] { inner_.affine(d, x, y, n, scale, shift); });
-  }
-  void axpy(DType d, std::int64_t n, double alpha, const void* x, void* y) override {
-    run([=, this] { inner_.axpy(d, n, alpha, x, y); });
-  }
-  void sum(DType d, const void* x, std::int64_t n, void* out) override {
-    run([=, this] { inner_.sum(d, x, n, out); });
-  }
-  bool unscale_and_check_finite(DType d, void* x, std::int64_t n, double inv_scale) override {
-    refuse("unscale_and_check_finite");
-    return inner_.unscale_and_check_finite(d, x, n, inv_scale);
-  }
-  void relu_forward(DType d, const void* x, void* y, std::int64_t n) override {
-    run([=, this] { inner_.relu_forward(d, x, y, n); });
-  }
-  void relu_backward(DType d, const void* y, const void* dy, void* dx, std::int64_t n) override {
-    run([=, this] { inner_.relu_backward(d, y, dy, dx, n); });
-  }
-  void bias_add_forward(DType d, const void* x, const void* bias, void* y, std::int64_t outer, std::int64_t channels,
-                        std::int64_t inner) override {
-    run([=, this] { inner_.bias_add_forward(d, x, bias, y, outer, channels, inner); });
-  }
-  void bias_add_backward(DType d, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
-                         std::int64_t inner) override {
-    run([=, this] { inner_.bias_add_backward(d, dy, dbias, outer, channels, inner); });
-  }
-  void linear_forward(DType d, const void* x, const void* w, const void* b, bool relu, void* y, std::int64_t batch,
-                      std::int64_t in, std::int64_t out) override {
-    run([=, this] { inner_.linear_forward(d, x, w, b, relu, y, batch, in, out); });
-  }
-  void linear_backward_data(DType d, const void* dy, const void* w, void* dx, std::int64_t batch, std::int64_t in,
-                            std::int64_t out) override {
-    run([=, this] { inner_.linear_backward_data(d, dy, w, dx, batch, in, out); });
-  }
-  void linear_backward_weights(DType d, const void* dy, const void* x, void* dw, void* db, std::int64_t batch,
-                               std::int64_t in, std::int64_t out) override {
-    run([=, this] { inner_.linear_backward_weights(d, dy, x, dw, db, batch, in, out); });
-  }
-  void conv2d_forward(DType d, const Conv2dShape& s, const void* x, const void* w, const void* b, bool relu,
-                      void* y) override {
-    run([=, this] { inner_.conv2d_forward(d, s, x, w, b, relu, y); });
-  }
-  void conv2d_backward_data(DType d, const Conv2dShape& s, const void* dy, const void* w, void* dx) override {
-    run([=, this] { inner_.conv2d_backward_data(d, s, dy, w, dx); });
-  }
-  void conv2d_backward_weights(DType d, const Conv2dShape& s, const void* dy, const void* x, void* dw,
-                               void* db) override {
-    run([=, this] { inner_.conv2d_backward_weights(d, s, dy, x, dw, db); });
-  }
-  std::size_t max_pool2d_workspace_bytes(DType d, const Pool2dShape& s) override {
-    return inner_.max_pool2d_workspace_bytes(d, s);
-  }
-  void max_pool2d_forward(DType d, const Pool2dShape& s, const void* x, void* y, void* ws) override {
-    run([=, this] { inner_.max_pool2d_forward(d, s, x, y, ws); });
-  }
-  void max_pool2d_backward(DType d, const Pool2dShape& s, const void* dy, const void* ws, void* dx) override {
-    run([=, this] { inner_.max_pool2d_backward(d, s, dy, ws, dx); });
-  }
-  void softmax_cross_entropy_forward(DType d, const void* logits, const std::int64_t* labels, std::int64_t batch,
-                                     std::int64_t classes, void* probs, void* loss) override {
-    run([=, this] { inner_.softmax_cross_entropy_forward(d, logits, labels, batch, classes, probs, loss); });
-  }
-  void softmax_cross_entropy_backward(DType d, const void* probs, const std::int64_t* labels, std::int64_t batch,
-                                      std::int64_t classes, const void* dloss, void* dlogits) override {
-    run([=, this] { inner_.softmax_cross_entropy_backward(d, probs, labels, batch, classes, dloss, dlogits); });
-  }
-  void sgd_step(DType d, std::int64_t n, void* p, const void* g, void* buf, const SgdStep& s) override {
-    run([=, this] { inner_.sgd_step(d, n, p, g, buf, s); });
-  }
-  void adamw_step(DType d, std::int64_t n, void* p, const void* g, void* m, void* v, const AdamWStep& s) override {
-    run([=, this] { inner_.adamw_step(d, n, p, g, m, v, s); });
-  }
-
- private:
-  void run(std::function<void()> call) {
-    if (pool_.capturing()) {
-      recording_.push_back(std::move(call));
-    } else {
-      call();
-    }
-  }
-  void refuse(const char* what) const {
-    if (pool_.capturing()) throw Error(std::string("graph-recorder: ") + what + " while capturing");
-  }
-
-  Backend& inner_ = get_backend("reference");
-  GraphPool pool_;
-  std::vector<std::function<void()>> recording_;
-  std::vector<std::vector<std::function<void()>>> graphs_;
-  std::int64_t replays_ = 0;
-};
-
-// Registered on first use only, so the other test groups (which walk every CPU backend) never see it.
+// The backend the graph tests run on: the emulated device, or TRAINLAB_GRAPH_TEST_BACKEND.
 std::string graph_backend() {
-  static const BackendRegistration registration(
-      BackendInfo{"graph-recorder", "the reference backend with CUDA-graph capture semantics (tests)", DeviceType::cpu,
-                  -1000},
-      [] { return std::make_unique<GraphRecorder>(); });
+  const std::string emulated = testing::emulated_device();
   const char* chosen = std::getenv("TRAINLAB_GRAPH_TEST_BACKEND");
-  return chosen != nullptr && *chosen != '\0' ? chosen : "graph-recorder";
+  return chosen != nullptr && *chosen != '\0' ? chosen : emulated;
 }
 
 TrainConfig graph_config() {
@@ -220,7 +47,7 @@ TrainConfig graph_config() {
 
 // The cuda backend is deterministic (deterministic cuDNN algorithms, one stream), but is given a
 // hair of room; the recorder replays the reference's very calls, so it must match bit for bit.
-double tolerance(const TrainConfig& c) { return c.backend == "graph-recorder" ? 0.0 : 1e-6; }
+double tolerance(const TrainConfig& c) { return c.backend == "emulated-device" ? 0.0 : 1e-6; }
 
 void check_graph_equals_eager(TrainConfig c) {
   c.cuda_graph = false;
@@ -230,7 +57,7 @@ void check_graph_equals_eager(TrainConfig c) {
   Trainer graphed(c);
   const std::int64_t replays_before = graphed.backend().counters()["replays"];
   const TrainResult got = graphed.train(nullptr);
-  if (c.backend == "graph-recorder") {
+  if (c.backend == "emulated-device") {
     // Two eager steps, then (steps - 2) * accumulate forward and backward replays each.
     CHECK(graphed.backend().counters()["replays"] - replays_before == 2 * (c.steps - 2) * c.accumulate);
   }
@@ -310,4 +137,26 @@ TEST_CASE("graphs: work that waits for the device fails the capture, and the bac
   backend.abort_capture();
   CHECK_FALSE(backend.capturing());
   CHECK(x.item() == 2.0);
+}
+
+TEST_CASE("pin_memory: page-locked batches on the copy stream train exactly as pageable copies", "[graph]") {
+  TrainConfig c = graph_config();
+  c.workers = 2;  // with workers the next batch's copy is started ahead, while the step runs
+  c.eval_at_end = true;
+  const TrainResult expected = Trainer(c).train(nullptr);
+  c.pin_memory = true;
+  const TrainResult pinned = Trainer(c).train(nullptr);
+  c.cuda_graph = true;  // the graphs' input is staged from the uploaded batch
+  const TrainResult both = Trainer(c).train(nullptr);
+  REQUIRE(pinned.losses.size() == expected.losses.size());
+  for (std::size_t i = 0; i < expected.losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(std::abs(pinned.losses[i] - expected.losses[i]) <= tolerance(c) * std::abs(expected.losses[i]));
+    CHECK(std::abs(both.losses[i] - expected.losses[i]) <= tolerance(c) * std::abs(expected.losses[i]));
+  }
+  CHECK(pinned.final_eval.accuracy == expected.final_eval.accuracy);
+
+  c.backend = "reference";
+  c.cuda_graph = false;
+  CHECK_THROWS_WITH(Trainer(c), Catch::Contains("pin_memory needs a CUDA backend"));
 }

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -223,6 +224,7 @@ class CudaBackend final : public Backend {
     CU(cudaSetDevice(device_));
     CU(cudaGetDeviceProperties(&properties_, device_));
     CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CU(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     CU(cublasCreate(&blas_));
     CU(cublasSetStream(blas_, stream_));
     CU(cudnnCreate(&dnn_));
@@ -287,6 +289,50 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     refuse_while_capturing("synchronize");
     CU(cudaStreamSynchronize(stream_));
+  }
+
+  // Pinned memory (portable: any thread may allocate it, whatever device it has chosen) and
+  // uploads on the copy stream. Each upload waits for an event marking the compute stream's work
+  // so far, and records its own event, which the compute stream waits on (wait_upload) and the
+  // loader polls (upload_done). Events are recycled.
+  bool supports_pinned_memory() const override { return true; }
+  void* allocate_pinned(std::size_t bytes) override {
+    CU(cudaSetDevice(device_));
+    void* p = nullptr;
+    CU(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), cudaHostAllocPortable));
+    return p;
+  }
+  void deallocate_pinned(void* ptr) noexcept override {
+    if (ptr != nullptr) cudaFreeHost(ptr);  // synchronises: no copy from it can still be running
+  }
+  std::uint64_t upload_async(void* dst, const void* pinned_src, std::size_t bytes) override {
+    refuse_while_capturing("upload_async");
+    std::lock_guard lock(upload_mutex_);
+    cudaEvent_t after = event_locked(), done = event_locked();
+    CU(cudaEventRecord(after, stream_));
+    CU(cudaStreamWaitEvent(copy_stream_, after, 0));
+    spare_events_.push_back(after);  // re-recording it later does not disturb the wait just enqueued
+    if (bytes > 0) CU(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    CU(cudaEventRecord(done, copy_stream_));
+    const std::uint64_t ticket = ++last_ticket_;
+    uploads_.emplace(ticket, done);
+    return ticket;
+  }
+  void wait_upload(std::uint64_t ticket) override {
+    std::lock_guard lock(upload_mutex_);
+    auto it = uploads_.find(ticket);
+    if (it != uploads_.end()) CU(cudaStreamWaitEvent(stream_, it->second, 0));
+  }
+  bool upload_done(std::uint64_t ticket) override {
+    std::lock_guard lock(upload_mutex_);
+    auto it = uploads_.find(ticket);
+    if (it == uploads_.end()) return true;
+    const cudaError_t status = cudaEventQuery(it->second);
+    if (status == cudaErrorNotReady) return false;
+    check(status, "cudaEventQuery (upload)");
+    spare_events_.push_back(it->second);
+    uploads_.erase(it);
+    return true;
   }
 
   // CUDA graphs: the stream is captured in relaxed mode (the caching allocator may cudaMalloc a
@@ -552,6 +598,17 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  cudaEvent_t event_locked() {
+    if (!spare_events_.empty()) {
+      cudaEvent_t e = spare_events_.back();
+      spare_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+
   void refuse_while_capturing(const char* what) const {
     if (capturing_) {
       throw Error(std::string("cuda: ") + what +
@@ -732,6 +789,11 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // host-to-device uploads from pinned memory
+  std::mutex upload_mutex_;
+  std::uint64_t last_ticket_ = 0;
+  std::unordered_map<std::uint64_t, cudaEvent_t> uploads_;  // in flight or not yet polled
+  std::vector<cudaEvent_t> spare_events_;
   cublasHandle_t blas_ = nullptr;
   cudnnHandle_t dnn_ = nullptr;
   CachingAllocator allocator_;

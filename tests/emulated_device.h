@@ -1,0 +1,251 @@
+// "emulated-device": a backend over the reference that behaves as a CUDA device does where the
+// engine can get it wrong, so that the device-side logic of the trainer and the loader is tested
+// on a machine without a GPU (the same tests run on the cuda backend on a GPU machine).
+//  - Graph capture: between begin_capture and end_capture every call is recorded instead of run;
+//    anything that waits for the device or moves host data throws; memory allocated or freed
+//    while capturing goes to a GraphPool; replay runs the recorded calls on the same pointers.
+//  - Pinned memory and uploads: a copy happens late (when the compute stream waits for it, or on
+//    the second poll), so reusing its source early, or reading its destination before waiting,
+//    gives wrong data.
+// Registered on first use (emulated_device()), so test groups that walk every CPU backend never
+// see it.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "backends/graph_pool.h"
+#include "backends/registry.h"
+
+namespace trainlab::testing {
+
+class EmulatedDevice final : public Backend {
+ public:
+  std::string name() const override { return "emulated-device"; }
+  std::string describe() const override { return "emulated-device over " + inner_.describe(); }
+  std::map<std::string, std::int64_t> counters() const override {
+    auto out = Backend::counters();
+    out["graphs"] = static_cast<std::int64_t>(graphs_.size());
+    out["replays"] = replays_;
+    out["pinned_blocks"] = pinned_blocks_;
+    out["uploads_pending"] = static_cast<std::int64_t>(uploads_.size());
+    return out;
+  }
+  DeviceType device_type() const override { return DeviceType::cpu; }
+  bool supports(DType dtype) const override { return inner_.supports(dtype); }
+  void set_num_threads(int threads) override { inner_.set_num_threads(threads); }
+  int num_threads() const override { return inner_.num_threads(); }
+
+  void* allocate(std::size_t bytes) override {
+    if (pool_.capturing()) {
+      if (void* p = pool_.take(bytes)) return p;
+      void* p = inner_.allocate(bytes);
+      pool_.adopt(p);
+      return p;
+    }
+    return inner_.allocate(bytes);
+  }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override {
+    if (ptr != nullptr && pool_.give_back(ptr, bytes)) return;
+    inner_.deallocate(ptr, bytes);
+  }
+  AllocatorStats allocator_stats() const override { return inner_.allocator_stats(); }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
+    refuse("copy_from_host");
+    inner_.copy_from_host(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    refuse("copy_to_host");
+    inner_.copy_to_host(dst, src, bytes);
+  }
+  void synchronize() override { refuse("synchronize"); }
+  std::unique_ptr<Timer> make_timer() override { return inner_.make_timer(); }
+
+  // Pinned memory and uploads as a copy stream runs them: the copy happens later than it is
+  // asked for, when the compute stream is made to wait for it, or after the second poll that
+  // finds it pending. A loader that reuses a pinned block before its copy finished, or hands
+  // out device memory before the compute stream waits for it, delivers the wrong data here.
+  bool supports_pinned_memory() const override { return true; }
+  void* allocate_pinned(std::size_t bytes) override {
+    ++pinned_blocks_;
+    return ::operator new(std::max<std::size_t>(bytes, 1));
+  }
+  void deallocate_pinned(void* ptr) noexcept override {
+    if (ptr == nullptr) return;
+    --pinned_blocks_;
+    ::operator delete(ptr);
+  }
+  std::uint64_t upload_async(void* dst, const void* src, std::size_t bytes) override {
+    refuse("upload_async");
+    uploads_.emplace(++last_ticket_, Copy{dst, src, bytes, 0});
+    return last_ticket_;
+  }
+  void wait_upload(std::uint64_t ticket) override {
+    auto it = uploads_.find(ticket);
+    if (it == uploads_.end()) return;
+    std::memcpy(it->second.dst, it->second.src, it->second.bytes);
+    uploads_.erase(it);
+  }
+  bool upload_done(std::uint64_t ticket) override {
+    auto it = uploads_.find(ticket);
+    if (it == uploads_.end()) return true;
+    if (++it->second.polls < 2) return false;
+    wait_upload(ticket);
+    return true;
+  }
+
+  bool supports_graphs() const override { return true; }
+  bool capturing() const override { return pool_.capturing(); }
+  void begin_capture() override {
+    REQUIRE_FALSE(pool_.capturing());
+    pool_.begin_capture();
+    recording_.clear();
+  }
+  int end_capture() override {
+    REQUIRE(pool_.capturing());
+    pool_.end_capture();
+    graphs_.push_back(std::move(recording_));
+    recording_.clear();
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  void abort_capture() noexcept override {
+    pool_.end_capture();
+    recording_.clear();
+  }
+  void replay(int graph) override {
+    refuse("replay");
+    for (const auto& call : graphs_.at(static_cast<std::size_t>(graph))) call();
+    ++replays_;
+  }
+
+  void fill(DType d, void* y, std::int64_t n, double v) override {
+    run([=, this] { inner_.fill(d, y, n, v); });
+  }
+  void copy_strided(DType d, const void* src, const Layout& sl, void* dst, const Layout& dl) override {
+    run([=, this] { inner_.copy_strided(d, src, sl, dst, dl); });
+  }
+  void cast(DType sd, const void* src, DType dd, void* dst, std::int64_t n) override {
+    run([=, this] { inner_.cast(sd, src, dd, dst, n); });
+  }
+  void binary(BinaryOp op, DType d, const void* a, const void* b, void* y, std::int64_t n) override {
+    run([=, this] { inner_.binary(op, d, a, b, y, n); });
+  }
+  void affine(DType d, const void* x, void* y, std::int64_t n, double scale, double shift) override {
+    run([=, this] { inner_.affine(d, x, y, n, scale, shift); });
+  }
+  void axpy(DType d, std::int64_t n, double alpha, const void* x, void* y) override {
+    run([=, this] { inner_.axpy(d, n, alpha, x, y); });
+  }
+  void sum(DType d, const void* x, std::int64_t n, void* out) override {
+    run([=, this] { inner_.sum(d, x, n, out); });
+  }
+  bool unscale_and_check_finite(DType d, void* x, std::int64_t n, double inv_scale) override {
+    refuse("unscale_and_check_finite");
+    return inner_.unscale_and_check_finite(d, x, n, inv_scale);
+  }
+  void relu_forward(DType d, const void* x, void* y, std::int64_t n) override {
+    run([=, this] { inner_.relu_forward(d, x, y, n); });
+  }
+  void relu_backward(DType d, const void* y, const void* dy, void* dx, std::int64_t n) override {
+    run([=, this] { inner_.relu_backward(d, y, dy, dx, n); });
+  }
+  void bias_add_forward(DType d, const void* x, const void* bias, void* y, std::int64_t outer, std::int64_t channels,
+                        std::int64_t inner) override {
+    run([=, this] { inner_.bias_add_forward(d, x, bias, y, outer, channels, inner); });
+  }
+  void bias_add_backward(DType d, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                         std::int64_t inner) override {
+    run([=, this] { inner_.bias_add_backward(d, dy, dbias, outer, channels, inner); });
+  }
+  void linear_forward(DType d, const void* x, const void* w, const void* b, bool relu, void* y, std::int64_t batch,
+                      std::int64_t in, std::int64_t out) override {
+    run([=, this] { inner_.linear_forward(d, x, w, b, relu, y, batch, in, out); });
+  }
+  void linear_backward_data(DType d, const void* dy, const void* w, void* dx, std::int64_t batch, std::int64_t in,
+                            std::int64_t out) override {
+    run([=, this] { inner_.linear_backward_data(d, dy, w, dx, batch, in, out); });
+  }
+  void linear_backward_weights(DType d, const void* dy, const void* x, void* dw, void* db, std::int64_t batch,
+                               std::int64_t in, std::int64_t out) override {
+    run([=, this] { inner_.linear_backward_weights(d, dy, x, dw, db, batch, in, out); });
+  }
+  void conv2d_forward(DType d, const Conv2dShape& s, const void* x, const void* w, const void* b, bool relu,
+                      void* y) override {
+    run([=, this] { inner_.conv2d_forward(d, s, x, w, b, relu, y); });
+  }
+  void conv2d_backward_data(DType d, const Conv2dShape& s, const void* dy, const void* w, void* dx) override {
+    run([=, this] { inner_.conv2d_backward_data(d, s, dy, w, dx); });
+  }
+  void conv2d_backward_weights(DType d, const Conv2dShape& s, const void* dy, const void* x, void* dw,
+                               void* db) override {
+    run([=, this] { inner_.conv2d_backward_weights(d, s, dy, x, dw, db); });
+  }
+  std::size_t max_pool2d_workspace_bytes(DType d, const Pool2dShape& s) override {
+    return inner_.max_pool2d_workspace_bytes(d, s);
+  }
+  void max_pool2d_forward(DType d, const Pool2dShape& s, const void* x, void* y, void* ws) override {
+    run([=, this] { inner_.max_pool2d_forward(d, s, x, y, ws); });
+  }
+  void max_pool2d_backward(DType d, const Pool2dShape& s, const void* dy, const void* ws, void* dx) override {
+    run([=, this] { inner_.max_pool2d_backward(d, s, dy, ws, dx); });
+  }
+  void softmax_cross_entropy_forward(DType d, const void* logits, const std::int64_t* labels, std::int64_t batch,
+                                     std::int64_t classes, void* probs, void* loss) override {
+    run([=, this] { inner_.softmax_cross_entropy_forward(d, logits, labels, batch, classes, probs, loss); });
+  }
+  void softmax_cross_entropy_backward(DType d, const void* probs, const std::int64_t* labels, std::int64_t batch,
+                                      std::int64_t classes, const void* dloss, void* dlogits) override {
+    run([=, this] { inner_.softmax_cross_entropy_backward(d, probs, labels, batch, classes, dloss, dlogits); });
+  }
+  void sgd_step(DType d, std::int64_t n, void* p, const void* g, void* buf, const SgdStep& s) override {
+    run([=, this] { inner_.sgd_step(d, n, p, g, buf, s); });
+  }
+  void adamw_step(DType d, std::int64_t n, void* p, const void* g, void* m, void* v, const AdamWStep& s) override {
+    run([=, this] { inner_.adamw_step(d, n, p, g, m, v, s); });
+  }
+
+ private:
+  void run(std::function<void()> call) {
+    if (pool_.capturing()) {
+      recording_.push_back(std::move(call));
+    } else {
+      call();
+    }
+  }
+  void refuse(const char* what) const {
+    if (pool_.capturing()) throw Error(std::string("emulated-device: ") + what + " while capturing");
+  }
+
+  Backend& inner_ = get_backend("reference");
+  GraphPool pool_;
+  std::vector<std::function<void()>> recording_;
+  std::vector<std::vector<std::function<void()>>> graphs_;
+  std::int64_t replays_ = 0;
+  struct Copy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+    int polls;
+  };
+  std::map<std::uint64_t, Copy> uploads_;
+  std::uint64_t last_ticket_ = 0;
+  std::int64_t pinned_blocks_ = 0;
+};
+
+// The emulated device's registered name (registering it on first use).
+inline std::string emulated_device() {
+  static const BackendRegistration registration(
+      BackendInfo{"emulated-device", "the reference backend with CUDA's capture and copy-stream semantics (tests)",
+                  DeviceType::cpu, -1000},
+      [] { return std::make_unique<EmulatedDevice>(); });
+  return "emulated-device";
+}
+
+}  // namespace trainlab::testing
