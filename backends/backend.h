@@ -81,6 +81,10 @@ struct OptimizerSlot {
   std::int64_t n;
   bool first_step;    // SGD: the momentum buffer starts as the gradient
   std::int64_t step;  // AdamW: this parameter's step count, from 1
+  // Mixed precision: when not null, the updated parameter cast to working_dtype (bf16/f16) is
+  // written here too, in the same pass (the f32-master to working-copy cast fused into the step).
+  void* working = nullptr;
+  DType working_dtype = DType::f32;
 };
 
 struct AllocatorStats {
@@ -233,7 +237,8 @@ class Backend {
   virtual void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                           const AdamWStep& step) = 0;
   // Every parameter in one call (one kernel launch on a GPU). `step`'s first_step (SGD) and step
-  // (AdamW) are taken per slot. The default calls sgd_step / adamw_step per slot.
+  // (AdamW) are taken per slot, as are the working copies. The default calls sgd_step /
+  // adamw_step per slot, then casts into the working copy.
   virtual void sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& step);
   virtual void adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& step);
 };

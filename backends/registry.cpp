@@ -33,6 +33,7 @@ void Backend::sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots,
     SgdStep one = step;
     one.first_step = slot.first_step;
     sgd_step(dtype, slot.n, slot.param, slot.grad, slot.state1, one);
+    if (slot.working != nullptr) cast(dtype, slot.param, slot.working_dtype, slot.working, slot.n);
   }
 }
 
@@ -41,6 +42,7 @@ void Backend::adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slot
     AdamWStep one = step;
     one.step = slot.step;
     adamw_step(dtype, slot.n, slot.param, slot.grad, slot.state1, slot.state2, one);
+    if (slot.working != nullptr) cast(dtype, slot.param, slot.working_dtype, slot.working, slot.n);
   }
 }
 

@@ -86,7 +86,9 @@ void Ddp::attach(const NamedTensors& parameters) {
     comm_.copy_out(host.data(), memory.get(), host.size());
     if (comm_.rank() != 0) {
       TL_CHECK(slot.parameter.is_contiguous(), "ddp: parameter " + slot.name + " is not contiguous");
-      std::memcpy(slot.parameter.raw_data(), host.data(), host.size());
+      // Through the backend: the parameter may live in device memory.
+      slot.parameter.backend().copy_from_host(slot.parameter.raw_data(), host.data(), host.size());
+      note_parameter_write();  // low-precision working copies of it are stale
     }
   }
   verify_replicas();
@@ -276,7 +278,7 @@ DdpStepStats Ddp::finish_backward() {
       Tensor grad = slot.parameter.grad();
       const unsigned char* source = bucket.host + slot.offset * elem;
       if (grad.is_contiguous()) {
-        std::memcpy(grad.raw_data(), source, static_cast<std::size_t>(slot.numel * elem));
+        grad.backend().copy_from_host(grad.raw_data(), source, static_cast<std::size_t>(slot.numel * elem));
       } else {
         NoGradGuard no_grad;  // a layout other than row-major (channels_last): copied into place
         grad.copy_(Tensor::from_host(source, grad.shape(), dtype_, grad.backend()));

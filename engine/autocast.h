@@ -6,6 +6,11 @@
 //  - cross_entropy runs in f32.
 // The casts are differentiable, so gradients arrive at f32 master weights in f32, and the
 // optimiser updates and keeps its state in f32. No loss scaler is involved (bf16 has f32's range).
+//
+// Working copies: given a WorkingCopies source (an optimiser keeping them), a parameter's cast is
+// not computed: autocast takes the low-precision copy that the optimiser's step wrote in the same
+// pass as the update (fused into one kernel on the cuda backend), as long as it is current. The
+// values are the same bits as the cast, and the gradient still flows to the f32 master.
 #pragma once
 
 #include "backends/dtype.h"
@@ -14,15 +19,25 @@ namespace trainlab {
 
 class Tensor;
 
+// A source of current low-precision copies of parameters (see Optimizer::keep_working_copies).
+class WorkingCopies {
+ public:
+  virtual ~WorkingCopies() = default;
+  // The `dtype` copy of `param`, or null when there is none or it is not current.
+  virtual const Tensor* working_copy(const Tensor& param, DType dtype) const = 0;
+};
+
 class AutocastGuard {
  public:
-  explicit AutocastGuard(DType dtype);  // f32 switches autocast off inside the guard
+  // f32 switches autocast off inside the guard; `copies` (may be null) supplies working copies.
+  explicit AutocastGuard(DType dtype, const WorkingCopies* copies = nullptr);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
   DType previous_;
+  const WorkingCopies* previous_copies_;
 };
 
 // The low-precision dtype in force on this thread, or f32 when autocast is off.

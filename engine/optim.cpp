@@ -55,6 +55,36 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
+void Optimizer::keep_working_copies(DType dtype) {
+  TL_CHECK(dtype == DType::bf16 || dtype == DType::f16,
+           std::string("optimizer: working copies are bf16 or f16, not ") + dtype_name(dtype));
+  working_dtype_ = dtype;
+  working_.assign(params_.size(), Tensor());
+  working_written_.assign(params_.size(), 0);
+  working_current_ = false;
+}
+
+const Tensor* Optimizer::working_copy(const Tensor& param, DType dtype) const {
+  if (dtype != working_dtype_ || !working_current_ || working_epoch_ != parameter_write_epoch()) return nullptr;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].second.impl() == param.impl()) return working_written_[i] ? &working_[i] : nullptr;
+  }
+  return nullptr;
+}
+
+void Optimizer::attach_working_copy(std::size_t i, const Tensor& p, OptimizerSlot& slot) {
+  if (working_dtype_ == DType::f32 || p.dtype() != DType::f32 || !p.is_contiguous()) return;
+  if (!working_[i].defined()) working_[i] = Tensor::empty(p.shape(), working_dtype_, p.backend());
+  slot.working = working_[i].raw_data();
+  slot.working_dtype = working_dtype_;
+  working_written_[i] = 1;
+}
+
+void Optimizer::end_step() {
+  working_current_ = working_dtype_ != DType::f32;
+  working_epoch_ = parameter_write_epoch();
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (auto& [name, p] : params_) {
     Tensor t = p;
@@ -120,22 +150,26 @@ void SGD::step() {
   TL_PROFILE_SCOPE("sgd.step");
   NoGradGuard no_grad;
   const SgdStep step{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, false};
+  begin_step();
   step_in_groups(
       params_,
       [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
         const bool first = !momentum_buffers_[i].defined();
         if (first && options_.momentum != 0) momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
-        return OptimizerSlot{p.raw_data(),
-                             dense_grad.raw_data(),
-                             options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
-                             nullptr,
-                             p.numel(),
-                             first,
-                             0};
+        OptimizerSlot slot{p.raw_data(),
+                           dense_grad.raw_data(),
+                           options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
+                           nullptr,
+                           p.numel(),
+                           first,
+                           0};
+        attach_working_copy(i, p, slot);
+        return slot;
       },
       [&](Backend& backend, DType dtype, const std::vector<OptimizerSlot>& slots) {
         backend.sgd_step_all(dtype, slots, step);
       });
+  end_step();
 }
 
 StateDict SGD::state_dict() const {
@@ -185,6 +219,7 @@ void AdamW::step() {
   TL_PROFILE_SCOPE("adamw.step");
   NoGradGuard no_grad;
   const AdamWStep step{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, 0};
+  begin_step();
   step_in_groups(
       params_,
       [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
@@ -193,13 +228,16 @@ void AdamW::step() {
           exp_avg_sq_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
         }
         ++steps_[i];
-        return OptimizerSlot{
+        OptimizerSlot slot{
             p.raw_data(), dense_grad.raw_data(), exp_avg_[i].raw_data(), exp_avg_sq_[i].raw_data(), p.numel(), false,
             steps_[i]};
+        attach_working_copy(i, p, slot);
+        return slot;
       },
       [&](Backend& backend, DType dtype, const std::vector<OptimizerSlot>& slots) {
         backend.adamw_step_all(dtype, slots, step);
       });
+  end_step();
 }
 
 StateDict AdamW::state_dict() const {

@@ -7,12 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/autocast.h"
 #include "engine/state_dict.h"
 #include "engine/tensor.h"
 
 namespace trainlab {
 
-class Optimizer {
+class Optimizer : public WorkingCopies {
  public:
   explicit Optimizer(NamedTensors params, double lr);
   virtual ~Optimizer() = default;
@@ -27,7 +28,25 @@ class Optimizer {
   // Validates that the state belongs to this optimiser and these parameters (names and shapes).
   virtual void load_state_dict(const StateDict& state) = 0;
 
+  // Mixed precision: keep a `dtype` (bf16 or f16) copy of every parameter, written by step() in
+  // the same pass as the update (one fused kernel on the cuda backend; a cast right after the
+  // update elsewhere). Autocast takes a copy instead of casting the parameter while the copy is
+  // current: written by a step, with no parameter written since by anything else
+  // (parameter_write_epoch). Before the first step there are none, and autocast casts.
+  void keep_working_copies(DType dtype);
+  const Tensor* working_copy(const Tensor& param, DType dtype) const override;
+
  protected:
+  // For step(): gives `slot` parameter i's working copy to write (nothing when none are kept).
+  void attach_working_copy(std::size_t i, const Tensor& p, OptimizerSlot& slot);
+  void begin_step() { working_current_ = false; }
+  void end_step();
+  DType working_dtype_ = DType::f32;  // f32: none kept
+  std::vector<Tensor> working_;
+  std::vector<char> working_written_;
+  bool working_current_ = false;
+  std::uint64_t working_epoch_ = 0;
+
   // The per-parameter buffer `kind` ("momentum_buffer", ...), keyed "kind.param_name".
   static std::string buffer_key(const std::string& kind, const std::string& param) { return kind + "." + param; }
   void load_buffers(const StateDict& state, const std::string& kind, std::vector<Tensor>& buffers) const;

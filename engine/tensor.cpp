@@ -1,6 +1,7 @@
 #include "engine/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -392,7 +393,14 @@ Tensor Tensor::narrow(std::int64_t d, std::int64_t start, std::int64_t length) c
 // ---------------------------------------------------------------------------------------------
 // in-place
 
+namespace {
+std::atomic<std::uint64_t> parameter_writes{0};
+}
+std::uint64_t parameter_write_epoch() { return parameter_writes.load(std::memory_order_acquire); }
+void note_parameter_write() { parameter_writes.fetch_add(1, std::memory_order_acq_rel); }
+
 static void check_in_place(const Tensor& t, const char* op) {
+  if (t.requires_grad()) note_parameter_write();
   TL_CHECK(!(GradMode::enabled() && t.requires_grad()),
            std::string(op) +
                ": in-place change of a tensor that requires grad while grad mode is on "

@@ -78,6 +78,13 @@ constexpr DType dtype_of<std::int64_t>() {
   return DType::i64;
 }
 
+// Counts writes to parameters (tensors that require grad) made through the Tensor API
+// (copy_, fill_, zero_ and the like) or announced with note_parameter_write() by code that writes
+// their memory directly. A derived copy of parameters (the optimiser's low-precision working
+// copies) is current only while this count has not moved since the copy was written.
+std::uint64_t parameter_write_epoch();
+void note_parameter_write();
+
 class Tensor {
  public:
   Tensor() = default;

@@ -106,6 +106,9 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
     options.weight_decay = config_.weight_decay;
     optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), options);
   }
+  // Mixed precision: the optimiser writes bf16/f16 working copies of the weights in its step, and
+  // autocast uses them instead of casting the f32 masters every forward.
+  if (param_dtype_ != dtype_) optimizer_->keep_working_copies(dtype_);
   if (config_.schedule == "warmup_cosine") {
     scheduler_ =
         std::make_unique<WarmupCosineLR>(*optimizer_, config_.lr, config_.warmup_steps, config_.steps, config_.min_lr);
@@ -198,7 +201,7 @@ Tensor Trainer::prepare_input(const Tensor& images) const {
 }
 
 Tensor Trainer::forward_loss(const Tensor& images, const Tensor& labels) {
-  AutocastGuard autocast(param_dtype_ != dtype_ ? dtype_ : DType::f32);
+  AutocastGuard autocast(param_dtype_ != dtype_ ? dtype_ : DType::f32, optimizer_.get());
   return cross_entropy(model_->forward(prepare_input(images)), labels);
 }
 
@@ -225,7 +228,7 @@ EvalResult Trainer::evaluate() {
     const Tensor y = Tensor::from_vector(labels, {count}, backend_);
     Tensor logits;
     {
-      AutocastGuard autocast(param_dtype_ != dtype_ ? dtype_ : DType::f32);
+      AutocastGuard autocast(param_dtype_ != dtype_ ? dtype_ : DType::f32, optimizer_.get());
       logits = model_->forward(prepare_input(x));
     }
     loss_sum += cross_entropy(logits.to(DType::f32), y).item() * static_cast<double>(count);

@@ -353,13 +353,14 @@ __global__ void adamw_kernel(std::int64_t n, T* param, const T* grad, T* m, T* v
   }
 }
 
-template <typename T>
+template <typename T, typename W>
 __global__ void sgd_multi_kernel(const MultiSlot* slots, float lr, float momentum, float dampening, float weight_decay,
                                  bool nesterov) {
   const MultiSlot s = slots[blockIdx.y];
   T* param = static_cast<T*>(s.param);
   const T* grad = static_cast<const T*>(s.grad);
   T* buf = static_cast<T*>(s.state1);
+  W* working = static_cast<W*>(s.working);
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.n;
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
     float p = load(param, i);
@@ -369,14 +370,17 @@ __global__ void sgd_multi_kernel(const MultiSlot* slots, float lr, float momentu
       store(buf, i, b);
       d = nesterov ? d + momentum * b : b;
     }
-    store(param, i, p - lr * d);
+    p -= lr * d;
+    store(param, i, p);
+    if (working != nullptr) store(working, i, p);
   }
 }
 
-template <typename T>
+template <typename T, typename W>
 __global__ void adamw_multi_kernel(const MultiSlot* slots, float lr, float beta1, float beta2, float eps,
                                    float weight_decay) {
   const MultiSlot s = slots[blockIdx.y];
+  W* working = static_cast<W*>(s.working);
   T* param = static_cast<T*>(s.param);
   const T* grad = static_cast<const T*>(s.grad);
   T* m = static_cast<T*>(s.state1);
@@ -391,7 +395,9 @@ __global__ void adamw_multi_kernel(const MultiSlot* slots, float lr, float beta1
     const float vi = beta2 * load(v, i) + (1.f - beta2) * g * g;
     store(m, i, mi);
     store(v, i, vi);
-    store(param, i, p - lr / bias1 * mi / (sqrtf(vi) / bias2_sqrt + eps));
+    const float updated = p - lr / bias1 * mi / (sqrtf(vi) / bias2_sqrt + eps);
+    store(param, i, updated);
+    if (working != nullptr) store(working, i, updated);
   }
 }
 
@@ -660,27 +666,33 @@ void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void
 }
 
 void sgd_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float momentum,
-                    float dampening, float weight_decay, bool nesterov, cudaStream_t stream) {
+                    float dampening, float weight_decay, bool nesterov, DType working_dtype, cudaStream_t stream) {
   if (count == 0 || max_n == 0) return;
   if (count > 65535) throw Error("cuda kernel sgd_step_multi: at most 65535 tensors, got " + std::to_string(count));
   const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(1024, (max_n + kThreads - 1) / kThreads)),
                   static_cast<unsigned>(count));
   dispatch(dtype, "sgd_step_multi", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    sgd_multi_kernel<T><<<grid, kThreads, 0, stream>>>(slots, lr, momentum, dampening, weight_decay, nesterov);
+    dispatch(working_dtype, "sgd_step_multi (working copies)", [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      sgd_multi_kernel<T, W><<<grid, kThreads, 0, stream>>>(slots, lr, momentum, dampening, weight_decay, nesterov);
+    });
   });
   check_launch("sgd_step_multi");
 }
 
 void adamw_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float beta1,
-                      float beta2, float eps, float weight_decay, cudaStream_t stream) {
+                      float beta2, float eps, float weight_decay, DType working_dtype, cudaStream_t stream) {
   if (count == 0 || max_n == 0) return;
   if (count > 65535) throw Error("cuda kernel adamw_step_multi: at most 65535 tensors, got " + std::to_string(count));
   const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(1024, (max_n + kThreads - 1) / kThreads)),
                   static_cast<unsigned>(count));
   dispatch(dtype, "adamw_step_multi", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    adamw_multi_kernel<T><<<grid, kThreads, 0, stream>>>(slots, lr, beta1, beta2, eps, weight_decay);
+    dispatch(working_dtype, "adamw_step_multi (working copies)", [&](auto* w) {
+      using W = std::remove_pointer_t<decltype(w)>;
+      adamw_multi_kernel<T, W><<<grid, kThreads, 0, stream>>>(slots, lr, beta1, beta2, eps, weight_decay);
+    });
   });
   check_launch("adamw_step_multi");
 }

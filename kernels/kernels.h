@@ -73,7 +73,9 @@ void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void
                 void* working, cudaStream_t stream);
 
 // ---- the whole model in one launch: `slots` is a device array of `count` slots; grid.y walks the
-// slots, grid.x the elements of the largest (max_n). Per slot: SGD's first_step, AdamW's step. ----
+// slots, grid.x the elements of the largest (max_n). Per slot: SGD's first_step, AdamW's step, and
+// `working` (may be null): the updated parameter in working_dtype (bf16/f16), written in the same
+// pass (the f32-master to working-copy cast fused into the step). ----
 struct MultiSlot {
   void* param;
   const void* grad;
@@ -82,11 +84,12 @@ struct MultiSlot {
   std::int64_t n;
   int first_step;
   std::int64_t step;
+  void* working;
 };
 void sgd_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float momentum,
-                    float dampening, float weight_decay, bool nesterov, cudaStream_t stream);
+                    float dampening, float weight_decay, bool nesterov, DType working_dtype, cudaStream_t stream);
 void adamw_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float beta1,
-                      float beta2, float eps, float weight_decay, cudaStream_t stream);
+                      float beta2, float eps, float weight_decay, DType working_dtype, cudaStream_t stream);
 
 // ---- the f16 loss scaler: x *= inv_scale in place, and *found_inf = 1 if any result is not finite ----
 void unscale_and_check(DType dtype, void* x, std::int64_t n, float inv_scale, int* found_inf, cudaStream_t stream);

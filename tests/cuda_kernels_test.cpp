@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -149,9 +150,11 @@ void test_cross_entropy() {
 }
 
 void test_optimizer_launches() {
-  // The whole-model launch equals the per-tensor one.
+  // The whole-model launch equals the per-tensor one, and the bf16 working copies it writes in
+  // the same pass equal a cast of the updated parameters.
   const std::vector<std::int64_t> sizes = {5, 1000, 70000};
   std::vector<float*> p1, p2, g, b1, b2;
+  std::vector<void*> fused, cast;
   std::vector<kernels::MultiSlot> slots;
   std::int64_t max_n = 0;
   for (std::size_t t = 0; t < sizes.size(); ++t) {
@@ -162,7 +165,13 @@ void test_optimizer_launches() {
     g.push_back(device_copy(grads));
     b1.push_back(device_copy(buf));
     b2.push_back(device_copy(buf));
-    slots.push_back(kernels::MultiSlot{p2.back(), g.back(), b2.back(), nullptr, sizes[t], 0, 0});
+    void* w = nullptr;
+    void* c = nullptr;
+    cuda(cudaMalloc(&w, n * 2), "cudaMalloc");
+    cuda(cudaMalloc(&c, n * 2), "cudaMalloc");
+    fused.push_back(w);
+    cast.push_back(c);
+    slots.push_back(kernels::MultiSlot{p2.back(), g.back(), b2.back(), nullptr, sizes[t], 0, 0, w});
     max_n = std::max(max_n, sizes[t]);
   }
   for (std::size_t t = 0; t < sizes.size(); ++t)
@@ -170,13 +179,21 @@ void test_optimizer_launches() {
                       nullptr, nullptr);
   kernels::MultiSlot* table = device_copy(slots);
   kernels::sgd_step_multi(DType::f32, table, static_cast<int>(slots.size()), max_n, 0.1f, 0.9f, 0.f, 0.01f, false,
-                          nullptr);
-  bool same = true;
+                          DType::bf16, nullptr);
+  bool same = true, copies = true;
   for (std::size_t t = 0; t < sizes.size(); ++t) {
     same = same && host_copy(p1[t], sizes[t]) == host_copy(p2[t], sizes[t]) &&
            host_copy(b1[t], sizes[t]) == host_copy(b2[t], sizes[t]);
+    kernels::cast(DType::f32, p2[t], DType::bf16, cast[t], sizes[t], nullptr);
+    std::vector<std::uint16_t> a(static_cast<std::size_t>(sizes[t])), b(a.size());
+    cuda(cudaMemcpy(a.data(), fused[t], a.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    cuda(cudaMemcpy(b.data(), cast[t], b.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    copies = copies && a == b;
   }
   expect(same, "sgd_step_multi equals sgd_step per tensor, bit for bit");
+  expect(copies, "sgd_step_multi's fused bf16 working copies equal the cast of the updated parameters");
+  for (void* p : fused) cudaFree(p);
+  for (void* p : cast) cudaFree(p);
   cudaFree(table);
   for (auto* v : {&p1, &p2, &g, &b1, &b2})
     for (float* p : *v) cudaFree(p);

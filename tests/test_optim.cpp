@@ -3,7 +3,12 @@
 #include <cmath>
 #include <numbers>
 
+#include "engine/autocast.h"
+#include "engine/autograd.h"
+#include "engine/nn.h"
+#include "engine/ops.h"
 #include "engine/optim.h"
+#include "engine/rng.h"
 #include "test_util.h"
 
 using namespace trainlab;
@@ -156,4 +161,80 @@ TEST_CASE("optimizer and schedule state dicts round-trip to identical training",
     for (auto& [key, t] : shapes.tensors) t = Tensor::zeros({7}, DType::f64, ref());
     REQUIRE_THROWS_CONTAINING(opt_b->load_state_dict(shapes), "[7]", "[3]");
   }
+}
+
+TEST_CASE("working copies: written by the step, current until a parameter is written elsewhere", "[optim]") {
+  // Working copies are of f32 masters (an f64 parameter keeps none).
+  auto f32_param = [](const std::vector<double>& v) {
+    Tensor t = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())}, ref()).to(DType::f32);
+    t.set_requires_grad(true);
+    return t;
+  };
+  Tensor a = f32_param({1.0, -2.0, 3.0}), b = f32_param({2.0});
+  SGD sgd({{"a", a}, {"b", b}}, SgdOptions{0.1, 0.9, 0.0, 0.0, false});
+  sgd.keep_working_copies(DType::bf16);
+  CHECK(sgd.working_copy(a, DType::bf16) == nullptr);  // none before the first step
+  a.set_grad(Tensor::from_vector(std::vector<double>{0.3, 0.2, -0.1}, {3}, ref()).to(DType::f32));
+  sgd.step();
+  const Tensor* copy = sgd.working_copy(a, DType::bf16);
+  REQUIRE(copy != nullptr);
+  CHECK(copy->dtype() == DType::bf16);
+  CHECK(bitwise_equal(*copy, a.detach().to(DType::bf16)));  // the same bits as the cast
+  CHECK(sgd.working_copy(a, DType::f16) == nullptr);
+  CHECK(sgd.working_copy(b, DType::bf16) == nullptr);  // no gradient, never written
+  {
+    NoGradGuard no_grad;
+    b.fill_(5.0);  // any parameter written outside the optimiser: every copy is stale
+  }
+  CHECK(sgd.working_copy(a, DType::bf16) == nullptr);
+  sgd.step();
+  REQUIRE(sgd.working_copy(a, DType::bf16) != nullptr);
+  CHECK(bitwise_equal(*sgd.working_copy(a, DType::bf16), a.detach().to(DType::bf16)));
+
+  AdamW adamw({{"a", a}}, AdamWOptions{});
+  adamw.keep_working_copies(DType::f16);
+  adamw.step();
+  REQUIRE(adamw.working_copy(a, DType::f16) != nullptr);
+  CHECK(bitwise_equal(*adamw.working_copy(a, DType::f16), a.detach().to(DType::f16)));
+  REQUIRE_THROWS_CONTAINING(adamw.keep_working_copies(DType::f64), "bf16 or f16, not f64");
+}
+
+TEST_CASE("working copies: autocast uses them, with the cast's values and gradients", "[optim]") {
+  Generator gen(4);
+  SmallCNN model(InitOptions{&gen, DType::f32, &ref()});
+  SGD sgd(model.named_parameters(), SgdOptions{0.05, 0.9, 0.0, 0.0, false});
+  sgd.keep_working_copies(DType::bf16);
+  std::vector<double> pixels(2 * 3 * 32 * 32);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = std::sin(0.37 * static_cast<double>(i));
+  const Tensor x = Tensor::from_vector(pixels, {2, 3, 32, 32}, ref()).to(DType::f32);
+  const Tensor y = Tensor::from_vector(std::vector<std::int64_t>{3, 7}, {2}, ref());
+  auto loss_and_grads = [&](const WorkingCopies* copies) {
+    sgd.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(DType::bf16, copies);
+      loss = cross_entropy(model.forward(x), y);
+    }
+    loss.backward();
+    std::vector<Tensor> grads;
+    for (const auto& [name, p] : model.named_parameters()) grads.push_back(p.grad().clone());
+    return std::pair{loss.item(), grads};
+  };
+  loss_and_grads(nullptr);
+  sgd.step();  // the copies are current from here
+  const auto [cast_loss, cast_grads] = loss_and_grads(nullptr);
+  const auto [copy_loss, copy_grads] = loss_and_grads(&sgd);
+  CHECK(copy_loss == cast_loss);
+  for (std::size_t i = 0; i < cast_grads.size(); ++i) {
+    CHECK(copy_grads[i].dtype() == DType::f32);
+    CHECK(bitwise_equal(copy_grads[i], cast_grads[i]));
+  }
+  // And the forward really read the copies: zero one (a write the parameters do not see).
+  const Tensor& w = model.named_parameters().front().second;
+  Tensor copy = *sgd.working_copy(w, DType::bf16);
+  {
+    NoGradGuard no_grad;
+    copy.fill_(0.0);
+  }
+  CHECK(loss_and_grads(&sgd).first != cast_loss);
 }

@@ -577,17 +577,19 @@ class CudaBackend final : public Backend {
   // The whole model in one launch: the slot table goes to the device (a small copy on the stream).
   void sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& s) override {
     std::int64_t max_n = 0;
-    kernels::MultiSlot* table = upload_slots(slots, max_n);
+    DType working = DType::f32;
+    kernels::MultiSlot* table = upload_slots(slots, max_n, working);
     kernels::sgd_step_multi(dtype, table, static_cast<int>(slots.size()), max_n, static_cast<float>(s.lr),
                             static_cast<float>(s.momentum), static_cast<float>(s.dampening),
-                            static_cast<float>(s.weight_decay), s.nesterov, stream_);
+                            static_cast<float>(s.weight_decay), s.nesterov, working, stream_);
   }
   void adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& s) override {
     std::int64_t max_n = 0;
-    kernels::MultiSlot* table = upload_slots(slots, max_n);
+    DType working = DType::f32;
+    kernels::MultiSlot* table = upload_slots(slots, max_n, working);
     kernels::adamw_step_multi(dtype, table, static_cast<int>(slots.size()), max_n, static_cast<float>(s.lr),
                               static_cast<float>(s.beta1), static_cast<float>(s.beta2), static_cast<float>(s.eps),
-                              static_cast<float>(s.weight_decay), stream_);
+                              static_cast<float>(s.weight_decay), working, stream_);
   }
 
   void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
@@ -672,12 +674,19 @@ class CudaBackend final : public Backend {
   // The slot table in device memory, reused while it is large enough. The copy is ordered on the
   // stream after the kernels that read the previous table, and a copy from pageable host memory
   // has taken the bytes by the time cudaMemcpyAsync returns, so no wait is needed.
-  kernels::MultiSlot* upload_slots(const std::vector<OptimizerSlot>& slots, std::int64_t& max_n) {
+  // The slots' working copies share one dtype (`working`; f32 when there are none).
+  kernels::MultiSlot* upload_slots(const std::vector<OptimizerSlot>& slots, std::int64_t& max_n, DType& working) {
     staged_slots_.clear();
     max_n = 0;
+    working = DType::f32;
     for (const OptimizerSlot& s : slots) {
+      if (s.working != nullptr) {
+        TL_CHECK(working == DType::f32 || working == s.working_dtype,
+                 "cuda: one optimiser launch with working copies of two dtypes");
+        working = s.working_dtype;
+      }
       staged_slots_.push_back(
-          kernels::MultiSlot{s.param, s.grad, s.state1, s.state2, s.n, s.first_step ? 1 : 0, s.step});
+          kernels::MultiSlot{s.param, s.grad, s.state1, s.state2, s.n, s.first_step ? 1 : 0, s.step, s.working});
       max_n = std::max(max_n, s.n);
     }
     const std::size_t bytes = staged_slots_.size() * sizeof(kernels::MultiSlot);
