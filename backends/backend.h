@@ -186,6 +186,13 @@ class Backend {
   // dx = dy * (y > 0), from the forward's output y
   virtual void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) = 0;
 
+  // The fused layers' backward through their ReLU: dx = dy * (y > 0) (as relu_backward), and,
+  // when the backend fuses it, dbias = the sum of dx over outer and inner in the same pass
+  // ([outer, channels, inner] as bias_add). Returns whether dbias was written; when not (the
+  // default), the layer's backward-weights call computes it.
+  virtual bool relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
+                                  std::int64_t channels, std::int64_t inner);
+
   // x, y: [outer, channels, inner]; bias: [channels]
   virtual void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
                                 std::int64_t channels, std::int64_t inner) = 0;

@@ -46,6 +46,12 @@ void Backend::adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slot
   }
 }
 
+bool Backend::relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void*, std::int64_t outer,
+                                 std::int64_t channels, std::int64_t inner) {
+  relu_backward(dtype, y, dy, dx, outer * channels * inner);
+  return false;
+}
+
 void Backend::set_tf32(bool enabled) {
   if (enabled) throw Error("backend '" + name() + "' has no TF32 math mode (it needs a CUDA backend)");
 }

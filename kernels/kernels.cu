@@ -245,6 +245,47 @@ __global__ void bias_backward_kernel(const T* dy, T* dbias, std::int64_t outer, 
   }
 }
 
+template <typename T>
+__global__ void relu_bias_backward_v1_kernel(const T* y, const T* dy, T* dx, T* dbias, std::int64_t outer,
+                                             std::int64_t channels, std::int64_t inner) {
+  GRID_STRIDE_LOOP(c, channels) {
+    float s = 0;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (std::int64_t k = 0; k < inner; ++k) {
+        const std::int64_t i = (o * channels + c) * inner + k;
+        const float d = load(y, i) > 0.f ? load(dy, i) : 0.f;
+        store(dx, i, d);
+        s += load(dx, i);  // the stored (rounded) value, as a separate bias_backward would read it
+      }
+    }
+    store(dbias, c, s);
+  }
+}
+
+template <typename T>
+__global__ void relu_bias_backward_kernel(const T* y, const T* dy, T* dx, T* dbias, std::int64_t outer,
+                                          std::int64_t channels, std::int64_t inner) {
+  __shared__ float warps[kThreads / 32];
+  const std::int64_t c = blockIdx.x;
+  const std::int64_t count = outer * inner;
+  float s = 0;
+  for (std::int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const std::int64_t o = j / inner, k = j % inner;
+    const std::int64_t i = (o * channels + c) * inner + k;
+    const float d = load(y, i) > 0.f ? load(dy, i) : 0.f;
+    store(dx, i, d);
+    s += load(dx, i);
+  }
+  s = warp_sum(s);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) store(dbias, c, s);
+  }
+}
+
 // ---- softmax cross-entropy ----
 template <typename T>
 __global__ void sce_forward_v1_kernel(const T* logits, const std::int64_t* labels, std::int64_t batch,
@@ -590,6 +631,30 @@ void bias_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer,
         static_cast<const T*>(dy), static_cast<T*>(dbias), outer, channels, inner);
   });
   check_launch("bias_backward");
+}
+
+void relu_bias_backward_v1(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
+                           std::int64_t channels, std::int64_t inner, cudaStream_t stream) {
+  if (channels == 0) return;
+  dispatch(dtype, "relu_bias_backward_v1", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    relu_bias_backward_v1_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dbias), outer,
+        channels, inner);
+  });
+  check_launch("relu_bias_backward_v1");
+}
+
+void relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
+                        std::int64_t channels, std::int64_t inner, cudaStream_t stream) {
+  if (channels == 0) return;
+  dispatch(dtype, "relu_bias_backward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    relu_bias_backward_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dbias), outer,
+        channels, inner);
+  });
+  check_launch("relu_bias_backward");
 }
 
 void softmax_cross_entropy_forward_v1(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,

@@ -50,6 +50,13 @@ void bias_backward_v1(DType dtype, const void* dy, void* dbias, std::int64_t out
                       std::int64_t inner, cudaStream_t stream);
 void bias_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                    std::int64_t inner, cudaStream_t stream);
+// The fused layers' backward through ReLU and bias in one pass: dx = dy * (y > 0) and
+// dbias[c] = sum of dx over outer and inner. v1 one thread per channel; the current version one
+// block per channel with a shared-memory tree (as bias_backward).
+void relu_bias_backward_v1(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
+                           std::int64_t channels, std::int64_t inner, cudaStream_t stream);
+void relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
+                        std::int64_t channels, std::int64_t inner, cudaStream_t stream);
 
 // ---- softmax cross-entropy (rows of `classes` logits; loss = mean over the batch) ----
 // A label outside [0, classes) sets *bad_label (device int) to 1 + its row; the caller checks it.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/dtype.h"
@@ -106,6 +107,37 @@ void test_bias_backward() {
   expect(relative(host_copy(db, channels), want) < 1e-5, "bias_backward");
   cudaFree(d);
   cudaFree(db);
+}
+
+void test_relu_bias_backward() {
+  // dx = dy * (y > 0) and dbias = sum of dx, in one pass, both layouts' shapes ([N, C, HW] and [NHW, C, 1]).
+  for (auto [outer, channels, inner] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{5, 32, 257},
+                                        std::tuple<std::int64_t, std::int64_t, std::int64_t>{1285, 32, 1}}) {
+    const auto n = static_cast<std::size_t>(outer * channels * inner);
+    const auto y = random_values(n, 4), dy = random_values(n, 5);
+    std::vector<float> want_dx(n);
+    std::vector<double> want_db(static_cast<std::size_t>(channels), 0.0);
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t c = 0; c < channels; ++c)
+        for (std::int64_t k = 0; k < inner; ++k) {
+          const auto i = static_cast<std::size_t>((o * channels + c) * inner + k);
+          want_dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+          want_db[static_cast<std::size_t>(c)] += want_dx[i];
+        }
+    float *dy_d = device_copy(dy), *y_d = device_copy(y), *dx = device_copy(std::vector<float>(n)),
+          *db = device_copy(std::vector<float>(static_cast<std::size_t>(channels)));
+    for (int version : {1, 2}) {
+      const std::string name = version == 1 ? "relu_bias_backward_v1" : "relu_bias_backward";
+      if (version == 1) {
+        kernels::relu_bias_backward_v1(DType::f32, y_d, dy_d, dx, db, outer, channels, inner, nullptr);
+      } else {
+        kernels::relu_bias_backward(DType::f32, y_d, dy_d, dx, db, outer, channels, inner, nullptr);
+      }
+      expect(host_copy(dx, n) == want_dx, name + ": dx is dy masked by y > 0, exactly");
+      expect(relative(host_copy(db, channels), want_db) < 1e-5, name + ": dbias is the sum of dx");
+    }
+    for (float* p : {dy_d, y_d, dx, db}) cudaFree(p);
+  }
 }
 
 void test_cross_entropy() {
@@ -255,6 +287,7 @@ int main() {
   }
   test_sum();
   test_bias_backward();
+  test_relu_bias_backward();
   test_cross_entropy();
   test_optimizer_launches();
   bandwidth();

@@ -430,6 +430,15 @@ class CudaBackend final : public Backend {
   void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) override {
     kernels::relu_backward(dtype, y, dy, dx, n, stream_);
   }
+  bool relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
+                          std::int64_t channels, std::int64_t inner) override {
+    if (dbias == nullptr) {
+      kernels::relu_backward(dtype, y, dy, dx, outer * channels * inner, stream_);
+      return false;
+    }
+    kernels::relu_bias_backward(dtype, y, dy, dx, dbias, outer, channels, inner, stream_);
+    return true;
+  }
   void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
                         std::int64_t channels, std::int64_t inner) override {
     kernels::bias_relu_forward(dtype, x, bias, y, outer, channels, inner, false, stream_);

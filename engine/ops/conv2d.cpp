@@ -53,23 +53,27 @@ Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
   return record(y, name, inputs, [=](const Tensor& g, const std::vector<bool>& needs) {
     Tensor dz = ops_detail::dense(g, format);
     Backend& be = dz.backend();
+    Tensor dx, dw, db;
+    bool bias_done = false;  // the bias gradient came out of the ReLU backward (a fused kernel)
+    if (has_bias && needs[2]) db = Tensor::empty({s.out_channels}, dz.dtype(), be);
     if (relu) {
       Tensor masked = Tensor::empty(dz.shape(), dz.dtype(), be, format);
-      be.relu_backward(dz.dtype(), saved_y.raw_data(), dz.raw_data(), masked.raw_data(), masked.numel());
+      const std::int64_t hw = s.out_h() * s.out_w();
+      bias_done = be.relu_bias_backward(
+          dz.dtype(), saved_y.raw_data(), dz.raw_data(), masked.raw_data(), db.defined() ? db.raw_data() : nullptr,
+          s.channels_last ? s.batch * hw : s.batch, s.out_channels, s.channels_last ? 1 : hw);
       dz = masked;
     }
-    Tensor dx, dw, db;
     if (needs[0]) {
       dx = Tensor::empty(sx.shape(), dz.dtype(), be, format);
       TL_PROFILE_SCOPE("conv2d.backward_data");
       be.conv2d_backward_data(dz.dtype(), s, dz.raw_data(), sw.raw_data(), dx.raw_data());
     }
-    if (needs[1] || (has_bias && needs[2])) {
+    if (needs[1] || (db.defined() && !bias_done)) {
       dw = Tensor::empty(sw.shape(), dz.dtype(), be);
-      if (has_bias) db = Tensor::empty({s.out_channels}, dz.dtype(), be);
       TL_PROFILE_SCOPE("conv2d.backward_weights");
       be.conv2d_backward_weights(dz.dtype(), s, dz.raw_data(), sx.raw_data(), dw.raw_data(),
-                                 has_bias ? db.raw_data() : nullptr);
+                                 db.defined() && !bias_done ? db.raw_data() : nullptr);
     }
     std::vector<Tensor> grads{dx, needs[1] ? dw : Tensor()};
     if (has_bias) grads.push_back(needs[2] ? db : Tensor());

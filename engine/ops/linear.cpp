@@ -38,23 +38,25 @@ Tensor linear_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
   return record(y, name, inputs, [=](const Tensor& g, const std::vector<bool>& needs) {
     Tensor dz = ops_detail::dense(g);
     Backend& be = dz.backend();
+    Tensor dx, dw, db;
+    bool bias_done = false;  // the bias gradient came out of the ReLU backward (a fused kernel)
+    if (has_bias && needs[2]) db = Tensor::empty({out}, dz.dtype(), be);
     if (relu) {
       Tensor masked = Tensor::empty(dz.shape(), dz.dtype(), be);
-      be.relu_backward(dz.dtype(), saved_y.raw_data(), dz.raw_data(), masked.raw_data(), masked.numel());
+      bias_done = be.relu_bias_backward(dz.dtype(), saved_y.raw_data(), dz.raw_data(), masked.raw_data(),
+                                        db.defined() ? db.raw_data() : nullptr, batch, out, 1);
       dz = masked;
     }
-    Tensor dx, dw, db;
     if (needs[0]) {
       dx = Tensor::empty({batch, in}, dz.dtype(), be);
       TL_PROFILE_SCOPE("linear.backward_data");
       be.linear_backward_data(dz.dtype(), dz.raw_data(), sw.raw_data(), dx.raw_data(), batch, in, out);
     }
-    if (needs[1] || (has_bias && needs[2])) {
+    if (needs[1] || (db.defined() && !bias_done)) {
       dw = Tensor::empty({out, in}, dz.dtype(), be);
-      if (has_bias) db = Tensor::empty({out}, dz.dtype(), be);
       TL_PROFILE_SCOPE("linear.backward_weights");
       be.linear_backward_weights(dz.dtype(), dz.raw_data(), sx.raw_data(), dw.raw_data(),
-                                 has_bias ? db.raw_data() : nullptr, batch, in, out);
+                                 db.defined() && !bias_done ? db.raw_data() : nullptr, batch, in, out);
     }
     std::vector<Tensor> grads{dx, needs[1] ? dw : Tensor()};
     if (has_bias) grads.push_back(needs[2] ? db : Tensor());
