@@ -31,23 +31,27 @@ Backend& choose_backend(const TrainConfig& config) {
   return get_backend(config.backend.empty() ? default_backend_name() : config.backend);
 }
 
-// Times one phase: synchronises the device at both ends (an asynchronous backend must not look
-// faster than it is) and records a profiler span.
+// Times one phase with the backend's own timer (CUDA events on the cuda backend, a steady clock
+// on the CPU) and synchronises the device at its end, so that an asynchronous backend does not
+// look faster than it is and the next phase starts on an idle device; records a profiler span.
 class PhaseTimer {
  public:
-  PhaseTimer(Backend& backend, const char* name, double& total_s)
-      : backend_(backend), name_(name), total_s_(total_s), start_ns_(Profiler::now_ns()) {}
+  PhaseTimer(Backend& backend, Timer& timer, const char* name, double& total_s)
+      : backend_(backend), timer_(timer), name_(name), total_s_(total_s), start_ns_(Profiler::now_ns()) {
+    timer_.start();
+  }
   ~PhaseTimer() {
+    timer_.stop();
     backend_.synchronize();
-    const std::int64_t end_ns = Profiler::now_ns();
-    total_s_ += static_cast<double>(end_ns - start_ns_) * 1e-9;
-    if (Profiler::instance().enabled()) Profiler::instance().record(name_, start_ns_, end_ns);
+    total_s_ += timer_.elapsed_s();
+    if (Profiler::instance().enabled()) Profiler::instance().record(name_, start_ns_, Profiler::now_ns());
   }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
 
  private:
   Backend& backend_;
+  Timer& timer_;
   const char* name_;
   double& total_s_;
   std::int64_t start_ns_;
@@ -150,6 +154,12 @@ struct Trainer::CapturedStep {
 };
 
 Trainer::~Trainer() = default;
+
+Timer& Trainer::phase_timer(const char* phase) {
+  std::unique_ptr<Timer>& timer = phase_timers_[phase];
+  if (!timer) timer = backend_.make_timer();
+  return *timer;
+}
 
 // Copies a batch into the graphs' input. A replayed forward cannot read the label check back
 // from the device, so the labels are checked here, on the host.
@@ -282,7 +292,7 @@ TrainResult Trainer::train(std::ostream* log) {
     Batch batch;
     Tensor loss;
     double step_s = 0;
-    std::optional<PhaseTimer> step_span(std::in_place, backend_, "step", step_s);
+    std::optional<PhaseTimer> step_span(std::in_place, backend_, phase_timer("step"), "step", step_s);
     // Micro-steps: gradients accumulate over `accumulate` batches (each loss scaled by 1/K, so the
     // step's gradient is the mean); data parallel runs communicate on the last one only.
     double loss_sum = 0;
@@ -293,36 +303,36 @@ TrainResult Trainer::train(std::ostream* log) {
     double capture_s = 0;
     for (std::int64_t micro = 0; micro < config_.accumulate; ++micro) {
       {
-        PhaseTimer t(backend_, "data_wait", phases.data_wait_s);
+        PhaseTimer t(backend_, phase_timer("data_wait"), "data_wait", phases.data_wait_s);
         batch = loader_->next();
         if (replay && graph_) stage_for_graph(batch);
       }
       if (replay && !graph_) {
-        PhaseTimer t(backend_, "graph_capture", capture_s);
+        PhaseTimer t(backend_, phase_timer("graph_capture"), "graph_capture", capture_s);
         capture_step(batch);
         stage_for_graph(batch);
       }
       if (replay) {
         {
-          PhaseTimer t(backend_, "forward", phases.forward_s);
+          PhaseTimer t(backend_, phase_timer("forward"), "forward", phases.forward_s);
           backend_.replay(graph_->forward);
         }
         {
-          PhaseTimer t(backend_, "backward", phases.backward_s);
+          PhaseTimer t(backend_, phase_timer("backward"), "backward", phases.backward_s);
           backend_.replay(graph_->backward);
         }
         loss_sum += graph_->loss.item();
         continue;
       }
       {
-        PhaseTimer t(backend_, "forward", phases.forward_s);
+        PhaseTimer t(backend_, phase_timer("forward"), "forward", phases.forward_s);
         loss = forward_loss(batch.images, batch.labels);
         if (config_.accumulate > 1) loss = loss * (1.0 / static_cast<double>(config_.accumulate));
       }
       const bool sync = micro + 1 == config_.accumulate;
       if (parallel_ != nullptr) parallel_->begin_backward(sync);
       {
-        PhaseTimer t(backend_, "backward", phases.backward_s);
+        PhaseTimer t(backend_, phase_timer("backward"), "backward", phases.backward_s);
         if (scaler_) {
           scaler_->scale(loss).backward();
         } else {
@@ -330,13 +340,13 @@ TrainResult Trainer::train(std::ostream* log) {
         }
       }
       if (parallel_ != nullptr && sync) {
-        PhaseTimer t(backend_, "comm_wait", phases.comm_s);
+        PhaseTimer t(backend_, phase_timer("comm_wait"), "comm_wait", phases.comm_s);
         ddp = parallel_->finish_backward();
       }
       loss_sum += loss.item();
     }
     {
-      PhaseTimer t(backend_, "optimizer", phases.optimizer_s);
+      PhaseTimer t(backend_, phase_timer("optimizer"), "optimizer", phases.optimizer_s);
       if (scaler_) {
         if (!scaler_->step(*optimizer_)) ++result.skipped_steps;
       } else {

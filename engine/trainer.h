@@ -1,10 +1,12 @@
 // The trainer: SmallCNN on SyntheticImages. One step = wait for data, forward, loss, backward,
-// optimiser step; each phase timed (with a device synchronise at each boundary) and recorded as a
-// profiler span. Warm-up steps are excluded from throughput and counted.
+// optimiser step; each phase timed with the backend's timer (CUDA events on a GPU, a steady clock
+// on the CPU), with a device synchronise at each boundary, and recorded as a profiler span. Warm-up steps are excluded
+// from throughput and counted.
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +87,8 @@ class Trainer {
   struct CapturedStep;
   void capture_step(const Batch& staged);
   void stage_for_graph(const Batch& batch);
+  // One timer per phase name, made by the backend (CUDA events on a GPU), reused every step.
+  Timer& phase_timer(const char* phase);
 
   Backend& backend_;
   DataParallel* parallel_ = nullptr;
@@ -99,6 +103,7 @@ class Trainer {
   std::shared_ptr<const SyntheticImages> train_data_, held_out_data_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<CapturedStep> graph_;
+  std::map<std::string, std::unique_ptr<Timer>> phase_timers_;
   std::int64_t step_ = 0;
 };
 
