@@ -11,6 +11,7 @@
 #include "engine/autograd.h"
 #include "engine/data.h"
 #include "engine/profiler.h"
+#include "engine/step_graph.h"
 #include "engine/version.h"
 
 namespace trainlab {
@@ -64,6 +65,12 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   SmallCNN model(InitOptions{&generator, param_dtype, &backend});
   model.set_fused(config.fuse);
   SGD optimizer(model.named_parameters(), SgdOptions{0.01, 0.9, 0.0, 0.0, false});
+  if (autocast != DType::f32) optimizer.keep_working_copies(autocast);  // as the trainer does
+  TL_CHECK(!config.cuda_graph || !config.forward_only,
+           "throughput: cuda_graph times training steps, not --forward-only");
+  TL_CHECK(!config.cuda_graph || config.warmup >= 2,
+           "throughput: cuda_graph needs a warm-up of at least 2 eager steps before the capture");
+  std::unique_ptr<StepGraph> graph;
 
   // A few distinct batches, made before any timing.
   const SyntheticImages data(config.seed, Split::train, 4 * config.batch);
@@ -101,17 +108,34 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
       phases.forward_s += seconds_since(t);
       return;
     }
-    Tensor loss;
-    {
-      AutocastGuard cast(autocast);
-      Tensor x = x_in.contiguous(layout);
+    auto forward = [&](const std::vector<Tensor>& in) {
+      AutocastGuard cast(autocast, &optimizer);
+      Tensor x = in[0].contiguous(layout);
       if (param_dtype != DType::f32) x = x.to(param_dtype);
-      loss = cross_entropy(model.forward(x), y);
+      return cross_entropy(model.forward(x), in[1]);
+    };
+    // cuda_graph: captured on the first measured step (after the eager warm-up), replayed after.
+    const bool replay = config.cuda_graph && i >= config.warmup;
+    if (replay && !graph) {
+      graph = std::make_unique<StepGraph>(backend, std::vector<Tensor>{x_in, y}, forward, model.named_parameters());
+      t = clock::now();  // the capture is not part of the step
+    }
+    Tensor loss;
+    if (replay) {
+      graph->inputs()[0].copy_(x_in);
+      graph->inputs()[1].copy_(y);
+      graph->forward();
+    } else {
+      loss = forward({x_in, y});
     }
     backend.synchronize();
     phases.forward_s += seconds_since(t);
     t = clock::now();
-    loss.backward();
+    if (replay) {
+      graph->backward();
+    } else {
+      loss.backward();
+    }
     backend.synchronize();
     phases.backward_s += seconds_since(t);
     t = clock::now();
@@ -227,6 +251,7 @@ std::string throughput_json(const ThroughputResult& r) {
                         {"layout", r.config.layout},
                         {"fuse", r.config.fuse},
                         {"forward_only", r.config.forward_only},
+                        {"cuda_graph", r.config.cuda_graph},
                         {"batch", r.config.batch},
                         {"threads", r.threads},
                         {"seed", r.config.seed}}},

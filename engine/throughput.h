@@ -18,6 +18,7 @@ struct ThroughputConfig {
   std::string layout = "nchw";
   bool fuse = false;
   bool forward_only = false;
+  bool cuda_graph = false;  // training: forward and backward replayed from CUDA graphs after the warm-up
   std::int64_t batch = 128;
   int threads = 0;
   double seconds = 5.0;     // measured time (after warm-up); at least min_steps steps run

@@ -144,15 +144,6 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
   if (!config_.resume.empty()) resume(config_.resume);
 }
 
-// The graphs' fixed memory: the input they read, the loss they write. Each replay reads the
-// parameters and writes (accumulates into) the gradient buffers in place, at the addresses the
-// capture saw, so those must persist: the trainer zeroes gradients instead of dropping them.
-struct Trainer::CapturedStep {
-  Tensor images, labels;  // every batch is copied in before the forward replay
-  Tensor loss;            // rewritten by every forward replay
-  int forward = -1, backward = -1;
-};
-
 Trainer::~Trainer() = default;
 
 Timer& Trainer::phase_timer(const char* phase) {
@@ -171,37 +162,19 @@ void Trainer::stage_for_graph(const Batch& batch) {
                                                                    " at row " + std::to_string(i) + " is outside [0, " +
                                                                    std::to_string(SmallCNN::kClasses) + ")");
   }
-  graph_->images.copy_(batch.images);
-  graph_->labels.copy_(batch.labels);
+  graph_->inputs()[0].copy_(batch.images);
+  graph_->inputs()[1].copy_(batch.labels);
 }
 
-// Records one micro-step as two graphs, forward (to the scaled loss) and backward (into the
-// gradient buffers), so that the phases stay separately timed. Capturing records without running:
-// the caller replays both for this very step.
+// One micro-step (the loss scaled by 1/accumulate), captured on this batch.
 void Trainer::capture_step(const Batch& staged) {
-  TL_PROFILE_SCOPE("graph.capture");
-  for (const auto& [name, p] : model_->named_parameters()) {
-    TL_CHECK(p.grad().defined(), "cuda_graph: parameter " + name + " has no gradient buffer after the eager steps");
-  }
-  auto step = std::make_unique<CapturedStep>();
-  step->images = staged.images.clone();
-  step->labels = staged.labels.clone();
-  backend_.synchronize();
-  try {
-    Tensor loss;
-    backend_.begin_capture();
-    loss = forward_loss(step->images, step->labels);
-    if (config_.accumulate > 1) loss = loss * (1.0 / static_cast<double>(config_.accumulate));
-    step->forward = backend_.end_capture();
-    backend_.begin_capture();
-    loss.backward();
-    step->backward = backend_.end_capture();
-    step->loss = loss.detach();  // the tape is spent; keep only the loss buffer
-  } catch (const Error& e) {
-    backend_.abort_capture();
-    throw Error(std::string("cuda_graph: capturing the training step failed: ") + e.what());
-  }
-  graph_ = std::move(step);
+  graph_ = std::make_unique<StepGraph>(
+      backend_, std::vector<Tensor>{staged.images, staged.labels},
+      [this](const std::vector<Tensor>& in) {
+        Tensor loss = forward_loss(in[0], in[1]);
+        return config_.accumulate > 1 ? loss * (1.0 / static_cast<double>(config_.accumulate)) : loss;
+      },
+      model_->named_parameters());
 }
 
 Tensor Trainer::prepare_input(const Tensor& images) const {
@@ -310,18 +283,17 @@ TrainResult Trainer::train(std::ostream* log) {
       if (replay && !graph_) {
         PhaseTimer t(backend_, phase_timer("graph_capture"), "graph_capture", capture_s);
         capture_step(batch);
-        stage_for_graph(batch);
       }
       if (replay) {
         {
           PhaseTimer t(backend_, phase_timer("forward"), "forward", phases.forward_s);
-          backend_.replay(graph_->forward);
+          graph_->forward();
         }
         {
           PhaseTimer t(backend_, phase_timer("backward"), "backward", phases.backward_s);
-          backend_.replay(graph_->backward);
+          graph_->backward();
         }
-        loss_sum += graph_->loss.item();
+        loss_sum += graph_->loss().item();
         continue;
       }
       {

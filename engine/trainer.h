@@ -17,6 +17,7 @@
 #include "engine/grad_scaler.h"
 #include "engine/nn.h"
 #include "engine/optim.h"
+#include "engine/step_graph.h"
 
 namespace trainlab {
 
@@ -83,8 +84,8 @@ class Trainer {
   void save_local(const std::string& dir);
   std::string trace_path() const;
   // cuda_graph: one micro-step's forward (with the loss) and backward, captured once on the
-  // batch in `staged` and replayed from then on (see train()).
-  struct CapturedStep;
+  // batch in `staged` and replayed from then on (see train()); each batch is staged into the
+  // graphs' inputs.
   void capture_step(const Batch& staged);
   void stage_for_graph(const Batch& batch);
   // One timer per phase name, made by the backend (CUDA events on a GPU), reused every step.
@@ -102,7 +103,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;  // f16 only
   std::shared_ptr<const SyntheticImages> train_data_, held_out_data_;
   std::unique_ptr<DataLoader> loader_;
-  std::unique_ptr<CapturedStep> graph_;
+  std::unique_ptr<StepGraph> graph_;
   std::map<std::string, std::unique_ptr<Timer>> phase_timers_;
   std::int64_t step_ = 0;
 };

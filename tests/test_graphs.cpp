@@ -17,6 +17,7 @@
 
 #include "backends/graph_pool.h"
 #include "backends/registry.h"
+#include "engine/throughput.h"
 #include "engine/trainer.h"
 #include "tests/emulated_device.h"
 
@@ -159,4 +160,21 @@ TEST_CASE("pin_memory: page-locked batches on the copy stream train exactly as p
   c.backend = "reference";
   c.cuda_graph = false;
   CHECK_THROWS_WITH(Trainer(c), Catch::Contains("pin_memory needs a CUDA backend"));
+}
+
+TEST_CASE("graphs: trainlab throughput --cuda-graph replays every measured step", "[graph]") {
+  ThroughputConfig config;
+  config.backend = graph_backend();
+  config.batch = 4;
+  config.seconds = 0.01;
+  config.warmup = 2;
+  config.min_steps = 3;
+  config.cuda_graph = true;
+  Backend& backend = get_backend(config.backend);
+  const std::int64_t before = backend.counters()["replays"];
+  const ThroughputResult result = measure_throughput(config);
+  CHECK(result.steps >= 3);
+  if (config.backend == testing::emulated_device()) CHECK(backend.counters()["replays"] - before == 2 * result.steps);
+  config.warmup = 1;
+  CHECK_THROWS_WITH(measure_throughput(config), Catch::Contains("warm-up of at least 2"));
 }

@@ -232,6 +232,8 @@ int cli_main(int argc, char** argv) {
   throughput->add_option("--seed", tp.seed, "seed for weights and data");
   throughput->add_flag("--fuse", tp.fuse, "conv/linear with bias and ReLU fused");
   throughput->add_flag("--forward-only", tp.forward_only, "inference: forward passes without gradients");
+  throughput->add_flag("--cuda-graph", tp.cuda_graph,
+                       "training steps replayed from CUDA graphs (forward and backward captured after the warm-up)");
   throughput->add_flag("--profile", tp.profile, "add per-op seconds over the measured steps (op_seconds)");
   auto* grad = app.add_subcommand("grad-dump",
                                   "SmallCNN's loss and every parameter gradient for given weights and "
