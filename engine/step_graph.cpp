@@ -29,6 +29,9 @@ StepGraph::StepGraph(Backend& backend, const std::vector<Tensor>& inputs,
   } catch (const Error& e) {
     backend_.abort_capture();
     throw Error(std::string("cuda_graph: capturing the training step failed: ") + e.what());
+  } catch (...) {
+    backend_.abort_capture();  // whatever failed, the stream and the allocator leave capture mode
+    throw;
   }
 }
 

@@ -114,11 +114,12 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
       if (param_dtype != DType::f32) x = x.to(param_dtype);
       return cross_entropy(model.forward(x), in[1]);
     };
-    // cuda_graph: captured on the first measured step (after the eager warm-up), replayed after.
-    const bool replay = config.cuda_graph && i >= config.warmup;
+    // cuda_graph: captured on the last warm-up step (after at least one eager step) and replayed
+    // from there on, so neither the capture nor the first replay is measured.
+    const bool replay = config.cuda_graph && i >= config.warmup - 1;
     if (replay && !graph) {
       graph = std::make_unique<StepGraph>(backend, std::vector<Tensor>{x_in, y}, forward, model.named_parameters());
-      t = clock::now();  // the capture is not part of the step
+      t = clock::now();
     }
     Tensor loss;
     if (replay) {

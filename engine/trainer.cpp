@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <chrono>
 #include <cmath>
-#include <optional>
+#include <exception>
 #include <ostream>
 
 #include "backends/registry.h"
@@ -40,11 +40,23 @@ class PhaseTimer {
       : backend_(backend), timer_(timer), name_(name), total_s_(total_s), start_ns_(Profiler::now_ns()) {
     timer_.start();
   }
-  ~PhaseTimer() {
+  // Ends the phase here (otherwise the destructor does).
+  void finish() {
+    if (finished_) return;
+    finished_ = true;
     timer_.stop();
     backend_.synchronize();
     total_s_ += timer_.elapsed_s();
     if (Profiler::instance().enabled()) Profiler::instance().record(name_, start_ns_, Profiler::now_ns());
+  }
+  // A device error at the end of a phase is thrown, unless the phase is being left by an
+  // exception already, which then carries the first error.
+  ~PhaseTimer() noexcept(false) {
+    try {
+      finish();
+    } catch (...) {
+      if (std::uncaught_exceptions() == uncaught_) throw;
+    }
   }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
@@ -55,6 +67,8 @@ class PhaseTimer {
   const char* name_;
   double& total_s_;
   std::int64_t start_ns_;
+  int uncaught_ = std::uncaught_exceptions();
+  bool finished_ = false;
 };
 
 // cuda_graph: eager steps run before the capture, so that everything the step creates lazily
@@ -265,7 +279,7 @@ TrainResult Trainer::train(std::ostream* log) {
     Batch batch;
     Tensor loss;
     double step_s = 0;
-    std::optional<PhaseTimer> step_span(std::in_place, backend_, phase_timer("step"), "step", step_s);
+    PhaseTimer step_span(backend_, phase_timer("step"), "step", step_s);
     // Micro-steps: gradients accumulate over `accumulate` batches (each loss scaled by 1/K, so the
     // step's gradient is the mean); data parallel runs communicate on the last one only.
     double loss_sum = 0;
@@ -283,6 +297,7 @@ TrainResult Trainer::train(std::ostream* log) {
       if (replay && !graph_) {
         PhaseTimer t(backend_, phase_timer("graph_capture"), "graph_capture", capture_s);
         capture_step(batch);
+        stage_for_graph(batch);  // the same batch: its labels checked like every later one
       }
       if (replay) {
         {
@@ -327,7 +342,7 @@ TrainResult Trainer::train(std::ostream* log) {
       optimizer_->zero_grad();
       scheduler_->step();
     }
-    step_span.reset();  // the step span ends with the optimiser phase
+    step_span.finish();  // the step span ends with the optimiser phase
     step_s -= capture_s;
     ++step_;
     ++run_steps;

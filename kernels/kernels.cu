@@ -262,19 +262,69 @@ __global__ void relu_bias_backward_v1_kernel(const T* y, const T* dy, T* dx, T* 
   }
 }
 
+// The current version spreads the work over the whole GPU: a 2-D grid of (channel tile, chunk of
+// the outer index), each block writing one partial sum per channel, and a finishing kernel adding a
+// channel's partials in chunk order (deterministic). inner == 1 (channels_last, linear): threads
+// run along the channels, so loads are coalesced; inner > 1 (NCHW): along each channel's plane.
+constexpr int kRbRows = 8;         // inner == 1: a block is 32 channels x 8 rows
+constexpr int kRbMaxChunks = 512;  // partial sums per channel, at most
+
+struct RbGrid {
+  dim3 grid, block;
+  int chunks;
+};
+RbGrid rb_grid(std::int64_t outer, std::int64_t channels, std::int64_t inner) {
+  RbGrid g;
+  if (inner == 1) {
+    const auto tiles = static_cast<int>((channels + 31) / 32);
+    g.chunks = static_cast<int>(std::min<std::int64_t>(
+        {(outer + kRbRows - 1) / kRbRows, std::max<std::int64_t>(1, 2048 / tiles), kRbMaxChunks}));
+    g.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(g.chunks));
+    g.block = dim3(32, kRbRows);
+  } else {
+    g.chunks =
+        static_cast<int>(std::min<std::int64_t>({outer, std::max<std::int64_t>(1, 2048 / channels), kRbMaxChunks}));
+    g.grid = dim3(static_cast<unsigned>(channels), static_cast<unsigned>(g.chunks));
+    g.block = dim3(kThreads);
+  }
+  return g;
+}
+
 template <typename T>
-__global__ void relu_bias_backward_kernel(const T* y, const T* dy, T* dx, T* dbias, std::int64_t outer,
-                                          std::int64_t channels, std::int64_t inner) {
+__global__ void relu_bias_rows_kernel(const T* y, const T* dy, T* dx, float* partials, std::int64_t outer,
+                                      std::int64_t channels) {
+  __shared__ float rows[kRbRows][33];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float s = 0;
+  if (c < channels) {
+    for (std::int64_t o = static_cast<std::int64_t>(blockIdx.y) * kRbRows + threadIdx.y; o < outer;
+         o += static_cast<std::int64_t>(gridDim.y) * kRbRows) {
+      const std::int64_t i = o * channels + c;
+      store(dx, i, load(y, i) > 0.f ? load(dy, i) : 0.f);
+      s += load(dx, i);  // the stored (rounded) value, as a separate bias_backward would read it
+    }
+  }
+  rows[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < channels) {
+    float total = 0;
+    for (int r = 0; r < kRbRows; ++r) total += rows[r][threadIdx.x];
+    partials[static_cast<std::int64_t>(blockIdx.y) * channels + c] = total;
+  }
+}
+
+template <typename T>
+__global__ void relu_bias_planes_kernel(const T* y, const T* dy, T* dx, float* partials, std::int64_t outer,
+                                        std::int64_t channels, std::int64_t inner) {
   __shared__ float warps[kThreads / 32];
   const std::int64_t c = blockIdx.x;
-  const std::int64_t count = outer * inner;
   float s = 0;
-  for (std::int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const std::int64_t o = j / inner, k = j % inner;
-    const std::int64_t i = (o * channels + c) * inner + k;
-    const float d = load(y, i) > 0.f ? load(dy, i) : 0.f;
-    store(dx, i, d);
-    s += load(dx, i);
+  for (std::int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    const std::int64_t base = (o * channels + c) * inner;
+    for (std::int64_t k = threadIdx.x; k < inner; k += blockDim.x) {
+      store(dx, base + k, load(y, base + k) > 0.f ? load(dy, base + k) : 0.f);
+      s += load(dx, base + k);
+    }
   }
   s = warp_sum(s);
   if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
@@ -282,7 +332,16 @@ __global__ void relu_bias_backward_kernel(const T* y, const T* dy, T* dx, T* dbi
   if (threadIdx.x < 32) {
     s = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
     s = warp_sum(s);
-    if (threadIdx.x == 0) store(dbias, c, s);
+    if (threadIdx.x == 0) partials[static_cast<std::int64_t>(blockIdx.y) * channels + c] = s;
+  }
+}
+
+template <typename T>
+__global__ void relu_bias_finish_kernel(const float* partials, int chunks, std::int64_t channels, T* dbias) {
+  GRID_STRIDE_LOOP(c, channels) {
+    float s = 0;
+    for (int j = 0; j < chunks; ++j) s += partials[static_cast<std::int64_t>(j) * channels + c];
+    store(dbias, c, s);
   }
 }
 
@@ -645,14 +704,25 @@ void relu_bias_backward_v1(DType dtype, const void* y, const void* dy, void* dx,
   check_launch("relu_bias_backward_v1");
 }
 
+std::int64_t relu_bias_backward_scratch_elements(std::int64_t outer, std::int64_t channels, std::int64_t inner) {
+  return channels == 0 ? 0 : static_cast<std::int64_t>(rb_grid(outer, channels, inner).chunks) * channels;
+}
+
 void relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
-                        std::int64_t channels, std::int64_t inner, cudaStream_t stream) {
+                        std::int64_t channels, std::int64_t inner, float* scratch, cudaStream_t stream) {
   if (channels == 0) return;
+  const RbGrid g = rb_grid(outer, channels, inner);
   dispatch(dtype, "relu_bias_backward", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    relu_bias_backward_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
-        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dbias), outer,
-        channels, inner);
+    if (inner == 1) {
+      relu_bias_rows_kernel<<<g.grid, g.block, 0, stream>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+                                                            static_cast<T*>(dx), scratch, outer, channels);
+    } else {
+      relu_bias_planes_kernel<<<g.grid, g.block, 0, stream>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+                                                              static_cast<T*>(dx), scratch, outer, channels, inner);
+    }
+    relu_bias_finish_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(scratch, g.chunks, channels,
+                                                                           static_cast<T*>(dbias));
   });
   check_launch("relu_bias_backward");
 }

@@ -51,12 +51,14 @@ void bias_backward_v1(DType dtype, const void* dy, void* dbias, std::int64_t out
 void bias_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                    std::int64_t inner, cudaStream_t stream);
 // The fused layers' backward through ReLU and bias in one pass: dx = dy * (y > 0) and
-// dbias[c] = sum of dx over outer and inner. v1 one thread per channel; the current version one
-// block per channel with a shared-memory tree (as bias_backward).
+// dbias[c] = sum of dx over outer and inner. v1 one thread per channel; the current version a 2-D
+// grid (channel tiles x chunks of outer, coalesced in both layouts) writing per-chunk partial sums
+// to `scratch` (relu_bias_backward_scratch_elements f32), added in chunk order by a second kernel.
 void relu_bias_backward_v1(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
                            std::int64_t channels, std::int64_t inner, cudaStream_t stream);
+std::int64_t relu_bias_backward_scratch_elements(std::int64_t outer, std::int64_t channels, std::int64_t inner);
 void relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
-                        std::int64_t channels, std::int64_t inner, cudaStream_t stream);
+                        std::int64_t channels, std::int64_t inner, float* scratch, cudaStream_t stream);
 
 // ---- softmax cross-entropy (rows of `classes` logits; loss = mean over the batch) ----
 // A label outside [0, classes) sets *bad_label (device int) to 1 + its row; the caller checks it.

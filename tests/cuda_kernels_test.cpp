@@ -112,7 +112,8 @@ void test_bias_backward() {
 void test_relu_bias_backward() {
   // dx = dy * (y > 0) and dbias = sum of dx, in one pass, both layouts' shapes ([N, C, HW] and [NHW, C, 1]).
   for (auto [outer, channels, inner] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{5, 32, 257},
-                                        std::tuple<std::int64_t, std::int64_t, std::int64_t>{1285, 32, 1}}) {
+                                        std::tuple<std::int64_t, std::int64_t, std::int64_t>{1285, 32, 1},
+                                        std::tuple<std::int64_t, std::int64_t, std::int64_t>{77, 45, 1}}) {
     const auto n = static_cast<std::size_t>(outer * channels * inner);
     const auto y = random_values(n, 4), dy = random_values(n, 5);
     std::vector<float> want_dx(n);
@@ -125,18 +126,20 @@ void test_relu_bias_backward() {
           want_db[static_cast<std::size_t>(c)] += want_dx[i];
         }
     float *dy_d = device_copy(dy), *y_d = device_copy(y), *dx = device_copy(std::vector<float>(n)),
-          *db = device_copy(std::vector<float>(static_cast<std::size_t>(channels)));
+          *db = device_copy(std::vector<float>(static_cast<std::size_t>(channels))),
+          *scratch = device_copy(std::vector<float>(
+              static_cast<std::size_t>(kernels::relu_bias_backward_scratch_elements(outer, channels, inner))));
     for (int version : {1, 2}) {
       const std::string name = version == 1 ? "relu_bias_backward_v1" : "relu_bias_backward";
       if (version == 1) {
         kernels::relu_bias_backward_v1(DType::f32, y_d, dy_d, dx, db, outer, channels, inner, nullptr);
       } else {
-        kernels::relu_bias_backward(DType::f32, y_d, dy_d, dx, db, outer, channels, inner, nullptr);
+        kernels::relu_bias_backward(DType::f32, y_d, dy_d, dx, db, outer, channels, inner, scratch, nullptr);
       }
       expect(host_copy(dx, n) == want_dx, name + ": dx is dy masked by y > 0, exactly");
       expect(relative(host_copy(db, channels), want_db) < 1e-5, name + ": dbias is the sum of dx");
     }
-    for (float* p : {dy_d, y_d, dx, db}) cudaFree(p);
+    for (float* p : {dy_d, y_d, dx, db, scratch}) cudaFree(p);
   }
 }
 

@@ -132,6 +132,12 @@ class CachingAllocator {
     std::lock_guard lock(mutex_);
     graphs_.begin_capture();
   }
+  // A block allocated eagerly that captured work will use (the convolution workspace): from now on
+  // it belongs to the graphs, so freeing it never hands it to eager work.
+  void give_to_graphs(void* p) {
+    std::lock_guard lock(mutex_);
+    if (p != nullptr) graphs_.adopt(p);
+  }
   void end_capture() {
     std::lock_guard lock(mutex_);
     graphs_.end_capture();
@@ -328,7 +334,10 @@ class CudaBackend final : public Backend {
     auto it = uploads_.find(ticket);
     if (it == uploads_.end()) return true;
     const cudaError_t status = cudaEventQuery(it->second);
-    if (status == cudaErrorNotReady) return false;
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();  // not an error: do not leave it for the next launch check to find
+      return false;
+    }
     check(status, "cudaEventQuery (upload)");
     spare_events_.push_back(it->second);
     uploads_.erase(it);
@@ -343,6 +352,9 @@ class CudaBackend final : public Backend {
   void begin_capture() override {
     TL_CHECK(!capturing_, "cuda: begin_capture while a capture is already under way");
     CU(cudaStreamSynchronize(stream_));
+    // The convolution workspace is shared by eager and captured work (one stream: never at once);
+    // if eager work later needs a larger one, the old block must stay the graphs'.
+    allocator_.give_to_graphs(workspace_);
     allocator_.begin_capture();
     const cudaError_t status = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
     if (status != cudaSuccess) {
@@ -436,7 +448,17 @@ class CudaBackend final : public Backend {
       kernels::relu_backward(dtype, y, dy, dx, outer * channels * inner, stream_);
       return false;
     }
-    kernels::relu_bias_backward(dtype, y, dy, dx, dbias, outer, channels, inner, stream_);
+    const std::size_t bytes =
+        sizeof(float) * static_cast<std::size_t>(kernels::relu_bias_backward_scratch_elements(outer, channels, inner));
+    void* partials = allocator_.allocate(bytes);  // reused by the next allocation only after, on this stream
+    try {
+      kernels::relu_bias_backward(dtype, y, dy, dx, dbias, outer, channels, inner, static_cast<float*>(partials),
+                                  stream_);
+    } catch (...) {
+      allocator_.deallocate(partials, bytes);
+      throw;
+    }
+    allocator_.deallocate(partials, bytes);
     return true;
   }
   void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
