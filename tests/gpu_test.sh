@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU tests: the cross-backend harness (every op against the reference, forward and every
 # gradient, f32 near 1e-5 with TF32 off, bf16 near 1e-2, both layouts) and the steady-state
-# allocation check, run on the cuda backend; then graph replay against eager (cuda_graph). Where
-# there is no cuda backend in the build, or no GPU on the machine, the test is reported as skipped (exit 77) with the reason, never as passed.
+# allocation check, run on the cuda backend; then graph replay against eager (cuda_graph) and
+# pinned batches against pageable ones, and the f16 loss scaler. Where there is no cuda backend in
+# the build, or no GPU on the machine, the test is reported as skipped (exit 77) with the reason, never as passed.
 set -u
 trainlab=$1
 tests=$2
@@ -23,5 +24,7 @@ if [ $status -ne 0 ]; then
 fi
 echo "cuda backend: $probe"
 TRAINLAB_HARNESS_BACKENDS=cuda "$tests" "[backends]" || exit 1
-# CUDA graphs: the captured and replayed training step against the eager one.
-TRAINLAB_GRAPH_TEST_BACKEND=cuda exec "$tests" "[graph]"
+# CUDA graphs: the captured and replayed training step against the eager one; then the f16 loss
+# scaler on cuda (its fused unscale + inf/NaN check: overflow, skip, back-off, f16 training).
+TRAINLAB_DEVICE_TEST_BACKEND=cuda "$tests" "[graph]" || exit 1
+TRAINLAB_DEVICE_TEST_BACKEND=cuda exec "$tests" "[scaler]"

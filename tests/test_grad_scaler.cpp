@@ -1,6 +1,10 @@
-// The f16 loss scaler (PyTorch GradScaler semantics) and f16 training under it.
+// The f16 loss scaler (PyTorch GradScaler semantics) and f16 training under it. They run on the
+// reference backend, or on TRAINLAB_DEVICE_TEST_BACKEND (the GPU tests run them on cuda: its fused
+// unscale + inf/NaN check, overflow and skip).
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "engine/grad_scaler.h"
 #include "engine/trainer.h"
@@ -11,18 +15,24 @@ using namespace trainlab::test;
 
 namespace {
 
+std::string scaler_backend() {
+  const char* chosen = std::getenv("TRAINLAB_DEVICE_TEST_BACKEND");
+  return chosen != nullptr && *chosen != '\0' ? chosen : "reference";
+}
+
 struct Fixture {
-  Tensor w = Tensor::from_vector(std::vector<float>{1.f, 2.f, 3.f}, {3}, ref()).set_requires_grad(true);
+  Backend& backend = get_backend(scaler_backend());
+  Tensor w = Tensor::from_vector(std::vector<float>{1.f, 2.f, 3.f}, {3}, backend).set_requires_grad(true);
   SGD sgd{{{"w", w}}, SgdOptions{0.5, 0.0, 0.0, 0.0, false}};
   // loss = sum(w * c): the gradient is c.
   void backward(GradScaler& scaler, const std::vector<float>& c) {
-    scaler.scale(sum(mul(w, Tensor::from_vector(c, {3}, ref())))).backward();
+    scaler.scale(sum(mul(w, Tensor::from_vector(c, {3}, backend)))).backward();
   }
 };
 
 }  // namespace
 
-TEST_CASE("GradScaler: scales the loss, unscales the gradients, steps", "[optim]") {
+TEST_CASE("GradScaler: scales the loss, unscales the gradients, steps", "[optim][scaler]") {
   Fixture f;
   GradScaler scaler(GradScalerOptions{1024.0, 2.0, 0.5, 3});
   f.backward(scaler, {1.f, -2.f, 0.5f});
@@ -34,7 +44,7 @@ TEST_CASE("GradScaler: scales the loss, unscales the gradients, steps", "[optim]
   CHECK(scaler.skipped_steps() == 0);
 }
 
-TEST_CASE("GradScaler: an overflow skips the step and halves the scale; good steps grow it", "[optim]") {
+TEST_CASE("GradScaler: an overflow skips the step and halves the scale; good steps grow it", "[optim][scaler]") {
   Fixture f;
   GradScaler scaler(GradScalerOptions{1024.0, 2.0, 0.5, 3});
   const auto before = f.w.to_vector<float>();
@@ -69,9 +79,10 @@ TEST_CASE("GradScaler: bad options are refused, naming them", "[optim]") {
   REQUIRE_THROWS_CONTAINING(GradScaler(GradScalerOptions{1.0, 2.0, 1.5, 1}), "backoff_factor");
 }
 
-TEST_CASE("f16 training with loss scaling: an absurd start scale overflows, is skipped and backs off", "[training]") {
+TEST_CASE("f16 training with loss scaling: an absurd start scale overflows, is skipped and backs off",
+          "[training][scaler]") {
   TrainConfig c;
-  c.backend = "reference";
+  c.backend = scaler_backend();
   c.dtype = "f16";
   c.steps = 30;
   c.batch = 16;

@@ -5,7 +5,7 @@
 // stage an input, kept a stale buffer, or let eager work reuse a graph's memory trains differently from eager here, or
 // trips AddressSanitizer.
 //
-// TRAINLAB_GRAPH_TEST_BACKEND=cuda runs the same equivalence on the cuda backend (the GPU tests).
+// TRAINLAB_DEVICE_TEST_BACKEND=cuda runs the same equivalence on the cuda backend (the GPU tests).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -25,10 +25,10 @@ using namespace trainlab;
 
 namespace {
 
-// The backend the graph tests run on: the emulated device, or TRAINLAB_GRAPH_TEST_BACKEND.
+// The backend the graph tests run on: the emulated device, or TRAINLAB_DEVICE_TEST_BACKEND.
 std::string graph_backend() {
   const std::string emulated = testing::emulated_device();
-  const char* chosen = std::getenv("TRAINLAB_GRAPH_TEST_BACKEND");
+  const char* chosen = std::getenv("TRAINLAB_DEVICE_TEST_BACKEND");
   return chosen != nullptr && *chosen != '\0' ? chosen : emulated;
 }
 
