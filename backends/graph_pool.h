@@ -45,6 +45,15 @@ class GraphPool {
 
   std::size_t blocks() const { return owned_.size(); }
 
+  // Every pooled block, for an owner that is going away and frees them (none may be in use).
+  std::vector<void*> drain() {
+    std::vector<void*> out;
+    for (auto& [size, list] : free_) out.insert(out.end(), list.begin(), list.end());
+    free_.clear();
+    owned_.clear();
+    return out;
+  }
+
  private:
   bool capturing_ = false;
   std::unordered_set<void*> owned_;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -43,20 +44,30 @@ class EmulatedDevice final : public Backend {
   void set_num_threads(int threads) override { inner_.set_num_threads(threads); }
   int num_threads() const override { return inner_.num_threads(); }
 
+  // Its own memory (the reference's kernels take any host pointer), so that the graphs' blocks
+  // can be freed when the backend goes at exit.
+  ~EmulatedDevice() override {
+    for (void* p : pool_.drain()) ::operator delete(p, kAlign);
+  }
   void* allocate(std::size_t bytes) override {
+    ++stats_.allocations;
+    stats_.bytes_in_use += static_cast<std::int64_t>(bytes);
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
     if (pool_.capturing()) {
       if (void* p = pool_.take(bytes)) return p;
-      void* p = inner_.allocate(bytes);
+      void* p = ::operator new(std::max<std::size_t>(bytes, 1), kAlign);
       pool_.adopt(p);
       return p;
     }
-    return inner_.allocate(bytes);
+    return ::operator new(std::max<std::size_t>(bytes, 1), kAlign);
   }
   void deallocate(void* ptr, std::size_t bytes) noexcept override {
-    if (ptr != nullptr && pool_.give_back(ptr, bytes)) return;
-    inner_.deallocate(ptr, bytes);
+    if (ptr == nullptr) return;
+    stats_.bytes_in_use -= static_cast<std::int64_t>(bytes);
+    if (pool_.give_back(ptr, bytes)) return;
+    ::operator delete(ptr, kAlign);
   }
-  AllocatorStats allocator_stats() const override { return inner_.allocator_stats(); }
+  AllocatorStats allocator_stats() const override { return stats_; }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
     refuse("copy_from_host");
     inner_.copy_from_host(dst, src, bytes);
@@ -223,7 +234,9 @@ class EmulatedDevice final : public Backend {
     if (pool_.capturing()) throw Error(std::string("emulated-device: ") + what + " while capturing");
   }
 
+  static constexpr std::align_val_t kAlign{64};
   Backend& inner_ = get_backend("reference");
+  AllocatorStats stats_;
   GraphPool pool_;
   std::vector<std::function<void()>> recording_;
   std::vector<std::vector<std::function<void()>>> graphs_;

@@ -230,7 +230,7 @@ TEST_CASE("working copies: autocast uses them, with the cast's values and gradie
     CHECK(bitwise_equal(copy_grads[i], cast_grads[i]));
   }
   // And the forward really read the copies: zero one (a write the parameters do not see).
-  const Tensor& w = model.named_parameters().front().second;
+  const Tensor w = model.named_parameters().front().second;
   Tensor copy = *sgd.working_copy(w, DType::bf16);
   {
     NoGradGuard no_grad;
