@@ -162,9 +162,11 @@ std::vector<KnobMap> rung_configs(const LadderSpec& spec, const std::string& dev
   TrainConfig base = config_from(spec.base, origin + " base");
   KnobMap current = knobs_of(base);
   std::vector<KnobMap> out;
+  // The rule is anchored at the base point: lr is proportional to the batch from (base batch, base
+  // lr), the same reading single_change checks a batch rung against.
   const double base_lr = std::stod(current.at("lr"));
   LrRule rule = spec.lr_rule;
-  rule.base_lr = base_lr;
+  rule.base_lr = base_lr * static_cast<double>(rule.base_batch) / std::stod(current.at("batch"));
   for (const auto& rung : spec.rungs) {
     if (!device_type.empty() && !rung_runs_on(rung, device_type)) {
       out.push_back(current);  // skipped here: nothing changes
@@ -226,6 +228,7 @@ struct Arm {
   bool calibration = false;
   std::string skip_reason;
   std::string error;
+  KnobMap ran;  // the config as it ran (the runner's steps, warm-up and evaluation settings, the backend)
   std::vector<double> values;
   PhaseTimes phases;
   std::int64_t measured_steps = 0, warmup_steps = 0;
@@ -239,7 +242,7 @@ json base_row(const Arm& arm, const std::string& run_id, const LadderSpec& spec)
   row["rung"] = arm.name;
   row["rung_index"] = arm.index;
   row["calibration"] = arm.calibration;
-  row["config"] = arm.config;
+  row["config"] = arm.ran.empty() ? arm.config : arm.ran;
   row["changed"] =
       arm.change ? json{{"knob", arm.change->knob}, {"from", arm.change->from}, {"to", arm.change->to}} : json(nullptr);
   if (arm.rung && !arm.rung->note.empty()) row["note"] = arm.rung->note;
@@ -351,6 +354,8 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       config.eval_at_end = false;
       config.eval_every = 0;
       config.log_every = config.steps + 1;
+      if (config.backend.empty()) config.backend = default_backend_name();  // the one the trainer takes
+      arm.ran = knobs_of(config);
       if (options.trace && repeat == 0 && !arm.calibration) {
         config.trace = (std::filesystem::path(options.trace_dir) / (spec.name + "_" + arm.name + ".json")).string();
       }

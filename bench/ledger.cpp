@@ -101,8 +101,23 @@ void Ledger::append(json row) const {
     std::filesystem::create_directories(parent, ec);
     TL_CHECK(!ec, "ledger: cannot create '" + parent.string() + "': " + ec.message());
   }
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   TL_CHECK(fd >= 0, "ledger: cannot open '" + path_ + "': " + std::strerror(errno));
+  // A run interrupted mid-write leaves a torn last line (no newline). It is the row that was in
+  // flight: cut it off, so this row starts on a line of its own and the ledger stays readable.
+  if (const off_t size = ::lseek(fd, 0, SEEK_END); size > 0) {
+    char last = '\n';
+    if (::pread(fd, &last, 1, size - 1) == 1 && last != '\n') {
+      const auto bytes = read_file(path_);
+      const std::string text(bytes.begin(), bytes.end());
+      const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      const int cut = ::ftruncate(fd, static_cast<off_t>(keep));
+      const int cut_errno = errno;
+      if (cut != 0) ::close(fd);
+      TL_CHECK(cut == 0, "ledger: cannot cut the torn last row of '" + path_ + "': " + std::strerror(cut_errno));
+      std::fprintf(stderr, "ledger: %s ended in a torn row (an interrupted run); it was dropped\n", path_.c_str());
+    }
+  }
   // One write of the whole line (O_APPEND puts it at the end), then fsync: a crash tears at most
   // this line.
   const ssize_t written = ::write(fd, line.data(), line.size());

@@ -389,7 +389,13 @@ TrainResult Trainer::train(std::ostream* log) {
   if (scaler_) result.loss_scale = scaler_->scale_value();
   if (tracing) {
     profiler.set_enabled(false);
-    write_chrome_trace(trace_path(), profiler.take(), profiler.thread_names());
+    // One process track per rank, so the ranks' files can be loaded side by side.
+    TraceProcess process;
+    if (parallel_ != nullptr) {
+      process.pid = parallel_->rank();
+      process.name = "trainlab rank " + std::to_string(parallel_->rank());
+    }
+    write_chrome_trace(trace_path(), profiler.take(), profiler.thread_names(), process);
   }
   if (config_.eval_at_end) {
     result.final_eval = evaluate();

@@ -66,6 +66,15 @@ TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[ben
   // ... and any other LR is a second knob.
   batch["lr"] = "0.05";
   REQUIRE_THROWS_CONTAINING(single_change(base, batch, rule, "batch32"), "batch (8 -> 32)", "lr (0.01 -> 0.05)");
+  // The rule is anchored at the base point whatever its base_batch: 16 at lr 0.01 -> 64 at 0.04,
+  // and the generated batch rung passes the single-change check.
+  LadderSpec spec = tiny_spec();
+  spec.base["batch"] = "16";
+  spec.lr_rule.base_batch = 32;
+  spec.rungs = {Rung{"baseline", {}, "", "", ""}, Rung{"batch64", {{"batch", "64"}}, "", "", ""}};
+  const auto configs = rung_configs(spec, "cpu");
+  CHECK(std::stod(configs[1].at("lr")) == Approx(0.04));
+  CHECK(single_change(configs[0], configs[1], spec.lr_rule, "batch64"));
   // Bookkeeping keys are not knobs.
   KnobMap steps = base;
   steps["steps"] = "999";
@@ -131,9 +140,17 @@ TEST_CASE("ledger: an interrupted writer loses at most the row in flight", "[ben
   CHECK(torn.rows.size() == loaded.rows.size());
   REQUIRE(torn.warnings.size() == 1);
   CHECK(torn.warnings[0].find("interrupted") != std::string::npos);
+  // The next run's first append cuts the torn row off and starts on a line of its own.
+  ledger.append(row_on("cpu A", 99));
+  const auto resumed = ledger.load();
+  CHECK(resumed.warnings.empty());
+  REQUIRE(resumed.rows.size() == loaded.rows.size() + 1);
+  CHECK(resumed.rows.back()["value"] == 99);
   // Damage in the middle is not silently skipped.
-  std::ofstream(ledger.path(), std::ios::app) << "\n" << row_on("cpu A", 1).dump() << "\n";
-  const std::string damaged_line = "line " + std::to_string(loaded.rows.size() + 1);
+  std::ofstream(ledger.path(), std::ios::app) << R"({"device": {"name": "cpu A"}, "val)"
+                                              << "\n"
+                                              << row_on("cpu A", 1).dump() << "\n";
+  const std::string damaged_line = "line " + std::to_string(loaded.rows.size() + 2);
   REQUIRE_THROWS_CONTAINING(ledger.load(), damaged_line.c_str(), "damaged");
   fs::remove(ledger.path());
 }

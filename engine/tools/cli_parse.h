@@ -17,6 +17,17 @@ inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** arg
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     std::string message = e.what();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      // An unknown flag or a stray value: say which flags the command being parsed takes.
+      CLI::App* scope = &app;
+      for (CLI::App* sub : app.get_subcommands()) scope = sub;
+      std::string allowed;
+      for (const CLI::Option* option : scope->get_options()) {
+        const std::string name = option->get_name();
+        if (!name.empty()) allowed += (allowed.empty() ? "" : ", ") + name;
+      }
+      if (!allowed.empty()) message += "; allowed: " + allowed;
+    }
     for (auto& c : message) c = c == '\n' ? ' ' : c;
     std::fprintf(stderr, "%s: error: %s (see %s --help)\n", tool, message.c_str(), tool);
     return 2;
