@@ -10,265 +10,31 @@
 // --comm nccl (a CUDA build, one GPU per rank) times ncclAllReduce on device buffers instead; the
 // ring's reduction runs on the host, so its column is skipped there (with the reason) when the
 // world has more than one rank. Each NCCL call returns once its stream has finished it.
-#include <fmt/format.h>
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstring>
-#include <iostream>
-#include <vector>
-
-#include "backends/error.h"
-#include "backends/registry.h"
-#include "bench/comm_bench.h"
-#include "bench/ledger.h"
-#include "bench/stats.h"
+#include "bench/allreduce_study.h"
 #include "comm/mpi_communicator.h"
-#include "comm/ring_allreduce.h"
-#include "engine/rng.h"
 #include "engine/tools/cli_parse.h"
 
 using namespace trainlab;
-using namespace trainlab::comm;
-using clock_type = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  MpiSession session(&argc, &argv);
+  comm::MpiSession session(&argc, &argv);
   CLI::App app{"bench_allreduce: the ring all-reduce against MPI_Allreduce, side by side", "bench_allreduce"};
-  std::string sizes_spec = "4K..256M", dtype_name_ = "f32", ledger_path, comm_kind = "mpi";
-  double seconds_per_size = 0.4, timeout = 300;
-  int warmup = 3, min_iters = 5, max_iters = 500;
-  std::size_t segment_bytes = RingOptions{}.segment_bytes;
-  bool no_ledger = false;
-  app.add_option("--sizes", sizes_spec, "bytes per rank: LO..HI in powers of two, or a list (4K,1M,...)");
-  app.add_option("--dtype", dtype_name_, "f32 | bf16 | f16 | f64")->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
-  app.add_option("--seconds-per-size", seconds_per_size, "measured time per algorithm and size")
+  bench::AllreduceOptions o;
+  app.add_option("--sizes", o.sizes_spec, "bytes per rank: LO..HI in powers of two, or a list (4K,1M,...)");
+  app.add_option("--dtype", o.dtype_name_, "f32 | bf16 | f16 | f64")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
+  app.add_option("--seconds-per-size", o.seconds_per_size, "measured time per algorithm and size")
       ->check(CLI::Range(0.01, 60.0));
-  app.add_option("--warmup", warmup, "warm-up iterations per algorithm and size")->check(CLI::Range(0, 100));
-  app.add_option("--min-iters", min_iters, "at least this many iterations")->check(CLI::Range(1, 100000));
-  app.add_option("--max-iters", max_iters, "at most this many iterations")->check(CLI::Range(1, 100000));
-  app.add_option("--segment-bytes", segment_bytes, "the ring's pipeline segment")->check(CLI::Range(256, 1 << 30));
-  app.add_option("--comm-timeout", timeout, "seconds any wait may take before the job is ended")
+  app.add_option("--warmup", o.warmup, "warm-up iterations per algorithm and size")->check(CLI::Range(0, 100));
+  app.add_option("--min-iters", o.min_iters, "at least this many iterations")->check(CLI::Range(1, 100000));
+  app.add_option("--max-iters", o.max_iters, "at most this many iterations")->check(CLI::Range(1, 100000));
+  app.add_option("--segment-bytes", o.segment_bytes, "the ring's pipeline segment")->check(CLI::Range(256, 1 << 30));
+  app.add_option("--comm-timeout", o.timeout, "seconds any wait may take before the job is ended")
       ->check(CLI::Range(0.1, 86400.0));
-  app.add_option("--comm", comm_kind, "communicator: mpi, or nccl (CUDA builds, one GPU per rank)")
+  app.add_option("--comm", o.comm_kind, "communicator: mpi, or nccl (CUDA builds, one GPU per rank)")
       ->capture_default_str();
-  app.add_option("--ledger", ledger_path, "ledger (default results/ledger_<cpu|cuda>.jsonl)");
-  app.add_flag("--no-ledger", no_ledger, "print only");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<cpu|cuda>.jsonl)");
+  app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_allreduce")) return *status;
-
-  auto world = MpiCommunicator::world();  // host-side bookkeeping: slowest rank, checks, abort
-  const int P = world->size(), rank = world->rank();
-  try {
-    world->set_timeout(timeout);
-    std::unique_ptr<Communicator> measured = make_world(comm_kind);
-    Communicator& comm = *measured;
-    comm.set_timeout(timeout);
-    // The ring reduces on the host: over device memory with more than one rank it cannot run.
-    const bool ring_runs = !comm.device_memory() || P == 1;
-    const std::string ring_skip_reason =
-        ring_runs ? "" : "the ring reduces on the host and the " + comm.backend() + " buffers are on the device";
-    const DType dtype = parse_dtype(dtype_name_);
-    const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
-    const auto sizes = bench::parse_byte_sizes(sizes_spec, "bench_allreduce: --sizes");
-    const RingOptions ring_options{segment_bytes};
-
-    // The copy rate, on rank 0 while the others wait.
-    double copy_rate = 0;
-    if (rank == 0) copy_rate = bench::memcpy_gbps();
-    world->broadcast(&copy_rate, sizeof copy_rate, 0);
-
-    Backend& host = get_backend(default_backend_name());
-    host.set_num_threads(1);
-    bench::json env = bench::current_environment(host).to_json();
-    const std::string mpi_version = mpi_library_version();
-    env["versions"]["mpi"] = mpi_version;
-    env["communicator"] = comm.backend();
-    std::string device_type = "cpu";
-    if (comm.device_memory()) {
-      device_type = "cuda";
-      env["device"] = {{"type", device_type}, {"name", comm.device_name()}};
-      env["versions"][comm.backend()] = comm.library_version();
-      env["timer"] = "steady_clock around stream-synchronised calls (slowest rank per iteration)";
-    } else {
-      env["timer"] = "steady_clock (slowest rank per iteration)";
-    }
-    const std::string run_id = bench::new_run_id();
-    const bench::Ledger ledger(ledger_path.empty() ? bench::default_ledger_path(device_type) : ledger_path);
-
-    if (rank == 0) {
-      std::cout << fmt::format(
-          "# bench_allreduce: {} ranks, {} communicator{}, dtype {}, ring segment {}, {}; single-core memcpy {:.2f} "
-          "GB/s\n",
-          P, comm.backend(), comm.device_memory() ? " on " + comm.device_name() : std::string(), dtype_name_,
-          bench::human_bytes(static_cast<std::int64_t>(segment_bytes)), comm.library_version(), copy_rate);
-      if (!ring_runs) std::cout << "# ring: skipped (" << ring_skip_reason << ")\n";
-      std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
-                   "GB/s = 1e9 bytes/s\n";
-      std::cout << fmt::format("{:>7} {:>11} | {:>27} {:>7} {:>7} {:>6} | {:>27} {:>7} {:>7} | {:>6} | {}\n", "size",
-                               "count", "ring time us", "algbw", "busbw", "%copy", "native time us", "algbw", "busbw",
-                               "ratio", "correct");
-    }
-    bool all_correct = true;
-    std::vector<std::pair<std::int64_t, double>> ratios, busbw_fraction;
-    for (const std::int64_t bytes : sizes) {
-      const std::int64_t count = std::max<std::int64_t>(1, bytes / elem);
-      const std::int64_t actual = count * elem;
-      // Correctness: the same integer-valued data through both; bitwise equal on every rank.
-      std::vector<unsigned char> ring_buffer(static_cast<std::size_t>(actual)), native_buffer(ring_buffer.size());
-      // What the communicator works on (host memory for MPI, device memory for NCCL).
-      const auto ring_memory = comm.allocate(ring_buffer.size()), native_memory = comm.allocate(ring_buffer.size());
-      const auto zero = [&] {
-        std::fill(ring_buffer.begin(), ring_buffer.end(), 0);
-        comm.copy_in(ring_memory.get(), ring_buffer.data(), ring_buffer.size());
-        comm.copy_in(native_memory.get(), ring_buffer.data(), ring_buffer.size());
-      };
-      {
-        Generator gen(static_cast<std::uint64_t>(rank) * 977 + 11);
-        const int bound = dtype == DType::bf16 ? 256 / (2 * P) : dtype == DType::f16 ? 2048 / (2 * P) : 1000;
-        for (std::int64_t i = 0; i < count; ++i) {
-          const float v =
-              static_cast<float>(static_cast<int>(gen.below(static_cast<std::uint64_t>(2 * bound + 1))) - bound);
-          switch (dtype) {
-            case DType::f32:
-              reinterpret_cast<float*>(ring_buffer.data())[i] = v;
-              break;
-            case DType::f64:
-              reinterpret_cast<double*>(ring_buffer.data())[i] = v;
-              break;
-            case DType::bf16:
-              reinterpret_cast<bf16*>(ring_buffer.data())[i] = bf16(v);
-              break;
-            default:
-              reinterpret_cast<f16*>(ring_buffer.data())[i] = f16(v);
-              break;
-          }
-        }
-        // The native result is checked against the host's exact sum (integer-valued data), the ring
-        // against the native result, bit for bit.
-        comm.copy_in(ring_memory.get(), ring_buffer.data(), ring_buffer.size());
-        comm.copy_in(native_memory.get(), ring_buffer.data(), ring_buffer.size());
-        if (ring_runs) ring_allreduce(comm, ring_memory.get(), count, dtype, ReduceOp::sum, ring_options);
-        native_buffer = ring_buffer;
-        world->allreduce_native(native_buffer.data(), count, dtype, ReduceOp::sum);  // MPI on the host: exact
-        comm.allreduce_native(native_memory.get(), count, dtype, ReduceOp::sum);
-        std::vector<unsigned char> result(ring_buffer.size());
-        comm.copy_out(result.data(), native_memory.get(), result.size());
-        double mismatch = result == native_buffer ? 0 : 1;
-        if (ring_runs) {
-          comm.copy_out(result.data(), ring_memory.get(), result.size());
-          mismatch += result == native_buffer ? 0 : 1;
-        }
-        world->allreduce_native(&mismatch, 1, DType::f64, ReduceOp::sum);
-        const bool correct = mismatch == 0;
-        all_correct = all_correct && correct;
-        zero();
-
-        // Timing: warm-up, then as many iterations as fit the budget, alternating ring and native.
-        auto time_one = [&](bool ring) {
-          world->barrier();
-          const auto t = clock_type::now();
-          if (ring) {
-            ring_allreduce(comm, ring_memory.get(), count, dtype, ReduceOp::sum, ring_options);
-          } else {
-            comm.allreduce_native(native_memory.get(), count, dtype, ReduceOp::sum);
-          }
-          return world->max_over_ranks(std::chrono::duration<double>(clock_type::now() - t).count());
-        };
-        double warm = 0;
-        auto time_pair = [&] { return std::max(ring_runs ? time_one(true) : 0.0, time_one(false)); };
-        for (int i = 0; i < warmup; ++i) warm = std::max(warm, time_pair());
-        if (warmup == 0) warm = time_pair();
-        int iters = static_cast<int>(seconds_per_size / std::max(warm, 1e-6));
-        iters = std::clamp(iters, min_iters, max_iters);
-        std::vector<double> ring_times, native_times;
-        for (int i = 0; i < iters; ++i) {
-          if (ring_runs) ring_times.push_back(time_one(true));
-          native_times.push_back(time_one(false));
-        }
-        const auto native_s = bench::summarize(native_times);
-        const double factor = 2.0 * (P - 1) / P;
-        auto algbw = [&](double seconds) { return static_cast<double>(actual) / seconds * 1e-9; };
-        const double native_bus = algbw(native_s.median) * factor;
-        std::string ring_columns = fmt::format("{:>27} {:>7} {:>7} {:>6}", "skipped", "-", "-", "-"),
-                    ratio_column = "-";
-        bench::Summary ring_s{};
-        if (ring_runs) {
-          ring_s = bench::summarize(ring_times);
-          const double ring_bus = algbw(ring_s.median) * factor, ratio = ring_s.median / native_s.median;
-          ratios.emplace_back(actual, ratio);
-          busbw_fraction.emplace_back(actual, ring_bus / copy_rate);
-          ring_columns = fmt::format("{:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} {:>5.0f}%", ring_s.median * 1e6,
-                                     ring_s.min * 1e6, ring_s.max * 1e6, algbw(ring_s.median), ring_bus,
-                                     100 * ring_bus / copy_rate);
-          ratio_column = fmt::format("{:.2f}", ratio);
-        }
-        if (rank == 0) {
-          std::cout << fmt::format("{:>7} {:>11} | {} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} | {:>6} | {}\n",
-                                   bench::human_bytes(actual), count, ring_columns, native_s.median * 1e6,
-                                   native_s.min * 1e6, native_s.max * 1e6, algbw(native_s.median), native_bus,
-                                   ratio_column, correct ? "ok" : "MISMATCH");
-          std::cout.flush();
-          if (!no_ledger) {
-            for (const auto& [algorithm, times, s] :
-                 {std::tuple{"ring", &ring_times, ring_s}, std::tuple{"native", &native_times, native_s}}) {
-              bench::json row = env;
-              row["run_id"] = run_id;
-              row["kind"] = "allreduce";
-              row["config"] = {{"ranks", P},
-                               {"bytes", actual},
-                               {"count", count},
-                               {"dtype", dtype_name_},
-                               {"algorithm", algorithm},
-                               {"segment_bytes", segment_bytes},
-                               {"communicator", comm.backend()}};
-              if (times->empty()) {  // the ring over device memory: recorded as skipped, with the reason
-                row["status"] = "skipped";
-                row["reason"] = ring_skip_reason;
-                ledger.append(row);
-                continue;
-              }
-              row["status"] = "ok";
-              row["repeats"] = *times;
-              row["stats"] = {{"median", s.median}, {"mean", s.mean}, {"std", s.std},
-                              {"min", s.min},       {"max", s.max},   {"n", s.n}};
-              row["warmup_iterations_excluded"] = warmup;
-              row["algbw_gbps"] = algbw(s.median);
-              row["busbw_gbps"] = algbw(s.median) * factor;
-              row["memcpy_gbps"] = copy_rate;
-              row["correct"] = correct;
-              ledger.append(row);
-            }
-          }
-        }
-      }
-    }
-    if (rank == 0) {
-      // The targets of the comm layer issue, as measured here.
-      bool ok_small = true, ok_large = true, ok_bw = true, stretch = true;
-      for (const auto& [bytes, r] : ratios) {
-        if (bytes == 4096) ok_small = ok_small && r <= 1.2;
-        if (bytes >= 64 * 1024 && bytes <= (256 << 20)) ok_large = ok_large && r <= 1.0;
-      }
-      for (const auto& [bytes, f] : busbw_fraction) {
-        if (P == 2 && bytes >= (16 << 20)) {
-          ok_bw = ok_bw && f >= 0.3;
-          stretch = stretch && f >= 0.45;
-        }
-      }
-      if (ring_runs) {
-        std::cout << fmt::format("targets: ring/native <= 1.2 at 4K: {}; <= 1.0 from 64K to 256M: {}",
-                                 ok_small ? "met" : "MISSED", ok_large ? "met" : "MISSED");
-      } else {
-        std::cout << "targets: not assessed (the ring was skipped)";
-      }
-      if (P == 2 && ring_runs)
-        std::cout << fmt::format("; busbw >= 0.3x memcpy from 16M: {} (stretch 0.45x: {})", ok_bw ? "met" : "MISSED",
-                                 stretch ? "met" : "missed");
-      std::cout << fmt::format("; results {}\n", all_correct ? "all correct" : "MISMATCHED");
-      if (!no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
-    }
-    return all_correct ? 0 : 1;
-  } catch (const Error& e) {
-    world->abort(std::string("bench_allreduce: error: ") + e.what(), 2);
-  }
+  return bench::run_allreduce_study(o);
 }

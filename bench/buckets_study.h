@@ -1,0 +1,21 @@
+// bench_buckets as a library call: the options its command line sets and the run itself (the
+// executable, bench/tools/bench_buckets.cpp, parses the command line and calls run_buckets_study).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace trainlab::bench {
+
+struct BucketsOptions {
+  std::string buckets_spec = "16K..4M", dtype_name = "f32", algorithm_name_ = "ring", ledger_path;
+  double params = 0, seconds_per_config = 0.3, timeout = 300;
+  int warmup = 2, min_iters = 5, max_iters = 200;
+  bool no_ledger = false;
+};
+
+// Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.
+int run_buckets_study(const BucketsOptions& options);
+
+}  // namespace trainlab::bench

@@ -1,0 +1,470 @@
+// bench_scaling: weak and strong scaling of DDP training, world sizes 1, 2 and 4 inside one launch.
+//   scripts/mpirun -np 4 build/bin/bench_scaling
+// World size W runs on a sub-communicator of the first W launched ranks; the others wait without
+// spinning. Repeats are interleaved (every configuration once per round), warm-up steps excluded,
+// each run's time the slowest rank's. Prints seed 000's two tables, the communication fraction by
+// the paired no_sync comparison (repeated, with its spread, flagged when unusable), the
+// decode-cost-0 ablation, DDP's overlap, the per-rank step-time distribution naming the slowest
+// rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's. Every run is a ledger row.
+#include "bench/scaling_study.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include "backends/error.h"
+#include "backends/registry.h"
+#include "bench/ledger.h"
+#include "bench/stats.h"
+#include "comm/ddp.h"
+#include "comm/mpi_communicator.h"
+#include "engine/trainer.h"
+
+using namespace trainlab;
+using namespace trainlab::comm;
+
+namespace {
+
+// A run's result, as rank 0 sees it.
+struct Run {
+  double samples_per_s = 0;
+  std::vector<std::array<double, 3>> rank_p50_p99_max;  // per rank, seconds
+  DdpStepStats ddp;                                     // per step (means), rank 0's
+  std::int64_t steps = 0;
+};
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double index = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(index));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (index - static_cast<double>(lo));
+}
+
+// A barrier over the whole launch that sleeps instead of spinning: ranks outside the world being
+// measured must not take cores from the ranks inside it.
+void quiet_barrier(MpiCommunicator& world) {
+  MPI_Request request;
+  MPI_CHECK(MPI_Ibarrier(world.handle(), &request), world.rank());
+  int done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE), world.rank());
+    if (done) return;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > world.timeout()) {
+      world.abort(fmt::format("bench_scaling: rank {} waited more than {} s for the other ranks", world.rank(),
+                              world.timeout()),
+                  3);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+double lr_for(const trainlab::bench::ScalingOptions& o, std::int64_t global_batch) {
+  // The linear rule against a fixed base batch: the LR follows the global batch, never the
+  // per-worker one (the seed's bug).
+  return o.base_lr * static_cast<double>(global_batch) / static_cast<double>(o.base_batch);
+}
+
+std::string ranks_per_core_text(int ranks, int cores) {
+  return fmt::format("{:.1f}{}", static_cast<double>(ranks) / cores, ranks > cores ? " (oversubscribed)" : "");
+}
+
+}  // namespace
+
+int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
+  const ScalingOptions& o = options;
+  auto world = MpiCommunicator::world();
+  const int P = world->size(), rank = world->rank();
+  try {
+    world->set_timeout(o.timeout);
+    check_backend_name(o.backend);
+    std::vector<int> worlds;
+    {
+      std::stringstream list(o.worlds);
+      std::string item;
+      while (std::getline(list, item, ',')) {
+        int w = 0;
+        try {
+          w = std::stoi(item);
+        } catch (const std::exception&) {
+          throw Error("bench_scaling: --worlds: '" + item + "' is not a number");
+        }
+        TL_CHECK(w >= 1 && w <= P, fmt::format("bench_scaling: --worlds: world size {} needs {} ranks, and {} were "
+                                               "launched (scripts/mpirun -np {} ...)",
+                                               w, w, P, std::max(w, 1)));
+        worlds.push_back(w);
+      }
+      TL_CHECK(!worlds.empty() && worlds.front() == 1,
+               "bench_scaling: --worlds must start at 1 (speedup and efficiency are against world 1)");
+    }
+    for (int w : worlds) {
+      TL_CHECK(o.global_batch % w == 0,
+               fmt::format("bench_scaling: --global-batch {} does not split over world {}", o.global_batch, w));
+    }
+    // One sub-communicator per world size: the first w ranks.
+    std::map<int, std::unique_ptr<Communicator>> subs;
+    for (int w : worlds) {
+      if (subs.count(w) == 0) subs[w] = world->split(rank < w ? 0 : -1, rank);
+    }
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+
+    Backend& host = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
+    bench::json env = bench::current_environment(host).to_json();
+    env["versions"]["mpi"] = mpi_library_version();
+    env["timer"] = "steady_clock (the slowest rank's measured steps)";
+    env["threads"] = o.threads;
+    const std::string run_id = bench::new_run_id();
+    const bench::Ledger ledger(o.ledger_path.empty() ? bench::default_ledger_path("cpu") : o.ledger_path);
+
+    // One training run of world w; every launched rank calls this (ranks outside the world wait).
+    auto run = [&](int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured) -> Run {
+      Run result;
+      if (rank < w) {
+        TrainConfig config;
+        config.backend = o.backend;
+        config.dtype = o.dtype;
+        config.threads = o.threads;
+        config.batch = global_batch;
+        config.lr = lr_for(o, global_batch);
+        config.decode_cost = decode_cost;
+        config.warmup = o.warmup;
+        config.steps = o.warmup + measured;
+        config.eval_at_end = false;
+        config.log_every = 1 << 30;
+        config.train_samples = std::max<std::int64_t>(50000, global_batch * 2);
+        config.eval_samples = 10;
+        config.eval_batch = 10;
+        DdpOptions ddp_options;
+        ddp_options.bucket_cap_mb = o.bucket_cap_mb;
+        ddp_options.algorithm = parse_algorithm(o.allreduce);
+        ddp_options.rendezvous = o.rendezvous;
+        ddp_options.first_bucket_mb = o.first_bucket_mb;
+        Ddp ddp(*subs[w], ddp_options);
+        ddp.set_communication(communicate);
+        Trainer trainer(config, &ddp);
+        const TrainResult trained = trainer.train(nullptr);
+        double total = 0;
+        for (double s : trained.step_seconds) total += s;
+        const double slowest = ddp.max_over_ranks(total);
+        result.samples_per_s = static_cast<double>(global_batch * trained.measured_steps) / slowest;
+        result.steps = trained.measured_steps;
+        const auto p50 = ddp.gather(quantile(trained.step_seconds, 0.5));
+        const auto p99 = ddp.gather(quantile(trained.step_seconds, 0.99));
+        const auto mx = ddp.gather(*std::max_element(trained.step_seconds.begin(), trained.step_seconds.end()));
+        for (int q = 0; q < w; ++q) {
+          const auto i = static_cast<std::size_t>(q);
+          result.rank_p50_p99_max.push_back({p50[i], p99[i], mx[i]});
+        }
+        const double n = static_cast<double>(std::max<std::int64_t>(1, trained.measured_steps));
+        result.ddp = trained.ddp;
+        result.ddp.backward_compute_s /= n;
+        result.ddp.comm_s /= n;
+        result.ddp.overlap_s /= n;
+        result.ddp.exposed_s /= n;
+      }
+      quiet_barrier(*world);
+      return result;
+    };
+    auto append_row = [&](const std::string& mode, int w, std::int64_t global_batch, std::int64_t decode_cost,
+                          bool communicate, const Run& r) {
+      if (rank != 0 || o.no_ledger) return;
+      bench::json row = env;
+      row["run_id"] = run_id;
+      row["kind"] = "scaling";
+      row["status"] = "ok";
+      row["config"] = {{"mode", mode},
+                       {"world", w},
+                       {"global_batch", global_batch},
+                       {"per_worker_batch", global_batch / w},
+                       {"lr", lr_for(o, global_batch)},
+                       {"decode_cost", decode_cost},
+                       {"no_sync", !communicate},
+                       {"allreduce", o.allreduce},
+                       {"rendezvous", o.rendezvous},
+                       {"bucket_cap_mb", o.bucket_cap_mb},
+                       {"first_bucket_mb", o.first_bucket_mb},
+                       {"dtype", o.dtype},
+                       {"launched_ranks", P},
+                       {"ranks_per_core", static_cast<double>(P) / cores}};
+      row["samples_per_s"] = r.samples_per_s;
+      row["warmup_steps_excluded"] = o.warmup;
+      row["measured_steps"] = r.steps;
+      bench::json per_rank = bench::json::array();
+      for (const auto& v : r.rank_p50_p99_max) per_rank.push_back({{"p50_s", v[0]}, {"p99_s", v[1]}, {"max_s", v[2]}});
+      row["per_rank_step"] = per_rank;
+      row["ddp_per_step"] = {{"backward_compute_s", r.ddp.backward_compute_s},
+                             {"comm_s", r.ddp.comm_s},
+                             {"overlap_s", r.ddp.overlap_s},
+                             {"exposed_s", r.ddp.exposed_s},
+                             {"bucket_bytes", r.ddp.bucket_bytes}};
+      ledger.append(row);
+    };
+
+    if (rank == 0) {
+      std::cout << fmt::format(
+          "# bench_scaling: {} launched ranks on {} cores ({} ranks per core), worlds {}, {} repeats interleaved, {} "
+          "warm-up + {} measured steps, {} thread(s) per rank, backend {}, {}, {} all-reduce{}, buckets {} MiB (first "
+          "{}); "
+          "decode cost {}{}\n",
+          P, cores, ranks_per_core_text(P, cores), o.worlds, o.repeats, o.warmup, o.steps, o.threads, host.name(),
+          o.dtype, o.allreduce, o.rendezvous ? " (sleeping rendezvous before each bucket)" : "", o.bucket_cap_mb,
+          o.first_bucket_mb, o.decode_cost, o.ablation ? " (and the 0 ablation)" : "");
+      std::cout << "# LR rule: lr = " << o.base_lr << " x global batch / " << o.base_batch << "\n";
+      std::cout.flush();
+    }
+
+    // The scaling runs, interleaved: every configuration once per round.
+    struct Config {
+      std::string mode;  // weak | strong
+      int world;
+      std::int64_t global_batch, decode_cost;
+    };
+    std::vector<Config> configs;
+    std::vector<std::int64_t> decode_costs = {o.decode_cost};
+    if (o.ablation && o.decode_cost != 0) decode_costs.push_back(0);
+    for (std::int64_t decode : decode_costs) {
+      for (int w : worlds) configs.push_back({"weak", w, o.batch * w, decode});
+      for (int w : worlds) configs.push_back({"strong", w, o.global_batch, decode});
+    }
+    std::vector<std::vector<Run>> runs(configs.size());
+    const bool peer_possible =
+        o.peer && rank == 0 && access(o.python.c_str(), X_OK) == 0 && access(o.peer_script.c_str(), R_OK) == 0;
+    std::vector<int> peer_worlds;
+    for (int w : worlds)
+      if (w <= 2) peer_worlds.push_back(w);
+    std::map<int, std::vector<double>> peer_samples;
+    std::string peer_note = o.peer ? "" : "skipped (--no-peer)";
+    const std::string& peer_script = o.peer_script;
+    for (int round = 0; round < o.repeats; ++round) {
+      for (std::size_t c = 0; c < configs.size(); ++c) {
+        const Config& config = configs[c];
+        runs[c].push_back(run(config.world, config.global_batch, config.decode_cost, true, o.steps));
+        append_row(config.mode, config.world, config.global_batch, config.decode_cost, true, runs[c].back());
+      }
+      // The peer in the same round: PyTorch DDP over gloo, the weak configuration at decode cost 0
+      // (its batches are made in memory), world 1 and 2.
+      if (o.peer) {
+        if (rank == 0 && peer_possible) {
+          for (int w : peer_worlds) {
+            const std::string command = fmt::format(
+                "{} {} --world {} --batch {} --lr {} --threads {} --steps {} --warmup {} --dtype {} 2>&1", o.python,
+                peer_script, w, o.batch, lr_for(o, o.batch * w), o.threads, o.steps, o.warmup, o.dtype);
+            std::string output;
+            if (FILE* pipe = popen(command.c_str(), "r")) {
+              std::array<char, 4096> buffer{};
+              while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
+              pclose(pipe);
+            }
+            const auto line_start = output.rfind("{\"tool\"");
+            try {
+              const auto parsed = bench::json::parse(output.substr(line_start == std::string::npos ? 0 : line_start));
+              if (parsed.contains("error")) {
+                peer_note = "skipped: " + parsed["error"].get<std::string>();
+              } else {
+                peer_samples[w].push_back(parsed["samples_per_s"].get<double>());
+                if (!o.no_ledger) {
+                  bench::json row = env;
+                  row["run_id"] = run_id;
+                  row["kind"] = "scaling_peer";
+                  row["status"] = "ok";
+                  row["peer"] = parsed;
+                  row["config"] = {{"mode", "weak"},
+                                   {"world", w},
+                                   {"global_batch", o.batch * w},
+                                   {"decode_cost", 0},
+                                   {"dtype", o.dtype}};
+                  ledger.append(row);
+                }
+              }
+            } catch (const std::exception& e) {
+              peer_note = "failed: " + output.substr(0, 300);
+            }
+          }
+        } else if (rank == 0) {
+          peer_note = "skipped: " + o.python + " is not executable or " + o.peer_script + " is missing";
+        }
+        quiet_barrier(*world);
+      }
+      if (rank == 0) {
+        std::cout << fmt::format("# round {}/{} done\n", round + 1, o.repeats);
+        std::cout.flush();
+      }
+    }
+
+    // The communication fraction: paired runs with and without communication, T times per world.
+    std::map<int, std::vector<double>> fractions;
+    for (int t = 0; t < o.trials; ++t) {
+      for (int w : worlds) {
+        if (w == 1) continue;
+        const Run with = run(w, o.batch * w, o.decode_cost, true, o.trial_steps);
+        const Run without = run(w, o.batch * w, o.decode_cost, false, o.trial_steps);
+        append_row("weak", w, o.batch * w, o.decode_cost, true, with);
+        append_row("weak", w, o.batch * w, o.decode_cost, false, without);
+        if (rank == 0) fractions[w].push_back(100.0 * (1.0 - with.samples_per_s / without.samples_per_s));
+      }
+    }
+
+    if (rank == 0) {
+      auto table = [&](const std::string& mode, std::int64_t decode) {
+        const bool weak = mode == "weak";
+        std::cout << fmt::format("\n{} scaling ({}), decode cost {}:\n", weak ? "Weak" : "Strong",
+                                 weak ? "per-worker batch fixed - \"more data in the same time\""
+                                      : "global batch fixed - \"the same job, faster\"",
+                                 decode);
+        std::cout << fmt::format("| world | {} | lr | samples/s (mean ± std) | speedup | efficiency | ranks/core |\n",
+                                 weak ? "global batch" : "per-worker batch");
+        std::cout << "|---|---|---|---|---|---|---|\n";
+        double base = 0;
+        for (std::size_t c = 0; c < configs.size(); ++c) {
+          const Config& config = configs[c];
+          if (config.mode != mode || config.decode_cost != decode) continue;
+          std::vector<double> values;
+          for (const Run& r : runs[c]) values.push_back(r.samples_per_s);
+          const auto s = bench::summarize(values);
+          if (config.world == 1) base = s.mean;
+          const double speedup = base > 0 ? s.mean / base : 0;
+          // Weak: the ideal is w times world 1; strong: the same.
+          std::cout << fmt::format("| {} | {} | {:.4f} | {:.1f} ± {:.1f} | {:.2f}x | {:.0f}% | {} |\n", config.world,
+                                   weak ? config.global_batch : config.global_batch / config.world,
+                                   lr_for(o, config.global_batch), s.mean, s.std, speedup, 100 * speedup / config.world,
+                                   ranks_per_core_text(config.world, cores));
+        }
+      };
+      for (std::int64_t decode : decode_costs) {
+        table("weak", decode);
+        table("strong", decode);
+      }
+
+      std::cout << fmt::format(
+          "\nCommunication fraction (weak, decode cost {}), paired no_sync comparison, {} "
+          "trials of {} steps: 1 - (samples/s with communication) / (without):\n",
+          o.decode_cost, o.trials, o.trial_steps);
+      std::cout << "| world | comm fraction (median) | spread across trials (half of max-min) | verdict |\n";
+      std::cout << "|---|---|---|---|\n";
+      for (const auto& [w, values] : fractions) {
+        const auto s = bench::summarize(values);
+        const double spread = (s.max - s.min) / 2;
+        std::cout << fmt::format("| {} | {:.1f}% | ±{:.1f} points | {} |\n", w, s.median, spread,
+                                 spread > std::abs(s.median)
+                                     ? "UNUSABLE: the spread exceeds the median (a coin flip on this machine)"
+                                     : "usable");
+      }
+
+      // DDP's own accounting, and the step-time distribution per rank.
+      std::cout << "\nDDP per step (weak, decode cost " << o.decode_cost
+                << ", means over repeats; overlap = communication inside backward):\n";
+      std::cout << "| world | buckets (MiB) | backward compute ms | communication ms | overlapped ms | exposed ms |\n";
+      std::cout << "|---|---|---|---|---|---|\n";
+      bool overlap_real = true, two_buckets = false;
+      for (std::size_t c = 0; c < configs.size(); ++c) {
+        const Config& config = configs[c];
+        if (config.mode != "weak" || config.decode_cost != o.decode_cost || config.world == 1) continue;
+        double backward = 0, comm = 0, overlapped = 0, exposed = 0;
+        for (const Run& r : runs[c]) {
+          backward += r.ddp.backward_compute_s;
+          comm += r.ddp.comm_s;
+          overlapped += r.ddp.overlap_s;
+          exposed += r.ddp.exposed_s;
+        }
+        const double n = static_cast<double>(runs[c].size());
+        std::string buckets;
+        for (auto b : runs[c].front().ddp.bucket_bytes)
+          buckets += fmt::format("{}{:.2f}", buckets.empty() ? "" : ", ", static_cast<double>(b) / (1 << 20));
+        two_buckets = two_buckets || runs[c].front().ddp.bucket_bytes.size() >= 2;
+        overlap_real = overlap_real && exposed < comm;
+        std::cout << fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", config.world, buckets,
+                                 1e3 * backward / n, 1e3 * comm / n, 1e3 * overlapped / n, 1e3 * exposed / n);
+      }
+
+      std::cout << "\nStep time per rank (weak, decode cost " << o.decode_cost << ", largest world, every repeat):\n";
+      std::cout << "| rank | p50 ms | p99 ms | max ms |\n|---|---|---|---|\n";
+      for (std::size_t c = 0; c < configs.size(); ++c) {
+        const Config& config = configs[c];
+        if (config.mode != "weak" || config.decode_cost != o.decode_cost || config.world != worlds.back()) continue;
+        std::vector<std::array<double, 3>> worst(static_cast<std::size_t>(config.world), {0, 0, 0});
+        for (const Run& r : runs[c])
+          for (std::size_t q = 0; q < r.rank_p50_p99_max.size(); ++q)
+            for (int k = 0; k < 3; ++k) worst[q][k] = std::max(worst[q][k], r.rank_p50_p99_max[q][k]);
+        std::size_t slowest = 0;
+        for (std::size_t q = 0; q < worst.size(); ++q) {
+          std::cout << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f} |\n", q, 1e3 * worst[q][0], 1e3 * worst[q][1],
+                                   1e3 * worst[q][2]);
+          if (worst[q][0] > worst[slowest][0]) slowest = q;
+        }
+        double fastest = worst[0][0];
+        for (const auto& v : worst) fastest = std::min(fastest, v[0]);
+        std::cout << fmt::format("slowest rank: {} (median step {:.1f} ms, {:+.0f}% over the fastest rank's)\n",
+                                 slowest, 1e3 * worst[slowest][0], 100 * (worst[slowest][0] / fastest - 1));
+      }
+
+      // The peer beside trainlab at decode cost 0 (both make their batches without decode work).
+      std::cout << "\nAgainst PyTorch DDP (gloo), weak scaling, per-worker batch " << o.batch << ", decode cost 0, "
+                << o.threads << " thread(s) per rank, " << o.dtype << ":\n";
+      double ratio_w2 = 0;
+      if (peer_samples.empty()) {
+        std::cout << "PyTorch DDP: " << (peer_note.empty() ? "no result" : peer_note) << "\n";
+      } else {
+        std::cout << "| world | trainlab samples/s | PyTorch DDP gloo samples/s | ratio |\n|---|---|---|---|\n";
+        for (const auto& [w, values] : peer_samples) {
+          double ours = 0;
+          for (std::size_t c = 0; c < configs.size(); ++c) {
+            if (configs[c].mode == "weak" && configs[c].decode_cost == 0 && configs[c].world == w) {
+              std::vector<double> v;
+              for (const Run& r : runs[c]) v.push_back(r.samples_per_s);
+              ours = bench::summarize(v).median;
+            }
+          }
+          const auto theirs = bench::summarize(values);
+          if (w == 2) ratio_w2 = ours / theirs.median;
+          std::cout << fmt::format("| {} | {:.1f} | {:.1f} ({:.1f}-{:.1f}) | {:.2f}x |\n", w, ours, theirs.median,
+                                   theirs.min, theirs.max, ours / theirs.median);
+        }
+        if (!peer_note.empty()) std::cout << "note: " << peer_note << "\n";
+      }
+
+      // The targets, at decode cost 0 (the ablation tables) where present.
+      auto efficiency = [&](const std::string& mode, int w) {
+        const std::int64_t decode =
+            std::find(decode_costs.begin(), decode_costs.end(), 0) != decode_costs.end() ? 0 : o.decode_cost;
+        double base = 0, at = -1;
+        for (std::size_t c = 0; c < configs.size(); ++c) {
+          if (configs[c].mode != mode || configs[c].decode_cost != decode) continue;
+          std::vector<double> v;
+          for (const Run& r : runs[c]) v.push_back(r.samples_per_s);
+          const double mean = bench::summarize(v).mean;
+          if (configs[c].world == 1) base = mean;
+          if (configs[c].world == w) at = mean;
+        }
+        return at < 0 || base <= 0 ? -1.0 : at / base / w;
+      };
+      if (std::find(worlds.begin(), worlds.end(), 2) != worlds.end()) {
+        const double weak2 = efficiency("weak", 2), strong2 = efficiency("strong", 2);
+        std::cout << fmt::format(
+            "\ntargets (world 2, decode cost {}): weak efficiency >= 90%: {:.0f}% {}; strong >= 80%: {:.0f}% {}; "
+            "trainlab/PyTorch >= 1.5x: {}; exposed < total communication with >= 2 buckets: {}\n",
+            std::find(decode_costs.begin(), decode_costs.end(), 0) != decode_costs.end() ? 0 : o.decode_cost,
+            100 * weak2, weak2 >= 0.9 ? "met" : "MISSED", 100 * strong2, strong2 >= 0.8 ? "met" : "MISSED",
+            ratio_w2 > 0 ? fmt::format("{:.2f}x {}", ratio_w2, ratio_w2 >= 1.5 ? "met" : "MISSED")
+                         : std::string("not measured"),
+            !two_buckets   ? std::string("n/a (one bucket)")
+            : overlap_real ? "met"
+                           : "MISSED");
+      }
+      if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
+    }
+    return 0;
+  } catch (const Error& e) {
+    world->abort(std::string("bench_scaling: error: ") + e.what(), 2);
+  }
+}

@@ -1,0 +1,24 @@
+// bench_scaling as a library call: the options its command line sets and the run itself (the
+// executable, bench/tools/bench_scaling.cpp, parses the command line and calls run_scaling_study).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace trainlab::bench {
+
+struct ScalingOptions {
+  std::string worlds = "1,2,4";
+  int repeats = 3, trials = 7, steps = 15, warmup = 3, trial_steps = 10, threads = 1;
+  std::int64_t batch = 32, global_batch = 128, base_batch = 32, decode_cost = 60;
+  double base_lr = 0.01, bucket_cap_mb = 25, first_bucket_mb = 1, timeout = 300;
+  std::string backend, dtype = "f32", allreduce = "native", ledger_path, python = "/usr/bin/python3";
+  std::string peer_script;  // the PyTorch DDP peer (bench/peers/torch_ddp.py)
+  bool ablation = true, peer = true, no_ledger = false, rendezvous = false;
+};
+
+// Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.
+int run_scaling_study(const ScalingOptions& options);
+
+}  // namespace trainlab::bench
