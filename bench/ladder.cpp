@@ -228,6 +228,7 @@ struct Arm {
   bool calibration = false;
   std::string skip_reason;
   std::string error;
+  std::optional<double> accuracy;  // held-out accuracy after the first repeat's training
   KnobMap ran;  // the config as it ran (the runner's steps, warm-up and evaluation settings, the backend)
   std::vector<double> values;
   PhaseTimes phases;
@@ -330,6 +331,7 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       row["breakdown"] = phase_json(arm.phases, arm.measured_steps);
       row["warmup_steps_excluded"] = arm.warmup_steps;
       row["measured_steps"] = arm.measured_steps;
+      if (arm.accuracy) row["held_out_accuracy"] = *arm.accuracy;
     }
     return row;
   };
@@ -355,6 +357,10 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       config.eval_every = 0;
       config.log_every = config.steps + 1;
       if (config.backend.empty()) config.backend = default_backend_name();  // the one the trainer takes
+      // Each rung's first run ends with a held-out evaluation (after its measured steps, outside
+      // the timing): a rung that is fast because it stopped learning shows here.
+      const bool evaluate = repeat == 0 && !arm.calibration;
+      config.eval_at_end = evaluate;
       arm.ran = knobs_of(config);
       if (options.trace && repeat == 0 && !arm.calibration) {
         config.trace = (std::filesystem::path(options.trace_dir) / (spec.name + "_" + arm.name + ".json")).string();
@@ -376,6 +382,10 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
         row["breakdown"] = phase_json(result.measured, result.measured_steps);
         row["warmup_steps_excluded"] = result.warmup_steps;
         row["measured_steps"] = result.measured_steps;
+        if (evaluate) {
+          row["held_out_accuracy"] = result.final_eval.accuracy;
+          arm.accuracy = result.final_eval.accuracy;
+        }
         ledger.append(row);
         if (log) {
           const double share = result.measured.total() > 0 ? result.measured.data_wait_s / result.measured.total() : 0;
@@ -556,6 +566,19 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
                              "repeats the test is unsound, so every verdict is NO CONCLUSION");
   } else {
     out << (markdown ? "\n" : "") << "noise floor: not measured (run with --calibrate)\n";
+  }
+  std::string accuracies;
+  std::int64_t steps = 0;
+  for (const json& row : rows) {
+    if (!row.contains("held_out_accuracy")) continue;
+    accuracies += fmt::format("{}{} {:.1f}%", accuracies.empty() ? "" : ", ", row.value("rung", std::string("?")),
+                              100 * row["held_out_accuracy"].get<double>());
+    if (row.contains("config") && row["config"].contains("steps") && row["config"]["steps"].is_string())
+      steps = std::stoll(row["config"]["steps"].get<std::string>());
+  }
+  if (!accuracies.empty()) {
+    out << fmt::format("{}held-out accuracy after each rung's first run ({} steps from scratch): {}\n",
+                       markdown ? "\n" : "", steps, accuracies);
   }
   return out.str();
 }
