@@ -11,6 +11,7 @@
 // ring's reduction runs on the host, so its column is skipped there (with the reason) when the
 // world has more than one rank. Each NCCL call returns once its stream has finished it.
 #include "bench/allreduce_study.h"
+#include "bench/comm_study.h"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -60,16 +61,10 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
     const auto sizes = bench::parse_byte_sizes(sizes_spec, "bench_allreduce: --sizes");
     const RingOptions ring_options{segment_bytes};
 
-    // The copy rate, on rank 0 while the others wait.
-    double copy_rate = 0;
-    if (rank == 0) copy_rate = bench::memcpy_gbps();
-    world->broadcast(&copy_rate, sizeof copy_rate, 0);
-
-    Backend& host = get_backend(default_backend_name());
-    host.set_num_threads(1);
-    bench::json env = bench::current_environment(host).to_json();
-    const std::string mpi_version = mpi_library_version();
-    env["versions"]["mpi"] = mpi_version;
+    bench::CommStudyBase base = bench::comm_study_base(*world);
+    const double copy_rate = base.copy_rate_gbps;
+    bench::json& env = base.env;
+    const std::string mpi_version = env["versions"]["mpi"].get<std::string>();
     env["communicator"] = comm.backend();
     std::string device_type = "cpu";
     if (comm.device_memory()) {

@@ -10,6 +10,7 @@
 // excluded. The ideal is the fitted bandwidth term of the whole buffer (no latency at all); the
 // seed's rule picks the smallest bucket within 15% of it.
 #include "bench/buckets_study.h"
+#include "bench/comm_study.h"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -90,13 +91,9 @@ int trainlab::bench::run_buckets_study(const BucketsOptions& options) {
     }
     std::sort(bucket_counts.begin(), bucket_counts.end());
 
-    double copy_rate = 0;
-    if (rank == 0) copy_rate = bench::memcpy_gbps();
-    world->broadcast(&copy_rate, sizeof copy_rate, 0);
-    Backend& host = get_backend(default_backend_name());
-    host.set_num_threads(1);
-    bench::json env = bench::current_environment(host).to_json();
-    env["versions"]["mpi"] = mpi_library_version();
+    bench::CommStudyBase base = bench::comm_study_base(*world);
+    const double copy_rate = base.copy_rate_gbps;
+    bench::json& env = base.env;
     env["timer"] = "steady_clock (slowest rank per sample)";
     const std::string run_id = bench::new_run_id();
     const bench::Ledger ledger(ledger_path.empty() ? bench::default_ledger_path("cpu") : ledger_path);

@@ -150,20 +150,27 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// One partial per block in a fixed order, so the result is the same every run.
-template <typename T>
-__global__ void sum_partials_kernel(const T* x, std::int64_t n, float* partials) {
-  __shared__ float warps[kThreads / 32];
-  float v = 0;
-  GRID_STRIDE_LOOP(i, n) v += load(x, i);
+// The sum of v over a block of kThreads threads, in a fixed order; the result is thread 0's.
+// `warps` is kThreads / 32 floats of shared memory. Every thread of the block must call it.
+__device__ __forceinline__ float block_sum(float v, float* warps) {
   v = warp_sum(v);
   if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
     v = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
     v = warp_sum(v);
-    if (threadIdx.x == 0) partials[blockIdx.x] = v;
   }
+  return v;
+}
+
+// One partial per block in a fixed order, so the result is the same every run.
+template <typename T>
+__global__ void sum_partials_kernel(const T* x, std::int64_t n, float* partials) {
+  __shared__ float warps[kThreads / 32];
+  float v = 0;
+  GRID_STRIDE_LOOP(i, n) v += load(x, i);
+  v = block_sum(v, warps);
+  if (threadIdx.x == 0) partials[blockIdx.x] = v;
 }
 
 template <typename T>
@@ -171,14 +178,8 @@ __global__ void sum_finish_kernel(const float* partials, int count, T* out) {
   __shared__ float warps[kThreads / 32];
   float v = 0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) v += partials[i];
-  v = warp_sum(v);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    v = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) store(out, 0, v);
-  }
+  v = block_sum(v, warps);
+  if (threadIdx.x == 0) store(out, 0, v);
 }
 
 template <typename T>
@@ -235,14 +236,8 @@ __global__ void bias_backward_kernel(const T* dy, T* dbias, std::int64_t outer, 
     const std::int64_t o = j / inner, k = j % inner;
     s += load(dy, (o * channels + c) * inner + k);
   }
-  s = warp_sum(s);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    s = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
-    s = warp_sum(s);
-    if (threadIdx.x == 0) store(dbias, c, s);
-  }
+  s = block_sum(s, warps);
+  if (threadIdx.x == 0) store(dbias, c, s);
 }
 
 template <typename T>
@@ -326,14 +321,8 @@ __global__ void relu_bias_planes_kernel(const T* y, const T* dy, T* dx, float* p
       s += load(dx, base + k);
     }
   }
-  s = warp_sum(s);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    s = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
-    s = warp_sum(s);
-    if (threadIdx.x == 0) partials[static_cast<std::int64_t>(blockIdx.y) * channels + c] = s;
-  }
+  s = block_sum(s, warps);
+  if (threadIdx.x == 0) partials[static_cast<std::int64_t>(blockIdx.y) * channels + c] = s;
 }
 
 template <typename T>
@@ -398,14 +387,8 @@ __global__ void mean_kernel(const float* row_losses, std::int64_t batch, T* loss
   __shared__ float warps[kThreads / 32];
   float s = 0;
   for (std::int64_t i = threadIdx.x; i < batch; i += blockDim.x) s += row_losses[i];
-  s = warp_sum(s);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    s = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0.f;
-    s = warp_sum(s);
-    if (threadIdx.x == 0) store(loss, 0, s / static_cast<float>(batch));
-  }
+  s = block_sum(s, warps);
+  if (threadIdx.x == 0) store(loss, 0, s / static_cast<float>(batch));
 }
 
 template <typename T>
