@@ -783,36 +783,37 @@ void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void
   check_launch("adamw_step");
 }
 
-void sgd_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float momentum,
-                    float dampening, float weight_decay, bool nesterov, DType working_dtype, cudaStream_t stream) {
+// The whole-model launches: grid.y walks the slots, grid.x the largest slot's elements; `launch`
+// gets null pointers of the parameter type T and the working-copy type W, and the grid.
+template <typename Launch>
+void launch_multi(const char* kernel, DType dtype, DType working_dtype, int count, std::int64_t max_n,
+                  Launch&& launch) {
   if (count == 0 || max_n == 0) return;
-  if (count > 65535) throw Error("cuda kernel sgd_step_multi: at most 65535 tensors, got " + std::to_string(count));
+  if (count > 65535) {
+    throw Error(std::string("cuda kernel ") + kernel + ": at most 65535 tensors, got " + std::to_string(count));
+  }
   const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(1024, (max_n + kThreads - 1) / kThreads)),
                   static_cast<unsigned>(count));
-  dispatch(dtype, "sgd_step_multi", [&](auto* t) {
+  dispatch(dtype, kernel, [&](auto* t) { dispatch(working_dtype, kernel, [&](auto* w) { launch(t, w, grid); }); });
+  check_launch(kernel);
+}
+
+void sgd_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float momentum,
+                    float dampening, float weight_decay, bool nesterov, DType working_dtype, cudaStream_t stream) {
+  launch_multi("sgd_step_multi", dtype, working_dtype, count, max_n, [&](auto* t, auto* w, dim3 grid) {
     using T = std::remove_pointer_t<decltype(t)>;
-    dispatch(working_dtype, "sgd_step_multi (working copies)", [&](auto* w) {
-      using W = std::remove_pointer_t<decltype(w)>;
-      sgd_multi_kernel<T, W><<<grid, kThreads, 0, stream>>>(slots, lr, momentum, dampening, weight_decay, nesterov);
-    });
+    using W = std::remove_pointer_t<decltype(w)>;
+    sgd_multi_kernel<T, W><<<grid, kThreads, 0, stream>>>(slots, lr, momentum, dampening, weight_decay, nesterov);
   });
-  check_launch("sgd_step_multi");
 }
 
 void adamw_step_multi(DType dtype, const MultiSlot* slots, int count, std::int64_t max_n, float lr, float beta1,
                       float beta2, float eps, float weight_decay, DType working_dtype, cudaStream_t stream) {
-  if (count == 0 || max_n == 0) return;
-  if (count > 65535) throw Error("cuda kernel adamw_step_multi: at most 65535 tensors, got " + std::to_string(count));
-  const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(1024, (max_n + kThreads - 1) / kThreads)),
-                  static_cast<unsigned>(count));
-  dispatch(dtype, "adamw_step_multi", [&](auto* t) {
+  launch_multi("adamw_step_multi", dtype, working_dtype, count, max_n, [&](auto* t, auto* w, dim3 grid) {
     using T = std::remove_pointer_t<decltype(t)>;
-    dispatch(working_dtype, "adamw_step_multi (working copies)", [&](auto* w) {
-      using W = std::remove_pointer_t<decltype(w)>;
-      adamw_multi_kernel<T, W><<<grid, kThreads, 0, stream>>>(slots, lr, beta1, beta2, eps, weight_decay);
-    });
+    using W = std::remove_pointer_t<decltype(w)>;
+    adamw_multi_kernel<T, W><<<grid, kThreads, 0, stream>>>(slots, lr, beta1, beta2, eps, weight_decay);
   });
-  check_launch("adamw_step_multi");
 }
 
 void unscale_and_check(DType dtype, void* x, std::int64_t n, float inv_scale, int* found_inf, cudaStream_t stream) {
