@@ -184,11 +184,7 @@ void Trainer::stage_for_graph(const Batch& batch) {
 void Trainer::capture_step(const Batch& staged) {
   graph_ = std::make_unique<StepGraph>(
       backend_, std::vector<Tensor>{staged.images, staged.labels},
-      [this](const std::vector<Tensor>& in) {
-        Tensor loss = forward_loss(in[0], in[1]);
-        return config_.accumulate > 1 ? loss * (1.0 / static_cast<double>(config_.accumulate)) : loss;
-      },
-      model_->named_parameters());
+      [this](const std::vector<Tensor>& in) { return forward_loss(in[0], in[1]); }, model_->named_parameters());
 }
 
 Tensor Trainer::prepare_input(const Tensor& images) const {
@@ -199,7 +195,9 @@ Tensor Trainer::prepare_input(const Tensor& images) const {
 
 Tensor Trainer::forward_loss(const Tensor& images, const Tensor& labels) {
   AutocastGuard autocast(param_dtype_ != dtype_ ? dtype_ : DType::f32, optimizer_.get());
-  return cross_entropy(model_->forward(prepare_input(images)), labels);
+  const Tensor loss = cross_entropy(model_->forward(prepare_input(images)), labels);
+  // Micro-steps: each loss is scaled by 1/K, so the accumulated gradient is the step's mean.
+  return config_.accumulate > 1 ? loss * (1.0 / static_cast<double>(config_.accumulate)) : loss;
 }
 
 EvalResult Trainer::evaluate() {
@@ -314,7 +312,6 @@ TrainResult Trainer::train(std::ostream* log) {
       {
         PhaseTimer t(backend_, phase_timer("forward"), "forward", phases.forward_s);
         loss = forward_loss(batch.images, batch.labels);
-        if (config_.accumulate > 1) loss = loss * (1.0 / static_cast<double>(config_.accumulate));
       }
       const bool sync = micro + 1 == config_.accumulate;
       if (parallel_ != nullptr) parallel_->begin_backward(sync);

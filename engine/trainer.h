@@ -77,8 +77,8 @@ class Trainer {
 
  private:
   TrainConfig config_;
-  // One step's forward: the input in the run's layout and dtype, the model under autocast when
-  // the dtype is bf16, and the loss in f32.
+  // One micro-step's forward: the input in the run's layout and dtype, the model under autocast
+  // when the dtype is bf16/f16, and the loss in f32, scaled by 1/accumulate.
   Tensor forward_loss(const Tensor& images, const Tensor& labels);
   Tensor prepare_input(const Tensor& images) const;
   void save_local(const std::string& dir);
