@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The weights of short training runs, bit for bit: `trainlab train` must produce exactly the
+# checkpoint recorded in tests/golden/weights.txt (SHA-256 of model.safetensors and
+# optimizer.safetensors). This pins the training step's arithmetic across refactors: a change
+# that moves one bit of one weight fails here, naming the run.
+#
+# The reference backend is plain loops (the same bits on any x86-64 CPU); the default backend's
+# kernels depend on the instruction set oneDNN picks, so its lines apply only on the ISA they were
+# recorded on and are reported as not checked elsewhere.
+#
+#   tests/golden_weights.sh TRAINLAB            check every line
+#   (runs named mpi2_* go through scripts/mpirun -np 2: data-parallel training, two ranks)
+#   tests/golden_weights.sh TRAINLAB --record   rewrite the file from this build (after a change
+#                                               that is meant to move the weights; say why in the commit)
+set -u
+trainlab=$1
+mode=${2:-check}
+here=$(cd "$(dirname "$0")" && pwd)
+table=$here/golden/weights.txt
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# name | backend flags and run flags (the run: 20 steps from the defaults unless a flag says otherwise)
+runs=(
+  "reference_default|--backend reference"
+  "reference_mixed|--backend reference --dtype bf16 --fuse --layout nhwc --optimizer adamw --lr 0.001 --schedule warmup_cosine --warmup-steps 5 --accumulate 2 --workers 2"
+  "reference_f16|--backend reference --dtype f16 --loss-scale-init 1024 --loss-scale-growth-interval 3 --momentum 0.5 --weight-decay 0.01"
+  "default_backend|"
+  "default_backend_bf16_nhwc|--dtype bf16 --layout nhwc --fuse --workers 1"
+  "mpi2_reference_ring|--backend reference --threads 1 --allreduce ring --bucket-cap-mb 0.5 --accumulate 2 --batch 16"
+)
+mpirun=$(cd "$here/.." && pwd)/scripts/mpirun
+
+failures=0
+recorded=""
+for entry in "${runs[@]}"; do
+  name=${entry%%|*}
+  flags=${entry#*|}
+  dir=$work/$name
+  # shellcheck disable=SC2086
+  launcher=()
+  case "$name" in mpi2_*) launcher=("$mpirun" -np 2) ;; esac
+  if ! out=$("${launcher[@]}" "$trainlab" train --steps 20 --train-samples 640 --eval-samples 100 $flags --save "$dir" 2>&1); then
+    echo "FAIL $name: trainlab train failed: $out"
+    failures=$((failures + 1))
+    continue
+  fi
+  isa=any
+  case "$flags" in
+    *"--backend reference"*) ;;
+    *) isa=$(echo "$out" | sed -n 's/^backend: .*ISA \([a-z0-9_]*\).*/\1/p' | head -n 1) ;;
+  esac
+  sum=$(cat "$dir/model.safetensors" "$dir/optimizer.safetensors" | sha256sum | cut -d' ' -f1)
+  if [ "$mode" = "--record" ]; then
+    recorded+="$name $isa $sum"$'\n'
+    echo "recorded $name ($isa): $sum"
+    continue
+  fi
+  expected=$(awk -v n="$name" -v i="$isa" '$1 == n && ($2 == i) {print $3}' "$table")
+  if [ -z "$expected" ]; then
+    other=$(awk -v n="$name" '$1 == n {print $2}' "$table" | tr '\n' ' ')
+    echo "not checked $name: recorded on ISA ${other:-(none)}, this machine's is $isa"
+    continue
+  fi
+  if [ "$sum" = "$expected" ]; then
+    echo "ok $name ($isa): $sum"
+  else
+    echo "FAIL $name ($isa): weights $sum, recorded $expected (flags: $flags)"
+    failures=$((failures + 1))
+  fi
+done
+if [ "$mode" = "--record" ]; then
+  {
+    echo "# name isa sha256(model.safetensors + optimizer.safetensors), written by tests/golden_weights.sh --record"
+    printf "%s" "$recorded"
+  } > "$table"
+  exit 0
+fi
+[ $failures -eq 0 ] || { echo "$failures run(s) moved"; exit 1; }
+echo "every recorded run reproduced bit for bit"
