@@ -127,6 +127,9 @@ class Backend {
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
   virtual AllocatorStats allocator_stats() const = 0;
+  // Memory this backend could still allocate, in bytes (the host's MemAvailable on the CPU, the
+  // GPU's free memory on cuda); 0 when unknown. For refusing a request that cannot fit up front.
+  virtual std::uint64_t memory_available_bytes() const;
   virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual void synchronize() = 0;

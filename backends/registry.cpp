@@ -1,5 +1,7 @@
 #include "backends/registry.h"
 
+#include "backends/host_memory.h"
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -74,6 +76,8 @@ void Backend::begin_capture() {
 }
 int Backend::end_capture() { throw Error("backend '" + name() + "' cannot capture device graphs"); }
 void Backend::replay(int) { throw Error("backend '" + name() + "' cannot replay device graphs"); }
+
+std::uint64_t Backend::memory_available_bytes() const { return host_memory_available_bytes(); }
 
 std::map<std::string, std::int64_t> Backend::counters() const {
   const AllocatorStats stats = allocator_stats();

@@ -59,6 +59,8 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
     const DType dtype = parse_dtype(dtype_name_);
     const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
     const auto sizes = bench::parse_byte_sizes(sizes_spec, "bench_allreduce: --sizes");
+    // Two host buffers and two of the communicator's (on the device with NCCL: counted anyway).
+    bench::check_message_sizes(sizes, elem, dtype_name_, 4, "bench_allreduce: --sizes");
     const RingOptions ring_options{segment_bytes};
 
     bench::CommStudyBase base = bench::comm_study_base(*world);
@@ -252,6 +254,6 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
     }
     return all_correct ? 0 : 1;
   } catch (const Error& e) {
-    world->abort(std::string("bench_allreduce: error: ") + e.what(), 2);
+    world->abort(std::string("error: ") + e.what(), 2);
   }
 }

@@ -85,7 +85,11 @@ int trainlab::bench::run_buckets_study(const BucketsOptions& options) {
     const std::int64_t count = smallcnn ? smallcnn_parameters() : static_cast<std::int64_t>(params);
     const std::int64_t total_bytes = count * elem;
     std::vector<std::int64_t> bucket_counts;  // elements per bucket
-    for (const std::int64_t bytes : bench::parse_byte_sizes(buckets_spec, "bench_buckets: --buckets")) {
+    const auto bucket_sizes = bench::parse_byte_sizes(buckets_spec, "bench_buckets: --buckets");
+    bench::check_message_sizes(bucket_sizes, elem, dtype_name, 0, "bench_buckets: --buckets");
+    // The gradient buffer, its copy and the reference result.
+    bench::check_message_sizes({total_bytes}, elem, dtype_name, 3, "bench_buckets: --params");
+    for (const std::int64_t bytes : bucket_sizes) {
       const std::int64_t n = std::clamp<std::int64_t>(bytes / elem, 1, count);
       if (std::find(bucket_counts.begin(), bucket_counts.end(), n) == bucket_counts.end()) bucket_counts.push_back(n);
     }
@@ -279,6 +283,6 @@ int trainlab::bench::run_buckets_study(const BucketsOptions& options) {
     }
     return all_correct ? 0 : 1;
   } catch (const Error& e) {
-    world->abort(std::string("bench_buckets: error: ") + e.what(), 2);
+    world->abort(std::string("error: ") + e.what(), 2);
   }
 }

@@ -1,13 +1,16 @@
 #include "bench/comm_bench.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "backends/error.h"
 #include "bench/stats.h"
+#include "engine/fileio.h"
 
 namespace trainlab::bench {
 
@@ -54,6 +57,30 @@ std::vector<std::int64_t> parse_byte_sizes(const std::string& spec, const std::s
     }
   }
   return sizes;
+}
+
+void check_message_sizes(const std::vector<std::int64_t>& sizes, std::int64_t element_bytes, const std::string& dtype,
+                         int buffers_per_rank, const std::string& what) {
+  std::int64_t largest = 0;
+  for (const std::int64_t bytes : sizes) {
+    TL_CHECK(bytes % element_bytes == 0,
+             fmt::format("{}: {} bytes is not a whole number of {} elements ({} bytes each); use a multiple of {}",
+                         what, bytes, dtype, element_bytes, element_bytes));
+    largest = std::max(largest, bytes);
+  }
+  int local_ranks = 1;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) {
+      local_ranks = std::max(1, std::atoi(value));
+      break;
+    }
+  }
+  const auto needed = static_cast<std::uint64_t>(largest) * static_cast<std::uint64_t>(buffers_per_rank) *
+                      static_cast<std::uint64_t>(local_ranks);
+  check_host_memory(needed,
+                    fmt::format("{}: the largest size, {}, in {} buffers on each of this host's {} rank{},", what,
+                                human_bytes(largest), buffers_per_rank, local_ranks, local_ranks == 1 ? "" : "s"),
+                    "use smaller sizes");
 }
 
 std::string human_bytes(std::int64_t bytes) {

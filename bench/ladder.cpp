@@ -14,6 +14,7 @@
 #include "engine/config.h"
 #include "engine/profiler.h"
 #include "engine/trainer.h"
+#include "engine/yaml_file.h"
 
 namespace trainlab::bench {
 
@@ -92,14 +93,7 @@ double LrRule::lr_for(std::int64_t batch) const {
 
 LadderSpec load_ladder(const std::string& path) {
   std::error_code ec;
-  TL_CHECK(std::filesystem::is_regular_file(path, ec), "ladder file '" + path + "' does not exist");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    throw Error("ladder file '" + path + "' is not valid YAML: " + e.msg + " (line " + std::to_string(e.mark.line + 1) +
-                ")");
-  }
+  const YAML::Node root = load_yaml_file(path, "ladder file");
   TL_CHECK(root.IsMap(), "ladder file '" + path + "' must be a map");
   static const std::set<std::string> allowed = {"ladder", "device", "base", "rungs", "steps", "warmup", "lr_rule"};
   for (const auto& item : root) {

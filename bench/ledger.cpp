@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -18,6 +19,9 @@
 namespace trainlab::bench {
 
 namespace {
+// A row is a few levels deep (config, stats, breakdown/phase/field); generous bounds.
+constexpr int kMaxRowDepth = 16;
+constexpr std::size_t kMaxRowBytes = 16 << 20;
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -62,6 +66,20 @@ Environment current_environment(Backend& backend) {
   return env;
 }
 
+void Ledger::check_ledger_path() const {
+  // Appended to and read back: a regular file (a link to one is followed) or nothing yet.
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec) && !std::filesystem::is_symlink(path_, ec)) {
+    check_output_file(path_, "ledger");
+    return;
+  }
+  try {
+    regular_file_size(path_);
+  } catch (const Error& e) {
+    throw Error("ledger " + std::string(e.what()) + " (a ledger is a regular file, appended to and read back)");
+  }
+}
+
 std::string default_ledger_path(const std::string& device_type) { return "results/ledger_" + device_type + ".jsonl"; }
 
 std::string utc_now() {
@@ -83,6 +101,7 @@ std::string new_run_id() {
 void Ledger::append(json row) const {
   TL_CHECK(row.is_object() && row.contains("device") && row["device"].contains("name"),
            "ledger: a row must record its device");
+  check_ledger_path();
   // One device per ledger: its first row decides.
   const Loaded existing = load();
   if (!existing.rows.empty()) {
@@ -129,10 +148,174 @@ void Ledger::append(json row) const {
   TL_CHECK(synced == 0, "ledger: cannot sync '" + path_ + "'");
 }
 
+namespace {
+// What the readers (bench_report, bench_ladder, collective-cost --fit) rely on, per row kind: a
+// row that lacks a field, or holds it with another type, is skipped with its line number rather
+// than read into an abort.
+enum class Type { string, number, integer, boolean, object, numbers, nullable_object };
+
+struct Field {
+  const char* pointer;  // JSON pointer
+  Type type;
+  bool required;
+};
+
+const char* type_name(Type type) {
+  switch (type) {
+    case Type::string:
+      return "a string";
+    case Type::number:
+      return "a number";
+    case Type::integer:
+      return "an integer";
+    case Type::boolean:
+      return "true or false";
+    case Type::object:
+      return "an object";
+    case Type::numbers:
+      return "an array of numbers";
+    case Type::nullable_object:
+      return "an object or null";
+  }
+  return "?";
+}
+
+bool has_type(const json& value, Type type) {
+  switch (type) {
+    case Type::string:
+      return value.is_string();
+    case Type::number:
+      return value.is_number();
+    case Type::integer:
+      return value.is_number_integer();
+    case Type::boolean:
+      return value.is_boolean();
+    case Type::object:
+      return value.is_object();
+    case Type::numbers:
+      return value.is_array() && std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_number(); });
+    case Type::nullable_object:
+      return value.is_null() || value.is_object();
+  }
+  return false;
+}
+
+// Fields every row has, then each kind's own (some only when its status is "ok").
+const std::vector<Field> kEveryRow = {{"/device", Type::object, true},
+                                      {"/device/name", Type::string, true},
+                                      {"/device/type", Type::string, false},
+                                      {"/kind", Type::string, false},
+                                      {"/run_id", Type::string, false},
+                                      {"/status", Type::string, false},
+                                      {"/host", Type::string, false},
+                                      {"/cores", Type::integer, false},
+                                      {"/threads", Type::integer, false},
+                                      {"/backend", Type::string, false},
+                                      {"/backend_describe", Type::string, false},
+                                      {"/timer", Type::string, false},
+                                      {"/versions", Type::object, false},
+                                      {"/versions/engine", Type::string, false},
+                                      {"/versions/compiler", Type::string, false},
+                                      {"/time", Type::string, false}};
+const std::vector<Field> kLadderRow = {{"/run_id", Type::string, true},
+                                       {"/rung", Type::string, true},
+                                       {"/status", Type::string, true},
+                                       {"/versions", Type::object, true},
+                                       {"/versions/engine", Type::string, true},
+                                       {"/calibration", Type::boolean, false},
+                                       {"/ladder", Type::string, false},
+                                       {"/reason", Type::string, false},
+                                       {"/error", Type::string, false},
+                                       {"/note", Type::string, false},
+                                       {"/incomplete", Type::boolean, false},
+                                       {"/measured_steps", Type::integer, false},
+                                       {"/warmup_steps_excluded", Type::integer, false},
+                                       {"/held_out_accuracy", Type::number, false},
+                                       {"/changed", Type::nullable_object, false},
+                                       {"/repeats", Type::numbers, false}};
+const std::vector<Field> kRungRow = {{"/rung_index", Type::integer, true}};
+const std::vector<Field> kBreakdown = {
+    {"/breakdown/data_wait/seconds_per_step", Type::number, true}, {"/breakdown/data_wait/share", Type::number, true},
+    {"/breakdown/forward/seconds_per_step", Type::number, true},   {"/breakdown/forward/share", Type::number, true},
+    {"/breakdown/backward/seconds_per_step", Type::number, true},  {"/breakdown/backward/share", Type::number, true},
+    {"/breakdown/optimizer/seconds_per_step", Type::number, true}, {"/breakdown/optimizer/share", Type::number, true}};
+const std::vector<Field> kRungOk = {{"/repeats", Type::numbers, true},   {"/stats/median", Type::number, true},
+                                    {"/stats/mean", Type::number, true}, {"/stats/std", Type::number, true},
+                                    {"/stats/min", Type::number, true},  {"/stats/max", Type::number, true},
+                                    {"/stats/n", Type::integer, true}};
+const std::vector<Field> kRepeatOk = {{"/value", Type::number, true}};
+const std::vector<Field> kChanged = {
+    {"/changed/knob", Type::string, true}, {"/changed/from", Type::string, true}, {"/changed/to", Type::string, true}};
+const std::vector<Field> kAllreduceRow = {
+    {"/run_id", Type::string, true},        {"/status", Type::string, true},
+    {"/config", Type::object, true},        {"/config/algorithm", Type::string, true},
+    {"/config/ranks", Type::integer, true}, {"/config/bytes", Type::number, true},
+    {"/config/dtype", Type::string, false}};
+const std::vector<Field> kAllreduceOk = {{"/stats/median", Type::number, true}};
+
+std::string check_fields(const json& row, const std::vector<Field>& fields) {
+  for (const Field& f : fields) {
+    const json::json_pointer pointer(f.pointer);
+    const json* value = nullptr;
+    try {
+      if (row.contains(pointer)) value = &row.at(pointer);
+    } catch (const json::exception&) {
+      value = nullptr;  // a parent of the wrong type
+    }
+    if (value == nullptr) {
+      if (f.required) return std::string("no ") + (f.pointer + 1);
+      continue;
+    }
+    if (!has_type(*value, f.type))
+      return std::string(f.pointer + 1) + " is " + value->dump().substr(0, 40) + ", not " + type_name(f.type);
+  }
+  return "";
+}
+
+bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
+  return std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return value == a; });
+}
+}  // namespace
+
+std::string row_problem(const json& row) {
+  if (!row.is_object()) return "not a JSON object";
+  if (!row.contains("schema") || !row["schema"].is_number_integer()) {
+    return "schema is " + (row.contains("schema") ? row["schema"].dump().substr(0, 40) : std::string("missing")) +
+           ", not the integer " + std::to_string(kLedgerSchema);
+  }
+  if (row["schema"].get<std::int64_t>() != kLedgerSchema)
+    return "schema " + row["schema"].dump() + " (this build reads schema " + std::to_string(kLedgerSchema) + ")";
+  std::string problem = check_fields(row, kEveryRow);
+  if (!problem.empty()) return problem;
+  const std::string kind = row.value("kind", "");
+  const std::string status = row.value("status", "");
+  auto all = [&](std::initializer_list<const std::vector<Field>*> lists) {
+    for (const auto* list : lists) {
+      std::string p = check_fields(row, *list);
+      if (!p.empty()) return p;
+    }
+    return std::string();
+  };
+  if (kind == "rung" || kind == "repeat") {
+    problem = all({&kLadderRow});
+    if (problem.empty() && !one_of(status, {"ok", "skipped", "failed"}))
+      problem = "status '" + status + "' is not ok, skipped or failed";
+    if (problem.empty() && kind == "rung") problem = all({&kRungRow});
+    if (problem.empty() && row.contains("changed") && row["changed"].is_object()) problem = all({&kChanged});
+    if (problem.empty() && status == "ok")
+      problem = kind == "rung" ? all({&kRungOk, &kBreakdown}) : all({&kRepeatOk, &kBreakdown});
+  } else if (kind == "allreduce") {
+    problem = all({&kAllreduceRow});
+    if (problem.empty() && status == "ok") problem = all({&kAllreduceOk});
+  }
+  return problem;
+}
+
 Ledger::Loaded Ledger::load() const {
   Loaded out;
   std::error_code ec;
   if (!std::filesystem::exists(path_, ec)) return out;
+  check_ledger_path();
   const auto bytes = read_file(path_);
   const std::string text(bytes.begin(), bytes.end());
   std::size_t start = 0, line_number = 0;
@@ -145,23 +328,29 @@ Ledger::Loaded Ledger::load() const {
     if (line.empty()) continue;
     json row;
     try {
+      check_json_bounds(line.data(), line.size(), kMaxRowDepth, kMaxRowBytes, "row");
       row = json::parse(line);
+    } catch (const Error& e) {
+      out.warnings.push_back("ledger '" + path_ + "' line " + std::to_string(line_number) + " skipped: " + e.what());
+      continue;
     } catch (const json::exception& e) {
       if (last) {  // the row in flight when a run was interrupted
         out.warnings.push_back("ledger '" + path_ + "': dropped an incomplete last line (" +
                                std::to_string(line.size()) + " bytes; an interrupted run)");
         break;
       }
-      throw Error("ledger '" + path_ + "' line " + std::to_string(line_number) + " is damaged: " + e.what());
+      out.warnings.push_back("ledger '" + path_ + "' line " + std::to_string(line_number) + " skipped: damaged (" +
+                             e.what() + ")");
+      continue;
     }
     if (last) {  // a complete object without its newline is still a torn write
       out.warnings.push_back("ledger '" + path_ + "': dropped a last line without its newline (an interrupted run)");
       break;
     }
-    TL_CHECK(row.is_object() && row.value("schema", 0) == kLedgerSchema,
-             "ledger '" + path_ + "' line " + std::to_string(line_number) + " has schema " +
-                 (row.is_object() && row.contains("schema") ? row["schema"].dump() : "none") + "; this build reads " +
-                 std::to_string(kLedgerSchema));
+    if (const std::string problem = row_problem(row); !problem.empty()) {
+      out.warnings.push_back("ledger '" + path_ + "' line " + std::to_string(line_number) + " skipped: " + problem);
+      continue;
+    }
     out.rows.push_back(std::move(row));
   }
   return out;

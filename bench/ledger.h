@@ -3,7 +3,9 @@
 //
 // Rows are appended one at a time, each with a single write() of the whole line followed by
 // fsync, so an interrupted run loses at most the row it was writing: load() drops a torn last line
-// (and says so) and refuses a damaged line anywhere else. A ledger holds one device: appending a
+// (and says so); a damaged line anywhere else, or a row that lacks a field its readers use or holds
+// it with another type (row_problem), is skipped with a warning naming its line, so one bad row
+// never stops a report or a new run's appends. A ledger holds one device: appending a
 // row measured on another device is refused, and rows of different devices or engine versions are
 // never put in one table (see Run below).
 #pragma once
@@ -36,6 +38,9 @@ Environment current_environment(Backend& backend);
 std::string default_ledger_path(const std::string& device_type);  // results/ledger_<device>.jsonl
 std::string new_run_id();                                         // 20261129T120000Z-<pid>
 std::string utc_now();                                            // ISO 8601
+// Why a parsed row cannot be used (empty when it can): the schema, and the fields of its kind
+// that readers rely on, with their types.
+std::string row_problem(const json& row);
 
 class Ledger {
  public:
@@ -49,10 +54,12 @@ class Ledger {
     std::vector<json> rows;
     std::vector<std::string> warnings;  // e.g. a torn last line that was dropped
   };
-  // Every complete row, in order. A missing file is an empty ledger.
+  // Every complete, well-formed row, in order; the others as warnings. A missing file is an empty
+  // ledger; a path that is not a regular file is refused (Error).
   Loaded load() const;
 
  private:
+  void check_ledger_path() const;
   std::string path_;
 };
 

@@ -92,6 +92,8 @@ std::string bar_chart_svg(const std::vector<json>& rows, const std::string& titl
 }  // namespace
 
 std::string write_report(const ReportOptions& options) {
+  check_output_file(options.out_path, "report --out");
+  if (!options.readme_path.empty()) check_output_file(options.readme_path, "report --readme");
   const Ledger ledger(options.ledger_path);
   const Ledger::Loaded loaded = ledger.load();
   TL_CHECK(!loaded.rows.empty(), "report: ledger '" + options.ledger_path + "' has no rows (run bench_ladder first)");

@@ -95,11 +95,16 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       std::string item;
       while (std::getline(list, item, ',')) {
         int w = 0;
+        std::size_t used = 0;
         try {
-          w = std::stoi(item);
+          w = std::stoi(item, &used);
         } catch (const std::exception&) {
-          throw Error("bench_scaling: --worlds: '" + item + "' is not a number");
+          used = 0;
         }
+        TL_CHECK(used == item.size() && used > 0,
+                 "bench_scaling: --worlds: " + quote_value(item) + " is not a whole number (e.g. --worlds 1,2,4)");
+        TL_CHECK(std::find(worlds.begin(), worlds.end(), w) == worlds.end(),
+                 fmt::format("bench_scaling: --worlds {}: world size {} is listed twice", quote_value(o.worlds), w));
         TL_CHECK(w >= 1 && w <= P, fmt::format("bench_scaling: --worlds: world size {} needs {} ranks, and {} were "
                                                "launched (scripts/mpirun -np {} ...)",
                                                w, w, P, std::max(w, 1)));
@@ -240,11 +245,20 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     std::vector<std::vector<Run>> runs(configs.size());
     const bool peer_possible =
         o.peer && rank == 0 && access(o.python.c_str(), X_OK) == 0 && access(o.peer_script.c_str(), R_OK) == 0;
+    // The peer is compared at decode cost 0 only: without a trainlab run there (--no-ablation with a
+    // decode cost), there is nothing to set beside it.
+    const bool trainlab_at_decode0 = std::find(decode_costs.begin(), decode_costs.end(), 0) != decode_costs.end();
     std::vector<int> peer_worlds;
     for (int w : worlds)
-      if (w <= 2) peer_worlds.push_back(w);
+      if (w <= 2 && trainlab_at_decode0) peer_worlds.push_back(w);
     std::map<int, std::vector<double>> peer_samples;
-    std::string peer_note = o.peer ? "" : "skipped (--no-peer)";
+    std::string peer_note = !o.peer ? "skipped (--no-peer)"
+                            : trainlab_at_decode0
+                                ? ""
+                                : fmt::format(
+                                      "not measured: the comparison is at decode cost 0, and --no-ablation "
+                                      "with --decode-cost {} runs trainlab at {} only",
+                                      o.decode_cost, o.decode_cost);
     const std::string& peer_script = o.peer_script;
     for (int round = 0; round < o.repeats; ++round) {
       for (std::size_t c = 0; c < configs.size(); ++c) {
@@ -465,6 +479,6 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     }
     return 0;
   } catch (const Error& e) {
-    world->abort(std::string("bench_scaling: error: ") + e.what(), 2);
+    world->abort(std::string("error: ") + e.what(), 2);
   }
 }

@@ -1,5 +1,6 @@
 #include "comm/mpi_communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,9 @@ namespace trainlab::comm {
 namespace {
 
 bool session_active = false;
+int thread_level = MPI_THREAD_SINGLE;
+// Point-to-point tag of the presence exchange (absent_ranks); the ring uses tag 7.
+constexpr int kPresenceTag = 911;
 MPI_Op bf16_sum = MPI_OP_NULL, f16_sum = MPI_OP_NULL;
 
 // Sums of bf16/f16 buffers for MPI's native all-reduce: added in f32, rounded back.
@@ -121,6 +125,7 @@ void mpi_check(int code, const char* call, int rank, int peer) {
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
   mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", -1);
+  thread_level = provided;
   TL_CHECK(provided >= MPI_THREAD_SERIALIZED,
            "MPI provides thread level " + std::to_string(provided) + "; trainlab needs MPI_THREAD_SERIALIZED or more");
   // Errors come back as codes (turned into trainlab::Error by mpi_check), not as an abort.
@@ -225,9 +230,53 @@ void MpiCommunicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) 
   requests.clear();
 }
 
+// Called on the watchdog thread once a collective has waited past the deadline, while this rank's
+// own thread is still inside it: every rank that is waiting says so to every other (a message on
+// its own tag), and listens for a grace period. The ranks not heard from are the ones that never
+// arrived. Needs MPI_THREAD_MULTIPLE (two threads in MPI at once); otherwise nothing is named.
+std::string MpiCommunicator::absent_ranks() {
+  if (thread_level < MPI_THREAD_MULTIPLE || size_ < 2) return "";
+  const double grace_s = std::clamp(timeout_s_ / 4, 0.5, 3.0);
+  static int token = 0;  // the payload is not read; the source is the message
+  std::vector<MPI_Request> sends;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    MPI_Request request;
+    if (MPI_Isend(&token, 1, MPI_INT, peer, kPresenceTag, comm_, &request) == MPI_SUCCESS) sends.push_back(request);
+  }
+  std::vector<bool> heard(static_cast<std::size_t>(size_), false);
+  heard[static_cast<std::size_t>(rank_)] = true;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < grace_s) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPresenceTag, comm_, &flag, &status) != MPI_SUCCESS) break;
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    int payload = 0;
+    MPI_Recv(&payload, 1, MPI_INT, status.MPI_SOURCE, kPresenceTag, comm_, MPI_STATUS_IGNORE);
+    heard[static_cast<std::size_t>(status.MPI_SOURCE)] = true;
+  }
+  std::string absent;
+  int count = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (heard[static_cast<std::size_t>(r)]) continue;
+    absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+    ++count;
+  }
+  if (count == 0) return ": every rank checked in after the deadline";
+  return fmt::format(
+      ": rank{} {} did not arrive (no word from {} in {:.1f} s after the deadline, while the others "
+      "waited)",
+      count > 1 ? "s" : "", absent, count > 1 ? "them" : "it", grace_s);
+}
+
 void MpiCommunicator::barrier() {
   maybe_stall();
-  DeadlineGuard guard(*this, [this] { return "a barrier (every one of the " + std::to_string(size_) + " ranks)"; });
+  DeadlineGuard guard(
+      *this, [this] { return "a barrier (every one of the " + std::to_string(size_) + " ranks)" + absent_ranks(); });
   MPI_CHECK(MPI_Barrier(comm_), rank_);
 }
 
@@ -243,9 +292,9 @@ void MpiCommunicator::rendezvous() {
     if (done) return;
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
     if (waited > timeout_s_) {
-      abort(fmt::format("timed out after {:.1f} s waiting at a rendezvous of every one of the {} ranks (rank {}): a "
+      abort(fmt::format("timed out after {:.1f} s waiting at a rendezvous of every one of the {} ranks (rank {}){}: a "
                         "peer is stalled or dead; ending the job (--comm-timeout {})",
-                        waited, size_, rank_, timeout_s_),
+                        waited, size_, rank_, absent_ranks(), timeout_s_),
             3);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -255,7 +304,7 @@ void MpiCommunicator::rendezvous() {
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   maybe_stall();
   TL_CHECK(bytes <= static_cast<std::size_t>(INT32_MAX), "mpi: a broadcast is limited to 2 GiB");
-  DeadlineGuard guard(*this, [root] { return "a broadcast from rank " + std::to_string(root); });
+  DeadlineGuard guard(*this, [this, root] { return "a broadcast from rank " + std::to_string(root) + absent_ranks(); });
   MPI_CHECK_PEER(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), rank_, root);
 }
 
@@ -270,7 +319,7 @@ void MpiCommunicator::allreduce_native(void* data, std::int64_t count, DType dty
     // non-blocking MPI_Iallreduce is a different, slower implementation in OpenMPI.
     DeadlineGuard guard(*this, [count, this] {
       return "MPI_Allreduce of " + std::to_string(count) + " elements (every one of the " + std::to_string(size_) +
-             " ranks)";
+             " ranks)" + absent_ranks();
     });
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(dtype), mpi_op, comm_), rank_);
   }

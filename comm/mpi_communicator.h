@@ -56,6 +56,8 @@ class MpiCommunicator final : public Communicator {
  private:
   MpiCommunicator(MPI_Comm comm, bool owned);
   void maybe_stall();
+  // After a collective's deadline: which ranks never arrived (text for the error; see the .cpp).
+  std::string absent_ranks();
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1, world_rank_ = 0;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "backends/registry.h"
+#include "engine/yaml_file.h"
 
 namespace trainlab {
 
@@ -22,7 +23,7 @@ std::string flag_of(const std::string& key) {
 
 [[noreturn]] void bad_value(const std::string& origin, const std::string& key, const std::string& text,
                             const std::string& allowed) {
-  throw Error(origin + ": invalid value '" + text + "' for " + key + " (allowed: " + allowed + ")");
+  throw Error(origin + ": invalid value " + quote_value(text) + " for " + key + " (allowed: " + allowed + ")");
 }
 
 std::int64_t parse_int(const std::string& text, const std::string& origin, const std::string& key,
@@ -217,19 +218,11 @@ void apply_config_value(TrainConfig& config, const std::string& key, const std::
   }
   std::string allowed;
   for (const auto& field : config_fields()) allowed += (allowed.empty() ? "" : ", ") + field.key;
-  throw Error(origin + ": unknown key '" + key + "' (allowed: " + allowed + ")");
+  throw Error(origin + ": unknown key " + quote_value(key) + " (allowed: " + allowed + ")");
 }
 
 void apply_config_file(TrainConfig& config, const std::string& path) {
-  std::error_code ec;  // permission and path errors become "does not exist", not an exception
-  TL_CHECK(std::filesystem::is_regular_file(path, ec), "config file '" + path + "' does not exist");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    throw Error("config file '" + path + "' is not valid YAML: " + e.msg + " (line " + std::to_string(e.mark.line + 1) +
-                ")");
-  }
+  const YAML::Node root = load_yaml_file(path, "config file");
   if (root.IsNull()) return;  // an empty file changes nothing
   TL_CHECK(root.IsMap(), "config file '" + path + "' must be a map of key: value");
   for (const auto& item : root) {

@@ -1,5 +1,7 @@
 #include "engine/grad_dump.h"
 
+#include "engine/fileio.h"
+
 #include "backends/registry.h"
 #include "engine/autocast.h"
 #include "engine/nn.h"
@@ -60,6 +62,7 @@ NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors&
 
 std::size_t grad_dump(const std::string& weights_path, const std::string& batch_path, const std::string& out_path,
                       const GradDumpOptions& options) {
+  check_output_file(out_path, "grad-dump --out");
   Backend& host = get_backend("reference");  // files are read to the host, then moved
   const NamedTensors weights = read_safetensors(weights_path, host).tensors;
   const NamedTensors batch = read_safetensors(batch_path, host).tensors;

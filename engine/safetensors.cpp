@@ -36,6 +36,8 @@ DType parse_safetensors_dtype(const std::string& name, const std::string& where)
   throw Error(where + ": unsupported dtype '" + name + "' (supported: F32, F64, BF16, F16, I64)");
 }
 
+constexpr std::size_t kMaxHeaderBytes = 100'000'000;
+
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; so is this host");
 }  // namespace
 
@@ -77,6 +79,10 @@ SafetensorsContents decode_safetensors(const unsigned char* data, std::size_t si
   TL_CHECK(header_size <= size - 8, source + ": truncated safetensors file (header says " +
                                         std::to_string(header_size) + " header bytes, the file has " +
                                         std::to_string(size - 8) + " after the length)");
+  // Flat by specification: {name: {"dtype", "shape": [...], "data_offsets": [...]}}, three levels;
+  // the size bound is the Python/Rust reader's (100 MB).
+  check_json_bounds(reinterpret_cast<const char*>(data + 8), static_cast<std::size_t>(header_size), 3, kMaxHeaderBytes,
+                    source + ": safetensors header");
   json header;
   try {
     header = json::parse(data + 8, data + 8 + header_size);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "backends/host_memory.h"
 #include "backends/registry.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
@@ -186,6 +187,13 @@ std::vector<double> measure_gemm_gflops(const std::string& backend_name, const s
   const DType dtype = parse_dtype(dtype_name_);
   TL_CHECK(backend.supports(dtype), "backend '" + backend.name() + "' does not support dtype " + dtype_name_);
   TL_CHECK(n >= 1 && n <= 16384, "gemm: size must be in 1..16384, got " + std::to_string(n));
+  // x, w and y: three n x n matrices.
+  const std::uint64_t needed = 3 * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n) * dtype_size(dtype);
+  const std::uint64_t available = backend.memory_available_bytes();
+  TL_CHECK(available == 0 || needed <= available, "gemm --size " + std::to_string(n) + " needs " + human_size(needed) +
+                                                      " (three " + std::to_string(n) + "x" + std::to_string(n) + " " +
+                                                      dtype_name_ + " matrices) on backend '" + backend.name() + "'; " +
+                                                      human_size(available) + " is available (use a smaller --size)");
   if (threads > 0) backend.set_num_threads(threads);
   Generator gen(0);
   const Tensor x = Tensor::uniform({n, n}, -1, 1, gen, dtype, backend);

@@ -10,6 +10,7 @@
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/checkpoint.h"
+#include "engine/fileio.h"
 #include "engine/profiler.h"
 #include "engine/trace.h"
 #include "engine/version.h"
@@ -110,6 +111,10 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
              "cuda_graph with data-parallel training is not supported yet: the all-reduce hooks run on the host "
              "while backward runs");
   }
+  // Outputs are checked before the run, not after it: a directory given as --trace, or a --save
+  // that holds other files, is refused now.
+  if (!config_.trace.empty()) check_output_file(trace_path(), "--trace");
+  if (!config_.save.empty()) check_checkpoint_dir(config_.save);
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
   backend_.set_tf32(config_.tf32);
 

@@ -194,13 +194,13 @@ template <typename T>
 __global__ void relu_forward_kernel(const T* x, T* y, std::int64_t n) {
   GRID_STRIDE_LOOP(i, n) {
     const float v = load(x, i);
-    store(y, i, v > 0.f ? v : 0.f);
+    store(y, i, v <= 0.f ? 0.f : v);  // a NaN is not <= 0: it passes (torch.relu)
   }
 }
 
 template <typename T>
 __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t n) {
-  GRID_STRIDE_LOOP(i, n) store(dx, i, load(y, i) > 0.f ? load(dy, i) : 0.f);
+  GRID_STRIDE_LOOP(i, n) store(dx, i, load(y, i) <= 0.f ? 0.f : load(dy, i));
 }
 
 template <typename T>
@@ -209,7 +209,7 @@ __global__ void bias_relu_kernel(const T* x, const T* bias, T* y, std::int64_t t
   GRID_STRIDE_LOOP(i, total) {
     const std::int64_t c = (i / inner) % channels;
     float v = load(x, i) + load(bias, c);
-    if (relu && v < 0.f) v = 0.f;
+    if (relu && v <= 0.f) v = 0.f;  // NaN passes
     store(y, i, v);
   }
 }
@@ -248,7 +248,7 @@ __global__ void relu_bias_backward_v1_kernel(const T* y, const T* dy, T* dx, T* 
     for (std::int64_t o = 0; o < outer; ++o) {
       for (std::int64_t k = 0; k < inner; ++k) {
         const std::int64_t i = (o * channels + c) * inner + k;
-        const float d = load(y, i) > 0.f ? load(dy, i) : 0.f;
+        const float d = load(y, i) <= 0.f ? 0.f : load(dy, i);
         store(dx, i, d);
         s += load(dx, i);  // the stored (rounded) value, as a separate bias_backward would read it
       }
@@ -295,7 +295,7 @@ __global__ void relu_bias_rows_kernel(const T* y, const T* dy, T* dx, float* par
     for (std::int64_t o = static_cast<std::int64_t>(blockIdx.y) * kRbRows + threadIdx.y; o < outer;
          o += static_cast<std::int64_t>(gridDim.y) * kRbRows) {
       const std::int64_t i = o * channels + c;
-      store(dx, i, load(y, i) > 0.f ? load(dy, i) : 0.f);
+      store(dx, i, load(y, i) <= 0.f ? 0.f : load(dy, i));
       s += load(dx, i);  // the stored (rounded) value, as a separate bias_backward would read it
     }
   }
@@ -317,7 +317,7 @@ __global__ void relu_bias_planes_kernel(const T* y, const T* dy, T* dx, float* p
   for (std::int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     const std::int64_t base = (o * channels + c) * inner;
     for (std::int64_t k = threadIdx.x; k < inner; k += blockDim.x) {
-      store(dx, base + k, load(y, base + k) > 0.f ? load(dy, base + k) : 0.f);
+      store(dx, base + k, load(y, base + k) <= 0.f ? 0.f : load(dy, base + k));
       s += load(dx, base + k);
     }
   }

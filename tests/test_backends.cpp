@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 
 #include "backends/registry.h"
 #include "engine/optim.h"
@@ -346,4 +347,194 @@ TEST_CASE("backends: a steady-state training step allocates nothing and creates 
   config.warmup = 1;
   config.seconds = 0.01;
   CHECK(measure_throughput(config).counter_deltas.at("allocations") > 0);
+}
+
+namespace {
+
+// Compares element by element, NaN-aware: NaN where the reference has NaN, the same infinity where
+// it has one, and finite values within the dtype's tolerance (relative to the finite part's norm).
+// With `spread_allowed`, a NaN may also stand where the reference is finite or infinite (never the
+// other way round): oneDNN's bf16 convolutions multiply inputs beyond a window by zero weights
+// (their tiles are padded), so an inf there becomes a NaN next door. Nothing non-finite is dropped.
+void check_nonfinite_match(const Tensor& got, const Tensor& expected, DType dtype, const std::string& what,
+                           bool spread_allowed = false) {
+  const auto g = values(got), e = values(expected);
+  REQUIRE(g.size() == e.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO(what << ": element " << i << " is " << g[i] << ", the reference has " << e[i]);
+    if (std::isnan(e[i])) {
+      CHECK(std::isnan(g[i]));
+    } else if (spread_allowed && std::isnan(g[i])) {
+      continue;
+    } else if (std::isinf(e[i])) {
+      CHECK(g[i] == e[i]);
+    } else {
+      CHECK(std::isfinite(g[i]));
+      if (!std::isfinite(g[i])) continue;
+      diff += (g[i] - e[i]) * (g[i] - e[i]);
+      norm += e[i] * e[i];
+    }
+  }
+  INFO(what);
+  CHECK((norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm)) < tolerance(dtype));
+}
+
+// `op` on the reference and on every fast backend, with inputs that hold NaN and infinities:
+// outputs and gradients must carry them in the same places.
+void check_op_nonfinite(const std::string& label, DType dtype, const Op& op, const std::vector<Tensor>& host_inputs,
+                        const std::vector<bool>& differentiable, std::vector<bool> channels_last) {
+  if (channels_last.empty()) channels_last.assign(host_inputs.size(), false);
+  Generator gen(7);
+  Tensor probe;
+  {
+    NoGradGuard no_grad;
+    std::vector<Tensor> inputs;
+    for (const auto& t : host_inputs) inputs.push_back(is_floating(t.dtype()) ? t.to(dtype) : t);
+    probe = op(inputs);
+  }
+  const Tensor weights = Tensor::uniform(probe.shape(), 0.5, 1, gen, DType::f32, ref());
+  const Result expected = run(ref(), dtype, op, host_inputs, differentiable, channels_last, weights);
+  for (const auto& name : fast_backends()) {
+    Backend& backend = get_backend(name);
+    if (!backend.supports(dtype)) continue;
+    const std::string where = label + " on " + name + " in " + dtype_name(dtype);
+    const Result got = run(backend, dtype, op, host_inputs, differentiable, channels_last, weights);
+    const bool spread = name == "onednn" && dtype == DType::bf16 && label.rfind("conv", 0) == 0;
+    check_nonfinite_match(got.output, expected.output, dtype, where + ", output", spread);
+    for (std::size_t i = 0; i < expected.grads.size(); ++i) {
+      const std::string what = where + ", gradient " + std::to_string(i);
+      if (!spread) {
+        check_nonfinite_match(got.grads[i], expected.grads[i], dtype, what);
+        continue;
+      }
+      // The spread NaNs flow back through the ReLU, so only this holds: nothing non-finite in the
+      // reference's gradient is finite here.
+      const auto g = values(got.grads[i]), e = values(expected.grads[i]);
+      for (std::size_t k = 0; k < e.size(); ++k) {
+        INFO(what << ": element " << k << " is " << g[k] << ", the reference has " << e[k]);
+        if (!std::isfinite(e[k])) CHECK(!std::isfinite(g[k]));
+      }
+    }
+  }
+}
+
+// Uniform values with NaN, +inf and -inf planted at a few places.
+Tensor with_nonfinite(const Shape& shape, Generator& gen, std::initializer_list<std::pair<std::int64_t, double>> at) {
+  Tensor t = random(shape, gen);
+  std::vector<double> v = values(t);
+  for (const auto& [index, value] : at) v[static_cast<std::size_t>(index)] = value;
+  return Tensor::from_vector(v, shape, ref()).to(DType::f32);
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+TEST_CASE("backends: relu and max-pool carry NaN and inf as PyTorch does", "[backends]") {
+  // The oracle's own semantics, spelled out (torch.relu, threshold_backward on the result,
+  // max_pool2d's NaN-propagating maximum with the gradient routed to it).
+  const Tensor x =
+      Tensor::from_vector(std::vector<double>{kNaN, kInf, -kInf, -1, 0, 2}, {6}, ref()).to(DType::f32).detach();
+  for (const auto& name : [] {
+         auto all = fast_backends();
+         all.push_back("reference");
+         return all;
+       }()) {
+    Backend& backend = get_backend(name);
+    for (DType dtype : kDtypes) {
+      if (!backend.supports(dtype)) continue;
+      INFO(name << " " << dtype_name(dtype));
+      Tensor in = x.to(backend).to(dtype).detach();
+      in.set_requires_grad(true);
+      const Tensor y = relu(in);
+      sum(y).backward();
+      const auto out = values(y), grad = values(in.grad());
+      CHECK(std::isnan(out[0]));
+      CHECK(out[1] == kInf);
+      CHECK(out[2] == 0);
+      CHECK(out[3] == 0);
+      CHECK(out[4] == 0);
+      CHECK(out[5] == 2);
+      CHECK(grad == std::vector<double>{1, 1, 0, 0, 0, 1});  // NaN positions pass the gradient, as in PyTorch
+
+      // A 2x2 max-pool over three windows: {NaN, 1, 2, 3} -> NaN; {-inf x 4} -> -inf (its first
+      // element takes the gradient); {inf, 5, NaN, 0} -> NaN (a NaN wins even over inf).
+      const Tensor image = Tensor::from_vector(std::vector<double>{kNaN, 1, -kInf, -kInf, kInf, 5,  //
+                                                                   2, 3, -kInf, -kInf, kNaN, 0},
+                                               {1, 1, 2, 6}, ref());
+      for (bool nhwc : {false, true}) {
+        INFO((nhwc ? "nhwc" : "nchw"));
+        Tensor p = image.to(backend)
+                       .to(dtype)
+                       .contiguous(nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous)
+                       .detach();
+        p.set_requires_grad(true);
+        const Tensor pooled = max_pool2d(p, Pool2dOptions::square(2));
+        sum(pooled).backward();
+        const auto o = values(pooled);
+        REQUIRE(o.size() == 3);
+        CHECK(std::isnan(o[0]));
+        CHECK(o[1] == -kInf);
+        CHECK(std::isnan(o[2]));
+        CHECK(values(p.grad()) == std::vector<double>{1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0});
+      }
+    }
+  }
+}
+
+TEST_CASE("backends: NaN and inf inputs, every op against the reference", "[backends]") {
+  Generator gen(106);
+  for (DType dtype : kDtypes) {
+    for (bool nhwc : {false, true}) {
+      INFO((nhwc ? "nhwc" : "nchw"));
+      const Conv2dOptions o = Conv2dOptions::square(1, 1);
+      const Tensor x = with_nonfinite({2, 3, 6, 5}, gen, {{7, kNaN}, {40, kInf}, {75, -kInf}});
+      const std::vector<Tensor> conv_in = {x, random({4, 3, 3, 3}, gen), random({4}, gen)};
+      for (bool relu_after : {false, true}) {
+        check_op_nonfinite("conv2d_fused", dtype,
+                           [o, relu_after](const auto& t) { return conv2d_fused(t[0], t[1], t[2], relu_after, o); },
+                           conv_in, {true, true, true}, {nhwc, false, false});
+      }
+      check_op_nonfinite("relu", dtype, [](const auto& t) { return relu(t[0]); }, {x}, {true}, {nhwc});
+      check_op_nonfinite("max_pool2d", dtype, [](const auto& t) { return max_pool2d(t[0], Pool2dOptions::square(2)); },
+                         {with_nonfinite({2, 3, 6, 4}, gen, {{3, kNaN}, {9, kInf}, {30, -kInf}, {31, kNaN}})}, {true},
+                         {nhwc});
+    }
+    const std::vector<Tensor> fc_in = {with_nonfinite({3, 20}, gen, {{2, kNaN}, {45, kInf}}), random({5, 20}, gen),
+                                       random({5}, gen)};
+    for (bool relu_after : {false, true}) {
+      check_op_nonfinite("linear_fused", dtype,
+                         [relu_after](const auto& t) { return linear_fused(t[0], t[1], t[2], relu_after); }, fc_in,
+                         {true, true, true}, {});
+    }
+  }
+}
+
+TEST_CASE("backends: SmallCNN on NaN images has a NaN loss on every backend (as PyTorch)", "[backends]") {
+  for (const auto& name : [] {
+         auto all = fast_backends();
+         all.push_back("reference");
+         return all;
+       }()) {
+    Backend& backend = get_backend(name);
+    for (bool fused : {false, true}) {
+      INFO(name << (fused ? " fused" : ""));
+      Generator gen(5);
+      SmallCNN model(InitOptions{&gen, DType::f32, &backend});
+      model.set_fused(fused);
+      std::vector<float> nan_images(2 * 3 * 32 * 32, std::numeric_limits<float>::quiet_NaN());
+      const Tensor images = Tensor::from_host(nan_images.data(), {2, 3, 32, 32}, DType::f32, backend);
+      const Tensor labels = Tensor::from_vector(std::vector<std::int64_t>{1, 7}, {2}, backend);
+      const Tensor loss = cross_entropy(model.forward(images), labels);
+      CHECK(std::isnan(loss.item()));
+      loss.backward();
+      for (const auto& [pname, param] : model.named_parameters()) {
+        INFO(pname);
+        const auto g = values(param.grad());
+        CHECK(std::all_of(g.begin(), g.end(), [](double v) { return std::isnan(v); }));
+      }
+    }
+  }
 }

@@ -1,6 +1,8 @@
 // The bench layer: single-change enforcement, the ledger (append, interruption, device mixing),
 // the statistics and the seed's false positive, skipped and failed rungs in the ledger and the
 // report, and Chrome trace validity and nesting.
+#include <sys/stat.h>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -146,13 +148,83 @@ TEST_CASE("ledger: an interrupted writer loses at most the row in flight", "[ben
   CHECK(resumed.warnings.empty());
   REQUIRE(resumed.rows.size() == loaded.rows.size() + 1);
   CHECK(resumed.rows.back()["value"] == 99);
-  // Damage in the middle is not silently skipped.
+  // Damage in the middle is reported with its line number and skipped, not silently and not fatally:
+  // the rows after it still load, and a new run still appends.
   std::ofstream(ledger.path(), std::ios::app) << R"({"device": {"name": "cpu A"}, "val)"
-                                              << "\n"
-                                              << row_on("cpu A", 1).dump() << "\n";
-  const std::string damaged_line = "line " + std::to_string(loaded.rows.size() + 2);
-  REQUIRE_THROWS_CONTAINING(ledger.load(), damaged_line.c_str(), "damaged");
+                                              << "\n";
+  ledger.append(row_on("cpu A", 100));
+  const auto damaged = ledger.load();
+  REQUIRE(damaged.warnings.size() == 1);
+  const std::string damaged_line = "line " + std::to_string(loaded.rows.size() + 2) + " skipped: damaged";
+  CHECK(damaged.warnings[0].find(damaged_line) != std::string::npos);
+  REQUIRE(damaged.rows.size() == resumed.rows.size() + 1);
+  CHECK(damaged.rows.back()["value"] == 100);
   fs::remove(ledger.path());
+}
+
+TEST_CASE("ledger: rows of the right schema with wrong types are skipped with their line, never an abort", "[bench]") {
+  const Ledger ledger(temp_path("typed.jsonl"));
+  // A well-formed ladder run first.
+  json good = row_on("cpu A", 0);
+  good["kind"] = "rung";
+  good["run_id"] = "r1";
+  good["rung"] = "baseline";
+  good["rung_index"] = 0;
+  good["status"] = "skipped";
+  good["versions"] = {{"engine", "e"}};
+  ledger.append(good);
+  // Then every damage the fault-injection run found, each on its own line.
+  const std::vector<std::string> bad = {
+      R"({"schema": [1], "device": {"name": "cpu A"}})",
+      R"({"schema": 1, "device": {"name": "cpu A"}, "kind": "rung", "run_id": "r1", "rung": "x", "rung_index": 1,
+          "status": "ok", "versions": {"engine": "e"}})",
+      R"({"schema": 1, "device": {"name": "cpu A"}, "kind": "rung", "run_id": 7, "rung": "x", "rung_index": 1,
+          "status": "skipped", "versions": {"engine": "e"}})",
+      R"({"schema": 1, "device": {"name": "cpu A"}, "kind": "allreduce", "run_id": "a", "status": "ok",
+          "config": {"algorithm": "ring", "ranks": 2, "bytes": 4}, "stats": {"median": "fast"}})",
+      R"({"schema": 1, "device": "cpu A"})",
+      R"({"schema": 2, "device": {"name": "cpu A"}})",
+      R"("just a string")",
+  };
+  {
+    std::ofstream out(ledger.path(), std::ios::app);
+    for (std::string line : bad) {
+      line.erase(std::remove(line.begin(), line.end(), '\n'), line.end());
+      out << line << "\n";
+    }
+  }
+  const auto loaded = ledger.load();
+  REQUIRE(loaded.rows.size() == 1);
+  REQUIRE(loaded.warnings.size() == bad.size());
+  const std::vector<std::string> expected = {"line 2 skipped: schema is [1]",
+                                             "line 3 skipped: no repeats",
+                                             "line 4 skipped: run_id is 7, not a string",
+                                             "line 5 skipped: stats/median is \"fast\", not a number",
+                                             "line 6 skipped: device is \"cpu A\", not an object",
+                                             "line 7 skipped: schema 2 (this build reads schema 1)",
+                                             "line 8 skipped: not a JSON object"};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO(loaded.warnings[i]);
+    CHECK(loaded.warnings[i].find(expected[i]) != std::string::npos);
+  }
+  // A new run still appends, and the report still reads its run.
+  ledger.append(good);
+  CHECK(ledger.load().rows.size() == 2);
+  fs::remove(ledger.path());
+}
+
+TEST_CASE("ledger: a path that is not a regular file is refused, never read or appended to", "[bench]") {
+  const std::string fifo = temp_path("ledger.fifo");
+  fs::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE_THROWS_CONTAINING(Ledger(fifo).load(), "is a FIFO, not a regular file");
+  REQUIRE_THROWS_CONTAINING(Ledger(fifo).append(row_on("cpu A", 1)), "is a FIFO");
+  fs::remove(fifo);
+  REQUIRE_THROWS_CONTAINING(Ledger("/dev/null").append(row_on("cpu A", 1)), "is a character device");
+  const std::string dir = temp_path("ledger.dir");
+  fs::create_directories(dir);
+  REQUIRE_THROWS_CONTAINING(Ledger(dir).append(row_on("cpu A", 1)), "directory");
+  fs::remove_all(dir);
 }
 
 TEST_CASE("statistics: medians, separability and the calibration arms", "[bench]") {

@@ -150,6 +150,28 @@ TEST_CASE("cli: collective-cost reproduces seed 001 and refuses bad input", "[cl
   expect_bad_input("collective-cost --gpus 8 --bw 25 --latency 20 --params 1 --step-ms 4 --buckets 1,x",
                    {"--buckets", "'x'"});
   expect_bad_input("collective-cost --fit /nonexistent.jsonl", {"/nonexistent.jsonl"});
+  // Non-finite and absurd bucket sizes are refused, not turned into negative counts and times.
+  const std::string model = "collective-cost --gpus 8 --bw 25 --latency 20 --params 1 --step-ms 4 --buckets ";
+  expect_bad_input(model + "1e-300", {"--buckets", "'1e-300'", "1 KiB to 1 TiB"});
+  expect_bad_input(model + "inf", {"--buckets", "'inf'", "not a size"});
+  expect_bad_input(model + "nan", {"--buckets", "'nan'"});
+}
+
+TEST_CASE("cli: outputs and inputs that are not regular files are refused before any work", "[cli]") {
+  const auto dir = fs::temp_directory_path() / ("trainlab-cli-dir-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  // A directory as --trace: refused before the first step, not after the run.
+  {
+    const Run r = run("train " + kSmall + " --trace " + dir.string());
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find("step ") == std::string::npos);
+    CHECK(r.err.find("--trace") != std::string::npos);
+  }
+  expect_bad_input("train --config /dev/null", {"'/dev/null' is a character device"});
+  expect_bad_input("grad-dump --weights /dev/null --batch /dev/null --out " + dir.string(),
+                   {"grad-dump --out", "is a directory"});
+  fs::remove_all(dir);
 }
 
 TEST_CASE("cli: collective-cost --fit reads bench_allreduce rows from a ledger", "[cli]") {

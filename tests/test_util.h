@@ -1,9 +1,12 @@
 // Helpers shared by the test files.
 #pragma once
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,20 @@
 #include "engine/tensor.h"
 
 namespace trainlab::test {
+
+// A fresh directory under the system's temp directory, removed with everything in it at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name) {
+    path = std::filesystem::temp_directory_path() / ("trainlab-test-" + name + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& child) const { return (path / child).string(); }
+};
 
 inline Backend& ref() { return get_backend("reference"); }
 

@@ -280,6 +280,14 @@ class CudaBackend final : public Backend {
   }
   void deallocate(void* ptr, std::size_t bytes) noexcept override { allocator_.deallocate(ptr, bytes); }
   AllocatorStats allocator_stats() const override { return allocator_.stats(); }
+  std::uint64_t memory_available_bytes() const override {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      cudaGetLastError();  // leave no error behind for the next call
+      return 0;
+    }
+    return free_bytes;  // not counting the caching allocator's free blocks: a lower bound
+  }
   void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override {
     refuse_while_capturing("copy_from_host");
     if (bytes == 0) return;

@@ -157,7 +157,7 @@ class EigenBackend final : public CpuBackend {
         const Eigen::Map<const Eigen::RowVectorXf> b(st.input(bias, out), out);
         Y.rowwise() += b;
       }
-      if (relu) Y = Y.cwiseMax(0.f);
+      if (relu) Y = Y.unaryExpr([](float v) { return v <= 0.f ? 0.f : v; });  // NaN passes, as in torch.relu
     });
   }
 
@@ -205,13 +205,13 @@ class EigenBackend final : public CpuBackend {
             Map Y(py + n * y_image, p, s.out_channels);  // [P, C_out]
             Y.noalias() = ConstMap(col, p, k) * ConstMap(pw, s.out_channels, k).transpose();
             if (pb) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(pb, s.out_channels);
-            if (relu) Y = Y.cwiseMax(0.f);
+            if (relu) Y = Y.unaryExpr([](float v) { return v <= 0.f ? 0.f : v; });  // NaN passes, as in torch.relu
           } else {
             im2col_nchw(s, px + n * x_image, col);
             Map Y(py + n * y_image, s.out_channels, p);  // [C_out, P]
             Y.noalias() = ConstMap(pw, s.out_channels, k) * ConstMap(col, k, p);
             if (pb) Y.colwise() += Eigen::Map<const Eigen::VectorXf>(pb, s.out_channels);
-            if (relu) Y = Y.cwiseMax(0.f);
+            if (relu) Y = Y.unaryExpr([](float v) { return v <= 0.f ? 0.f : v; });  // NaN passes, as in torch.relu
           }
         }
       }

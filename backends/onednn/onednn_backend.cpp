@@ -1,5 +1,7 @@
 // The onednn backend: oneDNN primitives for convolution (forward, backward-data,
-// backward-weights), inner product, ReLU, max-pool and the f32 <-> bf16 casts, in f32 and bf16.
+// backward-weights), inner product (each with bias and ReLU fused when asked) and the f32 <-> bf16
+// casts, in f32 and bf16. ReLU and max-pool on their own are the shared CPU loops: oneDNN's
+// versions drop NaN, which PyTorch (and the reference) carry.
 //
 // Primitives are created once per shape and cached with everything they need (memory objects,
 // reorder primitives, the buffers their reorders write into), so a training step after warm-up
@@ -107,49 +109,8 @@ class OnednnBackend final : public cpu::CpuBackend {
     });
   }
 
-  // ---- ReLU (eltwise; the backward reads the forward's output) ----
-  void relu_forward(DType dtype, const void* x, void* y, std::int64_t n) override {
-    if (n == 0) return;
-    check(dtype, "relu_forward");
-    guarded("relu_forward", [&] {
-      Entry& e = entry("relu_fwd", key(dtype, n), [&](Entry& fresh) {
-        const memory::desc md({n}, data_type(dtype), tag::a);
-        const dnnl::eltwise_forward::primitive_desc pd(
-            dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, md, 0.f),
-            engine_);
-        fresh.operands = {plain(md), plain(md)};
-        fresh.primitive = dnnl::eltwise_forward(pd);
-        note_impl(pd.impl_info_str());
-      });
-      bind(e.operands[0], x);
-      bind(e.operands[1], y);
-      e.primitive.execute(stream_, {{DNNL_ARG_SRC, e.operands[0].user}, {DNNL_ARG_DST, e.operands[1].user}});
-      stream_.wait();
-    });
-  }
-
-  void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) override {
-    if (n == 0) return;
-    check(dtype, "relu_backward");
-    guarded("relu_backward", [&] {
-      Entry& e = entry("relu_bwd", key(dtype, n), [&](Entry& fresh) {
-        const memory::desc md({n}, data_type(dtype), tag::a);
-        const auto algo = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
-        const dnnl::eltwise_forward::primitive_desc hint(
-            dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algo, md, 0.f), engine_);
-        const dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(algo, md, md, 0.f), engine_, hint);
-        fresh.operands = {plain(md), plain(md), plain(md)};
-        fresh.primitive = dnnl::eltwise_backward(pd);
-      });
-      bind(e.operands[0], y);
-      bind(e.operands[1], dy);
-      bind(e.operands[2], dx);
-      e.primitive.execute(stream_, {{DNNL_ARG_DST, e.operands[0].user},
-                                    {DNNL_ARG_DIFF_DST, e.operands[1].user},
-                                    {DNNL_ARG_DIFF_SRC, e.operands[2].user}});
-      stream_.wait();
-    });
-  }
+  // ---- ReLU: the shared CPU loops (cpu_backend.cpp). oneDNN's eltwise_relu computes
+  // max(x, 0), which turns NaN into 0; PyTorch's relu carries it, and so must we. ----
 
   // ---- linear: inner product, bias and ReLU fused when asked ----
   void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
@@ -346,53 +307,8 @@ class OnednnBackend final : public cpu::CpuBackend {
     });
   }
 
-  // ---- max-pool: oneDNN's workspace is the backend's workspace ----
-  std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& s) override {
-    check(dtype, "max_pool2d");
-    std::size_t bytes = 0;
-    guarded("max_pool2d", [&] { bytes = pool_entry(dtype, s).workspace_bytes; });
-    return bytes;
-  }
-
-  void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
-    check(dtype, "max_pool2d_forward");
-    guarded("max_pool2d_forward", [&] {
-      Entry& e = pool_entry(dtype, s);
-      bind(e.operands[0], x);
-      bind(e.operands[1], y);
-      bind(e.operands[2], workspace);
-      e.primitive.execute(stream_, {{DNNL_ARG_SRC, e.operands[0].user},
-                                    {DNNL_ARG_DST, e.operands[1].user},
-                                    {DNNL_ARG_WORKSPACE, e.operands[2].user}});
-      stream_.wait();
-    });
-  }
-
-  void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
-                           void* dx) override {
-    check(dtype, "max_pool2d_backward");
-    guarded("max_pool2d_backward", [&] {
-      Entry& fwd = pool_entry(dtype, s);
-      Entry& e = entry("pool_bwd", key(dtype, s), [&](Entry& fresh) {
-        const auto& fpd = fwd.pool_pd;
-        const dnnl::pooling_backward::primitive_desc pd(
-            dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, fpd.src_desc(), fpd.dst_desc(),
-                                         {s.stride_h, s.stride_w}, {s.kernel_h, s.kernel_w}, {s.pad_h, s.pad_w},
-                                         pool_padding_r(s)),
-            engine_, fpd);
-        fresh.operands = {plain(fpd.dst_desc()), plain(fpd.workspace_desc()), plain(fpd.src_desc())};
-        fresh.primitive = dnnl::pooling_backward(pd);
-        note_impl(pd.impl_info_str());
-      });
-      bind(e.operands[0], dy);
-      bind(e.operands[1], workspace);
-      bind(e.operands[2], dx);
-      e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].user},
-                                    {DNNL_ARG_WORKSPACE, e.operands[1].user},
-                                    {DNNL_ARG_DIFF_SRC, e.operands[2].user}});
-      stream_.wait();
-    });
-  }
+  // ---- max-pool: the shared CPU loops (cpu_backend.cpp). oneDNN's max pooling drops NaN and
+  // gives -FLT_MAX for a window of -inf; PyTorch propagates NaN and returns -inf. ----
 
   std::string describe() const override {
     std::lock_guard lock(mutex_);
@@ -415,8 +331,6 @@ class OnednnBackend final : public cpu::CpuBackend {
   struct Entry {
     dnnl::primitive primitive;
     std::vector<Operand> operands;
-    dnnl::pooling_forward::primitive_desc pool_pd;
-    std::size_t workspace_bytes = 0;
   };
 
   struct ConvDescs {
@@ -451,10 +365,6 @@ class OnednnBackend final : public cpu::CpuBackend {
     return key(dtype, s.batch, s.in_channels, s.in_h, s.in_w, s.out_channels, s.kernel_h, s.kernel_w, s.stride_h,
                s.stride_w, s.pad_h, s.pad_w, s.channels_last, a, b);
   }
-  static std::string key(DType dtype, const Pool2dShape& s) {
-    return key(dtype, s.batch, s.channels, s.in_h, s.in_w, s.kernel_h, s.kernel_w, s.stride_h, s.stride_w, s.pad_h,
-               s.pad_w, s.channels_last);
-  }
 
   // The cached entry for (kind, key), built by `build` on first use.
   template <typename Build>
@@ -467,30 +377,6 @@ class OnednnBackend final : public cpu::CpuBackend {
     build(*fresh);
     ++primitives_created_;
     return *cache_.emplace(full, std::move(fresh)).first->second;
-  }
-
-  Entry& pool_entry(DType dtype, const Pool2dShape& s) {
-    return entry("pool_fwd", key(dtype, s), [&](Entry& fresh) {
-      const auto d = data_type(dtype);
-      const tag t = s.channels_last ? tag::nhwc : tag::nchw;
-      const memory::desc src({s.batch, s.channels, s.in_h, s.in_w}, d, t);
-      const memory::desc dst({s.batch, s.channels, s.out_h(), s.out_w()}, d, t);
-      fresh.pool_pd = dnnl::pooling_forward::primitive_desc(
-          dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, src, dst,
-                                      {s.stride_h, s.stride_w}, {s.kernel_h, s.kernel_w}, {s.pad_h, s.pad_w},
-                                      pool_padding_r(s)),
-          engine_);
-      fresh.workspace_bytes = fresh.pool_pd.workspace_desc().get_size();
-      fresh.operands = {plain(src), plain(dst), plain(fresh.pool_pd.workspace_desc())};
-      fresh.primitive = dnnl::pooling_forward(fresh.pool_pd);
-      note_impl(fresh.pool_pd.impl_info_str());
-    });
-  }
-
-  // oneDNN wants the right padding that makes the output size exact.
-  static memory::dims pool_padding_r(const Pool2dShape& s) {
-    return {(s.out_h() - 1) * s.stride_h + s.kernel_h - s.in_h - s.pad_h,
-            (s.out_w() - 1) * s.stride_w + s.kernel_w - s.in_w - s.pad_w};
   }
 
   ConvDescs conv_descs(DType dtype, const Conv2dShape& s) const {
@@ -516,7 +402,10 @@ class OnednnBackend final : public cpu::CpuBackend {
     dnnl::primitive_attr attr;
     if (relu) {
       dnnl::post_ops ops;
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      // ReLU as ELU with alpha 0: x > 0 ? x : 0 * (exp(x) - 1). oneDNN's eltwise_relu with alpha 0
+      // is max(x, 0), which turns NaN into 0; this form carries NaN (0 * NaN is NaN), as PyTorch's
+      // relu does. A negative x gives -0, which compares and adds as 0.
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_elu, 0.f, 0.f);
       attr.set_post_ops(ops);
     }
     return attr;
@@ -582,8 +471,7 @@ class OnednnBackend final : public cpu::CpuBackend {
 };
 
 const BackendRegistration registration{
-    BackendInfo{"onednn",
-                "oneDNN primitives (conv, inner product, pooling, eltwise) in f32 and bf16, NCHW and channels-last",
+    BackendInfo{"onednn", "oneDNN primitives (conv, inner product, reorders) in f32 and bf16, NCHW and channels-last",
                 DeviceType::cpu, 20},
     [] { return std::make_unique<OnednnBackend>(); }};
 

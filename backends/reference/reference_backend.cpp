@@ -80,7 +80,7 @@ void col2im(const Conv2dShape& s, const T* col, T* dx) {
 
 template <typename T>
 void relu_in_place(T* y, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] <= T(0) ? T(0) : y[i];  // NaN passes, as in torch.relu
 }
 
 // dbias[c] = sum over outer and inner of dy[outer, c, inner], in a fixed order.
@@ -118,7 +118,7 @@ class ReferenceBackend final : public cpu::CpuBackend {
         for (std::int64_t b = 0; b < batch; ++b) {
           C v = dot(px + b * in_features, pw + o * in_features, in_features);
           if (pb) v += pb[o];
-          if (relu) v = v > C(0) ? v : C(0);
+          if (relu) v = v <= C(0) ? C(0) : v;  // NaN passes
           py[b * out_features + o] = v;
         }
       }

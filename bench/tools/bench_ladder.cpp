@@ -8,7 +8,9 @@
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/ladder.h"
+#include "bench/ledger.h"
 #include "bench/report.h"
+#include "engine/fileio.h"
 #include "engine/tools/cli_parse.h"
 
 int main(int argc, char** argv) {
@@ -42,6 +44,10 @@ int main(int argc, char** argv) {
       std::cout << bench::plan_ladder(spec, quick);
       return 0;
     }
+    // The outputs, before any measurement: a report path that is a directory, or a ledger that is
+    // not a regular file, is refused now rather than after the run.
+    if (!no_report) check_output_file(report_path, "--report");
+    bench::Ledger(ledger_path.empty() ? bench::default_ledger_path(device) : ledger_path).load();
     bench::LadderOptions options;
     options.repeats = repeats;
     options.quick = quick;

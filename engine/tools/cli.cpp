@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -108,8 +109,12 @@ std::vector<double> parse_bucket_list(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    TL_CHECK(used == item.size() && used > 0 && mib > 0,
-             "collective-cost: --buckets '" + text + "': '" + item + "' is not a size in MiB > 0 (e.g. 1,8,16,25,100)");
+    TL_CHECK(used == item.size() && used > 0 && std::isfinite(mib), "collective-cost: --buckets " + quote_value(text) +
+                                                                        ": " + quote_value(item) +
+                                                                        " is not a size in MiB (e.g. 1,8,16,25,100)");
+    TL_CHECK(mib >= 1.0 / 1024 && mib <= 1 << 20, "collective-cost: --buckets " + quote_value(text) + ": " +
+                                                      quote_value(item) +
+                                                      " MiB is outside 0.0009765625..1048576 (1 KiB to 1 TiB)");
     out.push_back(mib);
     if (comma == std::string::npos) break;
     start = comma + 1;
