@@ -9,7 +9,6 @@
 #include "bench/scaling_study.h"
 
 #include <fmt/format.h>
-#include <mpi.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
@@ -53,22 +52,7 @@ double quantile(std::vector<double> v, double q) {
 
 // A barrier over the whole launch that sleeps instead of spinning: ranks outside the world being
 // measured must not take cores from the ranks inside it.
-void quiet_barrier(MpiCommunicator& world) {
-  MPI_Request request;
-  MPI_CHECK(MPI_Ibarrier(world.handle(), &request), world.rank());
-  int done = 0;
-  const auto start = std::chrono::steady_clock::now();
-  while (true) {
-    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE), world.rank());
-    if (done) return;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > world.timeout()) {
-      world.abort(fmt::format("bench_scaling: rank {} waited more than {} s for the other ranks", world.rank(),
-                              world.timeout()),
-                  3);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
+void quiet_barrier(MpiCommunicator& world) { world.sleeping_barrier(2e-3); }
 
 double lr_for(const trainlab::bench::ScalingOptions& o, std::int64_t global_batch) {
   // The linear rule against a fixed base batch: the LR follows the global batch, never the

@@ -282,6 +282,10 @@ void MpiCommunicator::barrier() {
 
 void MpiCommunicator::rendezvous() {
   maybe_stall();
+  sleeping_barrier(20e-6);
+}
+
+void MpiCommunicator::sleeping_barrier(double poll_interval_s) {
   MPI_Request request;
   MPI_CHECK(MPI_Ibarrier(comm_, &request), rank_);
   using clock = std::chrono::steady_clock;
@@ -297,7 +301,7 @@ void MpiCommunicator::rendezvous() {
                         waited, size_, rank_, absent_ranks(), timeout_s_),
             3);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll_interval_s));
   }
 }
 

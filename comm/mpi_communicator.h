@@ -41,7 +41,10 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Request> isend(const void* data, std::size_t bytes, int peer, const char* what) override;
   std::unique_ptr<Request> irecv(void* data, std::size_t bytes, int peer, const char* what) override;
   void barrier() override;
-  void rendezvous() override;  // MPI_Ibarrier, then MPI_Test every 20 us with sleeps in between
+  void rendezvous() override;  // sleeping_barrier(20 us)
+  // A barrier that sleeps between polls (MPI_Ibarrier, then MPI_Test every `poll_interval_s`), so
+  // that waiting ranks leave the cores to the ones still working; ends the job past the timeout.
+  void sleeping_barrier(double poll_interval_s);
   void broadcast(void* data, std::size_t bytes, int root) override;
   void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
   std::unique_ptr<Communicator> split(int color, int key) override;

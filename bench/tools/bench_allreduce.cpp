@@ -12,7 +12,7 @@
 // world has more than one rank. Each NCCL call returns once its stream has finished it.
 #include "bench/allreduce_study.h"
 #include "comm/mpi_communicator.h"
-#include "engine/tools/cli_parse.h"
+#include "bench/tools/cli_parse.h"
 
 using namespace trainlab;
 

@@ -11,7 +11,7 @@
 // seed's rule picks the smallest bucket within 15% of it.
 #include "bench/buckets_study.h"
 #include "comm/mpi_communicator.h"
-#include "engine/tools/cli_parse.h"
+#include "bench/tools/cli_parse.h"
 
 using namespace trainlab;
 

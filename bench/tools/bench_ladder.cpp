@@ -11,7 +11,7 @@
 #include "bench/ledger.h"
 #include "bench/report.h"
 #include "engine/fileio.h"
-#include "engine/tools/cli_parse.h"
+#include "bench/tools/cli_parse.h"
 
 int main(int argc, char** argv) {
   using namespace trainlab;

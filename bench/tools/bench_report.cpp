@@ -4,7 +4,7 @@
 #include "backends/error.h"
 #include "bench/ledger.h"
 #include "bench/report.h"
-#include "engine/tools/cli_parse.h"
+#include "bench/tools/cli_parse.h"
 
 int main(int argc, char** argv) {
   using namespace trainlab;

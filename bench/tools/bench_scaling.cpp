@@ -8,7 +8,7 @@
 // rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's. Every run is a ledger row.
 #include "bench/scaling_study.h"
 #include "comm/mpi_communicator.h"
-#include "engine/tools/cli_parse.h"
+#include "bench/tools/cli_parse.h"
 
 using namespace trainlab;
 

@@ -1,4 +1,4 @@
-#include "engine/tools/cli.h"
+#include "bench/tools/cli.h"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <iostream>
 #include <map>
 #include <string>
-#include "engine/tools/cli_parse.h"
+#include "bench/tools/cli_parse.h"
 
 #include "backends/registry.h"
 #include "bench/ledger.h"
