@@ -104,6 +104,58 @@ class Timer {
   virtual const char* kind() const = 0;
 };
 
+// ---- optional capabilities ----
+// What only some backends can do is an interface of its own, which a backend exposes or not
+// (Backend::pinned_uploads() and the like return null where it is absent), in the way ggml asks a
+// backend whether it supports an op. The engine asks for a capability and says what it needs when
+// there is none; a CPU backend carries no methods that only throw.
+
+// Page-locked host memory, and asynchronous host-to-device copies from it on the backend's copy
+// stream (the loader's pin_memory).
+class PinnedUploads {
+ public:
+  virtual ~PinnedUploads() = default;
+  // Page-locked host memory, from which upload_async copies by DMA with no staging and no wait.
+  virtual void* allocate_pinned(std::size_t bytes) = 0;
+  virtual void deallocate_pinned(void* ptr) noexcept = 0;
+  // Starts copying `bytes` from pinned host memory to device memory on the copy stream, after the
+  // work enqueued so far (so `dst` may be a block that work has just freed), and returns at once
+  // with a ticket. Nothing waits for the copy: wait_upload(ticket) makes the compute stream wait
+  // for it before the work enqueued next; upload_done(ticket) says, without blocking, whether it
+  // has finished, so that its pinned source may be reused (a finished ticket is retired: waiting
+  // on it later is a no-op).
+  virtual std::uint64_t upload_async(void* dst, const void* pinned_src, std::size_t bytes) = 0;
+  virtual void wait_upload(std::uint64_t ticket) = 0;
+  virtual bool upload_done(std::uint64_t ticket) = 0;
+};
+
+// Device graphs (CUDA graphs): between begin_capture() and end_capture() the backend records the
+// work it is asked for instead of running it; replay(graph) runs that work again, in capture order,
+// on the same memory. While capturing nothing may wait for the device or move data to or from the
+// host (synchronize, copy_from_host, copy_to_host and unscale_and_check_finite throw), and memory
+// allocated or freed while capturing belongs to the graphs from then on (backends/graph_pool.h).
+// Graphs must be replayed in the order they were captured.
+class GraphCapture {
+ public:
+  virtual ~GraphCapture() = default;
+  virtual void begin_capture() = 0;
+  // The recorded graph's handle. Throws Error when the work could not be captured.
+  virtual int end_capture() = 0;
+  // Ends a capture that failed part-way, dropping what was recorded; never throws.
+  virtual void abort_capture() noexcept = 0;
+  virtual bool capturing() const = 0;
+  virtual void replay(int graph) = 0;
+};
+
+// Math modes beyond IEEE arithmetic: TF32 tensor-core math for f32 GEMMs and convolutions (off by
+// default).
+class MathModes {
+ public:
+  virtual ~MathModes() = default;
+  virtual void set_tf32(bool enabled) = 0;
+  virtual bool tf32() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -119,9 +171,11 @@ class Backend {
   virtual bool supports(DType dtype) const = 0;
   virtual void set_num_threads(int threads) = 0;
   virtual int num_threads() const = 0;
-  // TF32 tensor-core math for f32 GEMMs and convolutions (the tf32 rung). Off by default; a
-  // backend without it throws Error saying so.
-  virtual void set_tf32(bool enabled);
+
+  // ---- the optional capabilities (see above): null where this backend has none ----
+  virtual PinnedUploads* pinned_uploads() { return nullptr; }
+  virtual GraphCapture* graph_capture() { return nullptr; }
+  virtual MathModes* math_modes() { return nullptr; }
 
   // ---- memory, transfers, synchronisation, timing ----
   virtual void* allocate(std::size_t bytes) = 0;
@@ -134,40 +188,6 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
   virtual std::unique_ptr<Timer> make_timer() = 0;
-
-  // ---- pinned host memory and asynchronous uploads (the pin_memory rung) ----
-  // Page-locked host memory, from which upload_async copies by DMA with no staging and no wait.
-  // A backend without it (every CPU backend: the batch is already where the compute is) says so:
-  // supports_pinned_memory false, and the calls throw naming the backend.
-  virtual bool supports_pinned_memory() const { return false; }
-  virtual void* allocate_pinned(std::size_t bytes);
-  virtual void deallocate_pinned(void* ptr) noexcept;
-  // Starts copying `bytes` from pinned host memory to device memory on the backend's copy stream,
-  // after the work enqueued so far (so `dst` may be a block that work has just freed), and
-  // returns at once with a ticket. Nothing waits for the copy: wait_upload(ticket) makes the
-  // compute stream wait for it before the work enqueued next; upload_done(ticket) says, without
-  // blocking, whether it has finished, so that its pinned source may be reused (a finished
-  // ticket is retired: waiting on it later is a no-op).
-  virtual std::uint64_t upload_async(void* dst, const void* pinned_src, std::size_t bytes);
-  virtual void wait_upload(std::uint64_t ticket);
-  virtual bool upload_done(std::uint64_t ticket);
-
-  // ---- device graphs (the compile rung on a GPU: CUDA graphs) ----
-  // Between begin_capture() and end_capture() the backend records the work it is asked for
-  // instead of running it; replay(graph) runs that work again, in capture order, on the same
-  // memory. While capturing nothing may wait for the device or move data to or from the host
-  // (synchronize, copy_from_host, copy_to_host and unscale_and_check_finite throw), and memory
-  // allocated or freed while capturing belongs to the graphs from then on (backends/graph_pool.h).
-  // Graphs must be replayed in the order they were captured. A backend without graphs says so
-  // (supports_graphs false; begin_capture throws naming it).
-  virtual bool supports_graphs() const { return false; }
-  virtual void begin_capture();
-  // The recorded graph's handle. Throws Error when the work could not be captured.
-  virtual int end_capture();
-  // Ends a capture that failed part-way, dropping what was recorded; never throws.
-  virtual void abort_capture() noexcept {}
-  virtual bool capturing() const { return false; }
-  virtual void replay(int graph);
 
   // ---- elementwise and reductions ----
   virtual void fill(DType dtype, void* y, std::int64_t n, double value) = 0;

@@ -54,29 +54,6 @@ bool Backend::relu_bias_backward(DType dtype, const void* y, const void* dy, voi
   return false;
 }
 
-void Backend::set_tf32(bool enabled) {
-  if (enabled) throw Error("backend '" + name() + "' has no TF32 math mode (it needs a CUDA backend)");
-}
-
-namespace {
-[[noreturn]] void no_pinned_memory(const std::string& backend) {
-  throw Error("backend '" + backend +
-              "' has no pinned host memory (pin_memory needs the cuda backend: on the CPU the batch is already where "
-              "the compute is)");
-}
-}  // namespace
-void* Backend::allocate_pinned(std::size_t) { no_pinned_memory(name()); }
-void Backend::deallocate_pinned(void*) noexcept {}
-std::uint64_t Backend::upload_async(void*, const void*, std::size_t) { no_pinned_memory(name()); }
-void Backend::wait_upload(std::uint64_t) { no_pinned_memory(name()); }
-bool Backend::upload_done(std::uint64_t) { no_pinned_memory(name()); }
-
-void Backend::begin_capture() {
-  throw Error("backend '" + name() + "' cannot capture device graphs (cuda_graph needs the cuda backend)");
-}
-int Backend::end_capture() { throw Error("backend '" + name() + "' cannot capture device graphs"); }
-void Backend::replay(int) { throw Error("backend '" + name() + "' cannot replay device graphs"); }
-
 std::uint64_t Backend::memory_available_bytes() const { return host_memory_available_bytes(); }
 
 std::map<std::string, std::int64_t> Backend::counters() const {

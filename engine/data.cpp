@@ -133,9 +133,9 @@ std::int64_t SyntheticImages::get(std::int64_t index, float* image, double* chec
 // by the loader (in_flight_) until the copy has finished.
 class PinnedPool {
  public:
-  explicit PinnedPool(Backend& backend) : backend_(backend) {}
+  explicit PinnedPool(PinnedUploads& uploads) : uploads_(uploads) {}
   ~PinnedPool() {
-    for (void* p : all_) backend_.deallocate_pinned(p);
+    for (void* p : all_) uploads_.deallocate_pinned(p);
   }
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
@@ -147,7 +147,7 @@ class PinnedPool {
       list.pop_back();
       return p;
     }
-    void* p = backend_.allocate_pinned(bytes);
+    void* p = uploads_.allocate_pinned(bytes);
     all_.push_back(p);
     return p;
   }
@@ -157,7 +157,7 @@ class PinnedPool {
   }
 
  private:
-  Backend& backend_;
+  PinnedUploads& uploads_;
   std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_;
   std::vector<void*> all_;
@@ -208,11 +208,10 @@ DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const Dat
   TL_CHECK(batches_per_epoch_ >= 1, "DataLoader: the dataset's " + std::to_string(n) +
                                         " samples make no full batch of " + std::to_string(b) + " (drop_last is on)");
   if (options.pin_memory) {
-    TL_CHECK(backend.supports_pinned_memory(),
-             "DataLoader: pin_memory needs a backend with page-locked host memory "
-             "(cuda); backend '" +
-                 backend.name() + "' has none");
-    pinned_pool_ = std::make_shared<PinnedPool>(backend);
+    uploads_ = backend.pinned_uploads();
+    TL_CHECK(uploads_ != nullptr, "DataLoader: pin_memory needs a backend with page-locked host memory (cuda); backend '" +
+                                      backend.name() + "' has none");
+    pinned_pool_ = std::make_shared<PinnedPool>(*uploads_);
   }
 }
 
@@ -372,23 +371,23 @@ DataLoader::Upload DataLoader::start_upload(HostBatch& host, std::int64_t global
   upload.batch.labels = Tensor::empty({host.count}, DType::i64, backend_);
   upload.batch.decode_checksum = host.checksum;
   upload.tickets[0] =
-      backend_.upload_async(upload.batch.images.raw_data(), host.image_data(), upload.batch.images.nbytes());
+      uploads_->upload_async(upload.batch.images.raw_data(), host.image_data(), upload.batch.images.nbytes());
   upload.tickets[1] =
-      backend_.upload_async(upload.batch.labels.raw_data(), host.label_data(), upload.batch.labels.nbytes());
+      uploads_->upload_async(upload.batch.labels.raw_data(), host.label_data(), upload.batch.labels.nbytes());
   in_flight_.push_back(InFlight{std::move(host.pinned), {upload.tickets[0], upload.tickets[1]}});
   return upload;
 }
 
 void DataLoader::finish_upload(const Upload& upload) {
-  backend_.wait_upload(upload.tickets[0]);
-  backend_.wait_upload(upload.tickets[1]);
+  uploads_->wait_upload(upload.tickets[0]);
+  uploads_->wait_upload(upload.tickets[1]);
 }
 
 void DataLoader::retire_uploads() {
   std::erase_if(in_flight_, [&](InFlight& f) {
     // Both polled every time: a finished ticket is retired by the poll.
-    const bool images = backend_.upload_done(f.tickets[0]);
-    const bool labels = backend_.upload_done(f.tickets[1]);
+    const bool images = uploads_->upload_done(f.tickets[0]);
+    const bool labels = uploads_->upload_done(f.tickets[1]);
     return images && labels;  // the block goes back to the pool with the InFlight
   });
 }

@@ -146,6 +146,7 @@ class DataLoader {
   std::shared_ptr<const SyntheticImages> dataset_;
   DataLoaderOptions options_;
   Backend& backend_;
+  PinnedUploads* uploads_ = nullptr;         // pin_memory: the backend's pinned uploads
   std::shared_ptr<PinnedPool> pinned_pool_;  // pin_memory; outlives every PinnedBlock of this loader
   std::optional<Upload> staged_;             // the next batch, its copy already started
   struct InFlight {

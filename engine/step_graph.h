@@ -14,6 +14,9 @@
 
 namespace trainlab {
 
+// The backend's graph capture, or an Error saying that cuda_graph needs one.
+GraphCapture& require_graph_capture(Backend& backend);
+
 class StepGraph {
  public:
   // `inputs` are cloned into the graphs' fixed input buffers; `forward` computes the loss from
@@ -23,12 +26,13 @@ class StepGraph {
 
   // The fixed input buffers: copy each batch in (copy_) before forward().
   std::vector<Tensor>& inputs() { return inputs_; }
-  void forward() { backend_.replay(forward_); }
-  void backward() { backend_.replay(backward_); }
+  void forward() { graphs_.replay(forward_); }
+  void backward() { graphs_.replay(backward_); }
   const Tensor& loss() const { return loss_; }  // rewritten by every forward()
 
  private:
   Backend& backend_;
+  GraphCapture& graphs_;
   std::vector<Tensor> inputs_;
   Tensor loss_;
   int forward_ = -1, backward_ = -1;

@@ -94,7 +94,7 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
       generator_(config.seed) {
   validate_config(config_);
   TL_CHECK(backend_.supports(dtype_), "backend '" + backend_.name() + "' does not support dtype " + config.dtype);
-  TL_CHECK(!config_.pin_memory || backend_.supports_pinned_memory(),
+  TL_CHECK(!config_.pin_memory || backend_.pinned_uploads() != nullptr,
            "pin_memory needs a CUDA backend (it page-locks loader buffers for host-to-device copies); backend '" +
                backend_.name() + "' runs on the CPU, where there is no copy");
   if (backend_.device_type() == DeviceType::cpu) {
@@ -102,8 +102,7 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
                                 "' runs on the CPU");
   }
   if (config_.cuda_graph) {
-    TL_CHECK(backend_.supports_graphs(),
-             "cuda_graph needs a backend that captures device graphs (cuda); backend '" + backend_.name() + "' cannot");
+    require_graph_capture(backend_);
     TL_CHECK(dtype_ != DType::f16,
              "cuda_graph with dtype f16 is not supported: the loss scaler decides on the host, every step, whether "
              "to skip it (use bf16, which needs no scaler, or f32)");
@@ -116,7 +115,7 @@ Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
   if (!config_.trace.empty()) check_output_file(trace_path(), "--trace");
   if (!config_.save.empty()) check_checkpoint_dir(config_.save);
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
-  backend_.set_tf32(config_.tf32);
+  if (MathModes* math = backend_.math_modes()) math->set_tf32(config_.tf32);
 
   model_ = std::make_unique<SmallCNN>(InitOptions{&generator_, param_dtype_, &backend_});
   model_->set_fused(config_.fuse);

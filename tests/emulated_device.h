@@ -27,7 +27,7 @@
 
 namespace trainlab::testing {
 
-class EmulatedDevice final : public Backend {
+class EmulatedDevice final : public Backend, public PinnedUploads, public GraphCapture {
  public:
   std::string name() const override { return "emulated-device"; }
   std::string describe() const override { return "emulated-device over " + inner_.describe(); }
@@ -83,7 +83,8 @@ class EmulatedDevice final : public Backend {
   // asked for, when the compute stream is made to wait for it, or after the second poll that
   // finds it pending. A loader that reuses a pinned block before its copy finished, or hands
   // out device memory before the compute stream waits for it, delivers the wrong data here.
-  bool supports_pinned_memory() const override { return true; }
+  PinnedUploads* pinned_uploads() override { return this; }
+  GraphCapture* graph_capture() override { return this; }
   void* allocate_pinned(std::size_t bytes) override {
     ++pinned_blocks_;
     return ::operator new(std::max<std::size_t>(bytes, 1));
@@ -112,7 +113,6 @@ class EmulatedDevice final : public Backend {
     return true;
   }
 
-  bool supports_graphs() const override { return true; }
   bool capturing() const override { return pool_.capturing(); }
   void begin_capture() override {
     REQUIRE_FALSE(pool_.capturing());

@@ -212,7 +212,7 @@ struct PoolPlan {
 
 std::size_t bytes_of(DType dtype, std::int64_t n) { return static_cast<std::size_t>(n) * dtype_size(dtype); }
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public PinnedUploads, public GraphCapture, public MathModes {
  public:
   CudaBackend() {
     int devices = 0;
@@ -272,7 +272,11 @@ class CudaBackend final : public Backend {
   }
   void set_num_threads(int) override {}
   int num_threads() const override { return 1; }
+  PinnedUploads* pinned_uploads() override { return this; }
+  GraphCapture* graph_capture() override { return this; }
+  MathModes* math_modes() override { return this; }
   void set_tf32(bool enabled) override { tf32_ = enabled; }
+  bool tf32() const override { return tf32_; }
 
   void* allocate(std::size_t bytes) override {
     CU(cudaSetDevice(device_));  // the caller's thread may not have chosen this device
@@ -309,7 +313,6 @@ class CudaBackend final : public Backend {
   // uploads on the copy stream. Each upload waits for an event marking the compute stream's work
   // so far, and records its own event, which the compute stream waits on (wait_upload) and the
   // loader polls (upload_done). Events are recycled.
-  bool supports_pinned_memory() const override { return true; }
   void* allocate_pinned(std::size_t bytes) override {
     CU(cudaSetDevice(device_));
     void* p = nullptr;
@@ -355,7 +358,6 @@ class CudaBackend final : public Backend {
   // CUDA graphs: the stream is captured in relaxed mode (the caching allocator may cudaMalloc a
   // new block for the graphs' pool while capturing); each graph is instantiated once and kept
   // for the life of the process, like the rest of the backend's state.
-  bool supports_graphs() const override { return true; }
   bool capturing() const override { return capturing_; }
   void begin_capture() override {
     TL_CHECK(!capturing_, "cuda: begin_capture while a capture is already under way");
