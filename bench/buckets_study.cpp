@@ -28,6 +28,7 @@
 #include "comm/mpi_communicator.h"
 #include "engine/nn.h"
 #include "engine/rng.h"
+#include "engine/smallcnn.h"
 
 using namespace trainlab;
 using namespace trainlab::comm;

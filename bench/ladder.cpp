@@ -26,20 +26,6 @@ const std::set<std::string> kBookkeeping = {"steps",       "stop_at", "warmup", 
 
 const char* const kPhases[] = {"data_wait", "forward", "backward", "optimizer"};
 
-KnobMap knobs_of(const TrainConfig& config) {
-  StateDict state;
-  config_to_state(config, state);
-  KnobMap out;
-  for (const auto& [key, value] : state.strings) out[key.substr(std::string("config.").size())] = value;
-  return out;
-}
-
-TrainConfig config_from(const KnobMap& knobs, const std::string& origin) {
-  TrainConfig config;
-  for (const auto& [key, value] : knobs) apply_config_value(config, key, value, origin);
-  return config;
-}
-
 std::string number_text(double v) {
   std::ostringstream out;
   out.precision(10);
@@ -86,6 +72,18 @@ Summary stats_from(const json& j) {
 }
 
 }  // namespace
+
+KnobMap knobs_of(const TrainConfig& config) {
+  KnobMap out;
+  for (const auto& field : config_fields()) out[field.key] = field.get(config);
+  return out;
+}
+
+TrainConfig config_from(const KnobMap& knobs, const std::string& origin) {
+  TrainConfig config;
+  for (const auto& [key, value] : knobs) apply_config_value(config, key, value, origin);
+  return config;
+}
 
 double LrRule::lr_for(std::int64_t batch) const {
   return base_lr * static_cast<double>(batch) / static_cast<double>(base_batch);
@@ -151,61 +149,60 @@ bool rung_runs_on(const Rung& rung, const std::string& device_type) {
   return rung.needs.empty() || rung.needs == device_type;
 }
 
-std::vector<KnobMap> rung_configs(const LadderSpec& spec, const std::string& device_type) {
+std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string& device_type) {
   const std::string origin = "ladder '" + spec.name + "'";
-  TrainConfig base = config_from(spec.base, origin + " base");
-  KnobMap current = knobs_of(base);
-  std::vector<KnobMap> out;
+  TrainConfig current = config_from(spec.base, origin + " base");
+  std::vector<TrainConfig> out;
   // The rule is anchored at the base point: lr is proportional to the batch from (base batch, base
   // lr), the same reading single_change checks a batch rung against.
-  const double base_lr = std::stod(current.at("lr"));
   LrRule rule = spec.lr_rule;
-  rule.base_lr = base_lr * static_cast<double>(rule.base_batch) / std::stod(current.at("batch"));
+  rule.base_lr = current.lr * static_cast<double>(rule.base_batch) / static_cast<double>(current.batch);
   for (const auto& rung : spec.rungs) {
     if (!device_type.empty() && !rung_runs_on(rung, device_type)) {
       out.push_back(current);  // skipped here: nothing changes
       continue;
     }
-    for (const auto& [key, value] : rung.set) current[key] = value;
-    // The LR follows from the batch unless the rung sets it (then it is a knob of its own).
-    if (!rung.set.count("lr") && rung.set.count("batch")) {
-      current["lr"] = number_text(rule.lr_for(std::stoll(current.at("batch"))));
+    // Applied through the config table: unknown keys and bad values are refused here, by name.
+    for (const auto& [key, value] : rung.set) {
+      apply_config_value(current, key, value, origin + " rung '" + rung.name + "'");
     }
-    // Round-trip through TrainConfig: unknown keys and bad values are refused here, by name.
-    out.push_back(knobs_of(config_from(current, origin + " rung '" + rung.name + "'")));
-    current = out.back();
+    // The LR follows from the batch unless the rung sets it (then it is a knob of its own).
+    // (As decimal text of 10 significant digits, the way a ladder file would declare it.)
+    if (!rung.set.count("lr") && rung.set.count("batch"))
+      current.lr = std::stod(number_text(rule.lr_for(current.batch)));
+    out.push_back(current);
   }
   return out;
 }
 
-std::optional<Change> single_change(const KnobMap& before, const KnobMap& after, const LrRule& rule,
+std::optional<Change> single_change(const TrainConfig& before, const TrainConfig& after, const LrRule& rule,
                                     const std::string& rung) {
-  std::vector<std::string> changed;
-  for (const auto& [key, value] : after) {
-    if (kBookkeeping.count(key)) continue;
-    auto it = before.find(key);
-    if (it == before.end() || it->second != value) changed.push_back(key);
+  std::vector<const ConfigField*> changed;
+  for (const auto& field : config_fields()) {
+    if (kBookkeeping.count(field.key) == 0 && !field.same(before, after)) changed.push_back(&field);
   }
   if (changed.empty()) return std::nullopt;
+  auto is = [](const ConfigField* f, const char* key) { return f->key == key; };
   // batch with the LR its rule gives is one change.
-  if (changed.size() == 2 && std::find(changed.begin(), changed.end(), "batch") != changed.end() &&
-      std::find(changed.begin(), changed.end(), "lr") != changed.end()) {
+  if (changed.size() == 2 && std::any_of(changed.begin(), changed.end(), [&](auto* f) { return is(f, "batch"); }) &&
+      std::any_of(changed.begin(), changed.end(), [&](auto* f) { return is(f, "lr"); })) {
     LrRule r = rule;
-    r.base_lr = std::stod(before.at("lr")) * static_cast<double>(rule.base_batch) / std::stod(before.at("batch"));
-    const double expected = r.lr_for(std::stoll(after.at("batch")));
-    if (std::abs(std::stod(after.at("lr")) - expected) <= 1e-12 * std::max(1.0, std::abs(expected))) {
-      return Change{"batch (+ LR rule)", before.at("batch") + " (lr " + before.at("lr") + ")",
-                    after.at("batch") + " (lr " + after.at("lr") + ")"};
+    r.base_lr = before.lr * static_cast<double>(rule.base_batch) / static_cast<double>(before.batch);
+    const double expected = r.lr_for(after.batch);
+    if (std::abs(after.lr - expected) <= 1e-12 * std::max(1.0, std::abs(expected))) {
+      const ConfigField& lr = config_field("lr");
+      return Change{"batch (+ LR rule)", std::to_string(before.batch) + " (lr " + lr.get(before) + ")",
+                    std::to_string(after.batch) + " (lr " + lr.get(after) + ")"};
     }
   }
   if (changed.size() > 1) {
     std::string names;
-    for (const auto& c : changed)
-      names += (names.empty() ? "" : ", ") + c + " (" + before.at(c) + " -> " + after.at(c) + ")";
+    for (const ConfigField* f : changed)
+      names += (names.empty() ? "" : ", ") + f->key + " (" + f->get(before) + " -> " + f->get(after) + ")";
     throw Error("rung '" + rung + "' changes " + std::to_string(changed.size()) + " knobs against the previous rung: " +
                 names + "; a rung must change exactly one (batch with its LR rule counts as one)");
   }
-  return Change{changed[0], before.at(changed[0]), after.at(changed[0])};
+  return Change{changed[0]->key, changed[0]->get(before), changed[0]->get(after)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -216,14 +213,14 @@ namespace {
 struct Arm {
   std::string name;
   std::size_t index;  // position in the ladder (calibration arms share the baseline's config)
-  KnobMap config;
+  TrainConfig config;
   const Rung* rung = nullptr;
   std::optional<Change> change;
   bool calibration = false;
   std::string skip_reason;
   std::string error;
   std::optional<double> accuracy;  // held-out accuracy after the first repeat's training
-  KnobMap ran;  // the config as it ran (the runner's steps, warm-up and evaluation settings, the backend)
+  std::optional<TrainConfig> ran;  // as it ran (the runner's steps, warm-up and evaluation settings, the backend)
   std::vector<double> values;
   PhaseTimes phases;
   std::int64_t measured_steps = 0, warmup_steps = 0;
@@ -237,17 +234,16 @@ json base_row(const Arm& arm, const std::string& run_id, const LadderSpec& spec)
   row["rung"] = arm.name;
   row["rung_index"] = arm.index;
   row["calibration"] = arm.calibration;
-  row["config"] = arm.ran.empty() ? arm.config : arm.ran;
+  row["config"] = knobs_of(arm.ran ? *arm.ran : arm.config);
   row["changed"] =
       arm.change ? json{{"knob", arm.change->knob}, {"from", arm.change->from}, {"to", arm.change->to}} : json(nullptr);
   if (arm.rung && !arm.rung->note.empty()) row["note"] = arm.rung->note;
   return row;
 }
 
-json environment_for(const KnobMap& config) {
-  Backend& backend = get_backend(config.at("backend").empty() ? default_backend_name() : config.at("backend"));
-  const int threads = std::stoi(config.at("threads"));
-  if (threads > 0) backend.set_num_threads(threads);
+json environment_for(const TrainConfig& config) {
+  Backend& backend = get_backend(config.backend.empty() ? default_backend_name() : config.backend);
+  if (config.threads > 0) backend.set_num_threads(config.threads);
   return current_environment(backend).to_json();
 }
 
@@ -344,7 +340,7 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       Arm& arm = arms[position];
       ++done;
       if (!arm.skip_reason.empty() || !arm.error.empty()) continue;
-      TrainConfig config = config_from(arm.config, "ladder rung '" + arm.name + "'");
+      TrainConfig config = arm.config;
       config.steps = spec.warmup + steps;
       config.warmup = spec.warmup;
       config.eval_at_end = false;
@@ -355,7 +351,7 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       // the timing): a rung that is fast because it stopped learning shows here.
       const bool evaluate = repeat == 0 && !arm.calibration;
       config.eval_at_end = evaluate;
-      arm.ran = knobs_of(config);
+      arm.ran = config;
       if (options.trace && repeat == 0 && !arm.calibration) {
         config.trace = (std::filesystem::path(options.trace_dir) / (spec.name + "_" + arm.name + ".json")).string();
       }
@@ -419,7 +415,7 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
 
 std::string plan_ladder(const LadderSpec& spec, bool quick) {
   const auto configs = rung_configs(spec);  // the baseline is the same on every device
-  TrainConfig config = config_from(configs[0], "ladder baseline");
+  TrainConfig config = configs[0];
   const std::int64_t steps = quick ? spec.quick_steps : spec.full_steps;
   config.steps = spec.warmup + steps;
   config.warmup = spec.warmup;

@@ -13,10 +13,15 @@
 
 #include "bench/ledger.h"
 #include "bench/stats.h"
+#include "engine/config.h"
 
 namespace trainlab::bench {
 
-using KnobMap = std::map<std::string, std::string>;  // config key -> value, as text
+using KnobMap = std::map<std::string, std::string>;  // config key -> value, as text (a ladder file's own words)
+// A KnobMap parsed through the config table (errors name `origin`, the key and the value), and a
+// config as text (for ledger rows).
+TrainConfig config_from(const KnobMap& knobs, const std::string& origin);
+KnobMap knobs_of(const TrainConfig& config);
 
 // lr = base_lr * batch / base_batch: the learning rate follows from the batch, so a rung that
 // changes the batch (and the LR by exactly this rule) changes one thing.
@@ -46,11 +51,11 @@ struct LadderSpec {
 // Parses and checks a ladder YAML file (configs/ladder_<device>.yaml); errors name the file and key.
 LadderSpec load_ladder(const std::string& path);
 
-// Each rung's complete config: the base with every earlier rung's `set` applied, the LR from the
-// rule. Keys are TrainConfig keys (trainlab train --help). Given a device type, rungs that need
+// Each rung's complete config, typed: the base with every earlier rung's `set` applied, the LR from
+// the rule. Keys are TrainConfig keys (trainlab train --help, docs/CONFIG.md). Given a device type, rungs that need
 // another device are skipped there and their knobs are not applied to later rungs (a skipped rung
 // is a no-op on that device); without one, the declared chain.
-std::vector<KnobMap> rung_configs(const LadderSpec& spec, const std::string& device_type = "");
+std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string& device_type = "");
 // Whether `rung` runs on `device_type`.
 bool rung_runs_on(const Rung& rung, const std::string& device_type);
 
@@ -61,7 +66,7 @@ struct Change {
 // The single knob `after` changes against `before`; throws Error naming every changed knob when
 // there is more than one (batch plus an LR that follows the rule counts as one). Bookkeeping keys
 // (steps, warm-up, logging, trace) are not knobs.
-std::optional<Change> single_change(const KnobMap& before, const KnobMap& after, const LrRule& rule,
+std::optional<Change> single_change(const TrainConfig& before, const TrainConfig& after, const LrRule& rule,
                                     const std::string& rung);
 
 struct LadderOptions {

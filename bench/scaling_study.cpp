@@ -122,7 +122,7 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       if (rank < w) {
         TrainConfig config;
         config.backend = o.backend;
-        config.dtype = o.dtype;
+        config.dtype = parse_dtype(o.dtype);
         config.threads = o.threads;
         config.batch = global_batch;
         config.lr = lr_for(o, global_batch);

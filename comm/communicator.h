@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "backends/dtype.h"
+#include "engine/distributed.h"
 
 namespace trainlab::comm {
 
 enum class ReduceOp { sum, average };
-enum class Algorithm { ring, native };               // the hand-written ring, or MPI_Allreduce / ncclAllReduce
+using Algorithm = AllreduceAlgorithm;                // the hand-written ring, or MPI_Allreduce / ncclAllReduce
 Algorithm parse_algorithm(const std::string& name);  // "ring" | "native"
 const char* algorithm_name(Algorithm algorithm);
 

@@ -47,6 +47,11 @@ double parse_double(const std::string& text, const std::string& origin, const st
 }
 
 template <typename T>
+std::function<bool(const TrainConfig&, const TrainConfig&)> same_member(T TrainConfig::*member) {
+  return [member](const TrainConfig& a, const TrainConfig& b) { return a.*member == b.*member; };
+}
+
+template <typename T>
 ConfigField int_field(const std::string& key, T TrainConfig::*member, std::int64_t lo, std::int64_t hi,
                       const std::string& help) {
   const std::string allowed = std::to_string(lo) + ".." + std::to_string(hi);
@@ -54,12 +59,14 @@ ConfigField int_field(const std::string& key, T TrainConfig::*member, std::int64
                      flag_of(key),
                      help,
                      allowed,
+                     false,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const std::int64_t v = parse_int(text, origin, key, allowed);
                        if (v < lo || v > hi) bad_value(origin, key, text, allowed);
                        c.*member = static_cast<T>(v);
                      },
-                     [=](const TrainConfig& c) { return std::to_string(c.*member); }};
+                     [=](const TrainConfig& c) { return std::to_string(c.*member); },
+                     same_member(member)};
 }
 
 ConfigField double_field(const std::string& key, double TrainConfig::*member, double lo, double hi, bool lo_open,
@@ -71,6 +78,7 @@ ConfigField double_field(const std::string& key, double TrainConfig::*member, do
                      flag_of(key),
                      help,
                      allowed,
+                     false,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const double v = parse_double(text, origin, key, allowed);
                        if (v < lo || (lo_open && v == lo) || v > hi) bad_value(origin, key, text, allowed);
@@ -80,27 +88,37 @@ ConfigField double_field(const std::string& key, double TrainConfig::*member, do
                        char buffer[32];
                        auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, c.*member);  // shortest exact
                        return std::string(buffer, end);
-                     }};
+                     },
+                     same_member(member)};
 }
 
-ConfigField choice_field(const std::string& key, std::string TrainConfig::*member, std::vector<std::string> choices,
-                         const std::string& help) {
+// A key with a fixed set of named values, parsed into `member`'s type (an enum, DType, ...).
+template <typename T>
+ConfigField enum_field(const std::string& key, T TrainConfig::*member, std::vector<std::pair<std::string, T>> choices,
+                       const std::string& help) {
   std::string allowed;
-  for (const auto& choice : choices) allowed += (allowed.empty() ? "" : " | ") + choice;
+  for (const auto& choice : choices) allowed += (allowed.empty() ? "" : " | ") + choice.first;
   return ConfigField{key,
                      flag_of(key),
                      help,
                      allowed,
+                     false,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
-                       for (const auto& choice : choices) {
-                         if (text == choice) {
-                           c.*member = text;
+                       for (const auto& [name, value] : choices) {
+                         if (text == name) {
+                           c.*member = value;
                            return;
                          }
                        }
                        bad_value(origin, key, text, allowed);
                      },
-                     [=](const TrainConfig& c) { return c.*member; }};
+                     [=](const TrainConfig& c) {
+                       for (const auto& [name, value] : choices) {
+                         if (c.*member == value) return name;
+                       }
+                       return std::string("?");
+                     },
+                     same_member(member)};
 }
 
 ConfigField string_field(const std::string& key, std::string TrainConfig::*member, const std::string& allowed,
@@ -109,8 +127,10 @@ ConfigField string_field(const std::string& key, std::string TrainConfig::*membe
                      flag_of(key),
                      help,
                      allowed,
+                     false,
                      [=](TrainConfig& c, const std::string& text, const std::string&) { c.*member = text; },
-                     [=](const TrainConfig& c) { return c.*member; }};
+                     [=](const TrainConfig& c) { return c.*member; },
+                     same_member(member)};
 }
 
 ConfigField bool_field(const std::string& key, bool TrainConfig::*member, const std::string& help) {
@@ -119,6 +139,7 @@ ConfigField bool_field(const std::string& key, bool TrainConfig::*member, const 
                      flag_of(key),
                      help,
                      allowed,
+                     true,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        if (text == "true" || text == "1" || text == "yes")
                          c.*member = true;
@@ -127,7 +148,8 @@ ConfigField bool_field(const std::string& key, bool TrainConfig::*member, const 
                        else
                          bad_value(origin, key, text, allowed);
                      },
-                     [=](const TrainConfig& c) { return std::string(c.*member ? "true" : "false"); }};
+                     [=](const TrainConfig& c) { return std::string(c.*member ? "true" : "false"); },
+                     same_member(member)};
 }
 
 ConfigField seed_field() {
@@ -136,17 +158,26 @@ ConfigField seed_field() {
                      "--seed",
                      "seed for initialisation, data and shuffling",
                      allowed,
+                     false,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const std::int64_t v = parse_int(text, origin, "seed", allowed);
                        if (v < 0) bad_value(origin, "seed", text, allowed);
                        c.seed = static_cast<std::uint64_t>(v);
                      },
-                     [](const TrainConfig& c) { return std::to_string(c.seed); }};
+                     [](const TrainConfig& c) { return std::to_string(c.seed); },
+                     same_member(&TrainConfig::seed)};
 }
 
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
 
 }  // namespace
+
+const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::sgd ? "sgd" : "adamw"; }
+const char* schedule_name(ScheduleKind kind) { return kind == ScheduleKind::constant ? "constant" : "warmup_cosine"; }
+const char* allreduce_name(AllreduceAlgorithm algorithm) {
+  return algorithm == AllreduceAlgorithm::ring ? "ring" : "native";
+}
+const char* comm_backend_name(CommBackend backend) { return backend == CommBackend::mpi ? "mpi" : "nccl"; }
 
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = {
@@ -157,20 +188,27 @@ const std::vector<ConfigField>& config_fields() {
       double_field("lr", &TrainConfig::lr, 0.0, 10.0, true, "learning rate"),
       double_field("momentum", &TrainConfig::momentum, 0.0, 0.999, false, "SGD momentum"),
       double_field("weight_decay", &TrainConfig::weight_decay, 0.0, 1.0, false, "weight decay (decoupled for adamw)"),
-      choice_field("optimizer", &TrainConfig::optimizer, {"sgd", "adamw"}, "optimiser"),
-      choice_field("schedule", &TrainConfig::schedule, {"constant", "warmup_cosine"}, "learning-rate schedule"),
+      enum_field<OptimizerKind>("optimizer", &TrainConfig::optimizer,
+                                {{"sgd", OptimizerKind::sgd}, {"adamw", OptimizerKind::adamw}}, "optimiser"),
+      enum_field<ScheduleKind>("schedule", &TrainConfig::schedule,
+                               {{"constant", ScheduleKind::constant}, {"warmup_cosine", ScheduleKind::warmup_cosine}},
+                               "learning-rate schedule"),
       int_field("warmup_steps", &TrainConfig::warmup_steps, 0, kMaxInt, "linear warm-up steps (warmup_cosine)"),
       double_field("min_lr", &TrainConfig::min_lr, 0.0, 10.0, false, "final learning rate (warmup_cosine)"),
       seed_field(),
       string_field("backend", &TrainConfig::backend, "a registered backend",
                    "compute backend (default: the best CPU one)"),
-      choice_field("dtype", &TrainConfig::dtype, {"f32", "f64", "bf16", "f16"},
-                   "compute dtype (bf16/f16: autocast with f32 master weights and optimizer state; f16 with "
-                   "dynamic loss scaling)"),
-      choice_field("layout", &TrainConfig::layout, {"nchw", "nhwc"}, "activation memory layout (nhwc: channels_last)"),
+      enum_field<DType>("dtype", &TrainConfig::dtype,
+                        {{"f32", DType::f32}, {"f64", DType::f64}, {"bf16", DType::bf16}, {"f16", DType::f16}},
+                        "compute dtype (bf16/f16: autocast with f32 master weights and optimizer state; f16 with "
+                        "dynamic loss scaling)"),
+      enum_field<MemoryFormat>("layout", &TrainConfig::layout,
+                               {{"nchw", MemoryFormat::contiguous}, {"nhwc", MemoryFormat::channels_last}},
+                               "activation memory layout (nhwc: channels_last)"),
       bool_field("fuse", &TrainConfig::fuse, "conv/linear with bias and ReLU fused into one kernel call"),
-      bool_field("pin_memory", &TrainConfig::pin_memory, "page-locked loader buffers (CUDA backends only)"),
-      bool_field("tf32", &TrainConfig::tf32, "TF32 math for f32 matmuls (CUDA backends only)"),
+      bool_field("pin_memory", &TrainConfig::pin_memory,
+                 "page-locked loader buffers (a backend with pinned uploads: cuda)"),
+      bool_field("tf32", &TrainConfig::tf32, "TF32 math for f32 matmuls (a backend with TF32: cuda)"),
       bool_field("cuda_graph", &TrainConfig::cuda_graph,
                  "capture forward and backward as CUDA graphs after two eager steps, then replay them (cuda "
                  "backend; f32/bf16, one process)"),
@@ -194,10 +232,11 @@ const std::vector<ConfigField>& config_fields() {
                 "micro-steps per optimiser step (gradient accumulation; DDP communicates on the last only)"),
       double_field("bucket_cap_mb", &TrainConfig::bucket_cap_mb, 0.0, 4096.0, true,
                    "DDP gradient bucket capacity in MiB (the first bucket is 1 MiB)"),
-      choice_field("allreduce", &TrainConfig::allreduce, {"ring", "native"},
-                   "DDP all-reduce: the hand-written ring, or the library's own"),
-      choice_field("comm", &TrainConfig::comm, {"mpi", "nccl"},
-                   "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
+      enum_field<AllreduceAlgorithm>("allreduce", &TrainConfig::allreduce,
+                                     {{"ring", AllreduceAlgorithm::ring}, {"native", AllreduceAlgorithm::native}},
+                                     "DDP all-reduce: the hand-written ring, or the library's own"),
+      enum_field<CommBackend>("comm", &TrainConfig::comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
+                              "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
       double_field("loss_scale_init", &TrainConfig::loss_scale_init, 0.0, 1e30, true,
                    "f16: the loss scale to start from (halved on overflow, doubled after the growth interval)"),
       int_field("loss_scale_growth_interval", &TrainConfig::loss_scale_growth_interval, 1, kMaxInt,
@@ -206,6 +245,15 @@ const std::vector<ConfigField>& config_fields() {
                    "seconds a DDP communication may wait before the job is ended, naming the peer"),
   };
   return fields;
+}
+
+const ConfigField& config_field(const std::string& key) {
+  for (const auto& field : config_fields()) {
+    if (field.key == key) return field;
+  }
+  std::string allowed;
+  for (const auto& field : config_fields()) allowed += (allowed.empty() ? "" : ", ") + field.key;
+  throw Error("unknown config key " + quote_value(key) + " (allowed: " + allowed + ")");
 }
 
 void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text,
@@ -247,7 +295,7 @@ void validate_config(const TrainConfig& config) {
   TL_CHECK(config.train_samples >= config.batch, "train_samples (" + std::to_string(config.train_samples) +
                                                      ") must be at least batch (" + std::to_string(config.batch) + ")");
   check_backend_name(config.backend);
-  if (config.schedule == "warmup_cosine") {
+  if (config.schedule == ScheduleKind::warmup_cosine) {
     TL_CHECK(config.steps > config.warmup_steps, "warmup_cosine: steps (" + std::to_string(config.steps) +
                                                      ") must exceed warmup_steps (" +
                                                      std::to_string(config.warmup_steps) + ")");
@@ -273,6 +321,24 @@ std::string config_summary(const TrainConfig& config) {
     const std::string value = field.get(config);
     if (value.empty()) continue;
     out += (out.empty() ? "" : " ") + field.key + "=" + value;
+  }
+  return out;
+}
+
+std::string config_reference_markdown() {
+  const TrainConfig defaults;
+  std::string out =
+      "# trainlab configuration keys\n\n"
+      "Generated by `trainlab config-reference` from the table that parses them (engine/config.cpp), so it "
+      "cannot drift from the code; a test compares this file with the command's output. Every key can be set "
+      "in a YAML file (`trainlab train --config FILE`) or as a flag (key `decode_cost` is flag "
+      "`--decode-cost`); flags override the file. Errors name the key, the value, where it came from and what is "
+      "allowed.\n\n| key | flag | default | allowed | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& field : config_fields()) {
+    std::string def = field.get(defaults);
+    if (def.empty()) def = "(none)";
+    out +=
+        "| `" + field.key + "` | `" + field.flag + "` | `" + def + "` | " + field.allowed + " | " + field.help + " |\n";
   }
   return out;
 }

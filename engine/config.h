@@ -1,6 +1,8 @@
-// The training run's configuration: one table of keys, shared by YAML files and command-line
-// flags (key `decode_cost` is flag `--decode-cost`). Every value is parsed strictly and checked
-// against its range; errors name the key, the value, where it came from and what is allowed.
+// The training run's configuration: one table of keys (config_fields), shared by YAML files and
+// command-line flags (key `decode_cost` is flag `--decode-cost`). Text is parsed once, here, into
+// typed values (enums, numbers); every value is checked against its range, and errors name the
+// key, the value, where it came from and what is allowed. Nothing past this file compares strings.
+// docs/CONFIG.md is generated from the same table (config_reference_markdown).
 #pragma once
 
 #include <cstdint>
@@ -8,9 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "backends/dtype.h"
+#include "engine/distributed.h"
 #include "engine/state_dict.h"
+#include "engine/tensor.h"
 
 namespace trainlab {
+
+enum class OptimizerKind { sgd, adamw };
+enum class ScheduleKind { constant, warmup_cosine };
+const char* optimizer_name(OptimizerKind kind);  // "sgd", "adamw"
+const char* schedule_name(ScheduleKind kind);    // "constant", "warmup_cosine"
+const char* allreduce_name(AllreduceAlgorithm algorithm);
+const char* comm_backend_name(CommBackend backend);
 
 struct TrainConfig {
   // optimisation
@@ -20,20 +32,20 @@ struct TrainConfig {
   double lr = 0.01;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  std::string optimizer = "sgd";      // sgd | adamw
-  std::string schedule = "constant";  // constant | warmup_cosine
-  std::int64_t warmup_steps = 0;      // for warmup_cosine
-  double min_lr = 0.0;                // for warmup_cosine
+  OptimizerKind optimizer = OptimizerKind::sgd;
+  ScheduleKind schedule = ScheduleKind::constant;
+  std::int64_t warmup_steps = 0;  // for warmup_cosine
+  double min_lr = 0.0;            // for warmup_cosine
   std::uint64_t seed = 0;
   // execution
-  std::string backend;          // empty: the default CPU backend
-  std::string dtype = "f32";    // f32 | f64 | bf16 | f16 (autocast, f32 master weights; f16 with loss scaling)
-  std::string layout = "nchw";  // nchw | nhwc (channels_last activations)
-  bool fuse = false;            // conv/linear with bias and ReLU in one kernel call
-  bool pin_memory = false;      // page-locked loader buffers for host-to-device copies (CUDA backends)
-  bool tf32 = false;            // TF32 tensor-core math for f32 matmuls (CUDA backends)
-  bool cuda_graph = false;      // forward and backward captured once as device graphs, then replayed
-  int threads = 0;              // 0: the backend's default (all cores)
+  std::string backend;                             // a registered backend's name; empty: the default CPU one
+  DType dtype = DType::f32;                        // f32 | f64 | bf16 | f16 (autocast, f32 masters; f16 scaled)
+  MemoryFormat layout = MemoryFormat::contiguous;  // nchw | nhwc (channels_last activations)
+  bool fuse = false;                               // conv/linear with bias and ReLU in one kernel call
+  bool pin_memory = false;  // page-locked loader buffers for host-to-device copies (a backend with PinnedUploads)
+  bool tf32 = false;        // TF32 tensor-core math for f32 matmuls (a backend with MathModes)
+  bool cuda_graph = false;  // forward and backward captured once as device graphs, then replayed
+  int threads = 0;          // 0: the backend's default (all cores)
   // data
   std::int64_t train_samples = 50000;
   std::int64_t eval_samples = 1000;
@@ -53,11 +65,11 @@ struct TrainConfig {
   std::string trace;        // Chrome trace JSON of the run's profiler spans (empty: none)
   // data parallelism (trainlab train under scripts/mpirun; ignored by a single process). `batch`
   // is the global batch of one micro-step: each of the world's ranks takes batch / world of it.
-  std::int64_t accumulate = 1;       // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
-  double bucket_cap_mb = 25;         // DDP bucket capacity (the first bucket is 1 MiB, as in PyTorch DDP)
-  std::string allreduce = "native";  // ring | native (MPI_Allreduce / ncclAllReduce)
-  std::string comm = "mpi";          // mpi | nccl (a CUDA build, one GPU per rank)
-  double comm_timeout = 300;         // seconds any communication may wait before the job is ended
+  std::int64_t accumulate = 1;  // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
+  double bucket_cap_mb = 25;    // DDP bucket capacity (the first bucket is 1 MiB, as in PyTorch DDP)
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;  // ring | native
+  CommBackend comm = CommBackend::mpi;                        // mpi | nccl (a CUDA build, one GPU per rank)
+  double comm_timeout = 300;                                  // seconds any communication may wait
   // f16 dynamic loss scaling (PyTorch GradScaler semantics)
   double loss_scale_init = 65536;
   std::int64_t loss_scale_growth_interval = 2000;
@@ -67,13 +79,16 @@ struct ConfigField {
   std::string key;   // YAML key
   std::string flag;  // "--decode-cost"
   std::string help;
-  std::string allowed;  // "1..65536", "sgd | adamw", ...
+  std::string allowed;   // "1..65536", "sgd | adamw", ...
+  bool is_bool = false;  // a flag that may stand alone (--fuse)
   // Parses `text` (from `origin`, e.g. "configs/smallcnn.yaml" or "--batch") into the config.
   std::function<void(TrainConfig&, const std::string& text, const std::string& origin)> set;
-  std::function<std::string(const TrainConfig&)> get;
+  std::function<std::string(const TrainConfig&)> get;  // the value as text (exact: get then set is the identity)
+  std::function<bool(const TrainConfig&, const TrainConfig&)> same;  // the typed values are equal
 };
 
 const std::vector<ConfigField>& config_fields();
+const ConfigField& config_field(const std::string& key);  // throws Error listing the keys when unknown
 // Applies a YAML file (a flat map of known keys to scalars) on top of `config`.
 void apply_config_file(TrainConfig& config, const std::string& path);
 void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text,
@@ -85,5 +100,7 @@ void validate_config(const TrainConfig& config);
 // The config as strings ("config.<key>"), for checkpoints and ledgers.
 void config_to_state(const TrainConfig& config, StateDict& state);
 std::string config_summary(const TrainConfig& config);  // "steps=300 batch=32 ..."
+// docs/CONFIG.md: every key, its flag, default, allowed values and meaning, from the table itself.
+std::string config_reference_markdown();
 
 }  // namespace trainlab

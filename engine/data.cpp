@@ -11,120 +11,6 @@
 
 namespace trainlab {
 
-const char* split_name(Split split) { return split == Split::train ? "train" : "held_out"; }
-
-// ---------------------------------------------------------------------------------------------
-// SyntheticImages
-
-namespace {
-
-constexpr float kNoiseStd = 4.0f;
-// One unit of decode_cost: four passes of the 3x3 stencil (about 110 K flops per sample). At the
-// ladder's decode_cost 60 this makes the input pipeline the baseline's largest stall on a 2-core
-// CPU, the situation the seed's SyntheticImages reproduces (a CPU decode starving the model).
-constexpr std::int64_t kStencilPassesPerUnit = 4;
-constexpr std::int64_t kMaxShift = 3;
-
-// Approximately standard normal and cheap: the sum of four 16-bit uniforms (Irwin-Hall), scaled
-// to unit variance. Box-Muller per pixel would cost more than the model's forward pass.
-inline float cheap_normal(std::uint64_t bits) {
-  const float scale = 1.0f / 65536.0f;
-  const float total = static_cast<float>(bits & 0xffff) + static_cast<float>((bits >> 16) & 0xffff) +
-                      static_cast<float>((bits >> 32) & 0xffff) + static_cast<float>(bits >> 48);
-  return (total * scale - 2.0f) * 1.7320508f;  // var of one U(0,1) is 1/12: 4/12 * 3 = 1
-}
-
-// decode_cost passes of a 3x3 smoothing stencil, each reading the previous pass's output, then a
-// sum. This is the work; the image itself is left untouched.
-double decode_work(const float* image, std::int64_t passes) {
-  if (passes <= 0) return 0.0;
-  constexpr std::int64_t h = SyntheticImages::kHeight, w = SyntheticImages::kWidth;
-  std::vector<float> a(image, image + SyntheticImages::kSampleElements), b(a.size());
-  const float k[3][3] = {{0.0625f, 0.125f, 0.0625f}, {0.125f, 0.25f, 0.125f}, {0.0625f, 0.125f, 0.0625f}};
-  for (std::int64_t pass = 0; pass < passes; ++pass) {
-    for (std::int64_t c = 0; c < SyntheticImages::kChannels; ++c) {
-      const float* in = a.data() + c * h * w;
-      float* out = b.data() + c * h * w;
-      for (std::int64_t y = 0; y < h; ++y) {
-        const float* up = in + std::max<std::int64_t>(y - 1, 0) * w;
-        const float* mid = in + y * w;
-        const float* down = in + std::min<std::int64_t>(y + 1, h - 1) * w;
-        out[y * w] = mid[0];
-        out[y * w + w - 1] = mid[w - 1];
-        for (std::int64_t x = 1; x < w - 1; ++x) {
-          out[y * w + x] = k[0][0] * up[x - 1] + k[0][1] * up[x] + k[0][2] * up[x + 1] + k[1][0] * mid[x - 1] +
-                           k[1][1] * mid[x] + k[1][2] * mid[x + 1] + k[2][0] * down[x - 1] + k[2][1] * down[x] +
-                           k[2][2] * down[x + 1];
-        }
-      }
-    }
-    a.swap(b);
-  }
-  double total = 0;
-  for (float v : a) total += v;
-  return total;
-}
-
-}  // namespace
-
-SyntheticImages::SyntheticImages(std::uint64_t seed, Split split, std::int64_t size, std::int64_t decode_cost)
-    : seed_(seed), split_(split), size_(size), decode_cost_(decode_cost) {
-  TL_CHECK(size >= 1, "SyntheticImages: size must be >= 1, got " + std::to_string(size));
-  TL_CHECK(decode_cost >= 0, "SyntheticImages: decode_cost must be >= 0, got " + std::to_string(decode_cost));
-  // Prototypes depend on the seed only, so both splits pose the same classification problem.
-  Generator gen(mix_seed(seed, 0x70726f746f747970ull));
-  prototypes_.resize(static_cast<std::size_t>(kClasses * kSampleElements));
-  for (std::int64_t c = 0; c < kClasses; ++c) {
-    float* proto = prototypes_.data() + c * kSampleElements;
-    const double blob_y = gen.uniform(6, 26), blob_x = gen.uniform(6, 26);
-    for (std::int64_t ch = 0; ch < kChannels; ++ch) {
-      const double fy = static_cast<double>(gen.below(4)) + 1, fx = static_cast<double>(gen.below(4)) + 1;
-      const double phase = gen.uniform(0, 2 * std::numbers::pi);
-      const double blob_amp = gen.uniform(-2, 2);
-      for (std::int64_t y = 0; y < kHeight; ++y) {
-        for (std::int64_t x = 0; x < kWidth; ++x) {
-          const double grating = std::sin(
-              2 * std::numbers::pi * (fy * static_cast<double>(y) + fx * static_cast<double>(x)) / 32.0 + phase);
-          const double r2 = (static_cast<double>(y) - blob_y) * (static_cast<double>(y) - blob_y) +
-                            (static_cast<double>(x) - blob_x) * (static_cast<double>(x) - blob_x);
-          proto[(ch * kHeight + y) * kWidth + x] = static_cast<float>(grating + blob_amp * std::exp(-r2 / 32.0));
-        }
-      }
-    }
-    // Zero mean, unit variance per prototype, so no class is told apart by brightness alone.
-    double mean = 0, sq = 0;
-    for (std::int64_t i = 0; i < kSampleElements; ++i) mean += proto[i];
-    mean /= kSampleElements;
-    for (std::int64_t i = 0; i < kSampleElements; ++i) sq += (proto[i] - mean) * (proto[i] - mean);
-    const double inv_std = 1.0 / std::sqrt(sq / kSampleElements + 1e-12);
-    for (std::int64_t i = 0; i < kSampleElements; ++i) proto[i] = static_cast<float>((proto[i] - mean) * inv_std);
-  }
-}
-
-std::int64_t SyntheticImages::get(std::int64_t index, float* image, double* checksum) const {
-  TL_CHECK(index >= 0 && index < size_, std::string("SyntheticImages(") + split_name(split_) + "): index " +
-                                            std::to_string(index) + " is outside [0, " + std::to_string(size_) + ")");
-  Generator gen(mix_seed(mix_seed(seed_, split_ == Split::train ? 1 : 2), static_cast<std::uint64_t>(index)));
-  const auto label = static_cast<std::int64_t>(gen.below(kClasses));
-  const auto dy = static_cast<std::int64_t>(gen.below(2 * kMaxShift + 1)) - kMaxShift;
-  const auto dx = static_cast<std::int64_t>(gen.below(2 * kMaxShift + 1)) - kMaxShift;
-  const auto contrast = static_cast<float>(gen.uniform(0.6, 1.4));
-  const float* proto = prototypes_.data() + label * kSampleElements;
-  for (std::int64_t ch = 0; ch < kChannels; ++ch) {
-    for (std::int64_t y = 0; y < kHeight; ++y) {
-      const std::int64_t sy = (y - dy + kHeight) % kHeight;
-      for (std::int64_t x = 0; x < kWidth; ++x) {
-        const std::int64_t sx = (x - dx + kWidth) % kWidth;
-        image[(ch * kHeight + y) * kWidth + x] =
-            contrast * proto[(ch * kHeight + sy) * kWidth + sx] + kNoiseStd * cheap_normal(gen.next_u64());
-      }
-    }
-  }
-  const double work = decode_work(image, kStencilPassesPerUnit * decode_cost_);
-  if (checksum) *checksum = work;
-  return label;
-}
-
 // ---------------------------------------------------------------------------------------------
 // DataLoader
 
@@ -182,15 +68,20 @@ float* DataLoader::HostBatch::image_data() {
   return pinned.data != nullptr ? static_cast<float*>(pinned.data) : images.data();
 }
 std::int64_t* DataLoader::HostBatch::label_data() {
-  return pinned.data != nullptr ? reinterpret_cast<std::int64_t*>(static_cast<float*>(pinned.data) +
-                                                                  count * SyntheticImages::kSampleElements)
-                                : labels.data();
+  // Pinned: the labels follow the images in the same block (8-byte aligned: float count is even
+  // or padded, see produce()).
+  return pinned.data != nullptr
+             ? reinterpret_cast<std::int64_t*>(static_cast<unsigned char*>(pinned.data) + label_offset)
+             : labels.data();
 }
 
-DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const DataLoaderOptions& options,
-                       Backend& backend)
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options, Backend& backend)
     : dataset_(std::move(dataset)), options_(options), backend_(backend) {
   TL_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
+  sample_shape_ = dataset_->sample_shape();
+  sample_elements_ = dataset_->sample_elements();
+  TL_CHECK(sample_elements_ >= 1,
+           "DataLoader: " + dataset_->describe() + " has an empty sample shape " + shape_str(sample_shape_));
   TL_CHECK(options.batch_size >= 1, "DataLoader: batch_size must be >= 1, got " + std::to_string(options.batch_size));
   TL_CHECK(options.num_workers >= 0,
            "DataLoader: num_workers must be >= 0, got " + std::to_string(options.num_workers));
@@ -209,8 +100,9 @@ DataLoader::DataLoader(std::shared_ptr<const SyntheticImages> dataset, const Dat
                                         " samples make no full batch of " + std::to_string(b) + " (drop_last is on)");
   if (options.pin_memory) {
     uploads_ = backend.pinned_uploads();
-    TL_CHECK(uploads_ != nullptr, "DataLoader: pin_memory needs a backend with page-locked host memory (cuda); backend '" +
-                                      backend.name() + "' has none");
+    TL_CHECK(uploads_ != nullptr,
+             "DataLoader: pin_memory needs a backend with page-locked host memory (cuda); backend '" + backend.name() +
+                 "' has none");
     pinned_pool_ = std::make_shared<PinnedPool>(*uploads_);
   }
 }
@@ -228,6 +120,12 @@ DataLoader::~DataLoader() {
   } catch (...) {
     // Nothing to report from a destructor: the pool frees the blocks (cudaFreeHost waits for them).
   }
+}
+
+Shape DataLoader::batch_shape(std::int64_t count) const {
+  Shape shape{count};
+  shape.insert(shape.end(), sample_shape_.begin(), sample_shape_.end());
+  return shape;
 }
 
 std::shared_ptr<const std::vector<std::int64_t>> DataLoader::permutation(std::int64_t epoch) const {
@@ -262,22 +160,27 @@ DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
   try {
     const auto indices = batch_indices(global / batches_per_epoch_, global % batches_per_epoch_);
     batch.count = static_cast<std::int64_t>(indices.size());
+    const std::size_t image_elements = indices.size() * static_cast<std::size_t>(sample_elements_);
     if (pinned_pool_) {
-      // Written straight into page-locked memory: no pinning copy afterwards.
-      const std::size_t bytes = static_cast<std::size_t>(batch.count) *
-                                (SyntheticImages::kSampleElements * sizeof(float) + sizeof(std::int64_t));
+      // Written straight into page-locked memory: the images, then the labels at an 8-byte boundary.
+      batch.label_offset = (image_elements * sizeof(float) + 7) / 8 * 8;
+      const std::size_t bytes = batch.label_offset + indices.size() * sizeof(std::int64_t);
       batch.pinned.data = pinned_pool_->acquire(bytes);
       batch.pinned.pool = pinned_pool_.get();
       batch.pinned.bytes = bytes;
     } else {
-      batch.images.resize(indices.size() * SyntheticImages::kSampleElements);
+      batch.images.resize(image_elements);
       batch.labels.resize(indices.size());
     }
     float* images = batch.image_data();
     std::int64_t* labels = batch.label_data();
+    const std::int64_t classes = dataset_->num_classes();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       double checksum = 0;
-      labels[i] = dataset_->get(indices[i], images + i * SyntheticImages::kSampleElements, &checksum);
+      labels[i] = dataset_->get(indices[i], images + static_cast<std::int64_t>(i) * sample_elements_, &checksum);
+      TL_CHECK(labels[i] >= 0 && labels[i] < classes, dataset_->describe() + ": sample " + std::to_string(indices[i]) +
+                                                          " has label " + std::to_string(labels[i]) + ", outside [0, " +
+                                                          std::to_string(classes) + ")");
       batch.checksum += checksum;
     }
   } catch (const std::exception& e) {
@@ -367,7 +270,7 @@ DataLoader::Upload DataLoader::start_upload(HostBatch& host, std::int64_t global
   TL_PROFILE_SCOPE("loader.upload");
   Upload upload;
   upload.global = global;
-  upload.batch.images = Tensor::empty({host.count, 3, 32, 32}, DType::f32, backend_);
+  upload.batch.images = Tensor::empty(batch_shape(host.count), DType::f32, backend_);
   upload.batch.labels = Tensor::empty({host.count}, DType::i64, backend_);
   upload.batch.decode_checksum = host.checksum;
   upload.tickets[0] =
@@ -418,7 +321,7 @@ Batch DataLoader::next() {
     }
   } else {
     HostBatch host = take(global);
-    batch.images = Tensor::from_host(host.images.data(), {host.count, 3, 32, 32}, DType::f32, backend_);
+    batch.images = Tensor::from_host(host.images.data(), batch_shape(host.count), DType::f32, backend_);
     batch.labels = Tensor::from_host(host.labels.data(), {host.count}, DType::i64, backend_);
     batch.decode_checksum = host.checksum;
   }

@@ -1,5 +1,5 @@
-// Data: SyntheticImages (a deterministic, learnable image task with a real per-sample CPU cost)
-// and a DataLoader with seeded shuffling, worker threads, prefetch and a resumable position.
+// The DataLoader: batches of any Dataset (engine/dataset.h) with seeded shuffling, the distributed
+// sampler, worker threads, prefetch, page-locked staging and a resumable position.
 #pragma once
 
 #include <condition_variable>
@@ -8,47 +8,15 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/dataset.h"
 #include "engine/state_dict.h"
 #include "engine/tensor.h"
 
 namespace trainlab {
-
-enum class Split { train, held_out };
-const char* split_name(Split split);
-
-// 10 classes of 3x32x32 images. Each class has a prototype made of oriented gratings and a
-// bright blob, both drawn from the dataset seed; a sample is its class prototype, shifted by up
-// to 3 pixels, scaled in contrast, plus Gaussian pixel noise. Sample i of a split is a pure
-// function of (seed, split, i): any worker, in any order, produces the same bytes.
-//
-// decode_cost stands in for JPEG decode and augmentation: each unit is four passes of a 3x3
-// stencil over the image (real arithmetic, about 18 flops per pixel per pass), each pass reading
-// the previous one's output, folded into a checksum the batch carries so the work cannot be
-// optimised away. It never changes the pixels, so the learning problem is the same at every cost.
-class SyntheticImages {
- public:
-  static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;
-  static constexpr std::int64_t kSampleElements = kChannels * kHeight * kWidth;
-
-  SyntheticImages(std::uint64_t seed, Split split, std::int64_t size, std::int64_t decode_cost = 0);
-  std::int64_t size() const { return size_; }
-  Split split() const { return split_; }
-  std::uint64_t seed() const { return seed_; }
-  std::int64_t decode_cost() const { return decode_cost_; }
-
-  // Writes sample `index` ([3, 32, 32] row-major) to `image`; returns its label. `checksum`
-  // receives the decode work's result.
-  std::int64_t get(std::int64_t index, float* image, double* checksum = nullptr) const;
-
- private:
-  std::uint64_t seed_;
-  Split split_;
-  std::int64_t size_, decode_cost_;
-  std::vector<float> prototypes_;  // [classes, 3, 32, 32]
-};
 
 struct DataLoaderOptions {
   std::int64_t batch_size = 32;
@@ -72,7 +40,7 @@ struct DataLoaderOptions {
 };
 
 struct Batch {
-  Tensor images;  // [B, 3, 32, 32] f32
+  Tensor images;  // [B, sample shape...] f32
   Tensor labels;  // [B] i64
   std::int64_t epoch = 0;
   std::int64_t index = 0;  // batch index within the epoch
@@ -88,7 +56,7 @@ class PinnedPool;
 
 class DataLoader {
  public:
-  DataLoader(std::shared_ptr<const SyntheticImages> dataset, const DataLoaderOptions& options, Backend& backend);
+  DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options, Backend& backend);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -119,7 +87,8 @@ class DataLoader {
     std::int64_t count = 0;
     std::vector<float> images;  // pageable, without pin_memory
     std::vector<std::int64_t> labels;
-    PinnedBlock pinned;  // pin_memory: the images, then the labels
+    PinnedBlock pinned;            // pin_memory: the images, then the labels
+    std::size_t label_offset = 0;  // bytes into `pinned` where the labels start
     double checksum = 0;
     std::string error;  // a worker's failure, rethrown on the consuming thread
     float* image_data();
@@ -131,6 +100,7 @@ class DataLoader {
     Batch batch;
     std::uint64_t tickets[2] = {0, 0};
   };
+  Shape batch_shape(std::int64_t count) const;  // [count, sample shape...]
   // A global batch number g = epoch * batches_per_epoch + index orders all work.
   HostBatch produce(std::int64_t global) const;
   HostBatch take(std::int64_t global);  // produced here, or waited for from the workers
@@ -143,7 +113,9 @@ class DataLoader {
   void stop_workers();
   void worker_loop();
 
-  std::shared_ptr<const SyntheticImages> dataset_;
+  std::shared_ptr<const Dataset> dataset_;
+  Shape sample_shape_;  // the dataset's, read once
+  std::int64_t sample_elements_ = 0;
   DataLoaderOptions options_;
   Backend& backend_;
   PinnedUploads* uploads_ = nullptr;         // pin_memory: the backend's pinned uploads

@@ -12,6 +12,12 @@
 
 namespace trainlab {
 
+// The all-reduce data-parallel training uses (the config's `allreduce`): the hand-written ring, or
+// the communication library's own (MPI_Allreduce, ncclAllReduce). comm/ implements both.
+enum class AllreduceAlgorithm { ring, native };
+// The communicator it runs over (the config's `comm`).
+enum class CommBackend { mpi, nccl };
+
 // One optimiser step's communication, as PyTorch DDP logs it.
 struct DdpStepStats {
   double backward_compute_s = 0;  // the synchronised micro-step's backward, start to end

@@ -4,8 +4,8 @@
 
 #include "backends/registry.h"
 #include "engine/autocast.h"
-#include "engine/nn.h"
 #include "engine/safetensors.h"
+#include "engine/smallcnn.h"
 
 namespace trainlab {
 
@@ -21,18 +21,20 @@ const Tensor& find(const NamedTensors& tensors, const std::string& name, const s
 NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors& batch,
                                 const GradDumpOptions& options) {
   Backend& backend = get_backend(options.backend.empty() ? default_backend_name() : options.backend);
-  const DType dtype = parse_dtype(options.dtype);
+  const DType dtype = options.dtype;
+  const std::string dtype_text = dtype_name(dtype);
   TL_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
-           "grad-dump: dtype must be f32, bf16 or f64, got " + options.dtype);
-  TL_CHECK(backend.supports(dtype), "backend '" + backend.name() + "' does not support dtype " + options.dtype);
+           "grad-dump: dtype must be f32, bf16 or f64, got " + dtype_text);
+  TL_CHECK(backend.supports(dtype), "backend '" + backend.name() + "' does not support dtype " + dtype_text);
   const DType param_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
 
   const Tensor& images = find(batch, "images", "batch");
   const Tensor& labels = find(batch, "labels", "batch");
-  TL_CHECK(images.dtype() == DType::f32 && images.dim() == 4 && images.size(1) == 3 && images.size(2) == 32 &&
-               images.size(3) == 32,
-           "batch: 'images' must be f32 [N, 3, 32, 32], got " + std::string(dtype_name(images.dtype())) + " " +
-               shape_str(images.shape()));
+  TL_CHECK(images.dtype() == DType::f32 && images.dim() == 4 && images.size(1) == SmallCNN::kChannels &&
+               images.size(2) == SmallCNN::kHeight && images.size(3) == SmallCNN::kWidth,
+           "batch: 'images' must be f32 [N, " + std::to_string(SmallCNN::kChannels) + ", " +
+               std::to_string(SmallCNN::kHeight) + ", " + std::to_string(SmallCNN::kWidth) + "], got " +
+               std::string(dtype_name(images.dtype())) + " " + shape_str(images.shape()));
   TL_CHECK(labels.dtype() == DType::i64 && labels.dim() == 1 && labels.size(0) == images.size(0),
            "batch: 'labels' must be i64 [" + std::to_string(images.size(0)) + "], got " +
                std::string(dtype_name(labels.dtype())) + " " + shape_str(labels.shape()));
@@ -47,7 +49,7 @@ NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors&
   Tensor loss;
   {
     AutocastGuard autocast(dtype == DType::bf16 ? DType::bf16 : DType::f32);
-    Tensor x = images.to(backend).contiguous(parse_memory_format(options.layout));
+    Tensor x = images.to(backend).contiguous(options.layout);
     if (param_dtype != DType::f32) x = x.to(param_dtype);
     loss = cross_entropy(model.forward(x), labels.to(backend));
   }
@@ -75,8 +77,8 @@ std::size_t grad_dump(const std::string& weights_path, const std::string& batch_
   write_safetensors(out_path, result,
                     {{"tool", "trainlab grad-dump"},
                      {"backend", options.backend.empty() ? default_backend_name() : options.backend},
-                     {"dtype", options.dtype},
-                     {"layout", options.layout},
+                     {"dtype", dtype_name(options.dtype)},
+                     {"layout", memory_format_name(options.layout)},
                      {"fuse", options.fuse ? "true" : "false"}});
   return result.size() - 1;
 }

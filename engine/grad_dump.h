@@ -5,13 +5,14 @@
 #include <string>
 
 #include "engine/state_dict.h"
+#include "engine/tensor.h"
 
 namespace trainlab {
 
 struct GradDumpOptions {
-  std::string backend;          // empty: the default CPU backend
-  std::string dtype = "f32";    // f32 | bf16 (autocast, f32 master weights) | f64
-  std::string layout = "nchw";  // nchw | nhwc
+  std::string backend;       // empty: the default CPU backend
+  DType dtype = DType::f32;  // f32 | bf16 (autocast, f32 master weights) | f64
+  MemoryFormat layout = MemoryFormat::contiguous;
   bool fuse = false;
 };
 

@@ -1,5 +1,6 @@
-// Modules: named parameters with PyTorch state-dict names, the layers SmallCNN needs, Sequential,
-// and SmallCNN itself.
+// Modules: named parameters with PyTorch state-dict names, the layers (Conv2d, Linear, ReLU,
+// MaxPool2d, Flatten) and Sequential. A model is a Module; SmallCNN (engine/smallcnn.h) is one, and
+// a driver builds its own from these layers (studies/own_model_and_data).
 #pragma once
 
 #include <cstdint>
@@ -103,26 +104,6 @@ class Sequential : public Module {
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;
-};
-
-// The model every study trains: input [N, 3, 32, 32] ->
-//   conv1 Conv2d(3, 32, 3, pad 1) ReLU MaxPool2d(2) -> conv2 Conv2d(32, 64, 3, pad 1) ReLU
-//   MaxPool2d(2) -> flatten -> fc1 Linear(4096, 256) ReLU -> fc2 Linear(256, 10).
-// Parameters are initialised in the order conv1, conv2, fc1, fc2 (weight, then bias).
-// Activations follow the input's memory format (give it a channels_last input for NHWC). With
-// set_fused(true) each conv and linear does its bias and ReLU in the same kernel call.
-class SmallCNN : public Module {
- public:
-  static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;
-  explicit SmallCNN(const InitOptions& init);
-  Tensor forward(const Tensor& x) override;
-  void set_fused(bool fused) { fused_ = fused; }
-  bool fused() const { return fused_; }
-  std::shared_ptr<Conv2d> conv1, conv2;
-  std::shared_ptr<Linear> fc1, fc2;
-
- private:
-  bool fused_ = false;
 };
 
 }  // namespace trainlab

@@ -1,6 +1,7 @@
 // Throughput of SmallCNN training (or inference) on in-memory batches: the measurement behind
 // `trainlab throughput` and the comparison against PyTorch. Data are generated before timing
-// starts, so the figure is the engine's compute alone (data-wait is zero by construction).
+// starts, so the figure is the engine's compute alone (data-wait is next to zero); each step is the
+// trainer's own (StepRunner), timed the same way.
 #pragma once
 
 #include <cstdint>
@@ -8,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/trainer.h"
+#include "engine/step.h"
 
 namespace trainlab {
 
 struct ThroughputConfig {
   std::string backend;  // empty: the default CPU backend
-  std::string dtype = "f32";
-  std::string layout = "nchw";
+  DType dtype = DType::f32;
+  MemoryFormat layout = MemoryFormat::contiguous;
   bool fuse = false;
   bool forward_only = false;
   bool cuda_graph = false;  // training: forward and backward replayed from CUDA graphs after the warm-up
@@ -32,6 +33,7 @@ struct ThroughputResult {
   ThroughputConfig config;
   std::string backend_name;
   std::string backend_describe;
+  std::string phase_timer;  // the backend's timer, which timed the phases (samples/s: the wall clock)
   int threads = 0;
   std::int64_t steps = 0;  // measured steps
   double seconds = 0;      // their total
@@ -51,10 +53,10 @@ ThroughputResult measure_throughput(const ThroughputConfig& config);
 
 // The GEMM ceiling: y[n, n] = x[n, n] w[n, n]^T through the backend's linear kernel (oneDNN's
 // inner product), repeated for `seconds` after one warm-up call. Returns each call's GFLOP/s.
-std::vector<double> measure_gemm_gflops(const std::string& backend, const std::string& dtype, std::int64_t n,
-                                        int threads, double seconds);
+std::vector<double> measure_gemm_gflops(const std::string& backend, DType dtype, std::int64_t n, int threads,
+                                        double seconds);
 std::string throughput_json(const ThroughputResult& result);  // one line
-std::string gemm_json(Backend& backend, const std::string& dtype, std::int64_t n, const std::vector<double>& gflops);
+std::string gemm_json(Backend& backend, DType dtype, std::int64_t n, const std::vector<double>& gflops);
 double peak_rss_mb();
 
 }  // namespace trainlab

@@ -1,12 +1,16 @@
-// The trainer: SmallCNN on SyntheticImages. One step = wait for data, forward, loss, backward,
-// optimiser step; each phase timed with the backend's timer (CUDA events on a GPU, a steady clock
-// on the CPU), with a device synchronise at each boundary, and recorded as a profiler span. Warm-up steps are excluded
-// from throughput and counted.
+// The trainer: a model on its data (a TrainTask; SmallCNN on SyntheticImages by default), one
+// StepRunner step at a time, then the schedule, then the driver's callbacks; held-out evaluation
+// every eval_every steps and at the end, a stop rule, checkpoints, progress lines and the
+// throughput summary (warm-up steps excluded and counted).
+//
+//   Trainer trainer(config, task);               // or Trainer(config) for the trainlab command's task
+//   trainer.set_callbacks({.on_step = ..., .stop_rule = accuracy_at_least(0.85, 2)});
+//   TrainResult result = trainer.train(&std::cout);
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,22 +21,44 @@
 #include "engine/grad_scaler.h"
 #include "engine/nn.h"
 #include "engine/optim.h"
-#include "engine/step_graph.h"
+#include "engine/step.h"
+#include "engine/task.h"
 
 namespace trainlab {
-
-struct PhaseTimes {
-  double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
-  double comm_s = 0;  // data parallel: the gradient all-reduce still running after backward (exposed)
-  double total() const { return data_wait_s + forward_s + backward_s + optimizer_s + comm_s; }
-  PhaseTimes& operator+=(const PhaseTimes& other);
-};
 
 struct EvalResult {
   std::int64_t step = 0;
   double accuracy = 0;  // fraction in [0, 1]
   double loss = 0;
   std::int64_t samples = 0;
+};
+
+// What a driver sees after each optimiser step.
+struct StepReport {
+  std::int64_t step = 0;  // the global step just completed (1 after the first)
+  double loss = 0;        // its mean loss
+  double lr = 0;          // the learning rate it used
+  PhaseTimes phases;
+  double seconds = 0;
+  bool measured = false;  // past the warm-up (counted in the throughput)
+  bool skipped = false;   // f16: the scaler skipped the update
+};
+
+// When to stop before the step cap: asked after every held-out evaluation, with all of them so far.
+struct StopRule {
+  std::string description;  // recorded in the result: "held-out accuracy >= 0.85 on 2 consecutive evaluations"
+  std::function<bool(const std::vector<EvalResult>& evals)> should_stop;
+  explicit operator bool() const { return static_cast<bool>(should_stop); }
+};
+// Held-out accuracy >= `target` on `consecutive` evaluations in a row (seed 000's rule for the cost
+// study: two in a row, so that one lucky evaluation does not end a run).
+StopRule accuracy_at_least(double target, int consecutive = 2);
+
+// A driver observes and stops a run through these, without editing the engine.
+struct TrainCallbacks {
+  std::function<void(const StepReport&)> on_step;
+  std::function<void(const EvalResult&)> on_eval;
+  StopRule stop_rule;  // needs eval_every > 0
 };
 
 struct TrainResult {
@@ -50,16 +76,26 @@ struct TrainResult {
   std::int64_t skipped_steps = 0;    // f16: optimiser steps skipped for non-finite gradients (this run)
   double loss_scale = 0;             // f16: the loss scale at the end (0 without a scaler)
   double wall_s = 0;
+  // How the run was bounded, as it ran: the step cap (steps, or stop_at), the evaluation cadence,
+  // the stop rule (empty: none) and what ended the run ("step cap" or "stop rule").
+  std::int64_t step_cap = 0;
+  std::int64_t eval_every = 0;
+  std::string stop_rule;
+  std::string stopped_by;
 };
 
 class Trainer {
  public:
   // With `parallel` (data parallel training, see engine/distributed.h), the run is one replica of
   // a world: config.batch is the global batch and this rank takes its share of every batch.
+  Trainer(const TrainConfig& config, TrainTask task, DataParallel* parallel = nullptr);
+  // The trainlab command's task: SmallCNN on SyntheticImages (smallcnn_task(config)).
   explicit Trainer(const TrainConfig& config, DataParallel* parallel = nullptr);
   ~Trainer();
 
-  // Trains from the current step up to config.steps, printing progress to `log` (may be null).
+  void set_callbacks(TrainCallbacks callbacks);
+  // Trains from the current step up to the step cap (or the stop rule), printing progress to `log`
+  // (may be null).
   TrainResult train(std::ostream* log);
   EvalResult evaluate();
   void save(const std::string& dir);
@@ -68,43 +104,32 @@ class Trainer {
   void resume(const std::string& dir);
 
   std::int64_t step() const { return step_; }
-  SmallCNN& model() { return *model_; }
+  Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
   DataLoader& loader() { return *loader_; }
   Backend& backend() { return backend_; }
   Generator& generator() { return generator_; }
   const TrainConfig& config() const { return config_; }
+  const TrainTask& task() const { return task_; }
 
  private:
-  TrainConfig config_;
-  // One micro-step's forward: the input in the run's layout and dtype, the model under autocast
-  // when the dtype is bf16/f16, and the loss in f32, scaled by 1/accumulate.
-  Tensor forward_loss(const Tensor& images, const Tensor& labels);
-  Tensor prepare_input(const Tensor& images) const;
   void save_local(const std::string& dir);
   std::string trace_path() const;
-  // cuda_graph: one micro-step's forward (with the loss) and backward, captured once on the
-  // batch in `staged` and replayed from then on (see train()); each batch is staged into the
-  // graphs' inputs.
-  void capture_step(const Batch& staged);
-  void stage_for_graph(const Batch& batch);
-  // One timer per phase name, made by the backend (CUDA events on a GPU), reused every step.
-  Timer& phase_timer(const char* phase);
+  void log_header(std::ostream& log) const;
+  void log_summary(std::ostream& log, const TrainResult& result, std::int64_t run_steps) const;
 
+  TrainConfig config_;
+  TrainTask task_;
   Backend& backend_;
   DataParallel* parallel_ = nullptr;
-  DType dtype_;        // the compute dtype
-  DType param_dtype_;  // f32 master weights for bf16, else the compute dtype
-  MemoryFormat layout_;
   Generator generator_;
-  std::unique_ptr<SmallCNN> model_;
+  std::shared_ptr<Module> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LRScheduler> scheduler_;
   std::unique_ptr<GradScaler> scaler_;  // f16 only
-  std::shared_ptr<const SyntheticImages> train_data_, held_out_data_;
   std::unique_ptr<DataLoader> loader_;
-  std::unique_ptr<StepGraph> graph_;
-  std::map<std::string, std::unique_ptr<Timer>> phase_timers_;
+  std::unique_ptr<StepRunner> runner_;
+  TrainCallbacks callbacks_;
   std::int64_t step_ = 0;
 };
 

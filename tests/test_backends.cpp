@@ -316,10 +316,10 @@ TEST_CASE("backends: casts and optimiser steps", "[backends]") {
 
 TEST_CASE("backends: a steady-state training step allocates nothing and creates no primitive", "[backends]") {
   for (const auto& name : fast_backends()) {
-    for (const std::string dtype : {"f32", "bf16"}) {
-      for (const std::string layout : {"nchw", "nhwc"}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      for (const MemoryFormat layout : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
         for (bool fuse : {false, true}) {
-          INFO(name << " " << dtype << " " << layout << (fuse ? " fused" : ""));
+          INFO(name << " " << dtype_name(dtype) << " " << memory_format_name(layout) << (fuse ? " fused" : ""));
           ThroughputConfig config;
           config.backend = name;
           config.dtype = dtype;

@@ -52,21 +52,21 @@ json row_on(const std::string& device, double value) {
 
 TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[bench]") {
   const LrRule rule{8, 0.01};
-  const KnobMap base = {{"batch", "8"}, {"lr", "0.01"}, {"workers", "0"}, {"layout", "nchw"}};
-  KnobMap two = base;
-  two["workers"] = "2";
-  two["layout"] = "nhwc";
+  const TrainConfig base = config_from({{"batch", "8"}, {"lr", "0.01"}, {"workers", "0"}, {"layout", "nchw"}}, "t");
+  TrainConfig two = base;
+  two.workers = 2;
+  two.layout = MemoryFormat::channels_last;
   REQUIRE_THROWS_CONTAINING(single_change(base, two, rule, "both"), "rung 'both' changes 2 knobs",
                             "layout (nchw -> nhwc)", "workers (0 -> 2)");
   // batch with the LR its rule gives is one change...
-  KnobMap batch = base;
-  batch["batch"] = "32";
-  batch["lr"] = "0.04";
+  TrainConfig batch = base;
+  batch.batch = 32;
+  batch.lr = 0.04;
   const auto change = single_change(base, batch, rule, "batch32");
   REQUIRE(change);
   CHECK(change->knob == "batch (+ LR rule)");
   // ... and any other LR is a second knob.
-  batch["lr"] = "0.05";
+  batch.lr = 0.05;
   REQUIRE_THROWS_CONTAINING(single_change(base, batch, rule, "batch32"), "batch (8 -> 32)", "lr (0.01 -> 0.05)");
   // The rule is anchored at the base point whatever its base_batch: 16 at lr 0.01 -> 64 at 0.04,
   // and the generated batch rung passes the single-change check.
@@ -75,11 +75,11 @@ TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[ben
   spec.lr_rule.base_batch = 32;
   spec.rungs = {Rung{"baseline", {}, "", "", ""}, Rung{"batch64", {{"batch", "64"}}, "", "", ""}};
   const auto configs = rung_configs(spec, "cpu");
-  CHECK(std::stod(configs[1].at("lr")) == Approx(0.04));
+  CHECK(configs[1].lr == Approx(0.04));
   CHECK(single_change(configs[0], configs[1], spec.lr_rule, "batch64"));
   // Bookkeeping keys are not knobs.
-  KnobMap steps = base;
-  steps["steps"] = "999";
+  TrainConfig steps = base;
+  steps.steps = 999;
   CHECK_FALSE(single_change(base, steps, rule, "none"));
 
   // A ladder file whose rung sets two knobs is refused when loaded.
@@ -99,7 +99,7 @@ TEST_CASE("ladder: the shipped ladders load, and their LR follows the rule", "[b
     REQUIRE(configs.size() == spec.rungs.size());
     CHECK(spec.rungs.front().name == "baseline");
     for (std::size_t i = 0; i < spec.rungs.size(); ++i) {
-      if (spec.rungs[i].name == "batch128") CHECK(std::stod(configs[i].at("lr")) == Approx(0.04));
+      if (spec.rungs[i].name == "batch128") CHECK(configs[i].lr == Approx(0.04));
     }
   }
 }

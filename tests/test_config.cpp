@@ -27,7 +27,7 @@ TEST_CASE("config: a YAML file sets keys and flags override them", "[config]") {
   CHECK(c.steps == 50);
   CHECK(c.batch == 64);
   CHECK(c.lr == 0.05);
-  CHECK(c.optimizer == "adamw");
+  CHECK(c.optimizer == OptimizerKind::adamw);
   CHECK(c.persistent_workers);
   apply_config_value(c, "batch", "16", "--batch");
   CHECK(c.batch == 16);

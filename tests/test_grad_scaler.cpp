@@ -83,7 +83,7 @@ TEST_CASE("f16 training with loss scaling: an absurd start scale overflows, is s
           "[training][scaler]") {
   TrainConfig c;
   c.backend = scaler_backend();
-  c.dtype = "f16";
+  c.dtype = DType::f16;
   c.steps = 30;
   c.batch = 16;
   c.train_samples = 256;

@@ -100,16 +100,16 @@ TEST_CASE("graphs: replaying the captured step trains exactly as the eager step"
   TrainConfig c = graph_config();
   SECTION("f32, SGD with momentum") { check_graph_equals_eager(c); }
   SECTION("bf16 autocast, channels_last, fused") {
-    c.dtype = "bf16";
-    c.layout = "nhwc";
+    c.dtype = DType::bf16;
+    c.layout = MemoryFormat::channels_last;
     c.fuse = true;
     check_graph_equals_eager(c);
   }
   SECTION("gradient accumulation, AdamW, warm-up and cosine schedule") {
     c.accumulate = 2;
-    c.optimizer = "adamw";
+    c.optimizer = OptimizerKind::adamw;
     c.lr = 1e-3;
-    c.schedule = "warmup_cosine";
+    c.schedule = ScheduleKind::warmup_cosine;
     c.warmup_steps = 2;
     check_graph_equals_eager(c);
   }
@@ -123,7 +123,7 @@ TEST_CASE("graphs: a capture the step cannot support is refused by name", "[grap
     CHECK_THROWS_WITH(Trainer(c), Catch::Contains("backend 'reference' cannot"));
   }
   SECTION("f16 and its host-side loss scaler") {
-    c.dtype = "f16";
+    c.dtype = DType::f16;
     if (get_backend(c.backend).supports(DType::f16)) {
       CHECK_THROWS_WITH(Trainer(c), Catch::Contains("cuda_graph with dtype f16"));
     }

@@ -109,14 +109,14 @@ TEST_CASE("training: every fast backend tracks the reference's loss curve", "[tr
   // bound is loose; a stale cached primitive or a wrong gradient would be off by far more.
   for (const auto& info : registered_backends()) {
     if (info.name == "reference" || info.device_type != DeviceType::cpu) continue;
-    for (const std::string dtype : {"f32", "bf16"}) {
-      for (const std::string layout : {"nchw", "nhwc"}) {
-        INFO(info.name << " " << dtype << " " << layout);
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      for (const MemoryFormat layout : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+        INFO(info.name << " " << dtype_name(dtype) << " " << memory_format_name(layout));
         TrainConfig c = small_config();
         c.steps = 8;
         c.dtype = dtype;
         c.layout = layout;
-        c.fuse = layout == "nhwc";  // both the plain and the fused paths
+        c.fuse = layout == MemoryFormat::channels_last;  // both the plain and the fused paths
         c.backend = "reference";
         const TrainResult expected = Trainer(c).train(nullptr);
         c.backend = info.name;
@@ -124,7 +124,8 @@ TEST_CASE("training: every fast backend tracks the reference's loss curve", "[tr
         REQUIRE(got.losses.size() == expected.losses.size());
         for (std::size_t i = 0; i < got.losses.size(); ++i) {
           INFO("step " << i + 1 << ": " << got.losses[i] << " vs " << expected.losses[i]);
-          CHECK(std::abs(got.losses[i] - expected.losses[i]) < (dtype == "f32" ? 2e-3 : 3e-2) * expected.losses[i]);
+          CHECK(std::abs(got.losses[i] - expected.losses[i]) <
+                (dtype == DType::f32 ? 2e-3 : 3e-2) * expected.losses[i]);
         }
       }
     }
@@ -174,14 +175,14 @@ TEST_CASE("profiler: phase spans cover each step and op spans nest inside them",
 }
 
 TEST_CASE("training: resume is bit-identical to a straight run", "[training][resume]") {
-  for (const std::string optimizer : {"sgd", "adamw"}) {
-    INFO("optimizer " << optimizer);
+  for (const OptimizerKind optimizer : {OptimizerKind::sgd, OptimizerKind::adamw}) {
+    INFO("optimizer " << optimizer_name(optimizer));
     TrainConfig config = small_config();
     config.optimizer = optimizer;
     config.workers = 2;
-    if (optimizer == "adamw") {
+    if (optimizer == OptimizerKind::adamw) {
       config.lr = 0.001;
-      config.schedule = "warmup_cosine";
+      config.schedule = ScheduleKind::warmup_cosine;
       config.warmup_steps = 3;
     }
     Trainer straight(config);
@@ -189,7 +190,7 @@ TEST_CASE("training: resume is bit-identical to a straight run", "[training][res
     REQUIRE(full.losses.size() == 12);
 
     // N steps, save; then a new process-equivalent resumes and runs N more.
-    const std::string dir = temp_dir(optimizer);
+    const std::string dir = temp_dir(optimizer_name(optimizer));
     TrainConfig first_config = config;
     first_config.stop_at = 6;
     first_config.save = dir;

@@ -14,6 +14,8 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
+#include "engine/smallcnn.h"
+#include "engine/synthetic_images.h"
 #include "engine/tensor.h"
 
 namespace trainlab::test {

@@ -10,8 +10,8 @@
 #include "bench/ladder.h"
 #include "bench/ledger.h"
 #include "bench/report.h"
-#include "engine/fileio.h"
 #include "bench/tools/cli_parse.h"
+#include "engine/fileio.h"
 
 int main(int argc, char** argv) {
   using namespace trainlab;

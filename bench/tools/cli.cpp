@@ -44,7 +44,7 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     const CLI::Option* option = options.at(field.key);
     if (option->count() == 0) continue;
     std::string text = values.at(field.key);
-    if (text.empty() && field.allowed == "true | false") text = "true";  // a bare boolean flag
+    if (text.empty() && field.is_bool) text = "true";  // a bare boolean flag
     apply_config_value(config, field.key, text, field.flag);
   }
   validate_config(config);
@@ -59,11 +59,11 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   comm::MpiSession session(nullptr, nullptr);
   auto bootstrap = comm::MpiCommunicator::world();
   try {
-    auto world = comm::make_world(config.comm);
+    auto world = comm::make_world(comm_backend_name(config.comm));
     world->set_timeout(config.comm_timeout);
     comm::DdpOptions ddp_options;
     ddp_options.bucket_cap_mb = config.bucket_cap_mb;
-    ddp_options.algorithm = comm::parse_algorithm(config.allreduce);
+    ddp_options.algorithm = config.allreduce;
     comm::Ddp ddp(*world, ddp_options);
     Trainer trainer(config, &ddp);
     const TrainResult result = trainer.train(world->rank() == 0 ? &std::cout : nullptr);
@@ -219,15 +219,16 @@ int cli_main(int argc, char** argv) {
   for (const auto& field : config_fields()) {
     auto* option = train->add_option(field.flag, values[field.key], field.help + " [" + field.allowed + "]")
                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides
-    if (field.allowed == "true | false") option->expected(0, 1);
+    if (field.is_bool) option->expected(0, 1);
     options[field.key] = option;
   }
   auto* throughput = app.add_subcommand(
       "throughput", "time SmallCNN training steps on in-memory batches; prints one JSON line (warm-up excluded)");
   ThroughputConfig tp;
+  std::string tp_dtype = "f32", tp_layout = "nchw";  // parsed into tp once the command line is read
   throughput->add_option("--backend", tp.backend, "backend (default: the best CPU backend)");
-  throughput->add_option("--dtype", tp.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
-  throughput->add_option("--layout", tp.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
+  throughput->add_option("--dtype", tp_dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  throughput->add_option("--layout", tp_layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
   throughput->add_option("--batch", tp.batch, "batch size [1..65536]")->check(CLI::Range(1, 65536));
   throughput->add_option("--threads", tp.threads, "compute threads (0: all cores) [0..1024]")
       ->check(CLI::Range(0, 1024));
@@ -245,6 +246,7 @@ int cli_main(int argc, char** argv) {
                                   "batch (safetensors in, safetensors out)");
   std::string grad_weights, grad_batch, grad_out;
   GradDumpOptions grad_options;
+  std::string grad_dtype = "f32", grad_layout = "nchw";
   grad->add_option("--weights", grad_weights, "SmallCNN state dict (conv1.weight, ...), f32")
       ->required()
       ->check(CLI::ExistingFile);
@@ -253,8 +255,8 @@ int cli_main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   grad->add_option("--out", grad_out, "output: 'loss' and one gradient per parameter")->required();
   grad->add_option("--backend", grad_options.backend, "backend (default: the best CPU backend)");
-  grad->add_option("--dtype", grad_options.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
-  grad->add_option("--layout", grad_options.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
+  grad->add_option("--dtype", grad_dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  grad->add_option("--layout", grad_layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
   grad->add_flag("--fuse", grad_options.fuse, "conv/linear with bias and ReLU fused");
   auto* gemm = app.add_subcommand("gemm",
                                   "GEMM ceiling: n x n x n products through the backend's linear kernel; "
@@ -297,6 +299,8 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "native"}));
   auto* backends = app.add_subcommand("backends", "list the registered backends");
+  auto* reference = app.add_subcommand(
+      "config-reference", "print every train config key (flag, default, allowed values, meaning) as markdown");
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
@@ -316,22 +320,33 @@ int cli_main(int argc, char** argv) {
 
   try {
     if (*train) return run_train(config_path, options, values);
-    if (*throughput) return run_throughput(tp);
+    if (*throughput) {
+      tp.dtype = parse_dtype(tp_dtype);
+      tp.layout = parse_memory_format(tp_layout);
+      return run_throughput(tp);
+    }
     if (*gemm) {
       check_backend_name(gemm_backend);
-      const auto gflops = measure_gemm_gflops(gemm_backend, gemm_dtype, gemm_n, gemm_threads, gemm_seconds);
+      const DType dtype = parse_dtype(gemm_dtype);
+      const auto gflops = measure_gemm_gflops(gemm_backend, dtype, gemm_n, gemm_threads, gemm_seconds);
       Backend& be = get_backend(gemm_backend.empty() ? default_backend_name() : gemm_backend);
-      std::printf("%s\n", gemm_json(be, gemm_dtype, gemm_n, gflops).c_str());
+      std::printf("%s\n", gemm_json(be, dtype, gemm_n, gflops).c_str());
       return 0;
     }
     if (*grad) {
       check_backend_name(grad_options.backend);
+      grad_options.dtype = parse_dtype(grad_dtype);
+      grad_options.layout = parse_memory_format(grad_layout);
       const std::size_t written = grad_dump(grad_weights, grad_batch, grad_out, grad_options);
       std::printf("grad-dump: loss and %zu gradients written to %s\n", written, grad_out.c_str());
       return 0;
     }
     if (*cost) return run_collective_cost(cost_options, *cost);
     if (*backends) return list_backends();
+    if (*reference) {
+      std::printf("%s", config_reference_markdown().c_str());
+      return 0;
+    }
     if (*version_cmd) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),
                   compiler_version().c_str());

@@ -1,0 +1,219 @@
+#include "engine/step.h"
+
+#include <exception>
+
+#include "engine/autocast.h"
+#include "engine/autograd.h"
+#include "engine/profiler.h"
+
+namespace trainlab {
+
+PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
+  data_wait_s += o.data_wait_s;
+  forward_s += o.forward_s;
+  backward_s += o.backward_s;
+  optimizer_s += o.optimizer_s;
+  comm_s += o.comm_s;
+  return *this;
+}
+
+namespace {
+
+// Times one phase with the backend's own timer and synchronises the device at its end, so that
+// an asynchronous backend does not look faster than it is and the next phase starts on an idle
+// device; records a profiler span.
+class PhaseTimer {
+ public:
+  PhaseTimer(Backend& backend, Timer& timer, const char* name, double& total_s)
+      : backend_(backend), timer_(timer), name_(name), total_s_(total_s), start_ns_(Profiler::now_ns()) {
+    timer_.start();
+  }
+  // Ends the phase here (otherwise the destructor does).
+  void finish() {
+    if (finished_) return;
+    finished_ = true;
+    timer_.stop();
+    backend_.synchronize();
+    total_s_ += timer_.elapsed_s();
+    if (Profiler::instance().enabled()) Profiler::instance().record(name_, start_ns_, Profiler::now_ns());
+  }
+  // A device error at the end of a phase is thrown, unless the phase is being left by an
+  // exception already, which then carries the first error.
+  ~PhaseTimer() noexcept(false) {
+    try {
+      finish();
+    } catch (...) {
+      if (std::uncaught_exceptions() == uncaught_) throw;
+    }
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  Backend& backend_;
+  Timer& timer_;
+  const char* name_;
+  double& total_s_;
+  std::int64_t start_ns_;
+  int uncaught_ = std::uncaught_exceptions();
+  bool finished_ = false;
+};
+
+}  // namespace
+
+StepRunner::StepRunner(Backend& backend, Module& model, Optimizer& optimizer, const StepOptions& options,
+                       GradScaler* scaler, DataParallel* parallel)
+    : backend_(backend),
+      model_(model),
+      optimizer_(optimizer),
+      options_(options),
+      scaler_(scaler),
+      parallel_(parallel),
+      param_dtype_(options.dtype == DType::bf16 || options.dtype == DType::f16 ? DType::f32 : options.dtype) {
+  TL_CHECK(options.accumulate >= 1, "step: accumulate must be >= 1, got " + std::to_string(options.accumulate));
+  TL_CHECK(options.dtype != DType::f16 || scaler != nullptr, "step: dtype f16 needs a loss scaler (GradScaler)");
+  if (options.cuda_graph) {
+    require_graph_capture(backend);
+    TL_CHECK(options.eager_steps_before_capture >= 1,
+             "step: cuda_graph needs at least one eager step before the capture (its buffers must exist)");
+    TL_CHECK(scaler == nullptr,
+             "cuda_graph with dtype f16 is not supported: the loss scaler decides on the host, every step, whether "
+             "to skip it (use bf16, which needs no scaler, or f32)");
+    TL_CHECK(parallel == nullptr,
+             "cuda_graph with data-parallel training is not supported yet: the all-reduce hooks run on the host "
+             "while backward runs");
+  }
+}
+
+StepRunner::~StepRunner() = default;
+
+Timer& StepRunner::timer(const char* phase) {
+  std::unique_ptr<Timer>& t = timers_[phase];
+  if (!t) t = backend_.make_timer();
+  return *t;
+}
+
+DType StepRunner::autocast_dtype() const { return param_dtype_ != options_.dtype ? options_.dtype : DType::f32; }
+
+Tensor StepRunner::model_forward(const Tensor& images) {
+  // The reorder to channels_last is real work, done (and timed) inside the forward phase.
+  Tensor x = images.contiguous(options_.layout);
+  if (param_dtype_ != DType::f32) x = x.to(param_dtype_);
+  return model_.forward(x);
+}
+
+Tensor StepRunner::forward(const Tensor& images) {
+  AutocastGuard autocast(autocast_dtype(), &optimizer_);
+  return model_forward(images);
+}
+
+Tensor StepRunner::forward_loss(const Tensor& images, const Tensor& labels) {
+  AutocastGuard autocast(autocast_dtype(), &optimizer_);  // cross_entropy runs in f32 under it
+  const Tensor loss = cross_entropy(model_forward(images), labels);
+  // Micro-steps: each loss is scaled by 1/K, so the accumulated gradient is the step's mean.
+  return options_.accumulate > 1 ? loss * (1.0 / static_cast<double>(options_.accumulate)) : loss;
+}
+
+// Copies a batch into the graphs' input. A replayed forward cannot read the label check back
+// from the device, so the labels are checked here, on the host.
+void StepRunner::stage_for_graph(const Batch& batch) {
+  TL_PROFILE_SCOPE("graph.stage_input");
+  if (options_.num_classes > 0) {
+    const std::vector<std::int64_t> labels = batch.labels.to_vector<std::int64_t>();
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      TL_CHECK(labels[i] >= 0 && labels[i] < options_.num_classes,
+               "cross_entropy: label " + std::to_string(labels[i]) + " at row " + std::to_string(i) +
+                   " is outside [0, " + std::to_string(options_.num_classes) + ")");
+    }
+  }
+  graph_->inputs()[0].copy_(batch.images);
+  graph_->inputs()[1].copy_(batch.labels);
+}
+
+StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
+  StepResult result;
+  PhaseTimes& phases = result.phases;
+  PhaseTimer step_span(backend_, timer("step"), "step", result.seconds);
+  // Micro-steps: gradients accumulate over `accumulate` batches (each loss scaled by 1/K, so the
+  // step's gradient is the mean); data parallel runs communicate on the last one only.
+  double loss_sum = 0;
+  // cuda_graph: eager for the first steps, then captured once (untimed: the capture is taken out
+  // of the step's time) and replayed.
+  const bool replay = options_.cuda_graph && steps_ >= options_.eager_steps_before_capture;
+  double capture_s = 0;
+  for (std::int64_t micro = 0; micro < options_.accumulate; ++micro) {
+    Batch batch;
+    {
+      PhaseTimer t(backend_, timer("data_wait"), "data_wait", phases.data_wait_s);
+      batch = next_batch();
+      if (replay && graph_) stage_for_graph(batch);
+    }
+    if (replay && !graph_) {
+      PhaseTimer t(backend_, timer("graph_capture"), "graph_capture", capture_s);
+      graph_ = std::make_unique<StepGraph>(
+          backend_, std::vector<Tensor>{batch.images, batch.labels},
+          [this](const std::vector<Tensor>& in) { return forward_loss(in[0], in[1]); }, model_.named_parameters());
+      stage_for_graph(batch);  // the same batch: its labels checked like every later one
+    }
+    if (replay) {
+      {
+        PhaseTimer t(backend_, timer("forward"), "forward", phases.forward_s);
+        graph_->forward();
+      }
+      {
+        PhaseTimer t(backend_, timer("backward"), "backward", phases.backward_s);
+        graph_->backward();
+      }
+      loss_sum += graph_->loss().item();
+      continue;
+    }
+    Tensor loss;
+    {
+      PhaseTimer t(backend_, timer("forward"), "forward", phases.forward_s);
+      loss = forward_loss(batch.images, batch.labels);
+    }
+    const bool sync = micro + 1 == options_.accumulate;
+    if (parallel_ != nullptr) parallel_->begin_backward(sync);
+    {
+      PhaseTimer t(backend_, timer("backward"), "backward", phases.backward_s);
+      if (scaler_) {
+        scaler_->scale(loss).backward();
+      } else {
+        loss.backward();
+      }
+    }
+    if (parallel_ != nullptr && sync) {
+      PhaseTimer t(backend_, timer("comm_wait"), "comm_wait", phases.comm_s);
+      result.ddp = parallel_->finish_backward();
+    }
+    loss_sum += loss.item();
+  }
+  {
+    PhaseTimer t(backend_, timer("optimizer"), "optimizer", phases.optimizer_s);
+    if (scaler_) {
+      result.skipped = !scaler_->step(optimizer_);
+    } else {
+      optimizer_.step();
+    }
+    optimizer_.zero_grad();
+  }
+  step_span.finish();  // the step span ends with the optimiser phase
+  result.seconds -= capture_s;
+  result.loss = loss_sum;  // the mean over the micro-steps (each was scaled by 1/K)
+  result.replayed = replay;
+  ++steps_;
+  return result;
+}
+
+StepResult StepRunner::infer(const Batch& batch) {
+  StepResult result;
+  {
+    PhaseTimer t(backend_, timer("forward"), "forward", result.phases.forward_s);
+    NoGradGuard no_grad;
+    forward(batch.images);
+  }
+  result.seconds = result.phases.forward_s;
+  return result;
+}
+
+}  // namespace trainlab

@@ -1,0 +1,101 @@
+// One training step, shared by every tool: the trainer, `trainlab throughput`, the ladder (through
+// the trainer) and the study drivers. A step is `accumulate` micro-steps (each: wait for a batch,
+// forward to the loss under autocast, backward, the DDP hooks; the loss scaled by 1/accumulate)
+// and then the optimiser (through the f16 loss scaler when there is one). After a few eager steps
+// it can capture one micro-step's forward and backward as device graphs and replay them
+// (cuda_graph). Every phase is timed with the backend's own timer (CUDA events on a GPU, a steady
+// clock on the CPU), with a device synchronise at each boundary so that an asynchronous backend is
+// not credited with work it has only queued, and recorded as a profiler span.
+//
+//   StepRunner runner(backend, model, optimizer, options);
+//   StepResult r = runner.step([&] { return loader.next(); });   // r.loss, r.phases, r.seconds
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "engine/data.h"
+#include "engine/distributed.h"
+#include "engine/grad_scaler.h"
+#include "engine/nn.h"
+#include "engine/optim.h"
+#include "engine/step_graph.h"
+
+namespace trainlab {
+
+// Seconds spent in each phase of a step (or their totals over several).
+struct PhaseTimes {
+  double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  double comm_s = 0;  // data parallel: the gradient all-reduce still running after backward (exposed)
+  double total() const { return data_wait_s + forward_s + backward_s + optimizer_s + comm_s; }
+  PhaseTimes& operator+=(const PhaseTimes& other);
+};
+
+struct StepOptions {
+  DType dtype = DType::f32;  // compute dtype; bf16/f16 autocast over f32 master weights
+  MemoryFormat layout = MemoryFormat::contiguous;
+  std::int64_t accumulate = 1;  // micro-steps per optimiser step
+  // Device graphs: eager for this many steps (so that every buffer the step creates exists), then
+  // one micro-step captured and replayed from the next step on.
+  bool cuda_graph = false;
+  std::int64_t eager_steps_before_capture = 2;
+  // Labels are checked against this on the host before a replayed forward reads them (a graph
+  // cannot report a bad label); 0: not checked.
+  std::int64_t num_classes = 0;
+};
+
+struct StepResult {
+  double loss = 0;     // the step's mean loss over its micro-steps
+  PhaseTimes phases;   // this step's
+  double seconds = 0;  // the whole step, as the backend's timer saw it (a graph capture excluded)
+  DdpStepStats ddp;    // data parallel: the synchronised micro-step's communication
+  bool skipped = false;   // f16: the scaler skipped the optimiser step (non-finite gradients)
+  bool replayed = false;  // forward and backward ran from captured graphs
+};
+
+class StepRunner {
+ public:
+  // `model` and `optimizer` (over the model's parameters) must outlive the runner; so must
+  // `scaler` (f16: required) and `parallel` (data parallel; null: one process) when given.
+  StepRunner(Backend& backend, Module& model, Optimizer& optimizer, const StepOptions& options,
+             GradScaler* scaler = nullptr, DataParallel* parallel = nullptr);
+  ~StepRunner();
+  StepRunner(const StepRunner&) = delete;
+  StepRunner& operator=(const StepRunner&) = delete;
+
+  // One optimiser step on `accumulate` batches from `next_batch` (its time is the data wait).
+  StepResult step(const std::function<Batch()>& next_batch);
+  // The model's output for `images` in the run's layout and autocast, recorded for autograd
+  // unless grad mode is off (evaluation and inference turn it off).
+  Tensor forward(const Tensor& images);
+  // Inference: one timed forward without gradients (its time in phases.forward_s).
+  StepResult infer(const Batch& batch);
+
+  std::int64_t steps() const { return steps_; }  // optimiser steps run by this runner
+  const StepOptions& options() const { return options_; }
+  DType param_dtype() const { return param_dtype_; }
+  bool replaying() const { return graph_ != nullptr; }
+
+ private:
+  DType autocast_dtype() const;               // the compute dtype under mixed precision, else f32 (off)
+  Tensor model_forward(const Tensor& images);  // layout, input dtype, the model; inside an autocast scope
+  Tensor forward_loss(const Tensor& images, const Tensor& labels);
+  void stage_for_graph(const Batch& batch);
+  Timer& timer(const char* phase);  // one per phase name, made by the backend, reused
+
+  Backend& backend_;
+  Module& model_;
+  Optimizer& optimizer_;
+  StepOptions options_;
+  GradScaler* scaler_;
+  DataParallel* parallel_;
+  DType param_dtype_;  // f32 master weights for bf16/f16, else the compute dtype
+  std::unique_ptr<StepGraph> graph_;
+  std::map<std::string, std::unique_ptr<Timer>> timers_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace trainlab
