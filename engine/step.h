@@ -48,10 +48,10 @@ struct StepOptions {
 };
 
 struct StepResult {
-  double loss = 0;     // the step's mean loss over its micro-steps
-  PhaseTimes phases;   // this step's
-  double seconds = 0;  // the whole step, as the backend's timer saw it (a graph capture excluded)
-  DdpStepStats ddp;    // data parallel: the synchronised micro-step's communication
+  double loss = 0;        // the step's mean loss over its micro-steps
+  PhaseTimes phases;      // this step's
+  double seconds = 0;     // the whole step, as the backend's timer saw it (a graph capture excluded)
+  DdpStepStats ddp;       // data parallel: the synchronised micro-step's communication
   bool skipped = false;   // f16: the scaler skipped the optimiser step (non-finite gradients)
   bool replayed = false;  // forward and backward ran from captured graphs
 };
@@ -80,7 +80,7 @@ class StepRunner {
   bool replaying() const { return graph_ != nullptr; }
 
  private:
-  DType autocast_dtype() const;               // the compute dtype under mixed precision, else f32 (off)
+  DType autocast_dtype() const;                // the compute dtype under mixed precision, else f32 (off)
   Tensor model_forward(const Tensor& images);  // layout, input dtype, the model; inside an autocast scope
   Tensor forward_loss(const Tensor& images, const Tensor& labels);
   void stage_for_graph(const Batch& batch);

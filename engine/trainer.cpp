@@ -292,9 +292,13 @@ TrainResult Trainer::train(std::ostream* log) {
     write_chrome_trace(trace_path(), profiler.take(), profiler.thread_names(), process);
   }
   if (config_.eval_at_end && task_.held_out_data != nullptr) {
-    result.final_eval = evaluate();
-    result.evals.push_back(result.final_eval);
-    if (callbacks_.on_eval) callbacks_.on_eval(result.final_eval);
+    if (!result.evals.empty() && result.evals.back().step == step_) {
+      result.final_eval = result.evals.back();  // a stop rule ended the run right after evaluating
+    } else {
+      result.final_eval = evaluate();
+      result.evals.push_back(result.final_eval);
+      if (callbacks_.on_eval) callbacks_.on_eval(result.final_eval);
+    }
   }
   if (!config_.save.empty()) save(config_.save);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

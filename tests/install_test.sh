@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the built tree into a temporary prefix, then configures, builds and runs
-# studies/example_driver against it exactly as a user's own driver would.
+# The library as a user gets it: installs the built tree into a temporary prefix, then configures,
+# builds and runs each study driver (studies/*) against it on its own, exactly as a user's own
+# driver would be built (find_package(trainlab)), with short runs.
 set -euo pipefail
 build_dir=$1
 source_dir=$2
@@ -11,7 +12,12 @@ trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
 test -f "$work/prefix/lib/cmake/trainlab/trainlabConfig.cmake"
 test -f "$work/prefix/include/trainlab/engine/trainer.h"
-cmake -S "$source_dir/studies/example_driver" -B "$work/build" -G "$generator" \
-      -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
-cmake --build "$work/build" > "$work/build.log"
-"$work/build/example_driver" --steps 4
+test ! -e "$work/prefix/include/trainlab/engine/yaml_file.h"
+for driver in own_model_and_data gradient_timeline; do
+  cmake -S "$source_dir/studies/$driver" -B "$work/$driver" -G "$generator" \
+        -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/$driver-configure.log"
+  cmake --build "$work/$driver" > "$work/$driver-build.log"
+done
+"$work/own_model_and_data/own_model_and_data" --target 0.9 --steps 1500
+"$work/gradient_timeline/gradient_timeline" --steps 8 --batch 16
+echo "both drivers built against the installed package and ran"
