@@ -8,7 +8,8 @@ Reported per row: median and min-max over rounds; ratios are per round against t
 variant for that dtype (chosen by its median), then summarised the same way.
 
     python3 bench/compare_torch.py [--rounds 5] [--seconds 3] [--batch 128] [--threads 2]
-                                   [--update-readme] [--out bench/results/compare_torch.json]
+                                   [--update-docs] [--out bench/results/compare_torch.json]
+    python3 bench/compare_torch.py --render-only [--update-docs]   # the tables again, from the JSON
 
 PyTorch runs under /usr/bin/python3 (Debian's python3-torch); the script itself needs only the
 standard library. Nothing here is a test: it is a measurement, and every number it prints comes
@@ -27,8 +28,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINLAB = os.path.join(ROOT, "build", "bin", "trainlab")
 PEER = os.path.join(ROOT, "bench", "peers", "torch_smallcnn.py")
 TORCH_PYTHON = "/usr/bin/python3"
-README_BEGIN = "<!-- compare_torch:begin -->"
-README_END = "<!-- compare_torch:end -->"
+# The full table lives in docs/RESULTS.md, the headline (one line per dtype) on the README's front page.
+RESULTS_DOC = os.path.join(ROOT, "docs", "RESULTS.md")
+README = os.path.join(ROOT, "README.md")
+TABLE_MARKERS = ("<!-- compare_torch:begin -->", "<!-- compare_torch:end -->")
+HEADLINE_MARKERS = ("<!-- compare_torch_headline:begin -->", "<!-- compare_torch_headline:end -->")
 TORCH_VARIANTS = ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last"]
 
 
@@ -86,6 +90,67 @@ def fmt(s, digits=0):
     return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}-{s['max']:,.{digits}f})"
 
 
+def render(doc):
+    """The full table (docs/RESULTS.md) and the headline (README.md), from a run's JSON alone."""
+    machine, engine, rows = doc["machine"], doc["engine"], doc["rows"]
+    gflops = doc["gemm_gflop_per_s"]
+    rounds, seconds = machine.get("rounds", rows[0]["samples_per_s"]["n"]), machine.get("seconds", "?")
+    lines = [
+        f"Measured {machine['date']} by `python3 bench/compare_torch.py --rounds {rounds} --seconds {seconds}` "
+        f"on {machine['cpu']}, {machine['threads']} threads, batch {machine['batch']}; trainlab {engine['engine']} "
+        f"({engine['backend'].split(' (')[0]}), PyTorch {machine['torch']}. Median (min-max) of {rounds} "
+        f"interleaved rounds; ratios are per round against the best PyTorch variant of the same dtype.",
+        "",
+        f"GEMM ceiling (oneDNN, 2048^3): f32 {fmt(summary(gflops['f32']))} GFLOP/s, "
+        f"bf16 {fmt(summary(gflops['bf16']))} GFLOP/s.",
+        "",
+        "| trainlab config | samples/s | best PyTorch (variant) | samples/s | ratio | GFLOP/s (of ceiling) | peak RSS MB (PyTorch) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['config']} | {fmt(row['samples_per_s'])} | {row['peer']} | {fmt(row['peer_samples_per_s'])} "
+                     f"| {fmt(row['ratio'], 2)}x | {row['gflop_per_s']['median']:.0f} "
+                     f"({100 * row['ceiling_share']['median']:.0f}%) | {row['rss_mb']['median']:.0f} "
+                     f"({row['peer_rss_mb']['median']:.0f}) |")
+    lines += ["", "| target | measured (median, min-max) | verdict |", "|---|---|---|"]
+    for t in doc["targets"]:
+        lines.append(f"| {t['target']} | {fmt(t['value'], 2)} | {t['verdict']} |")
+    by_config = {row["config"]: row for row in rows}
+    headline = [
+        f"SmallCNN training, batch {machine['batch']}, {machine['threads']} threads, on {machine['cpu']} "
+        f"({machine['date'][:10]}; median of {rounds} interleaved rounds, `python3 bench/compare_torch.py`; every "
+        f"configuration: [docs/RESULTS.md](docs/RESULTS.md#against-pytorch)):",
+        "",
+        "| trainlab | samples/s | best PyTorch variant | samples/s | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for config in ("onednn f32 nhwc fused", "onednn bf16 nhwc fused", "onednn f32 nhwc fused, forward only"):
+        if config in by_config:
+            row = by_config[config]
+            headline.append(f"| {config} | {fmt(row['samples_per_s'])} | {row['peer']} | "
+                            f"{fmt(row['peer_samples_per_s'])} | {fmt(row['ratio'], 2)}x |")
+    return "\n".join(lines), "\n".join(headline)
+
+
+def replace_between(path, markers, body):
+    with open(path) as f:
+        text = f.read()
+    begin, end = markers
+    if begin not in text or end not in text:
+        sys.exit(f"compare_torch: {path} lacks the {begin} ... {end} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path + ".tmp", "w") as f:
+        f.write(head + begin + "\n" + body + "\n" + end + tail)
+    os.replace(path + ".tmp", path)
+
+
+def update_docs(table, headline):
+    replace_between(RESULTS_DOC, TABLE_MARKERS, table)
+    replace_between(README, HEADLINE_MARKERS, headline)
+    print("docs/RESULTS.md table and README.md headline updated")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -93,8 +158,19 @@ def main():
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare_torch.json"))
-    parser.add_argument("--update-readme", action="store_true", help="rewrite the README table between its markers")
+    parser.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
+                        help="rewrite the table in docs/RESULTS.md and the headline in README.md between their markers")
+    parser.add_argument("--render-only", action="store_true",
+                        help="measure nothing: print (and with --update-docs write) the tables from --out's JSON")
     args = parser.parse_args()
+    if args.render_only:
+        with open(args.out) as f:
+            doc = json.load(f)
+        table, headline = render(doc)
+        print(table + "\n\n" + headline)
+        if args.update_docs:
+            update_docs(table, headline)
+        return 0
     if args.rounds < 1 or args.seconds <= 0:
         parser.error("--rounds must be >= 1 and --seconds > 0")
     if not os.access(TRAINLAB, os.X_OK):
@@ -181,60 +257,32 @@ def main():
         pass
     engine = next(x["result"]["versions"] for x in raw if x["key"] == "tl_onednn_f32")
 
-    lines = [
-        f"Measured {machine['date']} by `python3 bench/compare_torch.py --rounds {args.rounds} --seconds {args.seconds}` "
-        f"on {machine['cpu']}, {args.threads} threads, batch {args.batch}; trainlab {engine['engine']} "
-        f"({engine['backend'].split(' (')[0]}), PyTorch {machine['torch']}. Median (min-max) of {args.rounds} "
-        f"interleaved rounds; ratios are per round against the best PyTorch variant of the same dtype.",
-        "",
-        f"GEMM ceiling (oneDNN, 2048^3): f32 {fmt(summary(gflops['f32']))} GFLOP/s, "
-        f"bf16 {fmt(summary(gflops['bf16']))} GFLOP/s.",
-        "",
-        "| trainlab config | samples/s | best PyTorch (variant) | samples/s | ratio | GFLOP/s (of ceiling) | peak RSS MB (PyTorch) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(f"| {row['config']} | {fmt(row['samples_per_s'])} | {row['peer']} | {fmt(row['peer_samples_per_s'])} "
-                     f"| {fmt(row['ratio'], 2)}x | {row['gflop_per_s']['median']:.0f} "
-                     f"({100 * row['ceiling_share']['median']:.0f}%) | {row['rss_mb']['median']:.0f} "
-                     f"({row['peer_rss_mb']['median']:.0f}) |")
-    lines += ["", "| target | measured (median, min-max) | verdict |", "|---|---|---|"]
     verdicts = []
     for name, value, at_least, at_most in targets:
         if at_least is None and at_most is None:
             verdicts.append({"target": name, "value": value, "verdict": "reported"})
-            lines.append(f"| {name} | {fmt(value, 2)} | reported |")
             continue
         if at_least is not None:
             ok = value["median"] >= at_least
             stretch = f"; stretch {'met' if at_most and value['median'] >= at_most else 'missed'}" if at_most else ""
         else:
             ok, stretch = value["median"] <= at_most, ""
-        verdict = ("met" if ok else "MISSED") + stretch
-        verdicts.append({"target": name, "value": value, "verdict": verdict})
-        lines.append(f"| {name} | {fmt(value, 2)} | {verdict} |")
-    table = "\n".join(lines)
+        verdicts.append({"target": name, "value": value, "verdict": ("met" if ok else "MISSED") + stretch})
+    machine["rounds"], machine["seconds"] = args.rounds, args.seconds
+    doc = {"machine": machine, "engine": engine, "gemm_gflop_per_s": gflops, "rows": rows, "targets": verdicts,
+           "raw": raw}
+    table, headline = render(doc)
     print("\n" + table)
+
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".tmp", "w") as f:
-        json.dump({"machine": machine, "engine": engine, "gemm_gflop_per_s": gflops, "rows": rows,
-                   "targets": verdicts, "raw": raw}, f, indent=1)
+        json.dump(doc, f, indent=1)
     os.replace(args.out + ".tmp", args.out)
     print(f"\nall measurements: {args.out}")
 
-    if args.update_readme:
-        readme = os.path.join(ROOT, "README.md")
-        with open(readme) as f:
-            text = f.read()
-        if README_BEGIN not in text or README_END not in text:
-            sys.exit(f"compare_torch: README.md lacks the {README_BEGIN} ... {README_END} markers")
-        head, rest = text.split(README_BEGIN, 1)
-        _, tail = rest.split(README_END, 1)
-        with open(readme + ".tmp", "w") as f:
-            f.write(head + README_BEGIN + "\n" + table + "\n" + README_END + tail)
-        os.replace(readme + ".tmp", readme)
-        print("README.md table updated")
+    if args.update_docs:
+        update_docs(table, headline)
     return 0
 
 

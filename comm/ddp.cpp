@@ -153,6 +153,18 @@ std::vector<double> Ddp::gather(double value) {
   return values;
 }
 
+std::vector<std::int64_t> Ddp::gather(std::int64_t value) {
+  const int P = comm_.size();
+  std::vector<std::int64_t> values(static_cast<std::size_t>(P), 0);
+  values[static_cast<std::size_t>(comm_.rank())] = value;  // every other slot 0: the sum is exact
+  const std::size_t bytes = values.size() * sizeof(std::int64_t);
+  auto memory = comm_.allocate(bytes);
+  comm_.copy_in(memory.get(), values.data(), bytes);
+  comm_.allreduce_native(memory.get(), P, DType::i64, ReduceOp::sum);
+  comm_.copy_out(values.data(), memory.get(), bytes);
+  return values;
+}
+
 double Ddp::max_over_ranks(double value) {
   const auto values = gather(value);
   return *std::max_element(values.begin(), values.end());

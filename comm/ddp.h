@@ -59,8 +59,9 @@ class Ddp final : public DataParallel {
   double max_over_ranks(double value) override;
   std::string describe() const override;
 
-  // Every rank's value, in rank order (one all-reduce of world_size doubles).
+  // Every rank's value, in rank order (one all-reduce of world_size values).
   std::vector<double> gather(double value);
+  std::vector<std::int64_t> gather(std::int64_t value) override;
   // FNV-1a over every parameter's bytes, in registration order.
   std::uint64_t parameter_checksum() const;
   // Parameter indices per bucket, buckets in launch order.

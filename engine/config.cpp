@@ -178,6 +178,7 @@ const char* allreduce_name(AllreduceAlgorithm algorithm) {
   return algorithm == AllreduceAlgorithm::ring ? "ring" : "native";
 }
 const char* comm_backend_name(CommBackend backend) { return backend == CommBackend::mpi ? "mpi" : "nccl"; }
+const char* nonfinite_policy_name(NonFinitePolicy policy) { return policy == NonFinitePolicy::stop ? "stop" : "skip"; }
 
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = {
@@ -243,6 +244,12 @@ const std::vector<ConfigField>& config_fields() {
                 "f16: good steps in a row before the loss scale doubles"),
       double_field("comm_timeout", &TrainConfig::comm_timeout, 0.0, 86400.0, true,
                    "seconds a DDP communication may wait before the job is ended, naming the peer"),
+      enum_field<NonFinitePolicy>("on_nonfinite", &TrainConfig::on_nonfinite,
+                                  {{"stop", NonFinitePolicy::stop}, {"skip", NonFinitePolicy::skip}},
+                                  "a step whose loss or gradient is NaN or inf: stop the run (exit status 3, naming "
+                                  "the step), or skip its update and count it"),
+      bool_field("allow_nonfinite_checkpoint", &TrainConfig::allow_nonfinite_checkpoint,
+                 "resume from a checkpoint whose tensors hold NaN or inf (refused otherwise)"),
   };
   return fields;
 }
@@ -337,8 +344,13 @@ std::string config_reference_markdown() {
   for (const auto& field : config_fields()) {
     std::string def = field.get(defaults);
     if (def.empty()) def = "(none)";
-    out +=
-        "| `" + field.key + "` | `" + field.flag + "` | `" + def + "` | " + field.allowed + " | " + field.help + " |\n";
+    auto cell = [](std::string text) {  // a | inside a table cell must be escaped
+      for (std::size_t at = text.find('|'); at != std::string::npos; at = text.find('|', at + 2))
+        text.insert(at, 1, '\\');
+      return text;
+    };
+    out += "| `" + field.key + "` | `" + field.flag + "` | `" + def + "` | " + cell(field.allowed) + " | " +
+           cell(field.help) + " |\n";
   }
   return out;
 }

@@ -18,11 +18,16 @@
 namespace trainlab {
 
 enum class OptimizerKind { sgd, adamw };
+// What a step with a non-finite loss or gradient does (f32/bf16/f64; f16's loss scaler skips such
+// steps by design): stop the run with an error naming the step (exit status 3), or skip the update
+// and count it.
+enum class NonFinitePolicy { stop, skip };
 enum class ScheduleKind { constant, warmup_cosine };
 const char* optimizer_name(OptimizerKind kind);  // "sgd", "adamw"
 const char* schedule_name(ScheduleKind kind);    // "constant", "warmup_cosine"
 const char* allreduce_name(AllreduceAlgorithm algorithm);
 const char* comm_backend_name(CommBackend backend);
+const char* nonfinite_policy_name(NonFinitePolicy policy);
 
 struct TrainConfig {
   // optimisation
@@ -70,6 +75,9 @@ struct TrainConfig {
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;  // ring | native
   CommBackend comm = CommBackend::mpi;                        // mpi | nccl (a CUDA build, one GPU per rank)
   double comm_timeout = 300;                                  // seconds any communication may wait
+  // robustness
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
+  bool allow_nonfinite_checkpoint = false;  // resume from a checkpoint whose tensors hold NaN or inf
   // f16 dynamic loss scaling (PyTorch GradScaler semantics)
   double loss_scale_init = 65536;
   std::int64_t loss_scale_growth_interval = 2000;

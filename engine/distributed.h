@@ -43,6 +43,8 @@ class DataParallel {
   virtual void barrier() = 0;
   // The largest value over the ranks (the slowest rank's time).
   virtual double max_over_ranks(double value) = 0;
+  // Every rank's value, in rank order (a collective: every rank calls it).
+  virtual std::vector<std::int64_t> gather(std::int64_t value) = 0;
   virtual std::string describe() const = 0;  // "DDP over mpi, 2 ranks, native all-reduce, 2 buckets (1.0 MiB, ...)"
 };
 

@@ -1,5 +1,6 @@
 #include "engine/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -81,6 +82,7 @@ void Optimizer::attach_working_copy(std::size_t i, const Tensor& p, OptimizerSlo
 }
 
 void Optimizer::end_step() {
+  if (updates_ >= 0) ++updates_;
   working_current_ = working_dtype_ != DType::f32;
   working_epoch_ = parameter_write_epoch();
 }
@@ -115,6 +117,47 @@ void Optimizer::load_buffers(const StateDict& state, const std::string& kind, st
   for (const auto& [key, tensor] : state.tensors) expected += key.rfind(kind + ".", 0) == 0 ? 1 : 0;
   TL_CHECK(found == expected, "optimizer state has " + kind + " tensors for parameters this model does not have");
   buffers = std::move(loaded);
+}
+
+void Optimizer::check_same(const StateDict& state, const std::string& key, double mine) const {
+  const double saved = state.number(key, name() + " state");
+  TL_CHECK(saved == mine, name() + " state has " + key + " " + std::to_string(saved) + "; this run's config gives " +
+                              std::to_string(mine) + " (resume with the same value, or start a new run)");
+}
+
+void Optimizer::save_common(StateDict& state, const std::vector<bool>& has) const {
+  state.integers["updates"] = updates_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (has[i]) state.integers["has_state." + params_[i].first] = 1;
+  }
+}
+
+std::vector<bool> Optimizer::load_common(const StateDict& state, const std::vector<std::vector<Tensor>*>& buffers,
+                                         const std::vector<std::string>& kinds) {
+  const std::string owner = name() + " state";
+  std::vector<bool> has(params_.size(), false);
+  const bool recorded = state.integers.count("updates") > 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const std::string& pname = params_[i].first;
+    bool any = false;
+    for (const auto* list : buffers) any = any || (*list)[i].defined();
+    has[i] = recorded ? state.integers.count("has_state." + pname) > 0 : any;
+    for (std::size_t k = 0; k < buffers.size(); ++k) {
+      TL_CHECK((*buffers[k])[i].defined() == has[i],
+               owner + ": parameter '" + pname + "' " +
+                   (has[i] ? "has no '" + buffer_key(kinds[k], pname) + "' buffer, which its state records"
+                           : "has a '" + buffer_key(kinds[k], pname) + "' buffer its state does not record"));
+    }
+  }
+  for (const auto& [key, value] : state.integers) {
+    if (key.rfind("has_state.", 0) != 0) continue;
+    const std::string pname = key.substr(std::string("has_state.").size());
+    const bool known = std::any_of(params_.begin(), params_.end(), [&](const auto& p) { return p.first == pname; });
+    TL_CHECK(known, owner + " records buffers for parameter '" + pname + "', which this model does not have");
+  }
+  updates_ = recorded ? state.integer("updates", owner) : -1;
+  TL_CHECK(!recorded || updates_ >= 0, owner + ": updates must be >= 0, got " + std::to_string(updates_));
+  return has;
 }
 
 // ---- SGD ----
@@ -180,10 +223,14 @@ StateDict SGD::state_dict() const {
   state.numbers["dampening"] = options_.dampening;
   state.numbers["weight_decay"] = options_.weight_decay;
   state.integers["nesterov"] = options_.nesterov ? 1 : 0;
+  std::vector<bool> has(params_.size(), false);
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (momentum_buffers_[i].defined())
+    if (momentum_buffers_[i].defined()) {
       state.tensors[buffer_key("momentum_buffer", params_[i].first)] = momentum_buffers_[i];
+      has[i] = true;
+    }
   }
+  save_common(state, has);
   return state;
 }
 
@@ -198,9 +245,15 @@ void SGD::load_state_dict(const StateDict& state) {
   loaded.weight_decay = state.number("weight_decay", owner);
   loaded.nesterov = state.integer("nesterov", owner) != 0;
   loaded.lr = state.number("lr", owner);
-  check_sgd_options(loaded);
+  check_sgd_options(loaded);  // a value the constructor would refuse is named as such first
+  check_same(state, "momentum", options_.momentum);
+  check_same(state, "dampening", options_.dampening);
+  check_same(state, "weight_decay", options_.weight_decay);
+  TL_CHECK(loaded.nesterov == options_.nesterov, owner + " has nesterov " + (loaded.nesterov ? "on" : "off") +
+                                                     "; this run's config has it " +
+                                                     (options_.nesterov ? "on" : "off"));
+  load_common(state, {&buffers}, {"momentum_buffer"});
   set_lr(loaded.lr);
-  options_ = loaded;
   momentum_buffers_ = std::move(buffers);
 }
 
@@ -248,12 +301,15 @@ StateDict AdamW::state_dict() const {
   state.numbers["beta2"] = options_.beta2;
   state.numbers["eps"] = options_.eps;
   state.numbers["weight_decay"] = options_.weight_decay;
+  std::vector<bool> has(params_.size(), false);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!exp_avg_[i].defined()) continue;
     state.tensors[buffer_key("exp_avg", params_[i].first)] = exp_avg_[i];
     state.tensors[buffer_key("exp_avg_sq", params_[i].first)] = exp_avg_sq_[i];
     state.integers[buffer_key("step", params_[i].first)] = steps_[i];
+    has[i] = true;
   }
+  save_common(state, has);
   return state;
 }
 
@@ -267,11 +323,6 @@ void AdamW::load_state_dict(const StateDict& state) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     TL_CHECK(m[i].defined() == v[i].defined(),
              "AdamW state: '" + params_[i].first + "' has only one of its two moments");
-    if (m[i].defined()) {
-      steps[i] = state.integer(buffer_key("step", params_[i].first), owner);
-      TL_CHECK(steps[i] >= 1, owner + ": '" + params_[i].first + "' has moments but step " + std::to_string(steps[i]) +
-                                  " (must be >= 1)");
-    }
   }
   AdamWOptions loaded;
   loaded.beta1 = state.number("beta1", owner);
@@ -279,9 +330,22 @@ void AdamW::load_state_dict(const StateDict& state) {
   loaded.eps = state.number("eps", owner);
   loaded.weight_decay = state.number("weight_decay", owner);
   loaded.lr = state.number("lr", owner);
-  check_adamw_options(loaded);
+  check_adamw_options(loaded);  // a value the constructor would refuse is named as such first
+  check_same(state, "beta1", options_.beta1);
+  check_same(state, "beta2", options_.beta2);
+  check_same(state, "eps", options_.eps);
+  check_same(state, "weight_decay", options_.weight_decay);
+  load_common(state, {&m, &v}, {"exp_avg", "exp_avg_sq"});
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!m[i].defined()) continue;
+    steps[i] = state.integer(buffer_key("step", params_[i].first), owner);
+    TL_CHECK(steps[i] >= 1, owner + ": '" + params_[i].first + "' has moments but step " + std::to_string(steps[i]) +
+                                " (must be >= 1)");
+    TL_CHECK(updates_ < 0 || steps[i] <= updates_, owner + ": '" + params_[i].first + "' is at step " +
+                                                       std::to_string(steps[i]) + ", past the " +
+                                                       std::to_string(updates_) + " updates the state records");
+  }
   set_lr(loaded.lr);
-  options_ = loaded;
   exp_avg_ = std::move(m);
   exp_avg_sq_ = std::move(v);
   steps_ = std::move(steps);
@@ -311,7 +375,9 @@ void LRScheduler::load_state_dict(const StateDict& state) {
   const std::string& kind = state.string("schedule", "schedule state");
   TL_CHECK(kind == name(), "schedule state is for '" + kind + "', this schedule is '" + name() + "'");
   check_state(state);
-  base_lr_ = state.number("base_lr", "schedule state");
+  const double base_lr = state.number("base_lr", "schedule state");
+  TL_CHECK(base_lr == base_lr_, "schedule state has base lr " + std::to_string(base_lr) + "; this run's config gives " +
+                                    std::to_string(base_lr_) + " (resume with the same lr, or start a new run)");
   t_ = state.integer("last_step", "schedule state");
   TL_CHECK(t_ >= 0, "schedule state: last_step must be >= 0");
   optimizer_.set_lr(lr_at(t_));

@@ -25,8 +25,14 @@ class Optimizer : public WorkingCopies {
   void set_lr(double lr);
   const NamedTensors& params() const { return params_; }
   virtual StateDict state_dict() const = 0;
-  // Validates that the state belongs to this optimiser and these parameters (names and shapes).
+  // Validates that the state belongs to this optimiser and these parameters (names and shapes),
+  // that every hyperparameter it records equals this optimiser's own (they come from the run's
+  // config: a checkpoint cannot change them), and that every parameter recorded as having
+  // buffers has them all (a missing or renamed buffer is an error naming it, never a reset).
   virtual void load_state_dict(const StateDict& state) = 0;
+  // Updates applied so far (restored by load_state_dict when the state records it; -1 when a
+  // loaded state predates the count).
+  std::int64_t updates() const { return updates_; }
 
   // Mixed precision: keep a `dtype` (bf16 or f16) copy of every parameter, written by step() in
   // the same pass as the update (one fused kernel on the cuda backend; a cast right after the
@@ -51,6 +57,16 @@ class Optimizer : public WorkingCopies {
   static std::string buffer_key(const std::string& kind, const std::string& param) { return kind + "." + param; }
   void load_buffers(const StateDict& state, const std::string& kind, std::vector<Tensor>& buffers) const;
   void check_kind(const StateDict& state) const;
+  // The state's value of `key` must equal this optimiser's: an error naming both otherwise.
+  void check_same(const StateDict& state, const std::string& key, double mine) const;
+  // State shared by every optimiser: the update count and which parameters have buffers
+  // ("has_state.<name>"); `has[i]` says whether parameter i has them now.
+  void save_common(StateDict& state, const std::vector<bool>& has) const;
+  // Which parameters the state records as having buffers (all of those present in `buffers`,
+  // for a state that predates the record); checks that each has its `kinds` buffers.
+  std::vector<bool> load_common(const StateDict& state, const std::vector<std::vector<Tensor>*>& buffers,
+                                const std::vector<std::string>& kinds);
+  std::int64_t updates_ = 0;
   NamedTensors params_;
   double lr_;
 };

@@ -1,5 +1,7 @@
 #include "engine/step.h"
 
+#include <cmath>
+#include <cstring>
 #include <exception>
 
 #include "engine/autocast.h"
@@ -190,7 +192,17 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
   }
   {
     PhaseTimer t(backend_, timer("optimizer"), "optimizer", phases.optimizer_s);
-    if (scaler_) {
+    if (options_.check_finite && !std::isfinite(loss_sum)) {
+      result.nonfinite = "the loss (" + std::to_string(loss_sum) + ")";
+    } else if (options_.check_finite && !scaler_) {
+      // (With a scaler, its unscale checks the gradients, and skips and backs off on its own.)
+      if (const std::string name = first_nonfinite_gradient(); !name.empty()) {
+        result.nonfinite = "the gradient of " + name;
+      }
+    }
+    if (!result.nonfinite.empty()) {
+      result.skipped = true;  // never apply a non-finite update
+    } else if (scaler_) {
       result.skipped = !scaler_->step(optimizer_);
     } else {
       optimizer_.step();
@@ -203,6 +215,48 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
   result.replayed = replay;
   ++steps_;
   return result;
+}
+
+std::string StepRunner::first_nonfinite_gradient() {
+  TL_PROFILE_SCOPE("step.check_finite");
+  NoGradGuard no_grad;
+  const NamedTensors params = optimizer_.params();
+  std::vector<std::size_t> checked;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor grad = params[i].second.grad();
+    if (!grad.defined()) continue;
+    if (!gradient_sums_.defined() || gradient_sums_.numel() < static_cast<std::int64_t>(params.size()) ||
+        gradient_sums_.dtype() != grad.dtype() || &gradient_sums_.backend() != &grad.backend()) {
+      gradient_sums_ = Tensor::zeros({static_cast<std::int64_t>(params.size())}, grad.dtype(), grad.backend());
+    }
+    // A NaN or an infinity anywhere makes the sum non-finite (as does a finite overflow, which is
+    // divergence too). The gradient is dense (contiguous or channels_last): every element once.
+    grad.backend().sum(grad.dtype(), grad.raw_data(), grad.numel(),
+                       static_cast<unsigned char*>(gradient_sums_.raw_data()) + i * dtype_size(grad.dtype()));
+    checked.push_back(i);
+  }
+  if (checked.empty()) return "";
+  // One read back (no device allocation: a steady step allocates nothing).
+  std::vector<unsigned char> host(gradient_sums_.nbytes());
+  gradient_sums_.copy_to_host(host.data());
+  const DType dtype = gradient_sums_.dtype();
+  for (std::size_t i : checked) {
+    const unsigned char* at = host.data() + i * dtype_size(dtype);
+    double value = 0;
+    if (dtype == DType::f64) {
+      std::memcpy(&value, at, sizeof value);
+    } else if (dtype == DType::f32) {
+      float f = 0;
+      std::memcpy(&f, at, sizeof f);
+      value = f;
+    } else {
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, at, sizeof bits);
+      value = dtype == DType::bf16 ? bf16_bits_to_f32(bits) : f16_bits_to_f32(bits);
+    }
+    if (!std::isfinite(value)) return params[i].first;
+  }
+  return "";
 }
 
 StepResult StepRunner::infer(const Batch& batch) {

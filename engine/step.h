@@ -45,14 +45,27 @@ struct StepOptions {
   // Labels are checked against this on the host before a replayed forward reads them (a graph
   // cannot report a bad label); 0: not checked.
   std::int64_t num_classes = 0;
+  // Without a loss scaler, every step checks its loss and gradients for NaN and inf before the
+  // update (one sum per gradient, read back together) and does not apply a non-finite update.
+  bool check_finite = true;
+};
+
+// A step whose loss or gradient is NaN or inf, under NonFinitePolicy::stop: the run ends with this
+// error (the trainlab command exits with status 3), and nothing is updated or saved.
+class TrainingDiverged : public Error {
+ public:
+  explicit TrainingDiverged(const std::string& message) : Error(message) {}
 };
 
 struct StepResult {
-  double loss = 0;        // the step's mean loss over its micro-steps
-  PhaseTimes phases;      // this step's
-  double seconds = 0;     // the whole step, as the backend's timer saw it (a graph capture excluded)
-  DdpStepStats ddp;       // data parallel: the synchronised micro-step's communication
-  bool skipped = false;   // f16: the scaler skipped the optimiser step (non-finite gradients)
+  double loss = 0;       // the step's mean loss over its micro-steps
+  PhaseTimes phases;     // this step's
+  double seconds = 0;    // the whole step, as the backend's timer saw it (a graph capture excluded)
+  DdpStepStats ddp;      // data parallel: the synchronised micro-step's communication
+  bool skipped = false;  // the update was not applied: f16's scaler skipped it, or `nonfinite`
+  // What was NaN or inf, when something was ("the loss", "the gradient of conv1.weight"); the
+  // update is then not applied, whatever the policy (the trainer stops or counts the skip).
+  std::string nonfinite;
   bool replayed = false;  // forward and backward ran from captured graphs
 };
 
@@ -84,7 +97,8 @@ class StepRunner {
   Tensor model_forward(const Tensor& images);  // layout, input dtype, the model; inside an autocast scope
   Tensor forward_loss(const Tensor& images, const Tensor& labels);
   void stage_for_graph(const Batch& batch);
-  Timer& timer(const char* phase);  // one per phase name, made by the backend, reused
+  Timer& timer(const char* phase);         // one per phase name, made by the backend, reused
+  std::string first_nonfinite_gradient();  // "" when every gradient is finite
 
   Backend& backend_;
   Module& model_;
@@ -95,6 +109,7 @@ class StepRunner {
   DType param_dtype_;  // f32 master weights for bf16/f16, else the compute dtype
   std::unique_ptr<StepGraph> graph_;
   std::map<std::string, std::unique_ptr<Timer>> timers_;
+  Tensor gradient_sums_;  // one element per parameter, for the finiteness check
   std::int64_t steps_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "engine/trainer.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ostream>
@@ -31,6 +32,57 @@ const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",  
                                           "optimizer", "schedule", "warmup_steps",  "min_lr",
                                           "seed",      "dtype",    "train_samples", "accumulate"};
 
+// Keys each rank may set for itself (how it loads, logs, traces and waits); every other key shapes
+// the trajectory or the collectives, and must be the same on every rank.
+const char* const kPerRankKeys[] = {"threads",    "workers",     "prefetch",    "persistent_workers",
+                                    "log_every",  "trace",       "pin_memory",  "eval_batch",
+                                    "eval_every", "eval_at_end", "comm_timeout"};
+
+std::int64_t fnv1a(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return static_cast<std::int64_t>(h);
+}
+
+// Data parallel: every rank must train the same configuration (an MPMD launch with different
+// flags per rank would otherwise train, and rank 0 print its own view). One hash over the keys
+// that must agree; on a mismatch, one per key, to name the key and the ranks.
+void check_config_agrees(const TrainConfig& config, DataParallel& parallel) {
+  std::vector<const ConfigField*> shared;
+  for (const auto& field : config_fields()) {
+    if (std::find(std::begin(kPerRankKeys), std::end(kPerRankKeys), field.key) == std::end(kPerRankKeys))
+      shared.push_back(&field);
+  }
+  std::string all;
+  for (const ConfigField* field : shared) all += field->key + "=" + field->get(config) + "\n";
+  const std::vector<std::int64_t> everyone = parallel.gather(fnv1a(all));
+  if (std::all_of(everyone.begin(), everyone.end(), [&](std::int64_t h) { return h == everyone.front(); })) return;
+  std::string problems;
+  for (const ConfigField* field : shared) {
+    const std::string mine = field->get(config);
+    const std::vector<std::int64_t> hashes = parallel.gather(fnv1a(mine));
+    std::string same, different;
+    for (std::size_t r = 0; r < hashes.size(); ++r) {
+      std::string& list = hashes[r] == hashes[static_cast<std::size_t>(parallel.rank())] ? same : different;
+      if (!list.empty()) list += ",";
+      list += std::to_string(r);
+    }
+    if (different.empty()) continue;
+    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict, bug 105329) on a literal + string chain.
+    if (!problems.empty()) problems += "; ";
+    problems += field->key;
+    problems += " is " + quote_value(mine);
+    problems += same.find(',') != std::string::npos ? " on ranks " : " on rank ";
+    problems += same;
+    problems +=
+        different.find(',') != std::string::npos ? " and something else on ranks " : " and something else on rank ";
+    problems += different;
+  }
+  throw Error("the ranks disagree on the configuration: " + problems +
+              " (every rank must train with the same values; only " + std::string(kPerRankKeys[0]) +
+              ", workers, prefetch and the logging keys may differ)");
+}
+
 }  // namespace
 
 StopRule accuracy_at_least(double target, int consecutive) {
@@ -59,6 +111,7 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
       parallel_(parallel),
       generator_(config.seed) {
   validate_config(config_);
+  if (parallel_ != nullptr) check_config_agrees(config_, *parallel_);
   TL_CHECK(task_.make_model != nullptr && task_.train_data != nullptr,
            "trainer: the task needs a model factory and training data");
   const DType dtype = config_.dtype;
@@ -232,9 +285,23 @@ TrainResult Trainer::train(std::ostream* log) {
     scheduler_->step();
     ++step_;
     ++run_steps;
-    if (r.skipped) ++result.skipped_steps;
-    TL_CHECK(std::isfinite(r.loss), "training diverged: loss is " + std::to_string(r.loss) + " at step " +
-                                        std::to_string(step_) + " (try a smaller --lr)");
+    if (!r.nonfinite.empty()) {
+      if (config_.on_nonfinite == NonFinitePolicy::stop) {
+        throw TrainingDiverged(fmt::format(
+            "training diverged at step {}: {} is NaN or inf; the update was not applied and nothing was saved (the "
+            "last checkpoint, if any, is the last good state). Lower --lr, or pass --on-nonfinite skip to skip such "
+            "steps",
+            step_, r.nonfinite));
+      }
+      ++result.nonfinite_steps;
+      ++nonfinite_total_;
+      if (log) {
+        *log << fmt::format("step {}: {} is NaN or inf; update skipped ({} so far, --on-nonfinite skip)\n", step_,
+                            r.nonfinite, result.nonfinite_steps);
+      }
+    } else if (r.skipped) {
+      ++result.skipped_steps;
+    }
     result.losses.push_back(r.loss);
     const bool measured = run_steps > config_.warmup;
     if (measured) {
@@ -263,7 +330,9 @@ TrainResult Trainer::train(std::ostream* log) {
       window = PhaseTimes{};
       window_steps = 0;
     }
-    if (callbacks_.on_step) callbacks_.on_step(StepReport{step_, r.loss, lr, r.phases, r.seconds, measured, r.skipped});
+    if (callbacks_.on_step) {
+      callbacks_.on_step(StepReport{step_, r.loss, lr, r.phases, r.seconds, measured, r.skipped, r.nonfinite});
+    }
     if (config_.eval_every > 0 && step_ % config_.eval_every == 0 && step_ != target) {
       const EvalResult eval = evaluate();
       result.evals.push_back(eval);
@@ -321,6 +390,12 @@ void Trainer::log_summary(std::ostream& log, const TrainResult& result, std::int
   if (scaler_) {
     log << fmt::format("loss scaling (f16): {} of {} steps skipped for non-finite gradients; scale now {:g}\n",
                        result.skipped_steps, run_steps, scaler_->scale_value());
+  }
+  if (result.nonfinite_steps > 0) {
+    log << fmt::format(
+        "non-finite: {} of {} steps had a NaN or inf loss or gradient and were skipped "
+        "(--on-nonfinite skip)\n",
+        result.nonfinite_steps, run_steps);
   }
   if (result.measured_steps > 0) {
     const PhaseTimes& m = result.measured;
@@ -380,6 +455,7 @@ void Trainer::save_local(const std::string& dir) {
   checkpoint.scheduler = scheduler_->state_dict();
   checkpoint.loader = loader_->state_dict();
   checkpoint.trainer.integers["step"] = step_;
+  checkpoint.trainer.integers["nonfinite_skipped"] = nonfinite_total_;
   checkpoint.trainer.strings["generator"] = generator_.state_string();
   checkpoint.trainer.strings["engine_version"] = git_describe();
   checkpoint.trainer.strings["backend"] = backend_.name();
@@ -409,6 +485,19 @@ void Trainer::resume(const std::string& dir) {
                                                    std::to_string(config_.steps) + " (ask for more steps to continue)");
   TL_CHECK(config_.stop_at == 0 || step <= config_.stop_at,
            owner + " is at step " + std::to_string(step) + ", beyond --stop-at " + std::to_string(config_.stop_at));
+  if (!config_.allow_nonfinite_checkpoint) {
+    // Weights or optimiser state holding NaN or inf would only propagate: refused unless asked for.
+    NamedTensors tensors = checkpoint.model;
+    for (const auto& [name, tensor] : checkpoint.optimizer.tensors) tensors.emplace_back(name, tensor);
+    for (const auto& [name, tensor] : tensors) {
+      const std::vector<double> values = tensor.to(DType::f64).to_vector<double>();
+      const auto bad = std::find_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); });
+      TL_CHECK(bad == values.end(), owner + ": tensor '" + name + "' holds " + std::to_string(*bad) + " at element " +
+                                        std::to_string(bad - values.begin()) +
+                                        " (resume anyway with --allow-nonfinite-checkpoint)");
+    }
+  }
+  std::int64_t scaler_skipped = 0;
   try {
     model_->load_state_dict(checkpoint.model);
     optimizer_->load_state_dict(checkpoint.optimizer);
@@ -421,10 +510,20 @@ void Trainer::resume(const std::string& dir) {
       for (const char* key : {"growth_tracker", "skipped_steps", "growth_interval"})
         scaler.integers[key] = checkpoint.trainer.integer(std::string("scaler.") + key, owner);
       scaler_->load_state_dict(scaler);
+      scaler_skipped = scaler_->skipped_steps();
     }
   } catch (const Error& e) {
     throw Error(owner + ": " + e.what());
   }
+  nonfinite_total_ = checkpoint.trainer.integers.count("nonfinite_skipped")
+                         ? checkpoint.trainer.integer("nonfinite_skipped", owner)
+                         : 0;
+  // The learning rate the state records is the schedule's at that step: a state.json edited to
+  // another value is refused, not obeyed.
+  const double saved_lr = checkpoint.optimizer.number("lr", owner + " optimizer");
+  TL_CHECK(saved_lr == scheduler_->current_lr(), owner + ": the optimizer's lr " + std::to_string(saved_lr) +
+                                                     " is not the schedule's at step " + std::to_string(step) + " (" +
+                                                     std::to_string(scheduler_->current_lr()) + ")");
   // Every step consumes `accumulate` batches and advances the schedule once: the counters must agree.
   const LoaderPosition position = loader_->position();
   const std::int64_t batches = position.epoch * loader_->batches_per_epoch() + position.next_batch;
@@ -432,6 +531,15 @@ void Trainer::resume(const std::string& dir) {
            owner + " is inconsistent: step " + std::to_string(step) + " of " + std::to_string(config_.accumulate) +
                " micro-steps, but the loader has consumed " + std::to_string(batches) +
                " batches and the schedule is at step " + std::to_string(scheduler_->last_step()));
+  // Every step either updated the weights or was skipped (the f16 scaler, or --on-nonfinite skip):
+  // a step count rewound against the optimiser's own count is refused.
+  if (optimizer_->updates() >= 0) {
+    const std::int64_t expected = step - scaler_skipped - nonfinite_total_;
+    TL_CHECK(optimizer_->updates() == expected, owner + " is inconsistent: step " + std::to_string(step) + " with " +
+                                                    std::to_string(scaler_skipped + nonfinite_total_) +
+                                                    " skipped, but the optimizer has applied " +
+                                                    std::to_string(optimizer_->updates()) + " updates");
+  }
   step_ = step;
 }
 

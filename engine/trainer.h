@@ -41,7 +41,8 @@ struct StepReport {
   PhaseTimes phases;
   double seconds = 0;
   bool measured = false;  // past the warm-up (counted in the throughput)
-  bool skipped = false;   // f16: the scaler skipped the update
+  bool skipped = false;   // the update was not applied (f16's scaler, or a non-finite step skipped)
+  std::string nonfinite;  // what was NaN or inf, when something was
 };
 
 // When to stop before the step cap: asked after every held-out evaluation, with all of them so far.
@@ -73,7 +74,8 @@ struct TrainResult {
   PhaseTimes measured;               // phase totals over the measured steps
   std::vector<double> step_seconds;  // every measured step's time, in order
   DdpStepStats ddp;                  // data parallel: totals over the measured steps (bucket sizes of the last)
-  std::int64_t skipped_steps = 0;    // f16: optimiser steps skipped for non-finite gradients (this run)
+  std::int64_t skipped_steps = 0;    // f16: optimiser steps the loss scaler skipped (this run)
+  std::int64_t nonfinite_steps = 0;  // steps with a NaN or inf loss or gradient, skipped (on_nonfinite skip; this run)
   double loss_scale = 0;             // f16: the loss scale at the end (0 without a scaler)
   double wall_s = 0;
   // How the run was bounded, as it ran: the step cap (steps, or stop_at), the evaluation cadence,
@@ -131,6 +133,7 @@ class Trainer {
   std::unique_ptr<StepRunner> runner_;
   TrainCallbacks callbacks_;
   std::int64_t step_ = 0;
+  std::int64_t nonfinite_total_ = 0;  // non-finite steps skipped since step 0 (checkpointed)
 };
 
 }  // namespace trainlab

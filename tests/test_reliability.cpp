@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <thread>
 
 #include "engine/checkpoint.h"
@@ -244,5 +246,199 @@ TEST_CASE("yaml: one document, each key once, a regular file", "[reliability]") 
     const std::string what = e.what();
     CHECK(what.find('\n') == std::string::npos);
     CHECK(what.find("'sgd\\nrm -rf'") != std::string::npos);
+  }
+}
+
+namespace {
+
+// Four features, four classes; every sample NaN when `poisoned` (a bad shard, a broken decoder).
+class Features final : public Dataset {
+ public:
+  Features(std::uint64_t seed, std::int64_t size, bool poisoned) : seed_(seed), size_(size), poisoned_(poisoned) {}
+  std::int64_t size() const override { return size_; }
+  Shape sample_shape() const override { return {4}; }
+  std::int64_t num_classes() const override { return 4; }
+  std::string describe() const override { return std::string("Features") + (poisoned_ ? " (NaN)" : ""); }
+  std::int64_t get(std::int64_t index, float* out, double*) const override {
+    Generator gen(mix_seed(seed_, static_cast<std::uint64_t>(index)));
+    for (int i = 0; i < 4; ++i)
+      out[i] = poisoned_ ? std::numeric_limits<float>::quiet_NaN() : float(gen.uniform(-1, 1));
+    return static_cast<std::int64_t>(gen.below(4));
+  }
+
+ private:
+  std::uint64_t seed_;
+  std::int64_t size_;
+  bool poisoned_;
+};
+
+TrainTask features_task(bool poisoned) {
+  TrainTask task;
+  task.model_name = "MLP";
+  task.make_model = [](const InitOptions& init) {
+    auto model = std::make_shared<Sequential>();
+    model->add(std::make_shared<Linear>(4, 16, init)).add(std::make_shared<ReLU>());
+    model->add(std::make_shared<Linear>(16, 4, init));
+    return model;
+  };
+  task.train_data = std::make_shared<Features>(1, 256, poisoned);
+  task.held_out_data = std::make_shared<Features>(2, 64, false);
+  return task;
+}
+
+TrainConfig features_config() {
+  TrainConfig c;
+  c.steps = 4;
+  c.batch = 16;
+  c.eval_batch = 64;
+  c.log_every = 1 << 30;
+  c.backend = "reference";
+  return c;
+}
+
+std::vector<double> weights_of(Module& model) {
+  std::vector<double> out;
+  for (const auto& [name, p] : model.named_parameters()) {
+    const auto v = values(p);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("nonfinite: a NaN loss stops the run naming the step; the last good checkpoint is untouched",
+          "[reliability]") {
+  TempDir dir("nonfinite");
+  TrainConfig config = features_config();
+  config.steps = 2;
+  config.save = dir / "c";
+  Trainer(config, features_task(false)).train(nullptr);
+  const std::string before = read_text(dir / "c/COMPLETE");
+  // The same run continued on poisoned data: the first new step diverges, nothing is written.
+  config.steps = 6;
+  config.resume = dir / "c";
+  Trainer poisoned(config, features_task(true));
+  try {
+    poisoned.train(nullptr);
+    FAIL("expected TrainingDiverged");
+  } catch (const TrainingDiverged& e) {
+    const std::string what = e.what();
+    CHECK(what.find("training diverged at step 3: the loss") != std::string::npos);
+    CHECK(what.find("--on-nonfinite skip") != std::string::npos);
+  }
+  CHECK(read_text(dir / "c/COMPLETE") == before);
+  CHECK(load_checkpoint(dir / "c", ref()).trainer.integers.at("step") == 2);
+}
+
+TEST_CASE("nonfinite: --on-nonfinite skip skips the update and counts it", "[reliability]") {
+  TrainConfig config = features_config();
+  config.on_nonfinite = NonFinitePolicy::skip;
+  config.eval_at_end = false;
+  Trainer trainer(config, features_task(true));
+  const std::vector<double> initial = weights_of(trainer.model());
+  const TrainResult result = trainer.train(nullptr);
+  CHECK(result.nonfinite_steps == 4);
+  CHECK(result.last_step == 4);
+  CHECK(weights_of(trainer.model()) == initial);  // no update was applied
+  CHECK(trainer.optimizer().updates() == 0);
+}
+
+TEST_CASE("nonfinite: a NaN gradient under a finite loss is caught before the update", "[reliability]") {
+  TrainConfig config = features_config();
+  Trainer trainer(config, features_task(false));
+  // A hook that poisons one gradient as it becomes ready: the loss stays finite.
+  for (const auto& [name, param] : trainer.model().named_parameters()) {
+    if (name != "0.weight") continue;
+    Tensor p = param;
+    p.add_grad_ready_hook([p](const Tensor&) mutable {
+      Tensor g = p.grad();
+      g.fill_(std::numeric_limits<double>::quiet_NaN());
+    });
+  }
+  const std::vector<double> initial = weights_of(trainer.model());
+  REQUIRE_THROWS_CONTAINING(trainer.train(nullptr), "training diverged at step 1: the gradient of 0.weight");
+  CHECK(weights_of(trainer.model()) == initial);
+}
+
+TEST_CASE("nonfinite: a checkpoint holding NaN is refused unless the user says otherwise", "[reliability]") {
+  TempDir dir("nan-checkpoint");
+  TrainConfig config = features_config();
+  config.steps = 2;
+  config.save = dir / "c";
+  Trainer(config, features_task(false)).train(nullptr);
+  Checkpoint c = load_checkpoint(dir / "c", ref());
+  std::vector<double> w = values(c.model[0].second);
+  w[3] = std::numeric_limits<double>::infinity();
+  c.model[0].second = Tensor::from_vector(w, c.model[0].second.shape(), ref()).to(DType::f32);
+  save_checkpoint(dir / "c", c);
+  config.steps = 4;
+  config.resume = dir / "c";
+  REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "tensor '0.weight' holds inf at element 3",
+                            "--allow-nonfinite-checkpoint");
+  config.allow_nonfinite_checkpoint = true;
+  CHECK_NOTHROW(Trainer(config, features_task(false)));
+}
+
+TEST_CASE("resume: a state.json cannot override the config or lose optimiser state", "[reliability]") {
+  TempDir dir("state-override");
+  TrainConfig config = features_config();
+  config.steps = 3;
+  config.momentum = 0.9;
+  config.weight_decay = 0.01;
+  config.save = dir / "c";
+  Trainer(config, features_task(false)).train(nullptr);
+  config.steps = 6;
+  config.resume = dir / "edited";
+  config.save.clear();
+  auto edited = [&](const std::function<void(Checkpoint&)>& edit) {
+    Checkpoint c = load_checkpoint(dir / "c", ref());
+    edit(c);
+    save_checkpoint(dir / "edited", c);  // a consistent, checksummed checkpoint with the edit
+  };
+  SECTION("momentum") {
+    edited([](Checkpoint& c) { c.optimizer.numbers["momentum"] = 0.5; });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "momentum 0.5", "config gives 0.9");
+  }
+  SECTION("dampening") {
+    edited([](Checkpoint& c) { c.optimizer.numbers["dampening"] = 0.3; });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "dampening 0.3");
+  }
+  SECTION("nesterov") {
+    edited([](Checkpoint& c) { c.optimizer.integers["nesterov"] = 1; });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "nesterov on");
+  }
+  SECTION("weight decay") {
+    edited([](Checkpoint& c) { c.optimizer.numbers["weight_decay"] = 0.5; });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "weight_decay 0.5", "config gives 0.01");
+  }
+  SECTION("the optimizer's lr") {
+    edited([](Checkpoint& c) { c.optimizer.numbers["lr"] = 0.5; });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "lr 0.5", "not the schedule's");
+  }
+  SECTION("the schedule's base lr") {
+    edited([](Checkpoint& c) { c.scheduler.numbers["base_lr"] = 0.02; });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "base lr 0.02", "config gives 0.01");
+  }
+  SECTION("a missing momentum buffer") {
+    edited([](Checkpoint& c) { c.optimizer.tensors.erase("momentum_buffer.2.weight"); });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "'2.weight'",
+                              "no 'momentum_buffer.2.weight' buffer");
+  }
+  SECTION("a renamed momentum buffer") {
+    edited([](Checkpoint& c) {
+      c.optimizer.tensors["momentum_buffer.9.weight"] = c.optimizer.tensors.at("momentum_buffer.2.weight");
+      c.optimizer.tensors.erase("momentum_buffer.2.weight");
+    });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "parameters this model does not have");
+  }
+  SECTION("a step rewound consistently (loader and schedule too)") {
+    edited([](Checkpoint& c) {
+      c.trainer.integers["step"] = 1;
+      c.loader.integers["next_batch"] = 1;
+      c.scheduler.integers["last_step"] = 1;
+    });
+    REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "step 1 with 0 skipped",
+                              "the optimizer has applied 3 updates");
   }
 }

@@ -26,7 +26,10 @@ namespace trainlab {
 
 namespace {
 
+// Exit status: 0 done, 1 an internal error or a run that ended early, 2 bad input (one line
+// naming it), 3 the run diverged (a NaN or inf loss or gradient; nothing was saved).
 constexpr int kExitBadInput = 2;
+constexpr int kExitDiverged = 3;
 
 // Started by an MPI launcher (mpirun, srun with PMI/PMIx): the launcher sets these.
 bool launched_by_mpi() {
@@ -70,6 +73,8 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     const int ok = result.last_step == target ? 0 : 1;
     world->barrier();
     return ok;
+  } catch (const TrainingDiverged& e) {
+    bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitDiverged);
   } catch (const Error& e) {
     bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitBadInput);
   }
@@ -352,6 +357,9 @@ int cli_main(int argc, char** argv) {
                   compiler_version().c_str());
       return 0;
     }
+  } catch (const TrainingDiverged& e) {
+    std::fprintf(stderr, "trainlab: error: %s\n", e.what());
+    return kExitDiverged;
   } catch (const Error& e) {
     std::fprintf(stderr, "trainlab: error: %s\n", e.what());
     return kExitBadInput;
