@@ -6,7 +6,7 @@ PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
 BUILD_DIR := build
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report clean format check-format
+.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report clean format check-format fuzz
 
 all: build
 
@@ -40,6 +40,28 @@ build-cuda: deps
 	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling trainlab_cuda_kernels_test && \
 	ctest --preset cuda -L gpu
 
+# Every parser under libFuzzer (clang-14, coverage-guided, with AddressSanitizer and
+# UndefinedBehaviorSanitizer; build-fuzz/): each target runs FUZZ_SECONDS from its seed corpus
+# (tests/fuzz/corpus/<target>, copied: new inputs go to build-fuzz/corpus/<target>) with its
+# dictionary, and the run fails on the first crash, leak or hang (an input over 10 s), leaving the
+# input as build-fuzz/crash-* (replay it: build-fuzz/bin/fuzz_<target> FILE). `make test` and
+# `make test-sanitize` run the same targets briefly with a deterministic driver (ctest -L fuzz).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := safetensors checkpoint config ledger cli
+fuzz:
+	@bash scripts/install-deps.sh --fuzz
+	@cmake --preset fuzz > /dev/null
+	@cmake --build --preset fuzz --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	  case $$t in config) d=yaml;; cli) d=cli;; *) d=json;; esac; \
+	  mkdir -p build-fuzz/corpus/$$t && cp -n tests/fuzz/corpus/$$t/* build-fuzz/corpus/$$t/ 2>/dev/null; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  (cd build-fuzz && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan_mpi.supp ./bin/fuzz_$$t corpus/$$t \
+	     -dict=$(CURDIR)/tests/fuzz/$$d.dict -max_total_time=$(FUZZ_SECONDS) -timeout=10 -max_len=65536 \
+	     -print_final_stats=1 > fuzz-$$t.log 2>&1); status=$$?; tail -n 12 build-fuzz/fuzz-$$t.log; \
+	  [ $$status -eq 0 ] || { echo "fuzz: $$t failed (exit $$status); the input is in build-fuzz/"; exit 1; }; \
+	done; echo "fuzz: every target ran $(FUZZ_SECONDS) s with no crash, leak or hang"
+
 # The main job: the quick CPU optimisation ladder (configs/ladder_cpu.yaml) with calibration
 # arms, interleaved repeats, rows appended to results/ledger_cpu.jsonl and results/REPORT.md
 # regenerated from it. `make ladder-full` runs the full ladder (more steps and repeats).
@@ -61,4 +83,4 @@ check-format:
 	@git ls-files '*.cpp' '*.h' '*.cu' | xargs clang-format --dry-run --Werror
 
 clean:
-	@rm -rf $(BUILD_DIR) build-sanitize build-cuda
+	@rm -rf $(BUILD_DIR) build-sanitize build-cuda build-fuzz

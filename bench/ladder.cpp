@@ -85,19 +85,29 @@ TrainConfig config_from(const KnobMap& knobs, const std::string& origin) {
   return config;
 }
 
+namespace {
+LadderSpec ladder_from_yaml(const YAML::Node& root, const std::string& path);
+}  // namespace
+
 double LrRule::lr_for(std::int64_t batch) const {
   return base_lr * static_cast<double>(batch) / static_cast<double>(base_batch);
 }
 
-LadderSpec load_ladder(const std::string& path) {
-  std::error_code ec;
-  const YAML::Node root = load_yaml_file(path, "ladder file");
+LadderSpec load_ladder(const std::string& path) { return ladder_from_yaml(load_yaml_file(path, "ladder file"), path); }
+
+LadderSpec load_ladder_text(const std::string& text, const std::string& source) {
+  return ladder_from_yaml(load_yaml_text(text, source), source);
+}
+
+namespace {
+LadderSpec ladder_from_yaml(const YAML::Node& root, const std::string& path) {
   TL_CHECK(root.IsMap(), "ladder file '" + path + "' must be a map");
   static const std::set<std::string> allowed = {"ladder", "device", "base", "rungs", "steps", "warmup", "lr_rule"};
   for (const auto& item : root) {
-    const std::string key = item.first.as<std::string>();
-    TL_CHECK(allowed.count(key),
-             path + ": unknown key '" + key + "' (allowed: ladder, device, base, rungs, steps, warmup, lr_rule)");
+    TL_CHECK(item.first.IsScalar(), path + ": every key must be a plain name");
+    const std::string key = item.first.Scalar();
+    TL_CHECK(allowed.count(key), path + ": unknown key " + quote_value(key) +
+                                     " (allowed: ladder, device, base, rungs, steps, warmup, lr_rule)");
   }
   LadderSpec spec;
   try {
@@ -144,6 +154,7 @@ LadderSpec load_ladder(const std::string& path) {
     single_change(configs[i - 1], configs[i], spec.lr_rule, spec.rungs[i].name);
   return spec;
 }
+}  // namespace
 
 bool rung_runs_on(const Rung& rung, const std::string& device_type) {
   return rung.needs.empty() || rung.needs == device_type;

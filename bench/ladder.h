@@ -50,6 +50,7 @@ struct LadderSpec {
 
 // Parses and checks a ladder YAML file (configs/ladder_<device>.yaml); errors name the file and key.
 LadderSpec load_ladder(const std::string& path);
+LadderSpec load_ladder_text(const std::string& text, const std::string& source);  // the same from text
 
 // Each rung's complete config, typed: the base with every earlier rung's `set` applied, the LR from
 // the rule. Keys are TrainConfig keys (trainlab train --help, docs/CONFIG.md). Given a device type, rungs that need

@@ -115,7 +115,8 @@ std::string write_report(const ReportOptions& options) {
   std::map<std::string, std::vector<json>> by_rung;
   for (const auto& r : repeats) by_rung[r.at("rung")].push_back(r);
   bool interrupted = false;
-  for (const auto& [name, reps] : by_rung) {
+  for (const auto& [rung_name, reps] : by_rung) {
+    const std::string& name = rung_name;  // (a lambda may not capture a structured binding before C++20 in clang 14)
     const bool summarised =
         std::any_of(rungs.begin(), rungs.end(), [&](const json& r) { return r.at("rung") == name; });
     if (summarised) continue;

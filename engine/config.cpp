@@ -276,18 +276,27 @@ void apply_config_value(TrainConfig& config, const std::string& key, const std::
   throw Error(origin + ": unknown key " + quote_value(key) + " (allowed: " + allowed + ")");
 }
 
-void apply_config_file(TrainConfig& config, const std::string& path) {
-  const YAML::Node root = load_yaml_file(path, "config file");
+namespace {
+void apply_config_node(TrainConfig& config, const YAML::Node& root, const std::string& source) {
   if (root.IsNull()) return;  // an empty file changes nothing
-  TL_CHECK(root.IsMap(), "config file '" + path + "' must be a map of key: value");
+  TL_CHECK(root.IsMap(), "config file " + source + " must be a map of key: value");
   for (const auto& item : root) {
-    TL_CHECK(item.first.IsScalar(), "config file '" + path + "': every key must be a plain name");
+    TL_CHECK(item.first.IsScalar(), "config file " + source + ": every key must be a plain name");
     const std::string key = item.first.Scalar();
     // `key:` with nothing after it is an empty value, refused by the key's parser unless empty is allowed.
     TL_CHECK(item.second.IsScalar() || item.second.IsNull(),
-             path + ": the value of '" + key + "' must be a single value, not a list or map");
-    apply_config_value(config, key, item.second.IsNull() ? std::string() : item.second.Scalar(), path);
+             source + ": the value of " + quote_value(key) + " must be a single value, not a list or map");
+    apply_config_value(config, key, item.second.IsNull() ? std::string() : item.second.Scalar(), source);
   }
+}
+}  // namespace
+
+void apply_config_file(TrainConfig& config, const std::string& path) {
+  apply_config_node(config, load_yaml_file(path, "config file"), "'" + path + "'");
+}
+
+void apply_config_text(TrainConfig& config, const std::string& text, const std::string& source) {
+  apply_config_node(config, load_yaml_text(text, source), source);
 }
 
 void check_backend_name(const std::string& name) {

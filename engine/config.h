@@ -99,6 +99,8 @@ const std::vector<ConfigField>& config_fields();
 const ConfigField& config_field(const std::string& key);  // throws Error listing the keys when unknown
 // Applies a YAML file (a flat map of known keys to scalars) on top of `config`.
 void apply_config_file(TrainConfig& config, const std::string& path);
+// The same from text (`source` names it in errors).
+void apply_config_text(TrainConfig& config, const std::string& text, const std::string& source);
 void apply_config_value(TrainConfig& config, const std::string& key, const std::string& text,
                         const std::string& origin);
 // Throws Error unless `name` is empty (the default) or a registered backend.

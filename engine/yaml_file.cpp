@@ -1,6 +1,9 @@
 #include "engine/yaml_file.h"
 
 #include <set>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
 
 #include "backends/error.h"
 #include "engine/fileio.h"
@@ -60,26 +63,46 @@ void check_flow_depth(const std::string& text, const std::string& source) {
     }
   }
 }
+// Records where each document starts; ignores everything else.
+struct DocumentStarts final : YAML::EventHandler {
+  int documents = 0, second_line = -1;
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents == 2) second_line = mark.line;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
 }  // namespace
 
 YAML::Node load_yaml_text(const std::string& text, const std::string& source) {
   TL_CHECK(text.size() <= kMaxYamlBytes, source + ": " + human_size(text.size()) + ", more than the " +
                                              human_size(kMaxYamlBytes) + " a YAML file here may hold");
   check_flow_depth(text, source);
-  std::vector<YAML::Node> documents;
+  // The first document (yaml-cpp's LoadAll loops forever on some malformed input, so documents are
+  // not collected with it): then whether a second one follows, found by walking the events.
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(text);
+    root = YAML::Load(text);
+    std::stringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentStarts starts;
+    if (parser.HandleNextDocument(starts) && parser.HandleNextDocument(starts)) {
+      throw Error(source +
+                  (starts.second_line >= 0 ? " line " + std::to_string(starts.second_line + 1) : std::string()) +
+                  ": a second YAML document (after '---'); a file here holds one document");
+    }
   } catch (const YAML::Exception& e) {
     throw Error(source + " is not valid YAML: " + e.msg + " (line " + std::to_string(e.mark.line + 1) + ")");
   }
-  if (documents.size() > 1) {
-    const int line = documents[1].Mark().line;
-    throw Error(source + (line >= 0 ? " line " + std::to_string(line + 1) : std::string()) +
-                ": a second YAML document (after '---'); a file here holds one document");
-  }
-  if (documents.empty()) return YAML::Node();
-  check_unique_keys(documents[0], source, 0);
-  return documents[0];
+  if (root.IsNull()) return root;
+  check_unique_keys(root, source, 0);
+  return root;
 }
 
 YAML::Node load_yaml_file(const std::string& path, const std::string& what) {

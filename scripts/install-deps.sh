@@ -15,6 +15,11 @@ packages=(
   python3-torch python3-numpy
 )
 
+# `make fuzz` (libFuzzer) also needs clang and its runtime libraries; nothing else does.
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang-14 libclang-rt-14-dev)
+fi
+
 missing=()
 for pkg in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

@@ -176,9 +176,9 @@ TEST_CASE("ledger: rows of the right schema with wrong types are skipped with th
   // Then every damage the fault-injection run found, each on its own line.
   const std::vector<std::string> bad = {
       R"({"schema": [1], "device": {"name": "cpu A"}})",
-      R"({"schema": 1, "device": {"name": "cpu A"}, "kind": "rung", "run_id": "r1", "rung": "x", "rung_index": 1,
+      R"({"schema": 1, "device": {"name": "cpu A", "type": "cpu"}, "kind": "rung", "run_id": "r1", "rung": "x", "rung_index": 1,
           "status": "ok", "versions": {"engine": "e"}})",
-      R"({"schema": 1, "device": {"name": "cpu A"}, "kind": "rung", "run_id": 7, "rung": "x", "rung_index": 1,
+      R"({"schema": 1, "device": {"name": "cpu A", "type": "cpu"}, "kind": "rung", "run_id": 7, "rung": "x", "rung_index": 1,
           "status": "skipped", "versions": {"engine": "e"}})",
       R"({"schema": 1, "device": {"name": "cpu A"}, "kind": "allreduce", "run_id": "a", "status": "ok",
           "config": {"algorithm": "ring", "ranks": 2, "bytes": 4}, "stats": {"median": "fast"}})",
@@ -237,6 +237,11 @@ TEST_CASE("statistics: medians, separability and the calibration arms", "[bench]
   CHECK(effect_percent(summarize({110}), summarize({100})) == Approx(10));
   CHECK(separable(summarize({1, 2}), summarize({3, 4})));
   CHECK_FALSE(separable(summarize({1, 3}), summarize({2, 4})));
+  // Ranges that just touch share a value: not separable, either way round (a `<` turned into `<=`
+  // would call them separable).
+  CHECK_FALSE(separable(summarize({1, 2}), summarize({2, 3})));
+  CHECK_FALSE(separable(summarize({2, 3}), summarize({1, 2})));
+  CHECK(separable(summarize({1, 2}), summarize({2.0000001, 3})));
 
   // The seed's 3-repeat false positive: two identical configurations whose ranges did not
   // overlap (48.9-67.0 vs 81.9-92.5). The test is unsound there, so nothing is concluded.
@@ -326,6 +331,11 @@ TEST_CASE("trace: valid Chrome trace JSON whose spans nest and cover each step",
     REQUIRE(e.contains("ph"));
     if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"]] = e["args"]["name"];
     if (e["ph"] != "X") continue;
+    // Real work takes time: a step and its phases have a duration (in microseconds) above zero.
+    const std::string name = e["name"];
+    if (name == "step" || name == "forward" || name == "backward" || name == "optimizer") {
+      CHECK(e["dur"].get<double>() > 0);
+    }
     REQUIRE(e["dur"].get<double>() >= 0);
     by_thread[e["tid"]].push_back(e);
   }

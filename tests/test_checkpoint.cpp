@@ -81,20 +81,53 @@ TEST_CASE("safetensors: every truncation and every flipped byte is an Error, nev
     }
   }
   CHECK(accepted == 0);  // no prefix of a file is a valid file
+  // Every flipped byte: in the length or the header, refused naming the file, or (where the header
+  // still parses the same, e.g. its padding) decoded to exactly the original tensors; in the data,
+  // decoded with exactly that one byte changed (the checkpoint marker's CRC is what catches those).
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, good.data(), 8);
+  const std::size_t data_start = 8 + static_cast<std::size_t>(header_size);
+  auto tensor_bytes = [](const SafetensorsContents& c) {
+    std::vector<unsigned char> out;
+    for (const auto& [name, t] : c.tensors) {
+      std::vector<unsigned char> b(t.nbytes());
+      t.copy_to_host(b.data());
+      out.insert(out.end(), b.begin(), b.end());
+    }
+    return out;
+  };
+  const auto original = tensor_bytes(decode_safetensors(good.data(), good.size(), "x.safetensors", ref()));
+  int header_refused = 0, data_decoded = 0;
   for (std::size_t i = 0; i < good.size(); ++i) {
     auto bad = good;
     bad[i] ^= 0xff;
-    try {
-      decode_safetensors(bad.data(), bad.size(), "x.safetensors", ref());  // a data byte flip decodes (the CRC
-    } catch (const Error&) {                                               // in the checkpoint marker catches it)
+    INFO("byte " << i << " of " << good.size() << " flipped (data from byte " << data_start << ")");
+    if (i < data_start) {
+      try {
+        const auto decoded = tensor_bytes(decode_safetensors(bad.data(), bad.size(), "x.safetensors", ref()));
+        CHECK(decoded == original);  // a flip the header survives changes nothing
+      } catch (const Error& e) {
+        CHECK(std::string(e.what()).find("x.safetensors") != std::string::npos);
+        ++header_refused;
+      }
+    } else {
+      const auto decoded = tensor_bytes(decode_safetensors(bad.data(), bad.size(), "x.safetensors", ref()));
+      REQUIRE(decoded.size() == original.size());
+      std::size_t differ = 0;
+      for (std::size_t k = 0; k < decoded.size(); ++k) differ += decoded[k] != original[k] ? 1 : 0;
+      CHECK(differ == 1);
+      CHECK(decoded[i - data_start] == (original[i - data_start] ^ 0xff));
+      ++data_decoded;
     }
   }
+  CHECK(header_refused >= 8);  // every length byte at least
+  CHECK(data_decoded == static_cast<int>(good.size() - data_start));
   REQUIRE_THROWS_CONTAINING(decode_safetensors(good.data(), 4, "x.safetensors", ref()), "truncated", "8-byte");
   auto huge = good;
   const std::uint64_t too_big = 1ull << 40;
   std::memcpy(huge.data(), &too_big, 8);
   REQUIRE_THROWS_CONTAINING(decode_safetensors(huge.data(), huge.size(), "x.safetensors", ref()), "truncated");
-  CHECK(refused > 0);
+  CHECK(refused == static_cast<int>(good.size()));  // every proper prefix, each naming the file
   // A shape whose element count overflows 64 bits, with empty data, is refused rather than wrapped.
   const std::string header = R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})";
   std::vector<unsigned char> overflow(8 + header.size());

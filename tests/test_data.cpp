@@ -39,7 +39,12 @@ TEST_CASE("SyntheticImages: a pure function of (seed, split, index)", "[data]") 
     REQUIRE(l < 10);
     ++counts[static_cast<std::size_t>(l)];
   }
-  for (int c : counts) CHECK(c > 0);
+  // 100 draws over 10 classes: every class appears, none dominates (binomial, p = 0.1: 1..25 is
+  // beyond 5 standard deviations on either side).
+  for (int c : counts) {
+    CHECK(c >= 1);
+    CHECK(c <= 25);
+  }
   REQUIRE_THROWS_CONTAINING(sample(a, 100), "index 100", "[0, 100)");
   REQUIRE_THROWS_CONTAINING(SyntheticImages(0, Split::train, 0), "size must be >= 1");
 }
@@ -201,4 +206,41 @@ TEST_CASE("DataLoader: pin_memory delivers the same batches, copied late on a co
   o.pin_memory = true;
   REQUIRE_THROWS_CONTAINING(DataLoader(data, o, ref()), "pin_memory needs a backend with page-locked host memory",
                             "'reference' has none");
+}
+
+TEST_CASE("DataLoader: the distributed sampler's shards are disjoint and together the whole batch", "[data]") {
+  // In one process (the MPI tests check it across ranks): rank r of n takes the r-th of n equal
+  // parts of each global batch, every rank drawing the same permutation.
+  auto data = std::make_shared<SyntheticImages>(3, Split::train, 50);
+  DataLoaderOptions whole;
+  whole.batch_size = 12;
+  whole.seed = 9;
+  const DataLoader one(data, whole, ref());
+  for (int shards : {2, 3, 4}) {
+    std::vector<std::unique_ptr<DataLoader>> parts;
+    for (int r = 0; r < shards; ++r) {
+      DataLoaderOptions o = whole;
+      o.shard_rank = r;
+      o.shard_count = shards;
+      parts.push_back(std::make_unique<DataLoader>(data, o, ref()));
+    }
+    for (std::int64_t epoch = 0; epoch < 3; ++epoch) {
+      for (std::int64_t b = 0; b < one.batches_per_epoch(); ++b) {
+        INFO(shards << " shards, epoch " << epoch << ", batch " << b);
+        std::vector<std::int64_t> joined;
+        for (const auto& part : parts) {
+          const auto idx = part->batch_indices(epoch, b);
+          CHECK(idx.size() == static_cast<std::size_t>(12 / shards));
+          joined.insert(joined.end(), idx.begin(), idx.end());
+        }
+        CHECK(joined == one.batch_indices(epoch, b));  // complete, in order, hence disjoint
+        std::sort(joined.begin(), joined.end());
+        CHECK(std::adjacent_find(joined.begin(), joined.end()) == joined.end());
+      }
+    }
+  }
+  // A batch that does not split over the ranks is refused, naming both.
+  DataLoaderOptions uneven = whole;
+  uneven.shard_count = 5;
+  REQUIRE_THROWS_CONTAINING(DataLoader(data, uneven, ref()), "global batch 12", "5 ranks");
 }

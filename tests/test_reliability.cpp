@@ -229,7 +229,7 @@ TEST_CASE("yaml: one document, each key once, a regular file", "[reliability]") 
   REQUIRE_THROWS_CONTAINING(load_yaml_text("steps: 3\nbatch: 8\nsteps: 4\n", "c.yaml"), "c.yaml line 3",
                             "key 'steps' appears twice");
   REQUIRE_THROWS_CONTAINING(load_yaml_text("base: {a: 1, a: 2}\n", "l.yaml"), "key 'a' appears twice");
-  REQUIRE_THROWS_CONTAINING(load_yaml_text("steps: 3\n---\nbatch: 8\n", "c.yaml"), "c.yaml line 3",
+  REQUIRE_THROWS_CONTAINING(load_yaml_text("steps: 3\n---\nbatch: 8\n", "c.yaml"), "c.yaml line 2",
                             "a second YAML document");
   REQUIRE_THROWS_CONTAINING(load_yaml_text(std::string(100, '[') + std::string(100, ']'), "d.yaml"),
                             "nested more than 64");

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "backends/registry.h"
+#include "engine/checkpoint.h"
 #include "engine/profiler.h"
 #include "engine/trainer.h"
 #include "test_util.h"
@@ -68,7 +69,12 @@ TEST_CASE("training: loss falls and held-out accuracy passes 80% within 3,200 sa
   CHECK(result.final_eval.samples == 1000);
   CHECK(result.warmup_steps == 5);
   CHECK(result.measured_steps == 95);
-  CHECK(result.samples_per_s > 0);
+  // Throughput is the measured samples over the measured phase time, each step's time recorded.
+  CHECK(result.samples_per_s == Approx(95.0 * 32 / result.measured.total()));
+  REQUIRE(result.step_seconds.size() == 95);
+  double steps_total = 0;
+  for (double s : result.step_seconds) steps_total += s;
+  CHECK(result.measured.total() <= steps_total * 1.0001);  // the phases lie inside the steps
 }
 
 TEST_CASE("training: the same seed gives bit-identical parameters whatever num_workers is", "[training][determinism]") {
@@ -144,9 +150,19 @@ TEST_CASE("profiler: phase spans cover each step and op spans nest inside them",
   profiler.set_enabled(false);
   const auto spans = profiler.take();
   std::map<std::string, int> count;
-  for (const auto& s : spans) {
-    ++count[s.name];
-    CHECK(s.end_ns >= s.start_ns);
+  for (const auto& s : spans) ++count[s.name];
+  // The phases of each step lie inside its step span, one after another, and take time.
+  for (const auto& step : spans) {
+    if (step.name != "step") continue;
+    std::int64_t phases_ns = 0;
+    for (const auto& s : spans) {
+      const bool phase = s.name == "data_wait" || s.name == "forward" || s.name == "backward" || s.name == "optimizer";
+      if (!phase || s.thread != step.thread || s.start_ns < step.start_ns || s.end_ns > step.end_ns) continue;
+      CHECK(s.end_ns > s.start_ns);
+      phases_ns += s.end_ns - s.start_ns;
+    }
+    CHECK(phases_ns > 0);
+    CHECK(phases_ns <= step.end_ns - step.start_ns);
   }
   for (const char* phase : {"data_wait", "forward", "backward", "optimizer"}) CHECK(count[phase] == 3);
   CHECK(count["conv2d.forward"] >= 6);  // two convolutions a step, plus evaluation
@@ -217,6 +233,21 @@ TEST_CASE("training: resume is bit-identical to a straight run", "[training][res
     CHECK(straight.optimizer().lr() == resumed.optimizer().lr());
     CHECK(straight.loader().position().epoch == resumed.loader().position().epoch);
     CHECK(straight.loader().position().next_batch == resumed.loader().position().next_batch);
+    CHECK(straight.generator().state_string() == resumed.generator().state_string());
+    // The generator comes from the checkpoint, not from re-seeding: a checkpoint whose generator
+    // has moved on (a driver that draws from it) is resumed with that state. Without the restore,
+    // the state would be the freshly seeded one and this would fail.
+    Checkpoint moved = load_checkpoint(dir, ref());
+    Generator advanced(config.seed);
+    for (int i = 0; i < 17; ++i) advanced.next_u64();
+    moved.trainer.strings["generator"] = advanced.state_string();
+    save_checkpoint(dir + "-moved", moved);
+    TrainConfig moved_config = config;
+    moved_config.resume = dir + "-moved";
+    Trainer from_moved(moved_config);
+    CHECK(from_moved.generator().state_string() == advanced.state_string());
+    CHECK(from_moved.generator().state_string() != resumed.generator().state_string());
+    fs::remove_all(dir + "-moved");
     fs::remove_all(dir);
   }
 }

@@ -16,7 +16,9 @@
 #include "comm/cost_model.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
+#include "engine/checkpoint.h"
 #include "engine/config.h"
+#include "engine/fileio.h"
 #include "engine/grad_dump.h"
 #include "engine/throughput.h"
 #include "engine/trainer.h"
@@ -40,7 +42,7 @@ bool launched_by_mpi() {
 }
 
 int run_train(const std::string& config_path, const std::map<std::string, CLI::Option*>& options,
-              const std::map<std::string, std::string>& values) {
+              const std::map<std::string, std::string>& values, bool dry_run) {
   TrainConfig config;
   if (!config_path.empty()) apply_config_file(config, config_path);
   for (const auto& field : config_fields()) {
@@ -51,6 +53,14 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     apply_config_value(config, field.key, text, field.flag);
   }
   validate_config(config);
+  if (dry_run) {
+    // Everything that can be refused before a run is checked, and nothing is trained or written.
+    if (!config.trace.empty()) check_output_file(config.trace, "--trace");
+    if (!config.save.empty()) check_checkpoint_dir(config.save);
+    std::printf("config: %s\ndry run: the configuration is valid; nothing was trained or written\n",
+                config_summary(config).c_str());
+    return 0;
+  }
   const std::int64_t target = config.stop_at > 0 ? config.stop_at : config.steps;
   if (!launched_by_mpi()) {
     Trainer trainer(config);
@@ -78,6 +88,31 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   } catch (const Error& e) {
     bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitBadInput);
   }
+}
+
+int run_verify_checkpoint(const std::string& dir) {
+  const Checkpoint c = load_checkpoint(dir, get_backend("reference"));
+  std::int64_t parameters = 0, buffers = 0;
+  for (const auto& [name, tensor] : c.model) parameters += tensor.numel();
+  for (const auto& [name, tensor] : c.optimizer.tensors) buffers += tensor.numel();
+  std::printf("checkpoint %s: complete (marker, sizes, CRC-32s and headers checked)\n", dir.c_str());
+  std::printf("step %lld; engine %s; backend %s\n", static_cast<long long>(c.trainer.integer("step", dir)),
+              c.trainer.strings.count("engine_version") ? c.trainer.strings.at("engine_version").c_str() : "?",
+              c.trainer.strings.count("backend") ? c.trainer.strings.at("backend").c_str() : "?");
+  std::printf("model: %zu tensors, %lld values; optimizer (%s): %zu tensors, %lld values\n", c.model.size(),
+              static_cast<long long>(parameters),
+              c.optimizer.strings.count("optimizer") ? c.optimizer.strings.at("optimizer").c_str() : "?",
+              c.optimizer.tensors.size(), static_cast<long long>(buffers));
+  std::string config;
+  for (const auto& [key, value] : c.trainer.strings) {
+    if (key.rfind("config.", 0) != 0 || value.empty()) continue;
+    if (!config.empty()) config += ' ';
+    config += key.substr(7);
+    config += '=';
+    config += value;
+  }
+  std::printf("config: %s\n", config.c_str());
+  return 0;
 }
 
 int run_throughput(const ThroughputConfig& config) {
@@ -127,54 +162,14 @@ std::vector<double> parse_bucket_list(const std::string& text) {
   return out;
 }
 
-// The (bytes, median seconds) points of one bench_allreduce run in a ledger; the latest run
-// unless `run` names one.
-struct LedgerPoints {
-  std::string run_id, dtype;
-  int ranks = 0;
-  std::vector<std::pair<double, double>> points;
-};
-LedgerPoints allreduce_points(const std::string& path, const std::string& run, const std::string& algorithm) {
-  const bench::Ledger ledger(path);
-  TL_CHECK(std::ifstream(path).good(), "collective-cost: --fit: cannot read ledger '" + path + "'");
-  const auto loaded = ledger.load();
-  for (const auto& warning : loaded.warnings) std::fprintf(stderr, "collective-cost: warning: %s\n", warning.c_str());
-  LedgerPoints out;
-  std::vector<std::string> runs;
-  for (const auto& row : loaded.rows) {
-    if (row.value("kind", "") != "allreduce" || row.value("status", "") != "ok") continue;
-    const std::string id = row.value("run_id", "");
-    if (std::find(runs.begin(), runs.end(), id) == runs.end()) runs.push_back(id);
-  }
-  TL_CHECK(!runs.empty(),
-           "collective-cost: --fit: ledger '" + path +
-               "' has no all-reduce rows (write some with scripts/mpirun -np 2 build/bin/bench_allreduce)");
-  out.run_id = run.empty() ? runs.back() : run;
-  TL_CHECK(
-      std::find(runs.begin(), runs.end(), out.run_id) != runs.end(),
-      "collective-cost: --run '" + run + "' has no all-reduce rows in '" + path + "' (latest: " + runs.back() + ")");
-  for (const auto& row : loaded.rows) {
-    if (row.value("kind", "") != "allreduce" || row.value("status", "") != "ok" ||
-        row.value("run_id", "") != out.run_id)
-      continue;
-    const auto& config = row.at("config");
-    if (config.value("algorithm", "") != algorithm) continue;
-    out.ranks = config.at("ranks").get<int>();
-    out.dtype = config.value("dtype", "");
-    out.points.emplace_back(config.at("bytes").get<double>(), row.at("stats").at("median").get<double>());
-  }
-  TL_CHECK(out.points.size() >= 2, "collective-cost: --fit: run " + out.run_id + " has " +
-                                       std::to_string(out.points.size()) + " '" + algorithm +
-                                       "' sizes; a fit needs at least two");
-  return out;
-}
-
 int run_collective_cost(CostOptions& o, const CLI::App& cmd) {
   comm::CostQuestion& q = o.question;
   q.buckets_mib = parse_bucket_list(o.buckets);
   const bool fitting = !o.fit_ledger.empty();
   if (fitting) {
-    const LedgerPoints measured = allreduce_points(o.fit_ledger, o.fit_run, o.fit_algorithm);
+    const bench::LedgerPoints measured = bench::allreduce_points(o.fit_ledger, o.fit_run, o.fit_algorithm);
+    for (const auto& warning : measured.warnings)
+      std::fprintf(stderr, "collective-cost: warning: %s\n", warning.c_str());
     std::printf("ledger %s, run %s: %s all-reduce, %d ranks, %s, %zu sizes\n", o.fit_ledger.c_str(),
                 measured.run_id.c_str(), o.fit_algorithm.c_str(), measured.ranks, measured.dtype.c_str(),
                 measured.points.size());
@@ -219,6 +214,8 @@ int cli_main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train SmallCNN on SyntheticImages");
   std::string config_path;
   train->add_option("--config", config_path, "YAML config file (flags override its keys)");
+  bool dry_run = false;
+  train->add_flag("--dry-run", dry_run, "check the configuration and the outputs, print it, and train nothing");
   std::map<std::string, std::string> values;
   std::map<std::string, CLI::Option*> options;
   for (const auto& field : config_fields()) {
@@ -306,6 +303,11 @@ int cli_main(int argc, char** argv) {
   auto* backends = app.add_subcommand("backends", "list the registered backends");
   auto* reference = app.add_subcommand(
       "config-reference", "print every train config key (flag, default, allowed values, meaning) as markdown");
+  auto* verify = app.add_subcommand("verify-checkpoint",
+                                    "check a checkpoint completely (marker, sizes, CRC-32s, headers, state) and "
+                                    "print what it holds; exit 0 when it loads, 2 with the problem otherwise");
+  std::string verify_dir;
+  verify->add_option("DIR", verify_dir, "the checkpoint directory")->required();
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
@@ -324,7 +326,7 @@ int cli_main(int argc, char** argv) {
   if (const auto status = parse_command_line(app, argc, argv, "trainlab")) return *status;
 
   try {
-    if (*train) return run_train(config_path, options, values);
+    if (*train) return run_train(config_path, options, values, dry_run);
     if (*throughput) {
       tp.dtype = parse_dtype(tp_dtype);
       tp.layout = parse_memory_format(tp_layout);
@@ -352,6 +354,7 @@ int cli_main(int argc, char** argv) {
       std::printf("%s", config_reference_markdown().c_str());
       return 0;
     }
+    if (*verify) return run_verify_checkpoint(verify_dir);
     if (*version_cmd) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),
                   compiler_version().c_str());

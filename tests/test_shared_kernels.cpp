@@ -1,0 +1,354 @@
+// The CPU backends share one set of kernels (backends/cpu/: elementwise, ReLU, bias, max-pool,
+// cross-entropy, casts, the optimiser steps), so the cross-backend harness, which compares the
+// fast backends with the reference, cannot see a bug in them: all three would agree. Each shared
+// kernel is checked here against an independent computation written out in double, on every CPU
+// backend, in f32 and bf16, with sizes that leave vector tails, ties, and NaN where it matters.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/registry.h"
+#include "test_util.h"
+
+using namespace trainlab;
+using namespace trainlab::test;
+
+namespace {
+
+std::vector<std::string> cpu_backends() {
+  std::vector<std::string> names;
+  for (const auto& info : registered_backends()) {
+    if (info.device_type == DeviceType::cpu) names.push_back(info.name);
+  }
+  return names;
+}
+
+// Values on `backend` in `dtype`, and what they are after rounding to it (the oracle's input).
+struct Buffer {
+  Tensor tensor;
+  std::vector<double> exact;
+};
+Buffer make(Backend& backend, DType dtype, const std::vector<double>& v) {
+  Buffer b;
+  b.tensor = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())}, ref()).to(dtype).to(backend);
+  b.exact = values(b.tensor);
+  return b;
+}
+Buffer zeros(Backend& backend, DType dtype, std::size_t n) { return make(backend, dtype, std::vector<double>(n, 0.0)); }
+
+std::vector<double> uniform(std::size_t n, Generator& gen, double lo = -2, double hi = 2) {
+  std::vector<double> v(n);
+  for (auto& x : v) x = gen.uniform(lo, hi);
+  return v;
+}
+
+double rounded(double v, DType dtype) {
+  return values(Tensor::from_vector(std::vector<double>{v}, {1}, ref()).to(dtype))[0];
+}
+
+// Within one rounding of the dtype (NaN matching NaN).
+void check_close(const std::vector<double>& got, const std::vector<double>& want, DType dtype, const char* what,
+                 double tolerance = 0) {
+  REQUIRE(got.size() == want.size());
+  const double tol = tolerance > 0 ? tolerance : dtype == DType::bf16 ? 1e-2 : dtype == DType::f32 ? 1e-6 : 1e-12;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO(what << " element " << i << ": got " << got[i] << ", want " << want[i]);
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(got[i]));
+    } else {
+      CHECK(std::abs(got[i] - want[i]) <= tol * std::max(1.0, std::abs(want[i])));
+    }
+  }
+}
+
+const DType kDtypes[] = {DType::f32, DType::bf16};
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+}  // namespace
+
+TEST_CASE("shared kernels: elementwise, reductions, casts and strided copies against double", "[backends]") {
+  Generator gen(11);
+  for (const auto& name : cpu_backends()) {
+    Backend& be = get_backend(name);
+    for (DType dt : kDtypes) {
+      if (!be.supports(dt)) continue;
+      INFO(name << " " << dtype_name(dt));
+      const std::size_t n = 1000 + 37;  // past a chunk of 32 and 16-wide vectors, with a tail
+      const Buffer a = make(be, dt, uniform(n, gen)), b = make(be, dt, uniform(n, gen, 0.5, 2));
+      Buffer y = zeros(be, dt, n);
+      const std::pair<BinaryOp, double (*)(double, double)> ops[] = {
+          {BinaryOp::add, [](double x, double z) { return x + z; }},
+          {BinaryOp::sub, [](double x, double z) { return x - z; }},
+          {BinaryOp::mul, [](double x, double z) { return x * z; }},
+          {BinaryOp::div, [](double x, double z) { return x / z; }}};
+      for (const auto& [op, f] : ops) {
+        be.binary(op, dt, a.tensor.raw_data(), b.tensor.raw_data(), y.tensor.raw_data(), static_cast<std::int64_t>(n));
+        std::vector<double> want(n);
+        for (std::size_t i = 0; i < n; ++i) want[i] = rounded(f(a.exact[i], b.exact[i]), dt);
+        check_close(values(y.tensor), want, dt, "binary");
+      }
+      be.affine(dt, a.tensor.raw_data(), y.tensor.raw_data(), static_cast<std::int64_t>(n), 0.5, -0.25);
+      std::vector<double> want(n);
+      for (std::size_t i = 0; i < n; ++i) want[i] = rounded(0.5 * a.exact[i] - 0.25, dt);
+      check_close(values(y.tensor), want, dt, "affine");
+      Buffer acc = make(be, dt, b.exact);
+      be.axpy(dt, static_cast<std::int64_t>(n), -1.5, a.tensor.raw_data(), acc.tensor.raw_data());
+      for (std::size_t i = 0; i < n; ++i) want[i] = rounded(b.exact[i] - 1.5 * a.exact[i], dt);
+      check_close(values(acc.tensor), want, dt, "axpy");
+      Buffer total = zeros(be, dt, 1);
+      be.sum(dt, a.tensor.raw_data(), static_cast<std::int64_t>(n), total.tensor.raw_data());
+      double s = 0, magnitude = 0;
+      for (double v : a.exact) s += v, magnitude += std::abs(v);
+      // Summed in f32 partials: within a few f32 roundings of the sum of magnitudes.
+      check_close(values(total.tensor), {rounded(s, dt)}, dt, "sum",
+                  (dt == DType::bf16 ? 1e-2 : 1e-6) * std::max(1.0, magnitude));
+      be.fill(dt, y.tensor.raw_data(), static_cast<std::int64_t>(n), 3.25);
+      check_close(values(y.tensor), std::vector<double>(n, 3.25), dt, "fill");
+      // Casts both ways, and a strided copy (a transpose) against index arithmetic.
+      Buffer wide = zeros(be, DType::f32, n);
+      be.cast(dt, a.tensor.raw_data(), DType::f32, wide.tensor.raw_data(), static_cast<std::int64_t>(n));
+      check_close(values(wide.tensor), a.exact, DType::f32, "cast");
+      const std::int64_t rows = 13, cols = 29;
+      const Buffer m = make(be, dt, uniform(static_cast<std::size_t>(rows * cols), gen));
+      Buffer t = zeros(be, dt, static_cast<std::size_t>(rows * cols));
+      be.copy_strided(dt, m.tensor.raw_data(), Layout{{rows, cols}, {cols, 1}, 0}, t.tensor.raw_data(),
+                      Layout{{rows, cols}, {1, rows}, 0});
+      std::vector<double> transposed(static_cast<std::size_t>(rows * cols));
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          transposed[static_cast<std::size_t>(c * rows + r)] = m.exact[static_cast<std::size_t>(r * cols + c)];
+      check_close(values(t.tensor), transposed, dt, "copy_strided");
+    }
+  }
+}
+
+TEST_CASE("shared kernels: relu, bias and cross-entropy against double", "[backends]") {
+  Generator gen(12);
+  for (const auto& name : cpu_backends()) {
+    Backend& be = get_backend(name);
+    for (DType dt : kDtypes) {
+      if (!be.supports(dt)) continue;
+      INFO(name << " " << dtype_name(dt));
+      const std::size_t n = 16 * 31 + 13;  // vector bodies and a tail
+      std::vector<double> x = uniform(n, gen);
+      x[5] = kNaN;
+      x[6] = 0.0;
+      x[7] = -0.0;
+      const Buffer in = make(be, dt, x), dy = make(be, dt, uniform(n, gen));
+      Buffer y = zeros(be, dt, n), dx = zeros(be, dt, n);
+      be.relu_forward(dt, in.tensor.raw_data(), y.tensor.raw_data(), static_cast<std::int64_t>(n));
+      be.relu_backward(dt, y.tensor.raw_data(), dy.tensor.raw_data(), dx.tensor.raw_data(),
+                       static_cast<std::int64_t>(n));
+      std::vector<double> want_y(n), want_dx(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        want_y[i] = std::isnan(in.exact[i]) ? kNaN : std::max(in.exact[i], 0.0);
+        want_dx[i] = std::isnan(want_y[i]) || want_y[i] > 0 ? dy.exact[i] : 0.0;  // PyTorch's threshold_backward
+      }
+      check_close(values(y.tensor), want_y, dt, "relu_forward");
+      check_close(values(dx.tensor), want_dx, dt, "relu_backward");
+
+      const std::int64_t outer = 3, channels = 7, inner = 11;
+      const std::size_t m = static_cast<std::size_t>(outer * channels * inner);
+      const Buffer bx = make(be, dt, uniform(m, gen)), bias = make(be, dt, uniform(7, gen)),
+                   bdy = make(be, dt, uniform(m, gen));
+      Buffer by = zeros(be, dt, m), dbias = zeros(be, dt, 7);
+      be.bias_add_forward(dt, bx.tensor.raw_data(), bias.tensor.raw_data(), by.tensor.raw_data(), outer, channels,
+                          inner);
+      be.bias_add_backward(dt, bdy.tensor.raw_data(), dbias.tensor.raw_data(), outer, channels, inner);
+      std::vector<double> want_by(m), want_db(7, 0.0);
+      for (std::int64_t o = 0; o < outer; ++o)
+        for (std::int64_t c = 0; c < channels; ++c)
+          for (std::int64_t k = 0; k < inner; ++k) {
+            const auto i = static_cast<std::size_t>((o * channels + c) * inner + k);
+            want_by[i] = rounded(bx.exact[i] + bias.exact[static_cast<std::size_t>(c)], dt);
+            want_db[static_cast<std::size_t>(c)] += bdy.exact[i];
+          }
+      for (auto& v : want_db) v = rounded(v, dt);
+      check_close(values(by.tensor), want_by, dt, "bias_add_forward");
+      check_close(values(dbias.tensor), want_db, dt, "bias_add_backward");
+
+      const std::int64_t batch = 5, classes = 9;
+      const Buffer logits = make(be, dt, uniform(static_cast<std::size_t>(batch * classes), gen, -4, 4));
+      const std::vector<std::int64_t> labels = {0, 8, 3, 3, 5};
+      const Tensor lab = Tensor::from_vector(labels, {batch}, be);
+      Buffer probs = zeros(be, dt, static_cast<std::size_t>(batch * classes)), loss = zeros(be, dt, 1),
+             dlogits = zeros(be, dt, static_cast<std::size_t>(batch * classes));
+      const Buffer dloss = make(be, dt, {0.75});
+      be.softmax_cross_entropy_forward(dt, logits.tensor.raw_data(), lab.data<std::int64_t>(), batch, classes,
+                                       probs.tensor.raw_data(), loss.tensor.raw_data());
+      be.softmax_cross_entropy_backward(dt, probs.tensor.raw_data(), lab.data<std::int64_t>(), batch, classes,
+                                        dloss.tensor.raw_data(), dlogits.tensor.raw_data());
+      double want_loss = 0;
+      std::vector<double> want_d(static_cast<std::size_t>(batch * classes));
+      for (std::int64_t r = 0; r < batch; ++r) {
+        const double* row = logits.exact.data() + r * classes;
+        const double top = *std::max_element(row, row + classes);
+        double z = 0;
+        for (std::int64_t c = 0; c < classes; ++c) z += std::exp(row[c] - top);
+        want_loss += -(row[labels[static_cast<std::size_t>(r)]] - top - std::log(z)) / static_cast<double>(batch);
+        for (std::int64_t c = 0; c < classes; ++c) {
+          const double p = std::exp(row[c] - top) / z;
+          want_d[static_cast<std::size_t>(r * classes + c)] =
+              (p - (c == labels[static_cast<std::size_t>(r)] ? 1.0 : 0.0)) * 0.75 / static_cast<double>(batch);
+        }
+      }
+      check_close(values(loss.tensor), {want_loss}, dt, "cross_entropy loss");
+      check_close(values(dlogits.tensor), want_d, dt, "cross_entropy gradient");
+    }
+  }
+}
+
+TEST_CASE("shared kernels: max-pool, the 2x2 fast path and the general loop, against double", "[backends]") {
+  Generator gen(13);
+  struct Case {
+    std::int64_t n, c, h, w, k, stride, pad;
+  };
+  // 2x2 stride 2 (the fast path: channel counts that leave vector tails, odd sizes), and general windows.
+  const Case cases[] = {{2, 37, 9, 7, 2, 2, 0},
+                        {1, 64, 8, 8, 2, 2, 0},
+                        {3, 5, 6, 10, 2, 2, 0},
+                        {2, 3, 7, 9, 3, 2, 1},
+                        {1, 4, 5, 5, 2, 1, 0}};
+  for (const auto& name : cpu_backends()) {
+    Backend& be = get_backend(name);
+    for (DType dt : kDtypes) {
+      if (!be.supports(dt)) continue;
+      for (const Case& k : cases) {
+        for (bool nhwc : {false, true}) {
+          INFO(name << " " << dtype_name(dt) << " [" << k.n << "," << k.c << "," << k.h << "," << k.w << "] k" << k.k
+                    << " s" << k.stride << " p" << k.pad << (nhwc ? " nhwc" : " nchw"));
+          const std::size_t size = static_cast<std::size_t>(k.n * k.c * k.h * k.w);
+          std::vector<double> x(size);
+          for (auto& v : x) v = static_cast<double>(gen.below(7)) - 3;  // small integers: many ties
+          x[3] = kNaN;
+          x[size / 2] = -std::numeric_limits<double>::infinity();
+          const Buffer in = make(be, dt, x);  // the values in logical NCHW order...
+          const Pool2dShape s{k.n, k.c, k.h, k.w, k.k, k.k, k.stride, k.stride, k.pad, k.pad, nhwc};
+          // ... laid out in memory as the layout says.
+          Tensor xin = in.tensor.view({k.n, k.c, k.h, k.w});
+          if (nhwc) xin = xin.contiguous(MemoryFormat::channels_last);
+          Tensor y = Tensor::empty({k.n, k.c, s.out_h(), s.out_w()}, dt, be,
+                                   nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous);
+          const std::size_t ws_bytes = be.max_pool2d_workspace_bytes(dt, s);
+          Tensor ws = Tensor::empty({static_cast<std::int64_t>((ws_bytes + 7) / 8)}, DType::i64, be);
+          be.max_pool2d_forward(dt, s, xin.raw_data(), y.raw_data(), ws.raw_data());
+          // The gradient: each output's dy lands on its window's first maximum (a NaN wins).
+          Tensor dy = Tensor::from_vector(uniform(static_cast<std::size_t>(k.n * k.c * s.out_h() * s.out_w()), gen),
+                                          {k.n, k.c, s.out_h(), s.out_w()}, ref())
+                          .to(dt)
+                          .to(be);
+          if (nhwc) dy = dy.contiguous(MemoryFormat::channels_last);
+          Tensor dx = Tensor::empty({k.n, k.c, k.h, k.w}, dt, be,
+                                    nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous);
+          be.max_pool2d_backward(dt, s, dy.raw_data(), ws.raw_data(), dx.raw_data());
+          const std::vector<double> dyv = values(dy);
+          std::vector<double> want_y(static_cast<std::size_t>(k.n * k.c * s.out_h() * s.out_w()));
+          std::vector<double> want_dx(size, 0.0);
+          for (std::int64_t b = 0; b < k.n; ++b)
+            for (std::int64_t c = 0; c < k.c; ++c)
+              for (std::int64_t oh = 0; oh < s.out_h(); ++oh)
+                for (std::int64_t ow = 0; ow < s.out_w(); ++ow) {
+                  double best = 0;
+                  std::int64_t at = -1;
+                  for (std::int64_t i = 0; i < k.k; ++i)
+                    for (std::int64_t j = 0; j < k.k; ++j) {
+                      const std::int64_t ih = oh * k.stride - k.pad + i, iw = ow * k.stride - k.pad + j;
+                      if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
+                      const std::int64_t idx = ((b * k.c + c) * k.h + ih) * k.w + iw;
+                      const double v = in.exact[static_cast<std::size_t>(idx)];
+                      if (at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                        best = v;
+                        at = idx;
+                      }
+                    }
+                  const auto o = static_cast<std::size_t>(((b * k.c + c) * s.out_h() + oh) * s.out_w() + ow);
+                  want_y[o] = best;
+                  want_dx[static_cast<std::size_t>(at)] += dyv[o];
+                }
+          for (auto& v : want_dx) v = rounded(v, dt);
+          check_close(values(y), want_y, dt, "max_pool2d_forward");
+          check_close(values(dx), want_dx, dt, "max_pool2d_backward");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("shared kernels: the whole-model SGD and AdamW steps, with working copies, against double", "[backends]") {
+  Generator gen(14);
+  for (const auto& name : cpu_backends()) {
+    Backend& be = get_backend(name);
+    INFO(name);
+    const std::size_t sizes[] = {37, 1000, 5};
+    std::vector<Buffer> params, grads, m, v;
+    std::vector<Tensor> working;
+    std::vector<OptimizerSlot> slots;
+    for (std::size_t s : sizes) {
+      params.push_back(make(be, DType::f32, uniform(s, gen)));
+      grads.push_back(make(be, DType::f32, uniform(s, gen)));
+      m.push_back(make(be, DType::f32, uniform(s, gen, -0.1, 0.1)));
+      v.push_back(make(be, DType::f32, uniform(s, gen, 0, 0.1)));
+      working.push_back(Tensor::empty({static_cast<std::int64_t>(s)}, DType::bf16, be));
+    }
+    SECTION("SGD with momentum, weight decay and nesterov") {
+      const SgdStep step{0.1, 0.9, 0.0, 0.01, true, false};
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        slots.push_back({params[i].tensor.raw_data(), grads[i].tensor.raw_data(), m[i].tensor.raw_data(), nullptr,
+                         params[i].tensor.numel(), i == 2, 0, working[i].raw_data(), DType::bf16});
+      }
+      be.sgd_step_all(DType::f32, slots, step);
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        std::vector<double> want(params[i].exact.size()), want_buf(want.size());
+        for (std::size_t k = 0; k < want.size(); ++k) {
+          const double d = grads[i].exact[k] + 0.01 * params[i].exact[k];
+          want_buf[k] = i == 2 ? d : 0.9 * m[i].exact[k] + d;  // the first step starts the buffer at d
+          want[k] = params[i].exact[k] - 0.1 * (d + 0.9 * want_buf[k]);
+        }
+        check_close(values(params[i].tensor), want, DType::f32, "sgd param");
+        check_close(values(m[i].tensor), want_buf, DType::f32, "sgd momentum buffer");
+        for (auto& w : want) w = rounded(w, DType::bf16);
+        check_close(values(working[i]), want, DType::bf16, "sgd working copy");
+      }
+    }
+    SECTION("AdamW at different steps per parameter") {
+      const AdamWStep step{0.01, 0.9, 0.999, 1e-8, 0.1, 0};
+      const std::int64_t steps[] = {1, 7, 3};
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        slots.push_back({params[i].tensor.raw_data(), grads[i].tensor.raw_data(), m[i].tensor.raw_data(),
+                         v[i].tensor.raw_data(), params[i].tensor.numel(), false, steps[i], working[i].raw_data(),
+                         DType::bf16});
+      }
+      be.adamw_step_all(DType::f32, slots, step);
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        std::vector<double> want(params[i].exact.size());
+        for (std::size_t k = 0; k < want.size(); ++k) {
+          const double g = grads[i].exact[k];
+          const double mm = 0.9 * m[i].exact[k] + 0.1 * g, vv = 0.999 * v[i].exact[k] + 0.001 * g * g;
+          const double b1 = 1 - std::pow(0.9, static_cast<double>(steps[i]));
+          const double b2 = 1 - std::pow(0.999, static_cast<double>(steps[i]));
+          want[k] = params[i].exact[k] * (1 - 0.01 * 0.1) - 0.01 / b1 * mm / (std::sqrt(vv) / std::sqrt(b2) + 1e-8);
+        }
+        check_close(values(params[i].tensor), want, DType::f32, "adamw param");
+        for (auto& w : want) w = rounded(w, DType::bf16);
+        check_close(values(working[i]), want, DType::bf16, "adamw working copy");
+      }
+    }
+  }
+}
+
+TEST_CASE("shared kernels: the loss scaler's unscale and finiteness check against double", "[backends]") {
+  Generator gen(15);
+  for (const auto& name : cpu_backends()) {
+    Backend& be = get_backend(name);
+    INFO(name);
+    std::vector<double> x = uniform(1000, gen, -1000, 1000);
+    Buffer b = make(be, DType::f32, x);
+    CHECK(be.unscale_and_check_finite(DType::f32, b.tensor.raw_data(), 1000, 1.0 / 1024));
+    std::vector<double> want(b.exact.size());
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = b.exact[i] / 1024;
+    check_close(values(b.tensor), want, DType::f32, "unscale");
+    x[999] = std::numeric_limits<double>::infinity();
+    Buffer bad = make(be, DType::f32, x);
+    CHECK_FALSE(be.unscale_and_check_finite(DType::f32, bad.tensor.raw_data(), 1000, 0.5));
+  }
+}
