@@ -347,12 +347,13 @@ TEST_CASE("nonfinite: --on-nonfinite skip skips the update and counts it", "[rel
 TEST_CASE("nonfinite: a NaN gradient under a finite loss is caught before the update", "[reliability]") {
   TrainConfig config = features_config();
   Trainer trainer(config, features_task(false));
-  // A hook that poisons one gradient as it becomes ready: the loss stays finite.
+  // A hook that poisons one gradient as it becomes ready: the loss stays finite. (The hook gets the
+  // parameter as its argument; capturing it would make a reference cycle.)
   for (const auto& [name, param] : trainer.model().named_parameters()) {
     if (name != "0.weight") continue;
     Tensor p = param;
-    p.add_grad_ready_hook([p](const Tensor&) mutable {
-      Tensor g = p.grad();
+    p.add_grad_ready_hook([](const Tensor& ready) {
+      Tensor g = ready.grad();
       g.fill_(std::numeric_limits<double>::quiet_NaN());
     });
   }
