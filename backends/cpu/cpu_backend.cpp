@@ -465,18 +465,11 @@ void CpuBackend::max_pool2d_forward(DType dtype, const Pool2dShape& s, const voi
       const std::int64_t out_plane = oh_n * ow_n;
 #pragma omp parallel num_threads(threads_)
       {
-        std::vector<S> split(static_cast<std::size_t>(4 * out_plane));
-        S* cand[4] = {split.data(), split.data() + out_plane, split.data() + 2 * out_plane,
-                      split.data() + 3 * out_plane};
+        pool2x2::CandidatePlanes<S> planes(out_plane);
 #pragma omp for schedule(static)
         for (std::int64_t plane = 0; plane < s.batch * ch; ++plane) {
-          for (std::int64_t oh = 0; oh < oh_n; ++oh) {
-            const S* r0 = in + plane * s.in_h * in_w + 2 * oh * in_w;
-            pool2x2::split_pairs(r0, cand[0] + oh * ow_n, cand[1] + oh * ow_n, ow_n);
-            pool2x2::split_pairs(r0 + in_w, cand[2] + oh * ow_n, cand[3] + oh * ow_n, ow_n);
-          }
-          pool2x2::forward_run(cand[0], cand[1], cand[2], cand[3], out + plane * out_plane, place + plane * out_plane,
-                               out_plane);
+          pool2x2::forward_plane(in + plane * s.in_h * in_w, in_w, oh_n, ow_n, planes, out + plane * out_plane,
+                                 place + plane * out_plane);
         }
       }
       return;
@@ -532,18 +525,11 @@ void CpuBackend::max_pool2d_backward(DType dtype, const Pool2dShape& s, const vo
       }
 #pragma omp parallel num_threads(threads_)
       {
-        std::vector<S> split(static_cast<std::size_t>(4 * out_plane));
-        S* cand[4] = {split.data(), split.data() + out_plane, split.data() + 2 * out_plane,
-                      split.data() + 3 * out_plane};
+        pool2x2::CandidatePlanes<S> planes(out_plane);
 #pragma omp for schedule(static)
         for (std::int64_t plane = 0; plane < s.batch * ch; ++plane) {
-          pool2x2::backward_run(g + plane * out_plane, place + plane * out_plane, cand[0], cand[1], cand[2], cand[3],
-                                out_plane);
-          for (std::int64_t oh = 0; oh < oh_n; ++oh) {
-            S* r0 = out + plane * in_plane + 2 * oh * in_w;
-            pool2x2::merge_pairs(cand[0] + oh * ow_n, cand[1] + oh * ow_n, r0, ow_n);
-            pool2x2::merge_pairs(cand[2] + oh * ow_n, cand[3] + oh * ow_n, r0 + in_w, ow_n);
-          }
+          pool2x2::backward_plane(g + plane * out_plane, place + plane * out_plane, in_w, oh_n, ow_n, planes,
+                                  out + plane * in_plane);
         }
       }
       return;

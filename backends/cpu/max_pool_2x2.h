@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
 
@@ -209,6 +210,41 @@ inline void merge_pairs(const S* even, const S* odd, S* row, std::int64_t count)
   for (; i < count; ++i) {
     row[2 * i] = even[i];
     row[2 * i + 1] = odd[i];
+  }
+}
+
+// NCHW, a whole plane at a time (so that the vector loops have work): its rows split into the four
+// candidate planes (one per place in the window), one scratch of them per thread.
+template <typename S>
+struct CandidatePlanes {
+  std::vector<S> storage;
+  S* at[4];
+  explicit CandidatePlanes(std::int64_t plane) : storage(static_cast<std::size_t>(4 * plane)) {
+    for (int k = 0; k < 4; ++k) at[k] = storage.data() + k * plane;
+  }
+};
+
+// Forward over one NCHW plane [in_h, in_w] into [oh_n, ow_n] outputs and places.
+template <typename S>
+inline void forward_plane(const S* in, std::int64_t in_w, std::int64_t oh_n, std::int64_t ow_n, CandidatePlanes<S>& c,
+                          S* out, std::uint8_t* place) {
+  for (std::int64_t oh = 0; oh < oh_n; ++oh) {
+    const S* r0 = in + 2 * oh * in_w;
+    split_pairs(r0, c.at[0] + oh * ow_n, c.at[1] + oh * ow_n, ow_n);
+    split_pairs(r0 + in_w, c.at[2] + oh * ow_n, c.at[3] + oh * ow_n, ow_n);
+  }
+  forward_run(c.at[0], c.at[1], c.at[2], c.at[3], out, place, oh_n * ow_n);
+}
+
+// Backward over one NCHW plane: dy and places [oh_n, ow_n] into dx [in_h, in_w] (its windows' rows).
+template <typename S>
+inline void backward_plane(const S* dy, const std::uint8_t* place, std::int64_t in_w, std::int64_t oh_n,
+                           std::int64_t ow_n, CandidatePlanes<S>& c, S* dx) {
+  backward_run(dy, place, c.at[0], c.at[1], c.at[2], c.at[3], oh_n * ow_n);
+  for (std::int64_t oh = 0; oh < oh_n; ++oh) {
+    S* r0 = dx + 2 * oh * in_w;
+    merge_pairs(c.at[0] + oh * ow_n, c.at[1] + oh * ow_n, r0, ow_n);
+    merge_pairs(c.at[2] + oh * ow_n, c.at[3] + oh * ow_n, r0 + in_w, ow_n);
   }
 }
 
