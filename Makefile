@@ -6,7 +6,7 @@ PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
 BUILD_DIR := build
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report clean format check-format fuzz
+.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report accuracy pinning clean format check-format fuzz
 
 all: build
 
@@ -71,6 +71,23 @@ ladder: build
 
 ladder-full: build
 	@$(LADDER) --device cpu --calibrate --repeats 7
+
+# Seed 000's two studies (studies/), rows appended to results/ledger_cpu.jsonl, then REPORT.md.
+# `make accuracy RATE=0.35`: the cost to held-out accuracy of configs/cost_cpu.yaml's configurations
+# at RATE $/hour (required: no default price); SCALING_LEDGER=<ledger with a bench_scaling run> adds
+# the break-even of scaling out. `make pinning`: the pinning arms, quiet and under CONTEND busy
+# threads (default 2; CONTEND=0 for quiet only).
+RATE ?=
+SCALING_LEDGER ?=
+CONTEND ?= 2
+accuracy: build
+	@if [ -z "$(RATE)" ]; then echo "make accuracy: RATE is required, the machine's price in \$$/hour (e.g. make accuracy RATE=0.35): there is no default price" >&2; exit 2; fi
+	@$(BUILD_DIR)/bin/cost_to_accuracy --rate $(RATE) $(if $(SCALING_LEDGER),--scaling-ledger $(SCALING_LEDGER))
+	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
+
+pinning: build
+	@$(BUILD_DIR)/bin/pinning --contend $(CONTEND)
+	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
 
 # REPORT.md and its figure from the ledger alone.
 report: build

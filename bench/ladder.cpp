@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "backends/registry.h"
+#include "bench/yaml_knobs.h"
 #include "engine/config.h"
 #include "engine/profiler.h"
 #include "engine/trainer.h"
@@ -33,18 +34,6 @@ std::string number_text(double v) {
   return out.str();
 }
 
-KnobMap yaml_map(const YAML::Node& node, const std::string& where) {
-  KnobMap out;
-  if (!node || node.IsNull()) return out;
-  TL_CHECK(node.IsMap(), where + " must be a map of config keys to values");
-  for (const auto& item : node) {
-    TL_CHECK(item.first.IsScalar() && item.second.IsScalar(),
-             where + ": each entry must be key: value (got a list or map)");
-    out[item.first.Scalar()] = item.second.Scalar();
-  }
-  return out;
-}
-
 json phase_json(const PhaseTimes& totals, std::int64_t steps) {
   const double total = totals.total();
   const double values[] = {totals.data_wait_s, totals.forward_s, totals.backward_s, totals.optimizer_s};
@@ -56,22 +45,19 @@ json phase_json(const PhaseTimes& totals, std::int64_t steps) {
   return out;
 }
 
-json stats_json(const Summary& s) {
-  return {{"median", s.median}, {"mean", s.mean}, {"std", s.std}, {"min", s.min}, {"max", s.max}, {"n", s.n}};
-}
-
-Summary stats_from(const json& j) {
-  Summary s;
-  s.median = j.at("median");
-  s.mean = j.at("mean");
-  s.std = j.at("std");
-  s.min = j.at("min");
-  s.max = j.at("max");
-  s.n = j.at("n");
-  return s;
-}
-
 }  // namespace
+
+KnobMap yaml_map(const YAML::Node& node, const std::string& where) {
+  KnobMap out;
+  if (!node || node.IsNull()) return out;
+  TL_CHECK(node.IsMap(), where + " must be a map of config keys to values");
+  for (const auto& item : node) {
+    TL_CHECK(item.first.IsScalar() && item.second.IsScalar(),
+             where + ": each entry must be key: value (got a list or map)");
+    out[item.first.Scalar()] = item.second.Scalar();
+  }
+  return out;
+}
 
 KnobMap knobs_of(const TrainConfig& config) {
   KnobMap out;

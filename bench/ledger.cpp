@@ -254,6 +254,34 @@ const std::vector<Field> kAllreduceRow = {
     {"/config/ranks", Type::integer, true}, {"/config/bytes", Type::number, true},
     {"/config/dtype", Type::string, false}};
 const std::vector<Field> kAllreduceOk = {{"/stats/median", Type::number, true}};
+// The studies' rows (studies/cost_to_accuracy, studies/pinning), as their report sections read them.
+const std::vector<Field> kCostRepeatRow = {
+    {"/run_id", Type::string, true},      {"/status", Type::string, true},    {"/config_name", Type::string, true},
+    {"/batch", Type::integer, true},      {"/lr", Type::number, true},        {"/lr_follows_rule", Type::boolean, true},
+    {"/dtype", Type::string, true},       {"/rate", Type::number, true},      {"/target", Type::number, true},
+    {"/eval_every", Type::integer, true}, {"/step_cap", Type::integer, true}, {"/config_index", Type::integer, false},
+    {"/error", Type::string, false}};
+const std::vector<Field> kCostRepeatOk = {{"/samples_per_s", Type::number, true}, {"/reached", Type::boolean, true}};
+const std::vector<Field> kCostReached = {{"/steps_to_target", Type::integer, true}};
+const std::vector<Field> kBreakEvenRow = {{"/run_id", Type::string, true},
+                                          {"/status", Type::string, true},
+                                          {"/world", Type::integer, true},
+                                          {"/global_batch", Type::integer, true},
+                                          {"/samples_per_s", Type::number, true},
+                                          {"/config_name", Type::string, true},
+                                          {"/samples_to_target", Type::number, true},
+                                          {"/hours", Type::number, true},
+                                          {"/dollars", Type::number, true},
+                                          {"/multiplier", Type::number, true},
+                                          {"/dollars_per_hour_saved", Type::number, true},
+                                          {"/note", Type::string, true}};
+const std::vector<Field> kPinningRow = {{"/run_id", Type::string, true},    {"/status", Type::string, true},
+                                        {"/condition", Type::string, true}, {"/arm", Type::string, true},
+                                        {"/workers", Type::integer, true},  {"/threads", Type::integer, true}};
+const std::vector<Field> kPinningOk = {{"/samples_per_s", Type::number, true},
+                                       {"/applied/main", Type::string, true},
+                                       {"/applied/workers", Type::string, true},
+                                       {"/applied/as_set", Type::boolean, true}};
 
 std::string check_fields(const json& row, const std::vector<Field>& fields) {
   for (const Field& f : fields) {
@@ -306,6 +334,15 @@ std::string row_problem(const json& row) {
     if (problem.empty() && row.contains("changed") && row["changed"].is_object()) problem = all({&kChanged});
     if (problem.empty() && status == "ok")
       problem = kind == "rung" ? all({&kRungOk, &kBreakdown}) : all({&kRepeatOk, &kBreakdown});
+  } else if (kind == "cost_repeat") {
+    problem = all({&kCostRepeatRow});
+    if (problem.empty() && status == "ok") problem = all({&kCostRepeatOk});
+    if (problem.empty() && status == "ok" && row["reached"].get<bool>()) problem = all({&kCostReached});
+  } else if (kind == "cost_break_even") {
+    problem = all({&kBreakEvenRow});
+  } else if (kind == "pinning_repeat") {
+    problem = all({&kPinningRow});
+    if (problem.empty() && status == "ok") problem = all({&kPinningOk});
   } else if (kind == "allreduce") {
     problem = all({&kAllreduceRow});
     if (problem.empty() && status == "ok") problem = all({&kAllreduceOk});

@@ -9,36 +9,15 @@
 #include <sstream>
 
 #include "backends/error.h"
+#include "bench/cost_study.h"
 #include "bench/ladder.h"
+#include "bench/pinning_study.h"
+#include "bench/render.h"
 #include "engine/fileio.h"
 
 namespace trainlab::bench {
 
 namespace {
-
-// Escapes text for SVG.
-std::string xml(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // A horizontal bar per rung: the median, a whisker for min-max; skipped and failed rungs get a
 // label instead of a bar.
@@ -55,11 +34,12 @@ std::string bar_chart_svg(const std::vector<json>& rows, const std::string& titl
              R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">)",
              left + width + 120, height)
       << "\n";
-  svg << fmt::format(R"(<text x="10" y="22" font-size="14" font-weight="bold">{}</text>)", xml(title)) << "\n";
+  svg << fmt::format(R"(<text x="10" y="22" font-size="14" font-weight="bold">{}</text>)", svg_text(title)) << "\n";
   int y = head;
   for (const auto& row : rows) {
     const std::string name = row.at("rung");
-    svg << fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{}</text>)", left - 8, y + bar - 6, xml(name)) << "\n";
+    svg << fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{}</text>)", left - 8, y + bar - 6, svg_text(name))
+        << "\n";
     if (row.at("status") == "ok") {
       const auto& s = row.at("stats");
       const double median = s.at("median"), lo = s.at("min"), hi = s.at("max");
@@ -89,21 +69,132 @@ std::string bar_chart_svg(const std::vector<json>& rows, const std::string& titl
   return svg.str();
 }
 
-}  // namespace
+// One section of the report: its markdown, its figures (path relative to the report, SVG text),
+// and the table the README quotes between <!-- marker:begin --> and <!-- marker:end -->.
+struct Section {
+  json first_row;  // where it was measured
+  std::string markdown;
+  std::vector<std::pair<std::string, std::string>> figures;
+  std::string marker, readme_intro, readme_table;
+};
 
-std::string write_report(const ReportOptions& options) {
-  check_output_file(options.out_path, "report --out");
-  if (!options.readme_path.empty()) check_output_file(options.readme_path, "report --readme");
-  const Ledger ledger(options.ledger_path);
-  const Ledger::Loaded loaded = ledger.load();
-  TL_CHECK(!loaded.rows.empty(), "report: ledger '" + options.ledger_path + "' has no rows (run bench_ladder first)");
+// The latest run of `kind` rows in the ledger ("" when there is none) and its rows.
+std::pair<std::string, std::vector<json>> latest_run(const Ledger::Loaded& loaded, const std::string& kind) {
+  std::string run_id;
+  for (const auto& row : loaded.rows)
+    if (row.value("kind", "") == kind) run_id = row.value("run_id", "");
+  std::vector<json> rows;
+  for (const auto& row : loaded.rows)
+    if (!run_id.empty() && row.value("run_id", "") == run_id) rows.push_back(row);
+  return {run_id, rows};
+}
+
+std::string measured_on(const json& row) {
+  return fmt::format("{} ({}, {} threads; engine {}; timer {})", row.at("device").at("name").get<std::string>(),
+                     row.value("backend", std::string("?")), row.value("threads", 0),
+                     row.at("versions").value("engine", std::string("?")), row.value("timer", std::string("?")));
+}
+
+std::optional<Section> cost_section(const Ledger::Loaded& loaded) {
+  const auto [run_id, rows] = latest_run(loaded, "cost_repeat");
+  if (run_id.empty()) return std::nullopt;
+  const json* first = nullptr;
+  for (const auto& row : rows)
+    if (row.value("kind", "") == "cost_repeat") {
+      first = &row;
+      break;
+    }
+  const double rate = first->at("rate"), target = first->at("target");
+  const std::int64_t eval_every = first->at("eval_every"), step_cap = first->at("step_cap");
+  const CostAnalysis analysis = analyse_cost(cost_results_from_rows(rows), rate, target, eval_every, step_cap);
+  int repeats = 0;
+  for (const auto& r : analysis.rows) repeats = std::max(repeats, r.repeats);
+  Section section;
+  section.first_row = *first;
+  const std::string figure = "figures/cost_" + run_id + ".svg";
+  std::ostringstream md;
+  md << fmt::format(
+      "\n## Cost to accuracy\n\nRun `{}` of `studies/cost_to_accuracy` ({}{}) on {}: each configuration trained "
+      "from scratch until held-out accuracy >= {:g} on {} consecutive evaluations (every {} steps, cap {} steps), "
+      "{} repeat(s) interleaved; $ to target = samples to target / samples/s x ${}/hour / 3600.\n\n",
+      run_id, first->value("study", std::string("?")), first->value("quick", false) ? ", quick" : "",
+      measured_on(*first), target, first->value("consecutive", 0), eval_every, step_cap, repeats, rate);
+  md << cost_table(analysis, true) << "\n" << cost_findings(analysis);
+  std::vector<BreakEvenRow> breaks;
+  std::string scaling_run;
+  for (const auto& row : rows) {
+    if (row.value("kind", "") != "cost_break_even") continue;
+    BreakEvenRow b;
+    b.world = row.at("world");
+    b.global_batch = row.at("global_batch");
+    b.samples_per_s = row.at("samples_per_s");
+    b.config = row.at("config_name");
+    b.measured = row.at("status") == "ok";
+    b.samples_to_target = row.at("samples_to_target");
+    b.hours = row.at("hours");
+    b.dollars = row.at("dollars");
+    b.multiplier = row.at("multiplier");
+    b.dollars_per_hour_saved = row.at("dollars_per_hour_saved");
+    b.saves_time = b.dollars_per_hour_saved > 0;
+    b.note = row.at("note");
+    scaling_run = row.value("scaling_run", std::string());
+    breaks.push_back(b);
+  }
+  if (!breaks.empty()) {
+    md << fmt::format("\nScaling break-even (bench_scaling run `{}`, weak scaling; each rank charged ${}/hour):\n\n",
+                      scaling_run, rate)
+       << break_even_table(breaks, true);
+  }
+  md << "\n![rank by throughput against rank by cost](" << figure << ")\n";
+  section.markdown = md.str();
+  section.figures.emplace_back(figure, cost_rank_svg(analysis, "cost to accuracy (run " + run_id + ")"));
+  section.marker = "cost";
+  section.readme_intro = "from run `" + run_id + "` on " + measured_on(*first);
+  section.readme_table = cost_table(analysis, true) + "\n" + cost_findings(analysis);
+  return section;
+}
+
+std::optional<Section> pinning_section(const Ledger::Loaded& loaded) {
+  const auto [run_id, rows] = latest_run(loaded, "pinning_repeat");
+  if (run_id.empty()) return std::nullopt;
+  const auto analyses = pinning_from_rows(rows);
+  TL_CHECK(!analyses.empty(), "report: pinning run '" + run_id + "' has no successful repeat");
+  Section section;
+  section.first_row = rows.front();
+  const std::string figure = "figures/pinning_" + run_id + ".svg";
+  std::ostringstream md, readme;
+  md << fmt::format(
+      "\n## CPU pinning\n\nRun `{}` of `studies/pinning` on {}: each repeat of each arm its own process, repeats "
+      "interleaved; affinity read back from every thread during the measured steps. default is measured twice "
+      "(calibration A and B): their gap is the noise floor.\n",
+      run_id, measured_on(rows.front()));
+  for (const auto& a : analyses) {
+    md << "\n### " << a.condition << "\n\n" << pinning_table(a, true) << "\n" << pinning_findings(a);
+    readme << "\n" << a.condition << ":\n\n" << pinning_table(a, true) << "\n" << pinning_findings(a);
+  }
+  if (analyses.size() > 1) {
+    md << "\n### Side by side\n\n" << pinning_comparison(analyses, true);
+    readme << "\n" << pinning_comparison(analyses, true);
+  }
+  md << "\n![the arms, their ranges and the noise floor](" << figure << ")\n";
+  section.markdown = md.str();
+  section.figures.emplace_back(figure, pinning_svg(analyses, "CPU pinning (run " + run_id + ")"));
+  section.marker = "pinning";
+  section.readme_intro = "from run `" + run_id + "` on " + measured_on(rows.front());
+  section.readme_table = readme.str();
+  return section;
+}
+
+// The ladder's section (its run: options.run_id, else the ledger's latest), or nothing when the
+// ledger holds no ladder run.
+std::optional<Section> ladder_section(const ReportOptions& options, const Ledger::Loaded& loaded) {
   std::string run_id = options.run_id;
   if (run_id.empty()) {
     for (const auto& row : loaded.rows) {
       if (row.value("kind", "") == "rung" || row.value("kind", "") == "repeat") run_id = row.value("run_id", "");
     }
   }
-  TL_CHECK(!run_id.empty(), "report: no ladder run in '" + options.ledger_path + "'");
+  if (run_id.empty()) return std::nullopt;
   std::vector<json> rungs, repeats;
   for (const auto& row : loaded.rows) {
     if (row.value("run_id", "") != run_id) continue;
@@ -147,27 +238,13 @@ std::string write_report(const ReportOptions& options) {
 
   const json& first = rungs.front();
   const std::string ladder_name = first.value("ladder", std::string("?"));
-  const std::filesystem::path out(options.out_path);
   const std::string figure_name = "figures/ladder_" + ladder_name + "_" + run_id + ".svg";
-  const std::filesystem::path figure = out.parent_path() / figure_name;
 
   std::ostringstream md;
-  md << "# trainlab report\n\n";
-  md << fmt::format(
-      "Generated by `bench_report` from `{}`, run `{}` ({} rows; {} measurement rows). Nothing below "
-      "is typed by hand.\n\n",
-      options.ledger_path, run_id, rungs.size(), repeats.size());
-  md << fmt::format("- device: {} ({}), host {}, {} cores, {} threads\n",
-                    first.at("device").at("name").get<std::string>(), first.at("device").at("type").get<std::string>(),
-                    first.value("host", std::string("?")), first.value("cores", 0), first.value("threads", 0));
-  md << fmt::format("- backend: {} ({})\n", first.value("backend", std::string("?")),
-                    first.value("backend_describe", std::string("?")));
-  md << fmt::format("- engine {}, {}; timer {}\n", first.at("versions").value("engine", std::string("?")),
-                    first.at("versions").value("compiler", std::string("?")), first.value("timer", std::string("?")));
-  for (const auto& w : loaded.warnings) md << "- ledger warning: " << w << "\n";
   if (interrupted)
     md << "- this run was interrupted: rungs marked incomplete are rebuilt from their measurement rows\n";
-  md << "\n## The ladder\n\n";
+  md << fmt::format("\n## The ladder\n\nRun `{}` ({} rungs; {} measurement rows).\n\n", run_id, rungs.size(),
+                    repeats.size());
   md << "Each rung changes exactly one knob against the previous rung; repeats are interleaved across rungs (A B C "
         "... A B C ...); warm-up steps are excluded from every measurement. `separable?` is `yes` when the repeat "
         "ranges of a rung and the previous rung do not overlap.\n\n";
@@ -267,31 +344,82 @@ std::string write_report(const ReportOptions& options) {
     previous = s;
     previous_name = name;
   }
+  Section section;
+  section.first_row = first;
+  section.markdown = md.str();
+  section.figures.emplace_back(
+      figure_name, bar_chart_svg(rungs, "ladder '" + ladder_name + "': samples/s per rung (run " + run_id + ")"));
+  section.marker = "ladder";
+  section.readme_intro =
+      fmt::format("from run `{}` on {} ({}, {} threads; engine {})", run_id,
+                  first.at("device").at("name").get<std::string>(), first.value("backend", std::string("?")),
+                  first.value("threads", 0), first.at("versions").value("engine", std::string("?")));
+  section.readme_table = ladder_table(rungs, true);
+  return section;
+}
+
+}  // namespace
+
+std::string write_report(const ReportOptions& options) {
+  check_output_file(options.out_path, "report --out");
+  if (!options.readme_path.empty()) check_output_file(options.readme_path, "report --readme");
+  const Ledger ledger(options.ledger_path);
+  const Ledger::Loaded loaded = ledger.load();
+  TL_CHECK(!loaded.rows.empty(), "report: ledger '" + options.ledger_path +
+                                     "' has no rows (run bench_ladder, cost_to_accuracy or pinning first)");
+  std::vector<Section> sections;
+  if (auto s = ladder_section(options, loaded)) sections.push_back(std::move(*s));
+  if (auto s = cost_section(loaded)) sections.push_back(std::move(*s));
+  if (auto s = pinning_section(loaded)) sections.push_back(std::move(*s));
+  TL_CHECK(!sections.empty(), "report: '" + options.ledger_path + "' holds no ladder, cost or pinning run");
+
+  const json& first = sections.front().first_row;
+  std::ostringstream md;
+  md << "# trainlab report\n\n";
+  md << fmt::format("Generated by `bench_report` from `{}` ({} rows). Nothing below is typed by hand.\n\n",
+                    options.ledger_path, loaded.rows.size());
+  md << fmt::format("- device: {} ({}), host {}, {} cores\n", first.at("device").at("name").get<std::string>(),
+                    first.at("device").at("type").get<std::string>(), first.value("host", std::string("?")),
+                    first.value("cores", 0));
+  md << fmt::format("- engine {}, {}\n", first.at("versions").value("engine", std::string("?")),
+                    first.at("versions").value("compiler", std::string("?")));
+  for (const auto& w : loaded.warnings) md << "- ledger warning: " << w << "\n";
+  for (const auto& s : sections) md << s.markdown;
   const std::string text = md.str();
 
-  std::error_code ec;
-  std::filesystem::create_directories(figure.parent_path(), ec);
-  TL_CHECK(!ec, "report: cannot create '" + figure.parent_path().string() + "': " + ec.message());
-  write_file_atomic(figure.string(),
-                    bar_chart_svg(rungs, "ladder '" + ladder_name + "': samples/s per rung (run " + run_id + ")"));
+  const std::filesystem::path out_dir = std::filesystem::path(options.out_path).parent_path();
+  for (const auto& s : sections) {
+    for (const auto& [name, svg] : s.figures) {
+      const std::filesystem::path figure = out_dir / name;
+      std::error_code ec;
+      std::filesystem::create_directories(figure.parent_path(), ec);
+      TL_CHECK(!ec, "report: cannot create '" + figure.parent_path().string() + "': " + ec.message());
+      write_file_atomic(figure.string(), svg);
+    }
+  }
   write_file_atomic(options.out_path, text);
   if (!options.readme_path.empty()) {
     const auto bytes = read_file(options.readme_path);
-    const std::string readme(bytes.begin(), bytes.end());
-    const std::string begin = "<!-- ladder:begin -->", end = "<!-- ladder:end -->";
-    const auto b = readme.find(begin), e = readme.find(end);
-    TL_CHECK(b != std::string::npos && e != std::string::npos && b < e,
-             "report: '" + options.readme_path + "' lacks the " + begin + " ... " + end + " markers");
-    const std::string section =
-        begin + "\n" +
-        fmt::format(
-            "Generated by `bench_report --ledger {} --out {} --readme {}` from run `{}` on {} ({}, {} "
-            "threads; engine {}). The full report, with every repeat and the verdicts: `{}`.\n\n",
-            options.ledger_path, options.out_path, options.readme_path, run_id,
-            first.at("device").at("name").get<std::string>(), first.value("backend", std::string("?")),
-            first.value("threads", 0), first.at("versions").value("engine", std::string("?")), options.out_path) +
-        ladder_table(rungs, true) + end;
-    write_file_atomic(options.readme_path, readme.substr(0, b) + section + readme.substr(e + end.size()));
+    std::string readme(bytes.begin(), bytes.end());
+    bool replaced = false;
+    for (const auto& s : sections) {
+      const std::string begin = "<!-- " + s.marker + ":begin -->", end = "<!-- " + s.marker + ":end -->";
+      const auto b = readme.find(begin), e = readme.find(end);
+      if (b == std::string::npos && e == std::string::npos) continue;
+      TL_CHECK(b != std::string::npos && e != std::string::npos && b < e,
+               "report: '" + options.readme_path + "' has a broken " + begin + " ... " + end + " pair");
+      const std::string section =
+          begin + "\n" +
+          fmt::format("Generated by `bench_report --ledger {} --out {} --readme {}` {}. The full report: `{}`.\n\n",
+                      options.ledger_path, options.out_path, options.readme_path, s.readme_intro, options.out_path) +
+          s.readme_table + end;
+      readme = readme.substr(0, b) + section + readme.substr(e + end.size());
+      replaced = true;
+    }
+    TL_CHECK(replaced, "report: '" + options.readme_path +
+                           "' has none of the <!-- ladder|cost|pinning:begin --> ... "
+                           "<!-- ...:end --> markers for this ledger's runs");
+    write_file_atomic(options.readme_path, readme);
   }
   return text;
 }

@@ -22,6 +22,7 @@
 #include <thread>
 #include "backends/error.h"
 #include "backends/registry.h"
+#include "bench/affinity.h"
 #include "bench/ledger.h"
 #include "bench/stats.h"
 #include "comm/ddp.h"
@@ -107,6 +108,16 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       if (subs.count(w) == 0) subs[w] = world->split(rank < w ? 0 : -1, rank);
     }
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const bench::Topology topology = bench::machine_topology();
+    // What the launcher applied (OpenMPI binds each rank to a core by default at 2 ranks or fewer);
+    // --bind replaces it for every thread this rank has (MPI's included) and every one it starts.
+    const std::string launcher_cpus = bench::cpu_list(bench::thread_affinity(0));
+    const bench::CpuSet unbound = topology.all();
+    auto bind = [&](const std::string& how) {
+      bench::set_process_affinity(how == "core" ? topology.core(rank) : unbound);
+      return bench::cpu_list(bench::thread_affinity(0));
+    };
+    std::string bound_cpus = bind(o.bind);
 
     Backend& host = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
     bench::json env = bench::current_environment(host).to_json();
@@ -165,6 +176,7 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       quiet_barrier(*world);
       return result;
     };
+    std::string bind_arm = o.bind;  // the binding of the run being recorded
     auto append_row = [&](const std::string& mode, int w, std::int64_t global_batch, std::int64_t decode_cost,
                           bool communicate, const Run& r) {
       if (rank != 0 || o.no_ledger) return;
@@ -185,7 +197,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
                        {"first_bucket_mb", o.first_bucket_mb},
                        {"dtype", o.dtype},
                        {"launched_ranks", P},
-                       {"ranks_per_core", static_cast<double>(P) / cores}};
+                       {"ranks_per_core", static_cast<double>(P) / cores},
+                       {"bind", bind_arm},
+                       {"bind_compare", o.bind_compare},
+                       {"rank0_cpus", bound_cpus}};
       row["samples_per_s"] = r.samples_per_s;
       row["warmup_steps_excluded"] = o.warmup;
       row["measured_steps"] = r.steps;
@@ -205,12 +220,75 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
           "# bench_scaling: {} launched ranks on {} cores ({} ranks per core), worlds {}, {} repeats interleaved, {} "
           "warm-up + {} measured steps, {} thread(s) per rank, backend {}, {}, {} all-reduce{}, buckets {} MiB (first "
           "{}); "
-          "decode cost {}{}\n",
+          "decode cost {}{}; binding {} (rank 0 on CPUs {}; the launcher had given it {})\n",
           P, cores, ranks_per_core_text(P, cores), o.worlds, o.repeats, o.warmup, o.steps, o.threads, host.name(),
           o.dtype, o.allreduce, o.rendezvous ? " (sleeping rendezvous before each bucket)" : "", o.bucket_cap_mb,
-          o.first_bucket_mb, o.decode_cost, o.ablation ? " (and the 0 ablation)" : "");
+          o.first_bucket_mb, o.decode_cost, o.ablation ? " (and the 0 ablation)" : "",
+          o.bind_compare ? "compared (none, none again, core)" : o.bind, bound_cpus, launcher_cpus);
       std::cout << "# LR rule: lr = " << o.base_lr << " x global batch / " << o.base_batch << "\n";
       std::cout.flush();
+    }
+
+    if (o.bind_compare) {
+      // Weak scaling at worlds 1 and 2 under each binding arm, interleaved; efficiency per round.
+      TL_CHECK(P >= 2,
+               "bench_scaling: --bind-compare measures world 2: launch at least 2 ranks (scripts/mpirun -np 2)");
+      const std::vector<std::string> arms = {"none", "none_b", "core"};
+      std::map<std::string, std::vector<double>> efficiency, sps1, sps2;
+      for (int round = 0; round < o.repeats; ++round) {
+        for (const auto& arm : arms) {
+          bind_arm = arm;
+          bound_cpus = bind(arm == "core" ? "core" : "none");
+          const Run one = run(1, o.batch, o.decode_cost, true, o.steps);
+          append_row("weak", 1, o.batch, o.decode_cost, true, one);
+          const Run two = run(2, o.batch * 2, o.decode_cost, true, o.steps);
+          append_row("weak", 2, o.batch * 2, o.decode_cost, true, two);
+          if (rank == 0) {
+            sps1[arm].push_back(one.samples_per_s);
+            sps2[arm].push_back(two.samples_per_s);
+            efficiency[arm].push_back(two.samples_per_s / (2 * one.samples_per_s));
+            std::cout << fmt::format(
+                "# round {}/{} bind {:<6} world 1 {:.1f} samples/s, world 2 {:.1f}: efficiency "
+                "{:.1f}% (rank 0 on CPUs {})\n",
+                round + 1, o.repeats, arm, one.samples_per_s, two.samples_per_s, 100 * efficiency[arm].back(),
+                bound_cpus);
+            std::cout.flush();
+          }
+        }
+      }
+      bind(o.bind);
+      if (rank == 0) {
+        std::cout << fmt::format(
+            "\nRank-per-core binding, weak scaling at world 2 (per-worker batch {}, decode cost "
+            "{}), {} rounds interleaved:\n",
+            o.batch, o.decode_cost, o.repeats);
+        std::cout << "| bind | world 1 samples/s | world 2 samples/s | efficiency median (min-max) | vs none |\n"
+                     "|---|---|---|---|---|\n";
+        const auto calibration = bench::calibrate(efficiency["none"], efficiency["none_b"]);
+        const bool valid = calibration.valid && o.repeats >= 2;
+        for (const auto& arm : arms) {
+          const auto e = bench::summarize(efficiency[arm]);
+          std::string against = arm == "none" ? "control" : arm == "none_b" ? "calibration pair" : "";
+          if (arm == "core") {
+            const auto v = bench::verdict(e, bench::summarize(efficiency["none"]),
+                                          valid ? std::optional(calibration) : std::nullopt);
+            const double points = 100 * (e.median - bench::summarize(efficiency["none"]).median);
+            against = valid ? fmt::format("{:+.1f} points, {}", points, bench::verdict_text(v))
+                            : fmt::format("{:+.1f} points, NO CONCLUSION", points);
+          }
+          std::cout << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}% ({:.1f}-{:.1f}) | {} |\n", arm,
+                                   bench::summarize(sps1[arm]).median, bench::summarize(sps2[arm]).median,
+                                   100 * e.median, 100 * e.min, 100 * e.max, against);
+        }
+        std::cout << fmt::format(
+            "noise floor: {:.1f} points of efficiency between the two unbound arms; separability_test_valid: {}\n",
+            100 * std::abs(calibration.a.median - calibration.b.median), valid ? "true" : "false");
+        if (!valid)
+          std::cout << "NO CONCLUSION: the two unbound arms (identical configurations) do not overlap, or there is "
+                       "one round: no verdict on binding is issued\n";
+        if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
+      }
+      return 0;
     }
 
     // The scaling runs, interleaved: every configuration once per round.

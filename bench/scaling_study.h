@@ -16,6 +16,13 @@ struct ScalingOptions {
   std::string backend, dtype = "f32", allreduce = "native", ledger_path, python = "/usr/bin/python3";
   std::string peer_script;  // the PyTorch DDP peer (bench/peers/torch_ddp.py)
   bool ablation = true, peer = true, no_ledger = false, rendezvous = false;
+  // Rank-per-core binding: "core" confines rank r (every thread of it) to physical core r mod cores
+  // (hwloc); "none" leaves the scheduler free.
+  std::string bind = "none";
+  // Instead of the scaling tables: weak scaling at worlds 1 and 2 with binding none (measured twice,
+  // the calibration pair) and core, interleaved; efficiency per round and the verdict of core vs
+  // none against the noise floor.
+  bool bind_compare = false;
 };
 
 // Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.

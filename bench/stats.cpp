@@ -62,4 +62,19 @@ const char* verdict_text(Verdict v) {
   return "?";
 }
 
+nlohmann::json stats_json(const Summary& s) {
+  return {{"median", s.median}, {"mean", s.mean}, {"std", s.std}, {"min", s.min}, {"max", s.max}, {"n", s.n}};
+}
+
+Summary stats_from(const nlohmann::json& j) {
+  Summary s;
+  s.median = j.at("median");
+  s.mean = j.at("mean");
+  s.std = j.at("std");
+  s.min = j.at("min");
+  s.max = j.at("max");
+  s.n = j.at("n");
+  return s;
+}
+
 }  // namespace trainlab::bench

@@ -5,6 +5,7 @@
 // verdict is NO CONCLUSION.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,5 +35,9 @@ enum class Verdict { separable, not_separable, no_conclusion, too_few_repeats };
 // non-overlap says nothing there.
 Verdict verdict(const Summary& now, const Summary& before, const std::optional<Calibration>& calibration);
 const char* verdict_text(Verdict verdict);  // "yes", "no", "NO CONCLUSION", "n/a (1 repeat)"
+
+// A Summary as a ledger row holds it ({"median", "mean", "std", "min", "max", "n"}), and back.
+nlohmann::json stats_json(const Summary& s);
+Summary stats_from(const nlohmann::json& j);
 
 }  // namespace trainlab::bench

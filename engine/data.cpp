@@ -202,7 +202,15 @@ void DataLoader::start_workers(std::int64_t first_global) {
   for (int w = 0; w < options_.num_workers; ++w) {
     workers_.emplace_back([this, w] {
       Profiler::instance().name_this_thread("loader worker " + std::to_string(w));
-      worker_loop();
+      std::string init_error;
+      if (options_.worker_init) {
+        try {
+          options_.worker_init(w);
+        } catch (const std::exception& e) {
+          init_error = "loader worker " + std::to_string(w) + ": worker_init: " + e.what();
+        }
+      }
+      worker_loop(init_error);
     });
   }
 }
@@ -219,7 +227,7 @@ void DataLoader::stop_workers() {
   ready_.clear();
 }
 
-void DataLoader::worker_loop() {
+void DataLoader::worker_loop(const std::string& init_error) {
   const std::int64_t in_flight = static_cast<std::int64_t>(options_.num_workers) * options_.prefetch;
   std::unique_lock lock(mutex_);
   while (true) {
@@ -229,7 +237,12 @@ void DataLoader::worker_loop() {
     if (stopping_ || next_to_claim_ >= claim_limit_) return;
     const std::int64_t global = next_to_claim_++;
     lock.unlock();
-    HostBatch batch = produce(global);
+    HostBatch batch;
+    if (init_error.empty()) {
+      batch = produce(global);
+    } else {
+      batch.error = init_error;  // raised where the batch is taken
+    }
     lock.lock();
     ready_.emplace(global, std::move(batch));
     ready_cv_.notify_all();
@@ -362,6 +375,14 @@ void DataLoader::set_position(const LoaderPosition& position) {
   stop_workers();
   drop_staged();
   position_ = position;
+}
+
+void DataLoader::set_worker_init(std::function<void(int worker)> init) {
+  // Workers already running keep the old one: stop them (the next batch starts new ones, at the
+  // same position).
+  stop_workers();
+  drop_staged();
+  options_.worker_init = std::move(init);
 }
 
 StateDict DataLoader::state_dict() const {

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,10 @@ struct DataLoaderOptions {
   // the same at any world size, and a checkpoint resumes at another.
   int shard_rank = 0;
   int shard_count = 1;
+  // Called on each worker thread as it starts, before it produces a batch, with the worker's
+  // number (PyTorch's worker_init_fn): a driver confines or names its workers here. A throw ends
+  // the worker's batches with that error, raised on the consuming thread.
+  std::function<void(int worker)> worker_init;
 };
 
 struct Batch {
@@ -66,6 +71,9 @@ class DataLoader {
   Batch next();
   LoaderPosition position() const { return position_; }
   void set_position(const LoaderPosition& position);
+  // Replaces options().worker_init; only before the first batch has been asked for (the workers
+  // start then).
+  void set_worker_init(std::function<void(int worker)> init);
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
   const DataLoaderOptions& options() const { return options_; }
@@ -111,7 +119,7 @@ class DataLoader {
   std::shared_ptr<const std::vector<std::int64_t>> permutation(std::int64_t epoch) const;
   void start_workers(std::int64_t first_global);
   void stop_workers();
-  void worker_loop();
+  void worker_loop(const std::string& init_error);  // init_error: every batch it takes carries it
 
   std::shared_ptr<const Dataset> dataset_;
   Shape sample_shape_;  // the dataset's, read once

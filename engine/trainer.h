@@ -60,6 +60,9 @@ struct TrainCallbacks {
   std::function<void(const StepReport&)> on_step;
   std::function<void(const EvalResult&)> on_eval;
   StopRule stop_rule;  // needs eval_every > 0
+  // Called on each data loader worker thread as it starts (DataLoaderOptions::worker_init): the
+  // pinning study confines the workers to their cores here.
+  std::function<void(int worker)> on_loader_worker_start;
 };
 
 struct TrainResult {

@@ -11,7 +11,7 @@ packages=(
   libeigen3-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
   libopenmpi-dev openmpi-bin
   catch2 libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libbenchmark-dev hwloc
+  libbenchmark-dev hwloc libhwloc-dev
   python3-torch python3-numpy
 )
 

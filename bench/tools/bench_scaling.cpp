@@ -43,6 +43,12 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-peer", o.peer, "skip PyTorch DDP (gloo)");
   app.add_option("--python", o.python, "the interpreter with torch for the peer")->capture_default_str();
   app.add_option("--peer-script", o.peer_script, "the PyTorch DDP peer")->capture_default_str();
+  app.add_option("--bind", o.bind, "core: each rank (all its threads) on its own physical core; none: unbound")
+      ->check(CLI::IsMember({"core", "none"}))
+      ->capture_default_str();
+  app.add_flag("--bind-compare", o.bind_compare,
+               "weak-scaling efficiency at world 2 with --bind none (twice: the calibration pair) and core, "
+               "interleaved, instead of the scaling tables");
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_scaling")) return *status;

@@ -32,9 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (!current.empty()) args.push_back(current);
   if (train) {
-    // Only ever a dry run (no --dry-run=false from the input): a fuzzed run must not train.
+    // Only ever a dry run (no --dry-run=false from the input): a fuzzed run must not train. The
+    // flag goes first: last, it could be taken as the value of a fuzzed flag before it ("--save
+    // --dry-run" trained a whole run and saved it to ./--dry-run).
     std::erase_if(args, [](const std::string& a) { return a.rfind("--dry-run", 0) == 0; });
-    args.push_back("--dry-run");
+    args.insert(args.begin() + 2, "--dry-run");
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -1,0 +1,446 @@
+// The CPU pinning study (seed 000): does confining training and its loader workers to cores help,
+// and does the effect survive its own noise floor?
+//
+//   build/bin/pinning [--repeats 7] [--contend N] [--quick]
+//
+// Five arms (bench/pinning_study.h): default twice (calibration A and B), threads_capped,
+// pinned_split and pinned_half_shared, on a workload where loader work competes with compute
+// (workers > 0, a per-sample decode cost). The halves come from the machine's topology (hwloc).
+// Every repeat of every arm is its own process, started with its CPU mask already set (so that
+// the compute library sizes and places its thread pool inside it), repeats interleaved across arms;
+// the loader workers are confined by the trainer's worker hook, and every thread's mask is read
+// back during the measured steps and recorded. With --contend N the same rounds also run with N
+// busy threads of unpinned background load, so one command shows the quiet and the contended
+// machine side by side, each with its own noise floor.
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "backends/registry.h"
+#include "bench/affinity.h"
+#include "bench/ledger.h"
+#include "bench/pinning_study.h"
+#include "bench/tools/cli_parse.h"
+#include "engine/trainer.h"
+
+using namespace trainlab;
+using namespace trainlab::bench;
+
+namespace {
+
+constexpr const char* kResultTag = "PINNING_RESULT ";
+
+struct Workload {
+  std::int64_t batch = 32, decode_cost = 60, steps = 40, warmup = 5;
+  int workers = 0;  // 0: the physical cores of the workers' half
+};
+
+struct Options {
+  int repeats = 7, contend = 0;
+  bool quick = false, no_ledger = false;
+  Workload workload;
+  std::string ledger_path, trace_path, backend;
+  double timeout = 300;
+  // The child's side (one arm's one repeat, started by the study itself).
+  std::string child_arm, child_workers_cpus;
+  int child_threads = 0;
+};
+
+// ---- the child: one arm, one repeat ----------------------------------------------------------
+
+std::string joined(const std::set<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += " | ";
+    out += s;
+  }
+  return out;
+}
+
+int run_child(const Options& o) {
+  const CpuSet worker_cpus = o.child_workers_cpus == "all" ? CpuSet{} : parse_cpu_list(o.child_workers_cpus);
+  TrainConfig config;
+  config.backend = o.backend;
+  config.batch = o.workload.batch;
+  config.decode_cost = o.workload.decode_cost;
+  config.workers = o.workload.workers;
+  config.persistent_workers = true;  // alive through the measured steps, where their masks are read
+  config.prefetch = 2;
+  config.threads = o.child_threads;
+  config.train_samples = 2048;
+  config.eval_samples = 10;
+  config.eval_batch = 10;
+  config.eval_at_end = false;
+  config.warmup = o.workload.warmup;
+  config.steps = o.workload.warmup + o.workload.steps;
+  config.log_every = 1 << 30;
+  config.trace = o.trace_path;
+
+  std::mutex mutex;
+  std::set<int> worker_tids;
+  json readback;
+  Trainer trainer(config);
+  TrainCallbacks callbacks;
+  callbacks.on_loader_worker_start = [&](int) {
+    if (!worker_cpus.empty()) set_thread_affinity(0, worker_cpus);
+    std::lock_guard lock(mutex);
+    worker_tids.insert(current_tid());
+  };
+  callbacks.on_step = [&](const StepReport& report) {
+    if (!report.measured || !readback.is_null()) return;
+    // Every thread's mask, now that the compute pool and the workers exist.
+    std::set<std::string> main, workers, compute;
+    const int pid = static_cast<int>(::getpid());
+    std::lock_guard lock(mutex);
+    for (const auto& t : process_threads()) {
+      const std::string cpus = cpu_list(t.cpus);
+      if (t.tid == pid)
+        main.insert(cpus);
+      else if (worker_tids.count(t.tid))
+        workers.insert(cpus);
+      else
+        compute.insert(cpus);
+    }
+    readback = {{"main", joined(main)},
+                {"workers", joined(workers)},
+                {"other_threads", joined(compute)},
+                {"worker_threads", worker_tids.size()}};
+  };
+  trainer.set_callbacks(callbacks);
+  const TrainResult result = trainer.train(nullptr);
+  const double total = result.measured.total();
+  const json out = {{"samples_per_s", result.samples_per_s},
+                    {"threads", trainer.backend().num_threads()},
+                    {"measured_steps", result.measured_steps},
+                    {"warmup_steps_excluded", result.warmup_steps},
+                    {"data_wait_share", total > 0 ? result.measured.data_wait_s / total : 0.0},
+                    {"step_seconds", result.step_seconds},
+                    {"readback", readback}};
+  std::printf("%s%s\n", kResultTag, out.dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+// N threads that spin until the process is killed (the --contend load).
+int run_spinners(int threads) {
+  std::vector<std::thread> spinners;
+  for (int i = 0; i < threads; ++i) {
+    spinners.emplace_back([] {
+      volatile double x = 1.0;
+      while (true) x = x * 1.0000001 + 1e-9;
+    });
+  }
+  for (auto& t : spinners) t.join();
+  return 0;
+}
+
+// ---- the parent: the study -------------------------------------------------------------------
+
+struct ArmPlan {
+  std::string name;
+  CpuSet main, workers;  // empty: unconfined
+  int threads = 0;       // 0: the backend's default
+};
+
+struct ChildResult {
+  bool ok = false;
+  std::string error;
+  json value;
+};
+
+// Starts this program as one arm's child, its CPU mask set before exec, and reads its result.
+ChildResult run_arm(const Options& o, const ArmPlan& arm, int workers, const std::string& trace) {
+  int fds[2];
+  TL_CHECK(::pipe(fds) == 0, std::string("pinning: pipe: ") + std::strerror(errno));
+  std::vector<std::string> args = {"/proc/self/exe",
+                                   "--child-arm",
+                                   arm.name,
+                                   "--child-threads",
+                                   std::to_string(arm.threads),
+                                   "--child-worker-cpus",
+                                   arm.workers.empty() ? "all" : cpu_list(arm.workers),
+                                   "--workers",
+                                   std::to_string(workers),
+                                   "--batch",
+                                   std::to_string(o.workload.batch),
+                                   "--decode-cost",
+                                   std::to_string(o.workload.decode_cost),
+                                   "--steps",
+                                   std::to_string(o.workload.steps),
+                                   "--warmup",
+                                   std::to_string(o.workload.warmup)};
+  if (!o.backend.empty()) args.insert(args.end(), {"--backend", o.backend});
+  if (!trace.empty()) args.insert(args.end(), {"--trace", trace});
+  const pid_t pid = ::fork();
+  TL_CHECK(pid >= 0, std::string("pinning: fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    if (!arm.main.empty()) {
+      try {
+        set_thread_affinity(0, arm.main);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "pinning: %s\n", e.what());
+        ::_exit(127);
+      }
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
+    std::fprintf(stderr, "pinning: exec: %s\n", std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string output;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout);
+  bool timed_out = false;
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    if (n <= 0) break;
+    output.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ChildResult r;
+  if (timed_out) {
+    r.error = fmt::format("arm {} ran past --timeout {} s and was ended", arm.name, o.timeout);
+    return r;
+  }
+  const auto at = output.rfind(kResultTag);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || at == std::string::npos) {
+    r.error = fmt::format("arm {} exited with {} (see its error above)", arm.name,
+                          WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
+                                            : "signal " + std::to_string(WTERMSIG(status)));
+    return r;
+  }
+  try {
+    r.value = json::parse(output.substr(at + std::strlen(kResultTag)));
+    r.ok = true;
+  } catch (const std::exception& e) {
+    r.error = std::string("arm ") + arm.name + " printed an unreadable result: " + e.what();
+  }
+  return r;
+}
+
+// N busy threads that nobody pins, in a process of their own; ended by stop().
+class Contention {
+ public:
+  explicit Contention(int threads) {
+    if (threads <= 0) return;
+    pid_ = ::fork();
+    TL_CHECK(pid_ >= 0, std::string("pinning: fork (contention): ") + std::strerror(errno));
+    if (pid_ == 0) {  // a fresh program, not a fork of this one's threads
+      std::string count = std::to_string(threads);
+      char* argv[] = {const_cast<char*>("/proc/self/exe"), const_cast<char*>("--child-spin"), count.data(), nullptr};
+      ::execv("/proc/self/exe", argv);
+      ::_exit(127);
+    }
+  }
+  ~Contention() { stop(); }
+  void stop() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+int run_study(const Options& o) {
+  const Topology topology = machine_topology();
+  const auto [half_a, half_b] = topology.halves();
+  const CpuSet all = topology.all();
+  auto cores_in = [&](const CpuSet& cpus) {
+    int n = 0;
+    for (const auto& core : topology.cores)
+      n += std::includes(cpus.begin(), cpus.end(), core.begin(), core.end()) ? 1 : 0;
+    return std::max(1, n);
+  };
+  const int workers = o.workload.workers > 0 ? o.workload.workers : cores_in(half_b);
+  const std::vector<ArmPlan> arms = {{"default", {}, {}, 0},
+                                     {"default_b", {}, {}, 0},
+                                     {"threads_capped", {}, {}, topology.physical_cores()},
+                                     {"pinned_split", half_a, half_b, cores_in(half_a)},
+                                     {"pinned_half_shared", half_a, half_a, cores_in(half_a)}};
+  std::vector<std::string> conditions = {"quiet"};
+  if (o.contend > 0)
+    conditions.push_back(fmt::format("contended: {} busy thread{}", o.contend, o.contend == 1 ? "" : "s"));
+
+  Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
+  const Environment env = current_environment(backend);
+  TL_CHECK(env.device_type == "cpu", "pinning: backend '" + backend.name() + "' is not a CPU backend");
+  const std::string run_id = new_run_id();
+  const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
+  std::cout << fmt::format(
+      "# pinning: {} physical cores ({} logical CPUs: {}), halves {} | {} (hwloc); {} arms x {} repeats interleaved, "
+      "each repeat its own process; workload: batch {}, decode cost {}, {} loader worker(s), {} warm-up + {} measured "
+      "steps; conditions: {}\n",
+      topology.physical_cores(), all.size(), cpu_list(all), cpu_list(half_a), cpu_list(half_b), arms.size(), o.repeats,
+      o.workload.batch, o.workload.decode_cost, workers, o.workload.warmup, o.workload.steps,
+      o.contend > 0 ? "quiet and contended, alternating each round" : "quiet");
+  std::cout << fmt::format("# device: {}, backend {}, timer {}, engine {}; run {}\n", env.device_name, env.backend,
+                           env.timer, env.versions.value("engine", std::string("?")), run_id);
+  std::cout.flush();
+
+  // results[condition][arm]
+  std::vector<std::vector<PinningArm>> results(conditions.size(), std::vector<PinningArm>(arms.size()));
+  std::vector<std::vector<int>> threads_seen(conditions.size(), std::vector<int>(arms.size(), 0));
+  bool traced = o.trace_path.empty();
+  for (int round = 0; round < o.repeats; ++round) {
+    for (std::size_t c = 0; c < conditions.size(); ++c) {
+      Contention contention(c == 0 ? 0 : o.contend);
+      for (std::size_t a = 0; a < arms.size(); ++a) {
+        const ArmPlan& arm = arms[a];
+        const std::string trace = !traced && arm.name == "pinned_split" ? o.trace_path : "";
+        if (!trace.empty()) traced = true;
+        const ChildResult r = run_arm(o, arm, workers, trace);
+        const std::string main_expected = arm.main.empty() ? cpu_list(all) : cpu_list(arm.main);
+        const std::string workers_expected = arm.workers.empty() ? main_expected : cpu_list(arm.workers);
+        json row = env.to_json();
+        row["run_id"] = run_id;
+        row["kind"] = "pinning_repeat";
+        row["condition"] = conditions[c];
+        row["contend_threads"] = c == 0 ? 0 : o.contend;
+        row["arm"] = arm.name;
+        row["calibration"] = a < 2;
+        row["round"] = round;
+        row["workers"] = workers;
+        row["batch"] = o.workload.batch;
+        row["decode_cost"] = o.workload.decode_cost;
+        row["requested"] = {{"main", arm.main.empty() ? "unconfined" : cpu_list(arm.main)},
+                            {"workers", arm.workers.empty() ? "unconfined" : cpu_list(arm.workers)},
+                            {"threads", arm.threads}};
+        PinningArm& out = results[c][a];
+        out.name = arm.name;
+        out.workers = workers;
+        if (!r.ok) {
+          row["status"] = "failed";
+          row["error"] = r.error;
+          row["threads"] = arm.threads;
+          std::cout << fmt::format("round {}/{} {:<28} {:<20} FAILED: {}\n", round + 1, o.repeats, conditions[c],
+                                   arm.name, r.error);
+        } else {
+          const json& rb = r.value.at("readback");
+          const bool as_set = !rb.is_null() && rb.at("main") == main_expected &&
+                              (rb.at("workers") == workers_expected || rb.at("worker_threads") == 0) &&
+                              (rb.at("other_threads") == "" || rb.at("other_threads") == main_expected);
+          row["status"] = "ok";
+          row["threads"] = r.value.at("threads");
+          row["samples_per_s"] = r.value.at("samples_per_s");
+          row["measured_steps"] = r.value.at("measured_steps");
+          row["warmup_steps_excluded"] = r.value.at("warmup_steps_excluded");
+          row["data_wait_share"] = r.value.at("data_wait_share");
+          row["step_seconds"] = r.value.at("step_seconds");
+          row["applied"] = {{"main", rb.is_null() ? "?" : rb.at("main")},
+                            {"workers", rb.is_null() ? "?" : rb.at("workers")},
+                            {"other_threads", rb.is_null() ? "?" : rb.at("other_threads")},
+                            {"expected_main", main_expected},
+                            {"expected_workers", workers_expected},
+                            {"as_set", as_set}};
+          if (!trace.empty()) row["trace"] = trace;
+          out.samples_per_s.push_back(r.value.at("samples_per_s").get<double>());
+          out.threads = r.value.at("threads").get<int>();
+          out.main_cpus = rb.is_null() ? "?" : rb.at("main").get<std::string>();
+          out.worker_cpus = rb.is_null() ? "?" : rb.at("workers").get<std::string>();
+          if (!as_set) ++out.affinity_mismatches;
+          threads_seen[c][a] = out.threads;
+          std::cout << fmt::format("round {}/{} {:<28} {:<20} {:>8.1f} samples/s  threads {}  main {}  workers {}{}\n",
+                                   round + 1, o.repeats, conditions[c], arm.name, out.samples_per_s.back(), out.threads,
+                                   out.main_cpus, out.worker_cpus, as_set ? "" : "  AFFINITY NOT AS SET");
+        }
+        std::cout.flush();
+        if (!o.no_ledger) ledger.append(row);
+      }
+    }
+  }
+  // threads_capped equals default when the default thread count is the physical core count.
+  const bool capped_equals_default = threads_seen[0][0] == threads_seen[0][2];
+  std::vector<PinningAnalysis> analyses;
+  for (std::size_t c = 0; c < conditions.size(); ++c) {
+    analyses.push_back(analyse_pinning(conditions[c], results[c], capped_equals_default));
+    std::cout << fmt::format("\nPinning, {} ({} repeats per arm, each its own process):\n\n", conditions[c], o.repeats);
+    std::cout << pinning_table(analyses.back(), true) << "\n" << pinning_findings(analyses.back());
+  }
+  if (analyses.size() > 1) std::cout << "\nQuiet and contended side by side:\n\n" << pinning_comparison(analyses, true);
+  if (!o.no_ledger) std::cout << "\nrows: " << ledger.path() << " (run " << run_id << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pinning: CPU affinity arms against their own noise floor (seed 000)", "pinning"};
+  Options o;
+  app.add_option("--repeats", o.repeats, "repeats per arm, interleaved (the seed: 3 is too few to read)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option("--contend", o.contend, "also run every round with N busy threads of unpinned background load")
+      ->check(CLI::Range(0, 1024));
+  app.add_flag("--quick", o.quick, "3 repeats of 10 measured steps (make test's form)");
+  app.add_option("--batch", o.workload.batch, "batch size")->check(CLI::Range(1, 65536))->capture_default_str();
+  app.add_option("--decode-cost", o.workload.decode_cost, "per-sample loader work")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  app.add_option("--workers", o.workload.workers, "loader workers (default: the physical cores of the workers' half)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--steps", o.workload.steps, "measured steps per repeat")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--warmup", o.workload.warmup, "warm-up steps per repeat (excluded)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app.add_option("--backend", o.backend, "CPU backend (default: the best one)");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
+  app.add_flag("--no-ledger", o.no_ledger, "print only");
+  app.add_option("--trace", o.trace_path, "a Chrome trace of pinned_split's first repeat, here");
+  app.add_option("--timeout", o.timeout, "seconds one repeat may take before it is ended")
+      ->check(CLI::Range(1.0, 86400.0));
+  // The child's side: set by the study when it starts an arm.
+  app.add_option("--child-arm", o.child_arm)->group("");
+  app.add_option("--child-threads", o.child_threads)->group("");
+  app.add_option("--child-worker-cpus", o.child_workers_cpus)->group("");
+  int spin = 0;
+  app.add_option("--child-spin", spin)->group("");
+  if (const auto status = parse_command_line(app, argc, argv, "pinning")) return *status;
+  try {
+    if (!o.child_arm.empty()) return run_child(o);
+    if (spin > 0) return run_spinners(spin);
+    if (o.quick) {
+      if (app.count("--repeats") == 0) o.repeats = 3;
+      if (app.count("--steps") == 0) o.workload.steps = 10;
+      if (app.count("--warmup") == 0) o.workload.warmup = 2;
+    }
+    return run_study(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pinning: error: %s\n", e.what());
+    return 2;
+  }
+}

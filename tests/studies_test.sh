@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The two seed-000 studies end to end in their --quick forms: bad input refused with a one-line
+# error (exit 2), a quick run's rows in a fresh ledger, and bench_report's section from that ledger.
+#   studies_test.sh cost|pinning <driver> <source dir> [bench_report]
+set -uo pipefail
+which=$1 driver=$2 src=$3 report=${4:-$(dirname "$2")/bench_report}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "studies_test: FAILED: $*"; exit 1; }
+expect_error() {  # expect_error <pattern> <args...>: exit 2 and one line naming the problem
+  local pattern=$1; shift
+  "$driver" "$@" >"$tmp/out" 2>"$tmp/err"; local status=$?
+  [ $status -eq 2 ] || fail "'$*' exited $status, not 2"
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed more than one error line: $(cat "$tmp/err")"
+  grep -q -- "$pattern" "$tmp/err" || fail "'$*': error does not say '$pattern': $(cat "$tmp/err")"
+}
+cd "$src" || fail "no source dir $src"
+ledger=$tmp/ledger.jsonl
+case $which in
+  cost)
+    expect_error "rate is required" --quick
+    expect_error "rate" --quick --rate 0
+    expect_error "rate" --quick --rate -1
+    printf 'study: s\ndevice: cpu\nbase: {batch: 64}\ncolour: red\nconfigs:\n  - name: a\n' >"$tmp/bad.yaml"
+    expect_error "unknown key 'colour'" --rate 1 --config "$tmp/bad.yaml"
+    expect_error "does not exist" --rate 1 --quick --no-ledger --config "$tmp/none.yaml"
+    "$driver" --quick --rate 0.35 --ledger "$ledger" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "quick run failed"; }
+    cat "$tmp/out"
+    grep -q "winners_agree: " "$tmp/out" || fail "no winners_agree line"
+    grep -q "rank by throughput | rank by cost" "$tmp/out" || fail "no table"
+    [ "$(grep -c '"kind":"cost_repeat"' "$ledger")" -eq 5 ] || fail "expected 5 cost_repeat rows"
+    # A scaling ledger that does not exist is named, after the study (whose rows are kept).
+    "$driver" --quick --rate 0.35 --no-ledger --scaling-ledger "$tmp/nope.jsonl" >"$tmp/out" 2>"$tmp/err"
+    [ $? -eq 2 ] && grep -q "nope.jsonl' does not exist" "$tmp/err" || fail "missing scaling ledger not named"
+    "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
+    grep -q "^## Cost to accuracy" "$tmp/REPORT.md" || fail "no cost section in the report"
+    ls "$tmp"/figures/cost_*.svg >/dev/null || fail "no cost figure"
+    ;;
+  pinning)
+    expect_error "repeats" --repeats 0
+    expect_error "contend" --contend -1
+    "$driver" --quick --contend 1 --ledger "$ledger" --trace "$tmp/pinned.json" >"$tmp/out" 2>&1 \
+      || { cat "$tmp/out"; fail "quick run failed"; }
+    cat "$tmp/out"
+    grep -q "separability_test_valid: " "$tmp/out" || fail "no separability_test_valid line"
+    grep -q "Quiet and contended side by side" "$tmp/out" || fail "no side-by-side table"
+    ! grep -q "AFFINITY NOT AS SET" "$tmp/out" || fail "an arm's read-back affinity differs from what was set"
+    [ "$(grep -c '"kind":"pinning_repeat"' "$ledger")" -eq 30 ] || fail "expected 30 pinning_repeat rows"
+    ! grep -q '"as_set":false' "$ledger" || fail "a row records affinity not as set"
+    [ -s "$tmp/pinned.json" ] || fail "no trace of pinned_split"
+    "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
+    grep -q "^## CPU pinning" "$tmp/REPORT.md" || fail "no pinning section in the report"
+    ;;
+  *) fail "unknown study $which" ;;
+esac
+echo "studies_test: ok"

@@ -1,0 +1,339 @@
+// The studies' logic (seed 000's cost-to-accuracy and pinning studies): the stop rule, both
+// rankings and the over-rated configuration on hand-made rows, the break-even arithmetic, the
+// affinity actually applied (read back), and the NO CONCLUSION gate on made-up arms.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "backends/error.h"
+#include "backends/registry.h"
+#include "bench/affinity.h"
+#include "bench/cost_study.h"
+#include "bench/pinning_study.h"
+#include "engine/data.h"
+#include "engine/synthetic_images.h"
+#include "engine/trainer.h"
+
+using namespace trainlab;
+using namespace trainlab::bench;
+
+namespace {
+
+std::vector<EvalResult> evals_of(const std::vector<double>& accuracies) {
+  std::vector<EvalResult> out;
+  for (std::size_t i = 0; i < accuracies.size(); ++i)
+    out.push_back({static_cast<std::int64_t>(25 * (i + 1)), accuracies[i], 0, 0});
+  return out;
+}
+
+CostRepeat reached(double sps, std::int64_t steps) { return {sps, steps, true, false, ""}; }
+CostRepeat missed(double sps) { return {sps, 0, false, false, ""}; }
+
+const CostRow& row_named(const CostAnalysis& a, const std::string& name) {
+  for (const auto& r : a.rows)
+    if (r.name == name) return r;
+  throw Error("no row " + name);
+}
+
+}  // namespace
+
+TEST_CASE("the stop rule needs the target on consecutive evaluations", "[bench]") {
+  const StopRule rule = accuracy_at_least(0.85, 2);
+  CHECK_FALSE(rule.should_stop(evals_of({0.9})));
+  CHECK_FALSE(rule.should_stop(evals_of({0.9, 0.84})));  // one lucky evaluation does not end a run
+  CHECK_FALSE(rule.should_stop(evals_of({0.86, 0.84, 0.86})));
+  CHECK(rule.should_stop(evals_of({0.5, 0.85, 0.86})));  // at the target counts
+  CHECK(accuracy_at_least(0.85, 1).should_stop(evals_of({0.85})));
+}
+
+TEST_CASE("a configuration that never reaches the target is a row that says so", "[bench]") {
+  // A real run: the study's first configuration, capped at 10 steps against a target it cannot reach.
+  const CostStudySpec spec = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cpu.yaml");
+  TrainConfig config = cost_configs(spec, true).front();
+  config.steps = 10;
+  config.eval_every = 5;
+  config.eval_samples = 50;
+  config.log_every = 1 << 30;
+  config.warmup = 2;
+  Trainer trainer(config, smallcnn_task(config));
+  TrainCallbacks callbacks;
+  callbacks.stop_rule = accuracy_at_least(0.999, 2);
+  trainer.set_callbacks(callbacks);
+  const TrainResult result = trainer.train(nullptr);
+  CHECK(result.stopped_by == "step cap");
+  CHECK(result.evals.size() == 1);  // step 5 (step 10 is the cap: no evaluation there, eval_at_end off)
+
+  CostConfigResult r{"capped", config.batch, config.lr, true, "f32", {missed(result.samples_per_s)}};
+  CostConfigResult ok{"fine", 64, 0.005, true, "f32", {reached(1000, 100)}};
+  const CostAnalysis a = analyse_cost({r, ok}, 0.35, 0.999, 5, 10);
+  REQUIRE(a.rows.size() == 2);
+  CHECK(a.rows.back().name == "capped");  // never dropped: last, with its reason
+  CHECK_FALSE(a.rows.back().reached_target);
+  CHECK(a.rows.back().rank_cost == 0);
+  CHECK(a.rows.back().why_not == "1 of 1 repeats did not reach 0.999 within 10 steps");
+  CHECK(cost_table(a, true).find("not reached: 1 of 1 repeats") != std::string::npos);
+}
+
+TEST_CASE("cost ranks cover the full orderings and name the configuration throughput over-rates", "[bench]") {
+  // The seed's CPU table, by hand: samples/s, steps to target at eval_every 25.
+  std::vector<CostConfigResult> rows = {
+      {"batch64", 64, 0.01, true, "f32", {reached(106.0, 175), reached(106.0, 200)}},
+      {"batch128_linear", 128, 0.02, true, "f32", {reached(71.2, 162), reached(71.2, 163)}},
+      {"batch128_unscaled", 128, 0.01, false, "f32", {reached(68.2, 137), reached(68.2, 138)}},
+      {"batch256_linear", 256, 0.04, true, "f32", {reached(83.0, 137), reached(83.0, 138)}},
+      {"batch128_bf16", 128, 0.02, true, "bf16", {reached(31.7, 162), reached(31.7, 163)}}};
+  const CostAnalysis a = analyse_cost(rows, 0.35, 0.85, 25, 1000);
+  CHECK(row_named(a, "batch64").samples_to_target == Approx(187.5 * 64));
+  CHECK(row_named(a, "batch64").dollars == Approx(187.5 * 64 / 106.0 * 0.35 / 3600));
+  CHECK(row_named(a, "batch256_linear").rank_throughput == 2);
+  CHECK(row_named(a, "batch256_linear").rank_cost == 4);
+  CHECK(row_named(a, "batch128_unscaled").rank_cost == 2);
+  CHECK(a.winners_agree);          // batch64 is first in both
+  CHECK_FALSE(a.orderings_agree);  // and the rungs below it move
+  CHECK(a.over_rated == "batch256_linear");
+  CHECK(a.over_rated_places == 2);
+  CHECK(a.cheapest == "batch64");
+  CHECK(a.dearest == "batch128_bf16");
+  CHECK(row_named(a, "batch256_linear").quantum_samples == 25 * 256);
+  CHECK(row_named(a, "batch256_linear").quantum_share == Approx(25.0 * 256 / (137.5 * 256)));
+  CHECK(cost_findings(a).find("The winners agree and the orderings do not") != std::string::npos);
+
+  SECTION("ties share a rank; equal moves name the one throughput ranks higher") {
+    std::vector<CostConfigResult> tied = {{"a", 64, 0.01, true, "f32", {reached(100, 100)}},
+                                          {"b", 64, 0.01, true, "f32", {reached(100, 200)}},
+                                          {"c", 64, 0.01, true, "f32", {reached(50, 50)}}};
+    const CostAnalysis t = analyse_cost(tied, 1.0, 0.85, 25, 1000);
+    CHECK(row_named(t, "a").rank_throughput == 1);
+    CHECK(row_named(t, "b").rank_throughput == 1);
+    CHECK(row_named(t, "c").rank_throughput == 3);
+    CHECK(row_named(t, "a").rank_cost == 1);  // 100 steps at 100/s = 50 steps at 50/s: a tie
+    CHECK(row_named(t, "c").rank_cost == 1);
+    CHECK(row_named(t, "b").rank_cost == 3);
+    CHECK(t.over_rated == "b");
+    CHECK(t.winners_agree);
+  }
+  SECTION("a configuration that did not finish counts below every one that did") {
+    rows[0].repeats[1] = missed(106.0);  // batch64: one of two repeats missed
+    const CostAnalysis m = analyse_cost(rows, 0.35, 0.85, 25, 1000);
+    CHECK_FALSE(row_named(m, "batch64").reached_target);
+    CHECK(row_named(m, "batch64").rank_throughput == 1);
+    CHECK(m.over_rated == "batch64");
+    CHECK(m.over_rated_places == 4);  // 1st by throughput, below the 4 that reached
+    CHECK_FALSE(m.winners_agree);
+    CHECK(m.rows.back().name == "batch64");
+  }
+  SECTION("when the orderings agree the findings say it is the hardware's doing") {
+    std::vector<CostConfigResult> same = {{"x", 64, 0.01, true, "f32", {reached(200, 100)}},
+                                          {"y", 128, 0.02, true, "f32", {reached(100, 100)}}};
+    const CostAnalysis s = analyse_cost(same, 1.0, 0.85, 25, 1000);
+    CHECK(s.orderings_agree);
+    CHECK(s.over_rated.empty());
+    CHECK(cost_findings(s).find("a property of the hardware, not of the code") != std::string::npos);
+  }
+  SECTION("a rate is required") {
+    CHECK_THROWS_WITH(analyse_cost(rows, 0.0, 0.85, 25, 1000), Catch::Contains("rate must be > 0"));
+    CHECK_THROWS_WITH(analyse_cost(rows, NAN, 0.85, 25, 1000), Catch::Contains("rate must be > 0"));
+  }
+}
+
+TEST_CASE("the scaling break-even arithmetic", "[bench]") {
+  std::vector<CostConfigResult> rows = {{"batch64", 64, 0.01, true, "f32", {reached(1000, 100)}},
+                                        {"batch128_linear", 128, 0.02, true, "f32", {reached(1200, 60)}},
+                                        {"batch128_unscaled", 128, 0.01, false, "f32", {reached(1200, 50)}}};
+  const CostAnalysis a = analyse_cost(rows, 2.0, 0.85, 25, 1000);
+  auto point = [](int world, std::int64_t batch, double sps) {
+    ScalingPoint p;
+    p.world = world;
+    p.global_batch = batch;
+    p.samples_per_s = summarize({sps});
+    return p;
+  };
+  const auto b = break_even({point(1, 64, 1000), point(2, 128, 1600), point(4, 256, 3000)}, a, 2.0);
+  REQUIRE(b.size() == 3);
+  // World 1: 6400 samples at 1000/s = 6.4 s, one rank at $2/h.
+  CHECK(b[0].hours == Approx(6.4 / 3600));
+  CHECK(b[0].dollars == Approx(6.4 / 3600 * 2.0));
+  CHECK(b[0].multiplier == Approx(1.0));
+  // World 2: batch128 with the LR rule (never the unscaled one): 7680 samples at 1600/s = 4.8 s, two ranks.
+  CHECK(b[1].config == "batch128_linear");
+  CHECK(b[1].hours == Approx(4.8 / 3600));
+  CHECK(b[1].dollars == Approx(4.8 / 3600 * 2.0 * 2));
+  CHECK(b[1].multiplier == Approx(9.6 / 6.4));
+  CHECK(b[1].saves_time);
+  CHECK(b[1].dollars_per_hour_saved == Approx((b[1].dollars - b[0].dollars) / ((6.4 - 4.8) / 3600)));
+  // World 4: no configuration at batch 256: said, not guessed.
+  CHECK_FALSE(b[2].measured);
+  CHECK(b[2].note.find("no f32 configuration at batch 256") != std::string::npos);
+  CHECK(break_even_table(b, true).find("no f32 configuration at batch 256") != std::string::npos);
+}
+
+TEST_CASE("the cost study file is checked by name", "[bench]") {
+  const std::string good = "study: s\ndevice: cpu\nbase: {batch: 64, lr: 0.01}\nconfigs:\n  - name: a\n";
+  CHECK(load_cost_study_text(good, "t.yaml").configs.size() == 1);
+  CHECK_THROWS_WITH(load_cost_study_text(good + "colour: red\n", "t.yaml"), Catch::Contains("unknown key 'colour'"));
+  CHECK_THROWS_WITH(load_cost_study_text(good + "target: 1.5\n", "t.yaml"),
+                    Catch::Contains("target must be in (0, 1]"));
+  CHECK_THROWS_WITH(load_cost_study_text(good + "  - name: a\n", "t.yaml"), Catch::Contains("'a' appears twice"));
+  CHECK_THROWS_WITH(load_cost_study_text(good + "  - name: b\n    lr: doubled\n", "t.yaml"),
+                    Catch::Contains("lr must be 'rule'"));
+  CHECK_THROWS_WITH(load_cost_study_text(good + "  - name: b\n    set: {batchsize: 3}\n", "t.yaml"),
+                    Catch::Contains("batchsize"));
+  CHECK_THROWS_WITH(load_cost_study_text(good + "  - name: b\n    set: {lr: 0.1}\n", "t.yaml"),
+                    Catch::Contains("sets lr directly"));
+  std::string tpu = good;
+  tpu.replace(tpu.find("device: cpu"), 11, "device: tpu");
+  CHECK_THROWS_WITH(load_cost_study_text(tpu, "t.yaml"), Catch::Contains("device must be cpu or cuda, got 'tpu'"));
+}
+
+TEST_CASE("cost configs follow the declared LR rule", "[bench]") {
+  const CostStudySpec spec = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cpu.yaml");
+  const auto configs = cost_configs(spec, false);
+  REQUIRE(spec.configs.size() == 5);
+  const double base_lr = configs[0].lr;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const double expected = spec.configs[i].lr_follows_rule ? base_lr * static_cast<double>(configs[i].batch) /
+                                                                  static_cast<double>(configs[0].batch)
+                                                            : base_lr;
+    CHECK(configs[i].lr == Approx(expected));
+    CHECK(configs[i].eval_every == spec.eval_every);
+    CHECK(configs[i].steps == spec.step_cap);
+  }
+  CHECK(configs[2].batch == 128);
+  CHECK(configs[2].lr == Approx(base_lr));  // batch128_unscaled
+  CHECK(cost_configs(spec, true)[0].steps == spec.quick_step_cap);
+}
+
+TEST_CASE("cpu lists and affinity are applied and read back", "[bench]") {
+  CHECK(cpu_list({0, 1, 2, 3, 8}) == "0-3,8");
+  CHECK(parse_cpu_list("0-3,8") == CpuSet{0, 1, 2, 3, 8});
+  CHECK(parse_cpu_list(cpu_list({1, 3, 4, 5})) == CpuSet{1, 3, 4, 5});
+  CHECK_THROWS_WITH(parse_cpu_list("3-1"), Catch::Contains("'3-1'"));
+  CHECK_THROWS_WITH(parse_cpu_list("a"), Catch::Contains("'a'"));
+  CHECK_THROWS_WITH(parse_cpu_list("1,,2"), Catch::Contains("'1,,2'"));
+
+  const Topology topology = machine_topology();
+  REQUIRE(topology.physical_cores() >= 1);
+  const auto [a, b] = topology.halves();
+  CHECK_FALSE(a.empty());
+  CHECK_FALSE(b.empty());
+  if (topology.physical_cores() >= 2) {
+    std::vector<int> both;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+    CHECK(both.empty());  // the halves are disjoint
+  }
+
+  // A thread confines itself; the process's view of it (from /proc/self/task) agrees.
+  const CpuSet one = {topology.all().back()};
+  int tid = 0;
+  CpuSet seen;
+  std::mutex m;
+  std::thread t([&] {
+    set_thread_affinity(0, one);
+    std::lock_guard lock(m);
+    tid = current_tid();
+    for (const auto& th : process_threads())
+      if (th.tid == tid) seen = th.cpus;
+  });
+  t.join();
+  CHECK(seen == one);
+  CHECK(thread_affinity(0) != CpuSet{});
+}
+
+TEST_CASE("a loader's worker hook runs on each worker and confines it", "[bench]") {
+  auto data = std::make_shared<SyntheticImages>(1, Split::train, 64, 0);
+  DataLoaderOptions o;
+  o.batch_size = 8;
+  o.num_workers = 2;
+  o.persistent_workers = true;
+  const CpuSet one = {machine_topology().all().front()};
+  std::mutex m;
+  std::set<int> workers;
+  std::vector<CpuSet> masks;
+  o.worker_init = [&](int w) {
+    set_thread_affinity(0, one);
+    std::lock_guard lock(m);
+    workers.insert(w);
+    masks.push_back(thread_affinity(0));
+  };
+  Backend& backend = get_backend("reference");
+  DataLoader loader(data, o, backend);
+  for (int i = 0; i < 4; ++i) loader.next();
+  // Both workers have started (the second may not have made a batch yet).
+  for (int wait = 0; wait < 500; ++wait) {
+    {
+      std::lock_guard lock(m);
+      if (workers.size() == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard lock(m);
+    CHECK(workers == std::set<int>{0, 1});
+    for (const auto& mask : masks) CHECK(mask == one);
+  }
+  // A hook that throws: the batch it would have made raises its error on the consuming thread.
+  loader.set_worker_init([](int) { throw Error("no such core"); });
+  CHECK_THROWS_WITH(loader.next(), Catch::Contains("worker_init: no such core"));
+}
+
+TEST_CASE("the pinning verdicts: NO CONCLUSION unless the calibration arms overlap", "[bench]") {
+  auto arm = [](const std::string& name, std::vector<double> values) {
+    PinningArm a;
+    a.name = name;
+    a.samples_per_s = std::move(values);
+    return a;
+  };
+  SECTION("overlapping calibration arms: verdicts are issued") {
+    const auto a = analyse_pinning(
+        "quiet",
+        {arm("default", {100, 104, 98}), arm("default_b", {101, 99, 103}), arm("threads_capped", {100, 102, 97}),
+         arm("pinned_split", {140, 150, 145}), arm("pinned_half_shared", {138, 146, 142})},
+        false);
+    CHECK(a.separability_test_valid);
+    CHECK(a.calibration.noise_floor_percent == Approx(1.0 / 100.5 * 100));
+    CHECK(a.effects[1].verdict == Verdict::separable);  // pinned_split vs default
+    CHECK(a.confinement.verdict == Verdict::separable);
+    CHECK(a.disjointness.verdict == Verdict::not_separable);
+    CHECK(a.confinement.floor_multiple == Approx(a.confinement.percent / a.calibration.noise_floor_percent));
+    const std::string text = pinning_findings(a);
+    CHECK(text.find("separability_test_valid: true") != std::string::npos);
+    CHECK(text.find("confinement (pinned_half_shared vs default): +42.0%") != std::string::npos);
+    CHECK(text.find("disjointness (pinned_split vs pinned_half_shared)") != std::string::npos);
+    CHECK(text.find("not established") != std::string::npos);
+    CHECK(text.find("NO CONCLUSION") == std::string::npos);
+  }
+  SECTION("identical arms that do not overlap: NO CONCLUSION, whatever the other arms do") {
+    const auto a = analyse_pinning(
+        "contended",
+        {arm("default", {48.9, 60, 67.0}), arm("default_b", {81.9, 90, 92.5}), arm("threads_capped", {80, 85, 90}),
+         arm("pinned_split", {140, 150, 145}), arm("pinned_half_shared", {138, 146, 142})},
+        false);
+    CHECK_FALSE(a.separability_test_valid);
+    for (const auto& e : a.effects) CHECK(e.verdict == Verdict::no_conclusion);
+    const std::string text = pinning_findings(a);
+    CHECK(text.find("separability_test_valid: false") != std::string::npos);
+    CHECK(text.find("NO CONCLUSION") != std::string::npos);
+    CHECK(text.find("an effect, clear of the floor") == std::string::npos);
+  }
+  SECTION("where threads_capped equals default, its gaps are calibration pairs too") {
+    const auto a = analyse_pinning(
+        "quiet",
+        {arm("default", {100, 101, 99}), arm("default_b", {100, 102, 98}), arm("threads_capped", {110, 112, 111}),
+         arm("pinned_split", {140, 150, 145}), arm("pinned_half_shared", {138, 146, 142})},
+        true);
+    CHECK_FALSE(a.separability_test_valid);  // threads_capped does not overlap default: the test is unsound
+    CHECK(a.calibration_pair.find("threads_capped") != std::string::npos);
+  }
+  SECTION("one repeat: never a verdict") {
+    const auto a = analyse_pinning("quiet",
+                                   {arm("default", {100}), arm("default_b", {100}), arm("threads_capped", {100}),
+                                    arm("pinned_split", {150}), arm("pinned_half_shared", {140})},
+                                   false);
+    CHECK_FALSE(a.separability_test_valid);
+  }
+  SECTION("a missing arm is named") {
+    CHECK_THROWS_WITH(analyse_pinning("quiet", {arm("default", {1, 2})}, false), Catch::Contains("'default_b'"));
+  }
+}
