@@ -223,7 +223,7 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
           "decode cost {}{}; binding {} (rank 0 on CPUs {}; the launcher had given it {})\n",
           P, cores, ranks_per_core_text(P, cores), o.worlds, o.repeats, o.warmup, o.steps, o.threads, host.name(),
           o.dtype, o.allreduce, o.rendezvous ? " (sleeping rendezvous before each bucket)" : "", o.bucket_cap_mb,
-          o.first_bucket_mb, o.decode_cost, o.ablation ? " (and the 0 ablation)" : "",
+          o.first_bucket_mb, o.decode_cost, o.ablation && !o.bind_compare ? " (and the 0 ablation)" : "",
           o.bind_compare ? "compared (none, none again, core)" : o.bind, bound_cpus, launcher_cpus);
       std::cout << "# LR rule: lr = " << o.base_lr << " x global batch / " << o.base_batch << "\n";
       std::cout.flush();

@@ -1,5 +1,7 @@
 #include "engine/version.h"
 
+#include "git_describe.h"  // generated at build time (engine/CMakeLists.txt)
+
 namespace trainlab {
 
 std::string version() { return TRAINLAB_VERSION; }
