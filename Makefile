@@ -30,14 +30,15 @@ test-sanitize: deps
 	@ctest --preset sanitize
 
 # The CUDA build (build-cuda/, sm_90 + PTX): libtrainlab with the cuda backend and its kernels,
-# the NCCL communicator, the trainlab command and bench_allreduce, then the GPU tests, which report
+# the NCCL communicator, the trainlab command, bench_allreduce, bench_scaling and cost_to_accuracy
+# (configs/cost_cuda.yaml), then the GPU tests, which report
 # themselves skipped (with the reason) on a machine without a GPU. Skipped, saying so, when there
 # is no CUDA toolkit.
 NVCC ?= /usr/local/cuda/bin/nvcc
 build-cuda: deps
 	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
 	cmake --preset cuda > /dev/null && \
-	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling trainlab_cuda_kernels_test && \
+	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling cost_to_accuracy trainlab_cuda_kernels_test && \
 	ctest --preset cuda -L gpu
 
 # Every parser under libFuzzer (clang-14, coverage-guided, with AddressSanitizer and

@@ -452,7 +452,7 @@ std::vector<CostConfigResult> cost_results_from_rows(const std::vector<json>& ro
 std::string cost_rank_svg(const CostAnalysis& a, const std::string& title) {
   const int n = static_cast<int>(a.rows.size());
   const int top = 60, step = 34, left = 230, right = 530;
-  const int height = top + n * step + 50;
+  const int height = top + n * step + 60;
   std::ostringstream svg;
   svg << fmt::format(
              R"(<svg xmlns="http://www.w3.org/2000/svg" width="780" height="{}" font-family="sans-serif" font-size="12">)",
@@ -481,10 +481,12 @@ std::string cost_rank_svg(const CostAnalysis& a, const std::string& title) {
                svg_text(r.name + " (" + (r.reached_target ? money(r.dollars) : std::string("not reached")) + ")"))
         << "\n";
   }
-  svg << fmt::format(
-             R"(<text x="10" y="{}" fill="#555">left: median samples/s order; right: $ to held-out accuracy {:g} )"
-             R"(at ${}/h; red: the configuration throughput over-rates the most</text>)",
-             height - 16, a.target, a.rate)
+  svg << fmt::format(R"(<text x="10" y="{}" fill="#555">left: the median samples/s order; right: $ to held-out )"
+                     R"(accuracy {:g} at ${}/h</text>)",
+                     height - 24, a.target, a.rate)
+      << "\n";
+  svg << fmt::format(R"(<text x="10" y="{}" fill="#555">red: the configuration throughput over-rates the most</text>)",
+                     height - 8)
       << "\n</svg>\n";
   return svg.str();
 }

@@ -71,6 +71,10 @@ done
 # 5. A short CUDA ladder (every rung once: quick, 1 repeat).
 stage ladder 150 $bin/bench_ladder --device cuda --quick --repeats 1 --ledger "$out/ledger_cuda.jsonl"
 
+# 5b. The cost-to-accuracy study's quick form on the GPU (device from configs/cost_cuda.yaml, CUDA
+#     event timing); the rate is a placeholder, the rows are the point.
+stage cost 90 $bin/cost_to_accuracy --config configs/cost_cuda.yaml --quick --rate 1 --ledger "$out/cost_cuda.jsonl"
+
 # 6. The table, last.
 python3 - "$out" <<'PY'
 import json, statistics, sys, os

@@ -29,9 +29,10 @@ case $which in
     grep -q "winners_agree: " "$tmp/out" || fail "no winners_agree line"
     grep -q "rank by throughput | rank by cost" "$tmp/out" || fail "no table"
     [ "$(grep -c '"kind":"cost_repeat"' "$ledger")" -eq 5 ] || fail "expected 5 cost_repeat rows"
-    # A scaling ledger that does not exist is named, after the study (whose rows are kept).
-    "$driver" --quick --rate 0.35 --no-ledger --scaling-ledger "$tmp/nope.jsonl" >"$tmp/out" 2>"$tmp/err"
-    [ $? -eq 2 ] && grep -q "nope.jsonl' does not exist" "$tmp/err" || fail "missing scaling ledger not named"
+    # A scaling ledger that does not exist, or holds no bench_scaling run, is named before any training.
+    expect_error "nope.jsonl' does not exist" --quick --rate 0.35 --no-ledger --scaling-ledger "$tmp/nope.jsonl"
+    expect_error "holds no bench_scaling run" --quick --rate 0.35 --no-ledger --scaling-ledger "$ledger"
+    grep -q "repeat 1/1" "$tmp/out" && fail "trained before refusing the scaling ledger"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## Cost to accuracy" "$tmp/REPORT.md" || fail "no cost section in the report"
     ls "$tmp"/figures/cost_*.svg >/dev/null || fail "no cost figure"

@@ -203,6 +203,11 @@ TEST_CASE("cost configs follow the declared LR rule", "[bench]") {
   CHECK(configs[2].batch == 128);
   CHECK(configs[2].lr == Approx(base_lr));  // batch128_unscaled
   CHECK(cost_configs(spec, true)[0].steps == spec.quick_step_cap);
+  // The GPU file: the same configurations, the device taken from it (never from the code).
+  const CostStudySpec gpu = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cuda.yaml");
+  CHECK(gpu.device == "cuda");
+  REQUIRE(gpu.configs.size() == spec.configs.size());
+  for (const auto& c : cost_configs(gpu, false)) CHECK(c.backend == "cuda");
 }
 
 TEST_CASE("cpu lists and affinity are applied and read back", "[bench]") {

@@ -67,6 +67,12 @@ int run(const Options& o) {
     }
   }
 
+  // The scaling ledger is read before any training: a missing or empty one is named now.
+  std::vector<ScalingPoint> scaling_points;
+  std::string scaling_run;
+  if (!o.scaling_ledger.empty())
+    scaling_points = weak_scaling_points(o.scaling_ledger, configs.front().decode_cost, &scaling_run);
+
   std::cout << fmt::format(
       "# cost_to_accuracy: {} ({}), {} configurations x {} repeats interleaved; target: held-out accuracy >= {:g} on "
       "{} consecutive evaluations, every {} steps, cap {} steps; rate ${}/hour\n",
@@ -159,9 +165,7 @@ int run(const Options& o) {
   std::cout << cost_table(analysis, true) << "\n" << cost_findings(analysis);
 
   if (!o.scaling_ledger.empty()) {
-    std::string scaling_run;
-    const auto points = weak_scaling_points(o.scaling_ledger, configs.front().decode_cost, &scaling_run);
-    const auto rows = break_even(points, analysis, o.rate);
+    const auto rows = break_even(scaling_points, analysis, o.rate);
     std::cout << fmt::format(
         "\nScaling break-even (weak scaling from bench_scaling run {} in {}; each rank charged ${}/hour; samples to "
         "target measured by this study at the world's global batch):\n\n",
