@@ -164,6 +164,7 @@ CostAnalysis analyse_cost(const std::vector<CostConfigResult>& results, double r
     row.lr_follows_rule = r.lr_follows_rule;
     row.dtype = r.dtype;
     row.repeats = static_cast<int>(r.repeats.size());
+    row.runs = r.repeats;
     std::vector<double> rates, steps;
     int failed = 0;
     for (const auto& rep : r.repeats) {
@@ -260,6 +261,24 @@ std::string cost_table(const CostAnalysis& a, bool markdown) {
   }
   return render_table({"config", "samples/s median (min-max)", "steps to target", "samples to target", "$ to target",
                        "rank by throughput", "rank by cost", "stopping quantum (share)"},
+                      rows, markdown);
+}
+
+std::string cost_repeats_table(const CostAnalysis& a, bool markdown) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : a.rows) {
+    std::string speeds, steps;
+    for (const auto& run : r.runs) {
+      if (!speeds.empty()) speeds += ", ";
+      if (!steps.empty()) steps += ", ";
+      speeds += run.failed ? std::string("failed") : fmt::format("{:.1f}", run.samples_per_s);
+      steps += run.failed    ? std::string("failed: ") + run.error
+               : run.reached ? std::to_string(run.steps_to_target)
+                             : std::string("not reached");
+    }
+    rows.push_back({r.name, std::to_string(r.batch), fmt::format("{:g}", r.lr), r.dtype, speeds, steps});
+  }
+  return render_table({"config", "batch", "lr", "dtype", "samples/s, every repeat", "steps to target, every repeat"},
                       rows, markdown);
 }
 

@@ -87,7 +87,8 @@ struct CostRow {
   // The stopping resolution: evaluations every eval_every steps quantise samples_to_target to
   // eval_every x batch samples, this share of the row's figure.
   double quantum_samples = 0, quantum_share = 0;
-  std::string why_not;  // when not reached: "2 of 3 repeats did not reach 0.85 within 2000 steps"
+  std::string why_not;           // when not reached: "2 of 3 repeats did not reach 0.85 within 2000 steps"
+  std::vector<CostRepeat> runs;  // every repeat, in order
 };
 
 struct CostAnalysis {
@@ -111,6 +112,8 @@ CostAnalysis analyse_cost(const std::vector<CostConfigResult>& results, double r
 // The seed's table (config, samples/s median and min-max, steps, samples, $ to target, both ranks,
 // the stopping quantum and its share); markdown when `markdown`, else aligned text.
 std::string cost_table(const CostAnalysis& analysis, bool markdown);
+// Every repeat of every configuration: samples/s and the step the target was reached at (or why not).
+std::string cost_repeats_table(const CostAnalysis& analysis, bool markdown);
 // The findings in plain words: winners_agree, the over-rated configuration, the spread, and that
 // an agreement is a property of the hardware, not of the code.
 std::string cost_findings(const CostAnalysis& analysis);

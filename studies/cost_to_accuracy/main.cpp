@@ -163,6 +163,8 @@ int run(const Options& o) {
       "repeats):\n\n",
       target, o.rate, env.device_name, repeats);
   std::cout << cost_table(analysis, true) << "\n" << cost_findings(analysis);
+  std::cout << "\nEvery repeat (repeat r trains with the configuration's seed + r):\n\n"
+            << cost_repeats_table(analysis, true);
 
   if (!o.scaling_ledger.empty()) {
     const auto rows = break_even(scaling_points, analysis, o.rate);

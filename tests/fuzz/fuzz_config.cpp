@@ -1,7 +1,9 @@
-// Fuzz target: the YAML readers (a train config, a ladder spec) and the config's cross-field checks.
-// The first byte picks which; the rest is the file.
+// Fuzz target: the YAML readers (a train config; a ladder spec and a cost study file) and the
+// config's cross-field checks. The first byte picks the config or the two study readers; the rest is
+// the file.
 #include <string>
 
+#include "bench/cost_study.h"
 #include "bench/ladder.h"
 #include "engine/config.h"
 #include "fuzz_util.h"
@@ -17,6 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     });
   } else {
     trainlab::fuzz::expect_error_or_success([&] { trainlab::bench::load_ladder_text(text, "fuzz-ladder.yaml"); });
+    trainlab::fuzz::expect_error_or_success([&] { trainlab::bench::load_cost_study_text(text, "fuzz-cost.yaml"); });
   }
   return 0;
 }
