@@ -91,9 +91,11 @@ CostStudySpec cost_study_from_yaml(const YAML::Node& root, const std::string& pa
   TL_CHECK(spec.consecutive >= 1 && spec.consecutive <= 100,
            fmt::format("{}: consecutive must be 1..100, got {}", path, spec.consecutive));
   TL_CHECK(spec.eval_every >= 1, fmt::format("{}: eval_every must be >= 1, got {}", path, spec.eval_every));
-  TL_CHECK(spec.step_cap >= spec.eval_every && spec.quick_step_cap >= spec.eval_every,
-           fmt::format("{}: step_cap ({}, quick {}) must be at least eval_every ({})", path, spec.step_cap,
-                       spec.quick_step_cap, spec.eval_every));
+  // The stop rule needs `consecutive` evaluations: a cap below that could never be reached.
+  TL_CHECK(
+      spec.step_cap >= spec.consecutive * spec.eval_every && spec.quick_step_cap >= spec.consecutive * spec.eval_every,
+      fmt::format("{}: step_cap ({}, quick {}) must be at least consecutive x eval_every ({} x {})", path,
+                  spec.step_cap, spec.quick_step_cap, spec.consecutive, spec.eval_every));
   TL_CHECK(spec.repeats >= 1 && spec.repeats <= 100 && spec.quick_repeats >= 1 && spec.quick_repeats <= 100,
            fmt::format("{}: repeats must be 1..100, got {} (quick {})", path, spec.repeats, spec.quick_repeats));
   TL_CHECK(spec.lr_rule.base_batch >= 1, path + ": lr_rule base_batch must be >= 1");
@@ -142,7 +144,9 @@ std::vector<TrainConfig> cost_configs(const CostStudySpec& spec, bool quick) {
     config.lr = entry.lr_follows_rule ? rule.lr_for(config.batch) : base.lr;
     config.eval_every = spec.eval_every;
     config.steps = quick ? spec.quick_step_cap : spec.step_cap;
-    config.eval_at_end = false;  // the stop rule evaluates; a run that hits the cap has its last evaluation
+    // Evaluated at the cap too (the trainer evaluates every eval_every steps before it, and once
+    // more at the end), so a run that reaches the target exactly at the cap counts.
+    config.eval_at_end = true;
     out.push_back(config);
   }
   return out;
@@ -168,8 +172,8 @@ CostAnalysis analyse_cost(const std::vector<CostConfigResult>& results, double r
     std::vector<double> rates, steps;
     int failed = 0;
     for (const auto& rep : r.repeats) {
-      if (rep.failed) {
-        ++failed;
+      if (rep.failed || rep.samples_per_s <= 0) {
+        ++failed;  // a run with no measured step (the target inside the warm-up) has no throughput either
         continue;
       }
       rates.push_back(rep.samples_per_s);
@@ -311,8 +315,15 @@ std::string cost_findings(const CostAnalysis& a) {
            "configuration needs belong to the optimisation, its samples/s to the device.\n";
   }
   if (a.cheapest != a.dearest) {
-    out << fmt::format("The spread: `{}` costs {:.2f}x `{}` to reach {:g}; none of it is visible in samples/s.\n",
-                       a.dearest, a.spread, a.cheapest, a.target);
+    const auto find = [&](const std::string& name) {
+      return *std::find_if(a.rows.begin(), a.rows.end(), [&](const CostRow& r) { return r.name == name; });
+    };
+    const double speed_ratio = find(a.cheapest).samples_per_s.median / find(a.dearest).samples_per_s.median;
+    out << fmt::format(
+        "The spread: `{}` costs {:.2f}x `{}` to reach {:g}, where samples/s alone says {:.2f}x ({}); the rest is "
+        "samples to target.\n",
+        a.dearest, a.spread, a.cheapest, a.target, speed_ratio,
+        speed_ratio < 1 ? "the dearer one is the faster" : "the cheaper one is the faster");
   }
   double worst_share = 0;
   std::string worst;
@@ -340,18 +351,22 @@ std::vector<ScalingPoint> weak_scaling_points(const std::string& ledger_path, st
   TL_CHECK(std::filesystem::exists(ledger_path, ec),
            "cost study: --scaling-ledger '" + ledger_path + "' does not exist (run bench_scaling first)");
   const auto loaded = Ledger(ledger_path).load();
+  // The latest run with weak-scaling rows that communicate (a --bind-compare run has none).
+  const auto weak = [](const json& row) {
+    if (row.value("kind", "") != "scaling" || row.value("status", "") != "ok" || !row.contains("config")) return false;
+    const auto& c = row.at("config");
+    return c.is_object() && c.value("mode", "") == "weak" && !c.value("no_sync", false) &&
+           !c.value("bind_compare", false);
+  };
   std::string run;
-  for (const auto& row : loaded.rows) {
-    if (row.value("kind", "") == "scaling" && row.value("status", "") == "ok") run = row.value("run_id", "");
-  }
+  for (const auto& row : loaded.rows)
+    if (weak(row)) run = row.value("run_id", "");
   TL_CHECK(!run.empty(), "cost study: --scaling-ledger '" + ledger_path + "' holds no bench_scaling run");
   std::map<int, std::pair<std::int64_t, std::vector<double>>> by_world;
   std::set<std::int64_t> decode_costs;
   for (const auto& row : loaded.rows) {
-    if (row.value("kind", "") != "scaling" || row.value("run_id", "") != run || row.value("status", "") != "ok")
-      continue;
+    if (!weak(row) || row.value("run_id", "") != run) continue;
     const auto& c = row.at("config");
-    if (c.value("mode", "") != "weak" || c.value("no_sync", false) || c.value("bind_compare", false)) continue;
     decode_costs.insert(c.value("decode_cost", std::int64_t{-1}));
     if (c.value("decode_cost", std::int64_t{-1}) != decode_cost) continue;
     auto& entry = by_world[c.at("world").get<int>()];
@@ -412,6 +427,8 @@ std::vector<BreakEvenRow> break_even(const std::vector<ScalingPoint>& points, co
     row.saves_time = saved > 0;
     if (row.world != 1 && saved > 0) row.dollars_per_hour_saved = (row.dollars - world1.dollars) / saved;
     if (row.world != 1 && saved <= 0) row.note = "no faster than world 1: scaling out buys no time here";
+    if (row.world != 1 && saved > 0 && row.dollars <= world1.dollars)
+      row.note = "faster and no dearer than world 1: nothing to trade";
   }
   return out;
 }
@@ -427,9 +444,9 @@ std::string break_even_table(const std::vector<BreakEvenRow>& rows, bool markdow
     cells.push_back({std::to_string(r.world), std::to_string(r.global_batch), fmt::format("{:.1f}", r.samples_per_s),
                      r.config, fmt::format("{:.0f}", r.samples_to_target), fmt::format("{:.1f} s", r.hours * 3600),
                      money(r.dollars), r.multiplier > 0 ? fmt::format("{:.2f}x", r.multiplier) : "-",
-                     r.world == 1   ? "-"
-                     : r.saves_time ? money(r.dollars_per_hour_saved) + "/h saved"
-                                    : r.note});
+                     r.world == 1                                   ? "-"
+                     : r.saves_time && r.dollars_per_hour_saved > 0 ? money(r.dollars_per_hour_saved) + "/h saved"
+                                                                    : r.note});
   }
   return render_table({"world", "global batch", "samples/s", "config", "samples to target", "time to target",
                        "$ to target", "cost vs world 1", "$ per hour saved"},
@@ -439,7 +456,6 @@ std::string break_even_table(const std::vector<BreakEvenRow>& rows, bool markdow
 std::vector<CostConfigResult> cost_results_from_rows(const std::vector<json>& rows) {
   std::vector<CostConfigResult> out;
   std::map<std::string, std::size_t> index;
-  std::vector<std::pair<std::int64_t, std::string>> order;
   for (const auto& row : rows) {
     if (row.value("kind", "") != "cost_repeat") continue;
     const std::string name = row.at("config_name");
@@ -453,7 +469,6 @@ std::vector<CostConfigResult> cost_results_from_rows(const std::vector<json>& ro
       r.dtype = row.at("dtype");
       it = index.emplace(name, out.size()).first;
       out.push_back(r);
-      order.emplace_back(row.value("config_index", std::int64_t{0}), name);
     }
     CostRepeat rep;
     rep.failed = row.at("status") != "ok";

@@ -138,12 +138,20 @@ std::string pinning_findings(const PinningAnalysis& a) {
            "cores): they are calibration pairs too, and their gaps count towards the floor.\n";
   }
   if (!a.separability_test_valid) {
+    // Why, exactly: an identical arm with a single repeat, or identical arms that do not overlap.
+    std::string single;
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (i == 2 && !a.capped_equals_default) break;
+      if (a.summaries[i].n >= 2) continue;
+      if (!single.empty()) single += ", ";
+      single += a.arms[i].name;
+    }
+    const std::string why = !single.empty() ? "have a single repeat (" + single + "): one point never overlaps another"
+                                            : "(identical configurations) do not all overlap";
     out << fmt::format(
         "NO CONCLUSION: the calibration arms {}, so non-overlap cannot be read as an effect at {} repeats; no "
         "verdict is issued (medians are printed for the record only).\n",
-        a.summaries[0].n < 2 || a.summaries[1].n < 2 ? "have a single repeat each"
-                                                     : "(identical configurations) do not all overlap",
-        a.summaries[0].n);
+        why, a.summaries[0].n);
     return out.str();
   }
   for (const auto& e : a.effects) {

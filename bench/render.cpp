@@ -6,6 +6,22 @@
 
 namespace trainlab::bench {
 
+namespace {
+// A markdown cell: a '|' would end it and a newline the row.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+}  // namespace
+
 std::string render_table(const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& rows,
                          bool markdown) {
   std::ostringstream out;
@@ -17,7 +33,7 @@ std::string render_table(const std::vector<std::string>& head, const std::vector
     out << "\n";
     for (const auto& r : rows) {
       out << "|";
-      for (const auto& c : r) out << " " << c << " |";
+      for (const auto& c : r) out << " " << cell(c) << " |";
       out << "\n";
     }
     return out.str();

@@ -189,7 +189,10 @@ void Trainer::set_callbacks(TrainCallbacks callbacks) {
                ") is asked after each held-out evaluation: set eval_every > 0");
   TL_CHECK(!callbacks.stop_rule || task_.held_out_data != nullptr,
            "a stop rule needs held-out data to evaluate on (the task has none)");
-  if (callbacks.on_loader_worker_start) loader_->set_worker_init(callbacks.on_loader_worker_start);
+  // Always forwarded, an empty one too: a hook from an earlier set_callbacks must not outlive what
+  // it captured.
+  if (callbacks.on_loader_worker_start || callbacks_.on_loader_worker_start)
+    loader_->set_worker_init(callbacks.on_loader_worker_start);
   callbacks_ = std::move(callbacks);
 }
 

@@ -205,3 +205,16 @@ TEST_CASE("cli: collective-cost --fit reads bench_allreduce rows from a ledger",
   expect_bad_input("collective-cost --fit " + path.string() + " --run nope", {"--run 'nope'", "r1"});
   fs::remove(path);
 }
+
+TEST_CASE("cli: memory prints seed 003's table and refuses bad input", "[cli]") {
+  const Run r = run("memory --params 1e9 --workers 8");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* row : {"| 0 | 2.00 | 2.00 | 12.00 | 16.00 |", "| 1 | 2.00 | 2.00 | 1.50 | 5.50 |",
+                          "| 2 | 2.00 | 0.25 | 1.50 | 3.75 |", "| 3 | 0.25 | 0.25 | 1.50 | 2.00 |"})
+    CHECK(r.out.find(row) != std::string::npos);
+  expect_bad_input("memory --workers 8", {"--params is required"});
+  expect_bad_input("memory --params 1e9 --zero 0,5", {"'5' is not a stage"});
+  expect_bad_input("memory --params 1e9 --optimizer adamw --moment-bytes 4", {"drop --moment-bytes"});
+  expect_bad_input("memory --params -3", {"--params"});
+}

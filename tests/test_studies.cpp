@@ -1,8 +1,10 @@
 // The studies' logic (seed 000's cost-to-accuracy and pinning studies): the stop rule, both
 // rankings and the over-rated configuration on hand-made rows, the break-even arithmetic, the
 // affinity actually applied (read back), and the NO CONCLUSION gate on made-up arms.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -12,6 +14,7 @@
 #include "bench/affinity.h"
 #include "bench/cost_study.h"
 #include "bench/pinning_study.h"
+#include "bench/render.h"
 #include "engine/data.h"
 #include "engine/synthetic_images.h"
 #include "engine/trainer.h"
@@ -63,7 +66,9 @@ TEST_CASE("a configuration that never reaches the target is a row that says so",
   trainer.set_callbacks(callbacks);
   const TrainResult result = trainer.train(nullptr);
   CHECK(result.stopped_by == "step cap");
-  CHECK(result.evals.size() == 1);  // step 5 (step 10 is the cap: no evaluation there, eval_at_end off)
+  REQUIRE(result.evals.size() == 2);  // step 5, and the cap itself (the study evaluates there too)
+  CHECK(result.evals.back().step == 10);
+  CHECK_FALSE(callbacks.stop_rule.should_stop(result.evals));
 
   CostConfigResult r{"capped", config.batch, config.lr, true, "f32", {missed(result.samples_per_s)}};
   CostConfigResult ok{"fine", 64, 0.005, true, "f32", {reached(1000, 100)}};
@@ -167,6 +172,51 @@ TEST_CASE("the scaling break-even arithmetic", "[bench]") {
   CHECK_FALSE(b[2].measured);
   CHECK(b[2].note.find("no f32 configuration at batch 256") != std::string::npos);
   CHECK(break_even_table(b, true).find("no f32 configuration at batch 256") != std::string::npos);
+  // Faster and no dearer than world 1 (super-linear here): said, never a negative price per hour.
+  const auto cheap = break_even({point(1, 64, 1000), point(2, 128, 2500)}, a, 2.0);
+  CHECK(cheap[1].saves_time);
+  CHECK(cheap[1].dollars < cheap[0].dollars);
+  CHECK(cheap[1].note.find("faster and no dearer") != std::string::npos);
+  INFO(break_even_table(cheap, true));
+  CHECK(break_even_table(cheap, true).find("$-") == std::string::npos);
+}
+
+TEST_CASE("the break-even reads the latest bench_scaling run with weak-scaling rows", "[bench]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("trainlab-scaling-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "ledger.jsonl").string();
+  std::filesystem::remove(path);
+  const Ledger ledger(path);
+  auto row = [](const std::string& run, int world, double sps, bool bind_compare) {
+    return json{{"device", {{"type", "cpu"}, {"name", "test"}}},
+                {"kind", "scaling"},
+                {"status", "ok"},
+                {"run_id", run},
+                {"samples_per_s", sps},
+                {"config",
+                 {{"mode", "weak"},
+                  {"world", world},
+                  {"global_batch", 64 * world},
+                  {"decode_cost", 0},
+                  {"no_sync", false},
+                  {"bind_compare", bind_compare}}}};
+  };
+  ledger.append(row("A", 1, 100, false));
+  ledger.append(row("A", 2, 180, false));
+  ledger.append(row("B", 1, 999, true));  // a later --bind-compare run: not a scaling table
+  std::string run;
+  const auto points = weak_scaling_points(path, 0, &run);
+  CHECK(run == "A");
+  REQUIRE(points.size() == 2);
+  CHECK(points[1].samples_per_s.median == 180);
+  CHECK_THROWS_WITH(weak_scaling_points(path, 60, &run), Catch::Contains("no weak-scaling rows at decode cost 60"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("markdown cells cannot break their table", "[bench]") {
+  const std::string table = render_table({"a", "b"}, {{"x | y", "line\nbreak"}}, true);
+  CHECK(table.find("x \\| y") != std::string::npos);
+  CHECK(table.find("line break") != std::string::npos);
 }
 
 TEST_CASE("the cost study file is checked by name", "[bench]") {
@@ -198,6 +248,7 @@ TEST_CASE("cost configs follow the declared LR rule", "[bench]") {
                                                             : base_lr;
     CHECK(configs[i].lr == Approx(expected));
     CHECK(configs[i].eval_every == spec.eval_every);
+    CHECK(configs[i].eval_at_end);  // the cap is evaluated too
     CHECK(configs[i].steps == spec.step_cap);
   }
   CHECK(configs[2].batch == 128);

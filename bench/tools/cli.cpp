@@ -20,6 +20,7 @@
 #include "engine/config.h"
 #include "engine/fileio.h"
 #include "engine/grad_dump.h"
+#include "engine/memory_model.h"
 #include "engine/throughput.h"
 #include "engine/trainer.h"
 #include "engine/version.h"
@@ -204,6 +205,51 @@ int run_collective_cost(CostOptions& o, const CLI::App& cmd) {
   return 0;
 }
 
+struct MemoryOptions {
+  double params = 0;
+  int workers = 1;
+  std::string stages = "0,1,2,3";
+  StateBytes bytes;
+  std::string optimizer;  // set: trainlab's own bytes for this optimiser
+  double momentum = 0.9;
+};
+
+int run_memory(MemoryOptions& o, const CLI::App& cmd) {
+  TL_CHECK(cmd.count("--params") > 0, "memory: --params is required (the parameter count, e.g. 1e9)");
+  if (!o.optimizer.empty()) {
+    for (const char* flag : {"--param-bytes", "--grad-bytes", "--master-bytes", "--moment-bytes"})
+      TL_CHECK(cmd.count(flag) == 0, std::string("memory: --optimizer sets the bytes per parameter; drop ") + flag);
+    o.bytes = trainlab_state_bytes(o.optimizer, o.momentum);
+  }
+  std::vector<int> stages;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = o.stages.find(',', start);
+    const std::string item = o.stages.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    TL_CHECK(item.size() == 1 && item[0] >= '0' && item[0] <= '3',
+             "memory: --zero " + quote_value(o.stages) + ": " + quote_value(item) + " is not a stage 0, 1, 2 or 3");
+    stages.push_back(item[0] - '0');
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  std::printf(
+      "persistent model state per worker: %g parameters, %d worker%s; bytes per parameter: parameters %g, "
+      "gradients %g, master %g, optimiser moments %g%s\n",
+      o.params, o.workers, o.workers == 1 ? "" : "s", o.bytes.param, o.bytes.grad, o.bytes.master, o.bytes.moments,
+      o.optimizer.empty() ? "" : (" (trainlab's own, " + o.optimizer + ")").c_str());
+  std::printf("| ZeRO stage | parameters GB | gradients GB | optimiser state GB | total GB | total GiB |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (int stage : stages) {
+    const PersistentState s = persistent_state(o.params, o.workers, stage, o.bytes);
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n", stage, s.params / 1e9, s.grads / 1e9, s.optimizer / 1e9,
+                s.total() / 1e9, s.total() / (1024.0 * 1024.0 * 1024.0));
+  }
+  std::printf(
+      "activations, workspaces, communication buffers and fragmentation are not included (seed 003: one "
+      "term of a peak, not a capacity guarantee)\n");
+  return 0;
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -300,6 +346,35 @@ int cli_main(int argc, char** argv) {
   cost->add_option("--algorithm", cost_options.fit_algorithm, "with --fit: ring | native")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "native"}));
+  auto* memory = app.add_subcommand(
+      "memory", "persistent training state per worker under ZeRO stages 0-3, estimated (seed 003's accounting)");
+  MemoryOptions memory_options;
+  memory->add_option("--params", memory_options.params, "parameters (a count: 1e9) (0..1e15]")
+      ->check(CLI::Range(1e-12, 1e15));
+  memory->add_option("--workers", memory_options.workers, "data-parallel workers W [1..1048576]")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  memory->add_option("--zero", memory_options.stages, "ZeRO stages to print (0..3, comma-separated)")
+      ->capture_default_str();
+  memory->add_option("--param-bytes", memory_options.bytes.param, "bytes per parameter (q_p) [0..64]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 64.0));
+  memory->add_option("--grad-bytes", memory_options.bytes.grad, "bytes per gradient element (q_g) [0..64]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 64.0));
+  memory->add_option("--master-bytes", memory_options.bytes.master, "bytes of master copy per parameter [0..64]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 64.0));
+  memory->add_option("--moment-bytes", memory_options.bytes.moments, "bytes of optimiser moments per parameter [0..64]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 64.0));
+  memory
+      ->add_option("--optimizer", memory_options.optimizer,
+                   "instead of the byte flags: the bytes trainlab itself keeps for sgd (with --momentum) or adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  memory->add_option("--momentum", memory_options.momentum, "with --optimizer sgd: 0 keeps no moment [0..0.999]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999));
   auto* backends = app.add_subcommand("backends", "list the registered backends");
   auto* reference = app.add_subcommand(
       "config-reference", "print every train config key (flag, default, allowed values, meaning) as markdown");
@@ -349,6 +424,7 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     if (*cost) return run_collective_cost(cost_options, *cost);
+    if (*memory) return run_memory(memory_options, *memory);
     if (*backends) return list_backends();
     if (*reference) {
       std::printf("%s", config_reference_markdown().c_str());

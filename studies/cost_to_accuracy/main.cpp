@@ -27,7 +27,7 @@ using namespace trainlab::bench;
 namespace {
 
 struct Options {
-  std::string config_path = "configs/cost_cpu.yaml";
+  std::string config_path;  // empty: configs/cost_cuda.yaml where a GPU is, else configs/cost_cpu.yaml
   double rate = 0;
   bool quick = false;
   int repeats = 0;  // 0: the study file's
@@ -35,7 +35,23 @@ struct Options {
   bool no_ledger = false;
 };
 
-int run(const Options& o) {
+// The study file for this machine: the GPU's where the cuda backend is built in and finds a device
+// (seed 000's first GPU bug was a cost study that measured the CPU on a rented GPU).
+std::string default_study_file() {
+  for (const auto& info : registered_backends()) {
+    if (info.device_type != DeviceType::cuda) continue;
+    try {
+      get_backend(info.name);
+      return "configs/cost_cuda.yaml";
+    } catch (const Error&) {
+      // built in, but no device here
+    }
+  }
+  return "configs/cost_cpu.yaml";
+}
+
+int run(Options o) {
+  if (o.config_path.empty()) o.config_path = default_study_file();
   const CostStudySpec spec = load_cost_study(o.config_path);
   const std::vector<TrainConfig> configs = cost_configs(spec, o.quick);
   const int repeats = o.repeats > 0 ? o.repeats : (o.quick ? spec.quick_repeats : spec.repeats);
@@ -123,8 +139,9 @@ int run(const Options& o) {
         trainer.set_callbacks(callbacks);
         const TrainResult result = trainer.train(nullptr);
         rep.samples_per_s = result.samples_per_s;
-        rep.reached = result.stopped_by == "stop rule";
-        rep.steps_to_target = rep.reached ? result.last_step : 0;
+        // The stop rule ends the run when it is met; at the cap, the evaluation there is asked too.
+        rep.reached = result.stopped_by == "stop rule" || callbacks.stop_rule.should_stop(result.evals);
+        rep.steps_to_target = rep.reached ? result.evals.back().step : 0;
         row["status"] = "ok";
         row["samples_per_s"] = rep.samples_per_s;
         row["reached"] = rep.reached;
@@ -210,7 +227,8 @@ int main(int argc, char** argv) {
                  "the machine's price in $/hour (required: there is no honest default price; a made-up rate makes a "
                  "made-up cost)")
       ->check(CLI::Range(1e-9, 1e9));
-  app.add_option("--config", o.config_path, "the study file")->capture_default_str();
+  app.add_option("--config", o.config_path,
+                 "the study file (default: configs/cost_cuda.yaml where a GPU is found, else configs/cost_cpu.yaml)");
   app.add_flag("--quick", o.quick, "the study file's quick form (a lower target, fewer steps and repeats)");
   app.add_option("--repeats", o.repeats, "repeats per configuration (default: the study file's)")
       ->check(CLI::Range(1, 100));
@@ -219,6 +237,10 @@ int main(int argc, char** argv) {
   app.add_option("--scaling-ledger", o.scaling_ledger,
                  "a ledger with a bench_scaling run: the time and $ to target at each world size");
   if (const auto status = parse_command_line(app, argc, argv, "cost_to_accuracy")) return *status;
+  if (app.count("--rate") > 0 && !std::isfinite(o.rate)) {
+    std::fprintf(stderr, "cost_to_accuracy: error: --rate %g is not a price in $/hour (a finite number > 0)\n", o.rate);
+    return 2;
+  }
   if (app.count("--rate") == 0) {
     std::fprintf(stderr,
                  "cost_to_accuracy: error: --rate is required: the price of this machine in $/hour (e.g. --rate 0.35). "

@@ -12,9 +12,12 @@
 // back during the measured steps and recorded. With --contend N the same rounds also run with N
 // busy threads of unpinned background load, so one command shows the quiet and the contended
 // machine side by side, each with its own noise floor.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
@@ -61,7 +64,7 @@ struct Options {
 std::string joined(const std::set<std::string>& items) {
   std::string out;
   for (const auto& s : items) {
-    if (!out.empty()) out += " | ";
+    if (!out.empty()) out += "; ";
     out += s;
   }
   return out;
@@ -98,10 +101,12 @@ int run_child(const Options& o) {
   };
   callbacks.on_step = [&](const StepReport& report) {
     if (!report.measured || !readback.is_null()) return;
-    // Every thread's mask, now that the compute pool and the workers exist.
+    // Every thread's mask, once the compute pool and every worker exist (a worker that has not run
+    // its hook yet is waited for, a step at a time; one that never does leaves the read-back empty).
     std::set<std::string> main, workers, compute;
     const int pid = static_cast<int>(::getpid());
     std::lock_guard lock(mutex);
+    if (static_cast<int>(worker_tids.size()) < config.workers) return;
     for (const auto& t : process_threads()) {
       const std::string cpus = cpu_list(t.cpus);
       if (t.tid == pid)
@@ -158,10 +163,25 @@ struct ChildResult {
   json value;
 };
 
+// The child's side of fork(), before exec: only async-signal-safe calls (the parent may have
+// threads). Ends with the parent (PR_SET_PDEATHSIG), confines itself, execs this program.
+[[noreturn]] void exec_child(pid_t parent, int stdout_fd, const cpu_set_t* mask, char* const* argv) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);  // the parent is already gone
+  if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
+  if (mask != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), mask) != 0) {
+    static const char message[] = "pinning: cannot set the arm's CPU mask before exec\n";
+    [[maybe_unused]] const auto n = ::write(STDERR_FILENO, message, sizeof message - 1);
+    ::_exit(126);
+  }
+  ::execv("/proc/self/exe", argv);
+  static const char message[] = "pinning: cannot exec /proc/self/exe\n";
+  [[maybe_unused]] const auto n = ::write(STDERR_FILENO, message, sizeof message - 1);
+  ::_exit(127);
+}
+
 // Starts this program as one arm's child, its CPU mask set before exec, and reads its result.
 ChildResult run_arm(const Options& o, const ArmPlan& arm, int workers, const std::string& trace) {
-  int fds[2];
-  TL_CHECK(::pipe(fds) == 0, std::string("pinning: pipe: ") + std::strerror(errno));
   std::vector<std::string> args = {"/proc/self/exe",
                                    "--child-arm",
                                    arm.name,
@@ -181,27 +201,23 @@ ChildResult run_arm(const Options& o, const ArmPlan& arm, int workers, const std
                                    std::to_string(o.workload.warmup)};
   if (!o.backend.empty()) args.insert(args.end(), {"--backend", o.backend});
   if (!trace.empty()) args.insert(args.end(), {"--trace", trace});
+  // Everything the child needs is made here: after fork it may not allocate.
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int c : arm.main) CPU_SET(c, &mask);
+  int fds[2];
+  TL_CHECK(::pipe2(fds, O_CLOEXEC) == 0, std::string("pinning: pipe: ") + std::strerror(errno));
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  TL_CHECK(pid >= 0, std::string("pinning: fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
+  if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
-    if (!arm.main.empty()) {
-      try {
-        set_thread_affinity(0, arm.main);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "pinning: %s\n", e.what());
-        ::_exit(127);
-      }
-    }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
-    std::fprintf(stderr, "pinning: exec: %s\n", std::strerror(errno));
-    ::_exit(127);
+    throw Error(std::string("pinning: fork: ") + std::strerror(errno));
   }
+  if (pid == 0) exec_child(parent, fds[1], arm.main.empty() ? nullptr : &mask, argv.data());
   ::close(fds[1]);
   std::string output;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout);
@@ -216,7 +232,8 @@ ChildResult run_arm(const Options& o, const ArmPlan& arm, int workers, const std
     pollfd p{fds[0], POLLIN, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
+    if (ready < 0) break;  // the pipe is unusable: the child's status says the rest
+    if (ready == 0) continue;
     char buffer[4096];
     const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
     if (n <= 0) break;
@@ -247,18 +264,25 @@ ChildResult run_arm(const Options& o, const ArmPlan& arm, int workers, const std
   return r;
 }
 
-// N busy threads that nobody pins, in a process of their own; ended by stop().
+// N busy threads that nobody pins, in a process of their own (this program, exec'd); ended by
+// stop(), and with this process if it dies first.
 class Contention {
  public:
   explicit Contention(int threads) {
     if (threads <= 0) return;
+    std::string count = std::to_string(threads);
+    std::string self = "/proc/self/exe", flag = "--child-spin";
+    char* argv[] = {self.data(), flag.data(), count.data(), nullptr};
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     TL_CHECK(pid_ >= 0, std::string("pinning: fork (contention): ") + std::strerror(errno));
-    if (pid_ == 0) {  // a fresh program, not a fork of this one's threads
-      std::string count = std::to_string(threads);
-      char* argv[] = {const_cast<char*>("/proc/self/exe"), const_cast<char*>("--child-spin"), count.data(), nullptr};
-      ::execv("/proc/self/exe", argv);
-      ::_exit(127);
+    if (pid_ == 0) exec_child(parent, -1, nullptr, argv);
+    // A load that failed to start would make the "contended" condition a quiet one: check.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw Error("pinning: the contention process (--contend) exited at once; nothing was measured under load");
     }
   }
   ~Contention() { stop(); }
@@ -308,20 +332,28 @@ int run_study(const Options& o) {
       o.contend > 0 ? "quiet and contended, alternating each round" : "quiet");
   std::cout << fmt::format("# device: {}, backend {}, timer {}, engine {}; run {}\n", env.device_name, env.backend,
                            env.timer, env.versions.value("engine", std::string("?")), run_id);
+  // threads_capped is default's configuration when the default thread count (this process's, as
+  // unconfined as default's children) is the physical core count.
+  const bool capped_equals_default = env.threads == topology.physical_cores();
+  if (half_a == half_b)
+    std::cout << "# one core: pinned_split and pinned_half_shared are the same arm here (nothing to split)\n";
   std::cout.flush();
+  // The trace (a profiled run is slower): an extra pinned_split repeat before the rounds, not counted.
+  if (!o.trace_path.empty()) {
+    const ChildResult traced = run_arm(o, arms[3], workers, o.trace_path);
+    std::cout << (traced.ok ? "# trace of pinned_split (an extra repeat, not counted): " + o.trace_path
+                            : "# trace of pinned_split failed: " + traced.error)
+              << "\n";
+  }
 
   // results[condition][arm]
   std::vector<std::vector<PinningArm>> results(conditions.size(), std::vector<PinningArm>(arms.size()));
-  std::vector<std::vector<int>> threads_seen(conditions.size(), std::vector<int>(arms.size(), 0));
-  bool traced = o.trace_path.empty();
   for (int round = 0; round < o.repeats; ++round) {
     for (std::size_t c = 0; c < conditions.size(); ++c) {
       Contention contention(c == 0 ? 0 : o.contend);
       for (std::size_t a = 0; a < arms.size(); ++a) {
         const ArmPlan& arm = arms[a];
-        const std::string trace = !traced && arm.name == "pinned_split" ? o.trace_path : "";
-        if (!trace.empty()) traced = true;
-        const ChildResult r = run_arm(o, arm, workers, trace);
+        const ChildResult r = run_arm(o, arm, workers, "");
         const std::string main_expected = arm.main.empty() ? cpu_list(all) : cpu_list(arm.main);
         const std::string workers_expected = arm.workers.empty() ? main_expected : cpu_list(arm.workers);
         json row = env.to_json();
@@ -335,6 +367,9 @@ int run_study(const Options& o) {
         row["workers"] = workers;
         row["batch"] = o.workload.batch;
         row["decode_cost"] = o.workload.decode_cost;
+        row["capped_equals_default"] = capped_equals_default;
+        row["default_threads"] = env.threads;
+        row["physical_cores"] = topology.physical_cores();
         row["requested"] = {{"main", arm.main.empty() ? "unconfined" : cpu_list(arm.main)},
                             {"workers", arm.workers.empty() ? "unconfined" : cpu_list(arm.workers)},
                             {"threads", arm.threads}};
@@ -349,8 +384,9 @@ int run_study(const Options& o) {
                                    arm.name, r.error);
         } else {
           const json& rb = r.value.at("readback");
-          const bool as_set = !rb.is_null() && rb.at("main") == main_expected &&
-                              (rb.at("workers") == workers_expected || rb.at("worker_threads") == 0) &&
+          // Every worker started its hook and has the arm's mask; every other thread has main's.
+          const bool as_set = !rb.is_null() && rb.at("main") == main_expected && rb.at("worker_threads") == workers &&
+                              rb.at("workers") == workers_expected &&
                               (rb.at("other_threads") == "" || rb.at("other_threads") == main_expected);
           row["status"] = "ok";
           row["threads"] = r.value.at("threads");
@@ -365,13 +401,11 @@ int run_study(const Options& o) {
                             {"expected_main", main_expected},
                             {"expected_workers", workers_expected},
                             {"as_set", as_set}};
-          if (!trace.empty()) row["trace"] = trace;
           out.samples_per_s.push_back(r.value.at("samples_per_s").get<double>());
           out.threads = r.value.at("threads").get<int>();
           out.main_cpus = rb.is_null() ? "?" : rb.at("main").get<std::string>();
           out.worker_cpus = rb.is_null() ? "?" : rb.at("workers").get<std::string>();
           if (!as_set) ++out.affinity_mismatches;
-          threads_seen[c][a] = out.threads;
           std::cout << fmt::format("round {}/{} {:<28} {:<20} {:>8.1f} samples/s  threads {}  main {}  workers {}{}\n",
                                    round + 1, o.repeats, conditions[c], arm.name, out.samples_per_s.back(), out.threads,
                                    out.main_cpus, out.worker_cpus, as_set ? "" : "  AFFINITY NOT AS SET");
@@ -381,8 +415,6 @@ int run_study(const Options& o) {
       }
     }
   }
-  // threads_capped equals default when the default thread count is the physical core count.
-  const bool capped_equals_default = threads_seen[0][0] == threads_seen[0][2];
   std::vector<PinningAnalysis> analyses;
   for (std::size_t c = 0; c < conditions.size(); ++c) {
     analyses.push_back(analyse_pinning(conditions[c], results[c], capped_equals_default));
@@ -420,7 +452,8 @@ int main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "CPU backend (default: the best one)");
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
-  app.add_option("--trace", o.trace_path, "a Chrome trace of pinned_split's first repeat, here");
+  app.add_option("--trace", o.trace_path,
+                 "a Chrome trace of pinned_split, an extra repeat before the rounds (not counted)");
   app.add_option("--timeout", o.timeout, "seconds one repeat may take before it is ended")
       ->check(CLI::Range(1.0, 86400.0));
   // The child's side: set by the study when it starts an arm.
