@@ -11,7 +11,8 @@ PersistentState persistent_state(double parameters, int workers, int zero_stage,
   TL_CHECK(parameters > 0 && std::isfinite(parameters),
            fmt::format("memory: parameters must be > 0, got {}", parameters));
   TL_CHECK(workers >= 1, fmt::format("memory: workers must be >= 1, got {}", workers));
-  TL_CHECK(zero_stage >= 0 && zero_stage <= 3, fmt::format("memory: ZeRO stage must be 0, 1, 2 or 3, got {}", zero_stage));
+  TL_CHECK(zero_stage >= 0 && zero_stage <= 3,
+           fmt::format("memory: ZeRO stage must be 0, 1, 2 or 3, got {}", zero_stage));
   for (double b : {bytes.param, bytes.grad, bytes.master, bytes.moments})
     TL_CHECK(b >= 0 && std::isfinite(b), fmt::format("memory: bytes per parameter must be >= 0, got {}", b));
   const double w = workers;
