@@ -369,6 +369,7 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
         row["breakdown"] = phase_json(result.measured, result.measured_steps);
         row["warmup_steps_excluded"] = result.warmup_steps;
         row["measured_steps"] = result.measured_steps;
+        row["memory"] = json::parse(memory_usage_json(result.memory, result.memory_device));  // by category
         if (evaluate) {
           row["held_out_accuracy"] = result.final_eval.accuracy;
           arm.accuracy = result.final_eval.accuracy;

@@ -12,6 +12,7 @@
 #include "backends/error.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
+#include "engine/memory_usage.h"
 #ifdef TRAINLAB_HAVE_NCCL
 #include "comm/nccl_communicator.h"
 #endif
@@ -35,7 +36,12 @@ std::shared_ptr<void> Communicator::allocate(std::size_t bytes) {
   // 64-byte aligned host memory, like the engine's buffers.
   void* p = std::aligned_alloc(64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64));
   if (p == nullptr) throw std::bad_alloc();
-  return {p, [](void* q) { std::free(q); }};
+  const auto counted = static_cast<std::int64_t>(bytes);
+  memory_allocated(DeviceType::cpu, MemoryCategory::communication, counted);
+  return {p, [counted](void* q) {
+            memory_freed(DeviceType::cpu, MemoryCategory::communication, counted);
+            std::free(q);
+          }};
 }
 
 void Communicator::copy_in(void* dst, const void* host, std::size_t bytes) {

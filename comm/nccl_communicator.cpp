@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backends/error.h"
+#include "engine/memory_usage.h"
 
 namespace trainlab::comm {
 
@@ -279,7 +280,12 @@ std::shared_ptr<void> NcclCommunicator::allocate(std::size_t bytes) {
   void* p = nullptr;
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
-  return {p, [](void* q) { cudaFree(q); }};
+  const auto counted = static_cast<std::int64_t>(bytes);
+  memory_allocated(DeviceType::cuda, MemoryCategory::communication, counted);
+  return {p, [counted](void* q) {
+            memory_freed(DeviceType::cuda, MemoryCategory::communication, counted);
+            cudaFree(q);
+          }};
 }
 
 void NcclCommunicator::copy_in(void* dst, const void* host, std::size_t bytes) {

@@ -1,9 +1,11 @@
 #include "engine/autocast.h"
 
+#include <optional>
 #include <string>
 
 #include "backends/error.h"
 #include "engine/autograd.h"
+#include "engine/memory_usage.h"
 #include "engine/tensor.h"
 
 namespace trainlab {
@@ -39,6 +41,9 @@ Tensor autocast_low(const Tensor& t) {
       });
     }
   }
+  // A parameter cast on the fly (no working copy ready) is a working copy for as long as it lives.
+  std::optional<MemoryCategoryScope> category;
+  if (t.requires_grad() && t.is_leaf()) category.emplace(MemoryCategory::working_copies);
   return t.to(current);
 }
 

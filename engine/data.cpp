@@ -6,6 +6,7 @@
 #include <numbers>
 #include <utility>
 
+#include "engine/memory_usage.h"
 #include "engine/profiler.h"
 #include "engine/rng.h"
 
@@ -283,6 +284,7 @@ DataLoader::Upload DataLoader::start_upload(HostBatch& host, std::int64_t global
   TL_PROFILE_SCOPE("loader.upload");
   Upload upload;
   upload.global = global;
+  MemoryCategoryScope category(MemoryCategory::data);
   upload.batch.images = Tensor::empty(batch_shape(host.count), DType::f32, backend_);
   upload.batch.labels = Tensor::empty({host.count}, DType::i64, backend_);
   upload.batch.decode_checksum = host.checksum;
@@ -334,6 +336,7 @@ Batch DataLoader::next() {
     }
   } else {
     HostBatch host = take(global);
+    MemoryCategoryScope category(MemoryCategory::data);
     batch.images = Tensor::from_host(host.images.data(), batch_shape(host.count), DType::f32, backend_);
     batch.labels = Tensor::from_host(host.labels.data(), {host.count}, DType::i64, backend_);
     batch.decode_checksum = host.checksum;

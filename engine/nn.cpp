@@ -78,6 +78,7 @@ void Module::train(bool training) {
 
 Tensor& Module::register_parameter(const std::string& name, Tensor tensor) {
   tensor.set_requires_grad(true).set_name(name);
+  set_memory_category(tensor, MemoryCategory::parameters);
   parameters_.emplace_back(name, tensor);
   return parameters_.back().second;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/memory_model.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
 #include "engine/state_dict.h"
@@ -33,6 +34,14 @@ class Module {
   void load_state_dict(const NamedTensors& state);
   void zero_grad(bool set_to_none = false);
   void train(bool training = true);
+  // This model's forward as a chain of ops at a batch size, compute dtype and layout, for the
+  // memory estimate (engine/memory_model.h); the backend sizes its workspaces. Empty (the
+  // default): the model does not describe itself, and only its persistent state is estimated.
+  virtual std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const {
+    (void)shape;
+    (void)backend;
+    return {};
+  }
   void eval() { train(false); }
   bool is_training() const { return training_; }
 

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "engine/autograd.h"
+#include "engine/memory_usage.h"
 #include "engine/profiler.h"
 
 namespace trainlab {
@@ -75,7 +76,10 @@ const Tensor* Optimizer::working_copy(const Tensor& param, DType dtype) const {
 
 void Optimizer::attach_working_copy(std::size_t i, const Tensor& p, OptimizerSlot& slot) {
   if (working_dtype_ == DType::f32 || p.dtype() != DType::f32 || !p.is_contiguous()) return;
-  if (!working_[i].defined()) working_[i] = Tensor::empty(p.shape(), working_dtype_, p.backend());
+  if (!working_[i].defined()) {
+    MemoryCategoryScope category(MemoryCategory::working_copies);
+    working_[i] = Tensor::empty(p.shape(), working_dtype_, p.backend());
+  }
   slot.working = working_[i].raw_data();
   slot.working_dtype = working_dtype_;
   working_written_[i] = 1;
@@ -100,6 +104,7 @@ void Optimizer::check_kind(const StateDict& state) const {
 }
 
 void Optimizer::load_buffers(const StateDict& state, const std::string& kind, std::vector<Tensor>& buffers) const {
+  MemoryCategoryScope category(MemoryCategory::optimizer_state);
   std::vector<Tensor> loaded(params_.size());
   std::size_t found = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -198,7 +203,10 @@ void SGD::step() {
       params_,
       [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
         const bool first = !momentum_buffers_[i].defined();
-        if (first && options_.momentum != 0) momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
+        if (first && options_.momentum != 0) {
+          MemoryCategoryScope category(MemoryCategory::optimizer_state);
+          momentum_buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.backend());
+        }
         OptimizerSlot slot{p.raw_data(),
                            dense_grad.raw_data(),
                            options_.momentum != 0 ? momentum_buffers_[i].raw_data() : nullptr,
@@ -277,6 +285,7 @@ void AdamW::step() {
       params_,
       [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
         if (!exp_avg_[i].defined()) {
+          MemoryCategoryScope category(MemoryCategory::optimizer_state);
           exp_avg_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
           exp_avg_sq_[i] = Tensor::zeros(p.shape(), p.dtype(), p.backend());
         }

@@ -34,3 +34,78 @@ double SmallCNN::flop_per_sample(bool forward_only) {
 }
 
 }  // namespace trainlab
+
+namespace trainlab {
+
+std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& backend) const {
+  TL_CHECK(shape.batch > 0, "SmallCNN memory chain: batch must be > 0, got " + std::to_string(shape.batch));
+  const double n = static_cast<double>(shape.batch);
+  const bool low = shape.dtype == DType::bf16 || shape.dtype == DType::f16;
+  const double a = static_cast<double>(dtype_size(shape.dtype));  // activations and their gradients
+  const double master = low ? 4.0 : 0.0;                          // a weight gradient's f32 copy
+  auto act = [&](double per_sample) { return per_sample * n * a; };
+  auto pool_workspace = [&](std::int64_t channels, std::int64_t size) {
+    Pool2dShape s{shape.batch, channels, size, size, 2, 2, 2, 2, 0, 0};
+    s.channels_last = shape.channels_last;
+    return static_cast<double>((backend.max_pool2d_workspace_bytes(shape.dtype, s) + 7) / 8 * 8);
+  };
+  const double input = 3.0 * 32 * 32;
+  std::vector<ChainOp> ops;
+  auto add = [&](ChainOp op) { ops.push_back(std::move(op)); };
+  // The reorder of the f32 batch to channels_last (the step's, timed in the forward): conv1 keeps
+  // it as its input in f32; under autocast conv1 keeps its cast and the reorder lives to the end.
+  if (shape.channels_last) {
+    add({"input.reorder", input * n * 4, low ? ChainLifetime::forward : ChainLifetime::saved_next});
+  }
+  const double in_cast = low ? act(input) : 0.0;  // conv1's input cast to the compute dtype
+  const double conv1_w = 32 * 3 * 9, conv2_w = 64 * 32 * 9, fc1_w = 256 * 4096, fc2_w = 10 * 256;
+  // flatten(1) of a channels_last [N, 64, 8, 8] is a copy (a reorder; fc1 keeps it), and its
+  // gradient goes back to pool2 in NCHW order, which pool2 copies to channels_last again.
+  auto flatten = [&] {
+    if (shape.channels_last) add({"flatten.reorder", act(4096), ChainLifetime::saved_next, 0, 0, true});
+  };
+  const double pool2_scratch = shape.channels_last ? act(4096) : 0.0;
+  // forward() below, one statement at a time: a temporary lives to the end of its statement.
+  if (fused_) {
+    add({"conv1+bias+relu", act(32768), ChainLifetime::saved_self, in_cast, 0, false, act(32768), (conv1_w + 32) * a,
+         (conv1_w + 32) * master});
+    add({"pool1", act(8192), ChainLifetime::saved_next, pool_workspace(32, 32), act(32768)});
+    add({"conv2+bias+relu", act(16384), ChainLifetime::saved_self, 0, act(8192), false, act(16384), (conv2_w + 64) * a,
+         (conv2_w + 64) * master});
+    // h = linear_fused(h.flatten(1), ...): pool2's output is fc1's input, or the flatten's source
+    // (freed when the statement ends).
+    add({"pool2", act(4096), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
+         pool_workspace(64, 16), act(16384), false, pool2_scratch});
+    ops.back().outlives = 2;
+    flatten();
+    add({"fc1+bias+relu", act(256), ChainLifetime::saved_self, 0, act(4096), false, act(256), (fc1_w + 256) * a,
+         (fc1_w + 256) * master});
+    add({"fc2+bias", act(10), ChainLifetime::next_op, 0, act(256), false, 0, (fc2_w + 10) * a, (fc2_w + 10) * master});
+  } else {
+    // conv2d and linear with a bias are a node each and a bias_add (its bias cast by to(): an f32
+    // copy of the bias gradient on the way back). The bias_add's output is the ReLU's input, held
+    // to the end of the statement: through the pool for the convolutions.
+    auto layer = [&](const char* name, const char* bias, double out, double dx, double weights, double channels,
+                     double saved, int bias_outlives) {
+      add({name, act(out), ChainLifetime::next_op, saved, dx, false, 0, weights * a, weights * master});
+      add({bias, act(out), ChainLifetime::next_op, 0, 0, true, 0, channels * a, channels * master});
+      ops.back().outlives = bias_outlives;
+    };
+    layer("conv1", "conv1.bias", 32768, 0, conv1_w, 32, in_cast, 2);
+    add({"relu1", act(32768), ChainLifetime::saved_self, 0, act(32768)});
+    add({"pool1", act(8192), ChainLifetime::saved_next, pool_workspace(32, 32), act(32768)});
+    layer("conv2", "conv2.bias", 16384, act(8192), conv2_w, 64, 0, 2);
+    add({"relu2", act(16384), ChainLifetime::saved_self, 0, act(16384)});
+    add({"pool2", act(4096), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
+         pool_workspace(64, 16), act(16384), false, pool2_scratch});
+    flatten();  // h = h.flatten(1): pool2's output goes with the assignment
+    layer("fc1", "fc1.bias", 256, act(4096), fc1_w, 256, 0, 1);
+    add({"relu3", act(256), ChainLifetime::saved_self, 0, act(256)});  // fc2 reads it too; relu3 runs later
+    layer("fc2", "fc2.bias", 10, act(256), fc2_w, 10, 0, 1);
+  }
+  // The loss in f32 (autocast leaves it there): the softmax probabilities kept, the loss itself.
+  add({"cross_entropy", 4, ChainLifetime::saved_self, 10 * n * 4, 10 * n * 4});
+  return ops;
+}
+
+}  // namespace trainlab

@@ -26,6 +26,9 @@ class SmallCNN : public Module {
   // the forward, and for training also the backward-data of every layer but the first and the
   // backward-weights of every layer. Analytic, for GFLOP/s figures.
   static double flop_per_sample(bool forward_only);
+  // The forward as the memory estimate sees it (fused or not, as set): every tensor each op
+  // allocates and saves, and what its backward allocates.
+  std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const override;
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<Linear> fc1, fc2;
 

@@ -6,6 +6,7 @@
 
 #include "engine/autocast.h"
 #include "engine/autograd.h"
+#include "engine/memory_usage.h"
 #include "engine/profiler.h"
 
 namespace trainlab {
@@ -105,6 +106,7 @@ Tensor StepRunner::model_forward(const Tensor& images) {
 }
 
 Tensor StepRunner::forward(const Tensor& images) {
+  MemoryCategoryScope category(MemoryCategory::activations);
   AutocastGuard autocast(autocast_dtype(), &optimizer_);
   return model_forward(images);
 }
@@ -135,6 +137,8 @@ void StepRunner::stage_for_graph(const Batch& batch) {
 StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
   StepResult result;
   PhaseTimes& phases = result.phases;
+  // What the step makes outside its phases (the loss read back) is a workspace too.
+  MemoryCategoryScope step_memory(MemoryCategory::workspaces);
   PhaseTimer step_span(backend_, timer("step"), "step", result.seconds);
   // Micro-steps: gradients accumulate over `accumulate` batches (each loss scaled by 1/K, so the
   // step's gradient is the mean); data parallel runs communicate on the last one only.
@@ -147,6 +151,7 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
     Batch batch;
     {
       PhaseTimer t(backend_, timer("data_wait"), "data_wait", phases.data_wait_s);
+      MemoryPhaseScope phase(MemoryPhase::data_wait);
       batch = next_batch();
       if (replay && graph_) stage_for_graph(batch);
     }
@@ -172,12 +177,16 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
     Tensor loss;
     {
       PhaseTimer t(backend_, timer("forward"), "forward", phases.forward_s);
+      MemoryPhaseScope phase(MemoryPhase::forward);
+      MemoryCategoryScope category(MemoryCategory::activations);
       loss = forward_loss(batch.images, batch.labels);
     }
     const bool sync = micro + 1 == options_.accumulate;
     if (parallel_ != nullptr) parallel_->begin_backward(sync);
     {
       PhaseTimer t(backend_, timer("backward"), "backward", phases.backward_s);
+      MemoryPhaseScope phase(MemoryPhase::backward);
+      MemoryCategoryScope category(MemoryCategory::workspaces);  // a leaf's gradient is moved to `gradients`
       if (scaler_) {
         scaler_->scale(loss).backward();
       } else {
@@ -186,12 +195,16 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
     }
     if (parallel_ != nullptr && sync) {
       PhaseTimer t(backend_, timer("comm_wait"), "comm_wait", phases.comm_s);
+      MemoryPhaseScope phase(MemoryPhase::backward);
+      MemoryCategoryScope category(MemoryCategory::workspaces);
       result.ddp = parallel_->finish_backward();
     }
     loss_sum += loss.item();
   }
   {
     PhaseTimer t(backend_, timer("optimizer"), "optimizer", phases.optimizer_s);
+    MemoryPhaseScope phase(MemoryPhase::optimizer);
+    MemoryCategoryScope category(MemoryCategory::workspaces);  // the optimiser's state and copies say so
     if (options_.check_finite && !std::isfinite(loss_sum)) {
       result.nonfinite = "the loss (" + std::to_string(loss_sum) + ")";
     } else if (options_.check_finite && !scaler_) {

@@ -97,9 +97,14 @@ void set_default_backend(const std::string& name) {
 // storage
 
 Storage::Storage(Backend& backend, std::size_t bytes)
-    : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes) {}
+    : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes), category_(current_memory_category()) {
+  memory_allocated(backend.device_type(), category_, static_cast<std::int64_t>(bytes_));
+}
 
-Storage::~Storage() { backend_->deallocate(data_, bytes_); }
+Storage::~Storage() {
+  memory_freed(backend_->device_type(), category_, static_cast<std::int64_t>(bytes_));
+  backend_->deallocate(data_, bytes_);
+}
 
 // ---------------------------------------------------------------------------------------------
 // factories
@@ -461,6 +466,7 @@ void Tensor::set_grad(const Tensor& grad) {
     TL_CHECK(grad.is_contiguous(), "set_grad: the gradient must be contiguous (call .contiguous() first)");
     TL_CHECK(&grad.backend() == &backend(),
              "set_grad: the gradient is on backend " + grad.backend().name() + ", the tensor on " + backend().name());
+    set_memory_category(grad, MemoryCategory::gradients);
   }
   impl_->grad = grad;
 }

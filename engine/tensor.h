@@ -11,6 +11,7 @@
 #include "backends/backend.h"
 #include "backends/dtype.h"
 #include "backends/error.h"
+#include "engine/memory_usage.h"
 
 namespace trainlab {
 
@@ -38,7 +39,8 @@ struct TensorImpl;
 
 using GradReadyHook = std::function<void(const Tensor& param)>;
 
-// A device allocation, freed through its backend when the last view of it goes away.
+// A device allocation, freed through its backend when the last view of it goes away; counted in
+// the memory category of the scope it was allocated in (engine/memory_usage.h) until moved.
 class Storage {
  public:
   Storage(Backend& backend, std::size_t bytes);
@@ -48,11 +50,14 @@ class Storage {
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
   Backend& backend() const { return *backend_; }
+  MemoryCategory category() const { return category_; }
+  void set_category(MemoryCategory category) { category_ = category; }  // set_memory_category() moves the bytes
 
  private:
   Backend* backend_;
   void* data_;
   std::size_t bytes_;
+  MemoryCategory category_;
 };
 
 template <typename T>

@@ -74,6 +74,7 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   const SyntheticImages data(config.seed, Split::train, 4 * config.batch);
   std::vector<Batch> batches;
   for (std::int64_t b = 0; b < 4; ++b) {
+    MemoryCategoryScope batch_memory(MemoryCategory::data);
     std::vector<float> pixels(static_cast<std::size_t>(config.batch * data.sample_elements()));
     std::vector<std::int64_t> y(static_cast<std::size_t>(config.batch));
     for (std::int64_t i = 0; i < config.batch; ++i) {
@@ -99,6 +100,7 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
     return config.forward_only ? runner.infer(batch) : runner.step([&] { return batch; });
   };
   for (std::int64_t i = 0; i < config.warmup; ++i) one_step();
+  reset_memory_peaks(backend.device_type());
   Profiler& profiler = Profiler::instance();
   const bool was_profiling = profiler.enabled();
   if (config.profile) {
@@ -129,6 +131,8 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   result.backend_describe = backend.describe();
   result.phase_timer = backend.make_timer()->kind();
   result.peak_rss_mb = peak_rss_mb();
+  result.memory_device = backend.device_type();
+  result.memory = memory_usage(result.memory_device);
   return result;
 }
 
@@ -205,6 +209,7 @@ std::string throughput_json(const ThroughputResult& r) {
                         {"optimizer", share(r.phases.optimizer_s)}}},
                       {"after_warmup", r.counter_deltas},
                       {"peak_rss_mb", r.peak_rss_mb},
+                      {"memory", nlohmann::json::parse(memory_usage_json(r.memory, r.memory_device))},
                       {"op_seconds", r.op_seconds},
                       {"config",
                        {{"backend", r.backend_name},

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_usage.h"
 #include "engine/step.h"
 
 namespace trainlab {
@@ -44,6 +45,10 @@ struct ThroughputResult {
   // Backend counters over the measured steps (allocations and primitives created should be 0).
   std::map<std::string, std::int64_t> counter_deltas;
   double peak_rss_mb = 0;  // of this process, so far
+  // Tensor memory on the backend's device over the measured steps, by category (peaks reset after
+  // the warm-up, so the optimiser's state and the steady buffers are in it, first-step costs not).
+  MemoryUsage memory;
+  DeviceType memory_device = DeviceType::cpu;
   // With profile: per span name (conv2d.forward, reorder, ...), total seconds and calls over the
   // measured steps; spans nest (an op inside a phase), so they do not add up to the step.
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds;

@@ -202,6 +202,8 @@ EvalResult Trainer::evaluate() {
   const Dataset& data = *task_.held_out_data;
   const std::int64_t elements = data.sample_elements(), classes = data.num_classes();
   NoGradGuard no_grad;
+  MemoryPhaseScope phase(MemoryPhase::evaluation);
+  MemoryCategoryScope category(MemoryCategory::activations);
   model_->eval();
   EvalResult result;
   result.step = step_;
@@ -219,8 +221,12 @@ EvalResult Trainer::evaluate() {
     }
     Shape shape{count};
     for (std::int64_t d : data.sample_shape()) shape.push_back(d);
-    const Tensor x = Tensor::from_host(images.data(), shape, DType::f32, backend_);
-    const Tensor y = Tensor::from_vector(labels, {count}, backend_);
+    Tensor x, y;
+    {
+      MemoryCategoryScope category(MemoryCategory::data);
+      x = Tensor::from_host(images.data(), shape, DType::f32, backend_);
+      y = Tensor::from_vector(labels, {count}, backend_);
+    }
     const Tensor logits = runner_->forward(x);
     TL_CHECK(logits.dim() == 2 && logits.size(0) == count && logits.size(1) == classes,
              "evaluate: the model's output " + shape_str(logits.shape()) + " does not match " + data.describe() +
@@ -282,8 +288,11 @@ TrainResult Trainer::train(std::ostream* log) {
   const std::int64_t target = config_.stop_at > 0 ? config_.stop_at : config_.steps;
   result.step_cap = target;
   result.stopped_by = "step cap";
+  result.memory_device = backend_.device_type();
+  reset_memory_peaks(result.memory_device);
   while (step_ < target) {
     // One step, then the schedule, then the callbacks.
+    if (run_steps == config_.warmup) reset_memory_peaks(result.memory_device);  // the first measured step
     const double lr = optimizer_->lr();
     const StepResult r = runner_->step([this] { return loader_->next(); });
     scheduler_->step();
@@ -353,6 +362,7 @@ TrainResult Trainer::train(std::ostream* log) {
     if (config_.save_every > 0 && step_ % config_.save_every == 0 && step_ != target) save(config_.save);
   }
   result.last_step = step_;
+  result.memory = memory_usage(result.memory_device);
   if (scaler_) result.loss_scale = scaler_->scale_value();
   if (tracing) {
     profiler.set_enabled(false);
@@ -420,6 +430,7 @@ void Trainer::log_summary(std::ostream& log, const TrainResult& result, std::int
           1e3 * d.exposed_s / n);
     }
   }
+  if (run_steps > 0) log << memory_summary_line(result.memory, result.memory_device) << "\n";
   log << fmt::format("backend after the run: {}\n", backend_.describe());  // with the kernels it picked
   if (!config_.save.empty()) log << fmt::format("checkpoint: {}\n", config_.save);
   if (!config_.trace.empty())

@@ -19,6 +19,7 @@
 #include "engine/data.h"
 #include "engine/distributed.h"
 #include "engine/grad_scaler.h"
+#include "engine/memory_usage.h"
 #include "engine/nn.h"
 #include "engine/optim.h"
 #include "engine/step.h"
@@ -87,6 +88,11 @@ struct TrainResult {
   std::int64_t eval_every = 0;
   std::string stop_rule;
   std::string stopped_by;
+  // Tensor memory on the backend's device from the first measured step to the last step (held-out
+  // evaluations in between included, the one at the end not), by category, with the phase of the
+  // peak. Without measured steps: from the first step.
+  MemoryUsage memory;
+  DeviceType memory_device = DeviceType::cpu;
 };
 
 class Trainer {

@@ -218,3 +218,17 @@ TEST_CASE("cli: memory prints seed 003's table and refuses bad input", "[cli]") 
   expect_bad_input("memory --params 1e9 --optimizer adamw --moment-bytes 4", {"drop --moment-bytes"});
   expect_bad_input("memory --params -3", {"--params"});
 }
+
+TEST_CASE("cli: memory --config measures a step next to the estimate", "[cli]") {
+  const std::string config = std::string(TRAINLAB_SOURCE_DIR) + "/configs/smallcnn.yaml";
+  const Run r = run("memory --config " + config + " --batch 16 --dtype bf16 --fuse");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* text : {"batch 16, bf16, nchw, fused", "| activations |", "| working_copies | 2.04 | 2.04 |",
+                           "step peak without the input batches", "memory (tensors on cpu): peak"})
+    CHECK(r.out.find(text) != std::string::npos);
+  expect_bad_input("memory --config " + config + " --params 1e9", {"--params is for the persistent-state"});
+  expect_bad_input("memory --config " + config + " --dtype f8", {"dtype", "'f8'"});
+  expect_bad_input("memory --config " + config + " --batch 0", {"batch"});
+  expect_bad_input("memory --config /nonexistent.yaml", {"/nonexistent.yaml"});
+}

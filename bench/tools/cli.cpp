@@ -21,6 +21,7 @@
 #include "engine/fileio.h"
 #include "engine/grad_dump.h"
 #include "engine/memory_model.h"
+#include "engine/memory_report.h"
 #include "engine/throughput.h"
 #include "engine/trainer.h"
 #include "engine/version.h"
@@ -206,6 +207,8 @@ int run_collective_cost(CostOptions& o, const CLI::App& cmd) {
 }
 
 struct MemoryOptions {
+  std::string config;                            // set: measure one step of this train config next to the estimate
+  std::map<std::string, std::string> overrides;  // config keys set by --batch, --dtype, ...
   double params = 0;
   int workers = 1;
   std::string stages = "0,1,2,3";
@@ -214,8 +217,34 @@ struct MemoryOptions {
   double momentum = 0.9;
 };
 
+// `trainlab memory --config FILE`: one measured training step, by category, next to the estimate.
+int run_memory_step(const MemoryOptions& o, const CLI::App& cmd) {
+  for (const char* flag :
+       {"--params", "--workers", "--zero", "--param-bytes", "--grad-bytes", "--master-bytes", "--moment-bytes"})
+    TL_CHECK(cmd.count(flag) == 0, std::string("memory: ") + flag +
+                                       " is for the persistent-state estimate (--params); with --config the step "
+                                       "is measured");
+  TrainConfig config;
+  apply_config_file(config, o.config);
+  for (const auto& [key, value] : o.overrides) {
+    const ConfigField& field = config_field(key);
+    if (cmd.count(field.flag) == 0) continue;
+    const std::string text = value.empty() && field.is_bool ? "true" : value;  // a bare boolean flag
+    apply_config_value(config, key, text, field.flag);
+  }
+  if (cmd.count("--optimizer") > 0) apply_config_value(config, "optimizer", o.optimizer, "--optimizer");
+  if (cmd.count("--momentum") > 0) apply_config_value(config, "momentum", fmt::format("{}", o.momentum), "--momentum");
+  validate_config(config);
+  const StepMemoryReport report = measure_step_memory(config, smallcnn_task(config));
+  std::printf("%s", step_memory_table(report).c_str());
+  std::printf("%s\n", memory_summary_line(report.measured, report.device).c_str());
+  return 0;
+}
+
 int run_memory(MemoryOptions& o, const CLI::App& cmd) {
-  TL_CHECK(cmd.count("--params") > 0, "memory: --params is required (the parameter count, e.g. 1e9)");
+  if (!o.config.empty()) return run_memory_step(o, cmd);
+  TL_CHECK(cmd.count("--params") > 0,
+           "memory: --params is required (the parameter count, e.g. 1e9), or --config FILE to measure a step");
   if (!o.optimizer.empty()) {
     for (const char* flag : {"--param-bytes", "--grad-bytes", "--master-bytes", "--moment-bytes"})
       TL_CHECK(cmd.count(flag) == 0, std::string("memory: --optimizer sets the bytes per parameter; drop ") + flag);
@@ -347,8 +376,18 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "native"}));
   auto* memory = app.add_subcommand(
-      "memory", "persistent training state per worker under ZeRO stages 0-3, estimated (seed 003's accounting)");
+      "memory",
+      "persistent training state per worker under ZeRO stages 0-3, estimated (seed 003's accounting); with --config, "
+      "one training step measured by category next to the estimate");
   MemoryOptions memory_options;
+  memory->add_option("--config", memory_options.config, "a train config (YAML) whose step to measure")
+      ->check(CLI::ExistingFile);
+  for (const char* key : {"batch", "dtype", "layout", "fuse", "backend", "threads"}) {
+    const ConfigField& field = config_field(key);
+    auto* option = memory->add_option(field.flag, memory_options.overrides[key],
+                                      "with --config: " + field.help + " [" + field.allowed + "]");
+    if (field.is_bool) option->expected(0, 1);
+  }
   memory->add_option("--params", memory_options.params, "parameters (a count: 1e9) (0..1e15]")
       ->check(CLI::Range(1e-12, 1e15));
   memory->add_option("--workers", memory_options.workers, "data-parallel workers W [1..1048576]")

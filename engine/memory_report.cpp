@@ -1,0 +1,98 @@
+#include "engine/memory_report.h"
+
+#include <fmt/format.h>
+
+#include "backends/host_memory.h"
+#include "engine/trainer.h"
+
+namespace trainlab {
+
+StepMemoryReport measure_step_memory(TrainConfig config, const TrainTask& task, std::int64_t warmup) {
+  TL_CHECK(warmup >= 1, fmt::format("memory: at least one warm-up step is needed (the optimiser's state and working "
+                                    "copies are made by the first), got {}",
+                                    warmup));
+  config.steps = warmup + 1;
+  config.stop_at = 0;
+  config.warmup = warmup;
+  config.eval_every = 0;
+  config.eval_at_end = false;
+  config.save.clear();
+  config.save_every = 0;
+  config.resume.clear();
+  config.trace.clear();
+  config.train_samples = std::max(config.train_samples, config.batch * config.steps * config.accumulate);
+  Trainer trainer(config, task);
+  const TrainResult result = trainer.train(nullptr);
+
+  StepMemoryReport r;
+  r.config = config;
+  r.model = task.model_name;
+  r.parameters = trainer.model().num_parameters();
+  r.measured = result.memory;
+  r.device = result.memory_device;
+  r.backend = trainer.backend().name();
+  const DType param_dtype = config.dtype == DType::bf16 || config.dtype == DType::f16 ? DType::f32 : config.dtype;
+  ChainShape shape;
+  shape.batch = config.batch;
+  shape.dtype = config.dtype;
+  shape.channels_last = config.layout == MemoryFormat::channels_last;
+  const std::vector<ChainOp> chain = trainer.model().memory_chain(shape, trainer.backend());
+  r.described = !chain.empty();
+  const bool adamw = config.optimizer == OptimizerKind::adamw;
+  r.estimate = estimate_training_memory(r.parameters, param_dtype, config.dtype, adamw ? "adamw" : "sgd",
+                                        adamw ? 0.0 : config.momentum, chain);
+  return r;
+}
+
+std::string step_memory_table(const StepMemoryReport& r) {
+  auto mib = [](double bytes) { return fmt::format("{:.2f}", bytes / (1024.0 * 1024.0)); };
+  auto row = [&](MemoryCategory c, double estimated, bool estimable) {
+    const double measured = static_cast<double>(r.measured.peak_of(c));
+    std::string diff = "-";
+    if (estimable && measured > 0) diff = fmt::format("{:+.1f}%", 100.0 * (estimated - measured) / measured);
+    if (estimable && measured == 0) diff = estimated == 0 ? "exact" : "measured none";
+    return fmt::format("| {} | {} | {} | {} |\n", memory_category_name(c), estimable ? mib(estimated) : "-",
+                       mib(measured), diff);
+  };
+  const TrainingMemoryEstimate& e = r.estimate;
+  std::string out = fmt::format(
+      "{} ({} parameters) on {}, batch {}, {}, {}{}, optimizer {}: one training step after {} warm-up steps, "
+      "tensor bytes by category (MiB; measured: each category's own peak over the step)\n\n",
+      r.model, r.parameters, r.backend, r.config.batch, dtype_name(r.config.dtype),
+      memory_format_name(r.config.layout), r.config.fuse ? ", fused" : "", optimizer_name(r.config.optimizer),
+      r.config.warmup);
+  out += "| category | estimated | measured peak | estimate vs measured |\n|---|---|---|---|\n";
+  out += row(MemoryCategory::parameters, e.parameters, true);
+  out += row(MemoryCategory::gradients, e.gradients, true);
+  out += row(MemoryCategory::optimizer_state, e.optimizer_state, true);
+  out += row(MemoryCategory::working_copies, e.working_copies, true);
+  out += row(MemoryCategory::activations, e.chain.forward_peak, r.described);
+  out += row(MemoryCategory::workspaces, e.chain.workspace_peak, r.described);
+  out += row(MemoryCategory::communication, 0, false);
+  out += row(MemoryCategory::data, 0, false);
+  out += row(MemoryCategory::other, 0, false);
+  const auto data_at_peak = static_cast<double>(r.measured.at_peak[static_cast<std::size_t>(index(MemoryCategory::data))]);
+  const double measured_peak = static_cast<double>(r.measured.total_peak) - data_at_peak;
+  out += "\n";
+  if (r.described) {
+    out += fmt::format(
+        "step peak without the input batches: estimated {} MiB in {} (at {}), measured {} MiB in {} ({:+.1f}%)\n",
+        mib(e.peak()), e.peak_phase(),
+        e.chain.backward_peak > e.chain.forward_peak ? e.chain.backward_peak_at : e.chain.forward_peak_at,
+        mib(measured_peak), memory_phase_name(r.measured.peak_phase),
+        measured_peak > 0 ? 100.0 * (e.peak() - measured_peak) / measured_peak : 0.0);
+    out += fmt::format(
+        "activations: {} MiB saved for backward when the forward ends, {} MiB at most during it (at {}); backward "
+        "workspaces at most at {}\n",
+        mib(e.chain.saved), mib(e.chain.forward_peak), e.chain.forward_peak_at, e.chain.workspace_peak_at);
+  } else {
+    out += fmt::format("{} does not describe its forward (Module::memory_chain): activations and workspaces are "
+                       "measured only; step peak measured {} MiB in {}\n",
+                       r.model, mib(measured_peak), memory_phase_name(r.measured.peak_phase));
+  }
+  out += "not counted: backend-internal scratch (oneDNN scratchpads, cuBLAS workspaces), the allocator's caching "
+         "and fragmentation\n";
+  return out;
+}
+
+}  // namespace trainlab
