@@ -58,9 +58,8 @@ std::string step_memory_table(const StepMemoryReport& r) {
   std::string out = fmt::format(
       "{} ({} parameters) on {}, batch {}, {}, {}{}, optimizer {}: one training step after {} warm-up steps, "
       "tensor bytes by category (MiB; measured: each category's own peak over the step)\n\n",
-      r.model, r.parameters, r.backend, r.config.batch, dtype_name(r.config.dtype),
-      memory_format_name(r.config.layout), r.config.fuse ? ", fused" : "", optimizer_name(r.config.optimizer),
-      r.config.warmup);
+      r.model, r.parameters, r.backend, r.config.batch, dtype_name(r.config.dtype), memory_format_name(r.config.layout),
+      r.config.fuse ? ", fused" : "", optimizer_name(r.config.optimizer), r.config.warmup);
   out += "| category | estimated | measured peak | estimate vs measured |\n|---|---|---|---|\n";
   out += row(MemoryCategory::parameters, e.parameters, true);
   out += row(MemoryCategory::gradients, e.gradients, true);
@@ -71,7 +70,8 @@ std::string step_memory_table(const StepMemoryReport& r) {
   out += row(MemoryCategory::communication, 0, false);
   out += row(MemoryCategory::data, 0, false);
   out += row(MemoryCategory::other, 0, false);
-  const auto data_at_peak = static_cast<double>(r.measured.at_peak[static_cast<std::size_t>(index(MemoryCategory::data))]);
+  const auto data_at_peak =
+      static_cast<double>(r.measured.at_peak[static_cast<std::size_t>(index(MemoryCategory::data))]);
   const double measured_peak = static_cast<double>(r.measured.total_peak) - data_at_peak;
   out += "\n";
   if (r.described) {
@@ -86,12 +86,14 @@ std::string step_memory_table(const StepMemoryReport& r) {
         "workspaces at most at {}\n",
         mib(e.chain.saved), mib(e.chain.forward_peak), e.chain.forward_peak_at, e.chain.workspace_peak_at);
   } else {
-    out += fmt::format("{} does not describe its forward (Module::memory_chain): activations and workspaces are "
-                       "measured only; step peak measured {} MiB in {}\n",
-                       r.model, mib(measured_peak), memory_phase_name(r.measured.peak_phase));
+    out += fmt::format(
+        "{} does not describe its forward (Module::memory_chain): activations and workspaces are "
+        "measured only; step peak measured {} MiB in {}\n",
+        r.model, mib(measured_peak), memory_phase_name(r.measured.peak_phase));
   }
-  out += "not counted: backend-internal scratch (oneDNN scratchpads, cuBLAS workspaces), the allocator's caching "
-         "and fragmentation\n";
+  out +=
+      "not counted: backend-internal scratch (oneDNN scratchpads, cuBLAS workspaces), the allocator's caching "
+      "and fragmentation\n";
   return out;
 }
 

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <utility>
-#include <vector>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "backends/error.h"
 #include "backends/host_memory.h"
@@ -15,9 +15,9 @@ namespace trainlab {
 
 namespace {
 
-constexpr const char* kCategoryNames[kMemoryCategories] = {
-    "parameters", "gradients", "optimizer_state", "working_copies", "activations",
-    "workspaces", "communication", "data", "other"};
+constexpr const char* kCategoryNames[kMemoryCategories] = {"parameters",     "gradients",   "optimizer_state",
+                                                           "working_copies", "activations", "workspaces",
+                                                           "communication",  "data",        "other"};
 
 thread_local MemoryCategory current_category = MemoryCategory::other;
 std::atomic<int> current_phase{static_cast<int>(MemoryPhase::outside_step)};
@@ -148,9 +148,9 @@ std::string memory_summary_line(const MemoryUsage& u, DeviceType device) {
     if (u.at_peak[static_cast<std::size_t>(i)] > 0) parts.emplace_back(u.at_peak[static_cast<std::size_t>(i)], i);
   }
   std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::string line = std::string("memory (tensors on ") + (device == DeviceType::cuda ? "cuda" : "cpu") +
-                     "): peak " + human_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, u.total_peak))) +
-                     " in " + memory_phase_name(u.peak_phase);
+  std::string line = std::string("memory (tensors on ") + (device == DeviceType::cuda ? "cuda" : "cpu") + "): peak " +
+                     human_size(static_cast<std::uint64_t>(std::max<std::int64_t>(0, u.total_peak))) + " in " +
+                     memory_phase_name(u.peak_phase);
   for (std::size_t k = 0; k < parts.size(); ++k) {
     line += k == 0 ? " = " : " + ";
     line += std::string(kCategoryNames[parts[k].second]) + " " + human_size(static_cast<std::uint64_t>(parts[k].first));

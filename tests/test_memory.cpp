@@ -128,12 +128,9 @@ TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every
         REQUIRE(r.described);
         const TrainingMemoryEstimate& e = r.estimate;
         const std::pair<MemoryCategory, double> estimated[] = {
-            {MemoryCategory::parameters, e.parameters},
-            {MemoryCategory::gradients, e.gradients},
-            {MemoryCategory::optimizer_state, e.optimizer_state},
-            {MemoryCategory::working_copies, e.working_copies},
-            {MemoryCategory::activations, e.chain.forward_peak},
-            {MemoryCategory::workspaces, e.chain.workspace_peak}};
+            {MemoryCategory::parameters, e.parameters},           {MemoryCategory::gradients, e.gradients},
+            {MemoryCategory::optimizer_state, e.optimizer_state}, {MemoryCategory::working_copies, e.working_copies},
+            {MemoryCategory::activations, e.chain.forward_peak},  {MemoryCategory::workspaces, e.chain.workspace_peak}};
         for (const auto& [category, bytes] : estimated) {
           INFO(memory_category_name(category));
           const double measured = static_cast<double>(r.measured.peak_of(category));
@@ -163,7 +160,8 @@ TEST_CASE("memory: AdamW keeps two moments; a model that does not describe itsel
   config.train_samples = 128;
   config.optimizer = OptimizerKind::adamw;
   const StepMemoryReport adamw = measure_step_memory(config, smallcnn_task(config));
-  CHECK(adamw.measured.peak_of(MemoryCategory::optimizer_state) == 2 * adamw.measured.peak_of(MemoryCategory::parameters));
+  CHECK(adamw.measured.peak_of(MemoryCategory::optimizer_state) ==
+        2 * adamw.measured.peak_of(MemoryCategory::parameters));
   CHECK(adamw.estimate.optimizer_state == Approx(2 * adamw.estimate.parameters));
 
   TrainTask task;
