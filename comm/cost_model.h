@@ -34,7 +34,39 @@ struct CostQuestion {
   double backward_share = 2.0 / 3.0;  // backward's share of the step (about 4 of its 6 FLOPs per parameter)
   std::vector<double> buckets_mib;
   int scale_to = 0;  // also the scaling table at this many ranks (0: none)
+  // Part (e), the three fixes, each printed when asked:
+  int accumulate = 0;   // micro-steps per optimiser step (the all-reduce fires once per K)
+  int zero_stage = -1;  // bytes moved and memory per rank under ZeRO 0-3 (-1: not asked)
+  // Persistent bytes per parameter for the memory line (seed 003's mixed-precision Adam: 2 + 2 +
+  // 4 master + 8 moments = 16).
+  double param_bytes = 2, grad_bytes = 2, master_bytes = 4, moment_bytes = 8;
+  // A hierarchical all-reduce: reduce-scatter inside each node of node_size ranks (intra_* link),
+  // all-reduce of the 1/node_size partials across the nodes (the model's link), all-gather inside.
+  int node_size = 0;  // 0: not asked
+  double intra_bandwidth_Bps = 0, intra_alpha_s = 0;
 };
+
+// ZeRO stage s's communication per rank and step, as ring collectives over P ranks of S bytes:
+// stages 0-2 move 2(P-1)/P S (an all-reduce, or its two halves: the gradients reduce-scattered
+// and the parameters all-gathered), stage 3 gathers the parameters again for backward,
+// 3(P-1)/P S. Time: the same collectives' latency and bandwidth terms.
+struct ZeroTraffic {
+  double bytes_per_rank = 0;
+  double time_s = 0;
+  int collectives = 0;  // ring collectives (reduce-scatter or all-gather halves) per step
+};
+ZeroTraffic zero_traffic(const RingModel& model, double bytes, int stage);
+
+// The hierarchical all-reduce's three phases (seed 001's model: the partials of S / node_size bytes
+// all-reduced across the nodes at the model's bandwidth), against a flat ring of all P ranks at
+// that bandwidth. The message that crosses nodes is node_size times smaller.
+struct Hierarchical {
+  int nodes = 0;
+  double intra_reduce_scatter_s = 0, inter_allreduce_s = 0, intra_all_gather_s = 0;
+  double total_s() const { return intra_reduce_scatter_s + inter_allreduce_s + intra_all_gather_s; }
+  double inter_message_bytes = 0;  // S / node_size
+};
+Hierarchical hierarchical_allreduce(const CostQuestion& question, double bytes);
 
 // The seed's whole analysis as text: message size, latency and bandwidth terms, total, fraction of
 // the step, the exposed/overlapped brackets, the backward-window check, the crossover and the

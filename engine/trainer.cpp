@@ -223,7 +223,7 @@ EvalResult Trainer::evaluate() {
     for (std::int64_t d : data.sample_shape()) shape.push_back(d);
     Tensor x, y;
     {
-      MemoryCategoryScope category(MemoryCategory::data);
+      MemoryCategoryScope batch_category(MemoryCategory::data);
       x = Tensor::from_host(images.data(), shape, DType::f32, backend_);
       y = Tensor::from_vector(labels, {count}, backend_);
     }

@@ -145,6 +145,18 @@ TEST_CASE("cli: collective-cost reproduces seed 001 and refuses bad input", "[cl
     INFO(fragment);
     CHECK(r.out.find(fragment) != std::string::npos);
   }
+  const Run e =
+      run("collective-cost --gpus 32 --bw 25 --latency 20 --params 1.3 --step-ms 400 --accumulate 4 --zero 2 "
+          "--node-size 8 --intra-bw 300");
+  INFO(e.out << e.err);
+  REQUIRE(e.exit_code == 0);
+  for (const char* fragment : {"12.7% of it", "2.95 GiB (was 19.37 GiB)", "= 35.1 ms, against 202.7 ms"})
+    CHECK(e.out.find(fragment) != std::string::npos);
+  expect_bad_input("collective-cost --gpus 32 --bw 25 --latency 20 --params 1.3 --step-ms 400 --node-size 8",
+                   {"--node-size needs --intra-bw"});
+  expect_bad_input("collective-cost --gpus 32 --bw 25 --latency 20 --params 1.3 --step-ms 400 --intra-bw 300",
+                   {"--intra-bw needs --node-size"});
+  expect_bad_input("collective-cost --gpus 32 --bw 25 --latency 20 --params 1.3 --step-ms 400 --zero 5", {"--zero"});
   expect_bad_input("collective-cost --gpus 32 --bw 25", {"missing", "--latency", "--params", "--step-ms", "--fit"});
   expect_bad_input("collective-cost --gpus 1 --bw 25 --latency 20 --params 1 --step-ms 4", {"--gpus", "1"});
   expect_bad_input("collective-cost --gpus 8 --bw 25 --latency 20 --params 1 --step-ms 4 --buckets 1,x",

@@ -95,6 +95,40 @@ TEST_CASE("cost model: the report states units and every figure", "[cost]") {
   }
 }
 
+TEST_CASE("cost model: seed 001's part (e), the three fixes", "[cost]") {
+  CostQuestion q = seed_question();
+  CHECK_FALSE(contains(collective_cost_report(q), "(e) the fixes"));  // only when asked
+  q.accumulate = 4;
+  q.zero_stage = 2;
+  q.node_size = 8;
+  q.intra_bandwidth_Bps = 300e9;
+  q.intra_alpha_s = 20e-6;
+  const std::string report = collective_cost_report(q);
+  INFO(report);
+  // Accumulation: T unchanged against 4 x 400 ms of compute.
+  CHECK(contains(report, "T = 202.7 ms (unchanged) against 1600 ms of compute: 12.7% of it (was 50.7%)"));
+  CHECK(contains(report, "= 88.8% efficiency (was 66.4%)"));
+  // ZeRO-2: the same volume; 16 Psi -> 2 Psi + 14 Psi / 32 (seed 001 prints 3.48; the arithmetic gives 2.95).
+  CHECK(contains(report, "ZeRO-2: 2 ring collectives"));
+  CHECK(contains(report, "202.7 ms (all-reduce: 202.7 ms)"));
+  CHECK(contains(report, "= 2.95 GiB (was 19.37 GiB)"));
+  // Hierarchical: 7.72 + 19.62 + 7.72 ms.
+  CHECK(contains(report, "reduce-scatter inside each node 7.72 ms"));
+  CHECK(contains(report, "across 4 nodes 19.62 ms"));
+  CHECK(contains(report, "= 35.1 ms, against 202.7 ms for the flat ring (5.8x faster)"));
+  CHECK(contains(report, "310 MiB instead of 2480 MiB"));
+
+  const ZeroTraffic z3 = zero_traffic(q.model, 2.6e9, 3);
+  CHECK(z3.collectives == 3);
+  CHECK(z3.time_s == Approx(3 * 31 * 20e-6 + 3.0 * 31 / 32 * 2.6e9 / 25e9));
+  CHECK(zero_traffic(q.model, 2.6e9, 1).bytes_per_rank == Approx(zero_traffic(q.model, 2.6e9, 0).bytes_per_rank));
+  CHECK_THROWS_WITH(zero_traffic(q.model, 1, 4), Catch::Contains("--zero") && Catch::Contains("4"));
+  q.node_size = 5;
+  CHECK_THROWS_WITH(collective_cost_report(q), Catch::Contains("--node-size 5") && Catch::Contains("--gpus 32"));
+  q.node_size = 32;  // one node: nothing crosses
+  CHECK(hierarchical_allreduce(q, 2.6e9).inter_allreduce_s == 0);
+}
+
 TEST_CASE("cost model: bad questions are refused, naming the value", "[cost]") {
   CostQuestion q = seed_question();
   q.model.ranks = 1;

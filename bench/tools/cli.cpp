@@ -135,6 +135,7 @@ int list_backends() {
 struct CostOptions {
   comm::CostQuestion question;
   double bw_gbps = 0, latency_us = 0, params_billions = 0, step_ms = 0;
+  double intra_bw_gbps = 0, intra_latency_us = -1;  // -1: --latency's
   std::string buckets = "1,8,16,25,100", fit_ledger, fit_run, fit_algorithm = "ring";
 };
 
@@ -202,6 +203,15 @@ int run_collective_cost(CostOptions& o, const CLI::App& cmd) {
   q.model.alpha_s = o.latency_us * 1e-6;
   q.params = o.params_billions * 1e9;
   q.step_s = o.step_ms * 1e-3;
+  if (cmd.count("--node-size") == 0) {
+    for (const char* flag : {"--intra-bw", "--intra-latency"})
+      TL_CHECK(cmd.count(flag) == 0, std::string("collective-cost: ") + flag + " needs --node-size");
+  } else {
+    TL_CHECK(cmd.count("--intra-bw") > 0,
+             "collective-cost: --node-size needs --intra-bw (the bandwidth inside a node, GB/s)");
+    q.intra_bandwidth_Bps = o.intra_bw_gbps * 1e9;
+    q.intra_alpha_s = (o.intra_latency_us >= 0 ? o.intra_latency_us : o.latency_us) * 1e-6;
+  }
   std::printf("%s", comm::collective_cost_report(q).c_str());
   return 0;
 }
@@ -369,6 +379,20 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str();
   cost->add_option("--scale-to", cost_options.question.scale_to, "also the scaling table at this many ranks")
       ->check(CLI::Range(2, 1 << 20));
+  cost->add_option("--accumulate", cost_options.question.accumulate,
+                   "(e) also the step with K micro-steps per all-reduce [1..65536]")
+      ->check(CLI::Range(1, 65536));
+  cost->add_option("--zero", cost_options.question.zero_stage,
+                   "(e) also ZeRO stage 0|1|2|3: bytes moved and memory per rank (16 bytes/param of state)")
+      ->check(CLI::Range(0, 3));
+  cost->add_option("--node-size", cost_options.question.node_size,
+                   "(e) also a hierarchical all-reduce with this many ranks per node (divides --gpus) [1..1048576]")
+      ->check(CLI::Range(1, 1 << 20));
+  cost->add_option("--intra-bw", cost_options.intra_bw_gbps, "with --node-size: bandwidth inside a node, GB/s (0..1e6]")
+      ->check(CLI::Range(1e-6, 1e6));
+  cost->add_option("--intra-latency", cost_options.intra_latency_us,
+                   "with --node-size: per-hop latency inside a node, us (default: --latency) [0..1e6]")
+      ->check(CLI::Range(0.0, 1e6));
   cost->add_option("--fit", cost_options.fit_ledger,
                    "fit alpha and B to a ledger's bench_allreduce rows (with --params: answer with the fit)");
   cost->add_option("--run", cost_options.fit_run, "with --fit: the run id (default: the latest all-reduce run)");
