@@ -28,19 +28,19 @@ StepMemoryReport measure_step_memory(TrainConfig config, const TrainTask& task, 
   r.config = config;
   r.model = task.model_name;
   r.parameters = trainer.model().num_parameters();
+  TL_CHECK(r.parameters > 0, "memory: the model " + task.model_name + " has no parameters to train");
   r.measured = result.memory;
   r.device = result.memory_device;
   r.backend = trainer.backend().name();
-  const DType param_dtype = config.dtype == DType::bf16 || config.dtype == DType::f16 ? DType::f32 : config.dtype;
+  const DType param_dtype = trainer.model().parameters().front().dtype();  // f32 masters under autocast
   ChainShape shape;
   shape.batch = config.batch;
   shape.dtype = config.dtype;
   shape.channels_last = config.layout == MemoryFormat::channels_last;
   const std::vector<ChainOp> chain = trainer.model().memory_chain(shape, trainer.backend());
   r.described = !chain.empty();
-  const bool adamw = config.optimizer == OptimizerKind::adamw;
-  r.estimate = estimate_training_memory(r.parameters, param_dtype, config.dtype, adamw ? "adamw" : "sgd",
-                                        adamw ? 0.0 : config.momentum, chain);
+  r.estimate = estimate_training_memory(r.parameters, param_dtype, config.dtype, optimizer_name(config.optimizer),
+                                        config.momentum, chain);
   return r;
 }
 
