@@ -37,8 +37,10 @@ namespace {
 // A run's result, as rank 0 sees it.
 struct Run {
   double samples_per_s = 0;
-  std::vector<std::array<double, 3>> rank_p50_p99_max;  // per rank, seconds
-  DdpStepStats ddp;                                     // per step (means), rank 0's
+  double comm_wait_s = 0;  // per step, rank 0's: the exposed all-reduce (and ZeRO-1's all-gather)
+  std::int64_t optimizer_state_bytes = 0, peak_bytes = 0;  // per rank, the largest over the ranks
+  std::vector<std::array<double, 3>> rank_p50_p99_max;     // per rank, seconds
+  DdpStepStats ddp;                                        // per step (means), rank 0's
   std::int64_t steps = 0;
 };
 
@@ -102,6 +104,22 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       TL_CHECK(o.global_batch % w == 0,
                fmt::format("bench_scaling: --global-batch {} does not split over world {}", o.global_batch, w));
     }
+    // --zero: one stage for every run, or several compared side by side.
+    std::vector<int> zeros;
+    {
+      std::stringstream list(o.zero);
+      std::string item;
+      while (std::getline(list, item, ',')) {
+        TL_CHECK(item == "0" || item == "1",
+                 "bench_scaling: --zero: " + quote_value(item) + " is not a stage DDP runs (0 or 1, e.g. --zero 0,1)");
+        TL_CHECK(std::find(zeros.begin(), zeros.end(), item[0] - '0') == zeros.end(),
+                 "bench_scaling: --zero " + quote_value(o.zero) + ": stage " + item + " is listed twice");
+        zeros.push_back(item[0] - '0');
+      }
+      TL_CHECK(!zeros.empty(), "bench_scaling: --zero is empty (0, 1 or 0,1)");
+      TL_CHECK(zeros.size() == 1 || !o.bind_compare,
+               "bench_scaling: --bind-compare and --zero 0,1 are separate studies");
+    }
     // One sub-communicator per world size: the first w ranks.
     std::map<int, std::unique_ptr<Communicator>> subs;
     for (int w : worlds) {
@@ -128,7 +146,8 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     const bench::Ledger ledger(o.ledger_path.empty() ? bench::default_ledger_path("cpu") : o.ledger_path);
 
     // One training run of world w; every launched rank calls this (ranks outside the world wait).
-    auto run = [&](int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured) -> Run {
+    auto run = [&](int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured,
+                   int zero) -> Run {
       Run result;
       if (rank < w) {
         TrainConfig config;
@@ -150,6 +169,7 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         ddp_options.algorithm = parse_algorithm(o.allreduce);
         ddp_options.rendezvous = o.rendezvous;
         ddp_options.first_bucket_mb = o.first_bucket_mb;
+        ddp_options.zero = zero;
         Ddp ddp(*subs[w], ddp_options);
         ddp.set_communication(communicate);
         Trainer trainer(config, &ddp);
@@ -172,13 +192,17 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         result.ddp.comm_s /= n;
         result.ddp.overlap_s /= n;
         result.ddp.exposed_s /= n;
+        result.comm_wait_s = trained.measured.comm_s / n;
+        for (std::int64_t b : ddp.gather(trained.memory.peak_of(MemoryCategory::optimizer_state)))
+          result.optimizer_state_bytes = std::max(result.optimizer_state_bytes, b);
+        for (std::int64_t b : ddp.gather(trained.memory.total_peak)) result.peak_bytes = std::max(result.peak_bytes, b);
       }
       quiet_barrier(*world);
       return result;
     };
     std::string bind_arm = o.bind;  // the binding of the run being recorded
     auto append_row = [&](const std::string& mode, int w, std::int64_t global_batch, std::int64_t decode_cost,
-                          bool communicate, const Run& r) {
+                          bool communicate, const Run& r, int zero) {
       if (rank != 0 || o.no_ledger) return;
       bench::json row = env;
       row["run_id"] = run_id;
@@ -200,8 +224,13 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
                        {"ranks_per_core", static_cast<double>(P) / cores},
                        {"bind", bind_arm},
                        {"bind_compare", o.bind_compare},
-                       {"rank0_cpus", bound_cpus}};
+                       {"rank0_cpus", bound_cpus},
+                       {"zero", zero}};
       row["samples_per_s"] = r.samples_per_s;
+      row["comm_wait_s_per_step"] = r.comm_wait_s;
+      row["memory_per_rank"] = {{"optimizer_state_peak_bytes", r.optimizer_state_bytes},
+                                {"total_peak_bytes", r.peak_bytes},
+                                {"note", "the largest over the ranks"}};
       row["warmup_steps_excluded"] = o.warmup;
       row["measured_steps"] = r.steps;
       bench::json per_rank = bench::json::array();
@@ -229,6 +258,82 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       std::cout.flush();
     }
 
+    if (zeros.size() > 1) {
+      // ZeRO stages side by side: weak scaling at each world of 2 or more, every stage once per
+      // round, the first stage twice (its second run is the calibration pair: the noise floor).
+      std::vector<int> compared;
+      for (int w : worlds)
+        if (w >= 2) compared.push_back(w);
+      TL_CHECK(!compared.empty(), "bench_scaling: --zero " + o.zero +
+                                      " compares stages at world 2 or more: give --worlds with one (and "
+                                      "launch that many ranks)");
+      struct Arm {
+        std::string name;
+        int zero;
+      };
+      std::vector<Arm> arms;
+      for (std::size_t i = 0; i < zeros.size(); ++i) {
+        arms.push_back({fmt::format("zero {}", zeros[i]), zeros[i]});
+        if (i == 0) arms.push_back({fmt::format("zero {} again", zeros[i]), zeros[i]});
+      }
+      std::map<std::pair<int, std::size_t>, std::vector<Run>> results;
+      for (int round = 0; round < o.repeats; ++round) {
+        for (int w : compared) {
+          for (std::size_t a = 0; a < arms.size(); ++a) {
+            const Run r = run(w, o.batch * w, o.decode_cost, true, o.steps, arms[a].zero);
+            append_row("zero_compare", w, o.batch * w, o.decode_cost, true, r, arms[a].zero);
+            results[{w, a}].push_back(r);
+            if (rank == 0) {
+              std::cout << fmt::format("# round {}/{} world {} {:<12} {:.1f} samples/s, comm wait {:.2f} ms/step\n",
+                                       round + 1, o.repeats, w, arms[a].name, r.samples_per_s, 1e3 * r.comm_wait_s);
+              std::cout.flush();
+            }
+          }
+        }
+      }
+      if (rank == 0) {
+        std::cout << fmt::format(
+            "\nZeRO stages, weak scaling (per-worker batch {}, decode cost {}, {}, {} all-reduce), {} rounds "
+            "interleaved; memory is the largest rank's peak:\n",
+            o.batch, o.decode_cost, o.dtype, o.allreduce, o.repeats);
+        std::cout << "| world | arm | samples/s median (min-max) | comm wait ms/step | optimizer state per rank | "
+                     "tensor peak per rank | vs zero " +
+                         std::to_string(zeros.front()) + " |\n|---|---|---|---|---|---|---|\n";
+        auto samples = [&](int w, std::size_t a) {
+          std::vector<double> v;
+          for (const Run& r : results[{w, a}]) v.push_back(r.samples_per_s);
+          return v;
+        };
+        for (int w : compared) {
+          const auto calibration = bench::calibrate(samples(w, 0), samples(w, 1));
+          const bool valid = calibration.valid && o.repeats >= 2;
+          const auto control = bench::summarize(samples(w, 0));
+          for (std::size_t a = 0; a < arms.size(); ++a) {
+            const auto s = bench::summarize(samples(w, a));
+            double comm = 0;
+            for (const Run& r : results[{w, a}]) comm += r.comm_wait_s;
+            comm /= static_cast<double>(results[{w, a}].size());
+            const Run& last = results[{w, a}].back();
+            std::string against = a == 0 ? "control" : a == 1 ? "calibration pair" : "";
+            if (a >= 2) {
+              const auto v = bench::verdict(s, control, valid ? std::optional(calibration) : std::nullopt);
+              against = fmt::format("{:+.1f}%, {}", bench::effect_percent(s, control),
+                                    valid ? bench::verdict_text(v) : "NO CONCLUSION");
+            }
+            std::cout << fmt::format("| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.2f} | {:.2f} MiB | {:.2f} MiB | {} |\n",
+                                     w, arms[a].name, s.median, s.min, s.max, 1e3 * comm,
+                                     static_cast<double>(last.optimizer_state_bytes) / (1 << 20),
+                                     static_cast<double>(last.peak_bytes) / (1 << 20), against);
+          }
+          std::cout << fmt::format(
+              "world {}: noise floor {:.1f}% between the two zero {} arms; separability_test_valid: {}\n", w,
+              calibration.noise_floor_percent, zeros.front(), valid ? "true" : "false");
+        }
+        if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
+      }
+      return 0;
+    }
+
     if (o.bind_compare) {
       // Weak scaling at worlds 1 and 2 under each binding arm, interleaved; efficiency per round.
       TL_CHECK(P >= 2,
@@ -239,10 +344,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         for (const auto& arm : arms) {
           bind_arm = arm;
           bound_cpus = bind(arm == "core" ? "core" : "none");
-          const Run one = run(1, o.batch, o.decode_cost, true, o.steps);
-          append_row("weak", 1, o.batch, o.decode_cost, true, one);
-          const Run two = run(2, o.batch * 2, o.decode_cost, true, o.steps);
-          append_row("weak", 2, o.batch * 2, o.decode_cost, true, two);
+          const Run one = run(1, o.batch, o.decode_cost, true, o.steps, zeros.front());
+          append_row("weak", 1, o.batch, o.decode_cost, true, one, zeros.front());
+          const Run two = run(2, o.batch * 2, o.decode_cost, true, o.steps, zeros.front());
+          append_row("weak", 2, o.batch * 2, o.decode_cost, true, two, zeros.front());
           if (rank == 0) {
             sps1[arm].push_back(one.samples_per_s);
             sps2[arm].push_back(two.samples_per_s);
@@ -325,8 +430,9 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     for (int round = 0; round < o.repeats; ++round) {
       for (std::size_t c = 0; c < configs.size(); ++c) {
         const Config& config = configs[c];
-        runs[c].push_back(run(config.world, config.global_batch, config.decode_cost, true, o.steps));
-        append_row(config.mode, config.world, config.global_batch, config.decode_cost, true, runs[c].back());
+        runs[c].push_back(run(config.world, config.global_batch, config.decode_cost, true, o.steps, zeros.front()));
+        append_row(config.mode, config.world, config.global_batch, config.decode_cost, true, runs[c].back(),
+                   zeros.front());
       }
       // The peer in the same round: PyTorch DDP over gloo, the weak configuration at decode cost 0
       // (its batches are made in memory), world 1 and 2.
@@ -383,10 +489,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     for (int t = 0; t < o.trials; ++t) {
       for (int w : worlds) {
         if (w == 1) continue;
-        const Run with = run(w, o.batch * w, o.decode_cost, true, o.trial_steps);
-        const Run without = run(w, o.batch * w, o.decode_cost, false, o.trial_steps);
-        append_row("weak", w, o.batch * w, o.decode_cost, true, with);
-        append_row("weak", w, o.batch * w, o.decode_cost, false, without);
+        const Run with = run(w, o.batch * w, o.decode_cost, true, o.trial_steps, zeros.front());
+        const Run without = run(w, o.batch * w, o.decode_cost, false, o.trial_steps, zeros.front());
+        append_row("weak", w, o.batch * w, o.decode_cost, true, with, zeros.front());
+        append_row("weak", w, o.batch * w, o.decode_cost, false, without, zeros.front());
         if (rank == 0) fractions[w].push_back(100.0 * (1.0 - with.samples_per_s / without.samples_per_s));
       }
     }

@@ -23,6 +23,10 @@ struct ScalingOptions {
   // the calibration pair) and core, interleaved; efficiency per round and the verdict of core vs
   // none against the noise floor.
   bool bind_compare = false;
+  // ZeRO stage of every run ("0" or "1"), or several ("0,1"): instead of the scaling tables, weak
+  // scaling at each world of 2 or more with every stage, interleaved (the first one twice, the
+  // calibration pair): samples/s, communication wait and memory per rank side by side.
+  std::string zero = "0";
 };
 
 // Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.

@@ -100,11 +100,32 @@ void Communicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
   }
 }
 
+ChunkRange shard_chunk(std::int64_t count, int ranks, int chunk) {
+  const std::int64_t base = count / ranks, rem = count % ranks;
+  return {chunk * base + std::min<std::int64_t>(chunk, rem), base + (chunk < rem ? 1 : 0)};
+}
+
 void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm) {
   if (algorithm == Algorithm::ring) {
     ring_allreduce(comm, data, count, dtype, op);
   } else {
     comm.allreduce_native(data, count, dtype, op);
+  }
+}
+
+void reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm) {
+  if (algorithm == Algorithm::ring) {
+    ring_reduce_scatter(comm, data, count, dtype, op);
+  } else {
+    comm.reduce_scatter_native(data, count, dtype, op);
+  }
+}
+
+void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, Algorithm algorithm) {
+  if (algorithm == Algorithm::ring) {
+    ring_allgather(comm, data, count, dtype);
+  } else {
+    comm.allgather_native(data, count, dtype);
   }
 }
 

@@ -19,6 +19,13 @@ using Algorithm = AllreduceAlgorithm;                // the hand-written ring, o
 Algorithm parse_algorithm(const std::string& name);  // "ring" | "native"
 const char* algorithm_name(Algorithm algorithm);
 
+// Chunk c of a buffer of `count` elements cut into `ranks` chunks, the first count % ranks of them
+// one element longer: what rank c owns after a reduce-scatter (ring or native alike).
+struct ChunkRange {
+  std::int64_t begin = 0, count = 0;
+};
+ChunkRange shard_chunk(std::int64_t count, int ranks, int chunk);
+
 // A non-blocking operation in flight.
 class Request {
  public:
@@ -46,6 +53,11 @@ class Communicator {
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // The library's own all-reduce (MPI_Allreduce, ncclAllReduce), in place.
   virtual void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) = 0;
+  // The library's reduce-scatter, in place: rank r ends with chunk r (shard_chunk) reduced over
+  // every rank; the rest of `data` is left as scratch.
+  virtual void reduce_scatter_native(void* data, std::int64_t count, DType dtype, ReduceOp op) = 0;
+  // The library's all-gather, in place: every rank ends with rank r's chunk r, for every r.
+  virtual void allgather_native(void* data, std::int64_t count, DType dtype) = 0;
   // The ranks with the same colour form a new communicator, ordered by key; a negative colour
   // takes no part and gets nullptr (MPI_Comm_split semantics).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
@@ -82,5 +94,9 @@ std::unique_ptr<Communicator> make_world(const std::string& kind);
 
 // All-reduce in place with the chosen algorithm.
 void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm);
+// Its two halves, in place (sharded optimiser state): rank r owns chunk r afterwards, then every
+// rank gets every chunk.
+void reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm);
+void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, Algorithm algorithm);
 
 }  // namespace trainlab::comm

@@ -8,6 +8,7 @@
 #include "backends/error.h"
 #include "comm/ring_allreduce.h"
 #include "engine/autograd.h"
+#include "engine/memory_usage.h"
 #include "engine/profiler.h"
 
 namespace trainlab::comm {
@@ -45,6 +46,9 @@ Ddp::Ddp(Communicator& comm, const DdpOptions& options) : comm_(comm), options_(
   TL_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_mb > 0,
            fmt::format("ddp: bucket caps must be > 0 MiB (got bucket_cap_mb {}, first bucket {})",
                        options.bucket_cap_mb, options.first_bucket_mb));
+  TL_CHECK(
+      options.zero == 0 || options.zero == 1,
+      fmt::format("ddp: zero {} is not a stage DDP runs (0: replicated optimiser state, 1: sharded)", options.zero));
   thread_ = std::thread([this] { comm_loop(); });
 }
 
@@ -114,6 +118,20 @@ void Ddp::attach(const NamedTensors& parameters) {
       bucket.host = bucket.staging.data();
     } else {
       bucket.host = static_cast<unsigned char*>(bucket.memory.get());
+    }
+  }
+  if (options_.zero == 1) {
+    const NamedTensors views = piece_views(parameters, pieces_of(comm_.rank()));
+    std::size_t next = 0;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      const ChunkRange chunk = shard_chunk(buckets_[b].numel, comm_.size(), comm_.rank());
+      for (int s : buckets_[b].slots) {
+        const Slot& slot = slots_[static_cast<std::size_t>(s)];
+        const std::int64_t begin = std::max(chunk.begin, slot.offset);
+        if (begin < std::min(chunk.begin + chunk.count, slot.offset + slot.numel)) {
+          owned_.push_back({static_cast<int>(b), s, begin, views[next++].second});
+        }
+      }
     }
   }
   for (std::size_t s = 0; s < slots_.size(); ++s) {
@@ -238,7 +256,11 @@ void Ddp::comm_loop() {
       const std::size_t bytes = static_cast<std::size_t>(bucket.numel) * dtype_size(dtype_);
       if (comm_.device_memory()) comm_.copy_in(bucket.memory.get(), bucket.host, bytes);
       if (options_.rendezvous && comm_.size() > 1) comm_.rendezvous();
-      allreduce(comm_, bucket.memory.get(), bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+      if (options_.zero == 1) {
+        reduce_scatter(comm_, bucket.memory.get(), bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+      } else {
+        allreduce(comm_, bucket.memory.get(), bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+      }
       if (comm_.device_memory()) comm_.copy_out(bucket.host, bucket.memory.get(), bytes);
     } catch (...) {
       std::lock_guard lock(mutex_);
@@ -246,9 +268,9 @@ void Ddp::comm_loop() {
     }
     const std::int64_t end = Profiler::now_ns();
     if (Profiler::instance().enabled()) {
-      Profiler::instance().record(
-          fmt::format("allreduce bucket {} ({})", b, mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)))),
-          start, end);
+      Profiler::instance().record(fmt::format("{} bucket {} ({})", options_.zero == 1 ? "reduce-scatter" : "allreduce",
+                                              b, mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)))),
+                                  start, end);
     }
     {
       std::lock_guard lock(mutex_);
@@ -285,6 +307,29 @@ DdpStepStats Ddp::finish_backward() {
       cv_.wait(lock, [&] { return bucket.done; });
       if (error_) std::rethrow_exception(error_);
     }
+    if (options_.zero == 1) {
+      // Only this rank's chunk is averaged: it goes to the pieces its optimiser updates.
+      for (OwnedPiece& piece : owned_) {
+        if (&buckets_[static_cast<std::size_t>(piece.bucket)] != &bucket) continue;
+        // Written over the parameter's own (local) gradient when it is row-major: no memory of
+        // its own; a channels_last gradient's piece is not one range of it, and gets a buffer.
+        const Slot& slot = slots_[static_cast<std::size_t>(piece.slot)];
+        const Tensor local = slot.parameter.grad();
+        Tensor grad = piece.view.grad();
+        if (local.is_contiguous()) {
+          piece.view.set_grad(
+              local.detach().flatten().narrow(0, piece.bucket_offset - slot.offset, piece.view.numel()));
+          grad = piece.view.grad();
+        } else if (!grad.defined()) {
+          MemoryCategoryScope category(MemoryCategory::gradients);
+          piece.view.set_grad(Tensor::empty(piece.view.shape(), dtype_, piece.view.backend()));
+          grad = piece.view.grad();
+        }
+        grad.backend().copy_from_host(grad.raw_data(), bucket.host + piece.bucket_offset * elem,
+                                      static_cast<std::size_t>(grad.numel() * elem));
+      }
+      continue;
+    }
     for (int s : bucket.slots) {
       Slot& slot = slots_[static_cast<std::size_t>(s)];
       Tensor grad = slot.parameter.grad();
@@ -310,15 +355,121 @@ DdpStepStats Ddp::finish_backward() {
   return stats;
 }
 
+NamedTensors Ddp::parameters() const {
+  NamedTensors named;
+  for (const Slot& slot : slots_) named.emplace_back(slot.name, slot.parameter);
+  return named;
+}
+
+std::vector<ParameterPiece> Ddp::pieces_of(int rank) const {
+  std::vector<ParameterPiece> pieces;
+  for (const Bucket& bucket : buckets_) {
+    const ChunkRange chunk = shard_chunk(bucket.numel, comm_.size(), rank);
+    for (int s : bucket.slots) {
+      const Slot& slot = slots_[static_cast<std::size_t>(s)];
+      const std::int64_t begin = std::max(chunk.begin, slot.offset);
+      const std::int64_t end = std::min(chunk.begin + chunk.count, slot.offset + slot.numel);
+      if (begin < end) pieces.push_back({slot.name, begin - slot.offset, end - begin});
+    }
+  }
+  return pieces;
+}
+
+NamedTensors Ddp::optimizer_parameters() const {
+  TL_CHECK(!slots_.empty(), "ddp: optimizer_parameters before attach");
+  if (options_.zero == 0) return parameters();
+  NamedTensors views;
+  for (const OwnedPiece& piece : owned_) views.emplace_back(piece.view.name(), piece.view);
+  return views;
+}
+
+void Ddp::finish_step() {
+  if (options_.zero == 0) return;
+  TL_PROFILE_SCOPE("zero.allgather_parameters");
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    // This rank's chunk holds its updated pieces; the all-gather brings everyone else's.
+    for (const OwnedPiece& piece : owned_) {
+      if (piece.bucket == static_cast<int>(b)) piece.view.copy_to_host(bucket.host + piece.bucket_offset * elem);
+    }
+    const std::size_t bytes = static_cast<std::size_t>(bucket.numel * elem);
+    if (comm_.device_memory()) comm_.copy_in(bucket.memory.get(), bucket.host, bytes);
+    allgather(comm_, bucket.memory.get(), bucket.numel, dtype_, options_.algorithm);
+    if (comm_.device_memory()) comm_.copy_out(bucket.host, bucket.memory.get(), bytes);
+    for (int s : bucket.slots) {
+      Slot& slot = slots_[static_cast<std::size_t>(s)];
+      slot.parameter.backend().copy_from_host(slot.parameter.raw_data(), bucket.host + slot.offset * elem,
+                                              static_cast<std::size_t>(slot.numel * elem));
+      slot.parameter.zero_grad();  // the local gradient: this step's is spent
+    }
+  }
+  note_parameter_write();  // low-precision working copies of the parameters are stale
+}
+
+StateDict Ddp::gather_optimizer_state(const StateDict& local) {
+  if (options_.zero == 0) return local;
+  TL_PROFILE_SCOPE("zero.gather_optimizer_state");
+  // Each rank's shard as bytes to rank 0, which merges them into the unsharded state.
+  const std::vector<unsigned char> mine = encode_state_dict(local);
+  const std::vector<std::int64_t> sizes = gather(static_cast<std::int64_t>(mine.size()));
+  const int P = comm_.size();
+  if (comm_.rank() != 0) {
+    auto memory = comm_.allocate(mine.size());
+    comm_.copy_in(memory.get(), mine.data(), mine.size());
+    std::vector<std::unique_ptr<Request>> requests;
+    requests.push_back(comm_.isend(memory.get(), mine.size(), 0, "optimizer shard to rank 0"));
+    comm_.wait_all(requests);
+    return {};
+  }
+  std::vector<std::shared_ptr<void>> memory(static_cast<std::size_t>(P));
+  std::vector<std::unique_ptr<Request>> requests;
+  for (int r = 1; r < P; ++r) {
+    memory[static_cast<std::size_t>(r)] = comm_.allocate(static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
+    requests.push_back(comm_.irecv(memory[static_cast<std::size_t>(r)].get(),
+                                   static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]), r,
+                                   "optimizer shard from rank"));
+  }
+  comm_.wait_all(requests);
+  Backend& backend = slots_.front().parameter.backend();
+  std::vector<StateDict> shards;
+  std::vector<std::vector<ParameterPiece>> pieces;
+  for (int r = 0; r < P; ++r) {
+    pieces.push_back(pieces_of(r));
+    if (r == 0) {
+      shards.push_back(local);
+      continue;
+    }
+    std::vector<unsigned char> bytes(static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
+    comm_.copy_out(bytes.data(), memory[static_cast<std::size_t>(r)].get(), bytes.size());
+    shards.push_back(
+        decode_state_dict(bytes.data(), bytes.size(), "rank " + std::to_string(r) + "'s optimizer shard", backend));
+  }
+  return merge_optimizer_shards(shards, pieces, parameters());
+}
+
+StateDict Ddp::shard_optimizer_state(const StateDict& full) {
+  if (options_.zero == 0) return full;
+  return trainlab::shard_optimizer_state(full, parameters(), pieces_of(comm_.rank()));
+}
+
 std::string Ddp::describe() const {
   std::string sizes;
   for (const Bucket& bucket : buckets_) {
     sizes += (sizes.empty() ? "" : ", ") + mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)));
   }
-  return fmt::format("DDP over {}, {} rank{}, {} all-reduce, {} bucket{} ({}; cap {} MiB, first {} MiB)",
-                     comm_.backend(), comm_.size(), comm_.size() == 1 ? "" : "s", algorithm_name(options_.algorithm),
-                     buckets_.size(), buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb,
-                     options_.first_bucket_mb);
+  std::string zero;
+  if (options_.zero == 1) {
+    std::int64_t owned = 0, total = 0;
+    for (const OwnedPiece& piece : owned_) owned += piece.view.numel();
+    for (const Slot& slot : slots_) total += slot.numel;
+    zero = fmt::format("; ZeRO-1: this rank's optimiser updates {} of {} elements in {} pieces", owned, total,
+                       owned_.size());
+  }
+  return fmt::format("DDP over {}, {} rank{}, {} {}, {} bucket{} ({}; cap {} MiB, first {} MiB){}", comm_.backend(),
+                     comm_.size(), comm_.size() == 1 ? "" : "s", algorithm_name(options_.algorithm),
+                     options_.zero == 1 ? "reduce-scatter + all-gather" : "all-reduce", buckets_.size(),
+                     buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb, options_.first_bucket_mb, zero);
 }
 
 }  // namespace trainlab::comm

@@ -9,6 +9,14 @@
 // backward goes on. Buckets are launched and completed in order; finish_backward waits for them
 // in order and writes each averaged bucket back into its gradients as soon as it is done.
 //
+// ZeRO-1 (zero = 1): each bucket is cut into world-size chunks (comm::shard_chunk) and rank r owns
+// chunk r of every bucket, so the shards are balanced by bytes whatever the parameter sizes. A
+// bucket is reduce-scattered instead of all-reduced (the ring's first half, or the library's
+// collective), the owned chunk's averaged gradient lands in the .grad of this rank's pieces (the
+// views its optimiser is built over), and after the optimiser's step every bucket's parameters
+// are all-gathered from their owners. The ring's reduce-scatter is bit for bit its all-reduce's
+// first half, so with the ring a sharded run's gradients are plain DDP's.
+//
 // Every parameter must receive a gradient in each synchronised backward (find_unused_parameters
 // is not supported): a missing one is an error naming it.
 #pragma once
@@ -25,6 +33,7 @@
 
 #include "comm/communicator.h"
 #include "engine/distributed.h"
+#include "engine/sharded_state.h"
 #include "engine/tensor.h"
 
 namespace trainlab::comm {
@@ -36,6 +45,7 @@ struct DdpOptions {
   // Meet the other ranks at a sleeping rendezvous before each bucket's all-reduce, so an early
   // rank does not spin (see Communicator::rendezvous). Off: straight into the all-reduce.
   bool rendezvous = false;
+  int zero = 0;  // 0: every rank holds the whole optimiser state; 1: sharded (ZeRO-1)
 };
 
 // Bucket assignment alone (for tests and for printing): parameter indices (registration order)
@@ -58,6 +68,14 @@ class Ddp final : public DataParallel {
   void barrier() override { comm_.barrier(); }
   double max_over_ranks(double value) override;
   std::string describe() const override;
+
+  bool shards_optimizer_state() const override { return options_.zero == 1; }
+  NamedTensors optimizer_parameters() const override;
+  void finish_step() override;
+  StateDict gather_optimizer_state(const StateDict& local) override;
+  StateDict shard_optimizer_state(const StateDict& full) override;
+  // ZeRO-1: the pieces rank `rank` owns (in bucket order), and this rank's optimiser elements.
+  std::vector<ParameterPiece> pieces_of(int rank) const;
 
   // Every rank's value, in rank order (one all-reduce of world_size values).
   std::vector<double> gather(double value);
@@ -93,6 +111,13 @@ class Ddp final : public DataParallel {
   void launch_ready_buckets();  // in order; caller holds mutex_
   void comm_loop();
   void verify_replicas();
+  NamedTensors parameters() const;  // the slots', in registration order
+  struct OwnedPiece {               // ZeRO-1: one of this rank's pieces
+    int bucket = 0;
+    int slot = 0;                    // the parameter it is a piece of
+    std::int64_t bucket_offset = 0;  // elements into the bucket
+    Tensor view;                     // the optimiser's parameter
+  };
 
   Communicator& comm_;
   DdpOptions options_;
@@ -104,6 +129,7 @@ class Ddp final : public DataParallel {
   bool in_backward_ = false;
   std::int64_t backward_start_ns_ = 0;
   std::size_t next_launch_ = 0;
+  std::vector<OwnedPiece> owned_;
 
   std::mutex mutex_;
   std::condition_variable cv_;

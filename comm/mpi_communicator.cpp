@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backends/error.h"
 #include "comm/watchdog.h"
@@ -328,6 +330,49 @@ void MpiCommunicator::allreduce_native(void* data, std::int64_t count, DType dty
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(dtype), mpi_op, comm_), rank_);
   }
   if (op == ReduceOp::average) scale(data, count, dtype, 1.0 / size_);
+}
+
+void MpiCommunicator::reduce_scatter_native(void* data, std::int64_t count, DType dtype, ReduceOp op) {
+  maybe_stall();
+  TL_CHECK(count <= INT32_MAX, "mpi: a native reduce-scatter is limited to 2^31 elements");
+  std::vector<int> counts(static_cast<std::size_t>(size_));
+  for (int c = 0; c < size_; ++c)
+    counts[static_cast<std::size_t>(c)] = static_cast<int>(shard_chunk(count, size_, c).count);
+  MPI_Op mpi_op = MPI_SUM;
+  if (dtype == DType::bf16) mpi_op = bf16_sum;
+  if (dtype == DType::f16) mpi_op = f16_sum;
+  {
+    DeadlineGuard guard(*this, [count, this] {
+      return "MPI_Reduce_scatter of " + std::to_string(count) + " elements (every one of the " + std::to_string(size_) +
+             " ranks)" + absent_ranks();
+    });
+    MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, counts.data(), mpi_type(dtype), mpi_op, comm_), rank_);
+  }
+  // In place, MPI leaves this rank's chunk at the start of the buffer: moved to where it belongs.
+  const ChunkRange mine = shard_chunk(count, size_, rank_);
+  const std::size_t elem = dtype_size(dtype);
+  auto* bytes = static_cast<unsigned char*>(data);
+  if (mine.begin > 0) std::memmove(bytes + mine.begin * static_cast<std::int64_t>(elem), bytes, mine.count * elem);
+  if (op == ReduceOp::average)
+    scale(bytes + mine.begin * static_cast<std::int64_t>(elem), mine.count, dtype, 1.0 / size_);
+}
+
+void MpiCommunicator::allgather_native(void* data, std::int64_t count, DType dtype) {
+  maybe_stall();
+  TL_CHECK(count <= INT32_MAX, "mpi: a native all-gather is limited to 2^31 elements");
+  std::vector<int> counts(static_cast<std::size_t>(size_)), displacements(static_cast<std::size_t>(size_));
+  for (int c = 0; c < size_; ++c) {
+    const ChunkRange chunk = shard_chunk(count, size_, c);
+    counts[static_cast<std::size_t>(c)] = static_cast<int>(chunk.count);
+    displacements[static_cast<std::size_t>(c)] = static_cast<int>(chunk.begin);
+  }
+  DeadlineGuard guard(*this, [count, this] {
+    return "MPI_Allgatherv of " + std::to_string(count) + " elements (every one of the " + std::to_string(size_) +
+           " ranks)" + absent_ranks();
+  });
+  MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displacements.data(),
+                           mpi_type(dtype), comm_),
+            rank_);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {

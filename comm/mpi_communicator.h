@@ -47,6 +47,8 @@ class MpiCommunicator final : public Communicator {
   void sleeping_barrier(double poll_interval_s);
   void broadcast(void* data, std::size_t bytes, int root) override;
   void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
+  void allgather_native(void* data, std::int64_t count, DType dtype) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   void wait_all(std::vector<std::unique_ptr<Request>>& requests) override;
   [[noreturn]] void abort(const std::string& message, int status) override;

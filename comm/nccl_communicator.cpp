@@ -257,6 +257,73 @@ void NcclCommunicator::allreduce_native(void* data, std::int64_t count, DType dt
   synchronize(fmt::format("ncclAllReduce of {} {} elements", count, dtype_name(dtype)));
 }
 
+// NCCL's reduce-scatter and all-gather take equal chunks; shard_chunk's are uneven when the world
+// size does not divide the count, so those go through a padded buffer of size x ceil(count/size).
+unsigned char* NcclCommunicator::padded_scratch(std::size_t bytes) {
+  if (scratch_bytes_ < bytes) {
+    scratch_ = allocate(bytes);
+    scratch_bytes_ = bytes;
+  }
+  return static_cast<unsigned char*>(scratch_.get());
+}
+
+void NcclCommunicator::reduce_scatter_native(void* data, std::int64_t count, DType dtype, ReduceOp op) {
+  TL_CHECK(count >= 0, "nccl: reduce-scatter of a negative count");
+  if (count == 0) return;
+  flush();
+  const std::size_t elem = dtype_size(dtype);
+  const std::int64_t chunk = (count + size_ - 1) / size_;
+  auto* bytes = static_cast<unsigned char*>(data);
+  const ChunkRange mine = shard_chunk(count, size_, rank_);
+  const ncclRedOp_t nccl_op = op == ReduceOp::sum ? ncclSum : ncclAvg;
+  if (count % size_ == 0) {
+    NCCL_CHECK(ncclReduceScatter(bytes, bytes + mine.begin * static_cast<std::int64_t>(elem),
+                                 static_cast<std::size_t>(chunk), nccl_type(dtype), nccl_op, comm_, stream_));
+  } else {
+    unsigned char* padded = padded_scratch(static_cast<std::size_t>(chunk * size_) * elem);
+    CUDA_CHECK(cudaMemsetAsync(padded, 0, static_cast<std::size_t>(chunk * size_) * elem, stream_));
+    for (int c = 0; c < size_; ++c) {
+      const ChunkRange range = shard_chunk(count, size_, c);
+      CUDA_CHECK(cudaMemcpyAsync(padded + c * chunk * static_cast<std::int64_t>(elem),
+                                 bytes + range.begin * static_cast<std::int64_t>(elem), range.count * elem,
+                                 cudaMemcpyDeviceToDevice, stream_));
+    }
+    unsigned char* own = padded + rank_ * chunk * static_cast<std::int64_t>(elem);
+    NCCL_CHECK(
+        ncclReduceScatter(padded, own, static_cast<std::size_t>(chunk), nccl_type(dtype), nccl_op, comm_, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(bytes + mine.begin * static_cast<std::int64_t>(elem), own, mine.count * elem,
+                               cudaMemcpyDeviceToDevice, stream_));
+  }
+  synchronize(fmt::format("ncclReduceScatter of {} {} elements", count, dtype_name(dtype)));
+}
+
+void NcclCommunicator::allgather_native(void* data, std::int64_t count, DType dtype) {
+  TL_CHECK(count >= 0, "nccl: all-gather of a negative count");
+  if (count == 0) return;
+  flush();
+  const std::size_t elem = dtype_size(dtype);
+  const std::int64_t chunk = (count + size_ - 1) / size_;
+  auto* bytes = static_cast<unsigned char*>(data);
+  const ChunkRange mine = shard_chunk(count, size_, rank_);
+  if (count % size_ == 0) {
+    NCCL_CHECK(ncclAllGather(bytes + mine.begin * static_cast<std::int64_t>(elem), bytes,
+                             static_cast<std::size_t>(chunk), nccl_type(dtype), comm_, stream_));
+  } else {
+    unsigned char* padded = padded_scratch(static_cast<std::size_t>(chunk * size_) * elem);
+    unsigned char* own = padded + rank_ * chunk * static_cast<std::int64_t>(elem);
+    CUDA_CHECK(cudaMemcpyAsync(own, bytes + mine.begin * static_cast<std::int64_t>(elem), mine.count * elem,
+                               cudaMemcpyDeviceToDevice, stream_));
+    NCCL_CHECK(ncclAllGather(own, padded, static_cast<std::size_t>(chunk), nccl_type(dtype), comm_, stream_));
+    for (int c = 0; c < size_; ++c) {
+      const ChunkRange range = shard_chunk(count, size_, c);
+      CUDA_CHECK(cudaMemcpyAsync(bytes + range.begin * static_cast<std::int64_t>(elem),
+                                 padded + c * chunk * static_cast<std::int64_t>(elem), range.count * elem,
+                                 cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+  synchronize(fmt::format("ncclAllGather of {} {} elements", count, dtype_name(dtype)));
+}
+
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   flush();
   auto sub_mpi = bootstrap_->split(color, key);

@@ -44,6 +44,8 @@ class NcclCommunicator final : public Communicator {
   void barrier() override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void allreduce_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
+  void allgather_native(void* data, std::int64_t count, DType dtype) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   void wait_all(std::vector<std::unique_ptr<Request>>& requests) override;
   [[noreturn]] void abort(const std::string& message, int status) override;
@@ -68,6 +70,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(std::unique_ptr<MpiCommunicator> bootstrap, int device, ncclComm_t comm);
   // Waits for the stream with the deadline; `what` names the operation for the timeout message.
   void synchronize(const std::string& what);
+  unsigned char* padded_scratch(std::size_t bytes);  // device memory of at least `bytes`, reused
 
   struct Pending;
   std::unique_ptr<MpiCommunicator> bootstrap_;  // the same ranks over MPI (bootstrap, abort)
@@ -76,6 +79,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   int rank_ = 0, size_ = 1;
   std::vector<Pending> pending_;
+  std::shared_ptr<void> scratch_;
+  std::size_t scratch_bytes_ = 0;
 };
 
 // Checks a CUDA runtime or NCCL call: throws Error naming the call, the rank and (peer >= 0) the peer.

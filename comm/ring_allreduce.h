@@ -7,6 +7,9 @@
 // is being received into the other half of a double buffer. So sending, receiving and the local
 // reduction overlap, all the way round the ring.
 //
+// The same ring runs in halves for sharded optimiser state (ZeRO-1): the reduce-scatter leaves rank
+// r owning chunk r (shard_chunk) reduced, and the all-gather sends each rank's chunk to every rank.
+//
 // Every element is reduced in one fixed order (along the ring, ending at the chunk's owner) and
 // then copied to every rank, so all ranks end with bitwise identical buffers. bf16 and f16 are
 // added in f32 and rounded back to their type at each hop (P - 1 roundings for a sum); an average
@@ -30,5 +33,11 @@ struct RingOptions {
 // In place; f32, f64, bf16 or f16; every rank passes the same count.
 void ring_allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op,
                     const RingOptions& options = {});
+// The first half: rank r ends with chunk r (shard_chunk(count, size, r)) reduced over every rank,
+// bit for bit what ring_allreduce would leave there; the rest of the buffer is scratch.
+void ring_reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op,
+                         const RingOptions& options = {});
+// The second half: every rank ends with every rank's chunk r (taken from rank r's buffer).
+void ring_allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, const RingOptions& options = {});
 
 }  // namespace trainlab::comm

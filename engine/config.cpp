@@ -236,6 +236,9 @@ const std::vector<ConfigField>& config_fields() {
       enum_field<AllreduceAlgorithm>("allreduce", &TrainConfig::allreduce,
                                      {{"ring", AllreduceAlgorithm::ring}, {"native", AllreduceAlgorithm::native}},
                                      "DDP all-reduce: the hand-written ring, or the library's own"),
+      int_field("zero", &TrainConfig::zero, 0, 1,
+                "DDP optimiser state: 0 every rank holds all of it, 1 sharded over the ranks (ZeRO-1: reduce-scatter, "
+                "update the shard, all-gather)"),
       enum_field<CommBackend>("comm", &TrainConfig::comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                               "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
       double_field("loss_scale_init", &TrainConfig::loss_scale_init, 0.0, 1e30, true,

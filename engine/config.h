@@ -73,8 +73,9 @@ struct TrainConfig {
   std::int64_t accumulate = 1;  // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
   double bucket_cap_mb = 25;    // DDP bucket capacity (the first bucket is 1 MiB, as in PyTorch DDP)
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;  // ring | native
-  CommBackend comm = CommBackend::mpi;                        // mpi | nccl (a CUDA build, one GPU per rank)
-  double comm_timeout = 300;                                  // seconds any communication may wait
+  std::int64_t zero = 0;                // ZeRO stage: 0 every rank holds the optimiser state, 1 sharded over the ranks
+  CommBackend comm = CommBackend::mpi;  // mpi | nccl (a CUDA build, one GPU per rank)
+  double comm_timeout = 300;            // seconds any communication may wait
   // robustness
   NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
   bool allow_nonfinite_checkpoint = false;  // resume from a checkpoint whose tensors hold NaN or inf

@@ -46,6 +46,21 @@ class DataParallel {
   // Every rank's value, in rank order (a collective: every rank calls it).
   virtual std::vector<std::int64_t> gather(std::int64_t value) = 0;
   virtual std::string describe() const = 0;  // "DDP over mpi, 2 ranks, native all-reduce, 2 buckets (1.0 MiB, ...)"
+
+  // ---- sharded optimiser state (ZeRO-1; engine/sharded_state.h) ----
+  // True when each rank's optimiser updates only its pieces of the parameters: finish_backward
+  // then leaves the averaged gradient in those pieces' .grad (a reduce-scatter) and not in the
+  // parameters', and finish_step all-gathers the updated parameters.
+  virtual bool shards_optimizer_state() const { return false; }
+  // After attach: what this rank's optimiser is built over (views of its pieces, or the parameters).
+  virtual NamedTensors optimizer_parameters() const = 0;
+  // After the optimiser's step (applied or skipped alike, on every rank): all-gathers the
+  // parameters and clears their local gradients when sharded; nothing otherwise.
+  virtual void finish_step() {}
+  // Checkpoints: the whole optimiser state from this rank's (a collective; the merged state on
+  // rank 0, an empty one elsewhere), and this rank's cut of a whole one. Identity when unsharded.
+  virtual StateDict gather_optimizer_state(const StateDict& local) { return local; }
+  virtual StateDict shard_optimizer_state(const StateDict& full) { return full; }
 };
 
 }  // namespace trainlab

@@ -86,6 +86,9 @@ StepRunner::StepRunner(Backend& backend, Module& model, Optimizer& optimizer, co
              "cuda_graph with data-parallel training is not supported yet: the all-reduce hooks run on the host "
              "while backward runs");
   }
+  TL_CHECK(scaler == nullptr || parallel == nullptr || !parallel->shards_optimizer_state(),
+           "dtype f16 with zero: 1 is not supported: the loss scaler checks the gradients it unscales, and each rank "
+           "holds only its shard of them (use bf16, which needs no scaler, or zero: 0)");
 }
 
 StepRunner::~StepRunner() = default;
@@ -213,6 +216,11 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
         result.nonfinite = "the gradient of " + name;
       }
     }
+    if (parallel_ != nullptr && parallel_->shards_optimizer_state()) {
+      // Each rank checked only its shard of the gradient: the ranks skip together or not at all.
+      const bool here = !result.nonfinite.empty();
+      if (parallel_->max_over_ranks(here ? 1.0 : 0.0) > 0 && !here) result.nonfinite = "a gradient on another rank";
+    }
     if (!result.nonfinite.empty()) {
       result.skipped = true;  // never apply a non-finite update
     } else if (scaler_) {
@@ -221,6 +229,12 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
       optimizer_.step();
     }
     optimizer_.zero_grad();
+  }
+  if (parallel_ != nullptr && parallel_->shards_optimizer_state()) {
+    // ZeRO-1: every rank updated its pieces; the parameters are gathered from their owners.
+    PhaseTimer t(backend_, timer("param_allgather"), "param_allgather", phases.comm_s);
+    MemoryCategoryScope category(MemoryCategory::communication);
+    parallel_->finish_step();
   }
   step_span.finish();  // the step span ends with the optimiser phase
   result.seconds -= capture_s;

@@ -29,7 +29,9 @@ namespace trainlab {
 // Seconds spent in each phase of a step (or their totals over several).
 struct PhaseTimes {
   double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
-  double comm_s = 0;  // data parallel: the gradient all-reduce still running after backward (exposed)
+  // data parallel: the gradient all-reduce still running after backward (exposed), plus, with
+  // sharded optimiser state, the parameters' all-gather after the update
+  double comm_s = 0;
   double total() const { return data_wait_s + forward_s + backward_s + optimizer_s + comm_s; }
   PhaseTimes& operator+=(const PhaseTimes& other);
 };

@@ -133,18 +133,24 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
 
   model_ = task_.make_model(InitOptions{&generator_, param_dtype, &backend_});
   TL_CHECK(model_ != nullptr, "trainer: the task's model factory returned no model");
+  // Data parallel: the replicas start from rank 0's parameters, and with sharded optimiser state
+  // (zero: 1) this rank's optimiser is built over its pieces of them.
+  if (parallel_ != nullptr) parallel_->attach(model_->named_parameters());
+  const NamedTensors optimized = parallel_ != nullptr ? parallel_->optimizer_parameters() : model_->named_parameters();
+  const bool sharded = parallel_ != nullptr && parallel_->shards_optimizer_state();
   if (config_.optimizer == OptimizerKind::sgd) {
-    optimizer_ = std::make_unique<SGD>(model_->named_parameters(),
-                                       SgdOptions{config_.lr, config_.momentum, 0.0, config_.weight_decay, false});
+    optimizer_ =
+        std::make_unique<SGD>(optimized, SgdOptions{config_.lr, config_.momentum, 0.0, config_.weight_decay, false});
   } else {
     AdamWOptions options;
     options.lr = config_.lr;
     options.weight_decay = config_.weight_decay;
-    optimizer_ = std::make_unique<AdamW>(model_->named_parameters(), options);
+    optimizer_ = std::make_unique<AdamW>(optimized, options);
   }
   // Mixed precision: the optimiser writes bf16/f16 working copies of the weights in its step, and
-  // autocast uses them instead of casting the f32 masters every forward.
-  if (param_dtype != dtype) optimizer_->keep_working_copies(dtype);
+  // autocast uses them instead of casting the f32 masters every forward. (Not with sharded state:
+  // a rank's optimiser sees only its pieces, and autocast casts the gathered parameters.)
+  if (param_dtype != dtype && !sharded) optimizer_->keep_working_copies(dtype);
   if (config_.schedule == ScheduleKind::warmup_cosine) {
     scheduler_ =
         std::make_unique<WarmupCosineLR>(*optimizer_, config_.lr, config_.warmup_steps, config_.steps, config_.min_lr);
@@ -177,7 +183,6 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
   step_options.eager_steps_before_capture = kEagerStepsBeforeCapture;
   step_options.num_classes = task_.train_data->num_classes();
   runner_ = std::make_unique<StepRunner>(backend_, *model_, *optimizer_, step_options, scaler_.get(), parallel_);
-  if (parallel_ != nullptr) parallel_->attach(model_->named_parameters());
   if (!config_.resume.empty()) resume(config_.resume);
 }
 
@@ -453,20 +458,22 @@ std::string Trainer::trace_path() const {
 void Trainer::save(const std::string& dir) {
   TL_PROFILE_SCOPE("checkpoint.save");
   if (parallel_ != nullptr) {
-    // The state is replicated: rank 0 writes once every rank has finished the step, and no rank
-    // goes on (or reads it) before the write, completion marker last, is done.
+    // Rank 0 writes once every rank has finished the step, and no rank goes on (or reads it)
+    // before the write, completion marker last, is done. Sharded optimiser state is gathered
+    // first: the checkpoint holds the whole state, as an unsharded run writes it.
+    StateDict optimizer_state = parallel_->gather_optimizer_state(optimizer_->state_dict());
     parallel_->barrier();
-    if (parallel_->rank() == 0) save_local(dir);
+    if (parallel_->rank() == 0) save_local(dir, optimizer_state);
     parallel_->barrier();
     return;
   }
-  save_local(dir);
+  save_local(dir, optimizer_->state_dict());
 }
 
-void Trainer::save_local(const std::string& dir) {
+void Trainer::save_local(const std::string& dir, const StateDict& optimizer_state) {
   Checkpoint checkpoint;
   checkpoint.model = model_->state_dict();
-  checkpoint.optimizer = optimizer_->state_dict();
+  checkpoint.optimizer = optimizer_state;
   checkpoint.scheduler = scheduler_->state_dict();
   checkpoint.loader = loader_->state_dict();
   checkpoint.trainer.integers["step"] = step_;
@@ -515,7 +522,8 @@ void Trainer::resume(const std::string& dir) {
   std::int64_t scaler_skipped = 0;
   try {
     model_->load_state_dict(checkpoint.model);
-    optimizer_->load_state_dict(checkpoint.optimizer);
+    optimizer_->load_state_dict(parallel_ != nullptr ? parallel_->shard_optimizer_state(checkpoint.optimizer)
+                                                     : checkpoint.optimizer);
     scheduler_->load_state_dict(checkpoint.scheduler);
     loader_->load_state_dict(checkpoint.loader);
     generator_.set_state_string(checkpoint.trainer.string("generator", owner));

@@ -124,7 +124,7 @@ class Trainer {
   const TrainTask& task() const { return task_; }
 
  private:
-  void save_local(const std::string& dir);
+  void save_local(const std::string& dir, const StateDict& optimizer_state);
   std::string trace_path() const;
   void log_header(std::ostream& log) const;
   void log_summary(std::ostream& log, const TrainResult& result, std::int64_t run_steps) const;

@@ -119,6 +119,59 @@ TEST_CASE("ring matches MPI_Allreduce on random data within tolerance, identical
   }
 }
 
+TEST_CASE("reduce-scatter and all-gather, ring and native: chunk r at rank r, exact, the all-reduce's halves",
+          "[comm]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size(), r = world->rank();
+  for (std::int64_t n : {std::int64_t{1}, std::int64_t{P - 1}, std::int64_t{P}, std::int64_t{7}, std::int64_t{1000},
+                         std::int64_t{(1 << 18) + 3}}) {
+    INFO("n " << n << ", " << P << " ranks");
+    // The chunks tile the buffer, the first n % P one longer.
+    std::int64_t next = 0;
+    for (int c = 0; c < P; ++c) {
+      const ChunkRange chunk = shard_chunk(n, P, c);
+      CHECK(chunk.begin == next);
+      CHECK(chunk.count == n / P + (c < n % P ? 1 : 0));
+      next += chunk.count;
+    }
+    CHECK(next == n);
+    const ChunkRange mine = shard_chunk(n, P, r);
+    const auto values =
+        integers(n, 500 + static_cast<std::uint64_t>(r) * 13 + static_cast<std::uint64_t>(n), -100, 100);
+    std::vector<float> expected(values.begin(), values.end());
+    world->allreduce_native(expected.data(), n, DType::f32, ReduceOp::average);
+    for (Algorithm algorithm : {Algorithm::ring, Algorithm::native}) {
+      INFO(algorithm_name(algorithm));
+      std::vector<float> data(values.begin(), values.end());
+      reduce_scatter(*world, data.data(), n, DType::f32, ReduceOp::average, algorithm);
+      // Integer sums are exact; the average's 1/P scaling is one rounding, the same in both.
+      CHECK(std::memcmp(data.data() + mine.begin, expected.data() + mine.begin,
+                        static_cast<std::size_t>(mine.count) * sizeof(float)) == 0);
+      // The all-gather: every rank contributes its chunk (garbage elsewhere must not leak in).
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (i < mine.begin || i >= mine.begin + mine.count) data[static_cast<std::size_t>(i)] = -12345.0f;
+      }
+      allgather(*world, data.data(), n, DType::f32, algorithm);
+      CHECK(data == expected);
+    }
+    // On random data the ring's reduce-scatter is bit for bit its all-reduce's first half.
+    const auto noise = normals(n, 900 + static_cast<std::uint64_t>(r));
+    std::vector<float> whole(noise.begin(), noise.end()), half = whole;
+    ring_allreduce(*world, whole.data(), n, DType::f32, ReduceOp::average, RingOptions{4096});
+    ring_reduce_scatter(*world, half.data(), n, DType::f32, ReduceOp::average, RingOptions{4096});
+    CHECK(std::memcmp(half.data() + mine.begin, whole.data() + mine.begin,
+                      static_cast<std::size_t>(mine.count) * sizeof(float)) == 0);
+    ring_allgather(*world, half.data(), n, DType::f32, RingOptions{4096});
+    CHECK(half == whole);
+    // bf16 through the ring: f32 accumulation, rounded per hop, as the all-reduce does.
+    auto whole16 = make<bf16>(noise), half16 = whole16;
+    ring_allreduce(*world, whole16.data(), n, DType::bf16, ReduceOp::sum);
+    ring_reduce_scatter(*world, half16.data(), n, DType::bf16, ReduceOp::sum);
+    ring_allgather(*world, half16.data(), n, DType::bf16);
+    CHECK(std::memcmp(half16.data(), whole16.data(), half16.size() * sizeof(bf16)) == 0);
+  }
+}
+
 TEST_CASE("ring on sub-communicators", "[comm]") {
   auto world = MpiCommunicator::world();
   const int P = world->size();

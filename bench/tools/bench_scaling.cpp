@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   app.add_flag("--bind-compare", o.bind_compare,
                "weak-scaling efficiency at world 2 with --bind none (twice: the calibration pair) and core, "
                "interleaved, instead of the scaling tables");
+  app.add_option("--zero", o.zero,
+                 "ZeRO stage of the runs: 0 (replicated optimiser state) or 1 (sharded); 0,1 compares them side by "
+                 "side (weak scaling at each world >= 2, interleaved) instead of the scaling tables")
+      ->capture_default_str();
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_scaling")) return *status;
