@@ -47,6 +47,8 @@ Tensor autocast_low(const Tensor& t) {
   return t.to(current);
 }
 
+const WorkingCopies* autocast_working_copies() { return current_copies; }
+
 Tensor autocast_f32(const Tensor& t) {
   return autocast_enabled() && t.defined() && (t.dtype() == DType::bf16 || t.dtype() == DType::f16) ? t.to(DType::f32)
                                                                                                     : t;

@@ -42,6 +42,9 @@ class AutocastGuard {
 
 // The low-precision dtype in force on this thread, or f32 when autocast is off.
 DType autocast_dtype();
+// The working copies in force on this thread (null when none): with autocast_dtype(), what an
+// activation recomputation restores to run the forward again as it ran.
+const WorkingCopies* autocast_working_copies();
 bool autocast_enabled();
 // t cast to the autocast dtype when autocast is on and t is f32; otherwise t itself.
 Tensor autocast_low(const Tensor& t);

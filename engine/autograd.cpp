@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/autocast.h"
+#include "engine/memory_usage.h"
 #include "engine/profiler.h"
 
 namespace trainlab {
@@ -71,23 +73,40 @@ Tensor record(Tensor output, const char* name, const std::vector<Tensor>& inputs
   return Tensor(std::move(impl));
 }
 
-void run_backward(const Tensor& root, const Tensor& seed) {
-  NoGradGuard no_grad;  // gradients are not themselves differentiated
+namespace {
+
+// Reverse mode from the node `root_fn` with the seed gradient `seed`. Leaves' gradients are added
+// to .grad (and their hooks fired), or, with `capture`, stored there instead.
+void backward_nodes(const std::shared_ptr<Node>& root_fn, Tensor seed,
+                    std::unordered_map<TensorImpl*, Tensor>* capture);
+
+void backward_from(const Tensor& root, Tensor seed, std::unordered_map<TensorImpl*, Tensor>* capture) {
   TL_CHECK(root.requires_grad(),
            "backward: the output does not require grad (no input of its graph requires grad, "
            "or it was computed under NoGradGuard)");
   if (root.is_leaf()) {
+    NoGradGuard no_grad;
     Tensor param(root.impl());
+    if (capture != nullptr) {
+      (*capture)[root.impl().get()] = seed;
+      return;
+    }
     accumulate_leaf_grad(param, seed);
     for (auto& hook : root.impl()->grad_ready_hooks) hook(param);
     return;
   }
+  backward_nodes(root.grad_fn(), std::move(seed), capture);
+}
+
+void backward_nodes(const std::shared_ptr<Node>& root_fn, Tensor seed,
+                    std::unordered_map<TensorImpl*, Tensor>* capture) {
+  NoGradGuard no_grad;  // gradients are not themselves differentiated
 
   // Collect the reachable part of the tape and count, per leaf, the edges still to deliver.
   std::vector<Node*> nodes;
   std::unordered_set<Node*> seen;
   std::unordered_map<TensorImpl*, int> pending;
-  std::vector<Node*> stack{root.grad_fn().get()};
+  std::vector<Node*> stack{root_fn.get()};
   seen.insert(stack.back());
   while (!stack.empty()) {
     Node* node = stack.back();
@@ -105,7 +124,7 @@ void run_backward(const Tensor& root, const Tensor& seed) {
 
   std::unordered_map<Node*, Tensor> node_grads;
   std::unordered_map<TensorImpl*, Tensor> leaf_grads;
-  node_grads[root.grad_fn().get()] = seed;
+  node_grads[root_fn.get()] = std::move(seed);
 
   auto deliver_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor* contribution) {
     if (contribution) sum_into(leaf_grads[leaf.get()], *contribution);
@@ -113,6 +132,10 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     // Final for this backward: add to .grad (which persists across backward calls) and announce.
     Tensor param(leaf);
     auto it = leaf_grads.find(leaf.get());
+    if (capture != nullptr) {
+      if (it != leaf_grads.end()) (*capture)[leaf.get()] = it->second;
+      return;
+    }
     if (it != leaf_grads.end()) {  // else no path delivered a gradient: .grad is unchanged (maybe undefined)
       accumulate_leaf_grad(param, it->second);
       leaf_grads.erase(it);
@@ -124,7 +147,8 @@ void run_backward(const Tensor& root, const Tensor& seed) {
     auto it = node_grads.find(node);
     std::vector<Tensor> input_grads;
     if (it != node_grads.end()) {
-      const Tensor grad_output = it->second;
+      // The only handle to the gradient from here on (see BackwardFn: a backward may release it).
+      Tensor grad_output = std::move(it->second);
       node_grads.erase(it);
       std::vector<bool> needs;
       for (const auto& edge : node->inputs) needs.push_back(edge.connected());
@@ -155,6 +179,70 @@ void run_backward(const Tensor& root, const Tensor& seed) {
       }
     }
   }
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& seed) { backward_from(root, seed, nullptr); }
+
+namespace {
+
+std::vector<Tensor> captured_for(const std::unordered_map<TensorImpl*, Tensor>& captured,
+                                 const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out;
+  for (const Tensor& input : inputs) {
+    auto it = input.defined() ? captured.find(input.impl().get()) : captured.end();
+    out.push_back(it != captured.end() ? it->second : Tensor());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Tensor> gradients(const Tensor& root, const Tensor& seed, const std::vector<Tensor>& inputs) {
+  std::unordered_map<TensorImpl*, Tensor> captured;
+  backward_from(root, seed, &captured);
+  return captured_for(captured, inputs);
+}
+
+Tensor checkpoint(const std::string& name, const std::function<Tensor(const Tensor&)>& block, const Tensor& x,
+                  const std::vector<Tensor>& parameters) {
+  bool any = x.requires_grad();
+  for (const Tensor& p : parameters) any = any || p.requires_grad();
+  if (!GradMode::enabled() || !any) return block(x);
+  // The forward as it would run (recorded, so every op takes its training path), its graph
+  // dropped with the handle: only x, kept by this node, survives.
+  const Tensor output = block(x.detach()).detach();
+  const DType dtype = autocast_dtype();
+  const WorkingCopies* copies = autocast_working_copies();
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), parameters.begin(), parameters.end());
+  return record(output, name.c_str(), inputs,
+                [block, x, parameters, dtype, copies, name](const Tensor& grad_output, const std::vector<bool>& needs) {
+                  TL_PROFILE_SCOPE("recompute");
+                  std::vector<Tensor> leaves{x.detach()};
+                  if (needs[0]) leaves[0].set_requires_grad(true);
+                  leaves.insert(leaves.end(), parameters.begin(), parameters.end());
+                  Tensor again;
+                  {
+                    GradModeGuard grad_on(true);
+                    AutocastGuard autocast(dtype, copies);
+                    MemoryCategoryScope category(MemoryCategory::activations);
+                    again = block(leaves[0]);
+                  }
+                  TL_CHECK(again.requires_grad(), name + ": the recomputed block does not depend on its inputs");
+                  // Neither the block's output values nor this node's hold on the seed are needed
+                  // past this point: both are released, so recomputation holds no more than the
+                  // plain backward does (see BackwardFn).
+                  const std::shared_ptr<Node> root = again.grad_fn();
+                  TL_CHECK(root != nullptr, name + ": the recomputed block returned one of its inputs");
+                  again = Tensor();
+                  Tensor seed = grad_output;
+                  const_cast<Tensor&>(grad_output) = Tensor();
+                  std::unordered_map<TensorImpl*, Tensor> captured;
+                  backward_nodes(root, std::move(seed), &captured);
+                  return captured_for(captured, leaves);
+                });
 }
 
 }  // namespace trainlab

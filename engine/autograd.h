@@ -39,8 +39,22 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Grad mode set for a scope (recomputation turns it back on inside a backward).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled) : previous_(GradMode::enabled()) { GradMode::set_enabled(enabled); }
+  ~GradModeGuard() { GradMode::set_enabled(previous_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Gradients with respect to the inputs, given the gradient of the output. needs[i] says whether
-// input i wants one; an entry may be left undefined when it does not.
+// input i wants one; an entry may be left undefined when it does not. The engine passes its only
+// handle to grad_output, so a backward that is done with it early may release it (checkpoint
+// does, before its recomputed backward runs, by assigning an empty Tensor through a const_cast).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output, const std::vector<bool>& needs)>;
 
 struct Edge {
@@ -64,5 +78,18 @@ Tensor record(Tensor output, const char* name, const std::vector<Tensor>& inputs
 // Runs reverse mode from `root` with the given seed gradient (the implementation of
 // Tensor::backward).
 void run_backward(const Tensor& root, const Tensor& seed);
+
+// The gradients of `root` (seeded with `seed`) with respect to the leaves `inputs`, returned
+// (undefined where no path reaches one) instead of added to their .grad; no hook fires.
+std::vector<Tensor> gradients(const Tensor& root, const Tensor& seed, const std::vector<Tensor>& inputs);
+
+// Activation recomputation (PyTorch's torch.utils.checkpoint). Runs block(x) and keeps only x:
+// the tensors the block's ops save for backward are dropped as soon as it returns. Backward runs
+// the block again on x, under the autocast it first ran in (the same kernels on the same values,
+// so the same activations) and differentiates that, handing x and `parameters` (the leaves the
+// block reads) the very gradients a plain backward would have. With grad mode off, or nothing
+// requiring grad, it is block(x).
+Tensor checkpoint(const std::string& name, const std::function<Tensor(const Tensor&)>& block, const Tensor& x,
+                  const std::vector<Tensor>& parameters);
 
 }  // namespace trainlab

@@ -207,6 +207,10 @@ const std::vector<ConfigField>& config_fields() {
                                {{"nchw", MemoryFormat::contiguous}, {"nhwc", MemoryFormat::channels_last}},
                                "activation memory layout (nhwc: channels_last)"),
       bool_field("fuse", &TrainConfig::fuse, "conv/linear with bias and ReLU fused into one kernel call"),
+      enum_field<Recompute>("recompute", &TrainConfig::recompute,
+                            {{"none", Recompute::none}, {"convs", Recompute::convs}, {"all", Recompute::all}},
+                            "activation recomputation: keep only block boundaries in forward and recompute the rest "
+                            "in backward (convs: the conv blocks; all: every block)"),
       bool_field("pin_memory", &TrainConfig::pin_memory,
                  "page-locked loader buffers (a backend with pinned uploads: cuda)"),
       bool_field("tf32", &TrainConfig::tf32, "TF32 math for f32 matmuls (a backend with TF32: cuda)"),

@@ -12,6 +12,7 @@
 
 #include "backends/dtype.h"
 #include "engine/distributed.h"
+#include "engine/nn.h"
 #include "engine/state_dict.h"
 #include "engine/tensor.h"
 
@@ -47,6 +48,7 @@ struct TrainConfig {
   DType dtype = DType::f32;                        // f32 | f64 | bf16 | f16 (autocast, f32 masters; f16 scaled)
   MemoryFormat layout = MemoryFormat::contiguous;  // nchw | nhwc (channels_last activations)
   bool fuse = false;                               // conv/linear with bias and ReLU in one kernel call
+  Recompute recompute = Recompute::none;           // activation recomputation: none | convs | all
   bool pin_memory = false;  // page-locked loader buffers for host-to-device copies (a backend with PinnedUploads)
   bool tf32 = false;        // TF32 tensor-core math for f32 matmuls (a backend with MathModes)
   bool cuda_graph = false;  // forward and backward captured once as device graphs, then replayed

@@ -56,10 +56,12 @@ std::string step_memory_table(const StepMemoryReport& r) {
   };
   const TrainingMemoryEstimate& e = r.estimate;
   std::string out = fmt::format(
-      "{} ({} parameters) on {}, batch {}, {}, {}{}, optimizer {}: one training step after {} warm-up steps, "
+      "{} ({} parameters) on {}, batch {}, {}, {}{}{}, optimizer {}: one training step after {} warm-up steps, "
       "tensor bytes by category (MiB; measured: each category's own peak over the step)\n\n",
       r.model, r.parameters, r.backend, r.config.batch, dtype_name(r.config.dtype), memory_format_name(r.config.layout),
-      r.config.fuse ? ", fused" : "", optimizer_name(r.config.optimizer), r.config.warmup);
+      r.config.fuse ? ", fused" : "",
+      r.config.recompute != Recompute::none ? std::string(", recompute ") + recompute_name(r.config.recompute) : "",
+      optimizer_name(r.config.optimizer), r.config.warmup);
   out += "| category | estimated | measured peak | estimate vs measured |\n|---|---|---|---|\n";
   out += row(MemoryCategory::parameters, e.parameters, true);
   out += row(MemoryCategory::gradients, e.gradients, true);
@@ -82,9 +84,16 @@ std::string step_memory_table(const StepMemoryReport& r) {
         mib(measured_peak), memory_phase_name(r.measured.peak_phase),
         measured_peak > 0 ? 100.0 * (e.peak() - measured_peak) / measured_peak : 0.0);
     out += fmt::format(
-        "activations: {} MiB saved for backward when the forward ends, {} MiB at most during it (at {}); backward "
-        "workspaces at most at {}\n",
-        mib(e.chain.saved), mib(e.chain.forward_peak), e.chain.forward_peak_at, e.chain.workspace_peak_at);
+        "activations: {} MiB saved for backward when the forward ends (measured {} MiB), {} MiB at most during it "
+        "(at {}); backward workspaces at most at {}\n",
+        mib(e.chain.saved), mib(static_cast<double>(r.measured.activations_after_forward)), mib(e.chain.forward_peak),
+        e.chain.forward_peak_at, e.chain.workspace_peak_at);
+    if (r.config.recompute != Recompute::none) {
+      out += fmt::format(
+          "recompute {}: the estimate does not model recomputation (it is the estimate without it); the measured "
+          "column is the run with it\n",
+          recompute_name(r.config.recompute));
+    }
   } else {
     out += fmt::format(
         "{} does not describe its forward (Module::memory_chain): activations and workspaces are "

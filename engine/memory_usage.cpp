@@ -106,6 +106,14 @@ void reset_memory_peaks(DeviceType device) {
   u.at_peak = u.live;
   u.total_peak = u.total_live;
   u.peak_phase = static_cast<MemoryPhase>(current_phase.load());
+  u.activations_after_forward = 0;
+}
+
+void note_forward_end(DeviceType device) {
+  Book& b = book();
+  std::lock_guard lock(b.mutex);
+  MemoryUsage& u = b.usage[device_slot(device)];
+  u.activations_after_forward = std::max(u.activations_after_forward, u.live[slot(MemoryCategory::activations)]);
 }
 
 void memory_allocated(DeviceType device, MemoryCategory category, std::int64_t bytes) {
@@ -167,6 +175,7 @@ std::string memory_usage_json(const MemoryUsage& u, DeviceType device) {
   const nlohmann::json j = {{"device", device == DeviceType::cuda ? "cuda" : "cpu"},
                             {"total_peak_bytes", u.total_peak},
                             {"peak_phase", memory_phase_name(u.peak_phase)},
+                            {"activations_after_forward_bytes", u.activations_after_forward},
                             {"peak_bytes", peak},
                             {"at_peak_bytes", at_peak}};
   return j.dump();

@@ -76,12 +76,17 @@ struct MemoryUsage {  // bytes, of one device type
   std::array<std::int64_t, kMemoryCategories> at_peak{};  // the breakdown when the total peaked
   std::int64_t total_live = 0, total_peak = 0;
   MemoryPhase peak_phase = MemoryPhase::outside_step;  // where the total peaked
+  // Activations live when a forward ended (what is held for backward), the largest since the
+  // peaks were reset: what recomputation lowers even when it cannot lower the peak.
+  std::int64_t activations_after_forward = 0;
   std::int64_t peak_of(MemoryCategory c) const { return peak[static_cast<std::size_t>(index(c))]; }
   std::int64_t live_of(MemoryCategory c) const { return live[static_cast<std::size_t>(index(c))]; }
 };
 MemoryUsage memory_usage(DeviceType device);
 // Every peak (per category and total) set to what is live now, so the next peaks are a step's own.
 void reset_memory_peaks(DeviceType device);
+// Called by the step when a forward has ended: updates activations_after_forward.
+void note_forward_end(DeviceType device);
 
 // The bookkeeping, for code that allocates outside tensors (a communicator's buffers): an
 // allocation counted here must be freed here with the same device, category and bytes.

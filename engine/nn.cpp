@@ -6,6 +6,24 @@
 
 namespace trainlab {
 
+const char* recompute_name(Recompute mode) {
+  switch (mode) {
+    case Recompute::none:
+      return "none";
+    case Recompute::convs:
+      return "convs";
+    case Recompute::all:
+      return "all";
+  }
+  return "?";
+}
+
+void Module::set_recompute(Recompute mode) {
+  TL_CHECK(mode == Recompute::none, std::string("recompute: ") + recompute_name(mode) +
+                                        " needs a model that marks blocks to recompute; this one does not (use "
+                                        "recompute: none)");
+}
+
 // ---- Module ----
 
 void Module::collect(const std::string& prefix, NamedTensors& out) const {

@@ -17,6 +17,11 @@
 
 namespace trainlab {
 
+// Activation recomputation (`recompute`): none; the convolution blocks; every block. A model
+// marks its blocks with checkpoint() (engine/autograd.h); which blocks a level covers is its own.
+enum class Recompute { none, convs, all };
+const char* recompute_name(Recompute mode);  // "none", "convs", "all"
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -43,6 +48,10 @@ class Module {
     return {};
   }
   void eval() { train(false); }
+  // The recomputation level. The default supports only none: a model without blocks marked for
+  // recomputation refuses the others, naming them.
+  virtual void set_recompute(Recompute mode);
+  virtual Recompute recompute() const { return Recompute::none; }
   bool is_training() const { return training_; }
 
  protected:

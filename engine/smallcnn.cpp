@@ -1,5 +1,11 @@
 #include "engine/smallcnn.h"
 
+#include <functional>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+
 namespace trainlab {
 
 SmallCNN::SmallCNN(const InitOptions& init) {
@@ -13,17 +19,26 @@ Tensor SmallCNN::forward(const Tensor& x) {
   TL_CHECK(x.dim() == 4 && x.size(1) == kChannels && x.size(2) == kHeight && x.size(3) == kWidth,
            "SmallCNN: input must be [N, 3, 32, 32], got " + shape_str(x.shape()));
   const Pool2dOptions pool = Pool2dOptions::square(2);
-  if (fused_) {
-    Tensor h = max_pool2d(conv2d_fused(x, conv1->weight, conv1->bias, true, conv1->options), pool);
-    h = max_pool2d(conv2d_fused(h, conv2->weight, conv2->bias, true, conv2->options), pool);
-    h = linear_fused(h.flatten(1), fc1->weight, fc1->bias, true);
-    return linear_fused(h, fc2->weight, fc2->bias, false);
-  }
-  Tensor h = max_pool2d(relu(conv1->forward(x)), pool);
-  h = max_pool2d(relu(conv2->forward(h)), pool);
-  h = h.flatten(1);
-  h = relu(fc1->forward(h));
-  return fc2->forward(h);
+  auto conv_block = [this, pool](const Conv2d& conv) {
+    return [this, pool, &conv](const Tensor& in) {
+      return fused_ ? max_pool2d(conv2d_fused(in, conv.weight, conv.bias, true, conv.options), pool)
+                    : max_pool2d(relu(conv2d(in, conv.weight, conv.bias, conv.options)), pool);
+    };
+  };
+  auto classifier = [this](const Tensor& in) {
+    const Tensor h = in.flatten(1);
+    if (fused_) return linear_fused(linear_fused(h, fc1->weight, fc1->bias, true), fc2->weight, fc2->bias, false);
+    return fc2->forward(relu(fc1->forward(h)));
+  };
+  // A block recomputed in backward keeps only its input (engine/autograd.h, checkpoint).
+  auto run = [](bool recomputed, const char* name, const std::function<Tensor(const Tensor&)>& block, const Tensor& in,
+                const std::vector<Tensor>& parameters) {
+    return recomputed ? checkpoint(name, block, in, parameters) : block(in);
+  };
+  const bool convs = recompute_ != Recompute::none, all = recompute_ == Recompute::all;
+  Tensor h = run(convs, "recompute(conv1 block)", conv_block(*conv1), x, {conv1->weight, conv1->bias});
+  h = run(convs, "recompute(conv2 block)", conv_block(*conv2), h, {conv2->weight, conv2->bias});
+  return run(all, "recompute(classifier)", classifier, h, {fc1->weight, fc1->bias, fc2->weight, fc2->bias});
 }
 
 double SmallCNN::flop_per_sample(bool forward_only) {

@@ -21,6 +21,10 @@ class SmallCNN : public Module {
   explicit SmallCNN(const InitOptions& init);
   Tensor forward(const Tensor& x) override;
   void set_fused(bool fused) { fused_ = fused; }
+  // convs: each conv block (conv, ReLU, pool) keeps only its input and is recomputed in backward;
+  // all: the classifier (flatten, fc1, ReLU, fc2) too.
+  void set_recompute(Recompute mode) override { recompute_ = mode; }
+  Recompute recompute() const override { return recompute_; }
   bool fused() const { return fused_; }
   // Floating-point operations per sample (2 x the multiply-adds of the convolutions and linears):
   // the forward, and for training also the backward-data of every layer but the first and the
@@ -34,6 +38,7 @@ class SmallCNN : public Module {
 
  private:
   bool fused_ = false;
+  Recompute recompute_ = Recompute::none;
 };
 
 }  // namespace trainlab

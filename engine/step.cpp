@@ -184,6 +184,7 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
       MemoryCategoryScope category(MemoryCategory::activations);
       loss = forward_loss(batch.images, batch.labels);
     }
+    note_forward_end(backend_.device_type());
     const bool sync = micro + 1 == options_.accumulate;
     if (parallel_ != nullptr) parallel_->begin_backward(sync);
     {

@@ -133,6 +133,7 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
 
   model_ = task_.make_model(InitOptions{&generator_, param_dtype, &backend_});
   TL_CHECK(model_ != nullptr, "trainer: the task's model factory returned no model");
+  model_->set_recompute(config_.recompute);
   // Data parallel: the replicas start from rank 0's parameters, and with sharded optimiser state
   // (zero: 1) this rank's optimiser is built over its pieces of them.
   if (parallel_ != nullptr) parallel_->attach(model_->named_parameters());

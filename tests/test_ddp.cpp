@@ -373,3 +373,24 @@ TEST_CASE("ZeRO-1 refuses f16 (its loss scaler would see one shard) and an unkno
   REQUIRE_THROWS_WITH(Trainer(config, &ddp), Catch::Contains("f16 with zero: 1"));
   world->barrier();
 }
+
+TEST_CASE("recompute under DDP and ZeRO-1: the gradient hooks fire through recomputed blocks, same bits", "[ddp]") {
+  auto world = MpiCommunicator::world();
+  for (int zero : {0, 1}) {
+    INFO("zero " << zero);
+    TrainConfig config = ddp_config();
+    DdpOptions options;
+    options.algorithm = Algorithm::ring;
+    options.bucket_cap_mb = 0.05;
+    options.first_bucket_mb = 0.01;
+    options.zero = zero;
+    Ddp plain_ddp(*world, options);
+    Trainer plain(config, &plain_ddp);
+    plain.train(nullptr);
+    config.recompute = Recompute::all;
+    Ddp recomputed_ddp(*world, options);
+    Trainer recomputed(config, &recomputed_ddp);
+    recomputed.train(nullptr);
+    CHECK(checksum(recomputed.model().named_parameters()) == checksum(plain.model().named_parameters()));
+  }
+}

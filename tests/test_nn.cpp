@@ -2,6 +2,7 @@
 // SmallCNN's forward against an independent direct computation (no im2col, no shared code).
 #include <cmath>
 
+#include "backends/registry.h"
 #include "engine/autocast.h"
 #include "engine/nn.h"
 #include "test_util.h"
@@ -245,6 +246,44 @@ TEST_CASE("SmallCNN: bf16 autocast tracks f32 and keeps f32 master weights and g
   }
   CHECK(relative_error(bf16.logits.to(DType::f32), f32.logits) < 2e-2);
   CHECK_FALSE(autocast_enabled());
+}
+
+TEST_CASE("recompute: gradients bit-identical to the plain backward, on every backend, f32 and bf16", "[nn]") {
+  for (const BackendInfo& info : registered_backends()) {
+    if (info.device_type != DeviceType::cpu) continue;  // the cuda backend's run is the GPU check's
+    Backend& be = get_backend(info.name);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      if (!be.supports(dtype)) continue;
+      for (bool fused : {false, true}) {
+        for (MemoryFormat layout : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+          INFO(info.name << " " << dtype_name(dtype) << (fused ? " fused" : "") << " "
+                         << (layout == MemoryFormat::channels_last ? "channels_last" : "nchw"));
+          Generator gen(8);
+          SmallCNN model(InitOptions{&gen, DType::f32, &be});
+          model.set_fused(fused);
+          const Tensor x = Tensor::normal({6, 3, 32, 32}, gen, DType::f32, be).contiguous(layout);
+          const Tensor y = Tensor::from_vector(std::vector<std::int64_t>{1, 4, 9, 0, 2, 7}, {6}, be);
+          AutocastGuard autocast(dtype);
+          const Step plain = forward_backward(model, x, y);
+          for (Recompute mode : {Recompute::convs, Recompute::all}) {
+            INFO("recompute " << recompute_name(mode));
+            model.set_recompute(mode);
+            const Step again = forward_backward(model, x, y);
+            CHECK(bitwise_equal(again.logits, plain.logits));
+            for (std::size_t i = 0; i < plain.grads.size(); ++i) CHECK(bitwise_equal(again.grads[i], plain.grads[i]));
+          }
+          model.set_recompute(Recompute::none);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("recompute: a model without blocks refuses convs and all, naming them", "[nn]") {
+  Generator gen(9);
+  Linear layer(4, 2, InitOptions{&gen, DType::f32, &ref()});
+  layer.set_recompute(Recompute::none);
+  REQUIRE_THROWS_CONTAINING(layer.set_recompute(Recompute::convs), "recompute: convs", "recompute: none");
 }
 
 TEST_CASE("ops: shape errors name the op and both shapes", "[nn][ops]") {

@@ -407,7 +407,7 @@ int cli_main(int argc, char** argv) {
   MemoryOptions memory_options;
   memory->add_option("--config", memory_options.config, "a train config (YAML) whose step to measure")
       ->check(CLI::ExistingFile);
-  for (const char* key : {"batch", "dtype", "layout", "fuse", "backend", "threads"}) {
+  for (const char* key : {"batch", "dtype", "layout", "fuse", "recompute", "backend", "threads"}) {
     const ConfigField& field = config_field(key);
     auto* option = memory->add_option(field.flag, memory_options.overrides[key],
                                       "with --config: " + field.help + " [" + field.allowed + "]");
