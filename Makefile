@@ -6,7 +6,7 @@ PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
 BUILD_DIR := build
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report accuracy pinning clean format check-format fuzz
+.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report accuracy pinning memory clean format check-format fuzz
 
 all: build
 
@@ -88,6 +88,13 @@ accuracy: build
 
 pinning: build
 	@$(BUILD_DIR)/bin/pinning --contend $(CONTEND)
+	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
+
+# The memory study (studies/memory): batch x recompute x ZeRO stage over 2 ranks, memory per rank by
+# category and step time, repeats interleaved, the control twice (the noise floor); rows appended to
+# results/ledger_cpu.jsonl, then REPORT.md with its table and figure.
+memory: build
+	@scripts/mpirun -np 2 $(BUILD_DIR)/bin/memory_study
 	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
 
 # REPORT.md and its figure from the ledger alone.

@@ -12,6 +12,7 @@
 #include "backends/error.h"
 #include "bench/cost_study.h"
 #include "bench/ladder.h"
+#include "bench/memory_study.h"
 #include "bench/pinning_study.h"
 #include "bench/render.h"
 #include "engine/fileio.h"
@@ -190,6 +191,34 @@ std::optional<Section> pinning_section(const Ledger::Loaded& loaded) {
   section.marker = "pinning";
   section.readme_intro = "from run `" + run_id + "` on " + measured_on(rows.front());
   section.readme_table = readme.str();
+  return section;
+}
+
+std::optional<Section> memory_section(const Ledger::Loaded& loaded) {
+  const auto [run_id, rows] = latest_run(loaded, "memory_repeat");
+  if (run_id.empty()) return std::nullopt;
+  const MemoryAnalysis analysis = analyse_memory(memory_arms_from_rows(rows));
+  const json& first = rows.front();
+  const json& config = first.at("config");
+  Section section;
+  section.first_row = first;
+  const std::string figure = "figures/memory_" + run_id + ".svg";
+  std::ostringstream md;
+  md << fmt::format(
+      "\n## Memory: batch x recompute x ZeRO\n\nRun `{}` of `studies/memory` on {}: DDP over {} ranks, {}, optimizer "
+      "{}; each arm {} steps of which {} warm-up excluded, {} repeats interleaved. Memory: tensor bytes by category "
+      "(the engine's accounting), the largest rank's; step: the slowest rank's median measured step.\n\n",
+      run_id, measured_on(first), config.value("world", 0), config.value("dtype", std::string("?")),
+      config.value("optimizer", std::string("?")), config.value("steps", 0), config.value("warmup_steps_excluded", 0),
+      analysis.arms.empty() ? 0 : analysis.arms.front().step_ms.size());
+  md << memory_table(analysis, true) << "\n" << memory_findings(analysis);
+  md << "\n![peak bytes by category, and peak against step time](" << figure << ")\n";
+  section.markdown = md.str();
+  section.figures.emplace_back(figure,
+                               memory_svg(analysis, "Memory per rank: batch x recompute x ZeRO (run " + run_id + ")"));
+  section.marker = "memory";
+  section.readme_intro = "from run `" + run_id + "` on " + measured_on(first);
+  section.readme_table = memory_table(analysis, true) + "\n" + memory_findings(analysis);
   return section;
 }
 
@@ -388,7 +417,8 @@ std::string write_report(const ReportOptions& options) {
   add("ladder", [&] { return ladder_section(options, loaded); });
   add("cost", [&] { return cost_section(loaded); });
   add("pinning", [&] { return pinning_section(loaded); });
-  TL_CHECK(!sections.empty(), "report: '" + options.ledger_path + "' holds no ladder, cost or pinning run");
+  add("memory", [&] { return memory_section(loaded); });
+  TL_CHECK(!sections.empty(), "report: '" + options.ledger_path + "' holds no ladder, cost, pinning or memory run");
 
   const json& first = sections.front().first_row;
   std::ostringstream md;
@@ -432,7 +462,7 @@ std::string write_report(const ReportOptions& options) {
       replaced = true;
     }
     TL_CHECK(replaced, "report: '" + options.readme_path +
-                           "' has none of the <!-- ladder|cost|pinning:begin --> ... "
+                           "' has none of the <!-- ladder|cost|pinning|memory:begin --> ... "
                            "<!-- ...:end --> markers for this ledger's runs");
     write_file_atomic(options.readme_path, readme);
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The two seed-000 studies end to end in their --quick forms: bad input refused with a one-line
-# error (exit 2), a quick run's rows in a fresh ledger, and bench_report's section from that ledger.
-#   studies_test.sh cost|pinning <driver> <source dir> [bench_report]
+# The studies end to end in their --quick forms: bad input refused with a one-line error (exit 2),
+# a quick run's rows in a fresh ledger, and bench_report's section from that ledger.
+#   studies_test.sh cost|pinning|memory <driver> <source dir> [bench_report]
 set -uo pipefail
 which=$1 driver=$2 src=$3 report=${4:-$(dirname "$2")/bench_report}
 tmp=$(mktemp -d)
@@ -51,6 +51,24 @@ case $which in
     [ -s "$tmp/pinned.json" ] || fail "no trace of pinned_split"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## CPU pinning" "$tmp/REPORT.md" || fail "no pinning section in the report"
+    ;;
+  memory)
+    # Under MPI (scripts/mpirun): a refusal ends the job, naming the bad value.
+    mpirun=$src/scripts/mpirun
+    "$mpirun" -np 2 "$driver" --quick --no-ledger --zero 2 >"$tmp/out" 2>&1 && fail "--zero 2 was accepted"
+    grep -q "'2' is not a stage DDP runs" "$tmp/out" || fail "--zero 2: $(cat "$tmp/out")"
+    "$mpirun" -np 1 "$driver" --quick --no-ledger >"$tmp/out" 2>&1 && fail "zero 1 at one rank was accepted"
+    grep -q "launch at least 2" "$tmp/out" || fail "one rank: $(cat "$tmp/out")"
+    "$mpirun" -np 2 "$driver" --quick --no-ledger --batches 33 >"$tmp/out" 2>&1 && fail "--batches 33 was accepted"
+    grep -q "'33' is not a whole number that splits over the 2 ranks" "$tmp/out" || fail "--batches 33: $(cat "$tmp/out")"
+    "$mpirun" -np 2 "$driver" --quick --ledger "$ledger" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "quick run failed"; }
+    cat "$tmp/out"
+    grep -q "separability_test_valid: " "$tmp/out" || fail "no separability_test_valid line"
+    grep -q "| batch | recompute | zero |" "$tmp/out" || fail "no table"
+    [ "$(grep -c '"kind":"memory_repeat"' "$ledger")" -eq 18 ] || fail "expected 18 memory_repeat rows"
+    "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
+    grep -q "^## Memory: batch x recompute x ZeRO" "$tmp/REPORT.md" || fail "no memory section in the report"
+    ls "$tmp"/figures/memory_*.svg >/dev/null || fail "no memory figure"
     ;;
   *) fail "unknown study $which" ;;
 esac

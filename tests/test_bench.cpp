@@ -12,6 +12,7 @@
 
 #include "bench/ladder.h"
 #include "bench/ledger.h"
+#include "bench/memory_study.h"
 #include "bench/report.h"
 #include "bench/stats.h"
 #include "engine/fileio.h"
@@ -258,6 +259,54 @@ TEST_CASE("statistics: medians, separability and the calibration arms", "[bench]
   CHECK(std::string(verdict_text(Verdict::no_conclusion)) == "NO CONCLUSION");
   // One repeat per side: no verdict at all.
   CHECK(verdict(summarize({200}), summarize({100}), std::nullopt) == Verdict::too_few_repeats);
+}
+
+TEST_CASE("memory study: effects against each batch's control, in units of the noise floor", "[bench]") {
+  // Made-up rows: the control twice (medians 10.5 and 11.3 ms, ranges overlapping: a 7.3% floor),
+  // recompute convs 28.6% slower with a smaller peak, zero 1 inside the floor with less optimizer state.
+  auto row = [](const std::string& arm, std::int64_t batch, const std::string& recompute, int zero, double step_s,
+                std::int64_t peak, std::int64_t optimizer_state) {
+    json r;
+    r["kind"] = "memory_repeat";
+    r["status"] = "ok";
+    r["arm"] = arm;
+    r["config"] = {{"batch", batch}, {"recompute", recompute}, {"zero", zero}};
+    r["step_s_median"] = step_s;
+    r["memory_per_rank"] = {{"peak_bytes", {{"optimizer_state", optimizer_state}}},
+                            {"at_peak_bytes", {{"activations", peak / 2}}},
+                            {"total_peak_bytes", peak},
+                            {"peak_phase", "backward"},
+                            {"activations_after_forward_bytes", peak / 4}};
+    return r;
+  };
+  std::vector<json> rows;
+  for (double jitter : {0.0, 0.0005, 0.0010}) {
+    rows.push_back(row("b64 none z0", 64, "none", 0, 0.0100 + jitter, 1000, 80));
+    rows.push_back(row("b64 none z0 again", 64, "none", 0, 0.0108 + jitter, 1000, 80));
+    rows.push_back(row("b64 convs z0", 64, "convs", 0, 0.0130 + jitter, 800, 80));
+    rows.push_back(row("b64 none z1", 64, "none", 1, 0.0104 + jitter, 960, 40));
+  }
+  const MemoryAnalysis a = analyse_memory(memory_arms_from_rows(rows));
+  REQUIRE(a.arms.size() == 4);
+  CHECK(a.arms[2].repeats_agree);
+  CHECK(a.calibration.valid);
+  CHECK(a.separability_test_valid);
+  CHECK(a.calibration.noise_floor_percent == Approx(100.0 * 0.8 / 10.9).epsilon(1e-6));
+  CHECK(a.control == std::vector<int>{0, 0, 0, 0});
+  CHECK(a.effects[2].step_percent == Approx(100.0 * (13.5 / 10.5 - 1.0)).epsilon(1e-6));
+  CHECK(a.effects[2].floor_multiple ==
+        Approx(100.0 * (13.5 / 10.5 - 1.0) / a.calibration.noise_floor_percent).epsilon(1e-6));
+  CHECK(a.effects[2].verdict == Verdict::separable);
+  CHECK(a.effects[2].peak_percent == Approx(-20.0));
+  CHECK(a.effects[3].verdict == Verdict::not_separable);
+  const std::string table = memory_table(a, true), findings = memory_findings(a);
+  CHECK(table.find("calibration pair") != std::string::npos);
+  CHECK(findings.find("recompute convs, zero 0: batch 64: peak 0.00 -> 0.00 MiB (-20.0%)") != std::string::npos);
+  CHECK(memory_svg(a, "t").find("</svg>") != std::string::npos);
+  // Without the pair there is no floor: refused, naming it.
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [](const json& r) { return r["arm"] == "b64 none z0 again"; }),
+             rows.end());
+  REQUIRE_THROWS_CONTAINING(analyse_memory(memory_arms_from_rows(rows)), "no calibration pair");
 }
 
 TEST_CASE("ladder: skipped and failed rungs appear in the ledger and the report", "[bench]") {
