@@ -111,7 +111,7 @@ std::string memory_table(const MemoryAnalysis& a, bool markdown) {
          mib(category(arm.at_peak, MemoryCategory::communication) + category(arm.at_peak, MemoryCategory::data)),
          mib(arm.activations_after_forward), against + (arm.repeats_agree ? "" : " (repeats' bytes differ)")});
   }
-  return render_table({"batch", "recompute", "zero", "step ms median (min-max)", "peak MiB (phase)",
+  return render_table({"global batch", "recompute", "zero", "step ms median (min-max)", "peak MiB (phase)",
                        "at peak: activations", "workspaces", "optimizer state", "params + grads", "comm + data",
                        "held after forward", "vs its batch's none/zero 0"},
                       rows, markdown);
@@ -269,14 +269,25 @@ std::string memory_svg(const MemoryAnalysis& a, const std::string& title) {
       svg << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="8" height="8" fill="{}"/>)", cx - 4, cy - 4, colour)
           << "\n";
     }
-    svg << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" fill="#555">b{}</text>)", cx + 6, cy - 4, arm.batch) << "\n";
+    if (a.control[i] == static_cast<int>(i))  // each batch named once, at its control
+      svg << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" fill="#555">batch {}</text>)", cx - 10, cy - 10, arm.batch)
+          << "\n";
   }
-  svg << fmt::format(R"(<text x="{}" y="{}">step ms (median, whisker min-max) -></text>)", plot_left, py + plot + 16)
+  // Axis ticks at a quarter of the range.
+  for (int t = 0; t <= 4; ++t) {
+    const double ms = slowest * t / 4, mib_v = top * t / 4;
+    svg << fmt::format(R"(<text x="{:.1f}" y="{}" text-anchor="middle" fill="#555">{:.0f}</text>)", px(ms),
+                       py + plot + 12, ms)
+        << fmt::format(R"(<text x="{}" y="{:.1f}" text-anchor="end" fill="#555">{:.0f}</text>)", plot_left - 4,
+                       pyv(mib_v) + 4, mib_v)
+        << "\n";
+  }
+  svg << fmt::format(R"(<text x="{}" y="{}">step ms (median, whisker min-max) -></text>)", plot_left, py + plot + 28)
       << "\n";
   svg << fmt::format(R"(<text x="{}" y="{}">peak MiB per rank</text>)", plot_left, py - 6) << "\n";
   svg << fmt::format(
              R"(<text x="{}" y="{}" fill="#555">recompute: none blue, convs orange, all red; zero 0 circle, zero 1 square</text>)",
-             plot_left, py + plot + 32)
+             plot_left, py + plot + 44)
       << "\n";
   svg << fmt::format(R"(<text x="10" y="{}" fill="#555">left: the peak's bytes by category (MiB, largest rank); )"
                      R"(noise floor {:.1f}% of the step time{}</text>)",

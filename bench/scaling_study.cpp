@@ -317,8 +317,11 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
             std::string against = a == 0 ? "control" : a == 1 ? "calibration pair" : "";
             if (a >= 2) {
               const auto v = bench::verdict(s, control, valid ? std::optional(calibration) : std::nullopt);
-              against = fmt::format("{:+.1f}%, {}", bench::effect_percent(s, control),
-                                    valid ? bench::verdict_text(v) : "NO CONCLUSION");
+              const double effect = bench::effect_percent(s, control);
+              against = fmt::format(
+                  "{:+.1f}% ({:.1f}x the floor), separable: {}", effect,
+                  calibration.noise_floor_percent > 0 ? std::abs(effect) / calibration.noise_floor_percent : 0.0,
+                  valid ? bench::verdict_text(v) : "NO CONCLUSION");
             }
             std::cout << fmt::format("| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.2f} | {:.2f} MiB | {:.2f} MiB | {} |\n",
                                      w, arms[a].name, s.median, s.min, s.max, 1e3 * comm,
