@@ -453,6 +453,17 @@ StateDict Ddp::shard_optimizer_state(const StateDict& full) {
   return trainlab::shard_optimizer_state(full, parameters(), pieces_of(comm_.rank()));
 }
 
+std::string Ddp::gradient_reduction() const {
+  const std::string dtype = dtype_name(dtype_);
+  // The ring adds in the buffer's dtype (bf16/f16 through f32); MPI_SUM and NCCL on f32/f64 likewise.
+  const std::string summed = options_.algorithm == Algorithm::ring
+                                 ? "summed in " + dtype + " by the hand-written ring, in one fixed order"
+                                 : "summed in " + dtype + " by " + comm_.backend() + "'s own collective";
+  return fmt::format("{} gradients, {}, averaged over {} rank{} ({}; the 1/world scale once, at the end)", dtype,
+                     summed, comm_.size(), comm_.size() == 1 ? "" : "s",
+                     options_.zero == 1 ? "reduce-scatter, then the updated parameters all-gathered" : "all-reduce");
+}
+
 std::string Ddp::describe() const {
   std::string sizes;
   for (const Bucket& bucket : buckets_) {

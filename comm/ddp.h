@@ -68,6 +68,7 @@ class Ddp final : public DataParallel {
   void barrier() override { comm_.barrier(); }
   double max_over_ranks(double value) override;
   std::string describe() const override;
+  std::string gradient_reduction() const override;
 
   bool shards_optimizer_state() const override { return options_.zero == 1; }
   NamedTensors optimizer_parameters() const override;

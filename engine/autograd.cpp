@@ -7,6 +7,7 @@
 
 #include "engine/autocast.h"
 #include "engine/memory_usage.h"
+#include "engine/precision_audit.h"
 #include "engine/profiler.h"
 
 namespace trainlab {
@@ -45,6 +46,7 @@ void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
 Tensor record(Tensor output, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
   if (!GradMode::enabled()) return output;
+  note_op_precision(name, inputs, output);  // the precision audit's record, when one is on
   bool any = false;
   for (const auto& input : inputs) any = any || input.requires_grad();
   if (!any) return output;

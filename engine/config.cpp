@@ -233,6 +233,11 @@ const std::vector<ConfigField>& config_fields() {
       string_field("resume", &TrainConfig::resume, "a checkpoint directory", "continue from this checkpoint"),
       bool_field("eval_at_end", &TrainConfig::eval_at_end, "held-out evaluation after the last step"),
       string_field("trace", &TrainConfig::trace, "a file path", "write a Chrome trace (Perfetto) of the run here"),
+      bool_field("audit", &TrainConfig::audit,
+                 "precision audit after the run: each op's dtypes, masters, optimiser state, the gradient reduction, "
+                 "the loss scaler, the finiteness checks, and an f32 run of the same seed beside it"),
+      string_field("audit_file", &TrainConfig::audit_file, "a file path",
+                   "with audit: also write the audit here as JSON"),
       int_field("accumulate", &TrainConfig::accumulate, 1, 4096,
                 "micro-steps per optimiser step (gradient accumulation; DDP communicates on the last only)"),
       double_field("bucket_cap_mb", &TrainConfig::bucket_cap_mb, 0.0, 4096.0, true,
@@ -327,6 +332,11 @@ void validate_config(const TrainConfig& config) {
   TL_CHECK(config.stop_at <= config.steps, "stop_at (" + std::to_string(config.stop_at) + ") must not exceed steps (" +
                                                std::to_string(config.steps) + ")");
   TL_CHECK(config.save_every == 0 || !config.save.empty(), "save_every needs a save directory (--save DIR)");
+  TL_CHECK(config.audit_file.empty() || config.audit, "audit_file needs audit (--audit)");
+  TL_CHECK(!config.audit || config.resume.empty(),
+           "audit: its f32 reference trains from step 0, so the audited run must too (drop --resume)");
+  TL_CHECK(!config.audit || config.eval_at_end,
+           "audit compares held-out accuracy with an f32 run: it needs eval_at_end true");
   if (!config.resume.empty()) {
     std::error_code ec;
     TL_CHECK(std::filesystem::is_directory(config.resume, ec),

@@ -70,6 +70,10 @@ struct TrainConfig {
   std::string resume;       // checkpoint directory to continue from
   bool eval_at_end = true;  // held-out evaluation after the last step
   std::string trace;        // Chrome trace JSON of the run's profiler spans (empty: none)
+  // The precision audit (engine/precision_audit.h): printed after the run, with an f32 reference
+  // run of the same seed; audit_file also writes it as JSON.
+  bool audit = false;
+  std::string audit_file;
   // data parallelism (trainlab train under scripts/mpirun; ignored by a single process). `batch`
   // is the global batch of one micro-step: each of the world's ranks takes batch / world of it.
   std::int64_t accumulate = 1;  // micro-steps per optimiser step (gradients summed; DDP syncs only the last)

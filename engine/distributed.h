@@ -46,6 +46,9 @@ class DataParallel {
   // Every rank's value, in rank order (a collective: every rank calls it).
   virtual std::vector<std::int64_t> gather(std::int64_t value) = 0;
   virtual std::string describe() const = 0;  // "DDP over mpi, 2 ranks, native all-reduce, 2 buckets (1.0 MiB, ...)"
+  // What the gradient reduction computes in, for the precision audit: "f32 gradients, summed in f32
+  // (the hand-written ring's adds), averaged over 2 ranks by all-reduce".
+  virtual std::string gradient_reduction() const = 0;
 
   // ---- sharded optimiser state (ZeRO-1; engine/sharded_state.h) ----
   // True when each rank's optimiser updates only its pieces of the parameters: finish_backward

@@ -88,6 +88,8 @@ MemoryCategoryScope::MemoryCategoryScope(MemoryCategory category) : previous_(cu
 MemoryCategoryScope::~MemoryCategoryScope() { current_category = previous_; }
 MemoryCategory current_memory_category() { return current_category; }
 
+MemoryPhase current_memory_phase() { return static_cast<MemoryPhase>(current_phase.load()); }
+
 MemoryPhaseScope::MemoryPhaseScope(MemoryPhase phase)
     : previous_(static_cast<MemoryPhase>(current_phase.exchange(static_cast<int>(phase)))) {}
 MemoryPhaseScope::~MemoryPhaseScope() { current_phase.store(static_cast<int>(previous_)); }

@@ -58,6 +58,9 @@ class MemoryCategoryScope {
 };
 MemoryCategory current_memory_category();  // this thread's; `other` outside every scope
 
+// The step's phase now (process-wide).
+MemoryPhase current_memory_phase();
+
 // The step's phase while the scope lives (process-wide; the step runs on one thread).
 class MemoryPhaseScope {
  public:

@@ -128,6 +128,7 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
   // that holds other files, is refused now.
   if (!config_.trace.empty()) check_output_file(trace_path(), "--trace");
   if (!config_.save.empty()) check_checkpoint_dir(config_.save);
+  if (!config_.audit_file.empty()) check_output_file(config_.audit_file, "--audit-file");
   if (config_.threads > 0) backend_.set_num_threads(config_.threads);
   if (MathModes* math = backend_.math_modes()) math->set_tf32(config_.tf32);
 
@@ -300,7 +301,15 @@ TrainResult Trainer::train(std::ostream* log) {
     // One step, then the schedule, then the callbacks.
     if (run_steps == config_.warmup) reset_memory_peaks(result.memory_device);  // the first measured step
     const double lr = optimizer_->lr();
-    const StepResult r = runner_->step([this] { return loader_->next(); });
+    StepResult r;
+    if (config_.audit && run_steps == 0) {
+      // The precision audit's record: every op of the run's first step, with its dtypes.
+      OpPrecisionScope record;
+      r = runner_->step([this] { return loader_->next(); });
+      result.op_precision = record.ops();
+    } else {
+      r = runner_->step([this] { return loader_->next(); });
+    }
     scheduler_->step();
     ++step_;
     ++run_steps;
@@ -454,6 +463,43 @@ std::string Trainer::trace_path() const {
       path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   const std::string stem = json ? path.substr(0, path.size() - suffix.size()) : path;
   return stem + ".rank" + std::to_string(parallel_->rank()) + (json ? suffix : "");
+}
+
+PrecisionAudit Trainer::precision_audit(const TrainResult& run, const TrainResult& reference) const {
+  PrecisionAudit a;
+  a.compute_dtype = dtype_name(config_.dtype);
+  const NamedTensors params = model_->named_parameters();
+  a.master_dtype = params.empty() ? "-" : dtype_name(params.front().second.dtype());
+  a.gradient_dtype = a.master_dtype;
+  const StateDict state = optimizer_->state_dict();
+  a.optimizer_state_dtype = state.tensors.empty()
+                                ? std::string("none (") + optimizer_->name() + " keeps no buffers here)"
+                                : dtype_name(state.tensors.begin()->second.dtype());
+  if (parallel_ != nullptr && parallel_->shards_optimizer_state()) a.optimizer_state_dtype += ", sharded (ZeRO-1)";
+  const bool sharded = parallel_ != nullptr && parallel_->shards_optimizer_state();
+  if ((config_.dtype == DType::bf16 || config_.dtype == DType::f16) && !sharded) {
+    a.optimizer_state_dtype += fmt::format("; {} working copies of the weights written by each step", a.compute_dtype);
+  }
+  a.ops = run.op_precision;
+  a.gradient_reduction = parallel_ != nullptr ? parallel_->gradient_reduction() : "none (one process)";
+  a.loss_scaler = scaler_ != nullptr;
+  if (scaler_) {
+    a.scale_init = config_.loss_scale_init;
+    a.growth_interval = config_.loss_scale_growth_interval;
+    a.scale_final = scaler_->scale_value();
+    a.scaler_skipped = run.skipped_steps;
+  }
+  a.finite_checks = scaler_ == nullptr;
+  a.on_nonfinite = config_.on_nonfinite == NonFinitePolicy::stop ? "stop the run" : "skip the update";
+  a.nonfinite_steps = run.nonfinite_steps;
+  a.steps = run.last_step;
+  a.eval_samples = run.final_eval.samples;
+  a.final_loss = run.losses.empty() ? 0.0 : run.losses.back();
+  a.accuracy = run.final_eval.accuracy;
+  a.reference_is_the_run = &run == &reference;
+  a.reference_loss = reference.losses.empty() ? 0.0 : reference.losses.back();
+  a.reference_accuracy = reference.final_eval.accuracy;
+  return a;
 }
 
 void Trainer::save(const std::string& dir) {

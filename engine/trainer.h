@@ -22,6 +22,7 @@
 #include "engine/memory_usage.h"
 #include "engine/nn.h"
 #include "engine/optim.h"
+#include "engine/precision_audit.h"
 #include "engine/step.h"
 #include "engine/task.h"
 
@@ -93,6 +94,8 @@ struct TrainResult {
   // peak. Without measured steps: from the first step.
   MemoryUsage memory;
   DeviceType memory_device = DeviceType::cpu;
+  // audit: every op of this run's first step with the dtypes it ran in (engine/precision_audit.h).
+  std::vector<OpPrecision> op_precision;
 };
 
 class Trainer {
@@ -109,6 +112,9 @@ class Trainer {
   // (may be null).
   TrainResult train(std::ostream* log);
   EvalResult evaluate();
+  // The precision audit of `run` (this trainer's, with config audit on) against `reference`, an f32
+  // run of the same configuration and seed (the run itself when it is f32).
+  PrecisionAudit precision_audit(const TrainResult& run, const TrainResult& reference) const;
   void save(const std::string& dir);
   // Restores everything: weights, optimiser, schedule, RNG, loader position and step. Refuses a
   // checkpoint trained with different values of the keys that shape the run (batch, lr, seed, ...).

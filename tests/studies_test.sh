@@ -64,7 +64,7 @@ case $which in
     "$mpirun" -np 2 "$driver" --quick --ledger "$ledger" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "quick run failed"; }
     cat "$tmp/out"
     grep -q "separability_test_valid: " "$tmp/out" || fail "no separability_test_valid line"
-    grep -q "| batch | recompute | zero |" "$tmp/out" || fail "no table"
+    grep -q "| global batch | recompute | zero |" "$tmp/out" || fail "no table"
     [ "$(grep -c '"kind":"memory_repeat"' "$ledger")" -eq 18 ] || fail "expected 18 memory_repeat rows"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## Memory: batch x recompute x ZeRO" "$tmp/REPORT.md" || fail "no memory section in the report"

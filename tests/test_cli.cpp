@@ -244,3 +244,32 @@ TEST_CASE("cli: memory --config measures a step next to the estimate", "[cli]") 
   expect_bad_input("memory --config " + config + " --batch 0", {"batch"});
   expect_bad_input("memory --config /nonexistent.yaml", {"/nonexistent.yaml"});
 }
+
+TEST_CASE("cli: train --audit prints each op's precision and the f32 reference, and records it", "[cli]") {
+  const fs::path json = fs::temp_directory_path() / ("trainlab-audit-" + std::to_string(::getpid()) + ".json");
+  const Run bf16 = run("train " + kSmall + " --backend reference --dtype bf16 --audit --audit-file " + json.string());
+  INFO(bf16.out << bf16.err);
+  REQUIRE(bf16.exit_code == 0);
+  for (const char* text : {"compute dtype bf16; master weights f32; their gradients f32; optimiser state f32",
+                           "| conv2d | bf16, bf16 | bf16 | f32 (the backend's accumulator), rounded to bf16 |",
+                           "| cast | f32 | bf16 | - (a copy) |", "| cross_entropy | f32 | f32 | f32 |",
+                           "loss scaler: none", "non-finite checks: the loss and every gradient",
+                           "against an f32 run of the same seed and 3 steps", "gradient reduction: none (one process)"})
+    CHECK(bf16.out.find(text) != std::string::npos);
+  std::ifstream recorded(json);
+  std::string line;
+  REQUIRE(std::getline(recorded, line));
+  CHECK(line.find("\"compute_dtype\":\"bf16\"") != std::string::npos);
+  CHECK(line.find("\"reference_is_the_run\":false") != std::string::npos);
+  fs::remove(json);
+  // f16: the loss scaler's settings and its skipped steps; f32: the run is its own reference.
+  const Run f16 = run("train " + kSmall + " --backend reference --dtype f16 --audit");
+  INFO(f16.out << f16.err);
+  REQUIRE(f16.exit_code == 0);
+  CHECK(f16.out.find("loss scaler: dynamic, initial scale 65536, growth interval 2000") != std::string::npos);
+  const Run f32 = run("train " + kSmall + " --backend reference --audit");
+  REQUIRE(f32.exit_code == 0);
+  CHECK(f32.out.find("the run is f32 (its own reference)") != std::string::npos);
+  expect_bad_input("train " + kSmall + " --audit-file /tmp/x.json", {"audit_file needs audit"});
+  expect_bad_input("train " + kSmall + " --audit --eval-at-end false", {"audit", "eval_at_end"});
+}

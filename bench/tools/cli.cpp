@@ -43,6 +43,26 @@ bool launched_by_mpi() {
   return false;
 }
 
+// The precision audit's reference: the same run in f32, quietly, writing nothing.
+TrainConfig audit_reference(const TrainConfig& config) {
+  TrainConfig reference = config;
+  reference.dtype = DType::f32;
+  reference.audit = false;
+  reference.audit_file.clear();
+  reference.save.clear();
+  reference.save_every = 0;
+  reference.trace.clear();
+  return reference;
+}
+
+void report_audit(const TrainConfig& config, const PrecisionAudit& audit) {
+  std::cout << precision_audit_text(audit);
+  if (!config.audit_file.empty()) {
+    write_file_atomic(config.audit_file, precision_audit_json(audit) + "\n");
+    std::cout << "audit: written to " << config.audit_file << "\n";
+  }
+}
+
 int run_train(const std::string& config_path, const std::map<std::string, CLI::Option*>& options,
               const std::map<std::string, std::string>& values, bool dry_run) {
   TrainConfig config;
@@ -67,6 +87,16 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   if (!launched_by_mpi()) {
     Trainer trainer(config);
     const TrainResult result = trainer.train(&std::cout);
+    if (config.audit) {
+      if (config.dtype == DType::f32) {
+        report_audit(config, trainer.precision_audit(result, result));
+      } else {
+        std::cout << "audit: the f32 reference run (same seed and steps)...\n" << std::flush;
+        Trainer reference(audit_reference(config));
+        const TrainResult f32 = reference.train(nullptr);
+        report_audit(config, trainer.precision_audit(result, f32));
+      }
+    }
     return result.last_step == target ? 0 : 1;
   }
   // Under mpirun (or a scheduler's MPI launcher): one replica per rank, DDP over the world. Only
@@ -83,6 +113,19 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     comm::Ddp ddp(*world, ddp_options);
     Trainer trainer(config, &ddp);
     const TrainResult result = trainer.train(world->rank() == 0 ? &std::cout : nullptr);
+    if (config.audit) {
+      PrecisionAudit audit;
+      if (config.dtype == DType::f32) {
+        audit = trainer.precision_audit(result, result);
+      } else {
+        if (world->rank() == 0) std::cout << "audit: the f32 reference run (same seed and steps)...\n" << std::flush;
+        comm::Ddp reference_ddp(*world, ddp_options);
+        Trainer reference(audit_reference(config), &reference_ddp);
+        const TrainResult f32 = reference.train(nullptr);
+        audit = trainer.precision_audit(result, f32);
+      }
+      if (world->rank() == 0) report_audit(config, audit);
+    }
     const int ok = result.last_step == target ? 0 : 1;
     world->barrier();
     return ok;
