@@ -204,6 +204,7 @@ void Ddp::begin_backward(bool sync) {
   TL_CHECK(!slots_.empty(), "ddp: begin_backward before attach");
   std::lock_guard lock(mutex_);
   sync_ = sync && communicate_;
+  local_step_ = sync && !communicate_;
   in_backward_ = true;
   backward_start_ns_ = Profiler::now_ns();
   next_launch_ = 0;
@@ -289,7 +290,14 @@ DdpStepStats Ddp::finish_backward() {
     std::lock_guard lock(mutex_);
     TL_CHECK(in_backward_, "ddp: finish_backward without begin_backward");
     in_backward_ = false;
-    if (!sync_) return stats;
+    if (!sync_) {
+      // Communication off (timing only): each rank still updates its pieces, from its own
+      // gradient, so that the step does the same optimiser work without the collectives.
+      if (local_step_ && options_.zero == 1) {
+        for (OwnedPiece& piece : owned_) attach_piece_gradient(piece, nullptr);
+      }
+      return stats;
+    }
     if (next_launch_ < buckets_.size()) {
       std::string missing;
       for (const Slot& slot : slots_) {
@@ -310,23 +318,7 @@ DdpStepStats Ddp::finish_backward() {
     if (options_.zero == 1) {
       // Only this rank's chunk is averaged: it goes to the pieces its optimiser updates.
       for (OwnedPiece& piece : owned_) {
-        if (&buckets_[static_cast<std::size_t>(piece.bucket)] != &bucket) continue;
-        // Written over the parameter's own (local) gradient when it is row-major: no memory of
-        // its own; a channels_last gradient's piece is not one range of it, and gets a buffer.
-        const Slot& slot = slots_[static_cast<std::size_t>(piece.slot)];
-        const Tensor local = slot.parameter.grad();
-        Tensor grad = piece.view.grad();
-        if (local.is_contiguous()) {
-          piece.view.set_grad(
-              local.detach().flatten().narrow(0, piece.bucket_offset - slot.offset, piece.view.numel()));
-          grad = piece.view.grad();
-        } else if (!grad.defined()) {
-          MemoryCategoryScope category(MemoryCategory::gradients);
-          piece.view.set_grad(Tensor::empty(piece.view.shape(), dtype_, piece.view.backend()));
-          grad = piece.view.grad();
-        }
-        grad.backend().copy_from_host(grad.raw_data(), bucket.host + piece.bucket_offset * elem,
-                                      static_cast<std::size_t>(grad.numel() * elem));
+        if (&buckets_[static_cast<std::size_t>(piece.bucket)] == &bucket) attach_piece_gradient(piece, bucket.host);
       }
       continue;
     }
@@ -353,6 +345,34 @@ DdpStepStats Ddp::finish_backward() {
     stats.bucket_bytes.push_back(bucket.numel * elem);
   }
   return stats;
+}
+
+void Ddp::attach_piece_gradient(OwnedPiece& piece, const unsigned char* bucket_host) {
+  NoGradGuard no_grad;  // bookkeeping, not part of any graph
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
+  // The piece's gradient is its range of the parameter's own (local) gradient when that is
+  // row-major: no memory of its own. A channels_last gradient's piece is not one range of it, and
+  // gets a buffer.
+  const Slot& slot = slots_[static_cast<std::size_t>(piece.slot)];
+  const Tensor local = slot.parameter.grad();
+  const std::int64_t begin = piece.bucket_offset - slot.offset;
+  Tensor grad = piece.view.grad();
+  if (local.defined() && local.is_contiguous()) {
+    piece.view.set_grad(local.detach().flatten().narrow(0, begin, piece.view.numel()));
+    grad = piece.view.grad();
+  } else if (!grad.defined()) {
+    MemoryCategoryScope category(MemoryCategory::gradients);
+    piece.view.set_grad(Tensor::empty(piece.view.shape(), dtype_, piece.view.backend()));
+    grad = piece.view.grad();
+  }
+  if (bucket_host != nullptr) {
+    // The averaged chunk, from the bucket.
+    grad.backend().copy_from_host(grad.raw_data(), bucket_host + piece.bucket_offset * elem,
+                                  static_cast<std::size_t>(grad.numel() * elem));
+  } else if (!local.is_contiguous()) {
+    // Communication off: the local gradient's range, in row-major order.
+    grad.copy_(local.contiguous().flatten().narrow(0, begin, piece.view.numel()));
+  }
 }
 
 NamedTensors Ddp::parameters() const {
@@ -385,6 +405,10 @@ NamedTensors Ddp::optimizer_parameters() const {
 
 void Ddp::finish_step() {
   if (options_.zero == 0) return;
+  if (!communicate_) {  // timing only: no all-gather; the local gradients are spent all the same
+    for (Slot& slot : slots_) slot.parameter.zero_grad();
+    return;
+  }
   TL_PROFILE_SCOPE("zero.allgather_parameters");
   const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
   for (std::size_t b = 0; b < buckets_.size(); ++b) {

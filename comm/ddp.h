@@ -112,6 +112,10 @@ class Ddp final : public DataParallel {
   void launch_ready_buckets();  // in order; caller holds mutex_
   void comm_loop();
   void verify_replicas();
+  struct OwnedPiece;
+  // ZeRO-1: gives the piece its gradient: the averaged chunk from the bucket's host copy, or (null)
+  // the local gradient's range when communication is off.
+  void attach_piece_gradient(OwnedPiece& piece, const unsigned char* bucket_host);
   NamedTensors parameters() const;  // the slots', in registration order
   struct OwnedPiece {               // ZeRO-1: one of this rank's pieces
     int bucket = 0;
@@ -127,6 +131,7 @@ class Ddp final : public DataParallel {
   std::vector<Bucket> buckets_;
   bool sync_ = true;
   bool communicate_ = true;
+  bool local_step_ = false;  // a synchronised backward with communication off
   bool in_backward_ = false;
   std::int64_t backward_start_ns_ = 0;
   std::size_t next_launch_ = 0;

@@ -51,8 +51,8 @@ void note_op_precision(const std::string& op, const std::vector<Tensor>& inputs,
 
 std::string precision_audit_text(const PrecisionAudit& a) {
   std::string out = "precision audit\n";
-  out += fmt::format("  compute dtype {}; master weights {}; their gradients {}; optimiser state {}\n",
-                     a.compute_dtype, a.master_dtype, a.gradient_dtype, a.optimizer_state_dtype);
+  out += fmt::format("  compute dtype {}; master weights {}; their gradients {}; optimiser state {}\n", a.compute_dtype,
+                     a.master_dtype, a.gradient_dtype, a.optimizer_state_dtype);
   out += "  ops of one training step (forward and the casts autocast made), as they ran:\n";
   out += "  | op | inputs | output | accumulates in | calls |\n  |---|---|---|---|---|\n";
   for (const OpPrecision& op : a.ops) {
@@ -67,14 +67,15 @@ std::string precision_audit_text(const PrecisionAudit& a) {
     out += "  loss scaler: none\n";
   }
   out += a.finite_checks
-             ? fmt::format("  non-finite checks: the loss and every gradient, every step (one read back); on NaN or inf: "
-                           "{}; {} step(s) skipped\n",
-                           a.on_nonfinite, a.nonfinite_steps)
+             ? fmt::format(
+                   "  non-finite checks: the loss and every gradient, every step (one read back); on NaN or inf: "
+                   "{}; {} step(s) skipped\n",
+                   a.on_nonfinite, a.nonfinite_steps)
              : "  non-finite checks: by the loss scaler's unscale (f16)\n";
   if (a.reference_is_the_run) {
-    out += fmt::format(
-        "  against f32: the run is f32 (its own reference): final loss {:.6f}, held-out accuracy {:.2f}%\n",
-        a.final_loss, 100 * a.accuracy);
+    out +=
+        fmt::format("  against f32: the run is f32 (its own reference): final loss {:.6f}, held-out accuracy {:.2f}%\n",
+                    a.final_loss, 100 * a.accuracy);
   } else {
     out += fmt::format(
         "  against an f32 run of the same seed and {} steps: final loss {:.6f} vs {:.6f} ({:+.6f}), held-out "

@@ -18,9 +18,9 @@
 namespace trainlab {
 
 struct OpPrecision {
-  std::string op;       // "conv2d", "relu", "cast", ...
-  std::string inputs;   // "bf16, bf16, bf16" (the tensor inputs' dtypes, in order)
-  std::string output;   // "bf16"
+  std::string op;           // "conv2d", "relu", "cast", ...
+  std::string inputs;       // "bf16, bf16, bf16" (the tensor inputs' dtypes, in order)
+  std::string output;       // "bf16"
   std::string accumulates;  // where the op sums: "f32 (the backend's accumulator)", "-" for elementwise
   std::int64_t calls = 0;   // in the recorded step
 };

@@ -394,3 +394,32 @@ TEST_CASE("recompute under DDP and ZeRO-1: the gradient hooks fire through recom
     CHECK(checksum(recomputed.model().named_parameters()) == checksum(plain.model().named_parameters()));
   }
 }
+
+TEST_CASE("ZeRO-1 with communication off (bench_scaling's paired runs) still updates every rank's pieces", "[ddp]") {
+  auto world = MpiCommunicator::world();
+  TrainConfig config = ddp_config();
+  config.steps = 2;
+  DdpOptions options;
+  options.zero = 1;
+  Ddp ddp(*world, options);
+  ddp.set_communication(false);
+  Trainer trainer(config, &ddp);
+  const NamedTensors before = [&] {
+    NamedTensors copy;
+    for (const auto& [name, p] : trainer.model().named_parameters()) copy.emplace_back(name, p.clone());
+    return copy;
+  }();
+  trainer.train(nullptr);
+  // This rank's pieces moved (its own gradient, no all-gather); the others' did not, here.
+  std::int64_t moved = 0;
+  const auto after = trainer.model().named_parameters();
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    const auto a = after[i].second.to_vector<float>(), b = before[i].second.to_vector<float>();
+    for (std::size_t j = 0; j < a.size(); ++j) moved += a[j] != b[j] ? 1 : 0;
+  }
+  std::int64_t owned = 0;
+  for (const auto& [name, piece] : ddp.optimizer_parameters()) owned += piece.numel();
+  CHECK(moved > 0);
+  CHECK(moved <= owned);
+  world->barrier();
+}
