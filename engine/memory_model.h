@@ -68,13 +68,18 @@ struct ChainOp {
   bool passes_gradient = false;
   double scratch_bytes = 0, dw_bytes = 0, dw_master_bytes = 0;
   int outlives = 1;  // next_op: how many of the following ops' outputs appear before it is freed
+  // Recomputation (engine/autograd.h, checkpoint): consecutive ops with the same block >= 0 are one
+  // recomputed block. What they save is dropped when the block ends (its output and its input
+  // stay) and made again when backward reaches the block's last op.
+  int block = -1;
 };
 
 struct ChainEstimate {
-  double forward_peak = 0;    // activations, at most live at once during the forward
-  double saved = 0;           // activations live when the forward ends (what backward needs)
-  double workspace_peak = 0;  // backward temporaries, at most live at once
-  double backward_peak = 0;   // activations + workspaces, at most live at once during backward
+  double forward_peak = 0;     // activations, at most live at once during the forward
+  double activation_peak = 0;  // activations at most live at once in the step (recomputation in backward too)
+  double saved = 0;            // activations live when the forward ends (what backward needs)
+  double workspace_peak = 0;   // backward temporaries, at most live at once
+  double backward_peak = 0;    // activations + workspaces, at most live at once during backward
   std::string forward_peak_at, workspace_peak_at, backward_peak_at;  // the op where each occurred
 };
 ChainEstimate estimate_chain(const std::vector<ChainOp>& ops);

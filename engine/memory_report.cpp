@@ -67,7 +67,7 @@ std::string step_memory_table(const StepMemoryReport& r) {
   out += row(MemoryCategory::gradients, e.gradients, true);
   out += row(MemoryCategory::optimizer_state, e.optimizer_state, true);
   out += row(MemoryCategory::working_copies, e.working_copies, true);
-  out += row(MemoryCategory::activations, e.chain.forward_peak, r.described);
+  out += row(MemoryCategory::activations, e.chain.activation_peak, r.described);
   out += row(MemoryCategory::workspaces, e.chain.workspace_peak, r.described);
   out += row(MemoryCategory::communication, 0, false);
   out += row(MemoryCategory::data, 0, false);
@@ -90,9 +90,9 @@ std::string step_memory_table(const StepMemoryReport& r) {
         e.chain.forward_peak_at, e.chain.workspace_peak_at);
     if (r.config.recompute != Recompute::none) {
       out += fmt::format(
-          "recompute {}: the estimate does not model recomputation (it is the estimate without it); the measured "
-          "column is the run with it\n",
-          recompute_name(r.config.recompute));
+          "recompute {}: the recomputed blocks keep only their inputs after the forward and are made again in "
+          "backward; activations at most {} MiB over the step\n",
+          recompute_name(r.config.recompute), mib(e.chain.activation_peak));
     }
   } else {
     out += fmt::format(

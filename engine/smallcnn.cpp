@@ -66,7 +66,17 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
   };
   const double input = 3.0 * 32 * 32;
   std::vector<ChainOp> ops;
-  auto add = [&](ChainOp op) { ops.push_back(std::move(op)); };
+  // Recomputation: forward() checkpoints each conv block (conv, bias, ReLU, pool) and with `all`
+  // the classifier (flatten, fc1, ReLU, fc2); the ops of one block carry its number.
+  int block = -1;
+  auto begin_block = [&](int b) {
+    const bool on = b >= 0 && (b < 2 ? recompute_ != Recompute::none : recompute_ == Recompute::all);
+    block = on ? b : -1;
+  };
+  auto add = [&](ChainOp op) {
+    op.block = block;
+    ops.push_back(std::move(op));
+  };
   // The reorder of the f32 batch to channels_last (the step's, timed in the forward): conv1 keeps
   // it as its input in f32; under autocast conv1 keeps its cast and the reorder lives to the end.
   if (shape.channels_last) {
@@ -82,9 +92,11 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
   const double pool2_scratch = shape.channels_last ? act(4096) : 0.0;
   // forward() below, one statement at a time: a temporary lives to the end of its statement.
   if (fused_) {
+    begin_block(0);
     add({"conv1+bias+relu", act(32768), ChainLifetime::saved_self, in_cast, 0, false, act(32768), (conv1_w + 32) * a,
          (conv1_w + 32) * master});
     add({"pool1", act(8192), ChainLifetime::saved_next, pool_workspace(32, 32), act(32768)});
+    begin_block(1);
     add({"conv2+bias+relu", act(16384), ChainLifetime::saved_self, 0, act(8192), false, act(16384), (conv2_w + 64) * a,
          (conv2_w + 64) * master});
     // h = linear_fused(h.flatten(1), ...): pool2's output is fc1's input, or the flatten's source
@@ -92,6 +104,7 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
     add({"pool2", act(4096), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
          pool_workspace(64, 16), act(16384), false, pool2_scratch});
     ops.back().outlives = 2;
+    begin_block(2);
     flatten();
     add({"fc1+bias+relu", act(256), ChainLifetime::saved_self, 0, act(4096), false, act(256), (fc1_w + 256) * a,
          (fc1_w + 256) * master});
@@ -106,18 +119,22 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
       add({bias, act(out), ChainLifetime::next_op, 0, 0, true, 0, channels * a, channels * master});
       ops.back().outlives = bias_outlives;
     };
+    begin_block(0);
     layer("conv1", "conv1.bias", 32768, 0, conv1_w, 32, in_cast, 2);
     add({"relu1", act(32768), ChainLifetime::saved_self, 0, act(32768)});
     add({"pool1", act(8192), ChainLifetime::saved_next, pool_workspace(32, 32), act(32768)});
+    begin_block(1);
     layer("conv2", "conv2.bias", 16384, act(8192), conv2_w, 64, 0, 2);
     add({"relu2", act(16384), ChainLifetime::saved_self, 0, act(16384)});
     add({"pool2", act(4096), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
          pool_workspace(64, 16), act(16384), false, pool2_scratch});
+    begin_block(2);
     flatten();  // h = h.flatten(1): pool2's output goes with the assignment
     layer("fc1", "fc1.bias", 256, act(4096), fc1_w, 256, 0, 1);
     add({"relu3", act(256), ChainLifetime::saved_self, 0, act(256)});  // fc2 reads it too; relu3 runs later
     layer("fc2", "fc2.bias", 10, act(256), fc2_w, 10, 0, 1);
   }
+  begin_block(-1);
   // The loss in f32 (autocast leaves it there): the softmax probabilities kept, the loss itself.
   add({"cross_entropy", 4, ChainLifetime::saved_self, 10 * n * 4, 10 * n * 4});
   return ops;
