@@ -21,20 +21,6 @@ std::int64_t category(const std::array<std::int64_t, kMemoryCategories>& bytes, 
   return bytes[static_cast<std::size_t>(index(c))];
 }
 
-const char* verdict_words(Verdict v) {
-  switch (v) {
-    case Verdict::no_conclusion:
-      return "NO CONCLUSION";
-    case Verdict::too_few_repeats:
-      return "n/a (1 repeat)";
-    case Verdict::separable:
-      return "separable";
-    case Verdict::not_separable:
-      return "not separable";
-  }
-  return "?";
-}
-
 }  // namespace
 
 MemoryAnalysis analyse_memory(std::vector<MemoryArm> arms) {

@@ -32,19 +32,7 @@ ArmEffect effect(const PinningAnalysis& a, const std::string& arm, const std::st
   return e;
 }
 
-std::string verdict_words(const ArmEffect& e) {
-  switch (e.verdict) {
-    case Verdict::no_conclusion:
-      return "NO CONCLUSION";
-    case Verdict::too_few_repeats:
-      return "n/a (1 repeat)";
-    case Verdict::separable:
-      return "separable";
-    case Verdict::not_separable:
-      return "not separable";
-  }
-  return "?";
-}
+std::string verdict_words(const ArmEffect& e) { return bench::verdict_words(e.verdict); }
 
 std::string floor_text(const ArmEffect& e, double floor) {
   if (floor <= 0) return "floor 0";

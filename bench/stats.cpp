@@ -62,6 +62,19 @@ const char* verdict_text(Verdict v) {
   return "?";
 }
 
+const char* verdict_words(Verdict v) {
+  switch (v) {
+    case Verdict::separable:
+      return "separable";
+    case Verdict::not_separable:
+      return "not separable";
+    case Verdict::no_conclusion:
+    case Verdict::too_few_repeats:
+      return verdict_text(v);
+  }
+  return "?";
+}
+
 nlohmann::json stats_json(const Summary& s) {
   return {{"median", s.median}, {"mean", s.mean}, {"std", s.std}, {"min", s.min}, {"max", s.max}, {"n", s.n}};
 }

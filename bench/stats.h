@@ -34,7 +34,8 @@ enum class Verdict { separable, not_separable, no_conclusion, too_few_repeats };
 // too_few_repeats when either side has a single repeat: two points never "overlap", so
 // non-overlap says nothing there.
 Verdict verdict(const Summary& now, const Summary& before, const std::optional<Calibration>& calibration);
-const char* verdict_text(Verdict verdict);  // "yes", "no", "NO CONCLUSION", "n/a (1 repeat)"
+const char* verdict_text(Verdict verdict);   // "yes", "no", "NO CONCLUSION", "n/a (1 repeat)"
+const char* verdict_words(Verdict verdict);  // "separable", "not separable", "NO CONCLUSION", "n/a (1 repeat)"
 
 // A Summary as a ledger row holds it ({"median", "mean", "std", "min", "max", "n"}), and back.
 nlohmann::json stats_json(const Summary& s);

@@ -122,16 +122,9 @@ void Ddp::attach(const NamedTensors& parameters) {
   }
   if (options_.zero == 1) {
     const NamedTensors views = piece_views(parameters, pieces_of(comm_.rank()));
-    std::size_t next = 0;
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      const ChunkRange chunk = shard_chunk(buckets_[b].numel, comm_.size(), comm_.rank());
-      for (int s : buckets_[b].slots) {
-        const Slot& slot = slots_[static_cast<std::size_t>(s)];
-        const std::int64_t begin = std::max(chunk.begin, slot.offset);
-        if (begin < std::min(chunk.begin + chunk.count, slot.offset + slot.numel)) {
-          owned_.push_back({static_cast<int>(b), s, begin, views[next++].second});
-        }
-      }
+    const std::vector<ChunkPiece> chunk = chunk_pieces(comm_.rank());
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      owned_.push_back({chunk[i].bucket, chunk[i].slot, chunk[i].bucket_offset, views[i].second});
     }
   }
   for (std::size_t s = 0; s < slots_.size(); ++s) {
@@ -381,16 +374,25 @@ NamedTensors Ddp::parameters() const {
   return named;
 }
 
-std::vector<ParameterPiece> Ddp::pieces_of(int rank) const {
-  std::vector<ParameterPiece> pieces;
-  for (const Bucket& bucket : buckets_) {
-    const ChunkRange chunk = shard_chunk(bucket.numel, comm_.size(), rank);
-    for (int s : bucket.slots) {
+std::vector<Ddp::ChunkPiece> Ddp::chunk_pieces(int rank) const {
+  std::vector<ChunkPiece> pieces;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    const ChunkRange chunk = shard_chunk(buckets_[b].numel, comm_.size(), rank);
+    for (int s : buckets_[b].slots) {
       const Slot& slot = slots_[static_cast<std::size_t>(s)];
       const std::int64_t begin = std::max(chunk.begin, slot.offset);
       const std::int64_t end = std::min(chunk.begin + chunk.count, slot.offset + slot.numel);
-      if (begin < end) pieces.push_back({slot.name, begin - slot.offset, end - begin});
+      if (begin < end) pieces.push_back({static_cast<int>(b), s, begin, end - begin});
     }
+  }
+  return pieces;
+}
+
+std::vector<ParameterPiece> Ddp::pieces_of(int rank) const {
+  std::vector<ParameterPiece> pieces;
+  for (const ChunkPiece& c : chunk_pieces(rank)) {
+    const Slot& slot = slots_[static_cast<std::size_t>(c.slot)];
+    pieces.push_back({slot.name, c.bucket_offset - slot.offset, c.count});
   }
   return pieces;
 }

@@ -117,7 +117,13 @@ class Ddp final : public DataParallel {
   // the local gradient's range when communication is off.
   void attach_piece_gradient(OwnedPiece& piece, const unsigned char* bucket_host);
   NamedTensors parameters() const;  // the slots', in registration order
-  struct OwnedPiece {               // ZeRO-1: one of this rank's pieces
+  // ZeRO-1: rank `rank`'s chunk of every bucket cut at parameter boundaries, in bucket order.
+  struct ChunkPiece {
+    int bucket = 0, slot = 0;
+    std::int64_t bucket_offset = 0, count = 0;  // elements
+  };
+  std::vector<ChunkPiece> chunk_pieces(int rank) const;
+  struct OwnedPiece {  // ZeRO-1: one of this rank's pieces
     int bucket = 0;
     int slot = 0;                    // the parameter it is a piece of
     std::int64_t bucket_offset = 0;  // elements into the bucket
