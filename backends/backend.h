@@ -147,6 +147,25 @@ class GraphCapture {
   virtual void replay(int graph) = 0;
 };
 
+// A point in the compute stream's work. Other streams (a communicator's) wait for it on the device
+// (native() is the cudaEvent_t on a CUDA device); the host may wait for it too.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual void synchronize() = 0;  // the host waits until the work before it has finished
+  virtual void* native() = 0;      // the device runtime's handle (cudaEvent_t)
+};
+
+// Asynchronous compute: work is queued on a stream and the host goes on. Backends that run each
+// call to completion before returning (the CPU backends) do not have it, and need no events.
+class StreamEvents {
+ public:
+  virtual ~StreamEvents() = default;
+  // An event after the work enqueued so far on the compute stream (it never blocks the host).
+  virtual std::shared_ptr<DeviceEvent> record_event() = 0;
+  virtual int device_index() const = 0;  // the GPU the stream is on
+};
+
 // Math modes beyond IEEE arithmetic: TF32 tensor-core math for f32 GEMMs and convolutions (off by
 // default).
 class MathModes {
@@ -164,6 +183,9 @@ class Backend {
   // One line for logs and ledgers: library versions, the ISA or device in use, the kernel
   // implementations chosen so far.
   virtual std::string describe() const { return name(); }
+  // The device's model, the same for every row measured on it ("NVIDIA H200"); "" on the CPU, whose
+  // model the ledger reads from the system.
+  virtual std::string device_model() const { return ""; }
   // Named counters for checks such as "a steady-state step allocates nothing" (allocations,
   // bytes_in_use, peak_bytes_in_use, and backend-specific ones like primitives_created).
   virtual std::map<std::string, std::int64_t> counters() const;
@@ -176,6 +198,7 @@ class Backend {
   virtual PinnedUploads* pinned_uploads() { return nullptr; }
   virtual GraphCapture* graph_capture() { return nullptr; }
   virtual MathModes* math_modes() { return nullptr; }
+  virtual StreamEvents* stream_events() { return nullptr; }
 
   // ---- memory, transfers, synchronisation, timing ----
   virtual void* allocate(std::size_t bytes) = 0;

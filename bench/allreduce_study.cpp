@@ -52,10 +52,6 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
     std::unique_ptr<Communicator> measured = make_world(comm_kind);
     Communicator& comm = *measured;
     comm.set_timeout(timeout);
-    // The ring reduces on the host: over device memory with more than one rank it cannot run.
-    const bool ring_runs = !comm.device_memory() || P == 1;
-    const std::string ring_skip_reason =
-        ring_runs ? "" : "the ring reduces on the host and the " + comm.backend() + " buffers are on the device";
     const DType dtype = parse_dtype(dtype_name_);
     const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
     const auto sizes = bench::parse_byte_sizes(sizes_spec, "bench_allreduce: --sizes");
@@ -86,7 +82,6 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
           "GB/s\n",
           P, comm.backend(), comm.device_memory() ? " on " + comm.device_name() : std::string(), dtype_name_,
           bench::human_bytes(static_cast<std::int64_t>(segment_bytes)), comm.library_version(), copy_rate);
-      if (!ring_runs) std::cout << "# ring: skipped (" << ring_skip_reason << ")\n";
       std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
                    "GB/s = 1e9 bytes/s\n";
       std::cout << fmt::format("{:>7} {:>11} | {:>27} {:>7} {:>7} {:>6} | {:>27} {:>7} {:>7} | {:>6} | {}\n", "size",
@@ -132,17 +127,15 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
         // against the native result, bit for bit.
         comm.copy_in(ring_memory.get(), ring_buffer.data(), ring_buffer.size());
         comm.copy_in(native_memory.get(), ring_buffer.data(), ring_buffer.size());
-        if (ring_runs) ring_allreduce(comm, ring_memory.get(), count, dtype, ReduceOp::sum, ring_options);
+        ring_allreduce(comm, ring_memory.get(), count, dtype, ReduceOp::sum, ring_options);
         native_buffer = ring_buffer;
         world->allreduce_native(native_buffer.data(), count, dtype, ReduceOp::sum);  // MPI on the host: exact
         comm.allreduce_native(native_memory.get(), count, dtype, ReduceOp::sum);
         std::vector<unsigned char> result(ring_buffer.size());
         comm.copy_out(result.data(), native_memory.get(), result.size());
         double mismatch = result == native_buffer ? 0 : 1;
-        if (ring_runs) {
-          comm.copy_out(result.data(), ring_memory.get(), result.size());
-          mismatch += result == native_buffer ? 0 : 1;
-        }
+        comm.copy_out(result.data(), ring_memory.get(), result.size());
+        mismatch += result == native_buffer ? 0 : 1;
         world->allreduce_native(&mismatch, 1, DType::f64, ReduceOp::sum);
         const bool correct = mismatch == 0;
         all_correct = all_correct && correct;
@@ -160,33 +153,28 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
           return world->max_over_ranks(std::chrono::duration<double>(clock_type::now() - t).count());
         };
         double warm = 0;
-        auto time_pair = [&] { return std::max(ring_runs ? time_one(true) : 0.0, time_one(false)); };
+        auto time_pair = [&] { return std::max(time_one(true), time_one(false)); };
         for (int i = 0; i < warmup; ++i) warm = std::max(warm, time_pair());
         if (warmup == 0) warm = time_pair();
         int iters = static_cast<int>(seconds_per_size / std::max(warm, 1e-6));
         iters = std::clamp(iters, min_iters, max_iters);
         std::vector<double> ring_times, native_times;
         for (int i = 0; i < iters; ++i) {
-          if (ring_runs) ring_times.push_back(time_one(true));
+          ring_times.push_back(time_one(true));
           native_times.push_back(time_one(false));
         }
         const auto native_s = bench::summarize(native_times);
         const double factor = 2.0 * (P - 1) / P;
         auto algbw = [&](double seconds) { return static_cast<double>(actual) / seconds * 1e-9; };
         const double native_bus = algbw(native_s.median) * factor;
-        std::string ring_columns = fmt::format("{:>27} {:>7} {:>7} {:>6}", "skipped", "-", "-", "-"),
-                    ratio_column = "-";
-        bench::Summary ring_s{};
-        if (ring_runs) {
-          ring_s = bench::summarize(ring_times);
-          const double ring_bus = algbw(ring_s.median) * factor, ratio = ring_s.median / native_s.median;
-          ratios.emplace_back(actual, ratio);
-          busbw_fraction.emplace_back(actual, ring_bus / copy_rate);
-          ring_columns = fmt::format("{:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} {:>5.0f}%", ring_s.median * 1e6,
-                                     ring_s.min * 1e6, ring_s.max * 1e6, algbw(ring_s.median), ring_bus,
-                                     100 * ring_bus / copy_rate);
-          ratio_column = fmt::format("{:.2f}", ratio);
-        }
+        const bench::Summary ring_s = bench::summarize(ring_times);
+        const double ring_bus = algbw(ring_s.median) * factor, ratio = ring_s.median / native_s.median;
+        ratios.emplace_back(actual, ratio);
+        busbw_fraction.emplace_back(actual, ring_bus / copy_rate);
+        const std::string ring_columns =
+            fmt::format("{:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} {:>5.0f}%", ring_s.median * 1e6,
+                        ring_s.min * 1e6, ring_s.max * 1e6, algbw(ring_s.median), ring_bus, 100 * ring_bus / copy_rate);
+        const std::string ratio_column = fmt::format("{:.2f}", ratio);
         if (rank == 0) {
           std::cout << fmt::format("{:>7} {:>11} | {} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} | {:>6} | {}\n",
                                    bench::human_bytes(actual), count, ring_columns, native_s.median * 1e6,
@@ -206,12 +194,6 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
                                {"algorithm", algorithm},
                                {"segment_bytes", segment_bytes},
                                {"communicator", comm.backend()}};
-              if (times->empty()) {  // the ring over device memory: recorded as skipped, with the reason
-                row["status"] = "skipped";
-                row["reason"] = ring_skip_reason;
-                ledger.append(row);
-                continue;
-              }
               row["status"] = "ok";
               row["repeats"] = *times;
               row["stats"] = {{"median", s.median}, {"mean", s.mean}, {"std", s.std},
@@ -240,13 +222,9 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
           stretch = stretch && f >= 0.45;
         }
       }
-      if (ring_runs) {
-        std::cout << fmt::format("targets: ring/native <= 1.2 at 4K: {}; <= 1.0 from 64K to 256M: {}",
-                                 ok_small ? "met" : "MISSED", ok_large ? "met" : "MISSED");
-      } else {
-        std::cout << "targets: not assessed (the ring was skipped)";
-      }
-      if (P == 2 && ring_runs)
+      std::cout << fmt::format("targets: ring/native <= 1.2 at 4K: {}; <= 1.0 from 64K to 256M: {}",
+                               ok_small ? "met" : "MISSED", ok_large ? "met" : "MISSED");
+      if (P == 2)
         std::cout << fmt::format("; busbw >= 0.3x memcpy from 16M: {} (stretch 0.45x: {})", ok_bw ? "met" : "MISSED",
                                  stretch ? "met" : "missed");
       std::cout << fmt::format("; results {}\n", all_correct ? "all correct" : "MISMATCHED");

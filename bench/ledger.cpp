@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "backends/device_selection.h"
 #include "backends/error.h"
 #include "engine/fileio.h"
 #include "engine/version.h"
@@ -49,13 +50,14 @@ json Environment::to_json() const {
           {"backend", backend},
           {"backend_describe", backend_describe},
           {"timer", timer},
-          {"versions", versions}};
+          {"versions", versions},
+          {"placement", placement}};
 }
 
 Environment current_environment(Backend& backend) {
   Environment env;
   env.device_type = device_type_name(backend.device_type());
-  env.device_name = backend.device_type() == DeviceType::cpu ? cpu_model() : backend.describe();
+  env.device_name = backend.device_type() == DeviceType::cpu ? cpu_model() : backend.device_model();
   env.host = hostname();
   env.cores = static_cast<int>(std::thread::hardware_concurrency());
   env.threads = backend.num_threads();
@@ -63,6 +65,7 @@ Environment current_environment(Backend& backend) {
   env.backend_describe = backend.describe();
   env.timer = backend.make_timer()->kind();
   env.versions = {{"engine", git_describe()}, {"trainlab", version()}, {"compiler", compiler_version()}};
+  env.placement = describe_process_placement();
   return env;
 }
 

@@ -30,8 +30,9 @@ struct Environment {
   int threads = 0;
   std::string backend;
   std::string backend_describe;
-  std::string timer;  // steady_clock on the CPU; CUDA events on a GPU
-  json versions;      // engine (git describe), compiler, backend library, ...
+  std::string timer;      // steady_clock on the CPU; CUDA events on a GPU
+  json versions;          // engine (git describe), compiler, backend library, ...
+  std::string placement;  // local rank and GPU (backends/device_selection.h)
   json to_json() const;
 };
 Environment current_environment(Backend& backend);

@@ -44,12 +44,143 @@ std::shared_ptr<void> Communicator::allocate(std::size_t bytes) {
           }};
 }
 
+namespace {
+// Both halves of a sendrecv; complete when both are.
+class PairRequest final : public Request {
+ public:
+  PairRequest(std::unique_ptr<Request> send, std::unique_ptr<Request> recv)
+      : send_(std::move(send)), recv_(std::move(recv)) {}
+  bool test() override {
+    if (send_ && send_->test()) send_.reset();
+    if (recv_ && recv_->test()) recv_.reset();
+    return !send_ && !recv_;
+  }
+  std::string describe() const override { return recv_ ? recv_->describe() : send_ ? send_->describe() : "done"; }
+
+ private:
+  std::unique_ptr<Request> send_, recv_;
+};
+}  // namespace
+
+std::unique_ptr<Request> Communicator::sendrecv(const void* send, std::size_t send_bytes, int to, void* recv,
+                                                std::size_t recv_bytes, int from, const char* what) {
+  auto out = send_bytes > 0 ? isend(send, send_bytes, to, what) : nullptr;
+  auto in = recv_bytes > 0 ? irecv(recv, recv_bytes, from, what) : nullptr;
+  return std::make_unique<PairRequest>(std::move(out), std::move(in));
+}
+
+bool Communicator::reaches(Backend& backend) const {
+  return !device_memory() && backend.device_type() == DeviceType::cpu;
+}
+
+void* Communicator::scratch(std::size_t bytes) {
+  if (scratch_bytes_ < bytes) {
+    scratch_.reset();
+    scratch_ = allocate(bytes);
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
 void Communicator::copy_in(void* dst, const void* host, std::size_t bytes) {
   if (bytes > 0) std::memcpy(dst, host, bytes);
 }
 
 void Communicator::copy_out(void* host, const void* src, std::size_t bytes) {
   if (bytes > 0) std::memcpy(host, src, bytes);
+}
+
+// y += x (or y = (y + x) * scale when scaling), elementwise; halves go through f32.
+void Communicator::reduce_local(DType dtype, void* y, const void* x, std::int64_t n, double scale) {
+  const bool scaled = scale != 1.0;
+  switch (dtype) {
+    case DType::f32: {
+      auto* a = static_cast<float*>(y);
+      const auto* b = static_cast<const float*>(x);
+      const auto s = static_cast<float>(scale);
+      if (scaled) {
+        for (std::int64_t i = 0; i < n; ++i) a[i] = (a[i] + b[i]) * s;
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+      }
+      return;
+    }
+    case DType::f64: {
+      auto* a = static_cast<double*>(y);
+      const auto* b = static_cast<const double*>(x);
+      if (scaled) {
+        for (std::int64_t i = 0; i < n; ++i) a[i] = (a[i] + b[i]) * scale;
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+      }
+      return;
+    }
+    case DType::bf16: {
+      auto* a = static_cast<bf16*>(y);
+      const auto* b = static_cast<const bf16*>(x);
+      const auto s = static_cast<float>(scale);
+      for (std::int64_t i = 0; i < n; ++i) a[i] = bf16((static_cast<float>(a[i]) + static_cast<float>(b[i])) * s);
+      return;
+    }
+    case DType::f16: {
+      auto* a = static_cast<f16*>(y);
+      const auto* b = static_cast<const f16*>(x);
+      const auto s = static_cast<float>(scale);
+      for (std::int64_t i = 0; i < n; ++i) a[i] = f16((static_cast<float>(a[i]) + static_cast<float>(b[i])) * s);
+      return;
+    }
+    case DType::i64:
+      break;
+  }
+  throw Error(std::string("reduce_local: dtype ") + dtype_name(dtype) + " is not supported (f32, f64, bf16, f16)");
+}
+
+namespace {
+// dst[i] = D(C(src[i]) * scale): one loop per (source, destination) pair, computed in C.
+template <typename C, typename S, typename D>
+void convert_loop(const S* src, D* dst, std::int64_t count, C scale) {
+  for (std::int64_t i = 0; i < count; ++i) dst[i] = D(static_cast<C>(static_cast<float>(src[i])) * scale);
+}
+template <typename C, typename S>
+void convert_from(const S* src, DType dst_dtype, void* dst, std::int64_t count, C scale) {
+  switch (dst_dtype) {
+    case DType::f32:
+      return convert_loop(src, static_cast<float*>(dst), count, scale);
+    case DType::f64:
+      return convert_loop(src, static_cast<double*>(dst), count, scale);
+    case DType::bf16:
+      return convert_loop(src, static_cast<bf16*>(dst), count, scale);
+    case DType::f16:
+      return convert_loop(src, static_cast<f16*>(dst), count, scale);
+    case DType::i64:
+      break;
+  }
+  throw Error(std::string("convert: dtype ") + dtype_name(dst_dtype) + " is not supported (f32, f64, bf16, f16)");
+}
+}  // namespace
+
+void Communicator::convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t count,
+                           double scale) {
+  if (src_dtype == DType::f64 && dst_dtype == DType::f64) {
+    const auto* x = static_cast<const double*>(src);
+    auto* y = static_cast<double*>(dst);
+    for (std::int64_t i = 0; i < count; ++i) y[i] = x[i] * scale;
+    return;
+  }
+  const auto s = static_cast<float>(scale);
+  switch (src_dtype) {
+    case DType::f32:
+      return convert_from(static_cast<const float*>(src), dst_dtype, dst, count, s);
+    case DType::f64:
+      return convert_from(static_cast<const double*>(src), dst_dtype, dst, count, s);
+    case DType::bf16:
+      return convert_from(static_cast<const bf16*>(src), dst_dtype, dst, count, s);
+    case DType::f16:
+      return convert_from(static_cast<const f16*>(src), dst_dtype, dst, count, s);
+    case DType::i64:
+      break;
+  }
+  throw Error(std::string("convert: dtype ") + dtype_name(src_dtype) + " is not supported (f32, f64, bf16, f16)");
 }
 
 std::vector<std::string> communicator_names() {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/dtype.h"
 #include "engine/distributed.h"
 
@@ -45,6 +46,19 @@ class Communicator {
 
   virtual std::unique_ptr<Request> isend(const void* data, std::size_t bytes, int peer, const char* what) = 0;
   virtual std::unique_ptr<Request> irecv(void* data, std::size_t bytes, int peer, const char* what) = 0;
+  // A send to one peer and a receive from another, progressing together (one step of a ring);
+  // the request completes when both have. The default pairs isend and irecv; NCCL launches them as
+  // one group on its stream at once.
+  virtual std::unique_ptr<Request> sendrecv(const void* send, std::size_t send_bytes, int to, void* recv,
+                                            std::size_t recv_bytes, int from, const char* what);
+  // True when this communicator's operations (sendrecv, reduce_local, the collectives) run in the
+  // order they are issued on one device stream, so that a step needs no wait for the one before:
+  // the ring then enqueues its steps and waits once, at the end. False for MPI (requests complete
+  // independently, and the ring overlaps them itself).
+  virtual bool stream_ordered() const { return false; }
+  // Stream-ordered communicators: waits, under the deadline, until everything issued so far has
+  // finished (`what` names it in the timeout message). Nothing to wait for elsewhere.
+  virtual void wait_stream(const std::string& what) { (void)what; }
   virtual void barrier() = 0;
   // A barrier that sleeps between polls instead of spinning in the library's progress loop: DDP's
   // communication thread calls it before each bucket, so a rank that arrives first does not burn
@@ -71,9 +85,28 @@ class Communicator {
   // version line ("Open MPI v4.1.4", "NCCL 2.28.9"), for the ledger.
   virtual std::string device_name() const { return ""; }
   virtual std::string library_version() const = 0;
+  // Whether its operations can take `backend`'s memory as it is (a host backend's for MPI, the
+  // same GPU's for NCCL). DDP keeps its buckets in the backend's memory and hands them over
+  // directly when so; MPI with a GPU backend stages them through pinned host memory.
+  virtual bool reaches(Backend& backend) const;
+  // The operations issued next wait for `event` (recorded on the backend's compute stream): on
+  // the device for NCCL (its stream waits; the host does not), on the host here.
+  virtual void wait_for(DeviceEvent& event) { event.synchronize(); }
   virtual std::shared_ptr<void> allocate(std::size_t bytes);
   virtual void copy_in(void* dst, const void* host, std::size_t bytes);   // host -> communicator memory
   virtual void copy_out(void* host, const void* src, std::size_t bytes);  // communicator memory -> host
+  // The ring all-reduce's local step on this communicator's memory: y = y + x, or (y + x) * scale
+  // when scale != 1 (an average's last step), elementwise over `count` elements; bf16 and f16 add
+  // in f32. A host loop here; NCCL launches kernels::ring_reduce on its stream, after the
+  // operations posted so far. Both give the same bits.
+  virtual void reduce_local(DType dtype, void* y, const void* x, std::int64_t count, double scale);
+  // dst = src * scale, converted from one floating dtype to another, elementwise, in this
+  // communicator's memory (gradient compression); computed in f32 (f64 when both are f64) and
+  // rounded once. A host loop here; NCCL launches kernels::convert_scaled on its stream.
+  virtual void convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t count, double scale);
+  // A buffer of at least `bytes` in this communicator's memory, kept and reused (the ring's receive
+  // double buffer): valid until the next call with a larger size. One caller at a time.
+  void* scratch(std::size_t bytes);
 
   // Waits for every request; past the deadline it aborts the job naming the first request still
   // pending (the operation and the peer). The default polls; MPI blocks in MPI_Waitall under a
@@ -84,6 +117,10 @@ class Communicator {
 
  protected:
   double timeout_s_ = 300.0;
+
+ private:
+  std::shared_ptr<void> scratch_;
+  std::size_t scratch_bytes_ = 0;
 };
 
 // The communicators this build offers: "mpi", plus "nccl" when built with CUDA.

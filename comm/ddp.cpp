@@ -65,6 +65,13 @@ void Ddp::attach(const NamedTensors& parameters) {
   TL_CHECK(slots_.empty(), "ddp: attach() was already called");
   TL_CHECK(!parameters.empty(), "ddp: the model has no parameters");
   dtype_ = parameters.front().second.dtype();
+  backend_ = &parameters.front().second.backend();
+  direct_ = comm_.reaches(*backend_);
+  TL_CHECK(direct_ || !comm_.device_memory(),
+           "ddp: the " + comm_.backend() + " communicator works on " +
+               (comm_.device_name().empty() ? std::string("its device's") : comm_.device_name()) +
+               " memory, and the backend '" + backend_->name() +
+               "' keeps the model elsewhere: use the cuda backend with it (--backend cuda), or --comm mpi");
   TL_CHECK(dtype_ == DType::f32 || dtype_ == DType::f64,
            std::string("ddp: parameters must be f32 or f64 (master weights), got ") + dtype_name(dtype_));
   std::vector<std::int64_t> bytes;
@@ -72,6 +79,10 @@ void Ddp::attach(const NamedTensors& parameters) {
     TL_CHECK(parameter.dtype() == dtype_, "ddp: parameter " + name + " is " + dtype_name(parameter.dtype()) +
                                               ", the others " + dtype_name(dtype_) + " (one dtype per model)");
     TL_CHECK(parameter.requires_grad(), "ddp: parameter " + name + " does not require a gradient");
+    TL_CHECK(&parameter.backend() == backend_, "ddp: parameter " + name + " is on backend '" +
+                                                   parameter.backend().name() + "', the others on '" +
+                                                   backend_->name() + "' (one backend per model)");
+    TL_CHECK(parameter.is_contiguous(), "ddp: parameter " + name + " is not contiguous (row-major)");
     Slot slot;
     slot.name = name;
     slot.parameter = parameter;
@@ -81,19 +92,21 @@ void Ddp::attach(const NamedTensors& parameters) {
   }
 
   // The replicas start equal: rank 0's parameters everywhere, then checked.
+  backend_->synchronize();  // their initialisation has finished (a GPU backend queues it)
   for (Slot& slot : slots_) {
-    std::vector<unsigned char> host(slot.parameter.nbytes());
-    slot.parameter.copy_to_host(host.data());
-    auto memory = comm_.allocate(host.size());
-    comm_.copy_in(memory.get(), host.data(), host.size());
-    comm_.broadcast(memory.get(), host.size(), 0);
-    comm_.copy_out(host.data(), memory.get(), host.size());
-    if (comm_.rank() != 0) {
-      TL_CHECK(slot.parameter.is_contiguous(), "ddp: parameter " + slot.name + " is not contiguous");
-      // Through the backend: the parameter may live in device memory.
-      slot.parameter.backend().copy_from_host(slot.parameter.raw_data(), host.data(), host.size());
-      note_parameter_write();  // low-precision working copies of it are stale
+    const std::size_t size = slot.parameter.nbytes();
+    if (direct_) {
+      comm_.broadcast(slot.parameter.raw_data(), size, 0);
+    } else {
+      std::vector<unsigned char> host(size);
+      slot.parameter.copy_to_host(host.data());
+      auto memory = comm_.allocate(size);
+      comm_.copy_in(memory.get(), host.data(), size);
+      comm_.broadcast(memory.get(), size, 0);
+      comm_.copy_out(host.data(), memory.get(), size);
+      if (comm_.rank() != 0) backend_->copy_from_host(slot.parameter.raw_data(), host.data(), size);
     }
+    if (comm_.rank() != 0) note_parameter_write();  // low-precision working copies of it are stale
   }
   verify_replicas();
 
@@ -111,13 +124,26 @@ void Ddp::attach(const NamedTensors& parameters) {
       slot.offset = bucket.numel;
       bucket.numel += slot.numel;
     }
-    const auto size = static_cast<std::size_t>(bucket.numel * elem);
-    bucket.memory = comm_.allocate(size);
-    if (comm_.device_memory()) {
-      bucket.staging.resize(size);
-      bucket.host = bucket.staging.data();
-    } else {
-      bucket.host = static_cast<unsigned char*>(bucket.memory.get());
+    {
+      // With gradient_as_bucket_view the buckets are the gradients, and counted as such.
+      MemoryCategoryScope category(options_.gradient_as_bucket_view ? MemoryCategory::gradients
+                                                                    : MemoryCategory::communication);
+      bucket.buffer = Tensor::zeros({bucket.numel}, dtype_, *backend_);
+    }
+    for (int s : bucket.slots) {
+      Slot& slot = slots_[static_cast<std::size_t>(s)];
+      slot.view = bucket.buffer.narrow(0, slot.offset, slot.numel).view(slot.parameter.shape());
+    }
+    if (options_.compression != GradCompression::none) {
+      bucket.packed = comm_.allocate(static_cast<std::size_t>(bucket.numel) * dtype_size(wire_dtype()));
+    }
+    if (!direct_) {
+      const auto size = static_cast<std::size_t>(bucket.numel * elem);
+      if (PinnedUploads* pinned = backend_->pinned_uploads()) {
+        bucket.staging = {pinned->allocate_pinned(size), [pinned](void* p) { pinned->deallocate_pinned(p); }};
+      } else {
+        bucket.staging = comm_.allocate(size);
+      }
     }
   }
   if (options_.zero == 1) {
@@ -205,7 +231,23 @@ void Ddp::begin_backward(bool sync) {
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.slots.size());
     bucket.done = false;
+    bucket.ready.reset();
     bucket.comm_start_ns = bucket.comm_end_ns = 0;
+  }
+  if (options_.gradient_as_bucket_view) point_gradients_at_buckets();
+}
+
+void Ddp::point_gradients_at_buckets() {
+  NoGradGuard no_grad;
+  for (Slot& slot : slots_) {
+    const Tensor grad = slot.parameter.grad();
+    if (grad.defined() && grad.same_view(slot.view)) continue;
+    if (grad.defined()) {
+      slot.view.copy_(grad);  // an accumulated gradient that lives elsewhere (set by the user)
+    } else {
+      slot.view.zero_();  // zero_grad(set_to_none) dropped it
+    }
+    slot.parameter.set_grad(slot.view);
   }
 }
 
@@ -215,12 +257,72 @@ void Ddp::on_gradient_ready(int s) {
   Bucket& bucket = buckets_[static_cast<std::size_t>(slot.bucket)];
   const Tensor grad = slot.parameter.grad();
   TL_CHECK(grad.defined(), "ddp: parameter " + slot.name + " reported ready without a gradient");
-  // Gather the gradient into its bucket (on the training thread, as backward produces it).
-  grad.copy_to_host(bucket.host + slot.offset * static_cast<std::int64_t>(dtype_size(dtype_)));
+  if (!grad.same_view(slot.view)) {
+    // Into its range of the bucket, on the backend (a device copy on a GPU): queued, not waited for.
+    NoGradGuard no_grad;
+    slot.view.copy_(grad);
+  }
   std::lock_guard lock(mutex_);
   TL_CHECK(!slot.ready, "ddp: parameter " + slot.name + " became ready twice in one backward");
   slot.ready = true;
-  if (--bucket.pending == 0) launch_ready_buckets();
+  if (--bucket.pending == 0) {
+    // The communicator will wait for this point of the compute stream (on the device, for NCCL).
+    if (StreamEvents* events = backend_->stream_events()) bucket.ready = events->record_event();
+    launch_ready_buckets();
+  }
+}
+
+DType Ddp::wire_dtype() const {
+  switch (options_.compression) {
+    case GradCompression::bf16:
+      return DType::bf16;
+    case GradCompression::f16:
+      return DType::f16;
+    case GradCompression::none:
+      break;
+  }
+  return dtype_;
+}
+
+void Ddp::reduce_bucket(Bucket& bucket) {
+  void* memory = comm_memory(bucket);
+  const bool zero = options_.zero == 1;
+  if (options_.compression == GradCompression::none) {
+    if (zero) {
+      reduce_scatter(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+    } else {
+      allreduce(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+    }
+    return;
+  }
+  // PyTorch's compress hooks: scale by 1/world in the cast (so a 16-bit sum cannot overflow where
+  // the average would not), sum, cast back. With ZeRO-1 only this rank's chunk comes back.
+  const DType wire = wire_dtype();
+  comm_.convert(dtype_, memory, wire, bucket.packed.get(), bucket.numel, 1.0 / comm_.size());
+  if (zero) {
+    reduce_scatter(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.algorithm);
+    const ChunkRange mine = shard_chunk(bucket.numel, comm_.size(), comm_.rank());
+    const auto wire_elem = static_cast<std::int64_t>(dtype_size(wire)),
+               elem = static_cast<std::int64_t>(dtype_size(dtype_));
+    comm_.convert(wire, static_cast<unsigned char*>(bucket.packed.get()) + mine.begin * wire_elem, dtype_,
+                  static_cast<unsigned char*>(memory) + mine.begin * elem, mine.count, 1.0);
+  } else {
+    allreduce(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.algorithm);
+    comm_.convert(wire, bucket.packed.get(), dtype_, memory, bucket.numel, 1.0);
+  }
+  comm_.wait_stream("the cast back from " + std::string(dtype_name(wire)));
+}
+
+void* Ddp::comm_memory(Bucket& bucket) { return direct_ ? bucket.buffer.raw_data() : bucket.staging.get(); }
+
+void Ddp::stage_out(Bucket& bucket) {
+  if (direct_) return;
+  backend_->copy_to_host(bucket.staging.get(), bucket.buffer.raw_data(), bucket.buffer.nbytes());
+}
+
+void Ddp::stage_in(Bucket& bucket) {
+  if (direct_) return;
+  backend_->copy_from_host(bucket.buffer.raw_data(), bucket.staging.get(), bucket.buffer.nbytes());
 }
 
 void Ddp::launch_ready_buckets() {
@@ -247,15 +349,17 @@ void Ddp::comm_loop() {
     Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
     const std::int64_t start = Profiler::now_ns();
     try {
-      const std::size_t bytes = static_cast<std::size_t>(bucket.numel) * dtype_size(dtype_);
-      if (comm_.device_memory()) comm_.copy_in(bucket.memory.get(), bucket.host, bytes);
-      if (options_.rendezvous && comm_.size() > 1) comm_.rendezvous();
-      if (options_.zero == 1) {
-        reduce_scatter(comm_, bucket.memory.get(), bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
-      } else {
-        allreduce(comm_, bucket.memory.get(), bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+      if (bucket.ready) {
+        if (direct_) {
+          comm_.wait_for(*bucket.ready);
+        } else {
+          bucket.ready->synchronize();
+        }
       }
-      if (comm_.device_memory()) comm_.copy_out(bucket.host, bucket.memory.get(), bytes);
+      stage_out(bucket);
+      if (options_.rendezvous && comm_.size() > 1) comm_.rendezvous();
+      reduce_bucket(bucket);
+      stage_in(bucket);
     } catch (...) {
       std::lock_guard lock(mutex_);
       error_ = std::current_exception();
@@ -300,8 +404,8 @@ DdpStepStats Ddp::finish_backward() {
                   " (every parameter must take part in every synchronised step; unused parameters are not supported)");
     }
   }
-  // Wait for the buckets in order, writing each back as soon as it is done.
-  const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
+  // Wait for the buckets in order, writing each back (when the gradients are not its views) as
+  // soon as it is done.
   for (Bucket& bucket : buckets_) {
     {
       std::unique_lock lock(mutex_);
@@ -311,20 +415,15 @@ DdpStepStats Ddp::finish_backward() {
     if (options_.zero == 1) {
       // Only this rank's chunk is averaged: it goes to the pieces its optimiser updates.
       for (OwnedPiece& piece : owned_) {
-        if (&buckets_[static_cast<std::size_t>(piece.bucket)] == &bucket) attach_piece_gradient(piece, bucket.host);
+        if (&buckets_[static_cast<std::size_t>(piece.bucket)] == &bucket) attach_piece_gradient(piece, &bucket);
       }
       continue;
     }
+    NoGradGuard no_grad;
     for (int s : bucket.slots) {
       Slot& slot = slots_[static_cast<std::size_t>(s)];
       Tensor grad = slot.parameter.grad();
-      const unsigned char* source = bucket.host + slot.offset * elem;
-      if (grad.is_contiguous()) {
-        grad.backend().copy_from_host(grad.raw_data(), source, static_cast<std::size_t>(slot.numel * elem));
-      } else {
-        NoGradGuard no_grad;  // a layout other than row-major (channels_last): copied into place
-        grad.copy_(Tensor::from_host(source, grad.shape(), dtype_, grad.backend()));
-      }
+      if (!grad.same_view(slot.view)) grad.copy_(slot.view);  // on the backend; any layout
     }
   }
   const std::int64_t finished = Profiler::now_ns();
@@ -335,17 +434,17 @@ DdpStepStats Ddp::finish_backward() {
     const std::int64_t overlap =
         std::min(bucket.comm_end_ns, backward_end) - std::max(bucket.comm_start_ns, backward_start_ns_);
     stats.overlap_s += static_cast<double>(std::max<std::int64_t>(0, overlap)) * 1e-9;
-    stats.bucket_bytes.push_back(bucket.numel * elem);
+    stats.bucket_bytes.push_back(bucket.numel * static_cast<std::int64_t>(dtype_size(wire_dtype())));
   }
   return stats;
 }
 
-void Ddp::attach_piece_gradient(OwnedPiece& piece, const unsigned char* bucket_host) {
+void Ddp::attach_piece_gradient(OwnedPiece& piece, const Bucket* bucket) {
   NoGradGuard no_grad;  // bookkeeping, not part of any graph
-  const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
   // The piece's gradient is its range of the parameter's own (local) gradient when that is
-  // row-major: no memory of its own. A channels_last gradient's piece is not one range of it, and
-  // gets a buffer.
+  // row-major: no memory of its own (and with gradient_as_bucket_view that range is the bucket's,
+  // where the reduce-scatter left the averaged chunk). A channels_last gradient's piece is not one
+  // range of it, and gets a buffer.
   const Slot& slot = slots_[static_cast<std::size_t>(piece.slot)];
   const Tensor local = slot.parameter.grad();
   const std::int64_t begin = piece.bucket_offset - slot.offset;
@@ -358,10 +457,10 @@ void Ddp::attach_piece_gradient(OwnedPiece& piece, const unsigned char* bucket_h
     piece.view.set_grad(Tensor::empty(piece.view.shape(), dtype_, piece.view.backend()));
     grad = piece.view.grad();
   }
-  if (bucket_host != nullptr) {
-    // The averaged chunk, from the bucket.
-    grad.backend().copy_from_host(grad.raw_data(), bucket_host + piece.bucket_offset * elem,
-                                  static_cast<std::size_t>(grad.numel() * elem));
+  if (bucket != nullptr) {
+    // The averaged chunk, from the bucket (nothing to copy when the gradient is that range).
+    const Tensor chunk = bucket->buffer.narrow(0, piece.bucket_offset, piece.view.numel());
+    if (!grad.same_view(chunk)) grad.copy_(chunk);
   } else if (!local.is_contiguous()) {
     // Communication off: the local gradient's range, in row-major order.
     grad.copy_(local.contiguous().flatten().narrow(0, begin, piece.view.numel()));
@@ -412,21 +511,29 @@ void Ddp::finish_step() {
     return;
   }
   TL_PROFILE_SCOPE("zero.allgather_parameters");
-  const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
+  NoGradGuard no_grad;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
-    // This rank's chunk holds its updated pieces; the all-gather brings everyone else's.
+    // This rank's chunk holds its updated pieces; the all-gather brings everyone else's. (With
+    // gradient_as_bucket_view this overwrites the spent gradients; they are zeroed below.)
     for (const OwnedPiece& piece : owned_) {
-      if (piece.bucket == static_cast<int>(b)) piece.view.copy_to_host(bucket.host + piece.bucket_offset * elem);
+      if (piece.bucket == static_cast<int>(b))
+        bucket.buffer.narrow(0, piece.bucket_offset, piece.view.numel()).copy_(piece.view);
     }
-    const std::size_t bytes = static_cast<std::size_t>(bucket.numel * elem);
-    if (comm_.device_memory()) comm_.copy_in(bucket.memory.get(), bucket.host, bytes);
-    allgather(comm_, bucket.memory.get(), bucket.numel, dtype_, options_.algorithm);
-    if (comm_.device_memory()) comm_.copy_out(bucket.host, bucket.memory.get(), bytes);
+    if (StreamEvents* events = backend_->stream_events()) {
+      auto written = events->record_event();
+      if (direct_) {
+        comm_.wait_for(*written);
+      } else {
+        written->synchronize();
+      }
+    }
+    stage_out(bucket);
+    allgather(comm_, comm_memory(bucket), bucket.numel, dtype_, options_.algorithm);
+    stage_in(bucket);
     for (int s : bucket.slots) {
       Slot& slot = slots_[static_cast<std::size_t>(s)];
-      slot.parameter.backend().copy_from_host(slot.parameter.raw_data(), bucket.host + slot.offset * elem,
-                                              static_cast<std::size_t>(slot.numel * elem));
+      slot.parameter.detach().copy_(slot.view);
       slot.parameter.zero_grad();  // the local gradient: this step's is spent
     }
   }
@@ -481,13 +588,25 @@ StateDict Ddp::shard_optimizer_state(const StateDict& full) {
 
 std::string Ddp::gradient_reduction() const {
   const std::string dtype = dtype_name(dtype_);
+  const std::string shape =
+      options_.zero == 1 ? "reduce-scatter, then the updated parameters all-gathered" : "all-reduce";
+  if (options_.compression != GradCompression::none) {
+    const std::string wire = dtype_name(wire_dtype());
+    const std::string summed = options_.algorithm == Algorithm::ring
+                                   ? "summed by the hand-written ring in f32 at each hop, rounded to " + wire +
+                                         " after each, in one fixed order"
+                                   : "summed in " + wire + " by " + comm_.backend() + "'s own collective";
+    return fmt::format(
+        "{} gradients compressed to {} (the 1/world scale in the cast), {}, cast back to {}; over {} "
+        "rank{} ({})",
+        dtype, wire, summed, dtype, comm_.size(), comm_.size() == 1 ? "" : "s", shape);
+  }
   // The ring adds in the buffer's dtype (bf16/f16 through f32); MPI_SUM and NCCL on f32/f64 likewise.
   const std::string summed = options_.algorithm == Algorithm::ring
                                  ? "summed in " + dtype + " by the hand-written ring, in one fixed order"
                                  : "summed in " + dtype + " by " + comm_.backend() + "'s own collective";
   return fmt::format("{} gradients, {}, averaged over {} rank{} ({}; the 1/world scale once, at the end)", dtype,
-                     summed, comm_.size(), comm_.size() == 1 ? "" : "s",
-                     options_.zero == 1 ? "reduce-scatter, then the updated parameters all-gathered" : "all-reduce");
+                     summed, comm_.size(), comm_.size() == 1 ? "" : "s", shape);
 }
 
 std::string Ddp::describe() const {
@@ -503,10 +622,19 @@ std::string Ddp::describe() const {
     zero = fmt::format("; ZeRO-1: this rank's optimiser updates {} of {} elements in {} pieces", owned, total,
                        owned_.size());
   }
-  return fmt::format("DDP over {}, {} rank{}, {} {}, {} bucket{} ({}; cap {} MiB, first {} MiB){}", comm_.backend(),
+  const std::string memory = fmt::format(
+      "{} in {} memory{}{}",
+      options_.gradient_as_bucket_view ? "gradients are views of the buckets" : "gradients copied",
+      backend_ != nullptr ? backend_->name() : "?",
+      direct_
+          ? ""
+          : ", staged through " + std::string(backend_ && backend_->pinned_uploads() ? "pinned " : "") + "host memory",
+      options_.compression == GradCompression::none ? "" : std::string(", compressed to ") + dtype_name(wire_dtype()));
+  return fmt::format("DDP over {}, {} rank{}, {} {}, {} bucket{} ({}; cap {} MiB, first {} MiB; {}){}", comm_.backend(),
                      comm_.size(), comm_.size() == 1 ? "" : "s", algorithm_name(options_.algorithm),
                      options_.zero == 1 ? "reduce-scatter + all-gather" : "all-reduce", buckets_.size(),
-                     buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb, options_.first_bucket_mb, zero);
+                     buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb, options_.first_bucket_mb, memory,
+                     zero);
 }
 
 }  // namespace trainlab::comm

@@ -4,10 +4,21 @@
 // Buckets, as in PyTorch DDP: parameters are taken in reverse registration order (the order
 // backward finishes them) and packed into buckets; the first bucket closes at 1 MiB
 // (first_bucket_mb), later ones at bucket_cap_mb (a bucket closes once it reaches its cap, so one
-// large parameter may exceed it). When the last gradient of a bucket is ready, the hook hands the
-// bucket to the communication thread, which all-reduces it (average; ring or native) while
-// backward goes on. Buckets are launched and completed in order; finish_backward waits for them
-// in order and writes each averaged bucket back into its gradients as soon as it is done.
+// large parameter may exceed it).
+//
+// The buckets live in the backend's memory (device memory on a GPU), each parameter's gradient a
+// row-major range of one. With gradient_as_bucket_view (the default) the gradients are those
+// ranges (PyTorch's gradient_as_bucket_view): backward accumulates straight into the bucket and
+// nothing is copied, before or after the all-reduce. Without it, a gradient is copied into its
+// range when it is ready and the averaged range copied back at the end, both on the backend (a
+// device copy on a GPU). Nothing moves a gradient through the host: when the last gradient of a
+// bucket is ready, the hook records an event on the backend's compute stream (a GPU backend's;
+// CPU backends finish each call before returning) and hands the bucket to the communication
+// thread, which makes the communicator wait for that event (on the device for NCCL) and reduces
+// the bucket in place (average; ring or native) while backward goes on. A communicator that
+// cannot reach the backend's memory (MPI with the cuda backend) gets the bucket through a pinned
+// host buffer, copied on the communication thread. Buckets are launched and completed in order;
+// finish_backward waits for them in order.
 //
 // ZeRO-1 (zero = 1): each bucket is cut into world-size chunks (comm::shard_chunk) and rank r owns
 // chunk r of every bucket, so the shards are balanced by bytes whatever the parameter sizes. A
@@ -46,6 +57,11 @@ struct DdpOptions {
   // rank does not spin (see Communicator::rendezvous). Off: straight into the all-reduce.
   bool rendezvous = false;
   int zero = 0;  // 0: every rank holds the whole optimiser state; 1: sharded (ZeRO-1)
+  // Gradients are views of the buckets (no copy in, no copy back); off: copied in and back.
+  bool gradient_as_bucket_view = true;
+  // The communication hook: none, or the buckets cast to bf16/f16 for the reduction (the 1/world
+  // scale in the cast; the ring adds in f32 at each hop), and back.
+  GradCompression compression = GradCompression::none;
 };
 
 // Bucket assignment alone (for tests and for printing): parameter indices (registration order)
@@ -96,14 +112,16 @@ class Ddp final : public DataParallel {
     int bucket = 0;
     std::int64_t offset = 0;  // elements into the bucket
     std::int64_t numel = 0;
+    Tensor view;  // its range of the bucket, in the parameter's shape (row-major)
     bool ready = false;
   };
   struct Bucket {
     std::vector<int> slots;
     std::int64_t numel = 0;
-    std::shared_ptr<void> memory;        // what the communicator reduces (device memory for NCCL)
-    std::vector<unsigned char> staging;  // host copy when the memory is on a device
-    unsigned char* host = nullptr;       // where gradients are gathered on the host
+    Tensor buffer;                       // in the backend's memory: what the communicator reduces
+    std::shared_ptr<void> staging;       // host memory, when the communicator cannot reach the buffer
+    std::shared_ptr<void> packed;        // gradient compression: the 16-bit copy, in the communicator's memory
+    std::shared_ptr<DeviceEvent> ready;  // on the compute stream, after its last gradient
     int pending = 0;
     bool done = false;
     std::int64_t comm_start_ns = 0, comm_end_ns = 0;
@@ -113,9 +131,21 @@ class Ddp final : public DataParallel {
   void comm_loop();
   void verify_replicas();
   struct OwnedPiece;
-  // ZeRO-1: gives the piece its gradient: the averaged chunk from the bucket's host copy, or (null)
-  // the local gradient's range when communication is off.
-  void attach_piece_gradient(OwnedPiece& piece, const unsigned char* bucket_host);
+  // ZeRO-1: gives the piece its gradient: the averaged chunk from the bucket, or (null) the local
+  // gradient's range when communication is off.
+  void attach_piece_gradient(OwnedPiece& piece, const Bucket* bucket);
+  // The memory the communicator works on for a bucket (its buffer, or the host staging copy), and
+  // the copies to and from the staging copy (nothing when the communicator reaches the buffer).
+  void* comm_memory(Bucket& bucket);
+  void stage_out(Bucket& bucket);
+  void stage_in(Bucket& bucket);
+  DType wire_dtype() const;  // what travels: the gradients' dtype, or the compression's
+  // One bucket's reduction (the communication thread): all-reduce, or ZeRO-1's reduce-scatter;
+  // through the 16-bit copy when compressing.
+  void reduce_bucket(Bucket& bucket);
+  // gradient_as_bucket_view: points every gradient at its range of the bucket (keeping what an
+  // accumulation left in a gradient that is elsewhere).
+  void point_gradients_at_buckets();
   NamedTensors parameters() const;  // the slots', in registration order
   // ZeRO-1: rank `rank`'s chunk of every bucket cut at parameter boundaries, in bucket order.
   struct ChunkPiece {
@@ -133,6 +163,8 @@ class Ddp final : public DataParallel {
   Communicator& comm_;
   DdpOptions options_;
   DType dtype_ = DType::f32;
+  Backend* backend_ = nullptr;
+  bool direct_ = true;  // the communicator reaches the backend's memory
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   bool sync_ = true;

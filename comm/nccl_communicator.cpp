@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
+#include "backends/device_selection.h"
 #include "backends/error.h"
 #include "engine/memory_usage.h"
+#include "kernels/kernels.h"
 
 namespace trainlab::comm {
 
@@ -121,15 +124,15 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::world() {
                     "one GPU per rank; use --comm mpi on this machine",
                     rank_, cudaGetErrorString(counted)));
   }
-  if (local_size > devices) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    throw Error(
-        fmt::format("nccl: {} ranks run on host {} but it has {} GPU(s): NCCL needs one GPU per rank, so this "
-                    "host supports world sizes up to {} (a single GPU supports world size 1 only)",
-                    local_size, host, devices, devices));
-  }
-  const int device = local_rank;
+  // The process's one GPU, the same the cuda backend uses (or a clear error when they differ).
+  LocalPlacement placement;
+  placement.local_rank = local_rank;
+  placement.local_size = local_size;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  placement.source = fmt::format("MPI_Comm_split_type on host {}", host);
+  const int device = process_device().claim(choose_device(placement, devices, std::getenv("TRAINLAB_CUDA_DEVICE")),
+                                            "nccl communicator");
   CUDA_CHECK(cudaSetDevice(device));
 
   ncclUniqueId id{};
@@ -228,6 +231,31 @@ void NcclCommunicator::flush() {
     op.state->launched = true;
   }
   pending_.clear();
+}
+
+std::unique_ptr<Request> NcclCommunicator::sendrecv(const void* send, std::size_t send_bytes, int to, void* recv,
+                                                    std::size_t recv_bytes, int from, const char* what) {
+  flush();  // what was posted before is a group of its own, ahead of this one
+  auto out = send_bytes > 0 ? isend(send, send_bytes, to, what) : nullptr;
+  auto in = recv_bytes > 0 ? irecv(recv, recv_bytes, from, what) : nullptr;
+  flush();
+  if (in) return in;  // one event after the group completes both
+  if (out) return out;
+  return Communicator::sendrecv(nullptr, 0, to, nullptr, 0, from, what);  // nothing to move: complete
+}
+
+bool NcclCommunicator::reaches(Backend& backend) const {
+  StreamEvents* events = backend.stream_events();
+  return backend.device_type() == DeviceType::cuda && events != nullptr && events->device_index() == device_;
+}
+
+void NcclCommunicator::wait_for(DeviceEvent& event) {
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event.native()), 0));
+}
+
+void NcclCommunicator::wait_stream(const std::string& what) {
+  flush();
+  synchronize(what);
 }
 
 void NcclCommunicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
@@ -353,6 +381,17 @@ std::shared_ptr<void> NcclCommunicator::allocate(std::size_t bytes) {
             memory_freed(DeviceType::cuda, MemoryCategory::communication, counted);
             cudaFree(q);
           }};
+}
+
+void NcclCommunicator::reduce_local(DType dtype, void* y, const void* x, std::int64_t count, double scale) {
+  flush();  // the receive that filled x is enqueued before the kernel that reads it
+  kernels::ring_reduce(dtype, y, x, count, scale, stream_);
+}
+
+void NcclCommunicator::convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t count,
+                               double scale) {
+  flush();
+  kernels::convert_scaled(src_dtype, src, dst_dtype, dst, count, scale, stream_);
 }
 
 void NcclCommunicator::copy_in(void* dst, const void* host, std::size_t bytes) {

@@ -1,8 +1,9 @@
 // The NCCL communicator (compiled when trainlab is built with CUDA: --preset cuda). One GPU per
-// rank: the rank's GPU is its index among the ranks on its host, and a host with fewer GPUs than
-// ranks is refused with the counts (a single GPU supports world size 1 only; nothing here fakes
-// more). NCCL is bootstrapped over MPI: rank 0 makes the ncclUniqueId and broadcasts it with
-// MPI_Bcast, every rank calls ncclCommInitRank.
+// rank: the rank's GPU is its index among the ranks on its host (or TRAINLAB_CUDA_DEVICE), claimed
+// for the process as the cuda backend claims it (backends/device_selection.h: a different choice
+// is an error naming both), and a host with fewer GPUs than ranks is refused with the counts (a
+// single GPU supports world size 1 only; nothing here fakes more). NCCL is bootstrapped over MPI: rank 0 makes the
+// ncclUniqueId and broadcasts it with MPI_Bcast, every rank calls ncclCommInitRank.
 //
 // Its operations take device memory on this rank's GPU (device_memory() is true; allocate and
 // copy_in/copy_out move data there). Collectives run on the communicator's stream and return when
@@ -11,6 +12,11 @@
 // operations posted between two waits are launched together as one NCCL group (ncclGroupStart/End)
 // at the next test or wait, so a ring's send to the right and receive from the left progress
 // together instead of blocking each other on the stream.
+//
+// It reaches the cuda backend's memory on the same GPU, so DDP hands it its buckets as they are;
+// wait_for makes its stream wait for an event of the backend's compute stream (the host does not
+// wait). The ring runs over it stream-ordered: sendrecv launches one send and one receive as a
+// group at once, reduce_local is kernels::ring_reduce on the same stream.
 //
 // Every CUDA and NCCL call is checked: a failure throws Error naming the call, the rank, the peer
 // where there is one, and NCCL's own last-error text.
@@ -54,6 +60,17 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   void copy_in(void* dst, const void* host, std::size_t bytes) override;
   void copy_out(void* host, const void* src, std::size_t bytes) override;
+  // On the stream, after the point-to-point operations posted so far (kernels::ring_reduce).
+  void reduce_local(DType dtype, void* y, const void* x, std::int64_t count, double scale) override;
+  void convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t count,
+               double scale) override;  // kernels::convert_scaled on the stream
+  // A send and a receive launched together as one group, on the stream, at once.
+  std::unique_ptr<Request> sendrecv(const void* send, std::size_t send_bytes, int to, void* recv,
+                                    std::size_t recv_bytes, int from, const char* what) override;
+  bool stream_ordered() const override { return true; }
+  bool reaches(Backend& backend) const override;  // the cuda backend on this communicator's GPU
+  void wait_for(DeviceEvent& event) override;     // cudaStreamWaitEvent: the host does not wait
+  void wait_stream(const std::string& what) override;
 
   std::string device_name() const override;      // "NVIDIA H200 (device 0)"
   std::string library_version() const override;  // "NCCL 2.28.9" (the library linked at run time)

@@ -1,5 +1,7 @@
 #include "comm/ring_allreduce.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -10,54 +12,42 @@ namespace trainlab::comm {
 
 namespace {
 
-// y += x (or y = (y + x) * scale when scaling), elementwise; halves go through f32.
-void reduce_into(DType dtype, void* y, const void* x, std::int64_t n, double scale) {
-  const bool scaled = scale != 1.0;
-  switch (dtype) {
-    case DType::f32: {
-      auto* a = static_cast<float*>(y);
-      const auto* b = static_cast<const float*>(x);
-      const auto s = static_cast<float>(scale);
-      if (scaled) {
-        for (std::int64_t i = 0; i < n; ++i) a[i] = (a[i] + b[i]) * s;
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+// The ring on a stream-ordered communicator (NCCL): the same stages, chunks, segments and
+// arithmetic as below, as a sequence of steps each of which is one send and one receive launched
+// together (a group) and, in the reduce-scatter, the reduction of what arrived. The stream runs
+// them in order, so nothing waits on the host until the end; a step never holds more than one
+// send and one receive, so the neighbours' groups always match (larger groups could deadlock, a
+// send waiting for a receive its peer has not yet launched).
+void ring_stages_ordered(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, int first,
+                         int last, const RingOptions& options) {
+  const int P = comm.size(), r = comm.rank();
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
+  auto* bytes = static_cast<unsigned char*>(data);
+  const std::int64_t seg = std::max<std::int64_t>(1, static_cast<std::int64_t>(options.segment_bytes) / elem);
+  const int right = (r + 1) % P, left = (r - 1 + P) % P;
+  const int gather_stage = P - 1;
+  auto mod = [P](int v) { return ((v % P) + P) % P; };
+  const double average = op == ReduceOp::average ? 1.0 / P : 1.0;
+  auto* scratch = static_cast<unsigned char*>(comm.scratch(static_cast<std::size_t>(2 * seg * elem)));
+  for (int t = first; t < last; ++t) {
+    const ChunkRange send = shard_chunk(count, P, mod(r - t - 1)), recv = shard_chunk(count, P, mod(r - t - 2));
+    const bool reducing = t < gather_stage;
+    const std::int64_t steps = (std::max(send.count, recv.count) + seg - 1) / seg;
+    for (std::int64_t j = 0; j < steps; ++j) {
+      const std::int64_t send_length = std::clamp<std::int64_t>(send.count - j * seg, 0, seg);
+      const std::int64_t recv_length = std::clamp<std::int64_t>(recv.count - j * seg, 0, seg);
+      unsigned char* target = reducing ? scratch + (j % 2) * seg * elem : bytes + (recv.begin + j * seg) * elem;
+      comm.sendrecv(bytes + (send.begin + j * seg) * elem, static_cast<std::size_t>(send_length * elem), right, target,
+                    static_cast<std::size_t>(recv_length * elem), left,
+                    reducing ? "ring reduce-scatter" : "ring all-gather");
+      if (reducing && recv_length > 0) {
+        const double scale = t == gather_stage - 1 ? average : 1.0;
+        comm.reduce_local(dtype, bytes + (recv.begin + j * seg) * elem, target, recv_length, scale);
       }
-      return;
     }
-    case DType::f64: {
-      auto* a = static_cast<double*>(y);
-      const auto* b = static_cast<const double*>(x);
-      if (scaled) {
-        for (std::int64_t i = 0; i < n; ++i) a[i] = (a[i] + b[i]) * scale;
-      } else {
-        for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
-      }
-      return;
-    }
-    case DType::bf16: {
-      auto* a = static_cast<bf16*>(y);
-      const auto* b = static_cast<const bf16*>(x);
-      const auto s = static_cast<float>(scale);
-      for (std::int64_t i = 0; i < n; ++i) a[i] = bf16((static_cast<float>(a[i]) + static_cast<float>(b[i])) * s);
-      return;
-    }
-    case DType::f16: {
-      auto* a = static_cast<f16*>(y);
-      const auto* b = static_cast<const f16*>(x);
-      const auto s = static_cast<float>(scale);
-      for (std::int64_t i = 0; i < n; ++i) a[i] = f16((static_cast<float>(a[i]) + static_cast<float>(b[i])) * s);
-      return;
-    }
-    case DType::i64:
-      break;
   }
-  throw Error(std::string("ring all-reduce: dtype ") + dtype_name(dtype) + " is not supported (f32, f64, bf16, f16)");
+  comm.wait_stream(fmt::format("the ring's steps (send to rank {}, receive from rank {})", right, left));
 }
-
-}  // namespace
-
-namespace {
 
 // The ring's stages [first, last): reduce-scatter is stages 0..P-2, all-gather P-1..2P-3, the
 // all-reduce all of them. At stage t rank r sends chunk r-t-1 to its right neighbour and receives
@@ -69,11 +59,10 @@ void ring_stages(Communicator& comm, void* data, std::int64_t count, DType dtype
   TL_CHECK(count >= 0, std::string(name) + ": negative count");
   const int P = comm.size(), r = comm.rank();
   if (P == 1 || count == 0) return;  // the sum (and the average) of one rank is its own buffer
-  TL_CHECK(!comm.device_memory(), std::string(name) + ": the " + comm.backend() +
-                                      " communicator works on device memory, and the ring reduces on the host; use "
-                                      "--allreduce native (" +
-                                      comm.backend() +
-                                      "'s own collective) there, or the ring over the mpi communicator");
+  if (comm.stream_ordered()) {
+    ring_stages_ordered(comm, data, count, dtype, op, first, last, options);
+    return;
+  }
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
   auto* bytes = static_cast<unsigned char*>(data);
   auto chunk_begin = [&](int c) { return shard_chunk(count, P, c).begin; };
@@ -98,8 +87,8 @@ void ring_stages(Communicator& comm, void* data, std::int64_t count, DType dtype
     }
   }
 
-  thread_local std::vector<unsigned char> scratch;
-  scratch.resize(static_cast<std::size_t>(2 * seg * elem));
+  // The double buffer receives arrive in: the communicator's memory (host, or device for NCCL).
+  auto* scratch = static_cast<unsigned char*>(comm.scratch(static_cast<std::size_t>(2 * seg * elem)));
   thread_local std::vector<std::vector<std::unique_ptr<Request>>> sends;
   sends.resize(static_cast<std::size_t>(2 * (P - 1)));
   for (auto& stage_sends : sends) stage_sends.clear();
@@ -131,7 +120,7 @@ void ring_stages(Communicator& comm, void* data, std::int64_t count, DType dtype
       }
       return comm.irecv(bytes + p.begin * elem, static_cast<std::size_t>(p.length * elem), left, "ring all-gather");
     }
-    return comm.irecv(scratch.data() + (i % 2) * seg * elem, static_cast<std::size_t>(p.length * elem), left,
+    return comm.irecv(scratch + (i % 2) * seg * elem, static_cast<std::size_t>(p.length * elem), left,
                       "ring reduce-scatter");
   };
 
@@ -145,7 +134,7 @@ void ring_stages(Communicator& comm, void* data, std::int64_t count, DType dtype
     if (p.stage < gather_stage) {
       // The last reduce-scatter stage completes the chunk this rank owns: scale it once for an average.
       const double scale = p.stage == gather_stage - 1 ? average : 1.0;
-      reduce_into(dtype, bytes + p.begin * elem, scratch.data() + (i % 2) * seg * elem, p.length, scale);
+      comm.reduce_local(dtype, bytes + p.begin * elem, scratch + (i % 2) * seg * elem, p.length, scale);
     }
     // Forward at once: this piece is the next stage's send.
     if (p.stage + 1 < last) send_piece(p.stage + 1, p.begin, p.length);

@@ -1,5 +1,7 @@
 // The hand-written ring all-reduce (reduce-scatter, then all-gather) over a communicator's
-// point-to-point operations.
+// point-to-point operations and its local reduction (Communicator::sendrecv, reduce_local), in the
+// communicator's memory: host memory over MPI, device memory over NCCL (the reduction a kernel of
+// our own, kernels::ring_reduce).
 //
 // The buffer is cut into P chunks (uneven when P does not divide the length); the 2(P-1) stages
 // stream at segment granularity: each segment a rank finishes (reduced during the reduce-scatter,
@@ -9,6 +11,10 @@
 //
 // The same ring runs in halves for sharded optimiser state (ZeRO-1): the reduce-scatter leaves rank
 // r owning chunk r (shard_chunk) reduced, and the all-gather sends each rank's chunk to every rank.
+//
+// On a stream-ordered communicator (NCCL) the same stages run as steps enqueued on its stream,
+// each one send and one receive launched together and the reduction of what arrived; the host
+// waits once, at the end.
 //
 // Every element is reduced in one fixed order (along the ring, ending at the chunk's owner) and
 // then copied to every rank, so all ranks end with bitwise identical buffers. bf16 and f16 are

@@ -33,7 +33,12 @@ void sum_into(Tensor& acc, const Tensor& contribution) {
 void accumulate_leaf_grad(Tensor& param, const Tensor& contribution) {
   Tensor grad = param.grad();
   if (grad.defined()) {
-    const Tensor dense = contribution.contiguous();
+    // Added in the gradient's own memory order (row-major, or channels_last), in place: the
+    // gradient may be a view DDP reduces (gradient_as_bucket_view).
+    const MemoryFormat format = grad.memory_format();
+    TL_CHECK(grad.is_contiguous(format), "backward: the gradient of " + param.name() +
+                                             " is not dense (a strided view); it cannot be accumulated in place");
+    const Tensor dense = contribution.contiguous(format);
     grad.backend().axpy(grad.dtype(), grad.numel(), 1.0, dense.raw_data(), grad.raw_data());
   } else {
     param.set_grad(contribution.clone());

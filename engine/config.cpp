@@ -242,6 +242,13 @@ const std::vector<ConfigField>& config_fields() {
                 "micro-steps per optimiser step (gradient accumulation; DDP communicates on the last only)"),
       double_field("bucket_cap_mb", &TrainConfig::bucket_cap_mb, 0.0, 4096.0, true,
                    "DDP gradient bucket capacity in MiB (the first bucket is 1 MiB)"),
+      bool_field("gradient_as_bucket_view", &TrainConfig::gradient_as_bucket_view,
+                 "DDP gradients are views of the communication buckets (no copy in or back; false: copied)"),
+      enum_field<GradCompression>(
+          "grad_compress", &TrainConfig::grad_compress,
+          {{"none", GradCompression::none}, {"bf16", GradCompression::bf16}, {"fp16", GradCompression::f16}},
+          "DDP communication hook: gradients cast to bf16/fp16 for the reduction (half the "
+          "bytes; the ring adds in f32 at each hop) and back"),
       enum_field<AllreduceAlgorithm>("allreduce", &TrainConfig::allreduce,
                                      {{"ring", AllreduceAlgorithm::ring}, {"native", AllreduceAlgorithm::native}},
                                      "DDP all-reduce: the hand-written ring, or the library's own"),

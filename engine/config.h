@@ -76,9 +76,11 @@ struct TrainConfig {
   std::string audit_file;
   // data parallelism (trainlab train under scripts/mpirun; ignored by a single process). `batch`
   // is the global batch of one micro-step: each of the world's ranks takes batch / world of it.
-  std::int64_t accumulate = 1;  // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
-  double bucket_cap_mb = 25;    // DDP bucket capacity (the first bucket is 1 MiB, as in PyTorch DDP)
+  std::int64_t accumulate = 1;          // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
+  double bucket_cap_mb = 25;            // DDP bucket capacity (the first bucket is 1 MiB, as in PyTorch DDP)
+  bool gradient_as_bucket_view = true;  // DDP gradients are views of the buckets (PyTorch's option)
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;  // ring | native
+  GradCompression grad_compress = GradCompression::none;      // none | bf16 | fp16 (DDP's compress hook)
   std::int64_t zero = 0;                // ZeRO stage: 0 every rank holds the optimiser state, 1 sharded over the ranks
   CommBackend comm = CommBackend::mpi;  // mpi | nccl (a CUDA build, one GPU per rank)
   double comm_timeout = 300;            // seconds any communication may wait

@@ -15,6 +15,10 @@ namespace trainlab {
 // The all-reduce data-parallel training uses (the config's `allreduce`): the hand-written ring, or
 // the communication library's own (MPI_Allreduce, ncclAllReduce). comm/ implements both.
 enum class AllreduceAlgorithm { ring, native };
+// DDP's communication hook (PyTorch's bf16/fp16_compress_hook): gradients cast to a 16-bit type
+// (the 1/world scale applied in the cast) before the reduction and cast back after; the ring adds
+// in f32 at each hop. Halves the bytes on the wire.
+enum class GradCompression { none, bf16, f16 };
 // The communicator it runs over (the config's `comm`).
 enum class CommBackend { mpi, nccl };
 
@@ -24,7 +28,7 @@ struct DdpStepStats {
   double comm_s = 0;              // all-reduce time, summed over buckets (on the communication thread)
   double overlap_s = 0;           // the part of comm_s inside backward (avg_backward_compute_comm_overlap_time)
   double exposed_s = 0;           // waited for after backward (the step sees this)
-  std::vector<std::int64_t> bucket_bytes;
+  std::vector<std::int64_t> bucket_bytes;  // on the wire (halved by gradient compression)
 };
 
 class DataParallel {

@@ -28,7 +28,9 @@ std::string chrome_trace_json(const std::vector<ProfileSpan>& spans,
                       {"ts", static_cast<double>(span.start_ns) / 1000.0},
                       {"dur", static_cast<double>(span.end_ns - span.start_ns) / 1000.0}});
   }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  nlohmann::json trace{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  if (!process.device.empty()) trace["otherData"] = {{"device", process.device}};
+  return trace.dump();
 }
 
 void write_chrome_trace(const std::string& path, const std::vector<ProfileSpan>& spans,

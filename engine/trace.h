@@ -15,6 +15,7 @@ namespace trainlab {
 struct TraceProcess {
   int pid = 0;                    // the rank
   std::string name = "trainlab";  // shown as the process track's name
+  std::string device;             // the backend, its device and this process's placement ("otherData")
 };
 
 std::string chrome_trace_json(const std::vector<ProfileSpan>& spans,

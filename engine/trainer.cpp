@@ -6,6 +6,7 @@
 #include <cmath>
 #include <ostream>
 
+#include "backends/device_selection.h"
 #include "backends/registry.h"
 #include "engine/autograd.h"
 #include "engine/checkpoint.h"
@@ -383,6 +384,7 @@ TrainResult Trainer::train(std::ostream* log) {
     profiler.set_enabled(false);
     // One process track per rank, so the ranks' files can be loaded side by side.
     TraceProcess process;
+    process.device = backend_.describe() + "; " + describe_process_placement();
     if (parallel_ != nullptr) {
       process.pid = parallel_->rank();
       process.name = "trainlab rank " + std::to_string(parallel_->rank());

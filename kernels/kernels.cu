@@ -96,6 +96,16 @@ __global__ void cast_kernel(const S* x, D* y, std::int64_t n) {
   GRID_STRIDE_LOOP(i, n) y[i] = convert<D>(widen(x[i]));
 }
 
+// Gradient compression: y = D(float(x) * scale), or in f64 when both are f64 (the host's
+// Communicator::convert, bit for bit).
+template <typename S, typename D>
+__global__ void convert_scaled_kernel(const S* x, D* y, std::int64_t n, float scale) {
+  GRID_STRIDE_LOOP(i, n) y[i] = convert<D>(static_cast<double>(static_cast<float>(widen(x[i])) * scale));
+}
+__global__ void scale_f64_kernel(const double* x, double* y, std::int64_t n, double scale) {
+  GRID_STRIDE_LOOP(i, n) y[i] = x[i] * scale;
+}
+
 template <typename T>
 __global__ void fill_storage_kernel(T* y, std::int64_t n, T value) {
   GRID_STRIDE_LOOP(i, n) y[i] = value;
@@ -112,6 +122,25 @@ __global__ void binary_kernel(int op, const T* a, const T* b, T* y, std::int64_t
 template <typename T>
 __global__ void affine_kernel(const T* x, T* y, std::int64_t n, float scale, float shift) {
   GRID_STRIDE_LOOP(i, n) store(y, i, scale * load(x, i) + shift);
+}
+
+// The ring all-reduce's local step: y = y + x, or (y + x) * scale on the step that completes an
+// average; through f32 for bf16/f16, in the storage type for f32/f64 (the host loop's arithmetic,
+// so the device ring is bit for bit the host ring).
+template <typename T>
+__global__ void ring_reduce_kernel(T* y, const T* x, std::int64_t n, float scale, bool scaled) {
+  if (scaled) {
+    GRID_STRIDE_LOOP(i, n) store(y, i, (load(y, i) + load(x, i)) * scale);
+  } else {
+    GRID_STRIDE_LOOP(i, n) store(y, i, load(y, i) + load(x, i));
+  }
+}
+__global__ void ring_reduce_f64_kernel(double* y, const double* x, std::int64_t n, double scale, bool scaled) {
+  if (scaled) {
+    GRID_STRIDE_LOOP(i, n) y[i] = (y[i] + x[i]) * scale;
+  } else {
+    GRID_STRIDE_LOOP(i, n) y[i] += x[i];
+  }
 }
 
 template <typename T>
@@ -533,6 +562,25 @@ void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int
   check_launch("cast");
 }
 
+void convert_scaled(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, double scale,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  if (src_dtype == DType::f64 && dst_dtype == DType::f64) {
+    scale_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(src), static_cast<double*>(dst),
+                                                             n, scale);
+  } else {
+    dispatch_storage(src_dtype, "convert_scaled", [&](auto* s) {
+      using S = std::remove_pointer_t<decltype(s)>;
+      dispatch_storage(dst_dtype, "convert_scaled", [&](auto* d) {
+        using D = std::remove_pointer_t<decltype(d)>;
+        convert_scaled_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst),
+                                                                      n, static_cast<float>(scale));
+      });
+    });
+  }
+  check_launch("convert_scaled");
+}
+
 void binary(int op, DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   dispatch(dtype, "binary", [&](auto* t) {
@@ -551,6 +599,22 @@ void affine(DType dtype, const void* x, void* y, std::int64_t n, float scale, fl
                                                           shift);
   });
   check_launch("affine");
+}
+
+void ring_reduce(DType dtype, void* y, const void* x, std::int64_t n, double scale, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool scaled = scale != 1.0;
+  if (dtype == DType::f64) {
+    ring_reduce_f64_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<double*>(y),
+                                                                   static_cast<const double*>(x), n, scale, scaled);
+  } else {
+    dispatch(dtype, "ring_reduce", [&](auto* t) {
+      using T = std::remove_pointer_t<decltype(t)>;
+      ring_reduce_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x), n,
+                                                                 static_cast<float>(scale), scaled);
+    });
+  }
+  check_launch("ring_reduce");
 }
 
 void axpy(DType dtype, std::int64_t n, float alpha, const void* x, void* y, cudaStream_t stream) {

@@ -23,10 +23,18 @@ void check_launch(const char* kernel);
 // fill and cast also take f64 (and fill i64): the engine reads values back through f64.
 void fill(DType dtype, void* y, std::int64_t n, double value, cudaStream_t stream);
 void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, cudaStream_t stream);
+// Gradient compression (comm/, over NCCL): dst = dst_dtype(float(src) * scale), one rounding; in f64
+// when both are f64. Bit for bit the host's Communicator::convert.
+void convert_scaled(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, double scale,
+                    cudaStream_t stream);
 // op: 0 add, 1 sub, 2 mul, 3 div
 void binary(int op, DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream);
 void affine(DType dtype, const void* x, void* y, std::int64_t n, float scale, float shift, cudaStream_t stream);
 void axpy(DType dtype, std::int64_t n, float alpha, const void* x, void* y, cudaStream_t stream);
+// The ring all-reduce's reduction (comm/ring_allreduce.cpp, over NCCL): y = y + x, or
+// (y + x) * scale when scale != 1, in the host ring's arithmetic (bf16/f16 through f32, f32 and f64
+// in their own type), so the ring is bit for bit the same on the host and on the device.
+void ring_reduce(DType dtype, void* y, const void* x, std::int64_t n, double scale, cudaStream_t stream);
 // Up to 8 dimensions; strides and offsets in elements; any dtype (it moves bits).
 void copy_strided(DType dtype, const void* src, const std::int64_t* shape, const std::int64_t* src_strides,
                   std::int64_t src_offset, void* dst, const std::int64_t* dst_strides, std::int64_t dst_offset,

@@ -4,6 +4,9 @@
 //  - Graph capture: between begin_capture and end_capture every call is recorded instead of run;
 //    anything that waits for the device or moves host data throws; memory allocated or freed
 //    while capturing goes to a GraphPool; replay runs the recorded calls on the same pointers.
+//  - Streams: events on the compute stream (StreamEvents); every host-side wait (synchronize, an
+//    event's synchronize) and every copy to or from the host is counted, so a test can require
+//    that a phase (DDP's backward) does none.
 //  - Pinned memory and uploads: a copy happens late (when the compute stream waits for it, or on
 //    the second poll), so reusing its source early, or reading its destination before waiting,
 //    gives wrong data.
@@ -12,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -27,7 +31,7 @@
 
 namespace trainlab::testing {
 
-class EmulatedDevice final : public Backend, public PinnedUploads, public GraphCapture {
+class EmulatedDevice final : public Backend, public PinnedUploads, public GraphCapture, public StreamEvents {
  public:
   std::string name() const override { return "emulated-device"; }
   std::string describe() const override { return "emulated-device over " + inner_.describe(); }
@@ -37,6 +41,10 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
     out["replays"] = replays_;
     out["pinned_blocks"] = pinned_blocks_;
     out["uploads_pending"] = static_cast<std::int64_t>(uploads_.size());
+    out["copies_to_host"] = copies_to_host_;
+    out["copies_from_host"] = copies_from_host_;
+    out["host_waits"] = host_waits_;
+    out["events_recorded"] = events_recorded_;
     return out;
   }
   DeviceType device_type() const override { return DeviceType::cpu; }
@@ -70,13 +78,27 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
   AllocatorStats allocator_stats() const override { return stats_; }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
     refuse("copy_from_host");
+    ++copies_from_host_;
     inner_.copy_from_host(dst, src, bytes);
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
     refuse("copy_to_host");
+    ++copies_to_host_;
     inner_.copy_to_host(dst, src, bytes);
   }
-  void synchronize() override { refuse("synchronize"); }
+  void synchronize() override {
+    refuse("synchronize");
+    ++host_waits_;
+  }
+
+  // Work runs as it is asked for, so an event is complete when recorded; waiting for one on the
+  // host is still counted as a wait.
+  StreamEvents* stream_events() override { return this; }
+  std::shared_ptr<DeviceEvent> record_event() override {
+    ++events_recorded_;
+    return std::make_shared<Event>(host_waits_);
+  }
+  int device_index() const override { return 0; }
   std::unique_ptr<Timer> make_timer() override { return inner_.make_timer(); }
 
   // Pinned memory and uploads as a copy stream runs them: the copy happens later than it is
@@ -250,6 +272,16 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
   std::map<std::uint64_t, Copy> uploads_;
   std::uint64_t last_ticket_ = 0;
   std::int64_t pinned_blocks_ = 0;
+  class Event final : public DeviceEvent {
+   public:
+    explicit Event(std::atomic<std::int64_t>& waits) : waits_(waits) {}
+    void synchronize() override { ++waits_; }
+    void* native() override { return this; }
+
+   private:
+    std::atomic<std::int64_t>& waits_;
+  };
+  std::atomic<std::int64_t> copies_to_host_{0}, copies_from_host_{0}, host_waits_{0}, events_recorded_{0};
 };
 
 // The emulated device's registered name (registering it on first use).

@@ -10,7 +10,10 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 
+#include "backends/device_selection.h"
 #include "backends/registry.h"
 #include "engine/optim.h"
 #include "engine/throughput.h"
@@ -536,5 +539,102 @@ TEST_CASE("backends: SmallCNN on NaN images has a NaN loss on every backend (as 
         CHECK(std::all_of(g.begin(), g.end(), [](double v) { return std::isnan(v); }));
       }
     }
+  }
+}
+
+// ---- one device per process (backends/device_selection.h) ----
+
+namespace {
+GetEnv environment(std::map<std::string, std::string> values) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(values));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+}  // namespace
+
+TEST_CASE("device selection: the launcher's local rank picks the GPU", "[backends]") {
+  SECTION("no launcher: one process, GPU 0") {
+    const LocalPlacement placement = placement_from_environment(environment({}));
+    CHECK(placement.local_rank == 0);
+    CHECK(placement.local_size == 1);
+    CHECK(choose_device(placement, 1, nullptr).device == 0);
+  }
+  SECTION("Open MPI, MPICH, Slurm and torchrun variables, first found wins") {
+    auto ompi = placement_from_environment(
+        environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"LOCAL_RANK", "3"}}));
+    CHECK(ompi.local_rank == 1);
+    CHECK(ompi.local_size == 4);
+    CHECK(ompi.source == "OMPI_COMM_WORLD_LOCAL_RANK");
+    auto hydra = placement_from_environment(environment({{"MPI_LOCALRANKID", "2"}, {"MPI_LOCALNRANKS", "3"}}));
+    CHECK(hydra.local_rank == 2);
+    CHECK(hydra.local_size == 3);
+    // Slurm's "2(x3)" form says nothing plain about this node: the size is at least rank + 1.
+    auto slurm = placement_from_environment(environment({{"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "2(x3)"}}));
+    CHECK(slurm.local_rank == 1);
+    CHECK(slurm.local_size == 2);
+    auto torchrun = placement_from_environment(environment({{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "8"}}));
+    CHECK(torchrun.local_size == 8);
+    const DeviceChoice choice = choose_device(ompi, 4, nullptr);
+    CHECK(choice.device == 1);
+    CHECK_THAT(choice.reason, Catch::Contains("local rank 1 of 4") && Catch::Contains("OMPI_COMM_WORLD_LOCAL_RANK"));
+  }
+  SECTION("malformed launcher variables are named") {
+    CHECK_THROWS_WITH(placement_from_environment(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "one"}})),
+                      Catch::Contains("OMPI_COMM_WORLD_LOCAL_RANK='one'"));
+    CHECK_THROWS_WITH(placement_from_environment(
+                          environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}})),
+                      Catch::Contains("is not below OMPI_COMM_WORLD_LOCAL_SIZE=4"));
+  }
+  SECTION("more local ranks than GPUs is an error with the counts") {
+    LocalPlacement placement;
+    placement.local_rank = 1;
+    placement.local_size = 2;
+    placement.source = "OMPI_COMM_WORLD_LOCAL_RANK";
+    CHECK_THROWS_WITH(choose_device(placement, 1, nullptr),
+                      Catch::Contains("2 ranks run on this host") && Catch::Contains("it has 1 GPU(s)"));
+    CHECK_THROWS_WITH(choose_device(placement, 0, nullptr), Catch::Contains("no GPU"));
+  }
+  SECTION("TRAINLAB_CUDA_DEVICE overrides, within range") {
+    LocalPlacement placement;
+    placement.local_rank = 1;
+    placement.local_size = 2;
+    const DeviceChoice choice = choose_device(placement, 4, "3");
+    CHECK(choice.device == 3);
+    CHECK(choice.reason == "TRAINLAB_CUDA_DEVICE=3");
+    CHECK_THROWS_WITH(choose_device(placement, 4, "4"), Catch::Contains("allowed: 0..3"));
+    CHECK_THROWS_WITH(choose_device(placement, 4, "x"), Catch::Contains("TRAINLAB_CUDA_DEVICE='x'"));
+  }
+}
+
+TEST_CASE("device selection: the backend and the communicator claim the same GPU, or fail naming both", "[backends]") {
+  // The same local placement seen by both (the launcher's variables, and MPI_Comm_split_type).
+  LocalPlacement from_launcher;
+  from_launcher.local_rank = 1;
+  from_launcher.local_size = 2;
+  from_launcher.source = "OMPI_COMM_WORLD_LOCAL_RANK";
+  LocalPlacement from_mpi = from_launcher;
+  from_mpi.source = "MPI_Comm_split_type";
+  {
+    DeviceClaim claim;
+    CHECK(claim.claim(choose_device(from_launcher, 2, nullptr), "cuda backend") == 1);
+    CHECK(claim.claim(choose_device(from_mpi, 2, nullptr), "nccl communicator") == 1);
+    REQUIRE(claim.claimed());
+    CHECK(claim.claimant() == "cuda backend");
+  }
+  {
+    // A launcher that sets no variables: the backend sees one process (GPU 0), MPI sees rank 1.
+    DeviceClaim claim;
+    claim.claim(choose_device(placement_from_environment(environment({})), 2, nullptr), "cuda backend");
+    CHECK_THROWS_WITH(claim.claim(choose_device(from_mpi, 2, nullptr), "nccl communicator"),
+                      Catch::Contains("cuda backend runs on GPU 0") &&
+                          Catch::Contains("nccl communicator chose GPU 1 (local rank 1 of 2 (MPI_Comm_split_type))"));
+  }
+  {
+    // The override applies to both.
+    DeviceClaim claim;
+    claim.claim(choose_device(from_launcher, 2, "0"), "cuda backend");
+    CHECK(claim.claim(choose_device(from_mpi, 2, "0"), "nccl communicator") == 0);
   }
 }

@@ -128,6 +128,63 @@ TEST_CASE("DDP averages gradients exactly on integer-valued data, with no_sync a
   }
 }
 
+TEST_CASE("DDP gradient compression (bf16, fp16): the average within the 16-bit type's rounding, half the bytes",
+          "[ddp]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size(), r = world->rank();
+  Backend& be = get_backend("reference");
+  for (GradCompression compression : {GradCompression::bf16, GradCompression::f16}) {
+    for (Algorithm algorithm : {Algorithm::ring, Algorithm::native}) {
+      for (int zero : {0, 1}) {
+        INFO("compression " << static_cast<int>(compression) << ", " << algorithm_name(algorithm) << ", zero " << zero
+                            << ", " << P << " ranks");
+        Tensor w = Tensor::zeros({300}, DType::f32, be).set_requires_grad(true);
+        Tensor b = Tensor::zeros({7}, DType::f32, be).set_requires_grad(true);
+        DdpOptions options;
+        options.algorithm = algorithm;
+        options.compression = compression;
+        options.zero = zero;
+        options.bucket_cap_mb = 512.0 / (1024 * 1024);
+        options.first_bucket_mb = 64.0 / (1024 * 1024);
+        Ddp ddp(*world, options);
+        ddp.attach({{"w", w}, {"b", b}});
+        // Rank r's gradient of element j: sin(j) * (r + 1) / 3, not representable in 16 bits.
+        auto gradient = [&](const Tensor& p, int rank) {
+          std::vector<float> g(static_cast<std::size_t>(p.numel()));
+          for (std::size_t j = 0; j < g.size(); ++j) g[j] = static_cast<float>(std::sin(double(j)) * (rank + 1) / 3.0);
+          return g;
+        };
+        ddp.begin_backward(true);
+        Tensor loss = add(sum(mul(w, Tensor::from_vector(gradient(w, r), w.shape(), be))),
+                          sum(mul(b, Tensor::from_vector(gradient(b, r), b.shape(), be))));
+        loss.backward();
+        const DdpStepStats stats = ddp.finish_backward();
+        std::int64_t wire = 0;
+        for (std::int64_t bytes : stats.bucket_bytes) wire += bytes;
+        CHECK(wire == 307 * 2);  // 16 bits an element on the wire
+        // The exact average, and the bound: one rounding into the 16-bit type, one per ring hop.
+        const double unit = compression == GradCompression::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+        const NamedTensors checked = zero == 1 ? ddp.optimizer_parameters() : NamedTensors{{"w", w}, {"b", b}};
+        for (const auto& [name, p] : checked) {
+          const auto g = p.grad().to_vector<float>();
+          // A ZeRO-1 piece "w[a:b]" covers elements a.. of w.
+          const std::string parameter = name.substr(0, name.find('['));
+          const std::int64_t first =
+              name.find('[') == std::string::npos ? 0 : std::stoll(name.substr(name.find('[') + 1));
+          for (std::size_t j = 0; j < g.size(); ++j) {
+            const double x = std::sin(double(first + static_cast<std::int64_t>(j)));
+            const double exact = x * (P + 1) / 2.0 / 3.0;
+            REQUIRE(std::abs(g[j] - exact) <= (P + 1) * unit * std::abs(x) * (P + 1) / 3.0 + 1e-30);
+          }
+          CHECK((parameter == "w" || parameter == "b"));
+        }
+        CHECK_THAT(ddp.gradient_reduction(), Catch::Contains("compressed to"));
+        world->barrier();
+      }
+    }
+  }
+}
+
 TEST_CASE("DDP refuses a step in which a parameter received no gradient, naming it", "[ddp]") {
   auto world = MpiCommunicator::world();
   Backend& be = get_backend("reference");

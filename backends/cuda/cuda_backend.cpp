@@ -3,7 +3,8 @@
 // and trainlab's own kernels (kernels/kernels.h) for everything else. Compiled when the build has
 // CUDA (--preset cuda); registered as "cuda".
 //
-// The device is TRAINLAB_CUDA_DEVICE (default 0), never a hard-coded index. Every kernel is
+// The device is the process's one GPU (backends/device_selection.h: the local rank's, or
+// TRAINLAB_CUDA_DEVICE), never a hard-coded index. Every kernel is
 // enqueued on the backend's stream; synchronize() and the timers (CUDA events on that stream) are
 // the only waits, apart from host transfers and the cross-entropy label check, which read back.
 #include <cublas_v2.h>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/device_selection.h"
 #include "backends/error.h"
 #include "backends/graph_pool.h"
 #include "backends/registry.h"
@@ -183,6 +185,21 @@ class EventTimer final : public Timer {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
+// A point in the compute stream (StreamEvents): timing off, so recording and waiting are cheap.
+class CudaEvent final : public DeviceEvent {
+ public:
+  explicit CudaEvent(cudaStream_t stream) {
+    CU(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    CU(cudaEventRecord(event_, stream));
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  void synchronize() override { CU(cudaEventSynchronize(event_)); }
+  void* native() override { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 // cuDNN descriptors and chosen algorithms for one convolution shape.
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -212,7 +229,11 @@ struct PoolPlan {
 
 std::size_t bytes_of(DType dtype, std::int64_t n) { return static_cast<std::size_t>(n) * dtype_size(dtype); }
 
-class CudaBackend final : public Backend, public PinnedUploads, public GraphCapture, public MathModes {
+class CudaBackend final : public Backend,
+                          public PinnedUploads,
+                          public GraphCapture,
+                          public MathModes,
+                          public StreamEvents {
  public:
   CudaBackend() {
     int devices = 0;
@@ -222,11 +243,10 @@ class CudaBackend final : public Backend, public PinnedUploads, public GraphCapt
                   (counted != cudaSuccess ? cudaGetErrorString(counted) : "no devices") +
                   "); use a CPU backend (trainlab backends lists them)");
     }
-    if (const char* env = std::getenv("TRAINLAB_CUDA_DEVICE")) device_ = std::atoi(env);
-    if (device_ < 0 || device_ >= devices) {
-      throw Error("cuda backend: TRAINLAB_CUDA_DEVICE=" + std::to_string(device_) + " but this machine has " +
-                  std::to_string(devices) + " GPU(s) (0.." + std::to_string(devices - 1) + ")");
-    }
+    // One device per process: the local rank's (or TRAINLAB_CUDA_DEVICE's), the same one the NCCL
+    // communicator claims.
+    choice_ = choose_device(placement_from_environment(), devices, std::getenv("TRAINLAB_CUDA_DEVICE"));
+    device_ = process_device().claim(choice_, "cuda backend");
     CU(cudaSetDevice(device_));
     CU(cudaGetDeviceProperties(&properties_, device_));
     CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -248,10 +268,11 @@ class CudaBackend final : public Backend, public PinnedUploads, public GraphCapt
   ~CudaBackend() override = default;
 
   std::string name() const override { return "cuda"; }
+  std::string device_model() const override { return properties_.name; }
   std::string describe() const override {
     int runtime = 0;
     cudaRuntimeGetVersion(&runtime);
-    return std::string(properties_.name) + " (device " + std::to_string(device_) + ", sm_" +
+    return std::string(properties_.name) + " (device " + std::to_string(device_) + ": " + choice_.reason + ", sm_" +
            std::to_string(properties_.major) + std::to_string(properties_.minor) + "), CUDA runtime " +
            std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10) + ", cuBLAS " +
            std::to_string(cublasGetProperty_version()) + ", cuDNN " + std::to_string(cudnnGetVersion()) + ", TF32 " +
@@ -275,6 +296,12 @@ class CudaBackend final : public Backend, public PinnedUploads, public GraphCapt
   PinnedUploads* pinned_uploads() override { return this; }
   GraphCapture* graph_capture() override { return this; }
   MathModes* math_modes() override { return this; }
+  StreamEvents* stream_events() override { return this; }
+  std::shared_ptr<DeviceEvent> record_event() override {
+    CU(cudaSetDevice(device_));
+    return std::make_shared<CudaEvent>(stream_);
+  }
+  int device_index() const override { return device_; }
   void set_tf32(bool enabled) override { tf32_ = enabled; }
   bool tf32() const override { return tf32_; }
 
@@ -837,6 +864,7 @@ class CudaBackend final : public Backend, public PinnedUploads, public GraphCapt
   }
 
   int device_ = 0;
+  DeviceChoice choice_;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // host-to-device uploads from pinned memory

@@ -110,6 +110,8 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     ddp_options.bucket_cap_mb = config.bucket_cap_mb;
     ddp_options.algorithm = config.allreduce;
     ddp_options.zero = static_cast<int>(config.zero);
+    ddp_options.gradient_as_bucket_view = config.gradient_as_bucket_view;
+    ddp_options.compression = config.grad_compress;
     comm::Ddp ddp(*world, ddp_options);
     Trainer trainer(config, &ddp);
     const TrainResult result = trainer.train(world->rank() == 0 ? &std::cout : nullptr);

@@ -1,0 +1,258 @@
+// The device path of the comm layer without a GPU: the ring and DDP over a communicator that works
+// on (emulated) device memory, stream-ordered, as NCCL does (tests/device_communicator.h). Every
+// rank runs every test; ctest runs them at 2, 3 and 4 ranks.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/registry.h"
+#include "comm/ddp.h"
+#include "comm/mpi_communicator.h"
+#include "comm/ring_allreduce.h"
+#include "device_communicator.h"
+#include "emulated_device.h"
+#include "engine/trainer.h"
+
+using namespace trainlab;
+using namespace trainlab::comm;
+using trainlab::testing::DeviceStyleCommunicator;
+
+namespace {
+
+Backend& device_backend() { return get_backend(trainlab::testing::emulated_device()); }
+
+std::unique_ptr<DeviceStyleCommunicator> device_world() {
+  return std::make_unique<DeviceStyleCommunicator>(MpiCommunicator::world(), device_backend());
+}
+
+// Random values of `dtype` (as bytes), different on every rank.
+std::vector<unsigned char> random_buffer(DType dtype, std::int64_t count, int rank, unsigned seed) {
+  std::mt19937 generator(seed * 7919u + static_cast<unsigned>(rank));
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(count) * dtype_size(dtype));
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float v = uniform(generator);
+    void* at = bytes.data() + i * static_cast<std::int64_t>(dtype_size(dtype));
+    switch (dtype) {
+      case DType::f32:
+        std::memcpy(at, &v, sizeof v);
+        break;
+      case DType::f64: {
+        const double d = v;
+        std::memcpy(at, &d, sizeof d);
+        break;
+      }
+      case DType::bf16: {
+        const bf16 h(v);
+        std::memcpy(at, &h, sizeof h);
+        break;
+      }
+      case DType::f16: {
+        const f16 h(v);
+        std::memcpy(at, &h, sizeof h);
+        break;
+      }
+      default:
+        FAIL("unexpected dtype");
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("the ring on device-style buffers, stream-ordered, is bit for bit the ring over MPI", "[device-comm]") {
+  auto host = MpiCommunicator::world();
+  auto device = device_world();
+  const int P = host->size(), r = host->rank();
+  RingOptions small;
+  small.segment_bytes = 96;  // several segments per chunk, and chunks of different segment counts
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    for (std::int64_t count :
+         {std::int64_t{1}, std::int64_t{P - 1}, std::int64_t{7}, std::int64_t{100}, std::int64_t{1000 + P}}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+        INFO(dtype_name(dtype) << ", " << count << " elements, " << (op == ReduceOp::sum ? "sum" : "average") << ", "
+                               << P << " ranks");
+        const auto input = random_buffer(dtype, count, r, static_cast<unsigned>(count));
+        const std::size_t bytes = input.size();
+        // Over MPI, the pipelined ring on host memory.
+        std::vector<unsigned char> expected = input;
+        ring_allreduce(*host, expected.data(), count, dtype, op, small);
+        // Over the device-style communicator, in its memory, stream-ordered.
+        auto memory = device->allocate(std::max<std::size_t>(bytes, 1));
+        std::memcpy(memory.get(), input.data(), bytes);
+        const std::int64_t steps_before = device->sendrecvs;
+        ring_allreduce(*device, memory.get(), count, dtype, op, small);
+        CHECK(std::memcmp(memory.get(), expected.data(), bytes) == 0);
+        if (P > 1) CHECK(device->sendrecvs > steps_before);  // the stream-ordered path ran
+
+        // Its halves: rank r's chunk after the reduce-scatter, everything after the all-gather.
+        std::memcpy(memory.get(), input.data(), bytes);
+        ring_reduce_scatter(*device, memory.get(), count, dtype, op, small);
+        const ChunkRange mine = shard_chunk(count, P, r);
+        const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
+        CHECK(std::memcmp(static_cast<unsigned char*>(memory.get()) + mine.begin * elem,
+                          expected.data() + mine.begin * elem, static_cast<std::size_t>(mine.count * elem)) == 0);
+        ring_allgather(*device, memory.get(), count, dtype, small);
+        CHECK(std::memcmp(memory.get(), expected.data(), bytes) == 0);
+      }
+    }
+  }
+  // Integer-valued data: exactly MPI_Allreduce's sum.
+  std::vector<float> values(999);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((r + 1) * static_cast<int>(i % 97));
+  std::vector<float> native = values;
+  host->allreduce_native(native.data(), static_cast<std::int64_t>(native.size()), DType::f32, ReduceOp::sum);
+  auto memory = device->allocate(values.size() * sizeof(float));
+  std::memcpy(memory.get(), values.data(), values.size() * sizeof(float));
+  ring_allreduce(*device, memory.get(), static_cast<std::int64_t>(values.size()), DType::f32, ReduceOp::sum, small);
+  CHECK(std::memcmp(memory.get(), native.data(), native.size() * sizeof(float)) == 0);
+  CHECK(device->host_copies == 0);
+}
+
+namespace {
+
+// A DataParallel that forwards to DDP and counts, over each synchronised backward (begin_backward
+// to finish_backward) and each finish_step, every copy between the host and the device and every
+// host-side wait on the device, on the backend and on the communicator.
+class Counting final : public DataParallel {
+ public:
+  Counting(Ddp& ddp, DeviceStyleCommunicator& comm) : ddp_(ddp), comm_(comm) {}
+  int rank() const override { return ddp_.rank(); }
+  int world_size() const override { return ddp_.world_size(); }
+  void attach(const NamedTensors& parameters) override { ddp_.attach(parameters); }
+  void begin_backward(bool sync) override {
+    start();
+    ddp_.begin_backward(sync);
+  }
+  DdpStepStats finish_backward() override {
+    DdpStepStats stats = ddp_.finish_backward();
+    stop();
+    ++backwards;
+    return stats;
+  }
+  void finish_step() override {
+    start();
+    ddp_.finish_step();
+    stop();
+  }
+  void barrier() override { ddp_.barrier(); }
+  double max_over_ranks(double value) override { return ddp_.max_over_ranks(value); }
+  std::vector<std::int64_t> gather(std::int64_t value) override { return ddp_.gather(value); }
+  std::string describe() const override { return ddp_.describe(); }
+  std::string gradient_reduction() const override { return ddp_.gradient_reduction(); }
+  bool shards_optimizer_state() const override { return ddp_.shards_optimizer_state(); }
+  NamedTensors optimizer_parameters() const override { return ddp_.optimizer_parameters(); }
+  StateDict gather_optimizer_state(const StateDict& local) override { return ddp_.gather_optimizer_state(local); }
+  StateDict shard_optimizer_state(const StateDict& full) override { return ddp_.shard_optimizer_state(full); }
+
+  std::map<std::string, std::int64_t> counted;  // summed over every counted window
+  int backwards = 0;
+
+ private:
+  std::map<std::string, std::int64_t> now() const {
+    auto c = device_backend().counters();
+    return {{"backend copies to the host", c["copies_to_host"]},
+            {"backend copies from the host", c["copies_from_host"]},
+            {"backend host waits", c["host_waits"]},
+            {"communicator host copies", comm_.host_copies.load()}};
+  }
+  void start() { before_ = now(); }
+  void stop() {
+    for (const auto& [key, value] : now()) counted[key] += value - before_[key];
+  }
+  Ddp& ddp_;
+  DeviceStyleCommunicator& comm_;
+  std::map<std::string, std::int64_t> before_;
+};
+
+TrainConfig device_config(const std::string& backend) {
+  TrainConfig c;
+  c.backend = backend;
+  c.steps = 3;
+  c.batch = 24;  // global: 12, 8 or 6 per rank
+  c.train_samples = 96;
+  c.eval_at_end = false;
+  c.log_every = 1000;
+  c.lr = 0.05;
+  c.seed = 5;
+  c.threads = 1;
+  return c;
+}
+
+std::vector<std::vector<float>> parameters_of(Trainer& trainer) {
+  std::vector<std::vector<float>> out;
+  for (const auto& [name, p] : trainer.model().named_parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("DDP over a device communicator: no gradient or bucket through the host, hooks never wait, MPI's bits",
+          "[device-comm]") {
+  struct Arm {
+    const char* allreduce;
+    bool views;
+    int zero;
+    OptimizerKind optimizer;
+    GradCompression compression = GradCompression::none;
+  };
+  for (const Arm arm : {Arm{"ring", true, 0, OptimizerKind::sgd}, Arm{"native", false, 0, OptimizerKind::sgd},
+                        Arm{"ring", false, 1, OptimizerKind::adamw}, Arm{"ring", true, 1, OptimizerKind::sgd},
+                        Arm{"ring", true, 0, OptimizerKind::sgd, GradCompression::bf16},
+                        Arm{"native", true, 0, OptimizerKind::sgd, GradCompression::f16},
+                        Arm{"ring", true, 1, OptimizerKind::adamw, GradCompression::bf16}}) {
+    INFO(arm.allreduce << ", gradient_as_bucket_view " << arm.views << ", zero " << arm.zero << ", "
+                       << optimizer_name(arm.optimizer) << ", compression " << static_cast<int>(arm.compression));
+    DdpOptions options;
+    options.algorithm = parse_algorithm(arm.allreduce);
+    options.gradient_as_bucket_view = arm.views;
+    options.zero = arm.zero;
+    options.compression = arm.compression;
+    options.bucket_cap_mb = 0.05;  // several buckets
+    options.first_bucket_mb = 0.01;
+
+    // The device path: the emulated device's model, buckets in its memory, the device-style communicator.
+    auto device = device_world();
+    TrainConfig on_device = device_config(trainlab::testing::emulated_device());
+    on_device.optimizer = arm.optimizer;
+    Ddp device_ddp(*device, options);
+    Counting counting(device_ddp, *device);
+    Trainer device_trainer(on_device, &counting);
+    device_trainer.train(nullptr);
+    CHECK(counting.backwards == on_device.steps);
+    for (const auto& [what, count] : counting.counted) {
+      INFO(what);
+      // The step's own phase timer waits for the device once at the end of each backward (its
+      // timing rule, engine/step.cpp), after every hook has run; DDP adds no wait of its own.
+      CHECK(count == (what == "backend host waits" ? counting.backwards : 0));
+    }
+    // Each bucket's collective waited for its event, on the "device".
+    CHECK(device->device_waits >= static_cast<std::int64_t>(device_ddp.buckets().size()) * on_device.steps);
+    CHECK_THAT(device_ddp.describe(), Catch::Contains("emulated-device memory") && !Catch::Contains("staged"));
+
+    // The host path: the reference backend over MPI, the same configuration.
+    auto host = MpiCommunicator::world();
+    TrainConfig on_host = device_config("reference");
+    on_host.optimizer = on_device.optimizer;
+    Ddp host_ddp(*host, options);
+    Trainer host_trainer(on_host, &host_ddp);
+    host_trainer.train(nullptr);
+    CHECK(parameters_of(device_trainer) == parameters_of(host_trainer));
+  }
+}
+
+TEST_CASE("DDP refuses a device communicator with a model it cannot reach, naming both", "[device-comm]") {
+  auto device = device_world();
+  Backend& host = get_backend("reference");
+  Tensor p = Tensor::zeros({4}, DType::f32, host).set_requires_grad(true);
+  Ddp ddp(*device, DdpOptions{});
+  CHECK_THROWS_WITH(ddp.attach({{"w", p}}), Catch::Contains("device-style communicator works on the emulated device") &&
+                                                Catch::Contains("backend 'reference'"));
+}
