@@ -38,7 +38,7 @@ NVCC ?= /usr/local/cuda/bin/nvcc
 build-cuda: deps
 	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
 	cmake --preset cuda > /dev/null && \
-	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling cost_to_accuracy trainlab_cuda_kernels_test && \
+	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling cost_to_accuracy trainlab_cuda_kernels_test trainlab_comm_tests && \
 	ctest --preset cuda -L gpu
 
 # Every parser under libFuzzer (clang-14, coverage-guided, with AddressSanitizer and

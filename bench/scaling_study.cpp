@@ -23,6 +23,7 @@
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/affinity.h"
+#include "bench/comm_bench.h"
 #include "bench/ledger.h"
 #include "bench/stats.h"
 #include "comm/ddp.h"
@@ -42,6 +43,7 @@ struct Run {
   std::vector<std::array<double, 3>> rank_p50_p99_max;     // per rank, seconds
   DdpStepStats ddp;                                        // per step (means), rank 0's
   std::int64_t steps = 0;
+  double accuracy = 0, final_loss = 0;  // accuracy runs: held-out accuracy at the end, the last loss
 };
 
 double quantile(std::vector<double> v, double q) {
@@ -120,6 +122,31 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       TL_CHECK(zeros.size() == 1 || !o.bind_compare,
                "bench_scaling: --bind-compare and --zero 0,1 are separate studies");
     }
+    // --grad-compress: one hook for every run, or several compared side by side.
+    std::vector<GradCompression> compressions;
+    {
+      const std::map<std::string, GradCompression> names = {
+          {"none", GradCompression::none}, {"bf16", GradCompression::bf16}, {"fp16", GradCompression::f16}};
+      std::stringstream list(o.grad_compress);
+      std::string item;
+      while (std::getline(list, item, ',')) {
+        auto it = names.find(item);
+        TL_CHECK(it != names.end(), "bench_scaling: --grad-compress: " + quote_value(item) +
+                                        " is not a hook (none, bf16, fp16; e.g. --grad-compress none,bf16)");
+        TL_CHECK(std::find(compressions.begin(), compressions.end(), it->second) == compressions.end(),
+                 "bench_scaling: --grad-compress " + quote_value(o.grad_compress) + ": " + item + " is listed twice");
+        compressions.push_back(it->second);
+      }
+      TL_CHECK(!compressions.empty(), "bench_scaling: --grad-compress is empty (none, bf16, fp16 or a list)");
+      TL_CHECK(compressions.size() == 1 || (zeros.size() == 1 && !o.bind_compare),
+               "bench_scaling: --grad-compress with a list is a study of its own: not with --zero 0,1 or "
+               "--bind-compare");
+    }
+    auto compression_name = [](GradCompression c) {
+      return c == GradCompression::bf16 ? "bf16" : c == GradCompression::f16 ? "fp16" : "none";
+    };
+    const GradCompression compression0 = compressions.front();
+
     // One sub-communicator per world size: the first w ranks.
     std::map<int, std::unique_ptr<Communicator>> subs;
     for (int w : worlds) {
@@ -146,8 +173,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     const bench::Ledger ledger(o.ledger_path.empty() ? bench::default_ledger_path("cpu") : o.ledger_path);
 
     // One training run of world w; every launched rank calls this (ranks outside the world wait).
-    auto run = [&](int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured,
-                   int zero) -> Run {
+    // `seed` > 0: an accuracy run (that seed, evaluated on held-out data at the end) instead of a
+    // timed one.
+    auto run = [&](int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured, int zero,
+                   GradCompression compression, std::uint64_t seed = 0) -> Run {
       Run result;
       if (rank < w) {
         TrainConfig config;
@@ -164,12 +193,20 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         config.train_samples = std::max<std::int64_t>(50000, global_batch * 2);
         config.eval_samples = 10;
         config.eval_batch = 10;
+        if (seed > 0) {
+          config.seed = seed;
+          config.eval_at_end = true;
+          config.eval_samples = 2000;
+          config.eval_batch = 500;
+        }
         DdpOptions ddp_options;
         ddp_options.bucket_cap_mb = o.bucket_cap_mb;
         ddp_options.algorithm = parse_algorithm(o.allreduce);
         ddp_options.rendezvous = o.rendezvous;
         ddp_options.first_bucket_mb = o.first_bucket_mb;
         ddp_options.zero = zero;
+        ddp_options.compression = compression;
+        ddp_options.gradient_as_bucket_view = o.bucket_view;
         Ddp ddp(*subs[w], ddp_options);
         ddp.set_communication(communicate);
         Trainer trainer(config, &ddp);
@@ -196,13 +233,15 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         for (std::int64_t b : ddp.gather(trained.memory.peak_of(MemoryCategory::optimizer_state)))
           result.optimizer_state_bytes = std::max(result.optimizer_state_bytes, b);
         for (std::int64_t b : ddp.gather(trained.memory.total_peak)) result.peak_bytes = std::max(result.peak_bytes, b);
+        result.accuracy = trained.final_eval.accuracy;
+        result.final_loss = trained.losses.empty() ? 0.0 : trained.losses.back();
       }
       quiet_barrier(*world);
       return result;
     };
     std::string bind_arm = o.bind;  // the binding of the run being recorded
     auto append_row = [&](const std::string& mode, int w, std::int64_t global_batch, std::int64_t decode_cost,
-                          bool communicate, const Run& r, int zero) {
+                          bool communicate, const Run& r, int zero, GradCompression compression) {
       if (rank != 0 || o.no_ledger) return;
       bench::json row = env;
       row["run_id"] = run_id;
@@ -225,8 +264,14 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
                        {"bind", bind_arm},
                        {"bind_compare", o.bind_compare},
                        {"rank0_cpus", bound_cpus},
-                       {"zero", zero}};
+                       {"zero", zero},
+                       {"grad_compress", compression_name(compression)},
+                       {"bucket_view", o.bucket_view}};
       row["samples_per_s"] = r.samples_per_s;
+      if (mode == "compress_accuracy") {
+        row["held_out_accuracy"] = r.accuracy;
+        row["final_loss"] = r.final_loss;
+      }
       row["comm_wait_s_per_step"] = r.comm_wait_s;
       row["memory_per_rank"] = {{"optimizer_state_peak_bytes", r.optimizer_state_bytes},
                                 {"total_peak_bytes", r.peak_bytes},
@@ -258,34 +303,57 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       std::cout.flush();
     }
 
-    if (zeros.size() > 1) {
-      // ZeRO stages side by side: weak scaling at each world of 2 or more, every stage once per
-      // round, the first stage twice (its second run is the calibration pair: the noise floor).
+    if (zeros.size() > 1 || compressions.size() > 1) {
+      // ZeRO stages, or communication hooks, side by side: weak scaling at each world of 2 or more,
+      // every arm once per round, the first arm twice (its second run is the calibration pair: the
+      // noise floor). Hooks are also timed at world 1 in every round (weak-scaling efficiency per
+      // round against the targets), and trained on paired seeds for their held-out accuracy.
+      const bool hooks = compressions.size() > 1;
       std::vector<int> compared;
       for (int w : worlds)
         if (w >= 2) compared.push_back(w);
-      TL_CHECK(!compared.empty(), "bench_scaling: --zero " + o.zero +
-                                      " compares stages at world 2 or more: give --worlds with one (and "
-                                      "launch that many ranks)");
+      TL_CHECK(!compared.empty(),
+               std::string("bench_scaling: --") + (hooks ? "grad-compress " + o.grad_compress : "zero " + o.zero) +
+                   " compares at world 2 or more: give --worlds with one (and launch that many ranks)");
+      TL_CHECK(!hooks || std::find(worlds.begin(), worlds.end(), 1) != worlds.end(),
+               "bench_scaling: --grad-compress " + o.grad_compress +
+                   " measures weak-scaling efficiency against world 1: give --worlds 1,2");
       struct Arm {
         std::string name;
         int zero;
+        GradCompression compression;
       };
       std::vector<Arm> arms;
-      for (std::size_t i = 0; i < zeros.size(); ++i) {
-        arms.push_back({fmt::format("zero {}", zeros[i]), zeros[i]});
-        if (i == 0) arms.push_back({fmt::format("zero {} again", zeros[i]), zeros[i]});
+      const std::size_t kinds = hooks ? compressions.size() : zeros.size();
+      for (std::size_t i = 0; i < kinds; ++i) {
+        const int zero = hooks ? zeros.front() : zeros[i];
+        const GradCompression compression = hooks ? compressions[i] : compression0;
+        const std::string name =
+            hooks ? std::string("compress ") + compression_name(compression) : fmt::format("zero {}", zero);
+        arms.push_back({name, zero, compression});
+        if (i == 0) arms.push_back({name + " again", zero, compression});
       }
+      const std::string mode = hooks ? "compress_compare" : "zero_compare";
       std::map<std::pair<int, std::size_t>, std::vector<Run>> results;
+      std::vector<double> world1;  // samples/s at world 1, per round (hooks)
       for (int round = 0; round < o.repeats; ++round) {
+        if (hooks) {
+          const Run one = run(1, o.batch, o.decode_cost, true, o.steps, zeros.front(), compression0);
+          append_row(mode, 1, o.batch, o.decode_cost, true, one, zeros.front(), compression0);
+          world1.push_back(one.samples_per_s);
+          if (rank == 0)
+            std::cout << fmt::format("# round {}/{} world 1 {:.1f} samples/s\n", round + 1, o.repeats,
+                                     one.samples_per_s);
+        }
         for (int w : compared) {
           for (std::size_t a = 0; a < arms.size(); ++a) {
-            const Run r = run(w, o.batch * w, o.decode_cost, true, o.steps, arms[a].zero);
-            append_row("zero_compare", w, o.batch * w, o.decode_cost, true, r, arms[a].zero);
+            const Run r = run(w, o.batch * w, o.decode_cost, true, o.steps, arms[a].zero, arms[a].compression);
+            append_row(mode, w, o.batch * w, o.decode_cost, true, r, arms[a].zero, arms[a].compression);
             results[{w, a}].push_back(r);
             if (rank == 0) {
-              std::cout << fmt::format("# round {}/{} world {} {:<12} {:.1f} samples/s, comm wait {:.2f} ms/step\n",
-                                       round + 1, o.repeats, w, arms[a].name, r.samples_per_s, 1e3 * r.comm_wait_s);
+              std::cout << fmt::format(
+                  "# round {}/{} world {} {:<20} {:.1f} samples/s, comm wait {:.2f} ms/step, exposed {:.2f} ms/step\n",
+                  round + 1, o.repeats, w, arms[a].name, r.samples_per_s, 1e3 * r.comm_wait_s, 1e3 * r.ddp.exposed_s);
               std::cout.flush();
             }
           }
@@ -293,27 +361,45 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       }
       if (rank == 0) {
         std::cout << fmt::format(
-            "\nZeRO stages, weak scaling (per-worker batch {}, decode cost {}, {}, {} all-reduce), {} rounds "
+            "\n{}, weak scaling (per-worker batch {}, decode cost {}, {}, {} all-reduce, gradients {}), {} rounds "
             "interleaved; memory is the largest rank's peak:\n",
-            o.batch, o.decode_cost, o.dtype, o.allreduce, o.repeats);
-        std::cout << "| world | arm | samples/s median (min-max) | comm wait ms/step | optimizer state per rank | "
-                     "tensor peak per rank | vs zero " +
-                         std::to_string(zeros.front()) + " |\n|---|---|---|---|---|---|---|\n";
+            hooks ? "Communication hooks" : "ZeRO stages", o.batch, o.decode_cost, o.dtype, o.allreduce,
+            o.bucket_view ? "as bucket views" : "copied into the buckets", o.repeats);
+        std::cout << "| world | arm | samples/s median (min-max) | weak efficiency median (min-max) | comm wait "
+                     "ms/step | exposed comm ms/step | bytes on the wire per step | optimizer state per rank | tensor "
+                     "peak per rank | vs " +
+                         arms.front().name + " |\n|---|---|---|---|---|---|---|---|---|---|\n";
         auto samples = [&](int w, std::size_t a) {
           std::vector<double> v;
           for (const Run& r : results[{w, a}]) v.push_back(r.samples_per_s);
           return v;
         };
+        std::map<std::size_t, double> median_efficiency;  // at world 2, per arm (hooks)
         for (int w : compared) {
           const auto calibration = bench::calibrate(samples(w, 0), samples(w, 1));
           const bool valid = calibration.valid && o.repeats >= 2;
           const auto control = bench::summarize(samples(w, 0));
           for (std::size_t a = 0; a < arms.size(); ++a) {
             const auto s = bench::summarize(samples(w, a));
-            double comm = 0;
-            for (const Run& r : results[{w, a}]) comm += r.comm_wait_s;
+            double comm = 0, exposed = 0;
+            for (const Run& r : results[{w, a}]) {
+              comm += r.comm_wait_s;
+              exposed += r.ddp.exposed_s;
+            }
             comm /= static_cast<double>(results[{w, a}].size());
+            exposed /= static_cast<double>(results[{w, a}].size());
             const Run& last = results[{w, a}].back();
+            std::int64_t wire = 0;
+            for (std::int64_t bytes : last.ddp.bucket_bytes) wire += bytes;
+            std::string efficiency = "-";
+            if (hooks) {
+              std::vector<double> per_round;
+              for (std::size_t i = 0; i < results[{w, a}].size(); ++i)
+                per_round.push_back(results[{w, a}][i].samples_per_s / (w * world1[i]));
+              const auto e = bench::summarize(per_round);
+              if (w == 2) median_efficiency[a] = e.median;
+              efficiency = fmt::format("{:.1f}% ({:.1f}-{:.1f})", 100 * e.median, 100 * e.min, 100 * e.max);
+            }
             std::string against = a == 0 ? "control" : a == 1 ? "calibration pair" : "";
             if (a >= 2) {
               const auto v = bench::verdict(s, control, valid ? std::optional(calibration) : std::nullopt);
@@ -323,17 +409,78 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
                   calibration.noise_floor_percent > 0 ? std::abs(effect) / calibration.noise_floor_percent : 0.0,
                   valid ? bench::verdict_text(v) : "NO CONCLUSION");
             }
-            std::cout << fmt::format("| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.2f} | {:.2f} MiB | {:.2f} MiB | {} |\n",
-                                     w, arms[a].name, s.median, s.min, s.max, 1e3 * comm,
-                                     static_cast<double>(last.optimizer_state_bytes) / (1 << 20),
-                                     static_cast<double>(last.peak_bytes) / (1 << 20), against);
+            std::cout << fmt::format(
+                "| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {} | {:.2f} | {:.2f} | {} | {:.2f} MiB | {:.2f} MiB | {} |\n", w,
+                arms[a].name, s.median, s.min, s.max, efficiency, 1e3 * comm, 1e3 * exposed,
+                fmt::format("{:.2f} MiB", static_cast<double>(wire) / (1 << 20)),
+                static_cast<double>(last.optimizer_state_bytes) / (1 << 20),
+                static_cast<double>(last.peak_bytes) / (1 << 20), against);
           }
           std::cout << fmt::format(
-              "world {}: noise floor {:.1f}% between the two zero {} arms; separability_test_valid: {}\n", w,
-              calibration.noise_floor_percent, zeros.front(), valid ? "true" : "false");
+              "world {}: noise floor {:.1f}% between the two {} arms; separability_test_valid: {}\n", w,
+              calibration.noise_floor_percent, arms.front().name, valid ? "true" : "false");
         }
-        if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
+        if (hooks && median_efficiency.count(0) > 0) {
+          // The targets (issue 14), at world 2 and decode cost 0: >= 92% uncompressed, >= 95% with bf16.
+          std::string targets;
+          for (std::size_t a = 0; a < arms.size(); ++a) {
+            if (a == 1) continue;
+            const double target = arms[a].compression == GradCompression::none   ? 0.92
+                                  : arms[a].compression == GradCompression::bf16 ? 0.95
+                                                                                 : 0.0;
+            if (target == 0.0) continue;
+            targets += fmt::format("{}{} weak efficiency {:.1f}% >= {:.0f}%: {}", targets.empty() ? "" : "; ",
+                                   arms[a].name, 100 * median_efficiency[a], 100 * target,
+                                   median_efficiency[a] >= target ? "met" : "MISSED");
+          }
+          std::cout << "targets at world 2" << (o.decode_cost == 0 ? "" : " (they are set for decode cost 0)") << ": "
+                    << targets << "\n";
+        }
       }
+      if (hooks && o.accuracy_seeds > 0) {
+        // What a hook costs in accuracy: every arm trained on the same seeds (the same data and
+        // initial weights), paired; the uncompressed arm's seed-to-seed spread is the noise.
+        const int w = compared.front();
+        std::map<std::size_t, std::vector<double>> accuracy;
+        for (int seed = 1; seed <= o.accuracy_seeds; ++seed) {
+          for (std::size_t a = 0; a < arms.size(); ++a) {
+            if (a == 1) continue;  // the calibration pair is the same hook
+            const Run r = run(w, o.batch * w, o.decode_cost, true, o.accuracy_steps, arms[a].zero, arms[a].compression,
+                              static_cast<std::uint64_t>(seed));
+            append_row("compress_accuracy", w, o.batch * w, o.decode_cost, true, r, arms[a].zero, arms[a].compression);
+            accuracy[a].push_back(r.accuracy);
+            if (rank == 0) {
+              std::cout << fmt::format("# accuracy seed {}/{} world {} {:<20} held-out {:.2f}% (final loss {:.4f})\n",
+                                       seed, o.accuracy_seeds, w, arms[a].name, 100 * r.accuracy, r.final_loss);
+              std::cout.flush();
+            }
+          }
+        }
+        if (rank == 0) {
+          const auto control = bench::summarize(accuracy[0]);
+          const double noise = 100 * (control.max - control.min);
+          std::cout << fmt::format(
+              "\nHeld-out accuracy at world {} after {} steps ({} paired seeds; the noise is {}'s seed-to-seed "
+              "spread, {:.2f} pp):\n| arm | accuracy median (min-max) | paired difference median (min-max) | within "
+              "the noise |\n|---|---|---|---|\n",
+              w, o.accuracy_steps, o.accuracy_seeds, arms.front().name, noise);
+          for (std::size_t a = 0; a < arms.size(); ++a) {
+            if (a == 1) continue;
+            const auto s = bench::summarize(accuracy[a]);
+            std::string paired = "-", within = "control";
+            if (a >= 2) {
+              std::vector<double> d;
+              for (std::size_t i = 0; i < accuracy[a].size(); ++i) d.push_back(100 * (accuracy[a][i] - accuracy[0][i]));
+              const auto ds = bench::summarize(d);
+              paired = fmt::format("{:+.2f} pp ({:+.2f} to {:+.2f})", ds.median, ds.min, ds.max);
+              within = std::abs(ds.median) <= noise ? "yes" : "NO: compression costs accuracy here";
+            }
+            std::cout << fmt::format("| {} | {:.2f}% ({:.2f}-{:.2f}) | {} | {} |\n", arms[a].name, 100 * s.median,
+                                     100 * s.min, 100 * s.max, paired, within);
+          }
+        }
+      }
+      if (rank == 0 && !o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
       return 0;
     }
 
@@ -347,10 +494,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         for (const auto& arm : arms) {
           bind_arm = arm;
           bound_cpus = bind(arm == "core" ? "core" : "none");
-          const Run one = run(1, o.batch, o.decode_cost, true, o.steps, zeros.front());
-          append_row("weak", 1, o.batch, o.decode_cost, true, one, zeros.front());
-          const Run two = run(2, o.batch * 2, o.decode_cost, true, o.steps, zeros.front());
-          append_row("weak", 2, o.batch * 2, o.decode_cost, true, two, zeros.front());
+          const Run one = run(1, o.batch, o.decode_cost, true, o.steps, zeros.front(), compression0);
+          append_row("weak", 1, o.batch, o.decode_cost, true, one, zeros.front(), compression0);
+          const Run two = run(2, o.batch * 2, o.decode_cost, true, o.steps, zeros.front(), compression0);
+          append_row("weak", 2, o.batch * 2, o.decode_cost, true, two, zeros.front(), compression0);
           if (rank == 0) {
             sps1[arm].push_back(one.samples_per_s);
             sps2[arm].push_back(two.samples_per_s);
@@ -433,9 +580,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     for (int round = 0; round < o.repeats; ++round) {
       for (std::size_t c = 0; c < configs.size(); ++c) {
         const Config& config = configs[c];
-        runs[c].push_back(run(config.world, config.global_batch, config.decode_cost, true, o.steps, zeros.front()));
+        runs[c].push_back(
+            run(config.world, config.global_batch, config.decode_cost, true, o.steps, zeros.front(), compression0));
         append_row(config.mode, config.world, config.global_batch, config.decode_cost, true, runs[c].back(),
-                   zeros.front());
+                   zeros.front(), compression0);
       }
       // The peer in the same round: PyTorch DDP over gloo, the weak configuration at decode cost 0
       // (its batches are made in memory), world 1 and 2.
@@ -492,10 +640,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     for (int t = 0; t < o.trials; ++t) {
       for (int w : worlds) {
         if (w == 1) continue;
-        const Run with = run(w, o.batch * w, o.decode_cost, true, o.trial_steps, zeros.front());
-        const Run without = run(w, o.batch * w, o.decode_cost, false, o.trial_steps, zeros.front());
-        append_row("weak", w, o.batch * w, o.decode_cost, true, with, zeros.front());
-        append_row("weak", w, o.batch * w, o.decode_cost, false, without, zeros.front());
+        const Run with = run(w, o.batch * w, o.decode_cost, true, o.trial_steps, zeros.front(), compression0);
+        const Run without = run(w, o.batch * w, o.decode_cost, false, o.trial_steps, zeros.front(), compression0);
+        append_row("weak", w, o.batch * w, o.decode_cost, true, with, zeros.front(), compression0);
+        append_row("weak", w, o.batch * w, o.decode_cost, false, without, zeros.front(), compression0);
         if (rank == 0) fractions[w].push_back(100.0 * (1.0 - with.samples_per_s / without.samples_per_s));
       }
     }

@@ -27,6 +27,15 @@ struct ScalingOptions {
   // scaling at each world of 2 or more with every stage, interleaved (the first one twice, the
   // calibration pair): samples/s, communication wait and memory per rank side by side.
   std::string zero = "0";
+  // DDP's communication hook for every run ("none", "bf16" or "fp16"), or several ("none,bf16"):
+  // instead of the scaling tables, each compared at every world of 2 or more as --zero does, with
+  // world 1 in every round (weak-scaling efficiency per arm, against the targets) and, after the
+  // timing, accuracy_seeds paired training runs of accuracy_steps per arm at world 2 with held-out
+  // evaluation (what compression costs in accuracy, against the seed-to-seed noise).
+  std::string grad_compress = "none";
+  int accuracy_steps = 300, accuracy_seeds = 3;
+  // DDP's gradients as views of its buckets (PyTorch's gradient_as_bucket_view), or copied.
+  bool bucket_view = true;
 };
 
 // Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.

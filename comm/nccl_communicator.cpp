@@ -395,10 +395,12 @@ void NcclCommunicator::convert(DType src_dtype, const void* src, DType dst_dtype
 }
 
 void NcclCommunicator::copy_in(void* dst, const void* host, std::size_t bytes) {
+  ++host_copies_;
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
 }
 
 void NcclCommunicator::copy_out(void* host, const void* src, std::size_t bytes) {
+  ++host_copies_;
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
 }
 

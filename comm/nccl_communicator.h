@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,8 @@ class NcclCommunicator final : public Communicator {
   std::string library_version() const override;  // "NCCL 2.28.9" (the library linked at run time)
 
   int device() const { return device_; }
+  // copy_in and copy_out calls so far (DDP's device path is tested to make none in a step).
+  std::int64_t host_copies() const { return host_copies_; }
   MpiCommunicator& bootstrap() { return *bootstrap_; }
 
   // Launches the queued point-to-point operations as one group (called by their requests).
@@ -98,6 +101,7 @@ class NcclCommunicator final : public Communicator {
   std::vector<Pending> pending_;
   std::shared_ptr<void> scratch_;
   std::size_t scratch_bytes_ = 0;
+  std::atomic<std::int64_t> host_copies_{0};
 };
 
 // Checks a CUDA runtime or NCCL call: throws Error naming the call, the rank and (peer >= 0) the peer.

@@ -2,7 +2,8 @@
 # The one command for a GPU machine (an H200 with nvcc, CMake, ninja and PyTorch, no apt, no
 # network). Prepare here first: scripts/fetch-device-debs.sh, then run this there with .debs/
 # carried along. It unpacks the Debian packages into a private prefix (dpkg -x; nothing is
-# installed), configures and builds the CUDA build, runs the GPU tests, a short CUDA ladder and
+# installed), configures and builds the CUDA build, runs the GPU tests (DDP over NCCL among them),
+# the ring and ncclAllReduce side by side (bench_allreduce --comm nccl), a short CUDA ladder and
 # trainlab against PyTorch's eager SmallCNN step on the same GPU (batch 256, f32 and bf16), and
 # prints a compact table last. Everything it measures also lands under $OUT (or results/device/).
 # Budget: at most 8 minutes on an H200; each stage has its own timeout. DEVICE_CHECK_STOP_AFTER=configure
@@ -53,6 +54,15 @@ $bin/trainlab backends | tee -a "$out/summary.txt"
 # 3. The GPU tests (the cross-backend harness on cuda), then the rest of the suite briefly.
 stage gpu-tests 180 ctest --test-dir build-device -L gpu --output-on-failure
 gpu_tests=$?
+
+# 3b. NCCL on this GPU (world 1 on a one-GPU machine; every GPU present otherwise): the ring (its
+#     device path: grouped ncclSend/ncclRecv steps and our reduction kernel) against ncclAllReduce,
+#     each size checked. DDP over NCCL with no host copies ran in gpu-tests (gpu.nccl-ddp).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -ge 1 ] || gpus=1
+stage nccl 90 scripts/mpirun -np "$gpus" $bin/bench_allreduce --comm nccl --sizes 4K,1M,64M --dtype f32 \
+  --ledger "$out/ledger_cuda.jsonl"
+grep -E "^ *[0-9.]+[KMG]? |targets|correct" "$out/nccl.log" | tee -a "$out/summary.txt"
 
 # 4. trainlab against PyTorch eager on this GPU: batch 256, f32 and bf16, interleaved; and trainlab
 #    bf16 with fused kernels and CUDA graph replay (the stretch target, against the same eager bf16).

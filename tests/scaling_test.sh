@@ -19,4 +19,24 @@ echo "$strong" | grep -qE '^\| 1 \| 16 \| 0\.0200 \|' || fail "strong world 1: p
 echo "$strong" | grep -qE '^\| 2 \| 8 \| 0\.0200 \|' || fail "strong world 2: per-worker batch 8 at lr 0.0200 (unchanged) expected"
 echo "$output" | grep -q "^Communication fraction" || fail "no communication-fraction table"
 echo "$output" | grep -q "^slowest rank: " || fail "no slowest rank named"
-echo "PASS: both tables, the LR rule and the straggler line"
+
+# The communication hooks side by side: world 1 every round (efficiency), half the bytes on the
+# wire with bf16, the targets line, and the paired accuracy table.
+output=$("$mpirun" -np 2 "$binary" --worlds 1,2 --grad-compress none,bf16 --repeats 2 --steps 2 --warmup 1 \
+  --accuracy-steps 3 --accuracy-seeds 2 --no-peer --no-ledger --decode-cost 0 --batch 8 2>&1)
+status=$?
+echo "$output"
+[ "$status" -eq 0 ] || fail "bench_scaling --grad-compress none,bf16 exited $status"
+none_wire=$(echo "$output" | grep -E '^\| 2 \| compress none \|' | awk -F'|' '{print $8}' | grep -oE '[0-9.]+')
+bf16_wire=$(echo "$output" | grep -E '^\| 2 \| compress bf16 \|' | awk -F'|' '{print $8}' | grep -oE '[0-9.]+')
+[ -n "$none_wire" ] && [ -n "$bf16_wire" ] || fail "no bytes-on-the-wire column for compress none and bf16"
+awk -v a="$none_wire" -v b="$bf16_wire" 'BEGIN { exit !(b > 0.49 * a && b < 0.51 * a) }' ||
+  fail "bf16 puts $bf16_wire MiB on the wire, not half of none's $none_wire MiB"
+echo "$output" | grep -qE '^targets at world 2: compress none weak efficiency .* >= 92%: (met|MISSED); compress bf16 weak efficiency .* >= 95%: (met|MISSED)' ||
+  fail "no targets line"
+echo "$output" | grep -qE '^\| compress bf16 \| .* \| [+-][0-9.]+ pp .* \| (yes|NO: compression costs accuracy here) \|' ||
+  fail "no paired accuracy row for bf16"
+bad=$("$mpirun" -np 1 "$binary" --worlds 1 --grad-compress none,fp8 --no-ledger 2>&1)
+echo "$bad" | grep -q "'fp8' is not a hook (none, bf16, fp16" || fail "--grad-compress fp8 not refused by name"
+
+echo "PASS: both tables, the LR rule, the straggler line, and the hooks compared"

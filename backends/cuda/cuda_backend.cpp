@@ -12,6 +12,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -285,6 +286,10 @@ class CudaBackend final : public Backend,
     auto out = Backend::counters();
     out["convolution_plans"] = static_cast<std::int64_t>(conv_plans_.size());
     out["graphs"] = static_cast<std::int64_t>(graphs_.size());
+    // Host traffic and host waits (DDP's device path is tested to add none in backward).
+    out["copies_to_host"] = copies_to_host_;
+    out["copies_from_host"] = copies_from_host_;
+    out["host_waits"] = host_waits_;
     return out;
   }
   DeviceType device_type() const override { return DeviceType::cuda; }
@@ -321,18 +326,21 @@ class CudaBackend final : public Backend,
   }
   void copy_from_host(void* dst, const void* host_src, std::size_t bytes) override {
     refuse_while_capturing("copy_from_host");
+    ++copies_from_host_;
     if (bytes == 0) return;
     CU(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
     CU(cudaStreamSynchronize(stream_));  // the host buffer may be reused as soon as this returns
   }
   void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
     refuse_while_capturing("copy_to_host");
+    ++copies_to_host_;
     if (bytes == 0) return;
     CU(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CU(cudaStreamSynchronize(stream_));
   }
   void synchronize() override {
     refuse_while_capturing("synchronize");
+    ++host_waits_;
     CU(cudaStreamSynchronize(stream_));
   }
 
@@ -865,6 +873,7 @@ class CudaBackend final : public Backend,
 
   int device_ = 0;
   DeviceChoice choice_;
+  std::atomic<std::int64_t> copies_to_host_{0}, copies_from_host_{0}, host_waits_{0};
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // host-to-device uploads from pinned memory

@@ -53,6 +53,20 @@ int main(int argc, char** argv) {
                  "ZeRO stage of the runs: 0 (replicated optimiser state) or 1 (sharded); 0,1 compares them side by "
                  "side (weak scaling at each world >= 2, interleaved) instead of the scaling tables")
       ->capture_default_str();
+  app.add_option("--grad-compress", o.grad_compress,
+                 "DDP communication hook: none, bf16 or fp16; a list (none,bf16) compares them side by side "
+                 "(weak-scaling efficiency per arm, and held-out accuracy over paired seeds) instead of the "
+                 "scaling tables")
+      ->capture_default_str();
+  app.add_option("--accuracy-steps", o.accuracy_steps, "with --grad-compress LIST: training steps per accuracy run")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--accuracy-seeds", o.accuracy_seeds, "with --grad-compress LIST: paired seeds (0: no accuracy runs)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  app.add_option("--bucket-view", o.bucket_view,
+                 "DDP gradients as views of the buckets (true; PyTorch's gradient_as_bucket_view) or copied (false)")
+      ->capture_default_str();
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_scaling")) return *status;
