@@ -92,6 +92,41 @@ void test_sum() {
   }
 }
 
+// The ring's reduction and the compression cast, bit for bit against the host ring's arithmetic
+// (comm/communicator.cpp: (y + x) * scale in f32, bf16 rounded once; f32 in f32).
+void test_ring_reduce_and_convert() {
+  const std::size_t n = 100003;
+  const auto a = random_values(n, 7), b = random_values(n, 8);
+  for (double scale : {1.0, 0.25, 1.0 / 3.0}) {
+    // f32
+    float* dy = device_copy(a);
+    float* dx = device_copy(b);
+    kernels::ring_reduce(DType::f32, dy, dx, static_cast<std::int64_t>(n), scale, nullptr);
+    const auto got = host_copy(dy, n);
+    bool same = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want = scale != 1.0 ? (a[i] + b[i]) * static_cast<float>(scale) : a[i] + b[i];
+      same = same && got[i] == want;
+    }
+    expect(same, "ring_reduce f32, scale " + std::to_string(scale) + ": the host's bits");
+    // f32 -> bf16 with the scale, and back
+    std::vector<bf16> packed_host(n);
+    for (std::size_t i = 0; i < n; ++i) packed_host[i] = bf16(a[i] * static_cast<float>(scale));
+    bf16* packed = device_copy(std::vector<bf16>(n));
+    float* da = device_copy(a);
+    kernels::convert_scaled(DType::f32, da, DType::bf16, packed, static_cast<std::int64_t>(n), scale, nullptr);
+    const auto packed_got = host_copy(packed, n);
+    bool converted = true;
+    for (std::size_t i = 0; i < n; ++i)
+      converted = converted && static_cast<float>(packed_got[i]) == static_cast<float>(packed_host[i]);
+    expect(converted, "convert_scaled f32 -> bf16, scale " + std::to_string(scale) + ": the host's bits");
+    cudaFree(dy);
+    cudaFree(dx);
+    cudaFree(da);
+    cudaFree(packed);
+  }
+}
+
 void test_bias_backward() {
   const std::int64_t outer = 7, channels = 33, inner = 129;
   const auto dy = random_values(static_cast<std::size_t>(outer * channels * inner), 2);
@@ -289,6 +324,7 @@ int main() {
     return 77;
   }
   test_sum();
+  test_ring_reduce_and_convert();
   test_bias_backward();
   test_relu_bias_backward();
   test_cross_entropy();
