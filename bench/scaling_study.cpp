@@ -44,6 +44,7 @@ struct Run {
   DdpStepStats ddp;                                        // per step (means), rank 0's
   std::int64_t steps = 0;
   double accuracy = 0, final_loss = 0;  // accuracy runs: held-out accuracy at the end, the last loss
+  double compute_s = 0;  // per step, the slowest rank's forward + backward + optimizer (no data wait, no comm wait)
 };
 
 double quantile(std::vector<double> v, double q) {
@@ -230,6 +231,8 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         result.ddp.overlap_s /= n;
         result.ddp.exposed_s /= n;
         result.comm_wait_s = trained.measured.comm_s / n;
+        result.compute_s = ddp.max_over_ranks(
+            (trained.measured.forward_s + trained.measured.backward_s + trained.measured.optimizer_s) / n);
         for (std::int64_t b : ddp.gather(trained.memory.peak_of(MemoryCategory::optimizer_state)))
           result.optimizer_state_bytes = std::max(result.optimizer_state_bytes, b);
         for (std::int64_t b : ddp.gather(trained.memory.total_peak)) result.peak_bytes = std::max(result.peak_bytes, b);
@@ -335,12 +338,14 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       }
       const std::string mode = hooks ? "compress_compare" : "zero_compare";
       std::map<std::pair<int, std::size_t>, std::vector<Run>> results;
-      std::vector<double> world1;  // samples/s at world 1, per round (hooks)
+      std::vector<double> world1;          // samples/s at world 1, per round (hooks)
+      std::vector<double> world1_compute;  // its compute ms per step
       for (int round = 0; round < o.repeats; ++round) {
         if (hooks) {
           const Run one = run(1, o.batch, o.decode_cost, true, o.steps, zeros.front(), compression0);
           append_row(mode, 1, o.batch, o.decode_cost, true, one, zeros.front(), compression0);
           world1.push_back(one.samples_per_s);
+          world1_compute.push_back(one.compute_s);
           if (rank == 0)
             std::cout << fmt::format("# round {}/{} world 1 {:.1f} samples/s\n", round + 1, o.repeats,
                                      one.samples_per_s);
@@ -366,9 +371,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
             hooks ? "Communication hooks" : "ZeRO stages", o.batch, o.decode_cost, o.dtype, o.allreduce,
             o.bucket_view ? "as bucket views" : "copied into the buckets", o.repeats);
         std::cout << "| world | arm | samples/s median (min-max) | weak efficiency median (min-max) | comm wait "
-                     "ms/step | exposed comm ms/step | bytes on the wire per step | optimizer state per rank | tensor "
-                     "peak per rank | vs " +
-                         arms.front().name + " |\n|---|---|---|---|---|---|---|---|---|---|\n";
+                     "ms/step | exposed comm ms/step | compute ms/step | bytes on the wire per step | optimizer state "
+                     "per rank | "
+                     "tensor peak per rank | vs " +
+                         arms.front().name + " |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
         auto samples = [&](int w, std::size_t a) {
           std::vector<double> v;
           for (const Run& r : results[{w, a}]) v.push_back(r.samples_per_s);
@@ -381,11 +387,13 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
           const auto control = bench::summarize(samples(w, 0));
           for (std::size_t a = 0; a < arms.size(); ++a) {
             const auto s = bench::summarize(samples(w, a));
-            double comm = 0, exposed = 0;
+            double comm = 0, exposed = 0, compute = 0;
             for (const Run& r : results[{w, a}]) {
               comm += r.comm_wait_s;
               exposed += r.ddp.exposed_s;
+              compute += r.compute_s;
             }
+            compute /= static_cast<double>(results[{w, a}].size());
             comm /= static_cast<double>(results[{w, a}].size());
             exposed /= static_cast<double>(results[{w, a}].size());
             const Run& last = results[{w, a}].back();
@@ -410,8 +418,9 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
                   valid ? bench::verdict_text(v) : "NO CONCLUSION");
             }
             std::cout << fmt::format(
-                "| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {} | {:.2f} | {:.2f} | {} | {:.2f} MiB | {:.2f} MiB | {} |\n", w,
-                arms[a].name, s.median, s.min, s.max, efficiency, 1e3 * comm, 1e3 * exposed,
+                "| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {} | {:.2f} | {:.2f} | {:.2f} | {} | {:.2f} MiB | {:.2f} MiB | "
+                "{} |\n",
+                w, arms[a].name, s.median, s.min, s.max, efficiency, 1e3 * comm, 1e3 * exposed, 1e3 * compute,
                 fmt::format("{:.2f} MiB", static_cast<double>(wire) / (1 << 20)),
                 static_cast<double>(last.optimizer_state_bytes) / (1 << 20),
                 static_cast<double>(last.peak_bytes) / (1 << 20), against);
@@ -435,6 +444,12 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
           }
           std::cout << "targets at world 2" << (o.decode_cost == 0 ? "" : " (they are set for decode cost 0)") << ": "
                     << targets << "\n";
+          const auto c1 = bench::summarize(world1_compute);
+          std::cout << fmt::format(
+              "world 1 for reference: compute {:.2f} ms/step (median; forward + backward + optimizer, no waits): "
+              "compute above it at world 2 is the ranks slowing each other (shared cores, caches, memory, and the "
+              "communication thread's CPU), not communication the step waits for\n",
+              1e3 * c1.median);
         }
       }
       if (hooks && o.accuracy_seeds > 0) {

@@ -27,8 +27,8 @@ output=$("$mpirun" -np 2 "$binary" --worlds 1,2 --grad-compress none,bf16 --repe
 status=$?
 echo "$output"
 [ "$status" -eq 0 ] || fail "bench_scaling --grad-compress none,bf16 exited $status"
-none_wire=$(echo "$output" | grep -E '^\| 2 \| compress none \|' | awk -F'|' '{print $8}' | grep -oE '[0-9.]+')
-bf16_wire=$(echo "$output" | grep -E '^\| 2 \| compress bf16 \|' | awk -F'|' '{print $8}' | grep -oE '[0-9.]+')
+none_wire=$(echo "$output" | grep -E '^\| 2 \| compress none \|' | awk -F'|' '{print $9}' | grep -oE '[0-9.]+')
+bf16_wire=$(echo "$output" | grep -E '^\| 2 \| compress bf16 \|' | awk -F'|' '{print $9}' | grep -oE '[0-9.]+')
 [ -n "$none_wire" ] && [ -n "$bf16_wire" ] || fail "no bytes-on-the-wire column for compress none and bf16"
 awk -v a="$none_wire" -v b="$bf16_wire" 'BEGIN { exit !(b > 0.49 * a && b < 0.51 * a) }' ||
   fail "bf16 puts $bf16_wire MiB on the wire, not half of none's $none_wire MiB"
