@@ -149,9 +149,19 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     const GradCompression compression0 = compressions.front();
 
     // One sub-communicator per world size: the first w ranks.
+    // Over NCCL, the sub-communicators are split from the NCCL world (one GPU per rank; a host with
+    // fewer GPUs than ranks is refused there, with the counts).
+    std::unique_ptr<Communicator> nccl;
+    if (o.comm == "nccl") {
+      TL_CHECK(o.backend == "cuda", "bench_scaling: --comm nccl works on GPU memory: give --backend cuda (got '" +
+                                        (o.backend.empty() ? default_backend_name() : o.backend) + "')");
+      nccl = make_world("nccl");
+      nccl->set_timeout(o.timeout);
+    }
+    Communicator& ddp_world = nccl ? *nccl : static_cast<Communicator&>(*world);
     std::map<int, std::unique_ptr<Communicator>> subs;
     for (int w : worlds) {
-      if (subs.count(w) == 0) subs[w] = world->split(rank < w ? 0 : -1, rank);
+      if (subs.count(w) == 0) subs[w] = ddp_world.split(rank < w ? 0 : -1, rank);
     }
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     const bench::Topology topology = bench::machine_topology();
@@ -169,9 +179,12 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     bench::json env = bench::current_environment(host).to_json();
     env["versions"]["mpi"] = mpi_library_version();
     env["timer"] = "steady_clock (the slowest rank's measured steps)";
+    env["communicator"] = ddp_world.backend();
+    env["interconnect"] = ddp_world.interconnect();
     env["threads"] = o.threads;
     const std::string run_id = bench::new_run_id();
-    const bench::Ledger ledger(o.ledger_path.empty() ? bench::default_ledger_path("cpu") : o.ledger_path);
+    const bench::Ledger ledger(o.ledger_path.empty() ? bench::default_ledger_path(device_type_name(host.device_type()))
+                                                     : o.ledger_path);
 
     // One training run of world w; every launched rank calls this (ranks outside the world wait).
     // `seed` > 0: an accuracy run (that seed, evaluated on held-out data at the end) instead of a
@@ -303,6 +316,7 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
           o.first_bucket_mb, o.decode_cost, o.ablation && !o.bind_compare ? " (and the 0 ablation)" : "",
           o.bind_compare ? "compared (none, none again, core)" : o.bind, bound_cpus, launcher_cpus);
       std::cout << "# LR rule: lr = " << o.base_lr << " x global batch / " << o.base_batch << "\n";
+      std::cout << "# communicator " << ddp_world.backend() << ": " << ddp_world.interconnect() << "\n";
       std::cout.flush();
     }
 
@@ -575,8 +589,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       for (int w : worlds) configs.push_back({"strong", w, o.global_batch, decode});
     }
     std::vector<std::vector<Run>> runs(configs.size());
+    // The peer is PyTorch DDP over gloo on the CPU: beside a GPU run it would compare other things.
+    const bool peer_wanted = o.peer && o.comm == "mpi";
     const bool peer_possible =
-        o.peer && rank == 0 && access(o.python.c_str(), X_OK) == 0 && access(o.peer_script.c_str(), R_OK) == 0;
+        peer_wanted && rank == 0 && access(o.python.c_str(), X_OK) == 0 && access(o.peer_script.c_str(), R_OK) == 0;
     // The peer is compared at decode cost 0 only: without a trainlab run there (--no-ablation with a
     // decode cost), there is nothing to set beside it.
     const bool trainlab_at_decode0 = std::find(decode_costs.begin(), decode_costs.end(), 0) != decode_costs.end();
@@ -584,13 +600,14 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     for (int w : worlds)
       if (w <= 2 && trainlab_at_decode0) peer_worlds.push_back(w);
     std::map<int, std::vector<double>> peer_samples;
-    std::string peer_note = !o.peer ? "skipped (--no-peer)"
-                            : trainlab_at_decode0
-                                ? ""
-                                : fmt::format(
-                                      "not measured: the comparison is at decode cost 0, and --no-ablation "
-                                      "with --decode-cost {} runs trainlab at {} only",
-                                      o.decode_cost, o.decode_cost);
+    std::string peer_note =
+        !o.peer               ? "skipped (--no-peer)"
+        : o.comm != "mpi"     ? "not run: the peer is PyTorch DDP over gloo on the CPU, this run is over nccl"
+        : trainlab_at_decode0 ? ""
+                              : fmt::format(
+                                    "not measured: the comparison is at decode cost 0, and --no-ablation "
+                                    "with --decode-cost {} runs trainlab at {} only",
+                                    o.decode_cost, o.decode_cost);
     const std::string& peer_script = o.peer_script;
     for (int round = 0; round < o.repeats; ++round) {
       for (std::size_t c = 0; c < configs.size(); ++c) {
@@ -602,7 +619,7 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       }
       // The peer in the same round: PyTorch DDP over gloo, the weak configuration at decode cost 0
       // (its batches are made in memory), world 1 and 2.
-      if (o.peer) {
+      if (peer_wanted) {
         if (rank == 0 && peer_possible) {
           for (int w : peer_worlds) {
             const std::string command = fmt::format(

@@ -85,6 +85,9 @@ class Communicator {
   // version line ("Open MPI v4.1.4", "NCCL 2.28.9"), for the ledger.
   virtual std::string device_name() const { return ""; }
   virtual std::string library_version() const = 0;
+  // How this rank reaches the others, for the tables: MPI's transport as far as it is known; for
+  // NCCL the GPUs on this host and whether each pair has peer access (NVLink or PCIe P2P).
+  virtual std::string interconnect() const { return "host memory, through " + library_version(); }
   // Whether its operations can take `backend`'s memory as it is (a host backend's for MPI, the
   // same GPU's for NCCL). DDP keeps its buckets in the backend's memory and hands them over
   // directly when so; MPI with a GPU backend stages them through pinned host memory.

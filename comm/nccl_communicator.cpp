@@ -104,6 +104,26 @@ std::string NcclCommunicator::library_version() const {
   return fmt::format("NCCL {}.{}.{}", version / 10000, (version / 100) % 100, version % 100);
 }
 
+std::string NcclCommunicator::interconnect() const {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) return "unknown (cudaGetDeviceCount failed)";
+  std::string text =
+      fmt::format("{} GPU{} on this host, this rank on {}", devices, devices == 1 ? "" : "s", device_name());
+  std::string pairs;
+  for (int a = 0; a < devices; ++a) {
+    for (int b = a + 1; b < devices; ++b) {
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess) can = -1;
+      pairs += fmt::format("{}{}<->{}: {}", pairs.empty() ? "" : ", ", a, b,
+                           can == 1   ? "peer access"
+                           : can == 0 ? "no peer access (through the host)"
+                                      : "unknown");
+    }
+  }
+  return text + (pairs.empty() ? "; no GPU pairs (one rank per GPU: world size 1 here)" : "; " + pairs) +
+         "; NCCL picks the transport (NVLink, PCIe P2P, shared memory or the network)";
+}
+
 std::unique_ptr<NcclCommunicator> NcclCommunicator::world() {
   auto bootstrap = MpiCommunicator::world();
   const int rank_ = bootstrap->rank();

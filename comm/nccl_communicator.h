@@ -75,6 +75,8 @@ class NcclCommunicator final : public Communicator {
 
   std::string device_name() const override;      // "NVIDIA H200 (device 0)"
   std::string library_version() const override;  // "NCCL 2.28.9" (the library linked at run time)
+  // "2 GPUs on this host (NVIDIA H200 x2); peer access 0<->1: yes" (cudaDeviceCanAccessPeer).
+  std::string interconnect() const override;
 
   int device() const { return device_; }
   // copy_in and copy_out calls so far (DDP's device path is tested to make none in a step).

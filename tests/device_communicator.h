@@ -21,8 +21,10 @@ namespace trainlab::testing {
 
 class DeviceStyleCommunicator final : public comm::Communicator {
  public:
-  DeviceStyleCommunicator(std::unique_ptr<comm::Communicator> inner, Backend& device)
-      : inner_(std::move(inner)), device_(device) {
+  // `host_only`: instead, a communicator on host memory that cannot reach the device's (MPI with a
+  // GPU backend), so that DDP stages its buckets through pinned host memory.
+  DeviceStyleCommunicator(std::unique_ptr<comm::Communicator> inner, Backend& device, bool host_only = false)
+      : inner_(std::move(inner)), device_(device), host_only_(host_only) {
     timeout_s_ = inner_->timeout();
   }
 
@@ -63,18 +65,19 @@ class DeviceStyleCommunicator final : public comm::Communicator {
   std::unique_ptr<comm::Communicator> split(int color, int key) override {
     auto sub = inner_->split(color, key);
     if (!sub) return nullptr;
-    return std::make_unique<DeviceStyleCommunicator>(std::move(sub), device_);
+    return std::make_unique<DeviceStyleCommunicator>(std::move(sub), device_, host_only_);
   }
   [[noreturn]] void abort(const std::string& message, int status) override {
     inner_->abort(message, status);
     std::abort();  // not reached: the inner communicator ends the job
   }
 
-  bool device_memory() const override { return true; }
-  bool stream_ordered() const override { return true; }
-  bool reaches(Backend& backend) const override { return &backend == &device_; }
+  bool device_memory() const override { return !host_only_; }
+  bool stream_ordered() const override { return !host_only_; }
+  bool reaches(Backend& backend) const override { return !host_only_ && &backend == &device_; }
   void wait_for(DeviceEvent&) override { ++device_waits; }  // the stream waits; the host does not
   std::shared_ptr<void> allocate(std::size_t bytes) override {
+    if (host_only_) return comm::Communicator::allocate(bytes);
     Backend* device = &device_;
     return {device->allocate(bytes), [device, bytes](void* p) { device->deallocate(p, bytes); }};
   }
@@ -96,6 +99,7 @@ class DeviceStyleCommunicator final : public comm::Communicator {
  private:
   std::unique_ptr<comm::Communicator> inner_;
   Backend& device_;
+  bool host_only_ = false;
 };
 
 }  // namespace trainlab::testing

@@ -39,4 +39,8 @@ echo "$output" | grep -qE '^\| compress bf16 \| .* \| [+-][0-9.]+ pp .* \| (yes|
 bad=$("$mpirun" -np 1 "$binary" --worlds 1 --grad-compress none,fp8 --no-ledger 2>&1)
 echo "$bad" | grep -q "'fp8' is not a hook (none, bf16, fp16" || fail "--grad-compress fp8 not refused by name"
 
+bad=$("$mpirun" -np 1 "$binary" --worlds 1 --comm nccl --no-ledger 2>&1)
+echo "$bad" | grep -q "comm nccl works on GPU memory: give --backend cuda" || fail "--comm nccl on a CPU backend not refused"
+echo "$output" | grep -q "^# communicator mpi: host memory, through" || echo "(no communicator line in the hooks run)"
+
 echo "PASS: both tables, the LR rule, the straggler line, and the hooks compared"

@@ -262,6 +262,33 @@ TEST_CASE("DDP over a device communicator: no gradient or bucket through the hos
   }
 }
 
+TEST_CASE(
+    "DDP over a host communicator that cannot reach the device stages buckets through pinned memory, "
+    "MPI's bits",
+    "[device-comm]") {
+  Backend& device = device_backend();
+  auto staging = std::make_unique<DeviceStyleCommunicator>(MpiCommunicator::world(), device, /*host_only=*/true);
+  for (const int zero : {0, 1}) {
+    INFO("zero " << zero);
+    DdpOptions options;
+    options.algorithm = Algorithm::ring;
+    options.zero = zero;
+    options.bucket_cap_mb = 0.05;
+    options.first_bucket_mb = 0.01;
+    const std::int64_t pinned_before = device.counters()["pinned_blocks"];
+    Ddp staged_ddp(*staging, options);
+    Trainer staged(device_config(trainlab::testing::emulated_device()), &staged_ddp);
+    CHECK(device.counters()["pinned_blocks"] - pinned_before == static_cast<std::int64_t>(staged_ddp.buckets().size()));
+    staged.train(nullptr);
+    CHECK_THAT(staged_ddp.describe(), Catch::Contains("staged through pinned host memory"));
+    auto host = MpiCommunicator::world();
+    Ddp host_ddp(*host, options);
+    Trainer reference(device_config("reference"), &host_ddp);
+    reference.train(nullptr);
+    CHECK(parameters_of(staged) == parameters_of(reference));
+  }
+}
+
 TEST_CASE("DDP refuses a device communicator with a model it cannot reach, naming both", "[device-comm]") {
   auto device = device_world();
   Backend& host = get_backend("reference");

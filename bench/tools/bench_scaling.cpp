@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-view", o.bucket_view,
                  "DDP gradients as views of the buckets (true; PyTorch's gradient_as_bucket_view) or copied (false)")
       ->capture_default_str();
+  app.add_option("--comm", o.comm,
+                 "DDP communicator: mpi, or nccl (CUDA builds, with --backend cuda, one GPU per rank)")
+      ->check(CLI::IsMember({"mpi", "nccl"}))
+      ->capture_default_str();
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_scaling")) return *status;
