@@ -154,6 +154,9 @@ class DeviceEvent {
   virtual ~DeviceEvent() = default;
   virtual void synchronize() = 0;  // the host waits until the work before it has finished
   virtual void* native() = 0;      // the device runtime's handle (cudaEvent_t)
+  // Device time from `earlier` to this event, both on the same device and both complete (waits
+  // for this one): how DDP times communication against backward on a GPU.
+  virtual double seconds_since(DeviceEvent& earlier) = 0;
 };
 
 // Asynchronous compute: work is queued on a stream and the host goes on. Backends that run each

@@ -301,7 +301,8 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
                              {"comm_s", r.ddp.comm_s},
                              {"overlap_s", r.ddp.overlap_s},
                              {"exposed_s", r.ddp.exposed_s},
-                             {"bucket_bytes", r.ddp.bucket_bytes}};
+                             {"bucket_bytes", r.ddp.bucket_bytes},
+                             {"clock", r.ddp.device_clock ? "device events" : "host steady_clock"}};
       ledger.append(row);
     };
 

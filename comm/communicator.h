@@ -95,6 +95,9 @@ class Communicator {
   // The operations issued next wait for `event` (recorded on the backend's compute stream): on
   // the device for NCCL (its stream waits; the host does not), on the host here.
   virtual void wait_for(DeviceEvent& event) { event.synchronize(); }
+  // Stream-ordered communicators: an event on their stream after what is issued so far (DDP times
+  // its buckets with these against the backend's events); null elsewhere.
+  virtual std::shared_ptr<DeviceEvent> record_event() { return nullptr; }
   virtual std::shared_ptr<void> allocate(std::size_t bytes);
   virtual void copy_in(void* dst, const void* host, std::size_t bytes);   // host -> communicator memory
   virtual void copy_out(void* host, const void* src, std::size_t bytes);  // communicator memory -> host

@@ -226,12 +226,15 @@ void Ddp::begin_backward(bool sync) {
   local_step_ = sync && !communicate_;
   in_backward_ = true;
   backward_start_ns_ = Profiler::now_ns();
+  backward_start_event_ = device_timing() && sync_ ? backend_->stream_events()->record_event() : nullptr;
   next_launch_ = 0;
   for (Slot& slot : slots_) slot.ready = false;
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.slots.size());
     bucket.done = false;
     bucket.ready.reset();
+    bucket.started.reset();
+    bucket.finished.reset();
     bucket.comm_start_ns = bucket.comm_end_ns = 0;
   }
   if (options_.gradient_as_bucket_view) point_gradients_at_buckets();
@@ -270,6 +273,10 @@ void Ddp::on_gradient_ready(int s) {
     if (StreamEvents* events = backend_->stream_events()) bucket.ready = events->record_event();
     launch_ready_buckets();
   }
+}
+
+bool Ddp::device_timing() const {
+  return backend_ != nullptr && backend_->stream_events() != nullptr && comm_.stream_ordered() && direct_;
 }
 
 DType Ddp::wire_dtype() const {
@@ -356,10 +363,12 @@ void Ddp::comm_loop() {
           bucket.ready->synchronize();
         }
       }
+      if (device_timing()) bucket.started = comm_.record_event();  // passes when the stream starts on it
       stage_out(bucket);
       if (options_.rendezvous && comm_.size() > 1) comm_.rendezvous();
       reduce_bucket(bucket);
       stage_in(bucket);
+      if (device_timing()) bucket.finished = comm_.record_event();
     } catch (...) {
       std::lock_guard lock(mutex_);
       error_ = std::current_exception();
@@ -383,6 +392,9 @@ void Ddp::comm_loop() {
 DdpStepStats Ddp::finish_backward() {
   DdpStepStats stats;
   const std::int64_t backward_end = Profiler::now_ns();
+  // The step has waited for backward's kernels (its phase timer), so this event marks their end.
+  const std::shared_ptr<DeviceEvent> backward_end_event =
+      backward_start_event_ ? backend_->stream_events()->record_event() : nullptr;
   {
     std::lock_guard lock(mutex_);
     TL_CHECK(in_backward_, "ddp: finish_backward without begin_backward");
@@ -427,6 +439,27 @@ DdpStepStats Ddp::finish_backward() {
     }
   }
   const std::int64_t finished = Profiler::now_ns();
+  for (const Bucket& bucket : buckets_) {
+    stats.bucket_bytes.push_back(bucket.numel * static_cast<std::int64_t>(dtype_size(wire_dtype())));
+  }
+  if (backward_start_event_ && backward_end_event) {
+    // The device's clock: backward from its first to its last kernel on the compute stream, each
+    // bucket from when the communicator's stream started on it to when it finished.
+    stats.device_clock = true;
+    DeviceEvent& origin = *backward_start_event_;
+    const double backward = backward_end_event->seconds_since(origin);
+    double last = 0;
+    for (const Bucket& bucket : buckets_) {
+      if (!bucket.started || !bucket.finished) continue;
+      const double begin = bucket.started->seconds_since(origin), end = bucket.finished->seconds_since(origin);
+      stats.comm_s += end - begin;
+      stats.overlap_s += std::max(0.0, std::min(end, backward) - std::max(begin, 0.0));
+      last = std::max(last, end);
+    }
+    stats.backward_compute_s = backward;
+    stats.exposed_s = std::max(0.0, last - backward);
+    return stats;
+  }
   stats.backward_compute_s = static_cast<double>(backward_end - backward_start_ns_) * 1e-9;
   stats.exposed_s = static_cast<double>(finished - backward_end) * 1e-9;
   for (const Bucket& bucket : buckets_) {
@@ -434,7 +467,6 @@ DdpStepStats Ddp::finish_backward() {
     const std::int64_t overlap =
         std::min(bucket.comm_end_ns, backward_end) - std::max(bucket.comm_start_ns, backward_start_ns_);
     stats.overlap_s += static_cast<double>(std::max<std::int64_t>(0, overlap)) * 1e-9;
-    stats.bucket_bytes.push_back(bucket.numel * static_cast<std::int64_t>(dtype_size(wire_dtype())));
   }
   return stats;
 }

@@ -122,6 +122,8 @@ class Ddp final : public DataParallel {
     std::shared_ptr<void> staging;       // host memory, when the communicator cannot reach the buffer
     std::shared_ptr<void> packed;        // gradient compression: the 16-bit copy, in the communicator's memory
     std::shared_ptr<DeviceEvent> ready;  // on the compute stream, after its last gradient
+    // On a device: on the communicator's stream, when its reduction started and ended (timing).
+    std::shared_ptr<DeviceEvent> started, finished;
     int pending = 0;
     bool done = false;
     std::int64_t comm_start_ns = 0, comm_end_ns = 0;
@@ -143,6 +145,9 @@ class Ddp final : public DataParallel {
   // One bucket's reduction (the communication thread): all-reduce, or ZeRO-1's reduce-scatter;
   // through the 16-bit copy when compressing.
   void reduce_bucket(Bucket& bucket);
+  // On a device (a backend with stream events, a stream-ordered communicator that reaches its
+  // memory), the overlap metrics come from device events, not the host's clock.
+  bool device_timing() const;
   // gradient_as_bucket_view: points every gradient at its range of the bucket (keeping what an
   // accumulation left in a gradient that is elsewhere).
   void point_gradients_at_buckets();
@@ -172,6 +177,7 @@ class Ddp final : public DataParallel {
   bool local_step_ = false;  // a synchronised backward with communication off
   bool in_backward_ = false;
   std::int64_t backward_start_ns_ = 0;
+  std::shared_ptr<DeviceEvent> backward_start_event_;
   std::size_t next_launch_ = 0;
   std::vector<OwnedPiece> owned_;
 

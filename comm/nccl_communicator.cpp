@@ -273,6 +273,36 @@ void NcclCommunicator::wait_for(DeviceEvent& event) {
   CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event.native()), 0));
 }
 
+namespace {
+// An event on the NCCL stream, comparable with the cuda backend's (the same device).
+class NcclEvent final : public DeviceEvent {
+ public:
+  NcclEvent(cudaStream_t stream, int rank) : rank_(rank) {
+    cuda_check(cudaEventCreate(&event_), "cudaEventCreate", rank_);
+    cuda_check(cudaEventRecord(event_, stream), "cudaEventRecord", rank_);
+  }
+  ~NcclEvent() override { cudaEventDestroy(event_); }
+  void synchronize() override { cuda_check(cudaEventSynchronize(event_), "cudaEventSynchronize", rank_); }
+  void* native() override { return event_; }
+  double seconds_since(DeviceEvent& earlier) override {
+    synchronize();
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(earlier.native()), event_), "cudaEventElapsedTime",
+               rank_);
+    return ms * 1e-3;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  int rank_ = 0;
+};
+}  // namespace
+
+std::shared_ptr<DeviceEvent> NcclCommunicator::record_event() {
+  flush();
+  return std::make_shared<NcclEvent>(stream_, rank_);
+}
+
 void NcclCommunicator::wait_stream(const std::string& what) {
   flush();
   synchronize(what);

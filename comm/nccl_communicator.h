@@ -69,8 +69,9 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Request> sendrecv(const void* send, std::size_t send_bytes, int to, void* recv,
                                     std::size_t recv_bytes, int from, const char* what) override;
   bool stream_ordered() const override { return true; }
-  bool reaches(Backend& backend) const override;  // the cuda backend on this communicator's GPU
-  void wait_for(DeviceEvent& event) override;     // cudaStreamWaitEvent: the host does not wait
+  bool reaches(Backend& backend) const override;         // the cuda backend on this communicator's GPU
+  void wait_for(DeviceEvent& event) override;            // cudaStreamWaitEvent: the host does not wait
+  std::shared_ptr<DeviceEvent> record_event() override;  // a timing CUDA event on its stream
   void wait_stream(const std::string& what) override;
 
   std::string device_name() const override;      // "NVIDIA H200 (device 0)"

@@ -29,6 +29,7 @@ struct DdpStepStats {
   double overlap_s = 0;           // the part of comm_s inside backward (avg_backward_compute_comm_overlap_time)
   double exposed_s = 0;           // waited for after backward (the step sees this)
   std::vector<std::int64_t> bucket_bytes;  // on the wire (halved by gradient compression)
+  bool device_clock = false;               // the times above are device events' (a GPU), not the host's steady clock
 };
 
 class DataParallel {

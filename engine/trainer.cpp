@@ -341,6 +341,7 @@ TrainResult Trainer::train(std::ostream* log) {
       result.ddp.overlap_s += r.ddp.overlap_s;
       result.ddp.exposed_s += r.ddp.exposed_s;
       result.ddp.bucket_bytes = r.ddp.bucket_bytes;
+      result.ddp.device_clock = r.ddp.device_clock;
       ++result.measured_steps;
     } else {
       ++result.warmup_steps;

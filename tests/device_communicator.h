@@ -76,6 +76,11 @@ class DeviceStyleCommunicator final : public comm::Communicator {
   bool stream_ordered() const override { return !host_only_; }
   bool reaches(Backend& backend) const override { return !host_only_ && &backend == &device_; }
   void wait_for(DeviceEvent&) override { ++device_waits; }  // the stream waits; the host does not
+  std::shared_ptr<DeviceEvent> record_event() override {
+    if (host_only_) return nullptr;
+    ++events_recorded;
+    return device_.stream_events()->record_event();  // the same clock as the backend's events
+  }
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     if (host_only_) return comm::Communicator::allocate(bytes);
     Backend* device = &device_;
@@ -94,7 +99,7 @@ class DeviceStyleCommunicator final : public comm::Communicator {
     comm::Communicator::reduce_local(dtype, y, x, count, scale);
   }
 
-  std::atomic<std::int64_t> host_copies{0}, device_waits{0}, sendrecvs{0}, reductions{0};
+  std::atomic<std::int64_t> host_copies{0}, device_waits{0}, sendrecvs{0}, reductions{0}, events_recorded{0};
 
  private:
   std::unique_ptr<comm::Communicator> inner_;

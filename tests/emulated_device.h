@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -98,6 +99,7 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
     ++events_recorded_;
     return std::make_shared<Event>(host_waits_);
   }
+
   int device_index() const override { return 0; }
   std::unique_ptr<Timer> make_timer() override { return inner_.make_timer(); }
 
@@ -277,9 +279,14 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
     explicit Event(std::atomic<std::int64_t>& waits) : waits_(waits) {}
     void synchronize() override { ++waits_; }
     void* native() override { return this; }
+    // The work runs as it is asked for: an event's time is when it was recorded.
+    double seconds_since(DeviceEvent& earlier) override {
+      return std::chrono::duration<double>(at_ - static_cast<Event*>(earlier.native())->at_).count();
+    }
 
    private:
     std::atomic<std::int64_t>& waits_;
+    std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
   };
   std::atomic<std::int64_t> copies_to_host_{0}, copies_from_host_{0}, host_waits_{0}, events_recorded_{0};
 };

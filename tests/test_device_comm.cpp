@@ -191,6 +191,7 @@ TrainConfig device_config(const std::string& backend) {
   c.lr = 0.05;
   c.seed = 5;
   c.threads = 1;
+  c.warmup = 1;  // steps 2 and 3 measured: the DDP statistics are theirs
   return c;
 }
 
@@ -239,7 +240,9 @@ TEST_CASE("DDP over a device communicator: no gradient or bucket through the hos
     Ddp device_ddp(*device, options);
     Counting counting(device_ddp, device_backend(), [&] { return device->host_copies.load(); });
     Trainer device_trainer(on_device, &counting);
-    device_trainer.train(nullptr);
+    const TrainResult trained = device_trainer.train(nullptr);
+    CHECK(trained.ddp.device_clock);
+    CHECK(trained.ddp.overlap_s <= trained.ddp.comm_s + 1e-12);
     CHECK(counting.backwards == on_device.steps);
     for (const auto& [what, count] : counting.counted) {
       INFO(what);
@@ -250,6 +253,8 @@ TEST_CASE("DDP over a device communicator: no gradient or bucket through the hos
     // Each bucket's collective waited for its event, on the "device".
     CHECK(device->device_waits >= static_cast<std::int64_t>(device_ddp.buckets().size()) * on_device.steps);
     CHECK_THAT(device_ddp.describe(), Catch::Contains("emulated-device memory") && !Catch::Contains("staged"));
+    // The overlap metrics came from events on the two "streams": two per bucket per step.
+    CHECK(device->events_recorded == 2 * static_cast<std::int64_t>(device_ddp.buckets().size()) * on_device.steps);
 
     // The host path: the reference backend over MPI, the same configuration.
     auto host = MpiCommunicator::world();

@@ -186,16 +186,22 @@ class EventTimer final : public Timer {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
-// A point in the compute stream (StreamEvents): timing off, so recording and waiting are cheap.
+// A point in the compute stream (StreamEvents), with timing (DDP's overlap on the device's clock).
 class CudaEvent final : public DeviceEvent {
  public:
   explicit CudaEvent(cudaStream_t stream) {
-    CU(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    CU(cudaEventCreate(&event_));
     CU(cudaEventRecord(event_, stream));
   }
   ~CudaEvent() override { cudaEventDestroy(event_); }
   void synchronize() override { CU(cudaEventSynchronize(event_)); }
   void* native() override { return event_; }
+  double seconds_since(DeviceEvent& earlier) override {
+    CU(cudaEventSynchronize(event_));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(earlier.native()), event_));
+    return ms * 1e-3;
+  }
 
  private:
   cudaEvent_t event_ = nullptr;
