@@ -218,13 +218,24 @@ const std::vector<ConfigField>& config_fields() {
                  "capture forward and backward as CUDA graphs after two eager steps, then replay them (cuda "
                  "backend; f32/bf16, one process)"),
       int_field("threads", &TrainConfig::threads, 0, 1024, "compute threads (0: the backend's default)"),
-      int_field("train_samples", &TrainConfig::train_samples, 1, kMaxInt, "SyntheticImages training split size"),
-      int_field("eval_samples", &TrainConfig::eval_samples, 1, kMaxInt, "held-out split size"),
+      int_field("train_samples", &TrainConfig::train_samples, 1, kMaxInt,
+                "SyntheticImages training split size (with data: at most this many of its training samples)"),
+      int_field("eval_samples", &TrainConfig::eval_samples, 1, kMaxInt,
+                "held-out split size (with data: at most this many of its held-out samples)"),
       int_field("eval_batch", &TrainConfig::eval_batch, 1, 65536, "batch size for evaluation"),
       int_field("workers", &TrainConfig::workers, 0, 64, "data loader worker threads (0: load on the training thread)"),
       int_field("prefetch", &TrainConfig::prefetch, 1, 64, "batches in flight per worker"),
       bool_field("persistent_workers", &TrainConfig::persistent_workers, "keep loader workers across epochs"),
-      int_field("decode_cost", &TrainConfig::decode_cost, 0, 100000, "per-sample CPU work (stencil passes)"),
+      int_field("decode_cost", &TrainConfig::decode_cost, 0, 100000,
+                "SyntheticImages' per-sample CPU work standing in for decoding (stencil passes)"),
+      string_field("data", &TrainConfig::data, "a data set directory",
+                   "train on this data set on disk (trainlab make-dataset; empty: SyntheticImages)"),
+      enum_field<Augment>("augment", &TrainConfig::augment,
+                          {{"none", Augment::none}, {"crop_flip", Augment::crop_flip}},
+                          "with data: random 4-pixel crop and horizontal flip of each training sample, on the fly "
+                          "per epoch"),
+      bool_field("cold_cache", &TrainConfig::cold_cache,
+                 "with data: drop the data set's files from the page cache before the run (reads come from storage)"),
       int_field("eval_every", &TrainConfig::eval_every, 0, kMaxInt, "evaluate every K steps (0: only at the end)"),
       int_field("log_every", &TrainConfig::log_every, 1, kMaxInt, "progress line every K steps"),
       int_field("warmup", &TrainConfig::warmup, 0, kMaxInt, "steps excluded from throughput"),
@@ -335,6 +346,16 @@ void validate_config(const TrainConfig& config) {
                                                      ") must exceed warmup_steps (" +
                                                      std::to_string(config.warmup_steps) + ")");
     TL_CHECK(config.min_lr <= config.lr, "min_lr must not exceed lr");
+  }
+  if (config.data.empty()) {
+    TL_CHECK(config.augment == Augment::none, "augment needs data (a data set on disk: --data DIR)");
+    TL_CHECK(!config.cold_cache, "cold_cache needs data (a data set on disk: --data DIR)");
+  } else {
+    TL_CHECK(config.decode_cost == 0, "decode_cost is SyntheticImages' stand-in for decoding; with data (" +
+                                          config.data + ") the decoding is real: drop decode_cost");
+    std::error_code ec;
+    TL_CHECK(std::filesystem::is_directory(config.data, ec),
+             "data: " + quote_value(config.data) + " is not a directory (a data set from trainlab make-dataset)");
   }
   TL_CHECK(config.stop_at <= config.steps, "stop_at (" + std::to_string(config.stop_at) + ") must not exceed steps (" +
                                                std::to_string(config.steps) + ")");

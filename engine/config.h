@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/dtype.h"
+#include "engine/disk_dataset.h"
 #include "engine/distributed.h"
 #include "engine/nn.h"
 #include "engine/state_dict.h"
@@ -61,6 +62,11 @@ struct TrainConfig {
   int prefetch = 2;
   bool persistent_workers = false;
   std::int64_t decode_cost = 0;
+  // A data set on disk (trainlab make-dataset; engine/disk_dataset.h) instead of SyntheticImages:
+  // its train split (at most train_samples of it) and its held-out split (at most eval_samples).
+  std::string data;
+  Augment augment = Augment::none;  // on-the-fly random crop and flip of the training samples (with data)
+  bool cold_cache = false;          // drop the data set's files from the page cache before the run (with data)
   // reporting and state
   std::int64_t eval_every = 0;  // 0: evaluate only at the end
   std::int64_t log_every = 20;

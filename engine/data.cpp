@@ -159,7 +159,8 @@ DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
   TL_PROFILE_SCOPE("loader.produce_batch");
   HostBatch batch;
   try {
-    const auto indices = batch_indices(global / batches_per_epoch_, global % batches_per_epoch_);
+    const std::int64_t epoch = global / batches_per_epoch_;
+    const auto indices = batch_indices(epoch, global % batches_per_epoch_);
     batch.count = static_cast<std::int64_t>(indices.size());
     const std::size_t image_elements = indices.size() * static_cast<std::size_t>(sample_elements_);
     if (pinned_pool_) {
@@ -178,7 +179,8 @@ DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
     const std::int64_t classes = dataset_->num_classes();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       double checksum = 0;
-      labels[i] = dataset_->get(indices[i], images + static_cast<std::int64_t>(i) * sample_elements_, &checksum);
+      labels[i] =
+          dataset_->get_in_epoch(indices[i], epoch, images + static_cast<std::int64_t>(i) * sample_elements_, &checksum);
       TL_CHECK(labels[i] >= 0 && labels[i] < classes, dataset_->describe() + ": sample " + std::to_string(indices[i]) +
                                                           " has label " + std::to_string(labels[i]) + ", outside [0, " +
                                                           std::to_string(classes) + ")");

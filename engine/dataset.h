@@ -24,6 +24,12 @@ class Dataset {
   // any per-sample work done (decoding), which the batch carries so that it cannot be optimised
   // away.
   virtual std::int64_t get(std::int64_t index, float* out, double* work = nullptr) const = 0;
+  // The same sample as the loader draws it in `epoch`: a data set with random augmentation (a
+  // crop, a flip; engine/disk_dataset.h) draws it from (its seed, epoch, index), so each epoch sees
+  // another view and any worker produces the same one. Without augmentation, get().
+  virtual std::int64_t get_in_epoch(std::int64_t index, std::int64_t /*epoch*/, float* out, double* work) const {
+    return get(index, out, work);
+  }
   // One line for logs: "SyntheticImages(train, 50000 samples, decode cost 60)".
   virtual std::string describe() const = 0;
 

@@ -9,7 +9,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+
+#include <zlib.h>
 
 #include "backends/error.h"
 #include "backends/host_memory.h"
@@ -294,20 +297,17 @@ void check_host_memory(std::uint64_t bytes, const std::string& what, const std::
                                                      (hint.empty() ? "" : " (" + hint + ")"));
 }
 
-std::uint32_t crc32(const void* data, std::size_t size) {
-  static const std::array<std::uint32_t, 256> table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  std::uint32_t crc = 0xffffffffu;
+std::uint32_t crc32(const void* data, std::size_t size, std::uint32_t previous) {
   const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
-  return crc ^ 0xffffffffu;
+  uLong crc = previous;
+  // zlib takes a uInt length: feed it in pieces below 4 GiB.
+  while (size > 0) {
+    const auto piece = static_cast<uInt>(std::min<std::size_t>(size, 1u << 30));
+    crc = ::crc32(crc, p, piece);
+    p += piece;
+    size -= piece;
+  }
+  return static_cast<std::uint32_t>(crc);
 }
 
 std::string crc32_hex(std::uint32_t crc) {

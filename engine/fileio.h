@@ -56,8 +56,9 @@ void check_json_bounds(const char* text, std::size_t size, int max_depth, std::s
 // saying how much is needed and how much there is. `hint` is appended (e.g. "use a smaller --size").
 void check_host_memory(std::uint64_t bytes, const std::string& what, const std::string& hint);
 
-// CRC-32 (IEEE 802.3, the zlib/PNG polynomial).
-std::uint32_t crc32(const void* data, std::size_t size);
+// CRC-32 (IEEE 802.3, the zlib/PNG polynomial; zlib's implementation). `previous` continues a
+// running CRC: crc32(b, nb, crc32(a, na)) is the CRC of a followed by b.
+std::uint32_t crc32(const void* data, std::size_t size, std::uint32_t previous = 0);
 std::string crc32_hex(std::uint32_t crc);
 
 // Whether a process with this id is running (kill(pid, 0)); a process we may not signal counts as

@@ -1,5 +1,6 @@
 #include "engine/task.h"
 
+#include "engine/disk_dataset.h"
 #include "engine/smallcnn.h"
 #include "engine/synthetic_images.h"
 
@@ -14,9 +15,36 @@ TrainTask smallcnn_task(const TrainConfig& config) {
     model->set_fused(fused);
     return model;
   };
-  task.train_data =
-      std::make_shared<SyntheticImages>(config.seed, Split::train, config.train_samples, config.decode_cost);
-  task.held_out_data = std::make_shared<SyntheticImages>(config.seed, Split::held_out, config.eval_samples, 0);
+  if (config.data.empty()) {
+    task.train_data =
+        std::make_shared<SyntheticImages>(config.seed, Split::train, config.train_samples, config.decode_cost);
+    task.held_out_data = std::make_shared<SyntheticImages>(config.seed, Split::held_out, config.eval_samples, 0);
+    return task;
+  }
+  // A data set on disk, decoded to SmallCNN's 3x32x32 (box-filtered down from a larger stored size).
+  DiskReadOptions options;
+  options.output_size = static_cast<int>(SyntheticImages::kHeight);
+  options.augment = config.augment;
+  options.seed = config.seed;
+  options.limit = config.train_samples;
+  auto train = open_image_dataset(config.data, Split::train, options);
+  TL_CHECK(train->sample_shape() == Shape({3, 32, 32}),
+           "SmallCNN takes 3x32x32 images; " + train->describe() + " has " + shape_str(train->sample_shape()));
+  TL_CHECK(train->num_classes() <= SyntheticImages::kClasses,
+           "SmallCNN has 10 classes; " + train->describe() + " has " + std::to_string(train->num_classes()));
+  std::vector<std::string> files = train->split_files();
+  if (has_split(config.data, Split::held_out)) {
+    DiskReadOptions held_out = options;
+    held_out.augment = Augment::none;
+    held_out.limit = config.eval_samples;
+    auto eval = open_image_dataset(config.data, Split::held_out, held_out);
+    files.insert(files.end(), eval->split_files().begin(), eval->split_files().end());
+    task.held_out_data = eval;
+  }
+  task.train_data = train;
+  // Cold cache: the first epoch's reads come from storage, as on a machine that has not read the
+  // data set since it was written.
+  if (config.cold_cache) drop_page_cache(files);
   return task;
 }
 

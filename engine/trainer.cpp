@@ -31,7 +31,8 @@ constexpr std::int64_t kEagerStepsBeforeCapture = 2;
 // Config keys that shape the trajectory: a resumed run must use the values it was trained with.
 const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",      "weight_decay",
                                           "optimizer", "schedule", "warmup_steps",  "min_lr",
-                                          "seed",      "dtype",    "train_samples", "accumulate"};
+                                          "seed",      "dtype",    "train_samples", "accumulate",
+                                          "data",      "augment"};
 
 // Keys each rank may set for itself (how it loads, logs, traces and waits); every other key shapes
 // the trajectory or the collectives, and must be the same on every rank.
@@ -265,6 +266,8 @@ void Trainer::log_header(std::ostream& log) const {
   }
   log << fmt::format("backend: {}\n", backend_.describe());  // the ISA oneDNN chose, before any step
   log << fmt::format("config: {}\n", config_summary(config_));
+  log << fmt::format("data: {}{}\n", task_.train_data->describe(),
+                     task_.held_out_data ? "; held out: " + task_.held_out_data->describe() : std::string());
   if (callbacks_.stop_rule) {
     log << fmt::format("stop rule: {} (evaluated every {} steps; step cap {})\n", callbacks_.stop_rule.description,
                        config_.eval_every, config_.stop_at > 0 ? config_.stop_at : config_.steps);
@@ -547,8 +550,11 @@ void Trainer::resume(const std::string& dir) {
   StateDict current;
   config_to_state(config_, current);
   for (const char* key : kMustMatchOnResume) {
-    const std::string saved = checkpoint.trainer.string(std::string("config.") + key, owner);
-    const std::string& now = current.strings.at(std::string("config.") + key);
+    // A key newer than the checkpoint had its default then.
+    const std::string name = std::string("config.") + key;
+    const std::string saved = checkpoint.trainer.strings.count(name) > 0 ? checkpoint.trainer.string(name, owner)
+                                                                         : config_field(key).get(TrainConfig{});
+    const std::string& now = current.strings.at(name);
     TL_CHECK(saved == now, owner + " was trained with " + key + " " + saved + "; this run asks for " + now +
                                " (resume with the same value, or start a new run)");
   }

@@ -5,6 +5,7 @@ set -euo pipefail
 
 # python3-torch (PyTorch 1.13 under /usr/bin/python3): the peer for side-by-side benchmarks and
 # the gradient comparison test.
+# libturbojpeg0-dev, libpng-dev: the image codecs of data sets on disk (trainlab make-dataset).
 # ocl-icd-opencl-dev and opencl-headers: Debian's dnnl CMake config requires OpenCL (its GPU runtime).
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -12,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   catch2 libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libbenchmark-dev hwloc libhwloc-dev
+  libturbojpeg0-dev libpng-dev zlib1g-dev
   python3-torch python3-numpy
 )
 

@@ -273,3 +273,41 @@ TEST_CASE("cli: train --audit prints each op's precision and the f32 reference, 
   expect_bad_input("train " + kSmall + " --audit-file /tmp/x.json", {"audit_file needs audit"});
   expect_bad_input("train " + kSmall + " --audit --eval-at-end false", {"audit", "eval_at_end"});
 }
+
+TEST_CASE("cli: make-dataset, verify-dataset and train --data", "[cli]") {
+  const auto dir = fs::temp_directory_path() / ("trainlab-cli-data-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string d = dir.string();
+  Run made = run("make-dataset --out " + d + " --layout shards --codec png --samples 96 --held-out 24 --shard-mb 0.1");
+  INFO("make-dataset: " << made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  CHECK(made.out.find("96 samples") != std::string::npos);
+  CHECK(made.out.find("shards, png") != std::string::npos);
+  const Run verified = run("verify-dataset " + d);
+  CHECK(verified.exit_code == 0);
+  CHECK(verified.out.find("every size and CRC-32 matches") != std::string::npos);
+  const Run trained = run("train --data " + d + " --steps 3 --batch 8 --log-every 1 --workers 1 --augment crop_flip");
+  INFO("train: " << trained.out << trained.err);
+  CHECK(trained.exit_code == 0);
+  CHECK(trained.out.find("ShardDataset(") != std::string::npos);
+  expect_bad_input("train --data " + d + " --decode-cost 5 --steps 2", {"decode_cost", "drop decode_cost"});
+  expect_bad_input("train --augment crop_flip --steps 2", {"augment needs data"});
+  expect_bad_input("train --data " + d + "/nope --steps 2", {"not a directory"});
+  expect_bad_input("make-dataset --out " + d + " --samples 8", {"already holds a data set", "--overwrite"});
+  expect_bad_input("make-dataset --out " + d + "/x --codec webp", {"--codec", "webp"});
+  expect_bad_input("make-dataset --out " + d + "/x --image-size 48 --samples 4", {"--image-size 48", "multiple"});
+  // A changed byte in a shard: verify-dataset names the file and exits 2; training names the sample.
+  {
+    std::fstream f(dir / "train" / "shard-000000.tlrec", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  const Run bad = run("verify-dataset " + d);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("train/shard-000000.tlrec") != std::string::npos);
+  const Run broken = run("train --data " + d + " --steps 20 --batch 8 --log-every 1");
+  CHECK(broken.exit_code == 2);
+  CHECK(broken.err.find("shard-000000.tlrec") != std::string::npos);
+  CHECK(broken.err.find("sample") != std::string::npos);
+  fs::remove_all(dir);
+}

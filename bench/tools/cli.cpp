@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include "bench/tools/cli_data.h"
 #include "bench/tools/cli_parse.h"
 
 #include "backends/registry.h"
@@ -342,7 +343,7 @@ int cli_main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", version() + " (" + git_describe() + ")");
 
-  auto* train = app.add_subcommand("train", "train SmallCNN on SyntheticImages");
+  auto* train = app.add_subcommand("train", "train SmallCNN on SyntheticImages or a data set on disk (--data)");
   std::string config_path;
   train->add_option("--config", config_path, "YAML config file (flags override its keys)");
   bool dry_run = false;
@@ -493,6 +494,8 @@ int cli_main(int argc, char** argv) {
   std::string verify_dir;
   verify->add_option("DIR", verify_dir, "the checkpoint directory")->required();
   auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
+  DataCommands data_commands;
+  add_data_commands(app, data_commands);
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
   if (argc > 1 && argv[1][0] != '-') {
@@ -540,6 +543,7 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     if (*verify) return run_verify_checkpoint(verify_dir);
+    if (const auto status = run_data_command(data_commands)) return *status;
     if (*version_cmd) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),
                   compiler_version().c_str());

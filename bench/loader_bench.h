@@ -1,0 +1,50 @@
+// The loader benchmark (trainlab loader-bench): how fast a data set on disk can be loaded, at each
+// worker count, and what that means for a training step. For each worker count, interleaved in
+// every round: the loader alone (samples/s, the readers' CPU seconds per sample for reading and for
+// decoding), then training SmallCNN at that worker count (samples/s and the data wait per step,
+// warm-up excluded). The loader's cap is the best worker count's median. Cold runs drop the data
+// set's pages from the page cache before each measurement and record how much stayed cached.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace trainlab::bench {
+
+struct LoaderBenchOptions {
+  std::string data;                 // the data set's directory (trainlab make-dataset)
+  std::vector<int> workers{0, 1, 2, 4};
+  bool cold = false;
+  std::int64_t batch = 64;
+  std::int64_t samples = 4096;      // loaded per loader measurement (whole batches; the first excluded)
+  std::int64_t train_steps = 30;    // measured training steps per worker count (0: the loader alone)
+  std::int64_t train_warmup = 5;
+  int repeats = 3;
+  std::string backend;              // empty: the default CPU backend
+  int threads = 0;                  // the training step's compute threads (0: the backend's default)
+  std::uint64_t seed = 0;
+  std::string ledger;               // empty: results/ledger_cpu.jsonl
+};
+
+struct LoaderBenchArm {
+  int workers = 0;
+  std::vector<double> samples_per_s;             // the loader alone, one per round
+  std::vector<double> read_us, decode_us;        // CPU microseconds per sample, one per round
+  std::vector<double> resident;                  // page-cache fraction before each loader measurement
+  std::vector<double> train_samples_per_s;       // training at this worker count, one per round
+  std::vector<double> data_wait_ms;              // per training step, one per round
+  std::vector<std::string> errors;               // failed measurements (kept, with the reason)
+};
+
+struct LoaderBenchResult {
+  std::string run_id, dataset, describe, ledger;
+  std::vector<LoaderBenchArm> arms;
+};
+
+LoaderBenchResult run_loader_bench(const LoaderBenchOptions& options, std::ostream& log);
+// The table as printed: per worker count the medians (min-max), the cap and its verdict line.
+std::string loader_bench_table(const LoaderBenchResult& result, const LoaderBenchOptions& options);
+
+}  // namespace trainlab::bench

@@ -1,0 +1,32 @@
+// trainlab's data set commands: make-dataset (a data set on disk from SyntheticImages) and
+// verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h). Registered on the trainlab app by cli.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "bench/loader_bench.h"
+#include "engine/disk_dataset.h"
+
+namespace trainlab {
+
+struct DataCommands {
+  CLI::App* make = nullptr;
+  CLI::App* verify = nullptr;
+  DatasetWriteOptions write;
+  std::string layout = "shards", codec = "jpeg";
+  std::int64_t samples = 50000, held_out = 1000;
+  std::uint64_t seed = 0;
+  std::string verify_dir;
+  CLI::App* loader = nullptr;
+  bench::LoaderBenchOptions bench;
+  std::string workers = "0,1,2,4";
+};
+
+void add_data_commands(CLI::App& app, DataCommands& c);
+// The exit status of the data command the command line chose; nullopt when it chose another.
+std::optional<int> run_data_command(DataCommands& c);
+
+}  // namespace trainlab
