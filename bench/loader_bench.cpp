@@ -81,8 +81,8 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
   TL_CHECK(o.repeats >= 1, "loader-bench: --repeats must be >= 1");
   const auto data = open_image_dataset(o.data, Split::train);
   TL_CHECK(o.batch >= 1 && o.batch <= data->size(), "loader-bench: --batch " + std::to_string(o.batch) +
-                                                         " must be in 1.." + std::to_string(data->size()) +
-                                                         " (the data set's training samples)");
+                                                        " must be in 1.." + std::to_string(data->size()) +
+                                                        " (the data set's training samples)");
   Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
   const Environment env = current_environment(backend);
   const Ledger ledger(o.ledger.empty() ? default_ledger_path(env.device_type) : o.ledger);
@@ -94,10 +94,11 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
   const DatasetInfo& info = data->info();
   std::uint64_t bytes = 0;
   for (const auto& f : info.files) bytes += f.bytes;
-  log << fmt::format("# loader-bench: {} ({} files, {:.1f} MiB); batch {}; {} rounds, worker counts {} interleaved "
-                     "in each; {} cache\n",
-                     result.describe, info.files.size(), static_cast<double>(bytes) / (1 << 20), o.batch, o.repeats,
-                     fmt::join(o.workers, ","), o.cold ? "cold (pages dropped before each measurement)" : "warm");
+  log << fmt::format(
+      "# loader-bench: {} ({} files, {:.1f} MiB); batch {}; {} rounds, worker counts {} interleaved "
+      "in each; {} cache\n",
+      result.describe, info.files.size(), static_cast<double>(bytes) / (1 << 20), o.batch, o.repeats,
+      fmt::join(o.workers, ","), o.cold ? "cold (pages dropped before each measurement)" : "warm");
   log << fmt::format("# device: {}, backend {}, timer steady_clock (loader) and the trainer's step timer; run {}\n",
                      env.device_name, env.backend, result.run_id);
   for (int w : o.workers) result.arms.push_back(LoaderBenchArm{w, {}, {}, {}, {}, {}, {}, {}});
@@ -110,10 +111,10 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
       row["workers"] = arm.workers;
       row["batch"] = o.batch;
       row["cold"] = o.cold;
-      row["dataset"] = {{"dir", o.data},   {"layout", disk_layout_name(info.layout)},
-                        {"codec", image_codec_name(info.codec)}, {"quality", info.quality},
-                        {"image_size", info.image.height},       {"files", info.files.size()},
-                        {"bytes", bytes}};
+      row["dataset"] = {
+          {"dir", o.data},           {"layout", disk_layout_name(info.layout)}, {"codec", image_codec_name(info.codec)},
+          {"quality", info.quality}, {"image_size", info.image.height},         {"files", info.files.size()},
+          {"bytes", bytes}};
       try {
         const LoaderMeasurement m = measure_loader(o, arm.workers, round);
         arm.samples_per_s.push_back(m.samples_per_s);
@@ -126,7 +127,8 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
         row["page_cache_resident"] = m.resident;
         if (o.train_steps > 0) {
           const TrainResult t = train_at(o, arm.workers, round);
-          const double wait_ms = t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
+          const double wait_ms =
+              t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
           arm.train_samples_per_s.push_back(t.samples_per_s);
           arm.data_wait_ms.push_back(wait_ms);
           row["train_samples_per_s"] = t.samples_per_s;
@@ -136,13 +138,14 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
           row["step_seconds"] = t.step_seconds;
         }
         row["status"] = "ok";
-        log << fmt::format("round {} workers {}: loader {:.0f} samples/s (read {:.1f} us, decode {:.1f} us CPU per "
-                           "sample, {:.0f}% cached){}\n",
-                           round, arm.workers, m.samples_per_s, m.read_us, m.decode_us, m.resident * 100,
-                           arm.data_wait_ms.size() > static_cast<std::size_t>(round)
-                               ? fmt::format("; training {:.0f} samples/s, data wait {:.2f} ms/step",
-                                             arm.train_samples_per_s.back(), arm.data_wait_ms.back())
-                               : std::string());
+        log << fmt::format(
+            "round {} workers {}: loader {:.0f} samples/s (read {:.1f} us, decode {:.1f} us CPU per "
+            "sample, {:.0f}% cached){}\n",
+            round, arm.workers, m.samples_per_s, m.read_us, m.decode_us, m.resident * 100,
+            arm.data_wait_ms.size() > static_cast<std::size_t>(round)
+                ? fmt::format("; training {:.0f} samples/s, data wait {:.2f} ms/step", arm.train_samples_per_s.back(),
+                              arm.data_wait_ms.back())
+                : std::string());
       } catch (const Error& e) {
         arm.errors.push_back(e.what());
         row["status"] = "failed";
@@ -159,8 +162,9 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
 std::string loader_bench_table(const LoaderBenchResult& r, const LoaderBenchOptions& o) {
   std::string out = fmt::format("\n{} ({} cache), batch {}, medians (min-max) of {} rounds:\n\n", r.describe,
                                 o.cold ? "cold" : "warm", o.batch, o.repeats);
-  out += "| workers | loader samples/s | read CPU us/sample | decode CPU us/sample | cached | training samples/s | "
-         "data wait ms/step |\n|---|---|---|---|---|---|---|\n";
+  out +=
+      "| workers | loader samples/s | read CPU us/sample | decode CPU us/sample | cached | training samples/s | "
+      "data wait ms/step |\n|---|---|---|---|---|---|---|\n";
   const LoaderBenchArm* best = nullptr;
   for (const auto& arm : r.arms) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |{}\n", arm.workers, range_text(arm.samples_per_s, "{:.0f}"),
@@ -179,11 +183,10 @@ std::string loader_bench_table(const LoaderBenchResult& r, const LoaderBenchOpti
     if (!best->train_samples_per_s.empty()) {
       const Summary train = summarize(best->train_samples_per_s);
       const Summary wait = summarize(best->data_wait_ms);
-      out += fmt::format("; training there: {:.0f} samples/s with {:.2f} ms/step waiting for data ({})",
-                         train.median, wait.median,
-                         wait.median * 1e-3 * train.median / static_cast<double>(o.batch) > 0.05
-                             ? "the loader starves the step"
-                             : "the step is not starved");
+      out += fmt::format(
+          "; training there: {:.0f} samples/s with {:.2f} ms/step waiting for data ({})", train.median, wait.median,
+          wait.median * 1e-3 * train.median / static_cast<double>(o.batch) > 0.05 ? "the loader starves the step"
+                                                                                  : "the step is not starved");
     }
     out += "\n";
   }

@@ -14,28 +14,28 @@
 namespace trainlab::bench {
 
 struct LoaderBenchOptions {
-  std::string data;                 // the data set's directory (trainlab make-dataset)
+  std::string data;  // the data set's directory (trainlab make-dataset)
   std::vector<int> workers{0, 1, 2, 4};
   bool cold = false;
   std::int64_t batch = 64;
-  std::int64_t samples = 4096;      // loaded per loader measurement (whole batches; the first excluded)
-  std::int64_t train_steps = 30;    // measured training steps per worker count (0: the loader alone)
+  std::int64_t samples = 4096;    // loaded per loader measurement (whole batches; the first excluded)
+  std::int64_t train_steps = 30;  // measured training steps per worker count (0: the loader alone)
   std::int64_t train_warmup = 5;
   int repeats = 3;
-  std::string backend;              // empty: the default CPU backend
-  int threads = 0;                  // the training step's compute threads (0: the backend's default)
+  std::string backend;  // empty: the default CPU backend
+  int threads = 0;      // the training step's compute threads (0: the backend's default)
   std::uint64_t seed = 0;
-  std::string ledger;               // empty: results/ledger_cpu.jsonl
+  std::string ledger;  // empty: results/ledger_cpu.jsonl
 };
 
 struct LoaderBenchArm {
   int workers = 0;
-  std::vector<double> samples_per_s;             // the loader alone, one per round
-  std::vector<double> read_us, decode_us;        // CPU microseconds per sample, one per round
-  std::vector<double> resident;                  // page-cache fraction before each loader measurement
-  std::vector<double> train_samples_per_s;       // training at this worker count, one per round
-  std::vector<double> data_wait_ms;              // per training step, one per round
-  std::vector<std::string> errors;               // failed measurements (kept, with the reason)
+  std::vector<double> samples_per_s;        // the loader alone, one per round
+  std::vector<double> read_us, decode_us;   // CPU microseconds per sample, one per round
+  std::vector<double> resident;             // page-cache fraction before each loader measurement
+  std::vector<double> train_samples_per_s;  // training at this worker count, one per round
+  std::vector<double> data_wait_ms;         // per training step, one per round
+  std::vector<std::string> errors;          // failed measurements (kept, with the reason)
 };
 
 struct LoaderBenchResult {

@@ -179,8 +179,8 @@ DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
     const std::int64_t classes = dataset_->num_classes();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       double checksum = 0;
-      labels[i] =
-          dataset_->get_in_epoch(indices[i], epoch, images + static_cast<std::int64_t>(i) * sample_elements_, &checksum);
+      labels[i] = dataset_->get_in_epoch(indices[i], epoch, images + static_cast<std::int64_t>(i) * sample_elements_,
+                                         &checksum);
       TL_CHECK(labels[i] >= 0 && labels[i] < classes, dataset_->describe() + ": sample " + std::to_string(indices[i]) +
                                                           " has label " + std::to_string(labels[i]) + ", outside [0, " +
                                                           std::to_string(classes) + ")");

@@ -106,9 +106,11 @@ void sample_to_pixels(const float* sample, ImageSize source, int factor, const P
       for (int ch = 0; ch < c; ++ch) {
         const float* plane = sample + static_cast<std::ptrdiff_t>(ch) * source.height * source.width;
         const auto at = [&](int yy, int xx) { return static_cast<double>(plane[yy * source.width + xx]); };
-        const double v = (1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) + fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1));
+        const double v =
+            (1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) + fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1));
         const double byte = std::round(v * map.scale + map.offset);
-        pixels[(static_cast<std::size_t>(y) * w + x) * c + ch] = static_cast<unsigned char>(std::clamp(byte, 0.0, 255.0));
+        pixels[(static_cast<std::size_t>(y) * w + x) * c + ch] =
+            static_cast<unsigned char>(std::clamp(byte, 0.0, 255.0));
       }
     }
   }
@@ -279,8 +281,8 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
   TL_CHECK(stored >= source.height && stored % source.height == 0 && stored <= 4096,
            "make-dataset: --image-size " + std::to_string(o.image_size) + " must be a multiple of the source's " +
                std::to_string(source.height) + " (up to 4096)");
-  TL_CHECK(o.quality >= 1 && o.quality <= 100, "make-dataset: --quality " + std::to_string(o.quality) +
-                                                   " is outside 1..100");
+  TL_CHECK(o.quality >= 1 && o.quality <= 100,
+           "make-dataset: --quality " + std::to_string(o.quality) + " is outside 1..100");
   TL_CHECK(o.shard_mb > 0 && o.shard_mb <= 1 << 20, "make-dataset: --shard-mb must be in (0, 1048576]");
   const int factor = stored / source.height;
 
@@ -296,8 +298,8 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
       TL_CHECK(is_our_dataset(out), "make-dataset: --out " + out.string() +
                                         " is a directory with files that are not a trainlab data set; "
                                         "choose a new or empty directory");
-      TL_CHECK(o.overwrite, "make-dataset: --out " + out.string() +
-                                " already holds a data set; pass --overwrite to replace it");
+      TL_CHECK(o.overwrite,
+               "make-dataset: --out " + out.string() + " already holds a data set; pass --overwrite to replace it");
       replace = true;
     }
   }
@@ -384,12 +386,11 @@ Manifest load_manifest(const std::string& dir) {
   Manifest m;
   try {
     const json j = json::parse(bytes.begin(), bytes.end());
-    TL_CHECK(j.value("format", "") == kFormat, path + " is not a trainlab data set manifest (format " +
-                                                   quote_value(j.value("format", "")) + ")");
-    TL_CHECK(j.at("version").get<int>() == kFormatVersion, path + ": manifest version " +
-                                                                std::to_string(j.at("version").get<int>()) +
-                                                                " (this trainlab reads " +
-                                                                std::to_string(kFormatVersion) + ")");
+    TL_CHECK(j.value("format", "") == kFormat,
+             path + " is not a trainlab data set manifest (format " + quote_value(j.value("format", "")) + ")");
+    TL_CHECK(j.at("version").get<int>() == kFormatVersion,
+             path + ": manifest version " + std::to_string(j.at("version").get<int>()) + " (this trainlab reads " +
+                 std::to_string(kFormatVersion) + ")");
     DatasetInfo& info = m.info;
     info.dir = dir;
     info.source = j.at("source").get<std::string>();
@@ -428,12 +429,13 @@ int open_checked(const std::string& dir, const DatasetFile& f) {
   const std::string path = (fs::path(dir) / f.path).string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TL_CHECK(fd >= 0, "data set " + dir + ": cannot open " + f.path + ": " + std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != f.bytes) {
     const auto size = static_cast<long long>(st.st_size);
     ::close(fd);
     throw Error("data set " + dir + ": " + f.path + " is " + std::to_string(size) + " bytes, the manifest says " +
-                std::to_string(f.bytes) + " (truncated or changed; trainlab verify-dataset " + dir + " checks every file)");
+                std::to_string(f.bytes) + " (truncated or changed; trainlab verify-dataset " + dir +
+                " checks every file)");
   }
   return fd;
 }
@@ -461,12 +463,13 @@ class ShardDataset final : public EncodedImageDataset {
       s.file = parse_file(e, dir);
       s.first = e.at("first").get<std::int64_t>();
       const std::int64_t count = e.at("samples").get<std::int64_t>();
-      TL_CHECK(s.first == next && count >= 1, "data set " + dir + ": " + s.file.path + " does not follow the shard before it");
+      TL_CHECK(s.first == next && count >= 1,
+               "data set " + dir + ": " + s.file.path + " does not follow the shard before it");
       next += count;
       const DatasetFile index = parse_file(e.at("index"), dir);
-      TL_CHECK(index.bytes == static_cast<std::uint64_t>(count) * 8,
-               "data set " + dir + ": " + index.path + " holds " + std::to_string(index.bytes) + " bytes for " +
-                   std::to_string(count) + " records");
+      TL_CHECK(index.bytes == static_cast<std::uint64_t>(count) * 8, "data set " + dir + ": " + index.path + " holds " +
+                                                                         std::to_string(index.bytes) + " bytes for " +
+                                                                         std::to_string(count) + " records");
       const int index_fd = open_checked(dir, index);
       s.offsets.resize(static_cast<std::size_t>(count));
       try {
@@ -483,9 +486,9 @@ class ShardDataset final : public EncodedImageDataset {
       split_paths_.push_back((fs::path(dir) / s.file.path).string());
       shards_.push_back(std::move(s));
     }
-    TL_CHECK(next == entry.at("samples").get<std::int64_t>(), "data set " + dir + ": the shards hold " +
-                                                                  std::to_string(next) + " samples, the manifest says " +
-                                                                  std::to_string(entry.at("samples").get<std::int64_t>()));
+    TL_CHECK(next == entry.at("samples").get<std::int64_t>(),
+             "data set " + dir + ": the shards hold " + std::to_string(next) + " samples, the manifest says " +
+                 std::to_string(entry.at("samples").get<std::int64_t>()));
     set_size(next);
   }
   ~ShardDataset() override {
@@ -496,7 +499,8 @@ class ShardDataset final : public EncodedImageDataset {
  protected:
   std::int64_t read_encoded(std::int64_t index, std::vector<unsigned char>& bytes) const override {
     const auto it = std::upper_bound(shards_.begin(), shards_.end(), index,
-                                     [](std::int64_t i, const Shard& s) { return i < s.first; }) - 1;
+                                     [](std::int64_t i, const Shard& s) { return i < s.first; }) -
+                    1;
     const Shard& s = *it;
     const std::int64_t record = index - s.first;
     const std::uint64_t offset = s.offsets[static_cast<std::size_t>(record)];
@@ -511,8 +515,9 @@ class ShardDataset final : public EncodedImageDataset {
     bytes.resize(h.bytes);
     pread_all(s.fd, bytes.data(), h.bytes, offset + kRecordHeader, what);
     const std::uint32_t crc = crc32(bytes.data(), bytes.size());
-    TL_CHECK(crc == h.crc, what + ": the image's CRC-32 is " + crc32_hex(crc) + ", the record says " + crc32_hex(h.crc) +
-                               " (corrupted; trainlab verify-dataset " + info_.dir + " checks every file)");
+    TL_CHECK(crc == h.crc, what + ": the image's CRC-32 is " + crc32_hex(crc) + ", the record says " +
+                               crc32_hex(h.crc) + " (corrupted; trainlab verify-dataset " + info_.dir +
+                               " checks every file)");
     return h.label;
   }
 
@@ -533,8 +538,8 @@ class ImageFolderDataset final : public EncodedImageDataset {
     for (const auto& e : entry.at("files")) {
       Sample s{parse_file(e, info_.dir), e.at("label").get<std::int64_t>()};
       TL_CHECK(s.label >= 0 && s.label < info_.classes, "data set " + info_.dir + ": " + s.file.path + " has label " +
-                                                             std::to_string(s.label) + ", outside [0, " +
-                                                             std::to_string(info_.classes) + ")");
+                                                            std::to_string(s.label) + ", outside [0, " +
+                                                            std::to_string(info_.classes) + ")");
       split_paths_.push_back((fs::path(info_.dir) / s.file.path).string());
       samples_.push_back(std::move(s));
     }
@@ -610,7 +615,8 @@ EncodedImageDataset::EncodedImageDataset(DatasetInfo info, Split split, const Di
   output_size_ = options.output_size == 0 ? info_.image.height : options.output_size;
   TL_CHECK(output_size_ >= 1 && info_.image.height % output_size_ == 0,
            "data set " + info_.dir + ": its images are " + std::to_string(info_.image.height) + " pixels square; " +
-               std::to_string(output_size_) + " does not divide that (the stored size must be a multiple of the "
+               std::to_string(output_size_) +
+               " does not divide that (the stored size must be a multiple of the "
                "sample size)");
   TL_CHECK(options.limit >= 0, "data set: limit must be >= 0");
 }
@@ -640,8 +646,8 @@ std::int64_t EncodedImageDataset::get(std::int64_t index, float* out, double* wo
 }
 
 std::int64_t EncodedImageDataset::get_in_epoch(std::int64_t index, std::int64_t epoch, float* out, double* work) const {
-  TL_CHECK(index >= 0 && index < size_, describe() + ": index " + std::to_string(index) + " is outside [0, " +
-                                            std::to_string(size_) + ")");
+  TL_CHECK(index >= 0 && index < size_,
+           describe() + ": index " + std::to_string(index) + " is outside [0, " + std::to_string(size_) + ")");
   thread_local std::vector<unsigned char> encoded, pixels;
   thread_local std::vector<float> plain;
   const double t0 = thread_cpu_seconds();
@@ -681,8 +687,10 @@ std::int64_t EncodedImageDataset::get_in_epoch(std::int64_t index, std::int64_t 
   if (augment) {
     // Pad by 4 (zeros), crop back at a random offset, flip with probability 1/2.
     constexpr int kPad = 4;
-    Generator gen(mix_seed(mix_seed(options_.seed, static_cast<std::uint64_t>(epoch)), static_cast<std::uint64_t>(index)));
-    const int oy = static_cast<int>(gen.below(2 * kPad + 1)) - kPad, ox = static_cast<int>(gen.below(2 * kPad + 1)) - kPad;
+    Generator gen(
+        mix_seed(mix_seed(options_.seed, static_cast<std::uint64_t>(epoch)), static_cast<std::uint64_t>(index)));
+    const int oy = static_cast<int>(gen.below(2 * kPad + 1)) - kPad,
+              ox = static_cast<int>(gen.below(2 * kPad + 1)) - kPad;
     const bool flip = gen.below(2) == 1;
     for (int ch = 0; ch < c; ++ch) {
       for (int y = 0; y < o; ++y) {
@@ -728,13 +736,12 @@ std::shared_ptr<EncodedImageDataset> open_image_dataset(const std::string& dir, 
                                                         const DiskReadOptions& options) {
   Manifest m = load_manifest(dir);
   const std::string name = split_dir_name(split);
-  TL_CHECK(m.splits.contains(name), "data set " + dir + " has no " + name + " split (it has: " +
-                                        [&] {
-                                          std::string all;
-                                          for (const auto& s : m.info.splits) all += (all.empty() ? "" : ", ") + s;
-                                          return all;
-                                        }() +
-                                        ")");
+  TL_CHECK(
+      m.splits.contains(name), "data set " + dir + " has no " + name + " split (it has: " + [&] {
+        std::string all;
+        for (const auto& s : m.info.splits) all += (all.empty() ? "" : ", ") + s;
+        return all;
+      }() + ")");
   try {
     const json& entry = m.splits.at(name);
     if (m.info.layout == DiskLayout::shards)
@@ -761,7 +768,7 @@ double page_cache_resident_fraction(const std::vector<std::string>& paths) {
   for (const auto& path : paths) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) == 0 && st.st_size > 0) {
       void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
       if (map != MAP_FAILED) {

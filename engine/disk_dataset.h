@@ -29,17 +29,17 @@
 namespace trainlab {
 
 enum class DiskLayout { shards, files };
-const char* disk_layout_name(DiskLayout layout);          // "shards", "files"
+const char* disk_layout_name(DiskLayout layout);        // "shards", "files"
 DiskLayout parse_disk_layout(const std::string& name);  // throws Error listing shards | files
 
 struct DatasetWriteOptions {
   std::string out;  // the data set's directory: created, or an earlier make-dataset's (with overwrite)
   DiskLayout layout = DiskLayout::shards;
   ImageCodec codec = ImageCodec::jpeg;
-  int quality = 90;       // JPEG's, 1..100
-  double shard_mb = 64;   // a shard is closed once it holds this many MiB (shards layout)
-  int image_size = 0;     // stored height and width: a multiple of the source's (0: the source's)
-  bool overwrite = false; // replace a data set an earlier make-dataset wrote at `out` (never anything else)
+  int quality = 90;        // JPEG's, 1..100
+  double shard_mb = 64;    // a shard is closed once it holds this many MiB (shards layout)
+  int image_size = 0;      // stored height and width: a multiple of the source's (0: the source's)
+  bool overwrite = false;  // replace a data set an earlier make-dataset wrote at `out` (never anything else)
   // Called with one line now and then (every ~2 s) while writing; null: quiet.
   std::function<void(const std::string& line)> progress;
 };
@@ -143,7 +143,7 @@ class EncodedImageDataset : public Dataset {
   // The encoded bytes of sample `index` and its label; errors name the file and the sample.
   virtual std::int64_t read_encoded(std::int64_t index, std::vector<unsigned char>& bytes) const = 0;
   std::string where(std::int64_t index) const;  // "data set DIR, train sample 12"
-  void set_size(std::int64_t stored);            // the split's sample count (then options.limit applies)
+  void set_size(std::int64_t stored);           // the split's sample count (then options.limit applies)
 
   DatasetInfo info_;
   Split split_;

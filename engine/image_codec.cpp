@@ -14,18 +14,24 @@ namespace trainlab {
 
 const char* image_codec_name(ImageCodec codec) {
   switch (codec) {
-    case ImageCodec::raw: return "raw";
-    case ImageCodec::png: return "png";
-    case ImageCodec::jpeg: return "jpeg";
+    case ImageCodec::raw:
+      return "raw";
+    case ImageCodec::png:
+      return "png";
+    case ImageCodec::jpeg:
+      return "jpeg";
   }
   return "?";
 }
 
 const char* image_codec_extension(ImageCodec codec) {
   switch (codec) {
-    case ImageCodec::raw: return ".raw";
-    case ImageCodec::png: return ".png";
-    case ImageCodec::jpeg: return ".jpg";
+    case ImageCodec::raw:
+      return ".raw";
+    case ImageCodec::png:
+      return ".png";
+    case ImageCodec::jpeg:
+      return ".jpg";
   }
   return "";
 }
@@ -44,9 +50,9 @@ std::string size_text(ImageSize s) {
 }
 
 void check_size(ImageSize s) {
-  TL_CHECK(s.height >= 1 && s.width >= 1 && s.height <= 65535 && s.width <= 65535 &&
-               (s.channels == 1 || s.channels == 3),
-           "image size " + size_text(s) + " is not HxWxC with H, W in 1..65535 and C 1 or 3");
+  TL_CHECK(
+      s.height >= 1 && s.width >= 1 && s.height <= 65535 && s.width <= 65535 && (s.channels == 1 || s.channels == 3),
+      "image size " + size_text(s) + " is not HxWxC with H, W in 1..65535 and C 1 or 3");
 }
 
 // One TurboJPEG handle per thread and direction (a handle is not thread-safe; creating one per
@@ -139,9 +145,12 @@ void decode_png(const unsigned char* bytes, std::size_t size, ImageSize expected
 std::vector<unsigned char> encode_image(ImageCodec codec, const unsigned char* pixels, ImageSize size, int quality) {
   check_size(size);
   switch (codec) {
-    case ImageCodec::raw: return {pixels, pixels + size.bytes()};
-    case ImageCodec::png: return encode_png(pixels, size);
-    case ImageCodec::jpeg: return encode_jpeg(pixels, size, quality);
+    case ImageCodec::raw:
+      return {pixels, pixels + size.bytes()};
+    case ImageCodec::png:
+      return encode_png(pixels, size);
+    case ImageCodec::jpeg:
+      return encode_jpeg(pixels, size, quality);
   }
   throw Error("encode_image: unknown codec");
 }
@@ -155,8 +164,10 @@ void decode_image(ImageCodec codec, const unsigned char* bytes, std::size_t size
                                              std::to_string(expected.bytes()) + " (" + size_text(expected) + ")");
       std::memcpy(pixels, bytes, size);
       return;
-    case ImageCodec::png: return decode_png(bytes, size, expected, pixels);
-    case ImageCodec::jpeg: return decode_jpeg(bytes, size, expected, pixels);
+    case ImageCodec::png:
+      return decode_png(bytes, size, expected, pixels);
+    case ImageCodec::jpeg:
+      return decode_jpeg(bytes, size, expected, pixels);
   }
   throw Error("decode_image: unknown codec");
 }

@@ -12,8 +12,8 @@
 namespace trainlab {
 
 enum class ImageCodec { raw, png, jpeg };
-const char* image_codec_name(ImageCodec codec);          // "raw", "png", "jpeg"
-const char* image_codec_extension(ImageCodec codec);     // ".raw", ".png", ".jpg"
+const char* image_codec_name(ImageCodec codec);         // "raw", "png", "jpeg"
+const char* image_codec_extension(ImageCodec codec);    // ".raw", ".png", ".jpg"
 ImageCodec parse_image_codec(const std::string& name);  // throws Error listing raw | png | jpeg
 
 struct ImageSize {

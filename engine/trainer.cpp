@@ -29,10 +29,9 @@ Backend& choose_backend(const TrainConfig& config) {
 constexpr std::int64_t kEagerStepsBeforeCapture = 2;
 
 // Config keys that shape the trajectory: a resumed run must use the values it was trained with.
-const char* const kMustMatchOnResume[] = {"batch",     "lr",       "momentum",      "weight_decay",
-                                          "optimizer", "schedule", "warmup_steps",  "min_lr",
-                                          "seed",      "dtype",    "train_samples", "accumulate",
-                                          "data",      "augment"};
+const char* const kMustMatchOnResume[] = {"batch",         "lr",           "momentum", "weight_decay", "optimizer",
+                                          "schedule",      "warmup_steps", "min_lr",   "seed",         "dtype",
+                                          "train_samples", "accumulate",   "data",     "augment"};
 
 // Keys each rank may set for itself (how it loads, logs, traces and waits); every other key shapes
 // the trajectory or the collectives, and must be the same on every rank.

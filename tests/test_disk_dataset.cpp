@@ -27,7 +27,8 @@ std::vector<unsigned char> sample_pixels(std::int64_t index, int channels = 3) {
     for (int x = 0; x < 32; ++x)
       for (int c = 0; c < channels; ++c) {
         const double v = std::round(sample[static_cast<std::size_t>((c * 32 + y) * 32 + x)] * 10 + 128);
-        pixels[static_cast<std::size_t>((y * 32 + x) * channels + c)] = static_cast<unsigned char>(std::clamp(v, 0.0, 255.0));
+        pixels[static_cast<std::size_t>((y * 32 + x) * channels + c)] =
+            static_cast<unsigned char>(std::clamp(v, 0.0, 255.0));
       }
   return pixels;
 }
@@ -99,7 +100,8 @@ TEST_CASE("image codecs: a truncated, corrupted or mis-sized image is an error, 
   for (ImageCodec codec : {ImageCodec::jpeg, ImageCodec::png, ImageCodec::raw}) {
     INFO(image_codec_name(codec));
     const auto encoded = encode_image(codec, pixels.data(), size, 90);
-    std::vector<unsigned char> cut(encoded.begin(), encoded.begin() + static_cast<std::ptrdiff_t>(encoded.size() * 2 / 3));
+    std::vector<unsigned char> cut(encoded.begin(),
+                                   encoded.begin() + static_cast<std::ptrdiff_t>(encoded.size() * 2 / 3));
     CHECK_THROWS_AS(decode_image(codec, cut.data(), cut.size(), size, out.data()), Error);
     CHECK_THROWS_AS(decode_image(codec, encoded.data(), encoded.size(), ImageSize{16, 16, 3}, out.data()), Error);
   }
@@ -321,7 +323,8 @@ TEST_CASE("data set on disk: cold-cache runs drop the files' pages", "[disk]") {
   const double cold = page_cache_resident_fraction(data->split_files());
   INFO("resident: warm " << warm << ", after dropping " << cold);
   // Some file systems (tmpfs, overlay) keep pages regardless: then the drop cannot be seen here.
-  if (warm > 0.99 && cold > 0.99) WARN("the page cache keeps this file system's pages (tmpfs?): cold runs are warm here");
+  if (warm > 0.99 && cold > 0.99)
+    WARN("the page cache keeps this file system's pages (tmpfs?): cold runs are warm here");
   CHECK(cold <= warm);
   CHECK(data->stats().samples == data->size());
   CHECK(data->stats().bytes == 64u * 3072u);

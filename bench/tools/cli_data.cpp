@@ -34,9 +34,10 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
   c.make->add_option("--held-out", c.held_out, "held-out samples (0: none) [0..100000000]")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{100000000}));
-  c.make->add_option("--image-size", c.write.image_size,
-                     "stored height and width in pixels, a multiple of 32 (images upsampled; readers box-filter "
-                     "back to 32) [32..4096]")
+  c.make
+      ->add_option("--image-size", c.write.image_size,
+                   "stored height and width in pixels, a multiple of 32 (images upsampled; readers box-filter "
+                   "back to 32) [32..4096]")
       ->check(CLI::Range(32, 4096));
   c.make->add_option("--seed", c.seed, "SyntheticImages' seed (the same seed as trainlab train's gives its images)");
   c.make->add_flag("--overwrite", c.write.overwrite, "replace a data set an earlier make-dataset wrote at --out");
@@ -93,7 +94,8 @@ int run_make(DataCommands& c) {
 
 int run_verify(const DataCommands& c) {
   const DatasetVerifyResult r = verify_image_dataset(c.verify_dir);
-  for (const auto& problem : r.problems) std::fprintf(stderr, "verify-dataset: %s/%s\n", c.verify_dir.c_str(), problem.c_str());
+  for (const auto& problem : r.problems)
+    std::fprintf(stderr, "verify-dataset: %s/%s\n", c.verify_dir.c_str(), problem.c_str());
   if (!r.problems.empty()) {
     std::fprintf(stderr, "trainlab: error: data set %s: %zu of %lld files differ from the manifest\n",
                  c.verify_dir.c_str(), r.problems.size(), static_cast<long long>(r.files));

@@ -1,5 +1,6 @@
 // trainlab's data set commands: make-dataset (a data set on disk from SyntheticImages) and
-// verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h). Registered on the trainlab app by cli.cpp.
+// verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h). Registered on the trainlab app
+// by cli.cpp.
 #pragma once
 
 #include <CLI/CLI.hpp>
