@@ -244,6 +244,8 @@ const std::vector<ConfigField>& config_fields() {
       string_field("resume", &TrainConfig::resume, "a checkpoint directory", "continue from this checkpoint"),
       bool_field("eval_at_end", &TrainConfig::eval_at_end, "held-out evaluation after the last step"),
       string_field("trace", &TrainConfig::trace, "a file path", "write a Chrome trace (Perfetto) of the run here"),
+      string_field("ledger", &TrainConfig::ledger, "a file path",
+                   "append the run's progress rows and its summary row to this ledger (for trainlab diagnose)"),
       bool_field("audit", &TrainConfig::audit,
                  "precision audit after the run: each op's dtypes, masters, optimiser state, the gradient reduction, "
                  "the loss scaler, the finiteness checks, and an f32 run of the same seed beside it"),

@@ -76,6 +76,7 @@ struct TrainConfig {
   std::string resume;       // checkpoint directory to continue from
   bool eval_at_end = true;  // held-out evaluation after the last step
   std::string trace;        // Chrome trace JSON of the run's profiler spans (empty: none)
+  std::string ledger;       // the run's progress and summary rows for trainlab diagnose (empty: none; rank 0 writes)
   // The precision audit (engine/precision_audit.h): printed after the run, with an f32 reference
   // run of the same seed; audit_file also writes it as JSON.
   bool audit = false;

@@ -35,9 +35,9 @@ const char* const kMustMatchOnResume[] = {"batch",         "lr",           "mome
 
 // Keys each rank may set for itself (how it loads, logs, traces and waits); every other key shapes
 // the trajectory or the collectives, and must be the same on every rank.
-const char* const kPerRankKeys[] = {"threads",    "workers",     "prefetch",    "persistent_workers",
-                                    "log_every",  "trace",       "pin_memory",  "eval_batch",
-                                    "eval_every", "eval_at_end", "comm_timeout"};
+const char* const kPerRankKeys[] = {"threads",      "workers",    "prefetch",   "persistent_workers", "log_every",
+                                    "trace",        "pin_memory", "eval_batch", "eval_every",         "eval_at_end",
+                                    "comm_timeout", "ledger",     "cold_cache"};
 
 std::int64_t fnv1a(const std::string& text) {
   std::uint64_t h = 1469598103934665603ull;

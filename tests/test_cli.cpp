@@ -311,3 +311,38 @@ TEST_CASE("cli: make-dataset, verify-dataset and train --data", "[cli]") {
   CHECK(broken.err.find("sample") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("cli: throughput-budget, train --ledger, diagnose and inspect", "[cli]") {
+  const Run seed = run("throughput-budget --seed-case");
+  CHECK(seed.exit_code == 0);
+  CHECK(seed.out.find("55.9%") != std::string::npos);
+  const Run budget = run("throughput-budget --ranks 64 --per-rank 95 --loader-cap 6800 --p-slow 0.01");
+  CHECK(budget.exit_code == 0);
+  CHECK(budget.out.find("47.4% at 64 ranks, 72.4% at 128") != std::string::npos);
+  expect_bad_input("throughput-budget --ranks 8", {"missing --per-rank, --loader-cap"});
+  expect_bad_input("throughput-budget --seed-case --ranks 8", {"--seed-case", "drop --ranks"});
+  expect_bad_input("throughput-budget --ranks 8 --per-rank 1 --loader-cap 1 --p-slow 2", {"--p-slow"});
+
+  const auto dir = fs::temp_directory_path() / ("trainlab-cli-diagnose-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string ledger = (dir / "ledger.jsonl").string(), ckpt = (dir / "ck").string();
+  const Run trained = run("train " + kSmall + " --ledger " + ledger + " --save " + ckpt);
+  REQUIRE(trained.exit_code == 0);
+  const auto at = trained.out.find("(run ");
+  REQUIRE(at != std::string::npos);
+  const std::string run_id = trained.out.substr(at + 5, trained.out.find(')', at) - at - 5);
+  const Run diagnosed = run("diagnose " + run_id + " --ledger " + ledger);
+  INFO(diagnosed.out << diagnosed.err);
+  CHECK(diagnosed.exit_code == 0);
+  CHECK(diagnosed.out.find("1. step counter advancing") != std::string::npos);
+  CHECK(diagnosed.out.find("8. checkpoint contents") != std::string::npos);
+  CHECK(diagnosed.out.find("complete: model, optimiser, schedule, RNG and loader position") != std::string::npos);
+  const Run inspected = run("inspect " + ckpt);
+  CHECK(inspected.exit_code == 0);
+  CHECK(inspected.out.find("model     conv1.weight f32 [32, 3, 3, 3]") != std::string::npos);
+  CHECK(inspected.out.find("the next update uses lr 0.01") != std::string::npos);
+  expect_bad_input("diagnose no-such-run --ledger " + ledger, {"'no-such-run'", "train with --ledger"});
+  expect_bad_input("inspect " + (dir / "nothing").string(), {"nothing"});
+  fs::remove_all(dir);
+}

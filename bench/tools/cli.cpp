@@ -8,12 +8,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include "bench/tools/cli_data.h"
 #include "bench/tools/cli_parse.h"
 
 #include "backends/registry.h"
 #include "bench/ledger.h"
+#include "bench/run_record.h"
 #include "comm/cost_model.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
@@ -86,8 +88,19 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   }
   const std::int64_t target = config.stop_at > 0 ? config.stop_at : config.steps;
   if (!launched_by_mpi()) {
+    if (!config.ledger.empty()) bench::Ledger(config.ledger).load();  // a bad ledger path fails before the run
+    bench::RunRecorder recorder(config.ledger, config, 0, 1);
     Trainer trainer(config);
-    const TrainResult result = trainer.train(&std::cout);
+    trainer.set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder.on_step(r); }, {}, {}, {}});
+    TrainResult result;
+    try {
+      result = trainer.train(&std::cout);
+    } catch (const std::exception& e) {
+      recorder.fail(e.what());
+      throw;
+    }
+    recorder.finish(result, {bench::rank_step_stats(0, result.step_seconds, recorder.work_seconds())}, config.data);
+    if (recorder.enabled()) std::cout << "ledger: " << config.ledger << " (run " << recorder.run_id() << ")\n";
     if (config.audit) {
       if (config.dtype == DType::f32) {
         report_audit(config, trainer.precision_audit(result, result));
@@ -104,6 +117,7 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   // rank 0 prints; an error on any rank ends the whole job with the message.
   comm::MpiSession session(nullptr, nullptr);
   auto bootstrap = comm::MpiCommunicator::world();
+  std::optional<bench::RunRecorder> recorder;
   try {
     auto world = comm::make_world(comm_backend_name(config.comm));
     world->set_timeout(config.comm_timeout);
@@ -114,8 +128,27 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     ddp_options.gradient_as_bucket_view = config.gradient_as_bucket_view;
     ddp_options.compression = config.grad_compress;
     comm::Ddp ddp(*world, ddp_options);
+    if (!config.ledger.empty() && world->rank() == 0) bench::Ledger(config.ledger).load();
+    recorder.emplace(config.ledger, config, world->rank(), world->size());
     Trainer trainer(config, &ddp);
+    trainer.set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder->on_step(r); }, {}, {}, {}});
     const TrainResult result = trainer.train(world->rank() == 0 ? &std::cout : nullptr);
+    // Each rank's step-time distribution, gathered to every rank (rank 0 prints and records it).
+    const bench::RankStepStats mine =
+        bench::rank_step_stats(world->rank(), result.step_seconds, recorder->work_seconds());
+    const auto us = [](double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e3)); };
+    const auto p50 = ddp.gather(us(mine.p50_ms)), p99 = ddp.gather(us(mine.p99_ms)), max = ddp.gather(us(mine.max_ms)),
+               work = ddp.gather(us(mine.work_p50_ms));
+    std::vector<bench::RankStepStats> ranks;
+    for (int r = 0; r < world->size(); ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      ranks.push_back({r, p50[i] * 1e-3, p99[i] * 1e-3, max[i] * 1e-3, work[i] * 1e-3, mine.steps});
+    }
+    if (world->rank() == 0) {
+      std::cout << bench::rank_stats_text(ranks) << "\n";
+      recorder->finish(result, ranks, config.data);
+      if (recorder->enabled()) std::cout << "ledger: " << config.ledger << " (run " << recorder->run_id() << ")\n";
+    }
     if (config.audit) {
       PrecisionAudit audit;
       if (config.dtype == DType::f32) {
@@ -133,8 +166,10 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     world->barrier();
     return ok;
   } catch (const TrainingDiverged& e) {
+    if (recorder) recorder->fail(e.what());
     bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitDiverged);
   } catch (const Error& e) {
+    if (recorder) recorder->fail(e.what());
     bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitBadInput);
   }
 }

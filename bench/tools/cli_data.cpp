@@ -68,6 +68,45 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
   c.loader->add_option("--threads", b.threads, "the training step's compute threads (0: all cores) [0..1024]")
       ->check(CLI::Range(0, 1024));
   c.loader->add_option("--ledger", b.ledger, "the ledger to append to (default: results/ledger_cpu.jsonl)");
+  c.budget = app.add_subcommand("throughput-budget",
+                                "seed 002's analytic model: demanded vs supplied samples/s, the expected utilisation, "
+                                "and the straggler tail 1-(1-p)^N at N and 2N ranks (--seed-case: the seed's example)");
+  bench::BudgetInput& in = c.budget_input;
+  c.budget->add_option("--ranks", in.ranks, "ranks N, each consuming --per-rank [1..16777216]")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  c.budget->add_option("--per-rank", in.per_rank, "samples/s one rank's step consumes (0..1e12]")
+      ->check(CLI::Range(1e-12, 1e12));
+  c.budget->add_option("--loader-cap", in.loader_cap, "samples/s the input pipeline supplies in all (0..1e15]")
+      ->check(CLI::Range(1e-12, 1e15));
+  c.budget->add_option("--p-slow", in.p_slow, "probability that one rank's step is slow [0..1]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  c.budget->add_flag("--seed-case", c.budget_seed_case,
+                     "print seed 002's case (128 x 95 samples/s, a 6,800 samples/s loader, p = 1%) and where its "
+                     "62% differs");
+  c.inspect = app.add_subcommand("inspect",
+                                 "a checkpoint part by part: tensors and shapes, the step, the LR a resume starts at, "
+                                 "the optimiser, schedule, RNG and loader position, the fraction of the data seen; "
+                                 "exit 0 when complete, 1 when a part is missing");
+  c.inspect->add_option("CKPT", c.inspect_dir, "the checkpoint directory")->required();
+  c.diagnose = app.add_subcommand(
+      "diagnose",
+      "seed 002's ordered checks on what a run left (a ledger run id from train --ledger, a trace, or a checkpoint): "
+      "hang vs slow, utilisation shape, step breakdown, per-rank distribution, loader CPU, data layout, changes "
+      "against an earlier run, checkpoint completeness; says which check decided");
+  bench::DiagnoseOptions& d = c.diagnose_options;
+  c.diagnose->add_option("RUN", d.target, "a run id (in --ledger), a Chrome trace (.json) or a checkpoint directory")
+      ->required();
+  c.diagnose->add_option("--ledger", d.ledger, "the ledger the run recorded to (default: results/ledger_cpu.jsonl)");
+  c.diagnose->add_option("--against", d.against,
+                         "an earlier run id in the same ledger: layout, config and environment "
+                         "compared with it");
+  c.diagnose
+      ->add_option("--stall-factor", d.stall_factor,
+                   "no progress for this many usual progress intervals (and at least 5 s) is a stopped step "
+                   "counter [2..1e6]")
+      ->capture_default_str()
+      ->check(CLI::Range(2.0, 1e6));
 }
 
 namespace {
@@ -126,9 +165,37 @@ int run_loader(DataCommands& c) {
   return 0;
 }
 
+int run_budget(const DataCommands& c) {
+  if (c.budget_seed_case) {
+    for (const char* flag : {"--ranks", "--per-rank", "--loader-cap", "--p-slow"})
+      TL_CHECK(c.budget->count(flag) == 0,
+               std::string("throughput-budget: --seed-case takes the seed's inputs; drop ") + flag);
+    std::printf("%s", bench::seed_budget_text().c_str());
+    return 0;
+  }
+  std::string missing;
+  for (const char* flag : {"--ranks", "--per-rank", "--loader-cap"})
+    if (c.budget->count(flag) == 0) missing += std::string(missing.empty() ? "" : ", ") + flag;
+  TL_CHECK(missing.empty(), "throughput-budget: missing " + missing + " (or --seed-case for seed 002's example)");
+  std::printf("%s", bench::budget_text(c.budget_input, bench::throughput_budget(c.budget_input)).c_str());
+  return 0;
+}
+
+int run_inspect(const DataCommands& c) {
+  const bench::CheckpointInspection inspection = bench::inspect_checkpoint(c.inspect_dir);
+  std::printf("%s", bench::inspection_text(inspection).c_str());
+  return inspection.complete() ? 0 : 1;
+}
+
 }  // namespace
 
 std::optional<int> run_data_command(DataCommands& c) {
+  if (*c.diagnose) {
+    std::printf("%s", bench::diagnosis_text(bench::diagnose(c.diagnose_options)).c_str());
+    return 0;
+  }
+  if (*c.budget) return run_budget(c);
+  if (*c.inspect) return run_inspect(c);
   if (*c.loader) return run_loader(c);
   if (*c.make) return run_make(c);
   if (*c.verify) return run_verify(c);

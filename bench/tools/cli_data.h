@@ -1,6 +1,6 @@
-// trainlab's data set commands: make-dataset (a data set on disk from SyntheticImages) and
-// verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h). Registered on the trainlab app
-// by cli.cpp.
+// trainlab's data set and diagnosis commands: make-dataset (a data set on disk from SyntheticImages),
+// verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h),
+// throughput-budget, inspect and diagnose (bench/diagnosis.h). Registered on the trainlab app by cli.cpp.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "bench/diagnosis.h"
 #include "bench/loader_bench.h"
 #include "engine/disk_dataset.h"
 
@@ -24,6 +25,13 @@ struct DataCommands {
   CLI::App* loader = nullptr;
   bench::LoaderBenchOptions bench;
   std::string workers = "0,1,2,4";
+  CLI::App* budget = nullptr;
+  bench::BudgetInput budget_input;
+  bool budget_seed_case = false;
+  CLI::App* inspect = nullptr;
+  std::string inspect_dir;
+  CLI::App* diagnose = nullptr;
+  bench::DiagnoseOptions diagnose_options;
 };
 
 void add_data_commands(CLI::App& app, DataCommands& c);
