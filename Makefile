@@ -6,7 +6,7 @@ PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
 BUILD_DIR := build
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report accuracy pinning memory clean format check-format fuzz
+.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report accuracy pinning memory dataset-study clean format check-format fuzz
 
 all: build
 
@@ -29,16 +29,25 @@ test-sanitize: deps
 	@cmake --build --preset sanitize
 	@ctest --preset sanitize
 
-# The CUDA build (build-cuda/, sm_90 + PTX): libtrainlab with the cuda backend and its kernels,
-# the NCCL communicator, the trainlab command, bench_allreduce, bench_scaling and cost_to_accuracy
-# (configs/cost_cuda.yaml), then the GPU tests, which report
-# themselves skipped (with the reason) on a machine without a GPU. Skipped, saying so, when there
-# is no CUDA toolkit.
+# The CUDA build (build-cuda/, sm_90 + PTX), then the GPU tests, which report themselves skipped
+# (with the reason) on a machine without a GPU. Where there is a GPU (nvidia-smi lists one): the
+# library with the cuda backend and its kernels, the NCCL communicator, the trainlab command, the
+# test suites, bench_allreduce, bench_scaling and cost_to_accuracy (configs/cost_cuda.yaml). Where
+# there is none, only the targets that hold CUDA or NCCL code (the library, the communicators, the
+# kernel test and the comm tests with their NCCL cases): the rest is the same host code the other
+# builds compile, and nothing here could run it. Skipped, saying so, when there is no CUDA toolkit.
 NVCC ?= /usr/local/cuda/bin/nvcc
+CUDA_TARGETS := trainlab trainlab_comm trainlab_cuda_kernels_test trainlab_comm_tests
+CUDA_GPU_TARGETS := $(CUDA_TARGETS) trainlab_cli trainlab_tests bench_allreduce bench_scaling cost_to_accuracy
 build-cuda: deps
 	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
+	targets="$(CUDA_GPU_TARGETS)"; \
+	if ! nvidia-smi -L > /dev/null 2>&1; then \
+	  targets="$(CUDA_TARGETS)"; \
+	  echo "build-cuda: no GPU here: building the targets with CUDA or NCCL code only ($$targets)"; \
+	fi; \
 	cmake --preset cuda > /dev/null && \
-	cmake --build --preset cuda --target trainlab_cli bench_allreduce bench_scaling cost_to_accuracy trainlab_cuda_kernels_test trainlab_comm_tests && \
+	cmake --build --preset cuda --target $$targets && \
 	ctest --preset cuda -L gpu
 
 # Every parser under libFuzzer (clang-14, coverage-guided, with AddressSanitizer and
@@ -96,6 +105,13 @@ pinning: build
 memory: build
 	@scripts/mpirun -np 2 $(BUILD_DIR)/bin/memory_study
 	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
+
+# The data set study (studies/dataset, seed 002's re-export regression): the same images as large raw
+# shards, PNG shards and one file per sample (written to build/dataset-study), the loader (cold
+# cache) and training measured side by side with a calibration arm; rows appended to
+# results/ledger_cpu.jsonl.
+dataset-study: build
+	@$(BUILD_DIR)/bin/dataset_study --work $(BUILD_DIR)/dataset-study
 
 # REPORT.md and its figure from the ledger alone.
 report: build

@@ -285,7 +285,19 @@ DiagnosisCheck check_shape(const Artifacts& a) {
   return c;
 }
 
-DiagnosisCheck check_breakdown(const Artifacts& a) {
+// Per measured step, in ms: the compute (forward, backward, optimiser) and the data wait of a run's
+// summary row; nullopt without one.
+std::optional<std::pair<double, double>> per_step_ms(const json& run) {
+  const json phases = run.value("phases", json::object());
+  const auto steps = run.value("measured_steps", std::int64_t{0});
+  if (!phases.is_object() || steps <= 0) return std::nullopt;
+  const double compute =
+      phases.value("forward_s", 0.0) + phases.value("backward_s", 0.0) + phases.value("optimizer_s", 0.0);
+  return std::pair{compute / static_cast<double>(steps) * 1e3,
+                   phases.value("data_wait_s", 0.0) / static_cast<double>(steps) * 1e3};
+}
+
+DiagnosisCheck check_breakdown(const Artifacts& a, const std::optional<json>& earlier) {
   DiagnosisCheck c{3, "step-time breakdown", CheckVerdict::not_applicable, "", "", ""};
   c.rules_out = "guesswork: which stage owns the step";
   if (!a.phases.is_object() || a.phases.empty()) {
@@ -310,6 +322,28 @@ DiagnosisCheck check_breakdown(const Artifacts& a) {
   const auto* top = std::max_element(std::begin(stages), std::end(stages),
                                      [](const auto& x, const auto& y) { return x.first < y.first; });
   const std::string largest = fmt::format("the largest share is {} ({:.0f}%)", top->second, top->first / total * 100);
+  // Against an earlier run: the same work per step should cost the same compute.
+  if (a.final && earlier) {
+    const auto now = per_step_ms(*a.final), before = per_step_ms(*earlier);
+    if (now && before && before->first > 0) {
+      const double growth = (now->first / before->first - 1) * 100;
+      c.evidence += fmt::format(
+          "; per step: compute {:.1f} ms against {:.1f} ms in the earlier run ({:+.0f}%), data "
+          "wait {:.2f} ms against {:.2f} ms",
+          now->first, before->first, growth, now->second, before->second);
+      const bool same_work =
+          config_value(a.config, "batch") == config_value(earlier->value("config", json::object()), "batch");
+      if (same_work && growth > kStragglerExcess) {
+        c.verdict = CheckVerdict::problem;
+        c.finding = fmt::format(
+            "the step's compute is {:.0f}% slower than the earlier run's at the same batch: something "
+            "takes the cores from it (the loader's decoding on the same cores, other processes) or "
+            "the backend changed",
+            growth);
+        return c;
+      }
+    }
+  }
   if (wait / total > kStarvedRun) {
     c.verdict = CheckVerdict::problem;
     c.finding = fmt::format("waiting for data takes {:.0f}% of the step; {}", wait / total * 100, largest);
@@ -350,7 +384,7 @@ DiagnosisCheck check_ranks(const Artifacts& a) {
   return c;
 }
 
-DiagnosisCheck check_loader(const Artifacts& a, bool starved) {
+DiagnosisCheck check_loader(const Artifacts& a, bool starved, bool compute_slowed) {
   DiagnosisCheck c{5, "loader workers and CPU", CheckVerdict::not_applicable, "", "", ""};
   c.rules_out = "an I/O-bound loader when the workers saturate the CPU (that needs a different fix)";
   const std::string workers = config_value(a.config, "workers");
@@ -367,6 +401,14 @@ DiagnosisCheck check_loader(const Artifacts& a, bool starved) {
                       row.value("loader_samples_per_s", 0.0), row.value("workers", 0), row.value("run_id", ""));
   }
   c.evidence = fmt::format("{} loader worker{} on {} cores{}", w, w == 1 ? "" : "s", a.cores, cap);
+  if (!starved && compute_slowed && w > 0) {
+    c.verdict = CheckVerdict::problem;
+    c.finding = fmt::format(
+        "the step waits little for data, but its compute slowed: {} loader worker{} decode on the "
+        "same {} cores as the step (the decode cost moved into the step's time: see check 6)",
+        w, w == 1 ? "" : "s", a.cores);
+    return c;
+  }
   if (!starved) {
     c.verdict = CheckVerdict::ok;
     c.finding = "the step is not starved: the loader keeps up";
@@ -521,13 +563,26 @@ Diagnosis diagnose(const DiagnoseOptions& o) {
     TL_CHECK(d.kind == "run", "diagnose: --against compares ledger runs; " + o.target + " is a " + d.kind);
     earlier = earlier_run(a, o.against);
   }
+  if (a.final && a.final->contains("samples_per_s")) {
+    const double now = a.final->value("samples_per_s", 0.0);
+    d.throughput = fmt::format("throughput: {:.0f} samples/s over {} measured steps", now,
+                               a.final->value("measured_steps", std::int64_t{0}));
+    if (earlier && earlier->value("samples_per_s", 0.0) > 0) {
+      const double before = earlier->value("samples_per_s", 0.0);
+      d.throughput += fmt::format(", against {:.0f} in run {} ({:+.1f}%)", before, o.against, (now / before - 1) * 100);
+    }
+  }
   d.checks.push_back(check_liveness(a, o, d.kind));
   d.checks.push_back(check_shape(a));
-  d.checks.push_back(check_breakdown(a));
+  d.checks.push_back(check_breakdown(a, earlier));
   d.checks.push_back(check_ranks(a));
+  double phase_total = 0;
+  if (a.phases.is_object())
+    for (const auto& [key, value] : a.phases.items())
+      if (value.is_number()) phase_total += value.get<double>();
   const bool starved = d.checks[1].verdict == CheckVerdict::problem ||
-                       (d.checks[2].verdict == CheckVerdict::problem && a.phases.value("data_wait_s", 0.0) > 0);
-  d.checks.push_back(check_loader(a, starved));
+                       (phase_total > 0 && a.phases.value("data_wait_s", 0.0) / phase_total > kStarvedRun);
+  d.checks.push_back(check_loader(a, starved, d.checks[2].verdict == CheckVerdict::problem && !starved));
   d.checks.push_back(check_layout(a, earlier));
   d.checks.push_back(check_changes(a, earlier, o.against));
   d.checks.push_back(check_checkpoint(a));
@@ -547,6 +602,7 @@ std::string diagnosis_text(const Diagnosis& d) {
       "diagnose {} ({}): seed 002's ordered checks, liveness -> shape -> distribution -> "
       "change history\n",
       d.target, d.kind);
+  if (!d.throughput.empty()) out += d.throughput + "\n";
   for (const auto& c : d.checks) {
     out += fmt::format("{}. {:<48} {:<7} {}\n", c.number, c.name, check_verdict_name(c.verdict), c.finding);
     if (!c.evidence.empty()) out += fmt::format("   evidence: {}\n", c.evidence);

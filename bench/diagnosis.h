@@ -83,6 +83,7 @@ struct DiagnosisCheck {
 
 struct Diagnosis {
   std::string target, kind;            // kind: "run", "trace", "checkpoint"
+  std::string throughput;              // samples/s, and against the earlier run's (empty: no summary row)
   std::vector<DiagnosisCheck> checks;  // the seed's order, 1..8
   int decided_by = 0;                  // the first check with a problem (0: none)
   std::string cause;                   // its finding, or "no problem found by the checks that could run"

@@ -14,26 +14,19 @@
 
 namespace trainlab::bench {
 
-namespace {
-
-struct LoaderMeasurement {
-  double samples_per_s = 0, read_us = 0, decode_us = 0, resident = 0;
-};
-
-// The loader alone: `samples` samples in whole batches after one batch that starts the workers.
-LoaderMeasurement measure_loader(const LoaderBenchOptions& o, int workers, int round) {
+LoaderMeasurement measure_loader(const LoaderRun& run) {
   DiskReadOptions read;
   read.output_size = 32;
-  const auto data = open_image_dataset(o.data, Split::train, read);
-  if (o.cold) drop_page_cache(data->split_files());
+  const auto data = open_image_dataset(run.data, Split::train, read);
+  if (run.cold) drop_page_cache(data->split_files());
   LoaderMeasurement m;
   m.resident = page_cache_resident_fraction(data->split_files());
   DataLoaderOptions lo;
-  lo.batch_size = std::min<std::int64_t>(o.batch, data->size());
-  lo.num_workers = workers;
-  lo.seed = static_cast<std::uint64_t>(round) + o.seed;
+  lo.batch_size = std::min<std::int64_t>(run.batch, data->size());
+  lo.num_workers = run.workers;
+  lo.seed = run.seed;
   DataLoader loader(data, lo, get_backend("reference"));
-  const std::int64_t batches = std::max<std::int64_t>(1, o.samples / lo.batch_size);
+  const std::int64_t batches = std::max<std::int64_t>(1, run.samples / lo.batch_size);
   loader.next();  // workers started, first batch in
   data->reset_stats();
   const auto start = std::chrono::steady_clock::now();
@@ -49,23 +42,26 @@ LoaderMeasurement measure_loader(const LoaderBenchOptions& o, int workers, int r
   return m;
 }
 
-TrainResult train_at(const LoaderBenchOptions& o, int workers, int round) {
+TrainResult train_on_data(const LoaderRun& run, std::int64_t steps, std::int64_t warmup, const std::string& backend,
+                          int threads) {
   TrainConfig config;
-  config.data = o.data;
-  config.cold_cache = o.cold;
-  config.workers = workers;
-  config.batch = o.batch;
-  config.steps = o.train_warmup + o.train_steps;
-  config.warmup = o.train_warmup;
+  config.data = run.data;
+  config.cold_cache = run.cold;
+  config.workers = run.workers;
+  config.batch = run.batch;
+  config.steps = warmup + steps;
+  config.warmup = warmup;
   config.eval_at_end = false;
   config.log_every = config.steps;
-  config.backend = o.backend;
-  config.threads = o.threads;
-  config.seed = o.seed + static_cast<std::uint64_t>(round);
+  config.backend = backend;
+  config.threads = threads;
+  config.seed = run.seed;
   validate_config(config);
   Trainer trainer(config);
   return trainer.train(nullptr);
 }
+
+namespace {
 
 std::string range_text(const std::vector<double>& values, const char* format) {
   if (values.empty()) return "-";
@@ -116,7 +112,9 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
           {"quality", info.quality}, {"image_size", info.image.height},         {"files", info.files.size()},
           {"bytes", bytes}};
       try {
-        const LoaderMeasurement m = measure_loader(o, arm.workers, round);
+        const LoaderRun run{o.data,    arm.workers, o.batch,
+                            o.samples, o.cold,      o.seed + static_cast<std::uint64_t>(round)};
+        const LoaderMeasurement m = measure_loader(run);
         arm.samples_per_s.push_back(m.samples_per_s);
         arm.read_us.push_back(m.read_us);
         arm.decode_us.push_back(m.decode_us);
@@ -126,7 +124,7 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
         row["decode_cpu_us_per_sample"] = m.decode_us;
         row["page_cache_resident"] = m.resident;
         if (o.train_steps > 0) {
-          const TrainResult t = train_at(o, arm.workers, round);
+          const TrainResult t = train_on_data(run, o.train_steps, o.train_warmup, o.backend, o.threads);
           const double wait_ms =
               t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
           arm.train_samples_per_s.push_back(t.samples_per_s);

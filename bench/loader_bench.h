@@ -11,7 +11,29 @@
 #include <string>
 #include <vector>
 
+#include "engine/trainer.h"
+
 namespace trainlab::bench {
+
+// One measurement's setting: the data set, the loader's workers and batch, the samples the loader
+// alone is timed over (after one batch that starts the workers), a cold page cache or not.
+struct LoaderRun {
+  std::string data;
+  int workers = 2;
+  std::int64_t batch = 64;
+  std::int64_t samples = 4096;
+  bool cold = false;
+  std::uint64_t seed = 0;
+};
+struct LoaderMeasurement {
+  double samples_per_s = 0, read_us = 0, decode_us = 0;  // CPU microseconds per sample
+  double resident = 0;                                   // page-cache fraction before the timing
+};
+// The loader alone over run.data's training split.
+LoaderMeasurement measure_loader(const LoaderRun& run);
+// SmallCNN trained on run.data at run.workers: `warmup` steps excluded, then `steps` measured.
+TrainResult train_on_data(const LoaderRun& run, std::int64_t steps, std::int64_t warmup, const std::string& backend,
+                          int threads);
 
 struct LoaderBenchOptions {
   std::string data;  // the data set's directory (trainlab make-dataset)

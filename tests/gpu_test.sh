@@ -7,6 +7,10 @@
 set -u
 trainlab=$1
 tests=$2
+if [ ! -x "$trainlab" ] || [ ! -x "$tests" ]; then
+  echo "SKIPPED: $trainlab or $tests is not built (make build-cuda builds them where nvidia-smi lists a GPU)"
+  exit 77
+fi
 if ! "$trainlab" backends | grep -q '^cuda '; then
   echo "SKIPPED: this build has no cuda backend (configure with --preset cuda on a machine with the CUDA toolkit)"
   exit 77

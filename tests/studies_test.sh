@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The studies end to end in their --quick forms: bad input refused with a one-line error (exit 2),
 # a quick run's rows in a fresh ledger, and bench_report's section from that ledger.
-#   studies_test.sh cost|pinning|memory <driver> <source dir> [bench_report]
+#   studies_test.sh cost|pinning|memory|dataset <driver> <source dir> [bench_report]
 set -uo pipefail
 which=$1 driver=$2 src=$3 report=${4:-$(dirname "$2")/bench_report}
 tmp=$(mktemp -d)
@@ -51,6 +51,19 @@ case $which in
     [ -s "$tmp/pinned.json" ] || fail "no trace of pinned_split"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## CPU pinning" "$tmp/REPORT.md" || fail "no pinning section in the report"
+    ;;
+  dataset)
+    expect_error "repeats" --repeats 1
+    expect_error "not a multiple of 32" --image-size 48
+    "$driver" --quick --work "$tmp/work" --ledger "$ledger" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "quick run failed"; }
+    cat "$tmp/out"
+    grep -q "^noise floor (shards-raw against itself)" "$tmp/out" || fail "no noise floor line"
+    grep -q "^| files-raw | 512 |" "$tmp/out" || fail "no files-raw row with its 512 files"
+    grep -q "^  shards-png: loader" "$tmp/out" || fail "no verdict for shards-png"
+    [ "$(grep -c '"kind":"dataset_study_repeat"' "$ledger")" -eq 8 ] || fail "expected 8 dataset_study_repeat rows"
+    grep -q '"status":"failed"' "$ledger" && fail "a measurement failed"
+    # Nothing left beside the data sets but the data sets.
+    [ "$(ls "$tmp/work" | wc -l)" -eq 3 ] || fail "unexpected files in the work directory: $(ls "$tmp/work")"
     ;;
   memory)
     # Under MPI (scripts/mpirun): a refusal ends the job, naming the bad value.

@@ -231,6 +231,23 @@ TEST_CASE("diagnose names the cause of prepared runs, in the seed's order", "[di
     CHECK(d.decided_by == 7);
     CHECK(d.checks[6].evidence.find("batch: 32 -> 64") != std::string::npos);
   }
+  SECTION("not starved, but the step's compute slowed against the earlier run: cores taken by the loader") {
+    json before =
+        finished("fast", now - 100, std::vector<double>(50, 0.0001), json::array({rank(0, 8)}), config_with({}));
+    before["measured_steps"] = 50;
+    json after = finished("slow", now, std::vector<double>(50, 0.0001), json::array({rank(0, 8)}),
+                          config_with({{"data", "elsewhere"}}));
+    after["measured_steps"] = 50;
+    after["phases"]["backward_s"] = after["phases"]["backward_s"].get<double>() * 2;  // compute +60%
+    ledger.append(before);
+    ledger.append(after);
+    o.target = "slow";
+    o.against = "fast";
+    const Diagnosis d = diagnose(o);
+    CHECK(d.decided_by == 3);
+    CHECK(d.cause.find("slower than the earlier run") != std::string::npos);
+    CHECK(d.checks[4].finding.find("decode on the same 2 cores") != std::string::npos);
+  }
   SECTION("an unknown run is one line naming what it looked for") {
     o.target = "nope";
     REQUIRE_THROWS_CONTAINING(diagnose(o), "'nope'", "--ledger");

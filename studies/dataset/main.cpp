@@ -1,0 +1,239 @@
+// The data set study (issue 15, seed 002's re-export regression): the same images, exported three
+// ways, measured side by side for what the loader can supply and what training gets.
+//
+//   build/bin/dataset_study [--work DIR] [--samples 8000] [--image-size 64] [--repeats 7] [--workers 2]
+//                           [--warm] [--quick] [--ledger FILE | --no-ledger]
+//
+// Arms, all SyntheticImages' same training samples stored at --image-size pixels:
+//   shards-raw          large shards, raw pixels (no decode): the layout before the "re-export"
+//   shards-raw (again)  the same data set measured again: the calibration arm (the noise floor)
+//   shards-png          the same shards with an expensive codec (zlib inflate in every sample)
+//   files-raw           one small file per sample (an open, a read and a close per sample)
+// Every round measures every arm in turn (interleaved): the loader alone (cold page cache unless
+// --warm), then SmallCNN trained on it for the measured steps after a warm-up. Each measurement
+// is a ledger row ("dataset_study_repeat"); the table gives medians (min-max), each arm's effect
+// against shards-raw in percent and in units of the noise floor, and whether it is separable.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "backends/registry.h"
+#include "bench/ledger.h"
+#include "bench/loader_bench.h"
+#include "bench/stats.h"
+#include "bench/tools/cli_parse.h"
+#include "engine/disk_dataset.h"
+#include "engine/synthetic_images.h"
+
+using namespace trainlab;
+using namespace trainlab::bench;
+
+namespace {
+
+struct Options {
+  std::string work = "build/dataset-study", ledger_path, backend;
+  std::int64_t samples = 8000, loader_samples = 4096, steps = 40, warmup = 5, batch = 64;
+  int image_size = 64, repeats = 7, workers = 2, threads = 0;
+  bool warm = false, quick = false, no_ledger = false;
+};
+
+struct Arm {
+  std::string name, dir;
+  DiskLayout layout = DiskLayout::shards;
+  ImageCodec codec = ImageCodec::raw;
+  bool calibration = false;
+  std::vector<double> loader, train, wait_ms, read_us, decode_us, resident;
+  std::uint64_t bytes = 0;
+  std::int64_t files = 0;
+};
+
+std::string range(const std::vector<double>& v, const char* f) {
+  if (v.empty()) return "-";
+  const Summary s = summarize(v);
+  return fmt::format(fmt::runtime(f), s.median) + " (" + fmt::format(fmt::runtime(f), s.min) + "-" +
+         fmt::format(fmt::runtime(f), s.max) + ")";
+}
+
+// The effect of `arm` against `control` in percent, in noise floors, and its verdict.
+std::string effect(const std::vector<double>& arm, const std::vector<double>& control, const Calibration& cal) {
+  const Summary a = summarize(arm), c = summarize(control);
+  const double pct = effect_percent(a, c);
+  const std::string floors = cal.noise_floor_percent > 0
+                                 ? fmt::format(", {:.1f}x the noise floor", std::abs(pct) / cal.noise_floor_percent)
+                                 : "";
+  return fmt::format("{:+.1f}%{} ({})", pct, floors, verdict_words(verdict(a, c, cal)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dataset_study: the same images as large raw shards, PNG shards and one file per sample, loader and "
+      "training measured side by side (seed 002's re-export regression)",
+      "dataset_study"};
+  Options o;
+  app.add_option("--work", o.work, "where the data sets are written (replaced on each run)")->capture_default_str();
+  app.add_option("--samples", o.samples, "training samples per data set [256..1000000]")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{256}, std::int64_t{1000000}));
+  app.add_option("--image-size", o.image_size, "stored pixels (a multiple of 32) [32..512]")
+      ->capture_default_str()
+      ->check(CLI::Range(32, 512));
+  app.add_option("--repeats", o.repeats, "rounds, every arm measured in each [2..100]")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 100));
+  app.add_option("--workers", o.workers, "loader workers [0..64]")->capture_default_str()->check(CLI::Range(0, 64));
+  app.add_option("--steps", o.steps, "measured training steps per arm and round [1..100000]")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}));
+  app.add_option("--loader-samples", o.loader_samples, "samples the loader alone is timed over [64..10000000]")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{64}, std::int64_t{10000000}));
+  app.add_option("--backend", o.backend, "the training step's backend (default: the best CPU backend)");
+  app.add_option("--threads", o.threads, "the training step's compute threads (0: all cores)")
+      ->check(CLI::Range(0, 1024));
+  app.add_flag("--warm", o.warm, "keep the page cache (default: cold, dropped before each loader measurement)");
+  app.add_flag("--quick", o.quick, "a small run for tests: 512 samples at 32 px, 2 rounds, 5 steps");
+  app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)");
+  app.add_flag("--no-ledger", o.no_ledger, "write no ledger rows");
+  if (const auto status = parse_command_line(app, argc, argv, "dataset_study")) return *status;
+  try {
+    TL_CHECK(o.image_size % 32 == 0, "--image-size " + std::to_string(o.image_size) + " is not a multiple of 32");
+    if (o.quick) {
+      o.samples = 512, o.image_size = 32, o.repeats = 2, o.steps = 5, o.warmup = 2, o.loader_samples = 256;
+      o.batch = 32;
+    }
+    check_backend_name(o.backend);
+    Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
+    const Environment env = current_environment(backend);
+    std::optional<Ledger> ledger;
+    if (!o.no_ledger) ledger.emplace(o.ledger_path.empty() ? default_ledger_path(env.device_type) : o.ledger_path);
+    if (ledger) ledger->load();  // a bad ledger path fails before anything is written
+    const std::string run_id = new_run_id();
+
+    // The exports: the same images each time.
+    const auto arm_of = [&](const char* name, const char* dir, DiskLayout layout, ImageCodec codec) {
+      Arm arm;
+      arm.name = name;
+      arm.dir = o.work + "/" + dir;
+      arm.layout = layout;
+      arm.codec = codec;
+      return arm;
+    };
+    std::vector<Arm> arms = {arm_of("shards-raw", "shards-raw", DiskLayout::shards, ImageCodec::raw),
+                             arm_of("shards-raw (again)", "shards-raw", DiskLayout::shards, ImageCodec::raw),
+                             arm_of("shards-png", "shards-png", DiskLayout::shards, ImageCodec::png),
+                             arm_of("files-raw", "files-raw", DiskLayout::files, ImageCodec::raw)};
+    arms[1].calibration = true;
+    const SyntheticImages source(0, Split::train, o.samples);
+    for (auto& arm : arms) {
+      if (arm.calibration) continue;
+      DatasetWriteOptions w;
+      w.out = arm.dir;
+      w.layout = arm.layout;
+      w.codec = arm.codec;
+      w.image_size = o.image_size;
+      w.shard_mb = 256;
+      w.overwrite = true;
+      const auto summary = write_image_dataset(source, nullptr, w);
+      std::cout << fmt::format("# wrote {}: {} samples in {} files, {:.1f} MiB, {:.1f} s\n", arm.dir,
+                               summary.splits[0].samples, summary.splits[0].files,
+                               static_cast<double>(summary.splits[0].bytes) / (1 << 20), summary.seconds);
+      arm.bytes = summary.splits[0].bytes;
+      arm.files = summary.splits[0].files;
+    }
+    arms[1].bytes = arms[0].bytes, arms[1].files = arms[0].files;
+    std::cout << fmt::format(
+        "# dataset_study: {} samples of SyntheticImages at {} px; {} rounds of {} arms interleaved; loader {} workers, "
+        "batch {}, {} samples timed, {} cache; training {} steps after {} warm-up\n",
+        o.samples, o.image_size, o.repeats, arms.size(), o.workers, o.batch, o.loader_samples, o.warm ? "warm" : "cold",
+        o.steps, o.warmup);
+    std::cout << fmt::format(
+        "# device: {}, backend {}, timer steady_clock (loader) and the trainer's step timer; run {}\n", env.device_name,
+        env.backend, run_id);
+    for (int round = 0; round < o.repeats; ++round) {
+      for (auto& arm : arms) {
+        const LoaderRun run{arm.dir, o.workers, o.batch, o.loader_samples, !o.warm, static_cast<std::uint64_t>(round)};
+        json row = env.to_json();
+        row["run_id"] = run_id;
+        row["kind"] = "dataset_study_repeat";
+        row["arm"] = arm.name;
+        row["calibration"] = arm.calibration;
+        row["round"] = round;
+        row["layout"] = disk_layout_name(arm.layout);
+        row["codec"] = image_codec_name(arm.codec);
+        row["image_size"] = o.image_size;
+        row["samples"] = o.samples;
+        row["workers"] = o.workers;
+        row["batch"] = o.batch;
+        row["cold"] = !o.warm;
+        try {
+          const LoaderMeasurement m = measure_loader(run);
+          const TrainResult t = train_on_data(run, o.steps, o.warmup, o.backend, o.threads);
+          const double wait =
+              t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
+          arm.loader.push_back(m.samples_per_s);
+          arm.read_us.push_back(m.read_us);
+          arm.decode_us.push_back(m.decode_us);
+          arm.resident.push_back(m.resident);
+          arm.train.push_back(t.samples_per_s);
+          arm.wait_ms.push_back(wait);
+          row["status"] = "ok";
+          row["loader_samples_per_s"] = m.samples_per_s;
+          row["read_cpu_us_per_sample"] = m.read_us;
+          row["decode_cpu_us_per_sample"] = m.decode_us;
+          row["page_cache_resident"] = m.resident;
+          row["train_samples_per_s"] = t.samples_per_s;
+          row["data_wait_ms_per_step"] = wait;
+          row["step_seconds"] = t.step_seconds;
+          std::cout << fmt::format(
+              "[round {}/{}] {:<19} loader {:7.0f} samples/s (read {:.1f} us, decode {:.1f} us per "
+              "sample, {:.0f}% cached)  training {:6.0f} samples/s, data wait {:.2f} ms/step\n",
+              round + 1, o.repeats, arm.name, m.samples_per_s, m.read_us, m.decode_us, m.resident * 100,
+              t.samples_per_s, wait);
+        } catch (const Error& e) {
+          row["status"] = "failed";
+          row["error"] = e.what();
+          std::cout << fmt::format("[round {}/{}] {:<19} FAILED: {}\n", round + 1, o.repeats, arm.name, e.what());
+        }
+        std::cout.flush();
+        if (ledger) ledger->append(row);
+      }
+    }
+
+    const Calibration loader_cal = calibrate(arms[0].loader, arms[1].loader);
+    const Calibration train_cal = calibrate(arms[0].train, arms[1].train);
+    std::cout << fmt::format("\nnoise floor (shards-raw against itself): loader {:.1f}%, training {:.1f}%{}\n\n",
+                             loader_cal.noise_floor_percent, train_cal.noise_floor_percent,
+                             loader_cal.valid && train_cal.valid
+                                 ? ""
+                                 : " (the two copies came out separable: NO CONCLUSION for the arms it invalidates)");
+    std::cout << "| arm | files | bytes/sample | loader samples/s | read us/sample | decode us/sample | training "
+                 "samples/s | data wait ms/step | loader vs shards-raw | training vs shards-raw |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& arm : arms) {
+      const bool control = &arm == &arms[0];
+      const char* same = arm.calibration ? "calibration: " : "";
+      std::cout << fmt::format(
+          "| {} | {} | {:.0f} | {} | {} | {} | {} | {} | {} | {} |\n", arm.name, arm.files,
+          static_cast<double>(arm.bytes) / static_cast<double>(o.samples), range(arm.loader, "{:.0f}"),
+          range(arm.read_us, "{:.1f}"), range(arm.decode_us, "{:.1f}"), range(arm.train, "{:.0f}"),
+          range(arm.wait_ms, "{:.2f}"),
+          control || arm.loader.empty() ? "control" : same + effect(arm.loader, arms[0].loader, loader_cal),
+          control || arm.train.empty() ? "control" : same + effect(arm.train, arms[0].train, train_cal));
+    }
+    std::cout << "\nverdict: what each re-export costs against large raw shards\n";
+    for (std::size_t i = 2; i < arms.size(); ++i) {
+      if (arms[i].loader.empty() || arms[0].loader.empty()) continue;
+      std::cout << fmt::format("  {}: loader {}; training {}\n", arms[i].name,
+                               effect(arms[i].loader, arms[0].loader, loader_cal),
+                               effect(arms[i].train, arms[0].train, train_cal));
+    }
+    if (ledger) std::cout << "ledger: " << ledger->path() << " (run " << run_id << ")\n";
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "dataset_study: error: " << e.what() << "\n";
+    return 2;
+  }
+}
