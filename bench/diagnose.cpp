@@ -400,7 +400,19 @@ DiagnosisCheck check_loader(const Artifacts& a, bool starved, bool compute_slowe
     cap = fmt::format("; loader-bench measured {:.0f} samples/s with {} workers on this data set (run {})",
                       row.value("loader_samples_per_s", 0.0), row.value("workers", 0), row.value("run_id", ""));
   }
-  c.evidence = fmt::format("{} loader worker{} on {} cores{}", w, w == 1 ? "" : "s", a.cores, cap);
+  std::string spent;
+  if (a.final && a.final->contains("loader") && (*a.final)["loader"].is_object()) {
+    const json& l = (*a.final)["loader"];
+    const double samples = std::max(1.0, l.value("samples", 0.0));
+    const double read_us = l.value("read_cpu_s", 0.0) / samples * 1e6,
+                 decode_us = l.value("decode_cpu_s", 0.0) / samples * 1e6;
+    const double rate = a.final->value("samples_per_s", 0.0);
+    spent = fmt::format(
+        "; the readers spent {:.1f} us reading and {:.1f} us decoding per sample ({:.0f} samples): at "
+        "{:.0f} samples/s that is {:.2f} cores",
+        read_us, decode_us, samples, rate, (read_us + decode_us) * 1e-6 * rate);
+  }
+  c.evidence = fmt::format("{} loader worker{} on {} cores{}{}", w, w == 1 ? "" : "s", a.cores, spent, cap);
   if (!starved && compute_slowed && w > 0) {
     c.verdict = CheckVerdict::problem;
     c.finding = fmt::format(

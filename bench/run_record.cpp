@@ -9,6 +9,7 @@
 
 #include "backends/registry.h"
 #include "engine/config.h"
+#include "engine/disk_dataset.h"
 
 namespace trainlab::bench {
 
@@ -112,6 +113,8 @@ nlohmann::json RunRecorder::base_row(const char* kind) const {
   return row;
 }
 
+void RunRecorder::watch_loader(std::shared_ptr<const Dataset> data) { data_ = std::move(data); }
+
 void RunRecorder::on_step(const StepReport& r) {
   const PhaseTimes& p = r.phases;
   const double work = p.data_wait_s + p.forward_s + p.backward_s + p.optimizer_s;
@@ -156,6 +159,14 @@ void RunRecorder::finish(const TrainResult& result, const std::vector<RankStepSt
                    {"optimizer_s", result.measured.optimizer_s},
                    {"comm_s", result.measured.comm_s}};
   row["ranks"] = rank_stats_json(ranks);
+  if (const auto* disk = dynamic_cast<const EncodedImageDataset*>(data_.get())) {
+    const DiskReadStats stats = disk->stats();
+    row["loader"] = {{"samples", stats.samples},
+                     {"bytes", stats.bytes},
+                     {"read_cpu_s", stats.read_cpu_s},
+                     {"decode_cpu_s", stats.decode_cpu_s},
+                     {"workers", config_.workers}};
+  }
   row["accuracy"] =
       result.final_eval.samples > 0 ? nlohmann::json(result.final_eval.accuracy) : nlohmann::json(nullptr);
   row["stopped_by"] = result.stopped_by;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ class RunRecorder {
   RunRecorder(const std::string& ledger, const TrainConfig& config, int rank, int world_size);
   const std::string& run_id() const { return run_id_; }
   bool enabled() const { return ledger_.has_value(); }
+  // The training data set: when it is on disk, the summary row says what its readers spent (CPU
+  // seconds reading and decoding, the samples read).
+  void watch_loader(std::shared_ptr<const Dataset> data);
   // Every step (for the work times); a progress row every config.log_every steps.
   void on_step(const StepReport& report);
   const std::vector<double>& work_seconds() const { return work_s_; }
@@ -57,6 +61,7 @@ class RunRecorder {
   std::string run_id_;
   int world_ = 1;
   double start_ = 0;
+  std::shared_ptr<const Dataset> data_;
   std::vector<double> work_s_, data_wait_s_, recent_s_;
   bool finished_ = false, wrote_config_ = false;
 };

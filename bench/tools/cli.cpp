@@ -90,7 +90,9 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   if (!launched_by_mpi()) {
     if (!config.ledger.empty()) bench::Ledger(config.ledger).load();  // a bad ledger path fails before the run
     bench::RunRecorder recorder(config.ledger, config, 0, 1);
-    Trainer trainer(config);
+    TrainTask task = smallcnn_task(config);
+    recorder.watch_loader(task.train_data);
+    Trainer trainer(config, task);
     trainer.set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder.on_step(r); }, {}, {}, {}});
     TrainResult result;
     try {
@@ -130,7 +132,9 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     comm::Ddp ddp(*world, ddp_options);
     if (!config.ledger.empty() && world->rank() == 0) bench::Ledger(config.ledger).load();
     recorder.emplace(config.ledger, config, world->rank(), world->size());
-    Trainer trainer(config, &ddp);
+    TrainTask task = smallcnn_task(config);
+    recorder->watch_loader(task.train_data);
+    Trainer trainer(config, task, &ddp);
     trainer.set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder->on_step(r); }, {}, {}, {}});
     const TrainResult result = trainer.train(world->rank() == 0 ? &std::cout : nullptr);
     // Each rank's step-time distribution, gathered to every rank (rank 0 prints and records it).
