@@ -23,22 +23,26 @@ build: configure
 test: build
 	@ctest --preset $(PRESET)
 
-# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/).
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/), less the
+# tests the sanitize test preset leaves out (CMakePresets.json: slow, long, golden, package, peer,
+# docs, seed-study); it builds only what the rest run (not bench_ladder or the seeds' study drivers).
+SANITIZE_TARGETS = trainlab_tests trainlab_comm_tests trainlab_cli bench_allreduce bench_buckets bench_report \
+                    bench_scaling own_model_and_data gradient_timeline $(addprefix fuzz_,$(FUZZ_TARGETS))
 test-sanitize: deps
 	@cmake --preset sanitize > /dev/null
-	@cmake --build --preset sanitize
+	@cmake --build --preset sanitize --target $(SANITIZE_TARGETS)
 	@ctest --preset sanitize
 
 # The CUDA build (build-cuda/, sm_90 + PTX), then the GPU tests, which report themselves skipped
 # (with the reason) on a machine without a GPU. Where there is a GPU (nvidia-smi lists one): the
 # library with the cuda backend and its kernels, the NCCL communicator, the trainlab command, the
 # test suites, bench_allreduce, bench_scaling and cost_to_accuracy (configs/cost_cuda.yaml). Where
-# there is none, only the targets that hold CUDA or NCCL code (the library, the communicators, the
-# kernel test and the comm tests with their NCCL cases): the rest is the same host code the other
-# builds compile, and nothing here could run it. Skipped, saying so, when there is no CUDA toolkit.
+# there is none, only the library (the cuda backend, the kernels), the communicators (NCCL) and the
+# kernel test: the rest is host code the other builds compile, and nothing here could run it. Skipped, saying so, when there is no CUDA toolkit.
 NVCC ?= /usr/local/cuda/bin/nvcc
-CUDA_TARGETS := trainlab trainlab_comm trainlab_cuda_kernels_test trainlab_comm_tests
-CUDA_GPU_TARGETS := $(CUDA_TARGETS) trainlab_cli trainlab_tests bench_allreduce bench_scaling cost_to_accuracy
+CUDA_TARGETS := trainlab trainlab_comm trainlab_cuda_kernels_test
+CUDA_GPU_TARGETS := $(CUDA_TARGETS) trainlab_comm_tests trainlab_cli trainlab_tests bench_allreduce bench_scaling \
+                    cost_to_accuracy
 build-cuda: deps
 	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
 	targets="$(CUDA_GPU_TARGETS)"; \
