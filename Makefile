@@ -6,7 +6,7 @@ PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
 BUILD_DIR := build
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report accuracy pinning memory dataset-study clean format check-format fuzz
+.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study clean format check-format fuzz
 
 all: build
 
@@ -79,12 +79,31 @@ fuzz:
 # The main job: the quick CPU optimisation ladder (configs/ladder_cpu.yaml) with calibration
 # arms, interleaved repeats, rows appended to results/ledger_cpu.jsonl and results/REPORT.md
 # regenerated from it. `make ladder-full` runs the full ladder (more steps and repeats).
+# LEDGER= names another ledger for every measuring target below (its REPORT.md beside it): the
+# committed evidence of one machine is bench/results/<machine>/ledger_cpu.jsonl.
+LEDGER ?= results/ledger_cpu.jsonl
+REPORT := $(dir $(LEDGER))REPORT.md
 LADDER := $(BUILD_DIR)/bin/bench_ladder
 ladder: build
-	@$(LADDER) --device cpu --quick --calibrate --repeats 5
+	@$(LADDER) --device cpu --quick --calibrate --repeats 5 --ledger $(LEDGER) --report $(REPORT)
 
 ladder-full: build
-	@$(LADDER) --device cpu --calibrate --repeats 7
+	@$(LADDER) --device cpu --calibrate --repeats 7 --ledger $(LEDGER) --report $(REPORT)
+
+# trainlab against PyTorch (bench/compare_torch.py): every trainlab configuration and every PyTorch
+# variant the peer defines, interleaved over 5 rounds; the best PyTorch variant per dtype in the run
+# is the peer. Rewrites docs/RESULTS.md's table and the README's headline, appends the run to
+# $(LEDGER) and regenerates $(REPORT) (its figure of the ratios per round).
+compare: build
+	@python3 bench/compare_torch.py --update-docs --ledger $(LEDGER) \
+	  --out $(dir $(LEDGER))compare_torch.json
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
+
+# Re-runs a sample of the latest ladder run's rungs in $(LEDGER) and says whether each lands within
+# its recorded spread (SAMPLE rungs, default 3).
+SAMPLE ?= 3
+verify: build
+	@$(BUILD_DIR)/bin/bench_report --verify --ledger $(LEDGER) --sample $(SAMPLE)
 
 # Seed 000's two studies (studies/), rows appended to results/ledger_cpu.jsonl, then REPORT.md.
 # `make accuracy RATE=0.35`: the cost to held-out accuracy of configs/cost_cpu.yaml's configurations
@@ -96,30 +115,30 @@ SCALING_LEDGER ?=
 CONTEND ?= 2
 accuracy: build
 	@if [ -z "$(RATE)" ]; then echo "make accuracy: RATE is required, the machine's price in \$$/hour (e.g. make accuracy RATE=0.35): there is no default price" >&2; exit 2; fi
-	@$(BUILD_DIR)/bin/cost_to_accuracy --rate $(RATE) $(if $(SCALING_LEDGER),--scaling-ledger $(SCALING_LEDGER))
-	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
+	@$(BUILD_DIR)/bin/cost_to_accuracy --rate $(RATE) --ledger $(LEDGER) $(if $(SCALING_LEDGER),--scaling-ledger $(SCALING_LEDGER))
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 pinning: build
-	@$(BUILD_DIR)/bin/pinning --contend $(CONTEND)
-	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
+	@$(BUILD_DIR)/bin/pinning --contend $(CONTEND) --ledger $(LEDGER)
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 # The memory study (studies/memory): batch x recompute x ZeRO stage over 2 ranks, memory per rank by
 # category and step time, repeats interleaved, the control twice (the noise floor); rows appended to
 # results/ledger_cpu.jsonl, then REPORT.md with its table and figure.
 memory: build
-	@scripts/mpirun -np 2 $(BUILD_DIR)/bin/memory_study
-	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md > /dev/null && echo "report: results/REPORT.md"
+	@scripts/mpirun -np 2 $(BUILD_DIR)/bin/memory_study --ledger $(LEDGER)
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 # The data set study (studies/dataset, seed 002's re-export regression): the same images as large raw
 # shards, PNG shards and one file per sample (written to build/dataset-study), the loader (cold
 # cache) and training measured side by side with a calibration arm; rows appended to
 # results/ledger_cpu.jsonl.
 dataset-study: build
-	@$(BUILD_DIR)/bin/dataset_study --work $(BUILD_DIR)/dataset-study
+	@$(BUILD_DIR)/bin/dataset_study --work $(BUILD_DIR)/dataset-study --ledger $(LEDGER)
 
 # REPORT.md and its figure from the ledger alone.
 report: build
-	@$(BUILD_DIR)/bin/bench_report --ledger results/ledger_cpu.jsonl --out results/REPORT.md
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT)
 
 format:
 	@git ls-files '*.cpp' '*.h' '*.cu' | xargs clang-format -i

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <vector>
 #include "backends/error.h"
 #include "backends/registry.h"
@@ -83,10 +84,13 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
           P, comm.backend(), comm.device_memory() ? " on " + comm.device_name() : std::string(), dtype_name_,
           bench::human_bytes(static_cast<std::int64_t>(segment_bytes)), comm.library_version(), copy_rate);
       std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
-                   "GB/s = 1e9 bytes/s\n";
-      std::cout << fmt::format("{:>7} {:>11} | {:>27} {:>7} {:>7} {:>6} | {:>27} {:>7} {:>7} | {:>6} | {}\n", "size",
-                               "count", "ring time us", "algbw", "busbw", "%copy", "native time us", "algbw", "busbw",
-                               "ratio", "correct");
+                   "GB/s = 1e9 bytes/s\n# ratio: ring time / native time; x floor: the ring's effect against native "
+                   "in units of the noise floor (native's even against its odd iterations, the same configuration "
+                   "interleaved), then separable or not\n";
+      std::cout << fmt::format(
+          "{:>7} {:>11} | {:>27} {:>7} {:>7} {:>6} | {:>27} {:>7} {:>7} | {:>6} {:>7} {:>13} | {}\n", "size", "count",
+          "ring time us", "algbw", "busbw", "%copy", "native time us", "algbw", "busbw", "ratio", "x floor",
+          "separable", "correct");
     }
     bool all_correct = true;
     std::vector<std::pair<std::int64_t, double>> ratios, busbw_fraction;
@@ -174,7 +178,18 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
         const std::string ring_columns =
             fmt::format("{:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} {:>5.0f}%", ring_s.median * 1e6,
                         ring_s.min * 1e6, ring_s.max * 1e6, algbw(ring_s.median), ring_bus, 100 * ring_bus / copy_rate);
-        const std::string ratio_column = fmt::format("{:.2f}", ratio);
+        // The noise floor: native's even and odd iterations are two arms of one configuration,
+        // interleaved with the ring like every other iteration.
+        std::vector<double> native_even, native_odd;
+        for (std::size_t i = 0; i < native_times.size(); ++i)
+          (i % 2 ? native_odd : native_even).push_back(native_times[i]);
+        std::optional<bench::Calibration> calibration;
+        if (!native_odd.empty()) calibration = bench::calibrate(native_even, native_odd);
+        const double effect = (ratio - 1) * 100;  // + : the ring takes longer
+        const bench::Verdict ring_verdict = bench::verdict(ring_s, native_s, calibration);
+        const std::string ratio_column =
+            fmt::format("{:.2f} {:>7} {:>13}", ratio, bench::floor_multiple_text(effect, calibration),
+                        bench::verdict_words(ring_verdict));
         if (rank == 0) {
           std::cout << fmt::format("{:>7} {:>11} | {} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} | {:>6} | {}\n",
                                    bench::human_bytes(actual), count, ring_columns, native_s.median * 1e6,
@@ -203,6 +218,7 @@ int trainlab::bench::run_allreduce_study(const AllreduceOptions& options) {
               row["busbw_gbps"] = algbw(s.median) * factor;
               row["memcpy_gbps"] = copy_rate;
               row["correct"] = correct;
+              if (calibration) row["noise_floor_percent"] = calibration->noise_floor_percent;
               ledger.append(row);
             }
           }

@@ -33,7 +33,34 @@ RESULTS_DOC = os.path.join(ROOT, "docs", "RESULTS.md")
 README = os.path.join(ROOT, "README.md")
 TABLE_MARKERS = ("<!-- compare_torch:begin -->", "<!-- compare_torch:end -->")
 HEADLINE_MARKERS = ("<!-- compare_torch_headline:begin -->", "<!-- compare_torch_headline:end -->")
-TORCH_VARIANTS = ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last"]
+# The PyTorch variants come from the peer itself (torch_smallcnn.py --list-variants): every variant
+# it defines is measured, training and forward only, and the best per dtype in this run is the peer.
+
+
+def best_variant(order, samples):
+    """The best of the variants in `order` by their values in `samples` (name -> list): the highest
+    median wins; an exact tie goes to the higher minimum (the steadier), then to the earlier name in
+    `order` (the peer lists its variants simplest first). Variants without values are passed over.
+    The same rule as bench::best_by_median (bench_scaling's DDP peer)."""
+    best = None
+    for name in order:
+        values = samples.get(name) or []
+        if not values:
+            continue
+        key = (statistics.median(values), min(values))
+        if best is None or key > best[1]:
+            best = (name, key)
+    if best is None:
+        raise ValueError("best_variant: no variant has a measurement")
+    return best[0]
+
+
+def peer_variants():
+    """{"train": [...], "infer": [...]} from the peer."""
+    result = subprocess.run([TORCH_PYTHON, PEER, "--list-variants"], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"compare_torch: {PEER} --list-variants failed: {result.stderr.strip() or result.stdout.strip()}")
+    return json.loads(result.stdout)
 
 
 def trainlab_configs(threads):
@@ -60,10 +87,10 @@ def trainlab_configs(threads):
     ]
 
 
-def torch_configs(threads):
+def torch_configs(threads, variants):
     out = []
     for kind, dtype, extra in (("f32", "f32", []), ("bf16", "bf16", []), ("f32_infer", "f32", ["--forward-only"])):
-        for variant in TORCH_VARIANTS:
+        for variant in variants["infer" if extra else "train"]:
             out.append((f"torch_{kind}_{variant}", f"torch {dtype} {variant}" + (" forward only" if extra else ""), kind,
                         ["--variant", variant, "--dtype", dtype, "--threads", str(threads), *extra]))
     return out
@@ -96,7 +123,8 @@ def render(doc):
     gflops = doc["gemm_gflop_per_s"]
     rounds, seconds = machine.get("rounds", rows[0]["samples_per_s"]["n"]), machine.get("seconds", "?")
     lines = [
-        f"Measured {machine['date']} by `python3 bench/compare_torch.py --rounds {rounds} --seconds {seconds}` "
+        f"Measured {machine['date']} by `{doc.get('command') or f'python3 bench/compare_torch.py --rounds {rounds} --seconds {seconds}'}`"
+        f"{' (run `' + doc['run_id'] + '`)' if doc.get('run_id') else ''} "
         f"on {machine['cpu']}, {machine['threads']} threads, batch {machine['batch']}; trainlab {engine['engine']} "
         f"({engine['backend'].split(' (')[0]}), PyTorch {machine['torch']}. Median (min-max) of {rounds} "
         f"interleaved rounds; ratios are per round against the best PyTorch variant of the same dtype.",
@@ -112,13 +140,19 @@ def render(doc):
                      f"| {fmt(row['ratio'], 2)}x | {row['gflop_per_s']['median']:.0f} "
                      f"({100 * row['ceiling_share']['median']:.0f}%) | {row['rss_mb']['median']:.0f} "
                      f"({row['peer_rss_mb']['median']:.0f}) |")
+    if doc.get("variants"):
+        lines += ["", "Every PyTorch variant measured in this run (the best per dtype, marked, is the peer above; "
+                      "`bench/peers/torch_smallcnn.py --help` says what each is):", "",
+                  "| kind | PyTorch variant | samples/s | |", "|---|---|---|---|"]
+        for v in doc["variants"]:
+            lines.append(f"| {v['kind']} | {v['variant']} | {fmt(v['samples_per_s'])} | {'best' if v['best'] else ''} |")
     lines += ["", "| target | measured (median, min-max) | verdict |", "|---|---|---|"]
     for t in doc["targets"]:
         lines.append(f"| {t['target']} | {fmt(t['value'], 2)} | {t['verdict']} |")
     by_config = {row["config"]: row for row in rows}
     headline = [
         f"SmallCNN training, batch {machine['batch']}, {machine['threads']} threads, on {machine['cpu']} "
-        f"({machine['date'][:10]}; median of {rounds} interleaved rounds, `python3 bench/compare_torch.py`; every "
+        f"({machine['date'][:10]}; median of {rounds} interleaved rounds, `make compare`; every "
         f"configuration: [docs/RESULTS.md](docs/RESULTS.md#against-pytorch)):",
         "",
         "| trainlab | samples/s | best PyTorch variant | samples/s | ratio |",
@@ -158,6 +192,9 @@ def main():
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare_torch.json"))
+    parser.add_argument("--ledger", default="",
+                        help="also append the run to this ledger (a compare_torch row per trainlab configuration, a "
+                             "compare_torch_peer row per PyTorch variant), which bench_report draws")
     parser.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
                         help="rewrite the table in docs/RESULTS.md and the headline in README.md between their markers")
     parser.add_argument("--render-only", action="store_true",
@@ -180,7 +217,8 @@ def main():
         sys.exit(f"compare_torch: {TORCH_PYTHON} cannot import torch ({probe.stderr.strip()}); "
                  "install Debian's python3-torch (scripts/install-deps.sh does)")
 
-    configs = trainlab_configs(args.threads) + torch_configs(args.threads)
+    variants = peer_variants()
+    configs = trainlab_configs(args.threads) + torch_configs(args.threads, variants)
     samples = {key: [] for key, *_ in configs}
     rss = {key: [] for key, *_ in configs}
     gflops = {"f32": [], "bf16": []}
@@ -205,11 +243,14 @@ def main():
             print(f"round {r + 1}/{args.rounds}  {label:42s} {result['samples_per_s']:9.1f} samples/s  "
                   f"rss {result['peak_rss_mb']:6.0f} MB", flush=True)
 
-    # The best PyTorch variant of each kind, by median.
-    best = {}
+    # The best PyTorch variant of each kind in this run (best_variant's rule), and every variant's figure.
+    best, variant_rows = {}, []
     for kind in ("f32", "bf16", "f32_infer"):
-        keys = [k for k, _, kd, _ in torch_configs(args.threads) if kd == kind]
-        best[kind] = max(keys, key=lambda k: statistics.median(samples[k]))
+        keys = [k for k, _, kd, _ in torch_configs(args.threads, variants) if kd == kind]
+        best[kind] = best_variant(keys, samples)
+        for k in keys:
+            variant_rows.append({"kind": kind, "variant": next(l for kk, l, *_ in configs if kk == k),
+                                 "samples_per_s": summary(samples[k]), "best": k == best[kind]})
     labels = {key: label for key, label, *_ in configs}
 
     def ratio(a, b):
@@ -224,7 +265,8 @@ def main():
         gf = [s * flop * 1e-9 for s in samples[key]]
         rows.append({
             "config": label, "samples_per_s": tput, "peer": labels[peer], "peer_samples_per_s": summary(samples[peer]),
-            "ratio": ratio(key, peer), "gflop_per_s": summary(gf),
+            "ratio": ratio(key, peer), "ratio_per_round": [x / y for x, y in zip(samples[key], samples[peer])],
+            "gflop_per_s": summary(gf),
             "ceiling_share": summary([g / c for g, c in zip(gf, ceiling)]),
             "rss_mb": summary(rss[key]), "peer_rss_mb": summary(rss[peer]),
         })
@@ -269,8 +311,11 @@ def main():
             ok, stretch = value["median"] <= at_most, ""
         verdicts.append({"target": name, "value": value, "verdict": ("met" if ok else "MISSED") + stretch})
     machine["rounds"], machine["seconds"] = args.rounds, args.seconds
+    now = datetime.datetime.now(datetime.timezone.utc)
+    run_id = now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     doc = {"machine": machine, "engine": engine, "gemm_gflop_per_s": gflops, "rows": rows, "targets": verdicts,
-           "raw": raw}
+           "variants": variant_rows, "raw": raw, "run_id": run_id, "run_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "command": "python3 bench/compare_torch.py " + " ".join(sys.argv[1:])}
     table, headline = render(doc)
     print("\n" + table)
 
@@ -281,9 +326,39 @@ def main():
     os.replace(args.out + ".tmp", args.out)
     print(f"\nall measurements: {args.out}")
 
+    if args.ledger:
+        n = append_ledger(args.ledger, doc, samples, labels, configs, best)
+        print(f"ledger: {args.ledger} ({n} rows, run {doc['run_id']})")
     if args.update_docs:
         update_docs(table, headline)
     return 0
+
+
+def append_ledger(path, doc, samples, labels, configs, best):
+    """The run as ledger rows (schema 1, the fields every row carries), appended one line each."""
+    machine, engine = doc["machine"], doc["engine"]
+    common = {"schema": 1, "run_id": doc["run_id"], "status": "ok", "time": doc["run_time"],
+              "device": {"name": machine["cpu"], "type": "cpu"}, "host": platform.node(), "cores": os.cpu_count(),
+              "threads": machine["threads"], "backend": "onednn", "timer": "steady_clock (trainlab), perf_counter (PyTorch)",
+              "versions": {"engine": engine["engine"], "compiler": engine.get("compiler", "?"),
+                           "trainlab": engine.get("trainlab", "?"), "torch": machine["torch"]},
+              "batch": machine["batch"], "seconds": machine["seconds"], "warmup_steps_excluded": 5,
+              "command": doc["command"]}
+    lines = []
+    for row in doc["rows"]:
+        lines.append({**common, "kind": "compare_torch", "config_name": row["config"], "peer": row["peer"],
+                      "samples_per_s": row["samples_per_s"], "peer_samples_per_s": row["peer_samples_per_s"],
+                      "ratio": row["ratio"], "ratio_per_round": row["ratio_per_round"]})
+    for key, label, kind, _ in configs:
+        if key.startswith("torch_"):
+            lines.append({**common, "kind": "compare_torch_peer", "config_name": label, "peer_kind": kind,
+                          "repeats": samples[key], "best": key == best[kind]})
+    with open(path, "a") as f:
+        for line in lines:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return len(lines)
 
 
 if __name__ == "__main__":

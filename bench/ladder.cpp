@@ -507,10 +507,11 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
 
   std::ostringstream out;
   if (markdown) {
-    out << "| rung | samples/s | ± | min-max | data-wait | vs prev | separable? |\n|---|---|---|---|---|---|---|\n";
+    out << "| rung | samples/s | ± | min-max | data-wait | vs prev | x noise floor | separable? |\n"
+           "|---|---|---|---|---|---|---|---|\n";
   } else {
-    out << fmt::format("{:<22} {:>10} {:>8} {:>21} {:>9} {:>9}  {}\n", "rung", "samples/s", "±", "min-max", "data-wait",
-                       "vs prev", "separable?");
+    out << fmt::format("{:<22} {:>10} {:>8} {:>21} {:>9} {:>9} {:>7}  {}\n", "rung", "samples/s", "±", "min-max",
+                       "data-wait", "vs prev", "x floor", "separable?");
   }
   std::optional<Summary> previous;
   for (const auto& row : rows) {
@@ -521,7 +522,7 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
       const std::string why = status == "skipped" ? "skipped: " + row.value("reason", std::string())
                                                   : "failed: " + row.value("error", std::string());
       if (markdown) {
-        out << fmt::format("| {} | {} | | | | | |\n", name, why);
+        out << fmt::format("| {} | {} | | | | | | |\n", name, why);
       } else {
         out << fmt::format("{:<22} {}\n", name, why);
       }
@@ -529,17 +530,19 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
     }
     const Summary s = stats_from(row.at("stats"));
     const double wait = row.at("breakdown").at("data_wait").at("share").get<double>() * 100;
-    std::string vs = "-", sep = "-";
+    std::string vs = "-", floors = "-", sep = "-";
     if (previous) {
-      vs = fmt::format("{:+.1f}%", effect_percent(s, *previous));
+      const double effect = effect_percent(s, *previous);
+      vs = fmt::format("{:+.1f}%", effect);
+      floors = floor_multiple_text(effect, calibration);
       sep = verdict_text(verdict(s, *previous, calibration));
     }
     if (markdown) {
-      out << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}-{:.1f} | {:.1f}% | {} | {} |\n", name, s.median, s.std, s.min,
-                         s.max, wait, vs, sep);
+      out << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}-{:.1f} | {:.1f}% | {} | {} | {} |\n", name, s.median, s.std,
+                         s.min, s.max, wait, vs, floors, sep);
     } else {
-      out << fmt::format("{:<22} {:>10.1f} {:>8.1f} {:>10.1f}-{:<10.1f} {:>8.1f}% {:>9}  {}\n", name, s.median, s.std,
-                         s.min, s.max, wait, vs, sep);
+      out << fmt::format("{:<22} {:>10.1f} {:>8.1f} {:>10.1f}-{:<10.1f} {:>8.1f}% {:>9} {:>7}  {}\n", name, s.median,
+                         s.std, s.min, s.max, wait, vs, floors, sep);
     }
     previous = s;
   }

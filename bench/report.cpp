@@ -15,6 +15,7 @@
 #include "bench/memory_study.h"
 #include "bench/pinning_study.h"
 #include "bench/render.h"
+#include "bench/report_families.h"
 #include "engine/fileio.h"
 
 namespace trainlab::bench {
@@ -71,25 +72,7 @@ std::string bar_chart_svg(const std::vector<json>& rows, const std::string& titl
   return svg.str();
 }
 
-// One section of the report: its markdown, its figures (path relative to the report, SVG text),
-// and the table the README quotes between <!-- marker:begin --> and <!-- marker:end -->.
-struct Section {
-  json first_row;  // where it was measured
-  std::string markdown;
-  std::vector<std::pair<std::string, std::string>> figures;
-  std::string marker, readme_intro, readme_table;
-};
-
-// The latest run of `kind` rows in the ledger ("" when there is none) and its rows.
-std::pair<std::string, std::vector<json>> latest_run(const Ledger::Loaded& loaded, const std::string& kind) {
-  std::string run_id;
-  for (const auto& row : loaded.rows)
-    if (row.value("kind", "") == kind) run_id = row.value("run_id", "");
-  std::vector<json> rows;
-  for (const auto& row : loaded.rows)
-    if (!run_id.empty() && row.value("run_id", "") == run_id) rows.push_back(row);
-  return {run_id, rows};
-}
+using Section = ReportSection;
 
 // A text field of a row by JSON pointer, or "?" where it is absent (row_problem has checked the
 // types of those present).
@@ -98,9 +81,8 @@ std::string text_at(const json& row, const char* pointer) {
   return row.contains(p) && row.at(p).is_string() ? row.at(p).get<std::string>() : std::string("?");
 }
 
-std::string measured_on(const json& row) {
-  return fmt::format("{} ({}, {} threads; engine {}; timer {})", text_at(row, "/device/name"), text_at(row, "/backend"),
-                     row.value("threads", 0), text_at(row, "/versions/engine"), text_at(row, "/timer"));
+std::pair<std::string, std::vector<json>> latest_run(const Ledger::Loaded& loaded, const std::string& kind) {
+  return latest_run_of(loaded.rows, kind);
 }
 
 std::optional<Section> cost_section(const Ledger::Loaded& loaded) {
@@ -356,31 +338,45 @@ std::optional<Section> ladder_section(const ReportOptions& options, const Ledger
   }
   std::optional<Calibration> calibration;
   if (!arm_a.empty() && !arm_b.empty()) calibration = calibrate(arm_a, arm_b);
+  // Each rung against the previous one, sorted by the effect in units of the noise floor (largest
+  // first; without a floor, by the effect itself); rungs that did not run follow, as they are.
+  struct Finding {
+    double order;
+    std::string line;
+  };
+  std::vector<Finding> findings;
+  std::vector<std::string> not_run;
   for (const auto& row : rungs) {
     if (row.value("calibration", false)) continue;
     const std::string name = row.at("rung");
     if (row.at("status") != "ok") {
-      md << fmt::format("- `{}`: {} ({})\n", name, row.at("status").get<std::string>(),
-                        row.value("reason", row.value("error", std::string())));
+      not_run.push_back(fmt::format("- `{}`: {} ({})\n", name, row.at("status").get<std::string>(),
+                                    row.value("reason", row.value("error", std::string()))));
       continue;
     }
-    const auto& st = row.at("stats");
-    Summary s;
-    s.median = st.at("median");
-    s.min = st.at("min");
-    s.max = st.at("max");
-    s.n = st.at("n");
+    const Summary s = stats_from(row.at("stats"));
     if (previous) {
       const Verdict v = verdict(s, *previous, calibration);
-      const char* meaning = v == Verdict::no_conclusion ? "NO CONCLUSION (the calibration arms failed their own check)"
-                            : v == Verdict::separable   ? "separable (the repeat ranges do not overlap)"
-                            : v == Verdict::too_few_repeats ? "no verdict from a single repeat"
-                                                            : "not separable: inside the noise";
-      md << fmt::format("- `{}` vs `{}`: {:+.1f}%, {}\n", name, previous_name, effect_percent(s, *previous), meaning);
+      const double effect = effect_percent(s, *previous);
+      const char* meaning = v == Verdict::no_conclusion     ? " (the calibration arms failed their own check)"
+                            : v == Verdict::separable       ? " (the repeat ranges do not overlap)"
+                            : v == Verdict::too_few_repeats ? ": no verdict from a single repeat"
+                                                            : ": inside the noise";
+      const double m = calibration ? floor_multiple(effect, calibration->noise_floor_percent) : std::abs(effect);
+      findings.push_back({std::isnan(m) ? 0.0 : m, fmt::format("- `{}` vs `{}`: {}{}\n", name, previous_name,
+                                                               effect_words(effect, calibration, v), meaning)});
     }
     previous = s;
     previous_name = name;
   }
+  std::stable_sort(findings.begin(), findings.end(),
+                   [](const Finding& a, const Finding& b) { return a.order > b.order; });
+  md << (calibration ? fmt::format("Sorted by the effect in units of the noise floor ({:.1f}%, the calibration arms' "
+                                   "gap), largest first.\n\n",
+                                   calibration->noise_floor_percent)
+                     : std::string("No noise floor was measured (run with --calibrate): sorted by the effect.\n\n"));
+  for (const auto& f : findings) md << f.line;
+  for (const auto& line : not_run) md << line;
   Section section;
   section.first_row = first;
   section.markdown = md.str();
@@ -418,7 +414,13 @@ std::string write_report(const ReportOptions& options) {
   add("cost", [&] { return cost_section(loaded); });
   add("pinning", [&] { return pinning_section(loaded); });
   add("memory", [&] { return memory_section(loaded); });
-  TL_CHECK(!sections.empty(), "report: '" + options.ledger_path + "' holds no ladder, cost, pinning or memory run");
+  add("compare_torch", [&] { return compare_torch_section(loaded.rows); });
+  add("allreduce", [&] { return allreduce_section(loaded.rows); });
+  add("bucket sweep", [&] { return buckets_section(loaded.rows); });
+  add("scaling", [&] { return scaling_section(loaded.rows); });
+  TL_CHECK(!sections.empty(), "report: '" + options.ledger_path +
+                                  "' holds no ladder, cost, pinning, memory, compare_torch, all-reduce, bucket or "
+                                  "scaling run");
 
   const json& first = sections.front().first_row;
   std::ostringstream md;

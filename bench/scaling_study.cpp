@@ -426,11 +426,8 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
             std::string against = a == 0 ? "control" : a == 1 ? "calibration pair" : "";
             if (a >= 2) {
               const auto v = bench::verdict(s, control, valid ? std::optional(calibration) : std::nullopt);
-              const double effect = bench::effect_percent(s, control);
-              against = fmt::format(
-                  "{:+.1f}% ({:.1f}x the floor), separable: {}", effect,
-                  calibration.noise_floor_percent > 0 ? std::abs(effect) / calibration.noise_floor_percent : 0.0,
-                  valid ? bench::verdict_text(v) : "NO CONCLUSION");
+              against = bench::effect_words(bench::effect_percent(s, control), calibration,
+                                            valid ? v : bench::Verdict::no_conclusion);
             }
             std::cout << fmt::format(
                 "| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {} | {:.2f} | {:.2f} | {:.2f} | {} | {:.2f} MiB | {:.2f} MiB | "
@@ -558,8 +555,12 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
             const auto v = bench::verdict(e, bench::summarize(efficiency["none"]),
                                           valid ? std::optional(calibration) : std::nullopt);
             const double points = 100 * (e.median - bench::summarize(efficiency["none"]).median);
-            against = valid ? fmt::format("{:+.1f} points, {}", points, bench::verdict_text(v))
-                            : fmt::format("{:+.1f} points, NO CONCLUSION", points);
+            // The floor here is in points of efficiency (the unbound arms' gap), so is the effect.
+            const double floor_points = 100 * std::abs(calibration.a.median - calibration.b.median);
+            const double m = bench::floor_multiple(points, floor_points);
+            against = fmt::format("{:+.1f} points ({} the noise floor), {}", points,
+                                  std::isinf(m) ? std::string("inf") : fmt::format("{:.1f}x", m),
+                                  valid ? bench::verdict_words(v) : "NO CONCLUSION");
           }
           std::cout << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}% ({:.1f}-{:.1f}) | {} |\n", arm,
                                    bench::summarize(sps1[arm]).median, bench::summarize(sps2[arm]).median,
@@ -600,7 +601,10 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
     std::vector<int> peer_worlds;
     for (int w : worlds)
       if (w <= 2 && trainlab_at_decode0) peer_worlds.push_back(w);
-    std::map<int, std::vector<double>> peer_samples;
+    // Per world, per PyTorch variant (torch_ddp.py measures every variant each round), in the peer's
+    // own order; the best by median is the peer (bench::best_by_median).
+    std::map<int, std::map<std::string, std::vector<double>>> peer_samples;
+    std::vector<std::string> peer_variants;
     std::string peer_note =
         !o.peer               ? "skipped (--no-peer)"
         : o.comm != "mpi"     ? "not run: the peer is PyTorch DDP over gloo on the CPU, this run is over nccl"
@@ -624,8 +628,8 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
         if (rank == 0 && peer_possible) {
           for (int w : peer_worlds) {
             const std::string command = fmt::format(
-                "{} {} --world {} --batch {} --lr {} --threads {} --steps {} --warmup {} --dtype {} 2>&1", o.python,
-                peer_script, w, o.batch, lr_for(o, o.batch * w), o.threads, o.steps, o.warmup, o.dtype);
+                "{} {} --world {} --batch {} --lr {} --threads {} --steps {} --warmup {} --dtype {} --variant all 2>&1",
+                o.python, peer_script, w, o.batch, lr_for(o, o.batch * w), o.threads, o.steps, o.warmup, o.dtype);
             std::string output;
             if (FILE* pipe = popen(command.c_str(), "r")) {
               std::array<char, 4096> buffer{};
@@ -638,7 +642,11 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
               if (parsed.contains("error")) {
                 peer_note = "skipped: " + parsed["error"].get<std::string>();
               } else {
-                peer_samples[w].push_back(parsed["samples_per_s"].get<double>());
+                for (const auto& [variant, result] : parsed.at("variants").items()) {
+                  if (std::find(peer_variants.begin(), peer_variants.end(), variant) == peer_variants.end())
+                    peer_variants.push_back(variant);
+                  peer_samples[w][variant].push_back(result.at("samples_per_s").get<double>());
+                }
                 if (!o.no_ledger) {
                   bench::json row = env;
                   row["run_id"] = run_id;
@@ -781,20 +789,36 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       if (peer_samples.empty()) {
         std::cout << "PyTorch DDP: " << (peer_note.empty() ? "no result" : peer_note) << "\n";
       } else {
-        std::cout << "| world | trainlab samples/s | PyTorch DDP gloo samples/s | ratio |\n|---|---|---|---|\n";
-        for (const auto& [w, values] : peer_samples) {
-          double ours = 0;
+        std::cout << "Every PyTorch variant is measured each round; the peer is the best by median at each world "
+                     "(ties: the higher minimum, then the peer's own order). Ratio: median (min-max) of the "
+                     "per-round ratios.\n";
+        std::cout << "| world | trainlab samples/s | best PyTorch DDP variant | samples/s | ratio | every variant "
+                     "(median) |\n|---|---|---|---|---|---|\n";
+        for (const auto& [w, by_variant] : peer_samples) {
+          std::vector<double> ours;
           for (std::size_t c = 0; c < configs.size(); ++c) {
             if (configs[c].mode == "weak" && configs[c].decode_cost == 0 && configs[c].world == w) {
-              std::vector<double> v;
-              for (const Run& r : runs[c]) v.push_back(r.samples_per_s);
-              ours = bench::summarize(v).median;
+              for (const Run& r : runs[c]) ours.push_back(r.samples_per_s);
             }
           }
-          const auto theirs = bench::summarize(values);
-          if (w == 2) ratio_w2 = ours / theirs.median;
-          std::cout << fmt::format("| {} | {:.1f} | {:.1f} ({:.1f}-{:.1f}) | {:.2f}x |\n", w, ours, theirs.median,
-                                   theirs.min, theirs.max, ours / theirs.median);
+          std::vector<std::vector<double>> values;
+          std::string every;
+          for (const auto& v : peer_variants) {
+            const auto it = by_variant.find(v);
+            values.push_back(it == by_variant.end() ? std::vector<double>{} : it->second);
+            if (!values.back().empty())
+              every += fmt::format("{}{} {:.0f}", every.empty() ? "" : ", ", v, bench::summarize(values.back()).median);
+          }
+          const std::size_t best = bench::best_by_median(peer_variants, values);
+          const auto theirs = bench::summarize(values[best]);
+          std::vector<double> ratios;
+          for (std::size_t i = 0; i < std::min(ours.size(), values[best].size()); ++i)
+            ratios.push_back(ours[i] / values[best][i]);
+          const auto ratio = bench::summarize(ratios);
+          if (w == 2) ratio_w2 = ratio.median;
+          std::cout << fmt::format("| {} | {:.1f} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.2f}x ({:.2f}-{:.2f}) | {} |\n", w,
+                                   bench::summarize(ours).median, peer_variants[best], theirs.median, theirs.min,
+                                   theirs.max, ratio.median, ratio.min, ratio.max, every);
         }
         if (!peer_note.empty()) std::cout << "note: " << peer_note << "\n";
       }

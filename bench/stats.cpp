@@ -1,5 +1,6 @@
 #include "bench/stats.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -73,6 +74,41 @@ const char* verdict_words(Verdict v) {
       return verdict_text(v);
   }
   return "?";
+}
+
+double floor_multiple(double effect_percent, double noise_floor_percent) {
+  if (!(noise_floor_percent >= 0)) return std::nan("");
+  if (noise_floor_percent == 0) return std::abs(effect_percent) > 0 ? INFINITY : 0.0;
+  return std::abs(effect_percent) / noise_floor_percent;
+}
+
+std::string floor_multiple_text(double effect_percent, const std::optional<Calibration>& calibration) {
+  if (!calibration) return "-";
+  const double m = floor_multiple(effect_percent, calibration->noise_floor_percent);
+  return std::isinf(m) ? std::string("inf") : fmt::format("{:.1f}x", m);
+}
+
+std::string effect_words(double effect_percent, const std::optional<Calibration>& calibration, Verdict v) {
+  const std::string floors =
+      calibration ? floor_multiple_text(effect_percent, calibration) + " the noise floor" : "no noise floor measured";
+  return fmt::format("{:+.1f}% ({}), {}", effect_percent, floors, verdict_words(v));
+}
+
+std::size_t best_by_median(const std::vector<std::string>& order, const std::vector<std::vector<double>>& values) {
+  TL_CHECK(order.size() == values.size(), "best_by_median: names and value lists differ in number");
+  std::optional<std::size_t> best;
+  Summary best_s;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (values[i].empty()) continue;
+    const Summary s = summarize(values[i]);
+    // Strictly better only: an exact tie keeps the earlier name.
+    if (!best || s.median > best_s.median || (s.median == best_s.median && s.min > best_s.min)) {
+      best = i;
+      best_s = s;
+    }
+  }
+  TL_CHECK(best.has_value(), "best_by_median: no alternative has a measurement");
+  return *best;
 }
 
 nlohmann::json stats_json(const Summary& s) {

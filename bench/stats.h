@@ -37,6 +37,22 @@ Verdict verdict(const Summary& now, const Summary& before, const std::optional<C
 const char* verdict_text(Verdict verdict);   // "yes", "no", "NO CONCLUSION", "n/a (1 repeat)"
 const char* verdict_words(Verdict verdict);  // "separable", "not separable", "NO CONCLUSION", "n/a (1 repeat)"
 
+// An effect in units of the noise floor (seed 000: "an effect 3.5x the measured noise floor"):
+// |effect| / floor; infinity when the floor measured 0 (two identical medians), NaN without one.
+double floor_multiple(double effect_percent, double noise_floor_percent);
+// "+12.3% (4.1x the noise floor), separable": the effect, its multiple of the floor when one was
+// measured ("no noise floor measured" otherwise) and the verdict's words. Every verdict line
+// prints its effect this way.
+std::string effect_words(double effect_percent, const std::optional<Calibration>& calibration, Verdict verdict);
+// "4.1x" / "inf" / "-" for a table column.
+std::string floor_multiple_text(double effect_percent, const std::optional<Calibration>& calibration);
+
+// The best of several named alternatives (a peer's variants): the highest median wins; equal
+// medians go to the higher minimum (the steadier), then to the earlier name in `order` (the simpler
+// variant, by the list's own order). Returns the index into `order`; alternatives without values
+// are passed over, and none at all is an error.
+std::size_t best_by_median(const std::vector<std::string>& order, const std::vector<std::vector<double>>& values);
+
 // A Summary as a ledger row holds it ({"median", "mean", "std", "min", "max", "n"}), and back.
 nlohmann::json stats_json(const Summary& s);
 Summary stats_from(const nlohmann::json& j);

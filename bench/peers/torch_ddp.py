@@ -2,8 +2,9 @@
 """PyTorch DDP over gloo on the CPU: the peer for bench_scaling.
 
 Starts `--world` processes on this host (torch.multiprocessing, a file:// rendezvous), each with
-`--threads` threads, wraps torch_smallcnn.SmallCNN in DistributedDataParallel (gloo, default
-buckets) and times training steps: per-rank batch `--batch`, SGD momentum 0.9 at `--lr`, batches
+`--threads` threads, wraps torch_smallcnn's model in DistributedDataParallel (gloo, default
+buckets) and times training steps, for one --variant or (default) every training variant the peer
+defines, in turn in the same process group, each its own DDP model: per-rank batch `--batch`, SGD momentum 0.9 at `--lr`, batches
 made in memory before timing (no decode work), `--warmup` steps excluded, then `--steps` steps
 after a barrier. The time is the slowest rank's. Prints one JSON line:
 {"tool": "torch_ddp", "world": W, "samples_per_s": ..., "step_seconds": [...], ...}.
@@ -28,15 +29,14 @@ except ImportError as error:
     sys.exit(3)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_smallcnn import SmallCNN, VARIANTS  # noqa: E402
+from torch_smallcnn import VARIANTS, features_of, model_for  # noqa: E402
 
 
-def worker(rank: int, args, rendezvous: str, results) -> None:
-    torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=args.world)
+def measure(rank: int, args, variant: str) -> float:
+    """One variant under DDP: warm-up, a barrier, --steps timed steps; the slowest rank's total seconds."""
     torch.manual_seed(args.seed)
-    channels_last = "channels_last" in args.variant
-    model = SmallCNN(linear_as_conv="linear_as_conv" in args.variant)
+    channels_last = "channels_last" in features_of(variant)
+    model = model_for(variant)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     ddp = DistributedDataParallel(model)
@@ -67,8 +67,18 @@ def worker(rank: int, args, rendezvous: str, results) -> None:
         times.append(time.perf_counter() - start)
     total = torch.tensor([sum(times)], dtype=torch.float64)
     dist.all_reduce(total, op=dist.ReduceOp.MAX)
+    return total.item(), times
+
+
+def worker(rank: int, args, rendezvous: str, results) -> None:
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=args.world)
+    out = {}
+    for variant in (VARIANTS if args.variant == "all" else [args.variant]):  # in turn, each its own DDP model
+        total, times = measure(rank, args, variant)
+        out[variant] = {"slowest_total_s": total, "step_seconds": times}
     if rank == 0:
-        results.put({"slowest_total_s": total.item(), "step_seconds": times})
+        results.put(out)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -81,7 +91,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="threads per rank")
     parser.add_argument("--steps", type=int, default=20, help="measured steps")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--variant", choices=VARIANTS, default="linear_as_conv+channels_last")
+    parser.add_argument("--variant", choices=VARIANTS + ["all"], default="all",
+                        help="one variant, or all of them in turn in the same process group (default); the JSON "
+                             "line then has each under 'variants'")
     parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -102,7 +114,9 @@ def main() -> int:
             print(json.dumps({"tool": "torch_ddp", "error": f"worker exit codes {failed}"}))
             return 1
     global_batch = args.batch * args.world
-    print(json.dumps({
+    variants = {v: {"samples_per_s": global_batch * args.steps / r["slowest_total_s"], "step_seconds": r["step_seconds"]}
+                for v, r in result.items()}
+    line = {
         "tool": "torch_ddp",
         "world": args.world,
         "backend": "gloo",
@@ -112,10 +126,13 @@ def main() -> int:
         "global_batch": global_batch,
         "threads_per_rank": args.threads,
         "warmup_steps_excluded": args.warmup,
-        "samples_per_s": global_batch * args.steps / result["slowest_total_s"],
-        "step_seconds": result["step_seconds"],
         "torch": torch.__version__,
-    }))
+    }
+    if args.variant == "all":
+        line["variants"] = variants
+    else:
+        line.update(variants[args.variant])
+    print(json.dumps(line))
     return 0
 
 

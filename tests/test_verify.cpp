@@ -1,0 +1,191 @@
+// Honest comparisons: the effect in units of the noise floor, the choice of a peer's best variant,
+// bench_report --verify's verdicts on made-up ladder rows (a fake measure: nothing is timed), and
+// the report's family sections drawn from made-up rows.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <sstream>
+
+#include "bench/report_families.h"
+#include "bench/stats.h"
+#include "bench/verify.h"
+
+using namespace trainlab;
+using namespace trainlab::bench;
+
+namespace {
+
+// A rung row as the ladder writes it (the fields verify reads).
+json rung(const std::string& name, std::vector<double> repeats, bool calibration = false) {
+  return {{"kind", "rung"},
+          {"status", "ok"},
+          {"run_id", "R1"},
+          {"rung", name},
+          {"calibration", calibration},
+          {"repeats", repeats},
+          {"device", {{"name", "Test CPU"}, {"type", "cpu"}}},
+          {"versions", {{"engine", "abc123"}}},
+          {"config", json::object()}};
+}
+
+}  // namespace
+
+TEST_CASE("noise floor: the effect as a multiple of the floor, and the words every verdict line prints", "[bench]") {
+  CHECK(floor_multiple(12.0, 3.0) == Approx(4.0));
+  CHECK(floor_multiple(-12.0, 3.0) == Approx(4.0));  // the size of the effect, either way
+  CHECK(std::isinf(floor_multiple(1.0, 0.0)));       // identical arms: any effect is infinitely many floors
+  CHECK(floor_multiple(0.0, 0.0) == 0.0);
+  CHECK(std::isnan(floor_multiple(1.0, -1.0)));  // no floor measured
+
+  const Calibration c = calibrate({100, 101, 99}, {102, 103, 101});  // medians 100 and 102: 1.98%
+  CHECK(c.noise_floor_percent == Approx(200.0 / 101.0));
+  CHECK(effect_words(7.0, c, Verdict::separable) == "+7.0% (3.5x the noise floor), separable");
+  CHECK(effect_words(-1.0, c, Verdict::not_separable) == "-1.0% (0.5x the noise floor), not separable");
+  CHECK(effect_words(5.0, std::nullopt, Verdict::separable) == "+5.0% (no noise floor measured), separable");
+  CHECK(floor_multiple_text(5.0, std::nullopt) == "-");
+}
+
+TEST_CASE("best variant: the highest median wins; ties go to the higher minimum, then the earlier name", "[bench]") {
+  CHECK(best_by_median({"a", "b"}, {{100, 101, 300}, {150, 151, 152}}) == 1);  // not the highest single value
+  CHECK(best_by_median({"a", "b"}, {{90, 100, 110}, {95, 100, 105}}) == 1);    // same median, steadier
+  CHECK(best_by_median({"a", "b"}, {{95, 100, 105}, {95, 100, 105}}) == 0);    // a full tie: the earlier
+  CHECK(best_by_median({"a", "b"}, {{}, {1.0}}) == 1);                         // unmeasured passed over
+  CHECK_THROWS_WITH(best_by_median({"a"}, {{}}), Catch::Contains("no alternative has a measurement"));
+}
+
+TEST_CASE("verify: the sample is spread over the ladder and always holds its last rung", "[bench]") {
+  CHECK(verify_sample(5, 1) == std::vector<std::size_t>{4});
+  CHECK(verify_sample(5, 2) == std::vector<std::size_t>{0, 4});
+  CHECK(verify_sample(5, 3) == std::vector<std::size_t>{0, 2, 4});
+  CHECK(verify_sample(3, 10) == std::vector<std::size_t>{0, 1, 2});
+}
+
+TEST_CASE("verify: re-runs inside the recorded spread pass, outside are named, on another machine by ratio",
+          "[bench]") {
+  // Recorded: the reference at 100 (calibration A) and 102 (B): floor 1.98%; rung fast at 1.9-2.1x it,
+  // rung slow at 0.5x.
+  const std::vector<json> rows = {rung("calibration A", {100, 100, 100}, true),
+                                  rung("calibration B", {102, 102, 102}, true), rung("baseline", {100, 101, 99}),
+                                  rung("fast", {190, 200, 210}), rung("slow", {50, 50, 50})};
+  SECTION("a machine three times faster, same ratios: every figure within") {
+    const Measure fake = [](const json& row) {
+      const std::string r = row.at("rung");
+      return 3 * (r == "fast" ? 200.0 : r == "slow" ? 50.0 : 100.0);
+    };
+    std::ostringstream log;
+    const auto result = verify_ladder(rows, fake, 2, 3, &log);
+    REQUIRE(result.rows.size() == 2);  // baseline is not the reference here, so: baseline and slow (the last)
+    CHECK(result.reference == "calibration A");
+    CHECK(result.rows[0].rung == "baseline");
+    CHECK(result.rows[1].rung == "slow");
+    CHECK(result.noise_floor_percent == Approx(200.0 / 101.0));
+    for (const auto& v : result.rows) CHECK(v.within);
+    CHECK(result.rows[1].rerun == std::vector<double>{0.5, 0.5, 0.5});
+    const std::string text = verify_text(result, "def456");
+    CHECK_THAT(text, Catch::Contains("2 of 2 re-run figures within"));
+    CHECK_THAT(text, Catch::Contains("engine abc123"));
+    CHECK_THAT(text, Catch::Contains("by engine def456"));
+    CHECK_THAT(log.str(), Catch::Contains("verify round 3/3"));
+  }
+  SECTION("a rung 10% slower than recorded, beyond the floor: OUTSIDE, with how far") {
+    const Measure fake = [](const json& row) {
+      const std::string r = row.at("rung");
+      return r == "slow" ? 45.0 : r == "fast" ? 200.0 : 100.0;
+    };
+    const auto result = verify_ladder(rows, fake, 3, 2);
+    REQUIRE(result.rows.size() == 3);
+    CHECK(result.rows[0].within);   // baseline
+    CHECK(result.rows[1].within);   // fast
+    CHECK(!result.rows[2].within);  // slow: 0.45 against an allowed 0.49-0.51
+    CHECK(result.rows[2].allowed_lo == Approx(0.5 * (1 - 0.0198)).epsilon(1e-3));
+    const std::string text = verify_text(result, "x");
+    CHECK_THAT(text, Catch::Contains("OUTSIDE (-8.2% below the allowed range)"));
+    CHECK_THAT(text, Catch::Contains("2 of 3 re-run figures within"));
+  }
+  SECTION("just inside the widened edge passes; a run without calibration arms uses its baseline, floor 0") {
+    const std::vector<json> plain = {rung("baseline", {100, 100}), rung("fast", {190, 210})};
+    const Measure at_edge = [](const json& row) { return row.at("rung") == "fast" ? 210.0 : 100.0; };
+    const auto result = verify_ladder(plain, at_edge, 1, 2);
+    CHECK(result.reference == "baseline");
+    CHECK(result.noise_floor_percent == 0);
+    REQUIRE(result.rows.size() == 1);
+    CHECK(result.rows[0].within);
+    const Measure beyond = [](const json& row) { return row.at("rung") == "fast" ? 211.0 : 100.0; };
+    CHECK(!verify_ladder(plain, beyond, 1, 2).rows[0].within);
+  }
+  SECTION("bad input is named") {
+    const Measure fake = [](const json&) { return 1.0; };
+    CHECK_THROWS_WITH(verify_ladder(rows, fake, 0, 1), Catch::Contains("--sample 0"));
+    CHECK_THROWS_WITH(verify_ladder({rung("only", {1})}, fake, 1, 1), Catch::Contains("only its reference rung"));
+    auto gpu = rows;
+    for (auto& r : gpu) r["device"]["type"] = "cuda";
+    CHECK_THROWS_WITH(verify_ladder(gpu, fake, 1, 1), Catch::Contains("measured on a cuda device"));
+  }
+}
+
+TEST_CASE("report families: all-reduce, bucket sweep, scaling and compare_torch sections from made-up rows",
+          "[bench]") {
+  const json device = {{"name", "Test CPU"}, {"type", "cpu"}};
+  std::vector<json> rows;
+  for (const char* algorithm : {"ring", "native"}) {
+    for (std::int64_t bytes : {4096, 1 << 20}) {
+      const double t = (algorithm == std::string("ring") ? 1.1 : 1.0) * bytes * 1e-9;
+      rows.push_back({{"kind", "allreduce"},
+                      {"status", "ok"},
+                      {"run_id", "A1"},
+                      {"device", device},
+                      {"config", {{"algorithm", algorithm}, {"bytes", bytes}, {"ranks", 2}, {"communicator", "mpi"}}},
+                      {"stats", stats_json(summarize({t, t * 1.01, t * 0.99}))},
+                      {"busbw_gbps", bytes / t * 1e-9},
+                      {"memcpy_gbps", 5.0},
+                      {"noise_floor_percent", 2.0}});
+    }
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (int w : {1, 2}) {
+      rows.push_back({{"kind", "scaling"},
+                      {"status", "ok"},
+                      {"run_id", "S1"},
+                      {"device", device},
+                      {"config", {{"mode", "weak"}, {"world", w}, {"decode_cost", 0}, {"bind", "none"}}},
+                      {"samples_per_s", w == 1 ? 1000.0 : 1800.0 + 100 * round}});
+      json peer = json::object();
+      peer["variants"]["shipped"]["samples_per_s"] = w == 1 ? 500.0 : 800.0;
+      peer["variants"]["channels_last"]["samples_per_s"] = w == 1 ? 600.0 : 1080.0;
+      rows.push_back({{"kind", "scaling_peer"},
+                      {"status", "ok"},
+                      {"run_id", "S1"},
+                      {"device", device},
+                      {"config", {{"mode", "weak"}, {"world", w}}},
+                      {"peer", peer}});
+    }
+  }
+  rows.push_back({{"kind", "compare_torch"},
+                  {"status", "ok"},
+                  {"run_id", "C1"},
+                  {"device", device},
+                  {"config_name", "onednn f32 nhwc fused"},
+                  {"peer", "torch f32 fc1_as_conv8x8+channels_last"},
+                  {"samples_per_s", stats_json(summarize({2000, 2100}))},
+                  {"peer_samples_per_s", stats_json(summarize({1900, 2000}))},
+                  {"ratio_per_round", {1.05, 1.05}}});
+
+  const auto allreduce = allreduce_section(rows);
+  REQUIRE(allreduce);
+  CHECK_THAT(allreduce->markdown, Catch::Contains("| 4K | "));
+  CHECK_THAT(allreduce->markdown, Catch::Contains("+10.0% (5.0x the noise floor)"));
+  REQUIRE(allreduce->figures.size() == 1);
+  CHECK_THAT(allreduce->figures[0].second, Catch::Contains("single-core memcpy (5.00 GB/s)"));
+
+  const auto scaling = scaling_section(rows);
+  REQUIRE(scaling);
+  CHECK_THAT(scaling->markdown, Catch::Contains("| trainlab weak | 2 | 1850.0 (1800.0-1900.0) | 92.5% (90.0-95.0) |"));
+  // The peer's best variant by median at world 2 is channels_last (1080 against 800): 90% efficiency.
+  CHECK_THAT(scaling->markdown, Catch::Contains("| PyTorch DDP channels_last | 2 | 1080.0 (1080.0-1080.0) | 90.0%"));
+
+  const auto compare = compare_torch_section(rows);
+  REQUIRE(compare);
+  CHECK_THAT(compare->markdown, Catch::Contains("1.05x (1.05-1.05)"));
+  CHECK_THAT(compare->figures[0].second, Catch::Contains("onednn f32 nhwc fused"));
+
+  CHECK(!buckets_section(rows));  // no bucket sweep among these rows: no section
+}
