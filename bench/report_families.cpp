@@ -201,6 +201,14 @@ std::optional<ReportSection> allreduce_section(const std::vector<json>& all) {
                      table, true);
   md << "\n![all-reduce busbw against size](" << figure << ")\n";
   section.markdown = md.str();
+  // The README quotes every fourth size and the largest.
+  std::vector<std::vector<std::string>> some;
+  for (std::size_t i = 0; i < table.size(); ++i)
+    if (i % 4 == 0 || i + 1 == table.size()) some.push_back(table[i]);
+  section.marker = "allreduce";
+  section.readme_intro = fmt::format("from run `{}` on {}, {} ranks", run_id, measured_on(rows.front()), ranks);
+  section.readme_table = render_table(
+      {"size", "ring busbw GB/s", "native busbw GB/s", "time ratio", "ring against native", "separable"}, some, true);
   section.figures.emplace_back(figure, line_chart_svg("all-reduce bus bandwidth (run " + run_id + ")", "message size",
                                                       "busbw GB/s", series, true, bytes_tick));
   return section;
@@ -249,6 +257,10 @@ std::optional<ReportSection> buckets_section(const std::vector<json>& all) {
                      table, true);
   md << "\n![bucket sweep against the model](" << figure << ")\n";
   section.markdown = md.str();
+  section.marker = "buckets";
+  section.readme_intro = "from run `" + run_id + "` on " + measured_on(*first);
+  section.readme_table = render_table(
+      {"bucket", "buckets", "measured ms median (min-max)", "predicted ms", "model error", "over ideal"}, table, true);
   section.figures.emplace_back(
       figure, line_chart_svg("bucket sweep against the fitted model (run " + run_id + ")", "bucket size",
                              "all-reduce time of the whole gradient, ms", {measured, model, ideal}, true, bytes_tick));
@@ -366,6 +378,10 @@ std::optional<ReportSection> scaling_section(const std::vector<json>& all) {
   md << render_table({"what", "world", "samples/s median (min-max)", "efficiency median (min-max)"}, table, true);
   md << "\n![efficiency against world size](" << figure << ")\n";
   section.markdown = md.str();
+  section.marker = "scaling";
+  section.readme_intro = fmt::format("from run `{}` on {}, decode cost {}", run_id, measured_on(*first), decode);
+  section.readme_table =
+      render_table({"what", "world", "samples/s median (min-max)", "efficiency median (min-max)"}, table, true);
   section.figures.emplace_back(figure, line_chart_svg("scaling efficiency against world size (run " + run_id + ")",
                                                       "world size (ranks)", "efficiency %", series, false, world_tick));
   return section;
@@ -432,6 +448,10 @@ std::optional<ReportSection> compare_torch_section(const std::vector<json>& all)
                      table, true);
   md << "\n![trainlab against the best PyTorch variant](" << figure << ")\n";
   section.markdown = md.str();
+  section.marker = "torch_ratios";
+  section.readme_intro = "from run `" + run_id + "` on " + measured_on(*configs.front());
+  section.readme_table = render_table(
+      {"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"}, table, true);
   section.figures.emplace_back(figure, svg.str());
   return section;
 }
