@@ -361,7 +361,7 @@ std::optional<Section> ladder_section(const ReportOptions& options, const Ledger
       const char* meaning = v == Verdict::no_conclusion     ? " (the calibration arms failed their own check)"
                             : v == Verdict::separable       ? " (the repeat ranges do not overlap)"
                             : v == Verdict::too_few_repeats ? ": no verdict from a single repeat"
-                                                            : ": inside the noise";
+                                                            : " (the repeat ranges overlap)";
       const double m = calibration ? floor_multiple(effect, calibration->noise_floor_percent) : std::abs(effect);
       findings.push_back({std::isnan(m) ? 0.0 : m, fmt::format("- `{}` vs `{}`: {}{}\n", name, previous_name,
                                                                effect_words(effect, calibration, v), meaning)});

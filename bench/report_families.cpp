@@ -26,6 +26,16 @@ std::string range(const Summary& s, const char* format) {
   return fmt::format(fmt::runtime(std::string(format) + " (" + format + "-" + format + ")"), s.median, s.min, s.max);
 }
 
+// A {"median", "min", "max"} summary as compare_torch.py writes it (no mean or std).
+Summary median_range(const json& j) {
+  Summary s;
+  s.median = j.at("median");
+  s.min = j.at("min");
+  s.max = j.at("max");
+  s.n = j.value("n", 0);
+  return s;
+}
+
 }  // namespace
 
 std::pair<std::string, std::vector<json>> latest_run_of(const std::vector<json>& rows, const std::string& kind,
@@ -423,8 +433,9 @@ std::optional<ReportSection> compare_torch_section(const std::vector<json>& all)
         << fmt::format(R"(<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" stroke="black"/>)", x(r.min), y + bar / 2,
                        x(r.max), y + bar / 2)
         << fmt::format(R"(<text x="{:.1f}" y="{}">{:.2f}x</text>)", x(r.max) + 6, y + bar - 5, r.median) << "\n";
-    table.push_back({name, row->value("peer", std::string("?")), range(stats_from(row->at("samples_per_s")), "{:.0f}"),
-                     range(stats_from(row->at("peer_samples_per_s")), "{:.0f}"),
+    table.push_back({name, row->value("peer", std::string("?")),
+                     range(median_range(row->at("samples_per_s")), "{:.0f}"),
+                     range(median_range(row->at("peer_samples_per_s")), "{:.0f}"),
                      fmt::format("{:.2f}x ({:.2f}-{:.2f})", r.median, r.min, r.max)});
     y += bar + gap;
   }

@@ -165,8 +165,9 @@ TEST_CASE("report families: all-reduce, bucket sweep, scaling and compare_torch 
                   {"device", device},
                   {"config_name", "onednn f32 nhwc fused"},
                   {"peer", "torch f32 fc1_as_conv8x8+channels_last"},
-                  {"samples_per_s", stats_json(summarize({2000, 2100}))},
-                  {"peer_samples_per_s", stats_json(summarize({1900, 2000}))},
+                  // As compare_torch.py writes them: median, min, max and n, no mean or std.
+                  {"samples_per_s", {{"median", 2050.0}, {"min", 2000.0}, {"max", 2100.0}, {"n", 2}}},
+                  {"peer_samples_per_s", {{"median", 1950.0}, {"min", 1900.0}, {"max", 2000.0}, {"n", 2}}},
                   {"ratio_per_round", {1.05, 1.05}}});
 
   const auto allreduce = allreduce_section(rows);
@@ -184,7 +185,7 @@ TEST_CASE("report families: all-reduce, bucket sweep, scaling and compare_torch 
 
   const auto compare = compare_torch_section(rows);
   REQUIRE(compare);
-  CHECK_THAT(compare->markdown, Catch::Contains("1.05x (1.05-1.05)"));
+  CHECK_THAT(compare->markdown, Catch::Contains("| 2050 (2000-2100) | 1950 (1900-2000) | 1.05x (1.05-1.05) |"));
   CHECK_THAT(compare->figures[0].second, Catch::Contains("onednn f32 nhwc fused"));
 
   CHECK(!buckets_section(rows));  // no bucket sweep among these rows: no section
