@@ -18,6 +18,12 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_malloc  # noqa: E402
+
+# Before torch is imported: the allocator setting (peer_malloc.py says why); only when run, not imported.
+MALLOC = peer_malloc.ensure() if __name__ == "__main__" else None
+
 try:
     import torch
     import torch.distributed as dist
@@ -28,7 +34,6 @@ except ImportError as error:
     print(json.dumps({"tool": "torch_ddp", "error": f"no torch in {sys.executable}: {error}"}))
     sys.exit(3)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_smallcnn import VARIANTS, features_of, model_for  # noqa: E402
 
 
@@ -96,6 +101,8 @@ def main() -> int:
                              "line then has each under 'variants'")
     parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--malloc", choices=["tuned", "system"], default="tuned",
+                        help="tuned (default): glibc malloc without per-allocation mmap (peer_malloc.py says why)")
     args = parser.parse_args()
     if args.world < 1 or args.batch < 1 or args.steps < 1:
         parser.error("--world, --batch and --steps must be >= 1")
@@ -127,6 +134,7 @@ def main() -> int:
         "threads_per_rank": args.threads,
         "warmup_steps_excluded": args.warmup,
         "torch": torch.__version__,
+        "malloc": MALLOC,
     }
     if args.variant == "all":
         line["variants"] = variants

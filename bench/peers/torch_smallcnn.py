@@ -26,9 +26,16 @@ Run it under /usr/bin/python3 (Debian's python3-torch); other interpreters lack 
 """
 import argparse
 import json
+import os
 import resource
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_malloc  # noqa: E402
+
+# Before torch is imported: the allocator setting (peer_malloc.py says why); only when run, not imported.
+MALLOC = peer_malloc.ensure() if __name__ == "__main__" else None
 
 try:
     import torch
@@ -179,6 +186,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: the eager step on the GPU, each step timed after torch.cuda.synchronize()")
+    parser.add_argument("--malloc", choices=["tuned", "system"], default="tuned",
+                        help="tuned (default): glibc malloc without per-allocation mmap (peer_malloc.py says why)")
     parser.add_argument("--list-variants", action="store_true",
                         help="print the variants the comparisons measure (JSON: train, infer) and exit")
     args = parser.parse_args()
@@ -224,6 +233,7 @@ def main() -> int:
                    "threads": torch.get_num_threads(), "forward_only": args.forward_only, "seed": args.seed},
         "versions": {"torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
                      "python": sys.version.split()[0]},
+        "malloc": MALLOC,
         "timer": "perf_counter" + (" after torch.cuda.synchronize()" if args.device == "cuda" else ""),
     }
     if args.variant == "all":
