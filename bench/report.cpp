@@ -74,13 +74,6 @@ std::string bar_chart_svg(const std::vector<json>& rows, const std::string& titl
 
 using Section = ReportSection;
 
-// A text field of a row by JSON pointer, or "?" where it is absent (row_problem has checked the
-// types of those present).
-std::string text_at(const json& row, const char* pointer) {
-  const json::json_pointer p(pointer);
-  return row.contains(p) && row.at(p).is_string() ? row.at(p).get<std::string>() : std::string("?");
-}
-
 std::pair<std::string, std::vector<json>> latest_run(const Ledger::Loaded& loaded, const std::string& kind) {
   return latest_run_of(loaded.rows, kind);
 }

@@ -14,11 +14,6 @@ namespace trainlab::bench {
 
 namespace {
 
-std::string text_at(const json& row, const char* pointer) {
-  const json::json_pointer p(pointer);
-  return row.contains(p) && row.at(p).is_string() ? row.at(p).get<std::string>() : std::string("?");
-}
-
 std::string bytes_tick(double x) { return human_bytes(static_cast<std::int64_t>(std::llround(x))); }
 std::string world_tick(double x) { return fmt::format("{:.0f}", x); }
 
@@ -47,6 +42,11 @@ std::pair<std::string, std::vector<json>> latest_run_of(const std::vector<json>&
   for (const auto& row : rows)
     if (!run_id.empty() && row.value("run_id", "") == run_id) out.push_back(row);
   return {run_id, out};
+}
+
+std::string text_at(const json& row, const char* pointer) {
+  const json::json_pointer p(pointer);
+  return row.contains(p) && row.at(p).is_string() ? row.at(p).get<std::string>() : std::string("?");
 }
 
 std::string measured_on(const json& row) {
@@ -411,7 +411,7 @@ std::optional<ReportSection> compare_torch_section(const std::vector<json>& all)
   for (const json* row : configs)
     for (double r : row->at("ratio_per_round").get<std::vector<double>>()) top = std::max(top, r);
   top *= 1.1;
-  const int left = 330, width = 420, bar = 18, gap = 8, head = 40;
+  const int left = 380, width = 420, bar = 18, gap = 8, head = 40;
   const int height = head + static_cast<int>(configs.size()) * (bar + gap) + 50;
   const auto x = [&](double v) { return left + v / top * width; };
   std::ostringstream svg;

@@ -28,6 +28,9 @@ struct ReportSection {
 std::pair<std::string, std::vector<json>> latest_run_of(const std::vector<json>& rows, const std::string& kind,
                                                         bool (*accept)(const json& row) = nullptr);
 
+// A text field of a row by JSON pointer, or "?" where it is absent or not text.
+std::string text_at(const json& row, const char* pointer);
+
 // "AMD EPYC (onednn, 2 threads; engine abc; timer steady_clock)".
 std::string measured_on(const json& row);
 
