@@ -100,10 +100,13 @@ compare: build
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 # Re-runs a sample of the latest ladder run's rungs in $(LEDGER) and says whether each lands within
-# its recorded spread (SAMPLE rungs, default 3).
+# its recorded spread (SAMPLE rungs, default 3); then, where make compare left its JSON beside the
+# ledger, the headline configurations against their recorded PyTorch peers (3 rounds).
 SAMPLE ?= 3
 verify: build
 	@$(BUILD_DIR)/bin/bench_report --verify --ledger $(LEDGER) --sample $(SAMPLE)
+	@if [ -f $(dir $(LEDGER))compare_torch.json ]; then \
+	  python3 bench/compare_torch.py --verify --out $(dir $(LEDGER))compare_torch.json --rounds 3; fi
 
 # Seed 000's two studies (studies/), rows appended to results/ledger_cpu.jsonl, then REPORT.md.
 # `make accuracy RATE=0.35`: the cost to held-out accuracy of configs/cost_cpu.yaml's configurations

@@ -185,6 +185,62 @@ def update_docs(table, headline):
     print("docs/RESULTS.md table and README.md headline updated")
 
 
+HEADLINE_KEYS = ("tl_onednn_f32_best", "tl_onednn_bf16_best", "tl_onednn_f32_infer")
+
+
+def verify_verdicts(recorded, rerun):
+    """recorded, rerun: {trainlab key: [per-round ratio, ...]}. Within when the re-run's median ratio
+    lies inside the recorded per-round ratios' min-max (a ratio to the peer measured in the same
+    rounds, so another machine scales both alike; there is no calibration arm to widen it by)."""
+    out = []
+    for key, ratios in rerun.items():
+        lo, hi = min(recorded[key]), max(recorded[key])
+        median = statistics.median(ratios)
+        if lo <= median <= hi:
+            where = "within"
+        else:
+            off = (median / lo - 1) * 100 if median < lo else (median / hi - 1) * 100
+            where = f"OUTSIDE ({off:+.1f}% {'below' if off < 0 else 'beyond'} the recorded range)"
+        out.append({"key": key, "recorded": summary(recorded[key]), "rerun": summary(ratios), "within": lo <= median <= hi,
+                    "verdict": where})
+    return out
+
+
+def verify(doc, sample, rounds, runner):
+    """Re-runs `sample` of the run's headline trainlab configurations and each one's recorded peer
+    variant, interleaved for `rounds` rounds (runner(argv) -> samples/s), and judges each ratio."""
+    # The variants the run measured (recorded since peer_variants was; earlier runs: from the labels).
+    variants = doc.get("peer_variants") or {
+        "train": [r["variant"].split(" ", 2)[2] for r in doc["variants"] if r["kind"] == "f32"],
+        "infer": [r["variant"].split(" ", 2)[2].removesuffix(" forward only")
+                  for r in doc["variants"] if r["kind"] == "f32_infer"]}
+    configs = {key: (label, kind, argv) for key, label, kind, argv in
+               trainlab_configs(doc["machine"]["threads"]) + torch_configs(doc["machine"]["threads"], variants)}
+    by_label = {label: key for key, (label, _, _) in configs.items()}
+    rows = {by_label[r["config"]]: r for r in doc["rows"] if r["config"] in by_label}
+    keys = [k for k in HEADLINE_KEYS if k in rows][:sample]
+    common = ["--batch", str(doc["machine"]["batch"]), "--seconds", str(doc["machine"]["seconds"])]
+    rerun = {k: [] for k in keys}
+    for r in range(rounds):
+        for key in keys:
+            peer = by_label[rows[key]["peer"]]
+            ours = runner(command_for(key, configs[key][2], common))
+            theirs = runner(command_for(peer, configs[peer][2], common))
+            rerun[key].append(ours / theirs)
+            print(f"verify round {r + 1}/{rounds}  {configs[key][0]:42s} {ours:9.1f} samples/s against "
+                  f"{rows[key]['peer']}: {theirs:9.1f} ({ours / theirs:.3f}x)", flush=True)
+    recorded = {k: rows[k]["ratio_per_round"] for k in keys}
+    return [dict(v, config=configs[v["key"]][0], peer=rows[v["key"]]["peer"])
+            for v in verify_verdicts(recorded, rerun)]
+
+
+def command_for(key, argv, common):
+    if key.startswith("tl_"):
+        env = [a for a in argv if "=" in a and not a.startswith("-")][:1]
+        return [*env, TRAINLAB, *argv[len(env):], *common]
+    return [TORCH_PYTHON, PEER, *argv, *common]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -199,7 +255,30 @@ def main():
                         help="rewrite the table in docs/RESULTS.md and the headline in README.md between their markers")
     parser.add_argument("--render-only", action="store_true",
                         help="measure nothing: print (and with --update-docs write) the tables from --out's JSON")
+    parser.add_argument("--verify", action="store_true",
+                        help="measure nothing new: re-run the headline configurations of --out's run and their "
+                             "recorded PyTorch peers, and say whether each ratio lands within its recorded per-round range")
+    parser.add_argument("--sample", type=int, default=3, help="--verify: headline configurations re-run (1-3)")
     args = parser.parse_args()
+    if args.verify:
+        if not 1 <= args.sample <= 3 or args.rounds < 1:
+            parser.error("--sample must be 1..3 and --rounds >= 1")
+        with open(args.out) as f:
+            doc = json.load(f)
+        if "ratio_per_round" not in doc["rows"][0] or "variants" not in doc:
+            sys.exit(f"compare_torch: {args.out} was written before runs recorded their per-round ratios and "
+                     "variants; run make compare first")
+        results = verify(doc, args.sample, args.rounds, lambda argv: run_json(argv)["samples_per_s"])
+        print(f"\nverify: compare_torch run {doc.get('run_id', '?')} (recorded {doc['machine']['date']} on "
+              f"{doc['machine']['cpu']}, trainlab {doc['engine']['engine']}), re-run here, {args.rounds} round(s); "
+              "each figure the ratio to its recorded PyTorch peer measured in the same round; allowed: the "
+              "recorded per-round ratios' min-max")
+        for v in results:
+            print(f"  {v['config']:38s} recorded {v['recorded']['median']:.2f}x ({v['recorded']['min']:.2f}-"
+                  f"{v['recorded']['max']:.2f}); re-run {v['rerun']['median']:.2f}x ({v['rerun']['min']:.2f}-"
+                  f"{v['rerun']['max']:.2f}): {v['verdict']}")
+        print(f"verify: {sum(v['within'] for v in results)} of {len(results)} re-run ratios within their recorded range")
+        return 0
     if args.render_only:
         with open(args.out) as f:
             doc = json.load(f)
@@ -231,12 +310,7 @@ def main():
             gflops[dtype].append(g["gflop_per_s"])
             raw.append({"round": r, "key": f"gemm_{dtype}", "result": g})
         for key, label, kind, argv in configs:
-            if key.startswith("tl_"):
-                env = [a for a in argv if "=" in a and not a.startswith("-")][:1]
-                cmd = [*env, TRAINLAB, *argv[len(env):], *common]
-            else:
-                cmd = [TORCH_PYTHON, PEER, *argv, *common]
-            result = run_json(cmd)
+            result = run_json(command_for(key, argv, common))
             samples[key].append(result["samples_per_s"])
             rss[key].append(result["peak_rss_mb"])
             raw.append({"round": r, "key": key, "result": result})
@@ -314,7 +388,7 @@ def main():
     now = datetime.datetime.now(datetime.timezone.utc)
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     doc = {"machine": machine, "engine": engine, "gemm_gflop_per_s": gflops, "rows": rows, "targets": verdicts,
-           "variants": variant_rows, "raw": raw, "run_id": run_id, "run_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "variants": variant_rows, "peer_variants": variants, "raw": raw, "run_id": run_id, "run_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
            "command": "python3 bench/compare_torch.py " + " ".join(sys.argv[1:])}
     table, headline = render(doc)
     print("\n" + table)

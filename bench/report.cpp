@@ -11,6 +11,7 @@
 
 #include "backends/error.h"
 #include "bench/cost_study.h"
+#include "bench/dataset_study.h"
 #include "bench/ladder.h"
 #include "bench/memory_study.h"
 #include "bench/pinning_study.h"
@@ -194,6 +195,29 @@ std::optional<Section> memory_section(const Ledger::Loaded& loaded) {
   section.marker = "memory";
   section.readme_intro = "from run `" + run_id + "` on " + measured_on(first);
   section.readme_table = memory_table(analysis, true) + "\n" + memory_findings(analysis);
+  return section;
+}
+
+std::optional<Section> dataset_section(const Ledger::Loaded& loaded) {
+  const auto [run_id, rows] = latest_run(loaded, "dataset_study_repeat");
+  if (run_id.empty()) return std::nullopt;
+  const json& first = rows.front();
+  const auto arms = dataset_arms_from_rows(rows);
+  Section section;
+  section.first_row = first;
+  const std::string intro = fmt::format(
+      "{} samples of SyntheticImages at {} px, {} loader workers, batch {}, {} page cache; every arm measured in "
+      "each of {} rounds (the loader alone, then SmallCNN trained on it)",
+      int_at(first, "samples", 0), int_at(first, "image_size", 0), int_at(first, "workers", 0),
+      int_at(first, "batch", 0), first.value("cold", true) ? "cold" : "warm",
+      arms.empty() ? 0 : arms.front().loader.size());
+  section.markdown =
+      fmt::format("\n## Data on disk: the re-export regression\n\nRun `{}` of `studies/dataset` on {}: {}.\n\n", run_id,
+                  measured_on(first), intro) +
+      dataset_report(arms);
+  section.marker = "dataset";
+  section.readme_intro = "from run `" + run_id + "` on " + measured_on(first) + ": " + intro;
+  section.readme_table = dataset_report(arms);
   return section;
 }
 
@@ -419,6 +443,7 @@ std::string write_report(const ReportOptions& options) {
   add("cost", [&] { return cost_section(loaded); });
   add("pinning", [&] { return pinning_section(loaded); });
   add("memory", [&] { return memory_section(loaded); });
+  add("dataset", [&] { return dataset_section(loaded); });
   add("compare_torch", [&] { return compare_torch_section(loaded.rows); });
   add("allreduce", [&] { return allreduce_section(loaded.rows); });
   add("bucket sweep", [&] { return buckets_section(loaded.rows); });
@@ -469,7 +494,7 @@ std::string write_report(const ReportOptions& options) {
       replaced = true;
     }
     TL_CHECK(replaced, "report: '" + options.readme_path +
-                           "' has none of the <!-- ladder|cost|pinning|memory|compare_torch|allreduce|buckets|"
+                           "' has none of the <!-- ladder|cost|pinning|memory|dataset|torch_ratios|allreduce|buckets|"
                            "scaling:begin --> ... "
                            "<!-- ...:end --> markers for this ledger's runs");
     write_file_atomic(options.readme_path, readme);

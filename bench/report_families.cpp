@@ -14,7 +14,9 @@ namespace trainlab::bench {
 
 namespace {
 
-std::string bytes_tick(double x) { return human_bytes(static_cast<std::int64_t>(std::llround(x))); }
+// A byte count read from a row as a double, clamped into int64's range (a damaged row is drawn, never UB).
+std::int64_t as_bytes(double x) { return std::isfinite(x) ? static_cast<std::int64_t>(std::clamp(x, 0.0, 4e18)) : 0; }
+std::string bytes_tick(double x) { return human_bytes(as_bytes(x)); }
 std::string world_tick(double x) { return fmt::format("{:.0f}", x); }
 
 std::string range(const Summary& s, const char* format) {
@@ -42,6 +44,12 @@ std::pair<std::string, std::vector<json>> latest_run_of(const std::vector<json>&
   for (const auto& row : rows)
     if (!run_id.empty() && row.value("run_id", "") == run_id) out.push_back(row);
   return {run_id, out};
+}
+
+std::int64_t int_at(const json& object, const char* key, std::int64_t fallback) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_number_integer()) return fallback;
+  const auto v = object.at(key).get<std::int64_t>();
+  return v >= -(std::int64_t{1} << 40) && v <= (std::int64_t{1} << 40) ? v : fallback;
 }
 
 std::string text_at(const json& row, const char* pointer) {
@@ -149,9 +157,10 @@ std::optional<ReportSection> allreduce_section(const std::vector<json>& all) {
   int ranks = 0;
   for (const auto& row : rows) {
     if (row.value("kind", "") != "allreduce" || row.value("status", "") != "ok") continue;
+    if (!row.at("config").at("bytes").is_number_integer()) continue;  // a damaged row is passed over
     by[row.at("config").at("algorithm").get<std::string>()][row.at("config").at("bytes").get<std::int64_t>()] = row;
     memcpy_gbps = row.value("memcpy_gbps", memcpy_gbps);
-    ranks = row.at("config").value("ranks", 0);
+    ranks = static_cast<int>(int_at(row.at("config"), "ranks", 0));
   }
   if (by.empty()) return std::nullopt;
   const double factor = ranks > 0 ? 2.0 * (ranks - 1) / ranks : 1.0;
@@ -244,8 +253,7 @@ std::optional<ReportSection> buckets_section(const std::vector<json>& all) {
     measured.points.push_back({bucket, 1e3 * s.median, 1e3 * s.min, 1e3 * s.max});
     model.points.push_back({bucket, 1e3 * predicted});
     ideal.points.push_back({bucket, 1e3 * ideal_s});
-    table.push_back({human_bytes(static_cast<std::int64_t>(bucket)),
-                     fmt::format("{}", row.at("config").value("buckets", 0)),
+    table.push_back({human_bytes(as_bytes(bucket)), fmt::format("{}", int_at(row.at("config"), "buckets", 0)),
                      range(Summary{s.median * 1e3, 0, 0, s.min * 1e3, s.max * 1e3, s.n}, "{:.3f}"),
                      fmt::format("{:.3f}", 1e3 * predicted), fmt::format("{:+.0f}%", 100 * (predicted / s.median - 1)),
                      fmt::format("{:+.0f}%", 100 * (s.median / ideal_s - 1))});
@@ -261,7 +269,7 @@ std::optional<ReportSection> buckets_section(const std::vector<json>& all) {
       "into buckets of each size and all-reduced ({} ranks, {}); the model is fitted to single all-reduces measured "
       "in the same run.\n\n",
       run_id, measured_on(*first), config.value("gradient", std::string("?")),
-      human_bytes(config.value("total_bytes", std::int64_t{0})), config.value("ranks", 0),
+      human_bytes(int_at(config, "total_bytes", 0)), int_at(config, "ranks", 0),
       config.value("algorithm", std::string("?")));
   md << render_table({"bucket", "buckets", "measured ms median (min-max)", "predicted ms", "model error", "over ideal"},
                      table, true);
@@ -308,7 +316,7 @@ std::optional<ReportSection> scaling_section(const std::vector<json>& all) {
   std::int64_t decode = -1;
   for (const auto& row : rows)
     if (row.value("kind", "") == "scaling" && is_weak_or_strong(row)) {
-      const std::int64_t d = row.at("config").value("decode_cost", std::int64_t{0});
+      const std::int64_t d = int_at(row.at("config"), "decode_cost", 0);
       decode = decode < 0 ? d : std::min(decode, d);
     }
   std::map<std::string, std::map<int, std::vector<double>>> samples;  // mode -> world -> per round
@@ -316,11 +324,12 @@ std::optional<ReportSection> scaling_section(const std::vector<json>& all) {
   for (const auto& row : rows) {
     if (row.value("kind", "") != "scaling" || row.value("status", "") != "ok" || !is_weak_or_strong(row)) continue;
     const json& c = row.at("config");
-    if (c.value("decode_cost", std::int64_t{0}) != decode || c.value("no_sync", false) ||
-        c.value("bind", "none") != "none")
+    if (int_at(c, "decode_cost", 0) != decode || c.value("no_sync", false) || c.value("bind", "none") != "none")
       continue;
     if (!first) first = &row;
-    samples[c.at("mode").get<std::string>()][c.at("world").get<int>()].push_back(row.at("samples_per_s"));
+    const std::int64_t world = int_at(c, "world", 0);
+    if (world < 1 || world > (1 << 20)) continue;  // a damaged row is passed over
+    samples[c.at("mode").get<std::string>()][static_cast<int>(world)].push_back(row.at("samples_per_s"));
   }
   if (!first) return std::nullopt;
   // The peer: every PyTorch variant per round; the best by median at the largest world is drawn.
@@ -328,7 +337,7 @@ std::optional<ReportSection> scaling_section(const std::vector<json>& all) {
   std::vector<std::string> order;
   for (const auto& row : rows) {
     if (row.value("kind", "") != "scaling_peer" || !row.contains("peer")) continue;
-    const int w = row.at("config").value("world", 0);
+    const int w = static_cast<int>(int_at(row.at("config"), "world", 0));
     const json& p = row.at("peer");
     if (p.contains("variants")) {
       for (const auto& [variant, result] : p.at("variants").items()) {
@@ -454,7 +463,7 @@ std::optional<ReportSection> compare_torch_section(const std::vector<json>& all)
       "all of them in turn each round; each trainlab configuration against the best PyTorch variant of its dtype "
       "in this run (by median), the ratio per round.\n\n",
       run_id, configs.front()->value("command", std::string("compare_torch")), measured_on(*configs.front()),
-      text_at(*configs.front(), "/versions/torch"), configs.front()->value("batch", 0));
+      text_at(*configs.front(), "/versions/torch"), int_at(*configs.front(), "batch", 0));
   md << render_table({"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"},
                      table, true);
   md << "\n![trainlab against the best PyTorch variant](" << figure << ")\n";

@@ -31,6 +31,9 @@ std::pair<std::string, std::vector<json>> latest_run_of(const std::vector<json>&
 // A text field of a row by JSON pointer, or "?" where it is absent or not text.
 std::string text_at(const json& row, const char* pointer);
 
+// An integer field of an object, or `fallback` where it is absent, not an integer or beyond +-2^40.
+std::int64_t int_at(const json& object, const char* key, std::int64_t fallback);
+
 // "AMD EPYC (onednn, 2 threads; engine abc; timer steady_clock)".
 std::string measured_on(const json& row);
 

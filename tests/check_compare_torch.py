@@ -72,5 +72,35 @@ class LedgerAndTables(unittest.TestCase):
             self.assertEqual(r["device"]["name"], "Test CPU")
 
 
+class Verify(unittest.TestCase):
+    def test_inside_the_recorded_range_passes_outside_is_named_with_how_far(self):
+        recorded = {"a": [1.2, 1.3, 1.5], "b": [1.2, 1.3, 1.5], "c": [1.2, 1.3, 1.5]}
+        rerun = {"a": [1.4, 1.45, 1.0], "b": [1.5, 1.5, 1.5], "c": [1.0, 1.08, 1.1]}
+        verdicts = {v["key"]: v for v in compare_torch.verify_verdicts(recorded, rerun)}
+        self.assertTrue(verdicts["a"]["within"])  # median 1.4
+        self.assertTrue(verdicts["b"]["within"])  # at the edge
+        self.assertFalse(verdicts["c"]["within"])
+        self.assertEqual(verdicts["c"]["verdict"], "OUTSIDE (-10.0% below the recorded range)")
+
+    def test_reruns_the_recorded_configuration_against_its_recorded_peer_variant(self):
+        doc = LedgerAndTables().doc()
+        doc["peer_variants"] = {"train": ["shipped", "fc1_as_conv8x8"], "infer": ["shipped"]}
+        doc["rows"][0]["config"] = "onednn f32 nhwc fused"
+        doc["rows"][0]["peer"] = "torch f32 fc1_as_conv8x8"
+        calls = []
+
+        def runner(argv):  # deterministic: trainlab 300, the peer 200
+            calls.append(argv)
+            return 300.0 if "throughput" in argv else 200.0
+
+        results = compare_torch.verify(doc, 3, 2, runner)
+        self.assertEqual(len(results), 1)  # only the headline rows the run has
+        self.assertEqual(results[0]["rerun"]["median"], 1.5)
+        self.assertTrue(results[0]["within"])  # recorded 1.5-2.0
+        self.assertEqual(len(calls), 4)  # 2 rounds x (trainlab, peer), interleaved
+        self.assertIn("--fuse", calls[0])
+        self.assertEqual(calls[1][calls[1].index("--variant") + 1], "fc1_as_conv8x8")
+
+
 if __name__ == "__main__":
     unittest.main()

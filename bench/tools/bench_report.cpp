@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
     } catch (const Error& e) {
       std::fprintf(stderr, "bench_report: error: %s\n", e.what());
       return 2;
+    } catch (const bench::json::exception& e) {
+      std::fprintf(stderr, "bench_report: error: verify: a rung row of the run cannot be read: %s\n", e.what());
+      return 2;
     }
   }
   try {

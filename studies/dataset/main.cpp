@@ -19,6 +19,7 @@
 #include <iostream>
 
 #include "backends/registry.h"
+#include "bench/dataset_study.h"
 #include "bench/ledger.h"
 #include "bench/loader_bench.h"
 #include "bench/stats.h"
@@ -43,27 +44,9 @@ struct Arm {
   DiskLayout layout = DiskLayout::shards;
   ImageCodec codec = ImageCodec::raw;
   bool calibration = false;
-  std::vector<double> loader, train, wait_ms, read_us, decode_us, resident;
   std::uint64_t bytes = 0;
   std::int64_t files = 0;
 };
-
-std::string range(const std::vector<double>& v, const char* f) {
-  if (v.empty()) return "-";
-  const Summary s = summarize(v);
-  return fmt::format(fmt::runtime(f), s.median) + " (" + fmt::format(fmt::runtime(f), s.min) + "-" +
-         fmt::format(fmt::runtime(f), s.max) + ")";
-}
-
-// The effect of `arm` against `control` in percent, in noise floors, and its verdict.
-std::string effect(const std::vector<double>& arm, const std::vector<double>& control, const Calibration& cal) {
-  const Summary a = summarize(arm), c = summarize(control);
-  const double pct = effect_percent(a, c);
-  const std::string floors = cal.noise_floor_percent > 0
-                                 ? fmt::format(", {:.1f}x the noise floor", std::abs(pct) / cal.noise_floor_percent)
-                                 : "";
-  return fmt::format("{:+.1f}%{} ({})", pct, floors, verdict_words(verdict(a, c, cal)));
-}
 
 }  // namespace
 
@@ -152,6 +135,7 @@ int main(int argc, char** argv) {
     std::cout << fmt::format(
         "# device: {}, backend {}, timer steady_clock (loader) and the trainer's step timer; run {}\n", env.device_name,
         env.backend, run_id);
+    std::vector<json> rows;  // every measurement, as the ledger gets it: the table is drawn from them
     for (int round = 0; round < o.repeats; ++round) {
       for (auto& arm : arms) {
         const LoaderRun run{arm.dir, o.workers, o.batch, o.loader_samples, !o.warm, static_cast<std::uint64_t>(round)};
@@ -168,17 +152,13 @@ int main(int argc, char** argv) {
         row["workers"] = o.workers;
         row["batch"] = o.batch;
         row["cold"] = !o.warm;
+        row["files"] = arm.files;
+        row["bytes_per_sample"] = static_cast<double>(arm.bytes) / static_cast<double>(o.samples);
         try {
           const LoaderMeasurement m = measure_loader(run);
           const TrainResult t = train_on_data(run, o.steps, o.warmup, o.backend, o.threads);
           const double wait =
               t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
-          arm.loader.push_back(m.samples_per_s);
-          arm.read_us.push_back(m.read_us);
-          arm.decode_us.push_back(m.decode_us);
-          arm.resident.push_back(m.resident);
-          arm.train.push_back(t.samples_per_s);
-          arm.wait_ms.push_back(wait);
           row["status"] = "ok";
           row["loader_samples_per_s"] = m.samples_per_s;
           row["read_cpu_us_per_sample"] = m.read_us;
@@ -199,37 +179,11 @@ int main(int argc, char** argv) {
         }
         std::cout.flush();
         if (ledger) ledger->append(row);
+        rows.push_back(row);
       }
     }
 
-    const Calibration loader_cal = calibrate(arms[0].loader, arms[1].loader);
-    const Calibration train_cal = calibrate(arms[0].train, arms[1].train);
-    std::cout << fmt::format("\nnoise floor (shards-raw against itself): loader {:.1f}%, training {:.1f}%{}\n\n",
-                             loader_cal.noise_floor_percent, train_cal.noise_floor_percent,
-                             loader_cal.valid && train_cal.valid
-                                 ? ""
-                                 : " (the two copies came out separable: NO CONCLUSION for the arms it invalidates)");
-    std::cout << "| arm | files | bytes/sample | loader samples/s | read us/sample | decode us/sample | training "
-                 "samples/s | data wait ms/step | loader vs shards-raw | training vs shards-raw |\n"
-                 "|---|---|---|---|---|---|---|---|---|---|\n";
-    for (const auto& arm : arms) {
-      const bool control = &arm == &arms[0];
-      const char* same = arm.calibration ? "calibration: " : "";
-      std::cout << fmt::format(
-          "| {} | {} | {:.0f} | {} | {} | {} | {} | {} | {} | {} |\n", arm.name, arm.files,
-          static_cast<double>(arm.bytes) / static_cast<double>(o.samples), range(arm.loader, "{:.0f}"),
-          range(arm.read_us, "{:.1f}"), range(arm.decode_us, "{:.1f}"), range(arm.train, "{:.0f}"),
-          range(arm.wait_ms, "{:.2f}"),
-          control || arm.loader.empty() ? "control" : same + effect(arm.loader, arms[0].loader, loader_cal),
-          control || arm.train.empty() ? "control" : same + effect(arm.train, arms[0].train, train_cal));
-    }
-    std::cout << "\nverdict: what each re-export costs against large raw shards\n";
-    for (std::size_t i = 2; i < arms.size(); ++i) {
-      if (arms[i].loader.empty() || arms[0].loader.empty()) continue;
-      std::cout << fmt::format("  {}: loader {}; training {}\n", arms[i].name,
-                               effect(arms[i].loader, arms[0].loader, loader_cal),
-                               effect(arms[i].train, arms[0].train, train_cal));
-    }
+    std::cout << "\n" << dataset_report(dataset_arms_from_rows(rows));
     if (ledger) std::cout << "ledger: " << ledger->path() << " (run " << run_id << ")\n";
     return 0;
   } catch (const Error& e) {
