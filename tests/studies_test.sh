@@ -59,7 +59,13 @@ case $which in
     cat "$tmp/out"
     grep -q "^noise floor (shards-raw against itself)" "$tmp/out" || fail "no noise floor line"
     grep -q "^| files-raw | 512 |" "$tmp/out" || fail "no files-raw row with its 512 files"
-    grep -q "^  shards-png: loader" "$tmp/out" || fail "no verdict for shards-png"
+    grep -q "^- shards-png: loader .*x the noise floor), \(not \)*separable; training" "$tmp/out" ||
+      fail "no verdict for shards-png in units of the noise floor"
+    if [ -n "$report" ]; then  # the same table, from the ledger alone
+      "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
+      grep -q "^## Data on disk: the re-export regression" "$tmp/REPORT.md" || fail "no dataset section in the report"
+      grep -q "^| files-raw | 512 |" "$tmp/REPORT.md" || fail "the report's dataset table lacks files-raw's 512 files"
+    fi
     [ "$(grep -c '"kind":"dataset_study_repeat"' "$ledger")" -eq 8 ] || fail "expected 8 dataset_study_repeat rows"
     grep -q '"status":"failed"' "$ledger" && fail "a measurement failed"
     # Nothing left beside the data sets but the data sets.
