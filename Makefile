@@ -3,7 +3,23 @@
 # CI sets CI=true, which builds with warnings as errors (the `ci` preset, same build/ folder).
 
 PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
+TEST_PRESET = $(PRESET)
 BUILD_DIR := build
+# CPU=avx2: every target as an AVX2 machine without AVX-512 runs it, on this machine: the portable
+# build (build-portable/, -march=x86-64-v3) with ONEDNN_MAX_CPU_ISA=AVX2, which caps oneDNN and
+# trainlab's own loops (backends/cpu/isa.h); measurements go to results/avx2/ unless LEDGER= says.
+# `make test CPU=avx2` checks the golden weights against the avx2 digests; `make ladder CPU=avx2`
+# measures amp_bf16 emulated (seed 000's negative result).
+CPU ?=
+ifeq ($(CPU),avx2)
+PRESET := portable
+TEST_PRESET := portable-avx2
+BUILD_DIR := build-portable
+export ONEDNN_MAX_CPU_ISA := AVX2
+LEDGER ?= results/avx2/ledger_cpu.jsonl
+else ifneq ($(CPU),)
+$(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset for this machine's own)
+endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
 .PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study clean format check-format fuzz
@@ -21,11 +37,13 @@ build: configure
 
 # Every test, through ctest.
 test: build
-	@ctest --preset $(PRESET)
+	@ctest --preset $(TEST_PRESET)
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/), less the
 # tests the sanitize test preset leaves out (CMakePresets.json: slow, long, golden, package, peer,
 # docs, seed-study); it builds only what the rest run (not bench_ladder or the seeds' study drivers).
+# It is also the suite as an AVX2 machine runs it: built for x86-64-v3 and run with
+# ONEDNN_MAX_CPU_ISA=AVX2 (bf16 emulated, checked against PyTorch by peer.gradients-match-pytorch).
 SANITIZE_TARGETS = trainlab_tests trainlab_comm_tests trainlab_cli bench_allreduce bench_buckets bench_report \
                     bench_scaling own_model_and_data gradient_timeline $(addprefix fuzz_,$(FUZZ_TARGETS))
 test-sanitize: deps

@@ -5,8 +5,10 @@
 //  - pointers are device pointers obtained from this backend's allocate();
 //  - tensors are dense row-major (contiguous) unless a Layout says otherwise;
 //  - outputs are overwritten, never accumulated into (the engine accumulates gradients);
-//  - a kernel asked for a dtype it does not support throws Error naming the op, the dtype and
-//    what it supports; bf16 and f16 kernels accumulate in f32;
+//  - what a backend runs, per op, dtype and layout, it says in supports_op() (natively, emulated
+//    through f32, or not at all: backends/capability.h), and the engine asks before any work; a
+//    kernel asked for a combination it does not run throws Unsupported naming the op, the dtype
+//    and what it supports; bf16 and f16 kernels accumulate in f32;
 //  - results must not depend on the thread count (the reference backend is bit-reproducible).
 #pragma once
 
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/capability.h"
 #include "backends/dtype.h"
 
 namespace trainlab {
@@ -193,7 +196,15 @@ class Backend {
   // bytes_in_use, peak_bytes_in_use, and backend-specific ones like primitives_created).
   virtual std::map<std::string, std::int64_t> counters() const;
   virtual DeviceType device_type() const = 0;
+  // Whether any op runs in `dtype` here; supports_op says which, and how.
   virtual bool supports(DType dtype) const = 0;
+  // What this backend runs, per op, dtype and layout (backends/capability.h): asked by the planner
+  // before the first step, by the engine's ops before each kernel, and by the cross-backend
+  // harness. The default: every op natively in each dtype supports() accepts.
+  virtual OpSupport supports_op(BackendOp op, DType dtype, bool channels_last) const;
+  // The instruction set (CPU: "avx2", "avx512_core_bf16") or device ("sm_90") the kernels were
+  // chosen for; "" when it does not apply.
+  virtual std::string isa() const { return ""; }
   virtual void set_num_threads(int threads) = 0;
   virtual int num_threads() const = 0;
 

@@ -218,6 +218,9 @@ struct Arm {
   std::string error;
   std::optional<double> accuracy;  // held-out accuracy after the first repeat's training
   std::optional<TrainConfig> ran;  // as it ran (the runner's steps, warm-up and evaluation settings, the backend)
+  // What the backend ran natively and what it emulated (the planner's answer, engine/step.h).
+  json compute;
+  std::string emulated;
   std::vector<double> values;
   PhaseTimes phases;
   std::int64_t measured_steps = 0, warmup_steps = 0;
@@ -314,6 +317,8 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
     } else {
       row["status"] = "ok";
       row["repeats"] = arm.values;
+      row["compute"] = arm.compute;
+      row["emulated"] = arm.emulated;
       row["stats"] = stats_json(summarize(arm.values));
       row["breakdown"] = phase_json(arm.phases, arm.measured_steps);
       row["warmup_steps_excluded"] = arm.warmup_steps;
@@ -360,6 +365,11 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
         const TrainResult result = trainer.train(nullptr);
         arm.env["backend_describe"] = trainer.backend().describe();  // now with the kernels it picked
         row["backend_describe"] = arm.env["backend_describe"];
+        arm.compute = json::object();
+        for (const auto& [op, support] : trainer.step_plan().paths()) arm.compute[op] = support;
+        arm.emulated = trainer.step_plan().emulated();
+        row["compute"] = arm.compute;
+        row["emulated"] = arm.emulated;
         arm.values.push_back(result.samples_per_s);
         arm.phases += result.measured;
         arm.measured_steps += result.measured_steps;
@@ -381,6 +391,17 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
                               repeat + 1, options.repeats, arm.name, result.samples_per_s, 100 * share);
           log->flush();
         }
+      } catch (const Unsupported& e) {
+        // A capability question answered no (the planner, before any step): the rung cannot run on
+        // this machine, which is a skip with the reason, never a failure. The ladder goes on.
+        arm.skip_reason = e.what();
+        row["status"] = "skipped";
+        row["reason"] = arm.skip_reason;
+        ledger.append(row);
+        ledger.append(rung_row(arm));
+        if (log)
+          *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} skipped: {}\n", done, total, repeat + 1, options.repeats,
+                              arm.name, arm.skip_reason);
       } catch (const std::exception& e) {
         // A rung that crashes is a failed row with its error; the ladder goes on.
         arm.error = e.what();
@@ -510,7 +531,7 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
     out << "| rung | samples/s | ± | min-max | data-wait | vs prev | x noise floor | separable? |\n"
            "|---|---|---|---|---|---|---|---|\n";
   } else {
-    out << fmt::format("{:<22} {:>10} {:>8} {:>21} {:>9} {:>9} {:>7}  {}\n", "rung", "samples/s", "±", "min-max",
+    out << fmt::format("{:<26} {:>10} {:>8} {:>21} {:>9} {:>9} {:>7}  {}\n", "rung", "samples/s", "±", "min-max",
                        "data-wait", "vs prev", "x floor", "separable?");
   }
   std::optional<Summary> previous;
@@ -524,12 +545,17 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
       if (markdown) {
         out << fmt::format("| {} | {} | | | | | | |\n", name, why);
       } else {
-        out << fmt::format("{:<22} {}\n", name, why);
+        out << fmt::format("{:<26} {}\n", name, why);
       }
       continue;
     }
     const Summary s = stats_from(row.at("stats"));
     const double wait = row.at("breakdown").at("data_wait").at("share").get<double>() * 100;
+    // A rung whose ops ran emulated says so by its name (the note below the table says which).
+    const std::string shown =
+        row.contains("emulated") && row["emulated"].is_string() && !row["emulated"].get<std::string>().empty()
+            ? name + " (emulated)"
+            : name;
     std::string vs = "-", floors = "-", sep = "-";
     if (previous) {
       const double effect = effect_percent(s, *previous);
@@ -538,10 +564,10 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
       sep = verdict_text(verdict(s, *previous, calibration));
     }
     if (markdown) {
-      out << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}-{:.1f} | {:.1f}% | {} | {} | {} |\n", name, s.median, s.std,
+      out << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}-{:.1f} | {:.1f}% | {} | {} | {} |\n", shown, s.median, s.std,
                          s.min, s.max, wait, vs, floors, sep);
     } else {
-      out << fmt::format("{:<22} {:>10.1f} {:>8.1f} {:>10.1f}-{:<10.1f} {:>8.1f}% {:>9} {:>7}  {}\n", name, s.median,
+      out << fmt::format("{:<26} {:>10.1f} {:>8.1f} {:>10.1f}-{:<10.1f} {:>8.1f}% {:>9} {:>7}  {}\n", shown, s.median,
                          s.std, s.min, s.max, wait, vs, floors, sep);
     }
     previous = s;
@@ -557,6 +583,25 @@ std::string ladder_table(const std::vector<json>& rows, bool markdown) {
                              "repeats the test is unsound, so every verdict is NO CONCLUSION");
   } else {
     out << (markdown ? "\n" : "") << "noise floor: not measured (run with --calibrate)\n";
+  }
+  // What ran emulated, once per distinct answer, with the rungs it applies to: on a CPU without
+  // native bf16 the bf16 rungs pay for conversions the native path does not (seed 000's negative
+  // result, kept in the table).
+  std::vector<std::pair<std::string, std::string>> emulated;  // (what, rungs)
+  for (const json& row : rows) {
+    if (row.value("calibration", false) || row.value("status", "") != "ok" || !row.contains("emulated") ||
+        !row["emulated"].is_string() || row["emulated"].get<std::string>().empty())
+      continue;
+    const std::string what = row["emulated"], rung = row.value("rung", std::string("?"));
+    auto it = std::find_if(emulated.begin(), emulated.end(), [&](const auto& e) { return e.first == what; });
+    if (it == emulated.end()) {
+      emulated.emplace_back(what, rung);
+    } else {
+      it->second += ", " + rung;
+    }
+  }
+  for (const auto& [what, rungs] : emulated) {
+    out << fmt::format("{}emulated on this CPU ({}): {}\n", markdown ? "\n" : "", rungs, what);
   }
   std::string accuracies;
   std::int64_t steps = 0;

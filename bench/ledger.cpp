@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "backends/cpu/isa.h"
 #include "backends/device_selection.h"
 #include "backends/error.h"
 #include "engine/fileio.h"
@@ -49,6 +50,8 @@ json Environment::to_json() const {
           {"threads", threads},
           {"backend", backend},
           {"backend_describe", backend_describe},
+          {"isa", isa},
+          {"cpu_isa", cpu_isa},
           {"timer", timer},
           {"versions", versions},
           {"placement", placement}};
@@ -63,6 +66,8 @@ Environment current_environment(Backend& backend) {
   env.threads = backend.num_threads();
   env.backend = backend.name();
   env.backend_describe = backend.describe();
+  env.isa = backend.isa();
+  env.cpu_isa = cpu::describe_cpu_isa();
   env.timer = backend.make_timer()->kind();
   env.versions = {{"engine", git_describe()}, {"trainlab", version()}, {"compiler", compiler_version()}};
   env.placement = describe_process_placement();

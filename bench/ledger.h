@@ -30,6 +30,10 @@ struct Environment {
   int threads = 0;
   std::string backend;
   std::string backend_describe;
+  // The instruction set the backend's kernels were chosen for ("avx2", "avx512_core_bf16"; "sm_90"
+  // on a GPU), and on the CPU the whole story: what the CPU has, the cap, the build's target.
+  std::string isa;
+  std::string cpu_isa;
   std::string timer;      // steady_clock on the CPU; CUDA events on a GPU
   json versions;          // engine (git describe), compiler, backend library, ...
   std::string placement;  // local rank and GPU (backends/device_selection.h)

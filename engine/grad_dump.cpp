@@ -18,14 +18,13 @@ const Tensor& find(const NamedTensors& tensors, const std::string& name, const s
 }
 }  // namespace
 
-NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors& batch,
-                                const GradDumpOptions& options) {
+NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors& batch, const GradDumpOptions& options,
+                                StepPlan* plan) {
   Backend& backend = get_backend(options.backend.empty() ? default_backend_name() : options.backend);
   const DType dtype = options.dtype;
   const std::string dtype_text = dtype_name(dtype);
   TL_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
            "grad-dump: dtype must be f32, bf16 or f64, got " + dtype_text);
-  TL_CHECK(backend.supports(dtype), "backend '" + backend.name() + "' does not support dtype " + dtype_text);
   const DType param_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
 
   const Tensor& images = find(batch, "images", "batch");
@@ -42,6 +41,11 @@ NamedTensors smallcnn_gradients(const NamedTensors& weights, const NamedTensors&
   Generator unused(0);  // the weights are loaded, not drawn
   SmallCNN model(InitOptions{&unused, param_dtype, &backend});
   model.set_fused(options.fuse);
+  StepOptions planned;
+  planned.dtype = dtype;
+  planned.layout = options.layout;
+  const StepPlan planned_ops = plan_step(backend, model, planned);  // refuses what the backend cannot run
+  if (plan != nullptr) *plan = planned_ops;
   NamedTensors moved;
   for (const auto& [name, tensor] : weights) moved.emplace_back(name, tensor.to(backend));
   model.load_state_dict(moved);
@@ -69,8 +73,11 @@ std::size_t grad_dump(const std::string& weights_path, const std::string& batch_
   const NamedTensors weights = read_safetensors(weights_path, host).tensors;
   const NamedTensors batch = read_safetensors(batch_path, host).tensors;
   NamedTensors result;
+  StepPlan plan;
   try {
-    result = smallcnn_gradients(weights, batch, options);
+    result = smallcnn_gradients(weights, batch, options, &plan);
+  } catch (const Unsupported&) {
+    throw;  // about the backend, not the files
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (weights '" + weights_path + "', batch '" + batch_path + "')");
   }
@@ -79,7 +86,9 @@ std::size_t grad_dump(const std::string& weights_path, const std::string& batch_
                      {"backend", options.backend.empty() ? default_backend_name() : options.backend},
                      {"dtype", dtype_name(options.dtype)},
                      {"layout", memory_format_name(options.layout)},
-                     {"fuse", options.fuse ? "true" : "false"}});
+                     {"fuse", options.fuse ? "true" : "false"},
+                     {"isa", plan.isa},
+                     {"emulated", plan.emulated()}});
   return result.size() - 1;
 }
 

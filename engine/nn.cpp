@@ -82,6 +82,16 @@ void Module::load_state_dict(const NamedTensors& state) {
   }
 }
 
+std::set<BackendOp> Module::ops_used() const {
+  std::set<BackendOp> ops;
+  declare_ops(ops);
+  for (const auto& [name, child] : children_) {
+    const std::set<BackendOp> theirs = child->ops_used();
+    ops.insert(theirs.begin(), theirs.end());
+  }
+  return ops;
+}
+
 void Module::zero_grad(bool set_to_none) {
   for (auto& [name, tensor] : named_parameters()) {
     Tensor t = tensor;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,10 @@ class Module {
     (void)backend;
     return {};
   }
+  // The backend ops this model's forward runs (and so its backward), for the planner that asks the
+  // backend about each before the first step (engine/step.h): its own (declare_ops) and its
+  // children's, depth first.
+  std::set<BackendOp> ops_used() const;
   void eval() { train(false); }
   // The recomputation level. The default supports only none: a model without blocks marked for
   // recomputation refuses the others, naming them.
@@ -55,6 +60,10 @@ class Module {
   bool is_training() const { return training_; }
 
  protected:
+  // The ops this module runs itself, beyond its children's: a layer's own, or the relu, add and
+  // pooling a custom forward calls directly. An op left undeclared is still refused by its kernel,
+  // with the same message, but only when the step reaches it.
+  virtual void declare_ops(std::set<BackendOp>& ops) const { (void)ops; }
   Tensor& register_parameter(const std::string& name, Tensor tensor);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
@@ -86,6 +95,9 @@ class Conv2d : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
   Conv2dOptions options;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::conv2d, BackendOp::bias_add}); }
 };
 
 class Linear : public Module {
@@ -93,11 +105,17 @@ class Linear : public Module {
   Linear(std::int64_t in_features, std::int64_t out_features, const InitOptions& init);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::linear, BackendOp::bias_add}); }
 };
 
 class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override { return relu(x); }
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::relu); }
 };
 
 class MaxPool2d : public Module {
@@ -106,11 +124,17 @@ class MaxPool2d : public Module {
       : options(Pool2dOptions::square(kernel_size, stride)) {}
   Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
   Pool2dOptions options;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::max_pool2d); }
 };
 
 class Flatten : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x.flatten(1); }
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::elementwise); }  // the copy
 };
 
 // Children named "0", "1", ... as torch.nn.Sequential names them.

@@ -36,6 +36,12 @@ class SmallCNN : public Module {
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<Linear> fc1, fc2;
 
+ protected:
+  // Beyond its layers': the ReLUs and pools its forward calls, and the flatten's copy.
+  void declare_ops(std::set<BackendOp>& ops) const override {
+    ops.insert({BackendOp::relu, BackendOp::max_pool2d, BackendOp::elementwise});
+  }
+
  private:
   bool fused_ = false;
   Recompute recompute_ = Recompute::none;

@@ -64,6 +64,72 @@ class PhaseTimer {
 
 }  // namespace
 
+StepPlan plan_step(const Backend& backend, const Module& model, const StepOptions& options) {
+  const bool mixed = options.dtype == DType::bf16 || options.dtype == DType::f16;
+  const DType param = mixed ? DType::f32 : options.dtype;
+  const bool channels_last = options.layout == MemoryFormat::channels_last;
+  StepPlan plan;
+  plan.backend = backend.name();
+  plan.isa = backend.isa();
+  auto ask = [&](BackendOp op, DType dtype, bool nhwc) {
+    for (const PlannedOp& seen : plan.ops) {
+      if (seen.op == op && seen.dtype == dtype && seen.channels_last == nhwc) return;
+    }
+    const OpSupport support = backend.supports_op(op, dtype, nhwc);
+    if (!support.runs()) throw Unsupported(unsupported_message(backend, op, dtype, nhwc, support));
+    plan.ops.push_back({op, dtype, nhwc, support});
+  };
+  // The model's ops in the compute dtype (autocast's low dtype: the matrix ops cast to it, and the
+  // ops after them follow); the 4-D ones in the run's layout.
+  // (The matrix ops first: they are the ones whose support varies with the ISA.)
+  const std::set<BackendOp> used = model.ops_used();
+  std::vector<BackendOp> order;
+  for (BackendOp op : {BackendOp::conv2d, BackendOp::linear}) {
+    if (used.count(op)) order.push_back(op);
+  }
+  for (BackendOp op : used) {
+    if (op != BackendOp::conv2d && op != BackendOp::linear) order.push_back(op);
+  }
+  for (BackendOp op : order) {
+    const bool four_d = op == BackendOp::conv2d || op == BackendOp::max_pool2d;
+    ask(op, options.dtype, four_d && channels_last);
+  }
+  // The step's own: the casts and copies (f32 batches, autocast's casts), the loss (in f32 under
+  // autocast), the loss scaler's unscale and the optimiser on the master weights.
+  ask(BackendOp::elementwise, options.dtype, false);
+  ask(BackendOp::elementwise, param, false);
+  ask(BackendOp::cross_entropy, mixed ? DType::f32 : options.dtype, false);
+  if (options.dtype == DType::f16) ask(BackendOp::unscale, param, false);
+  ask(BackendOp::optimizer, param, false);
+  return plan;
+}
+
+std::string StepPlan::emulated() const {
+  std::string out;
+  for (const PlannedOp& p : ops) {
+    if (p.support.level != Support::emulated) continue;
+    out += (out.empty() ? "" : "; ") + std::string(backend_op_name(p.op)) + " " + dtype_name(p.dtype);
+    if (!p.support.how.empty()) out += " (" + p.support.how + ")";
+  }
+  return out;
+}
+
+std::string StepPlan::summary() const {
+  std::string out;
+  for (const PlannedOp& p : ops) {
+    out += (out.empty() ? "" : ", ") + std::string(backend_op_name(p.op)) + " " + dtype_name(p.dtype) + " " +
+           support_name(p.support.level);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> StepPlan::paths() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const PlannedOp& p : ops)
+    out.emplace_back(std::string(backend_op_name(p.op)) + " " + dtype_name(p.dtype), support_name(p.support.level));
+  return out;
+}
+
 StepRunner::StepRunner(Backend& backend, Module& model, Optimizer& optimizer, const StepOptions& options,
                        GradScaler* scaler, DataParallel* parallel)
     : backend_(backend),
@@ -72,7 +138,8 @@ StepRunner::StepRunner(Backend& backend, Module& model, Optimizer& optimizer, co
       options_(options),
       scaler_(scaler),
       parallel_(parallel),
-      param_dtype_(options.dtype == DType::bf16 || options.dtype == DType::f16 ? DType::f32 : options.dtype) {
+      param_dtype_(options.dtype == DType::bf16 || options.dtype == DType::f16 ? DType::f32 : options.dtype),
+      plan_(plan_step(backend, model, options)) {
   TL_CHECK(options.accumulate >= 1, "step: accumulate must be >= 1, got " + std::to_string(options.accumulate));
   TL_CHECK(options.dtype != DType::f16 || scaler != nullptr, "step: dtype f16 needs a loss scaler (GradScaler)");
   if (options.cuda_graph) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/data.h"
 #include "engine/distributed.h"
@@ -51,6 +52,29 @@ struct StepOptions {
   // update (one sum per gradient, read back together) and does not apply a non-finite update.
   bool check_finite = true;
 };
+
+// What the backend runs for each op of a step, asked before the first one (the planner, ggml's
+// supports_op): the model's ops (Module::ops_used) in the compute dtype and layout, the loss, the
+// casts and the optimiser in theirs. An op the backend cannot run is one Unsupported error, naming
+// the op, the dtype, the layout, the backend, its ISA and what would work, before any work.
+struct PlannedOp {
+  BackendOp op;
+  DType dtype;
+  bool channels_last;
+  OpSupport support;
+};
+struct StepPlan {
+  std::string backend, isa;
+  std::vector<PlannedOp> ops;
+  // The ops that are emulated: "conv2d bf16 (f32 primitives between bf16 reorders: ...); linear
+  // bf16 (...)"; "" when every op runs natively.
+  std::string emulated() const;
+  // Every op in a few words: "conv2d bf16 emulated, linear bf16 emulated, relu bf16 native, ...".
+  std::string summary() const;
+  // Every op as ("conv2d bf16", "emulated"), for ledger rows and JSON.
+  std::vector<std::pair<std::string, std::string>> paths() const;
+};
+StepPlan plan_step(const Backend& backend, const Module& model, const StepOptions& options);
 
 // A step whose loss or gradient is NaN or inf, under NonFinitePolicy::stop: the run ends with this
 // error (the trainlab command exits with status 3), and nothing is updated or saved.
@@ -93,6 +117,7 @@ class StepRunner {
   const StepOptions& options() const { return options_; }
   DType param_dtype() const { return param_dtype_; }
   bool replaying() const { return graph_ != nullptr; }
+  const StepPlan& plan() const { return plan_; }  // what the backend runs, asked before the first step
 
  private:
   DType autocast_dtype() const;                // the compute dtype under mixed precision, else f32 (off)
@@ -109,6 +134,7 @@ class StepRunner {
   GradScaler* scaler_;
   DataParallel* parallel_;
   DType param_dtype_;  // f32 master weights for bf16/f16, else the compute dtype
+  StepPlan plan_;
   std::unique_ptr<StepGraph> graph_;
   std::map<std::string, std::unique_ptr<Timer>> timers_;
   Tensor gradient_sums_;  // one element per parameter, for the finiteness check

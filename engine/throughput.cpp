@@ -46,8 +46,6 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   const DType dtype = config.dtype;
   TL_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
            "throughput: dtype must be f32, bf16 or f64, got " + std::string(dtype_name(dtype)));
-  TL_CHECK(backend.supports(dtype),
-           "backend '" + backend.name() + "' does not support dtype " + std::string(dtype_name(dtype)));
   TL_CHECK(!config.cuda_graph || !config.forward_only,
            "throughput: cuda_graph times training steps, not --forward-only");
   TL_CHECK(!config.cuda_graph || config.warmup >= 2,
@@ -90,6 +88,7 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
 
   ThroughputResult result;
   result.config = config;
+  result.plan = runner.plan();
   result.backend_name = backend.name();
   result.threads = backend.num_threads();
   result.flop_per_sample = SmallCNN::flop_per_sample(config.forward_only);
@@ -140,7 +139,7 @@ std::vector<double> measure_gemm_gflops(const std::string& backend_name, DType d
                                         double seconds) {
   Backend& backend = get_backend(backend_name.empty() ? default_backend_name() : backend_name);
   const std::string dtype_name_ = dtype_name(dtype);
-  TL_CHECK(backend.supports(dtype), "backend '" + backend.name() + "' does not support dtype " + dtype_name_);
+  require_op(backend, BackendOp::linear, dtype, false);
   TL_CHECK(n >= 1 && n <= 16384, "gemm: size must be in 1..16384, got " + std::to_string(n));
   // x, w and y: three n x n matrices.
   const std::uint64_t needed = 3 * static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n) * dtype_size(dtype);
@@ -186,6 +185,14 @@ std::string gemm_json(Backend& backend, DType dtype_value, std::int64_t n, const
   return j.dump();
 }
 
+namespace {
+nlohmann::json compute_json(const StepPlan& plan) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [op, support] : plan.paths()) out[op] = support;
+  return out;
+}
+}  // namespace
+
 std::string throughput_json(const ThroughputResult& r) {
   const double total = r.phases.total();
   auto share = [&](double s) { return total > 0 ? s / total : 0.0; };
@@ -221,6 +228,8 @@ std::string throughput_json(const ThroughputResult& r) {
                         {"batch", r.config.batch},
                         {"threads", r.threads},
                         {"seed", r.config.seed}}},
+                      {"isa", r.plan.isa},
+                      {"compute", compute_json(r.plan)},
                       {"versions",
                        {{"trainlab", version()},
                         {"engine", git_describe()},

@@ -52,6 +52,7 @@ struct ThroughputResult {
   // With profile: per span name (conv2d.forward, reorder, ...), total seconds and calls over the
   // measured steps; spans nest (an op inside a phase), so they do not add up to the step.
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds;
+  StepPlan plan;  // what the backend ran natively and what it emulated (engine/step.h)
 };
 
 ThroughputResult measure_throughput(const ThroughputConfig& config);

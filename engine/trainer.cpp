@@ -117,8 +117,6 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
            "trainer: the task needs a model factory and training data");
   const DType dtype = config_.dtype;
   const DType param_dtype = dtype == DType::bf16 || dtype == DType::f16 ? DType::f32 : dtype;
-  TL_CHECK(backend_.supports(dtype),
-           "backend '" + backend_.name() + "' does not support dtype " + std::string(dtype_name(dtype)));
   TL_CHECK(!config_.pin_memory || backend_.pinned_uploads() != nullptr,
            "pin_memory needs a CUDA backend (it page-locks loader buffers for host-to-device copies); backend '" +
                backend_.name() + "' runs on the CPU, where there is no copy");
@@ -190,6 +188,8 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
 }
 
 Trainer::~Trainer() = default;
+
+const StepPlan& Trainer::step_plan() const { return runner_->plan(); }
 
 void Trainer::set_callbacks(TrainCallbacks callbacks) {
   TL_CHECK(!callbacks.stop_rule || config_.eval_every > 0,
@@ -264,6 +264,11 @@ void Trainer::log_header(std::ostream& log) const {
                        config_.batch / parallel_->world_size());
   }
   log << fmt::format("backend: {}\n", backend_.describe());  // the ISA oneDNN chose, before any step
+  // What the planner found, per op: so a reader sees why bf16 is slower on a CPU without native bf16.
+  const StepPlan& plan = runner_->plan();
+  log << fmt::format("compute on {}{}: {}\n", plan.backend, plan.isa.empty() ? "" : " (ISA " + plan.isa + ")",
+                     plan.summary());
+  if (!plan.emulated().empty()) log << fmt::format("emulated: {}\n", plan.emulated());
   log << fmt::format("config: {}\n", config_summary(config_));
   log << fmt::format("data: {}{}\n", task_.train_data->describe(),
                      task_.held_out_data ? "; held out: " + task_.held_out_data->describe() : std::string());

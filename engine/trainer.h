@@ -125,6 +125,8 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
   DataLoader& loader() { return *loader_; }
   Backend& backend() { return backend_; }
+  // What the backend runs for each op, natively or emulated (asked before the first step).
+  const StepPlan& step_plan() const;
   Generator& generator() { return generator_; }
   const TrainConfig& config() const { return config_; }
   const TrainTask& task() const { return task_; }

@@ -3,7 +3,8 @@
 Writes random weights and a batch as safetensors, runs `trainlab grad-dump` for every CPU backend,
 dtype, layout and fusion, computes the same with Debian's PyTorch (f32, and bf16 under
 torch.autocast("cpu")), and compares norm-wise, |trainlab - torch| / |torch|, for the loss and for
-every gradient:
+every gradient (on a CPU without native bf16 the bf16 rows check the emulated path: the script
+prints which ran):
   f32                  <= 1e-4
   bf16, fused          <= 2e-2  (bias added inside the conv/linear kernel before the single rounding
                                  to bf16, as PyTorch's nn.Conv2d and nn.Linear do)
@@ -49,7 +50,7 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def read_safetensors(path):
+def read_safetensors(path, metadata=None):
     with open(path, "rb") as f:
         blob = f.read()
     (length,) = struct.unpack("<Q", blob[:8])
@@ -58,6 +59,8 @@ def read_safetensors(path):
     out = {}
     for name, entry in header.items():
         if name == "__metadata__":
+            if metadata is not None:
+                metadata.update(entry)
             continue
         begin, end = entry["data_offsets"]
         out[name] = np.frombuffer(data[begin:end], dtype=NP_DTYPES[entry["dtype"]]).reshape(entry["shape"])
@@ -98,6 +101,13 @@ def relative(a, b):
 
 def main():
     trainlab = sys.argv[1]
+    # Under ONEDNN_MAX_CPU_ISA (CI's AVX2 emulation) only trainlab is capped: PyTorch picks its bf16
+    # convolutions by its own CPU check, which sees the real AVX-512, and the capped oneDNN under it
+    # would refuse them. The oracle runs uncapped; every trainlab process keeps the cap.
+    cap = os.environ.pop("ONEDNN_MAX_CPU_ISA", None)
+    trainlab_env = dict(os.environ, **({"ONEDNN_MAX_CPU_ISA": cap} if cap else {}))
+    if cap:
+        print(f"trainlab runs with ONEDNN_MAX_CPU_ISA={cap}; PyTorch, the oracle, uncapped")
     torch.manual_seed(0)
     reference = SmallCNN()  # PyTorch's own default init
     state = {k: v.detach().numpy().copy() for k, v in reference.state_dict().items()}
@@ -106,9 +116,11 @@ def main():
     labels = rng.integers(0, 10, 16).astype(np.int64)
     # The CPU backends: this test runs on every machine (the cuda backend has the GPU tests).
     backends = [line.split()[0] for line in
-                subprocess.run([trainlab, "backends"], check=True, capture_output=True, text=True).stdout.splitlines()
+                subprocess.run([trainlab, "backends"], check=True, capture_output=True, text=True,
+                               env=trainlab_env).stdout.splitlines()
                 if line.split()[1] == "cpu"]
     worst = {}
+    paths = {}
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         weights, batch, out = (os.path.join(tmp, n) for n in ("w.safetensors", "b.safetensors", "g.safetensors"))
@@ -121,9 +133,14 @@ def main():
                     for fuse in (False, True):
                         cmd = [trainlab, "grad-dump", "--weights", weights, "--batch", batch, "--out", out,
                                "--backend", backend, "--dtype", dtype, "--layout", layout] + (["--fuse"] if fuse else [])
-                        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-                        got = read_safetensors(out)
+                        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=trainlab_env)
+                        meta = {}
+                        got = read_safetensors(out, meta)
                         label = f"{backend} {dtype} {layout}{' fused' if fuse else ''}"
+                        # What ran natively and what was emulated (the capability table), once per backend
+                        # and dtype: on a CPU without native bf16 the bf16 rows check the emulated path.
+                        if (backend, dtype) not in paths:
+                            paths[(backend, dtype)] = (meta.get("isa", "?"), meta.get("emulated", ""))
                         for name, value in expected[dtype].items():
                             error = relative(got[name], value)
                             worst[(dtype, fuse, label, name)] = error
@@ -136,6 +153,8 @@ def main():
             e, (_, _, label, name) = max(errors)
             print(f"{dtype} {'fused' if fuse else 'unfused'}: worst relative error {e:.2e} ({label}, {name}); "
                   f"tolerance {tolerance(dtype, fuse):g}; {len(errors)} comparisons")
+    for (backend, dtype), (isa, emulated) in sorted(paths.items()):
+        print(f"{backend} {dtype} on ISA {isa}: {'emulated: ' + emulated if emulated else 'every op native'}")
     if failures:
         print("\n".join(failures))
         return 1

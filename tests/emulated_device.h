@@ -50,6 +50,10 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
   }
   DeviceType device_type() const override { return DeviceType::cpu; }
   bool supports(DType dtype) const override { return inner_.supports(dtype); }
+  OpSupport supports_op(BackendOp op, DType dtype, bool channels_last) const override {
+    return inner_.supports_op(op, dtype, channels_last);
+  }
+  std::string isa() const override { return inner_.isa(); }
   void set_num_threads(int threads) override { inner_.set_num_threads(threads); }
   int num_threads() const override { return inner_.num_threads(); }
 

@@ -58,6 +58,9 @@ TEST_CASE("cli: bad flags and values exit 2 with one line", "[cli]") {
   expect_bad_input("train --lr -0.5", {"lr", "(0, 10]"});
   expect_bad_input("train --optimizer adam", {"'adam'", "sgd | adamw"});
   expect_bad_input("train --backend tpu", {"unknown backend 'tpu'", "reference"});
+  // A combination the backend cannot run: the planner's one line, before any step.
+  expect_bad_input("train --backend onednn --dtype f64", {"conv2d in f64 (NCHW) does not run on backend 'onednn' (ISA ",
+                                                          "what would work", "--backend reference (native)"});
   expect_bad_input("train --config /nonexistent.yaml", {"/nonexistent.yaml", "does not exist"});
   expect_bad_input("train --resume /nonexistent-checkpoint", {"/nonexistent-checkpoint", "does not exist"});
   expect_bad_input("train --batch 64 --train-samples 10", {"train_samples (10) must be at least batch (64)"});

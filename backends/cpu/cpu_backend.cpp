@@ -2,10 +2,6 @@
 
 #include <omp.h>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +11,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/max_pool_2x2.h"
+#include "backends/cpu/simd.h"
 
 namespace trainlab::cpu {
 
@@ -30,17 +27,6 @@ class SteadyTimer final : public Timer {
  private:
   std::chrono::steady_clock::time_point start_{}, stop_{};
 };
-
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-// 32 bf16/f16 values at once, on their bits: which are not <= 0 (a NaN, or the sign clear and not
-// +0). ReLU keeps exactly those.
-template <typename S>
-inline __mmask32 half_not_at_most_zero(__m512i v) {
-  const __m512i inf = _mm512_set1_epi16(static_cast<short>(std::is_same_v<S, bf16> ? 0x7f80 : 0x7c00));
-  const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, _mm512_set1_epi16(0x7fff)), inf);
-  return nan | _mm512_cmpgt_epi16_mask(v, _mm512_setzero_si512());
-}
-#endif
 
 // Elementwise loops split into fixed chunks so that small tensors stay on one thread and every
 // element is computed the same way at any thread count.
@@ -84,6 +70,42 @@ void CpuBackend::copy_to_host(void* dst, const void* src, std::size_t bytes) {
 }
 
 std::unique_ptr<Timer> CpuBackend::make_timer() { return std::make_unique<SteadyTimer>(); }
+
+std::string CpuBackend::isa() const { return cpu_isa_name(cpu_isa()); }
+
+std::string CpuBackend::supported_dtypes() const {
+  std::string out;
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    if (supports(d)) out += (out.empty() ? "" : ", ") + std::string(dtype_name(d));
+  }
+  return out;
+}
+
+OpSupport CpuBackend::supports_op(BackendOp op, DType dtype, bool channels_last) const {
+  if (!supports(dtype)) {
+    return OpSupport::unsupported("backend '" + name_ + "' has no " + dtype_name(dtype) + " kernels (it runs " +
+                                  supported_dtypes() + ")");
+  }
+  const bool full = dtype == DType::f32 || dtype == DType::f64;
+  switch (op) {
+    case BackendOp::linear:
+    case BackendOp::conv2d:
+      return matrix_op_support(op, dtype, channels_last);
+    case BackendOp::cross_entropy:
+      return full ? OpSupport::native("shared CPU loops") : OpSupport::emulated("widened to f32 (shared CPU loops)");
+    case BackendOp::optimizer:
+      return full ? OpSupport::native("shared CPU loops")
+                  : OpSupport::unsupported("optimiser state is f32 or f64 (mixed precision keeps f32 master weights)");
+    case BackendOp::relu:
+    case BackendOp::max_pool2d:
+      return OpSupport::native(std::string("shared CPU loops, ") + cpu_isa_name(simd().isa) + " vector loops");
+    case BackendOp::elementwise:
+    case BackendOp::bias_add:
+    case BackendOp::unscale:
+      return OpSupport::native("shared CPU loops");
+  }
+  return OpSupport::unsupported("unknown op");
+}
 
 // ---- elementwise ----
 
@@ -160,10 +182,14 @@ void CpuBackend::cast(DType src_dtype, const void* src, DType dst_dtype, void* d
       const S* in = as<S>(src);
       D* out = as<D>(dst);
       parallel_chunks(n, threads_, [&](std::int64_t b, std::int64_t e) {
-        if constexpr (std::is_same_v<S, float> && is_half<D>) {
-          for (std::int64_t i = b; i < e; ++i) out[i] = D(in[i]);  // one rounding
-        } else if constexpr (is_half<S> && std::is_same_v<D, float>) {
-          for (std::int64_t i = b; i < e; ++i) out[i] = static_cast<float>(in[i]);  // exact
+        if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bf16>) {
+          simd().f32_to_bf16(in + b, out + b, e - b);  // one rounding
+        } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, f16>) {
+          simd().f32_to_f16(in + b, out + b, e - b);
+        } else if constexpr (std::is_same_v<S, bf16> && std::is_same_v<D, float>) {
+          simd().bf16_to_f32(in + b, out + b, e - b);  // exact
+        } else if constexpr (std::is_same_v<S, f16> && std::is_same_v<D, float>) {
+          simd().f16_to_f32(in + b, out + b, e - b);
         } else {
           for (std::int64_t i = b; i < e; ++i) out[i] = from_double<D>(to_double(in[i]));
         }
@@ -275,30 +301,21 @@ void CpuBackend::sum(DType dtype, const void* x, std::int64_t n, void* out) {
 void CpuBackend::relu_forward(DType dtype, const void* x, void* y, std::int64_t n) {
   dispatch_floating(dtype, op_name("relu_forward").c_str(), [&](auto tag) {
     using S = decltype(tag);
-    using C = compute_t<S>;
     const S* px = as<S>(x);
     S* py = as<S>(y);
     // The pointers are captured by value: captured by reference, every store through py could
     // alias them, and the loop would reload them instead of vectorising.
     parallel_chunks(n, threads_, [px, py](std::int64_t lo, std::int64_t hi) {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-      // Masked in registers, not by masked stores (see relu_backward).
       if constexpr (std::is_same_v<S, float>) {
-        for (; lo + 16 <= hi; lo += 16) {
-          const __m512 x16 = _mm512_loadu_ps(px + lo);
-          _mm512_storeu_ps(py + lo,
-                           _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x16, _mm512_setzero_ps(), _CMP_NLE_UQ), x16));
-        }
+        simd().relu_f32(px + lo, py + lo, hi - lo);
+      } else if constexpr (std::is_same_v<S, bf16>) {
+        simd().relu_bf16(px + lo, py + lo, hi - lo);
+      } else if constexpr (std::is_same_v<S, f16>) {
+        simd().relu_f16(px + lo, py + lo, hi - lo);
+      } else {
+        // `<= 0` rather than `> 0`: a NaN is not <= 0, so it passes through (torch.relu).
+        for (std::int64_t i = lo; i < hi; ++i) py[i] = px[i] <= S(0) ? S(0) : px[i];
       }
-      if constexpr (is_half<S>) {
-        for (; lo + 32 <= hi; lo += 32) {
-          const __m512i x32 = _mm512_loadu_si512(px + lo);
-          _mm512_storeu_si512(py + lo, _mm512_maskz_mov_epi16(half_not_at_most_zero<S>(x32), x32));
-        }
-      }
-#endif
-      // `<= 0` rather than `> 0`: a NaN is not <= 0, so it passes through (torch.relu).
-      for (std::int64_t i = lo; i < hi; ++i) py[i] = load<C>(px[i]) <= C(0) ? store<S>(C(0)) : px[i];
     });
   });
 }
@@ -306,35 +323,20 @@ void CpuBackend::relu_forward(DType dtype, const void* x, void* y, std::int64_t 
 void CpuBackend::relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n) {
   dispatch_floating(dtype, op_name("relu_backward").c_str(), [&](auto tag) {
     using S = decltype(tag);
-    using C = compute_t<S>;
     const S* py = as<S>(y);
     const S* pdy = as<S>(dy);
     S* pdx = as<S>(dx);
     parallel_chunks(n, threads_, [py, pdy, pdx](std::int64_t lo, std::int64_t hi) {
-    // PyTorch's threshold_backward on the result: zero where y <= 0, the gradient elsewhere (NaN too).
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
-      // GCC compiles the plain loop below into AVX-512 masked loads of dy, which the AMD cores
-      // this runs on execute more than ten times slower than a load and an AND (16 ms against 0.5
-      // ms for 4M elements). Loaded in full, then masked in registers:
       if constexpr (std::is_same_v<S, float>) {
-        for (; lo + 16 <= hi; lo += 16) {
-          const __m512 y16 = _mm512_loadu_ps(py + lo), g16 = _mm512_loadu_ps(pdy + lo);
-          const __mmask16 keep = _mm512_cmp_ps_mask(y16, _mm512_setzero_ps(), _CMP_NLE_UQ);  // !(y <= 0)
-          const __m512 ones = _mm512_castsi512_ps(_mm512_movm_epi32(keep));
-          _mm512_storeu_ps(pdx + lo, _mm512_and_ps(ones, g16));
-        }
+        simd().relu_backward_f32(py + lo, pdy + lo, pdx + lo, hi - lo);
+      } else if constexpr (std::is_same_v<S, bf16>) {
+        simd().relu_backward_bf16(py + lo, pdy + lo, pdx + lo, hi - lo);
+      } else if constexpr (std::is_same_v<S, f16>) {
+        simd().relu_backward_f16(py + lo, pdy + lo, pdx + lo, hi - lo);
+      } else {
+        // PyTorch's threshold_backward on the result: zero where y <= 0, the gradient elsewhere.
+        for (std::int64_t i = lo; i < hi; ++i) pdx[i] = py[i] <= S(0) ? S(0) : pdy[i];
       }
-#if defined(__AVX512BW__)
-      if constexpr (is_half<S>) {
-        for (; lo + 32 <= hi; lo += 32) {
-          const __m512i y32 = _mm512_loadu_si512(py + lo), g32 = _mm512_loadu_si512(pdy + lo);
-          const __m512i ones = _mm512_movm_epi16(half_not_at_most_zero<S>(y32));
-          _mm512_storeu_si512(pdx + lo, _mm512_and_si512(ones, g32));
-        }
-      }
-#endif
-#endif
-      for (std::int64_t i = lo; i < hi; ++i) pdx[i] = load<C>(py[i]) <= C(0) ? store<S>(C(0)) : pdy[i];
     });
   });
 }

@@ -23,6 +23,13 @@ class CpuBackend : public Backend {
   std::string name() const override { return name_; }
   DeviceType device_type() const override { return DeviceType::cpu; }
   bool supports(DType dtype) const override { return dtype != DType::i64; }
+  // The shared loops' part: elementwise, ReLU, bias add, max-pool and the loss scaler's unscale
+  // run every dtype supports() accepts natively (each loop is written for the storage type, with f32
+  // arithmetic for bf16/f16); cross-entropy widens bf16/f16 to f32 (emulated); the optimisers keep
+  // f32 or f64 state. linear and conv2d are each backend's own: matrix_op_support().
+  OpSupport supports_op(BackendOp op, DType dtype, bool channels_last) const override;
+  // The ISA family of the hand-written loops (backends/cpu/isa.h).
+  std::string isa() const override;
   void set_num_threads(int threads) override;
   int num_threads() const override { return threads_; }
 
@@ -94,6 +101,11 @@ class CpuBackend : public Backend {
     CpuBackend& backend_;
     std::vector<std::pair<void*, std::size_t>> blocks_;
   };
+
+  // linear and conv2d in `dtype` (one this backend supports()): the backend's own answer.
+  virtual OpSupport matrix_op_support(BackendOp op, DType dtype, bool channels_last) const = 0;
+  // The dtypes supports() accepts, for messages: "f32, bf16, f16".
+  std::string supported_dtypes() const;
 
   // "<backend>: <op>" for error messages.
   std::string op_name(const char* op) const { return name_ + ": " + op; }

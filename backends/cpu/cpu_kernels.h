@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/capability.h"
 #include "backends/dtype.h"
 #include "backends/error.h"
 
@@ -43,8 +44,11 @@ inline S store(C value) {
   }
 }
 
+// A kernel asked for a dtype it has no loop for (the planner asks supports_op() first, so this is
+// the last line of defence for a caller that did not).
 [[noreturn]] inline void unsupported(const char* op, DType dtype, const char* supported) {
-  throw Error(std::string(op) + " does not support dtype " + dtype_name(dtype) + " (supported: " + supported + ")");
+  throw Unsupported(std::string(op) + " does not support dtype " + dtype_name(dtype) + " (supported: " + supported +
+                    ")");
 }
 
 // fn(S{}) for the floating storage types.

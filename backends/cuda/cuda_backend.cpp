@@ -302,6 +302,19 @@ class CudaBackend final : public Backend,
   bool supports(DType dtype) const override {
     return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
   }
+  std::string isa() const override {
+    return "sm_" + std::to_string(properties_.major) + std::to_string(properties_.minor);
+  }
+  // Every op natively in f32, bf16 and f16 (cuBLAS, cuDNN, trainlab's kernels); optimiser state
+  // is f32 (mixed precision keeps f32 master weights).
+  OpSupport supports_op(BackendOp op, DType dtype, bool channels_last) const override {
+    if (!supports(dtype)) return Backend::supports_op(op, dtype, channels_last);
+    if (op == BackendOp::optimizer && dtype != DType::f32)
+      return OpSupport::unsupported("optimiser state is f32 (mixed precision keeps f32 master weights)");
+    return OpSupport::native(op == BackendOp::linear   ? "cuBLAS"
+                             : op == BackendOp::conv2d ? "cuDNN"
+                                                       : "trainlab's CUDA kernels");
+  }
   void set_num_threads(int) override {}
   int num_threads() const override { return 1; }
   PinnedUploads* pinned_uploads() override { return this; }

@@ -3,7 +3,8 @@
 // reading channels contiguously, so channels_last needs no reorder); linear layers are Eigen
 // matrix products. Images are split across OpenMP threads; inside a parallel region Eigen's own
 // GEMM stays single-threaded, outside it (linear layers) Eigen parallelises with setNbThreads.
-// f32 natively; bf16 inputs are widened to f32 and results rounded back (f32 accumulation).
+// f32 natively; bf16 and f16 inputs are widened to f32 and results rounded back (f32
+// accumulation): emulated, in supports_op()'s terms.
 // Max-pool, ReLU and the rest come from CpuBackend.
 #include <omp.h>
 
@@ -133,7 +134,9 @@ class EigenBackend final : public CpuBackend {
  public:
   EigenBackend() : CpuBackend("eigen", /*caching=*/true) { Eigen::setNbThreads(threads_); }
 
-  bool supports(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
+  bool supports(DType dtype) const override {
+    return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+  }
 
   void set_num_threads(int threads) override {
     CpuBackend::set_num_threads(threads);
@@ -311,11 +314,22 @@ class EigenBackend final : public CpuBackend {
       Stage<bf16, float> st;
       fn(st);
       st.finish();
+    } else if (dtype == DType::f16) {
+      Stage<f16, float> st;
+      fn(st);
+      st.finish();
     } else {
-      unsupported(op_name(op).c_str(), dtype, "f32, bf16");
+      unsupported(op_name(op).c_str(), dtype, "f32, bf16, f16");
     }
   }
 
+ protected:
+  OpSupport matrix_op_support(BackendOp, DType dtype, bool) const override {
+    if (dtype == DType::f32) return OpSupport::native("im2col + Eigen f32 GEMM");
+    return OpSupport::emulated("widened to f32 around Eigen's f32 GEMM");
+  }
+
+ private:
   // The weights in the column order of this layout: as given for NCHW, [C_out, (kH, kW, C_in)]
   // (in scratch) for channels_last.
   const float* weights_for(const Conv2dShape& s, const float* w, Scratch& scratch) {
@@ -328,7 +342,7 @@ class EigenBackend final : public CpuBackend {
 
 const BackendRegistration registration{
     BackendInfo{"eigen",
-                "im2col + Eigen GEMM convolution and Eigen matrix products, f32 (bf16 widened), NCHW and "
+                "im2col + Eigen GEMM convolution and Eigen matrix products, f32 (bf16 and f16 widened), NCHW and "
                 "channels-last",
                 DeviceType::cpu, 10},
     [] { return std::make_unique<EigenBackend>(); }};

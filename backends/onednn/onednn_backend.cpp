@@ -1,7 +1,15 @@
 // The onednn backend: oneDNN primitives for convolution (forward, backward-data,
 // backward-weights), inner product (each with bias and ReLU fused when asked) and the f32 <-> bf16
-// casts, in f32 and bf16. ReLU and max-pool on their own are the shared CPU loops: oneDNN's
+// casts, in f32, bf16 and f16. ReLU and max-pool on their own are the shared CPU loops: oneDNN's
 // versions drop NaN, which PyTorch (and the reference) carry.
+//
+// bf16 and f16 on every CPU. oneDNN 2.6 has bf16 convolutions and inner products only from
+// avx512_core, and f16 ones only on avx512_core_fp16. Which this CPU has is probed once (a primitive
+// descriptor per family and dtype, under ONEDNN_MAX_CPU_ISA like everything oneDNN does); where
+// there is none the op is emulated with autocast's semantics: the f32 primitive runs between
+// reorders that widen the bf16/f16 operands (exactly) and round its outputs once, to nearest even,
+// as the native primitive rounds its f32 accumulators. supports_op() says which, per op and dtype,
+// and describe() names it, so a reader sees why bf16 is slower on such a machine.
 //
 // Primitives are created once per shape and cached with everything they need (memory objects,
 // reorder primitives, the buffers their reorders write into), so a training step after warm-up
@@ -62,15 +70,22 @@ const char* isa_name(dnnl::cpu_isa isa) {
 }
 
 // A user buffer bound to a memory object, and, when the primitive wants another layout, the
-// reorder into (or out of) a buffer of that layout. That buffer lives only while the op runs: it
-// comes from the backend's caching allocator on each call, so ops share one pool of blocks
-// instead of every cached primitive holding its own.
+// reorder into (or out of) a buffer of that layout. Emulated (a bf16/f16 operand of an f32
+// primitive), the user buffer is first widened to f32 in its own layout (`staged`), or narrowed
+// from it, by trainlab's vector casts (backends/cpu/simd.h: oneDNN 2.6's own bf16 reorders below
+// avx512_core are scalar reference code, ten times slower than the convolution), and only the
+// change of layout is a oneDNN reorder. These buffers live only while the op runs: they come from
+// the backend's caching allocator on each call, so ops share one pool of blocks instead of every
+// cached primitive holding its own.
 struct Operand {
-  memory user;   // the engine's layout; its data handle is set on every call
-  memory inner;  // the primitive's layout (the same object as `user` when no reorder)
-  dnnl::reorder to_inner, to_user;
-  bool reordered = false;
-  std::size_t inner_bytes = 0;
+  memory user;                      // the engine's layout and dtype; its data handle is set on every call
+  memory staged;                    // emulated only: the engine's layout in f32
+  memory inner;                     // the primitive's layout and dtype (`user` or `staged` itself when no reorder)
+  dnnl::reorder to_inner, to_user;  // between `staged` (or `user`) and `inner`
+  bool reordered = false, widened = false;
+  DType storage = DType::f32;  // the user buffer's dtype, when widened
+  std::int64_t elements = 0;
+  std::size_t inner_bytes = 0, staged_bytes = 0;
 };
 
 class OnednnBackend final : public cpu::CpuBackend {
@@ -79,7 +94,18 @@ class OnednnBackend final : public cpu::CpuBackend {
     omp_set_num_threads(threads_);
   }
 
-  bool supports(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
+  bool supports(DType dtype) const override {
+    return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+  }
+
+  std::string isa() const override { return isa_name(dnnl::get_effective_cpu_isa()); }
+
+  OpSupport matrix_op_support(BackendOp op, DType dtype, bool) const override {
+    if (dtype == DType::f32) return OpSupport::native("oneDNN f32 primitives");
+    const Family family = op == BackendOp::conv2d ? Family::conv : Family::inner_product;
+    if (native(dtype, family)) return OpSupport::native(std::string("oneDNN ") + dtype_name(dtype) + " primitives");
+    return OpSupport::emulated(emulation_reason(dtype, family));
+  }
 
   void set_num_threads(int threads) override {
     CpuBackend::set_num_threads(threads);
@@ -95,7 +121,7 @@ class OnednnBackend final : public cpu::CpuBackend {
       return;
     }
     guarded("cast", [&] {
-      Entry& e = entry("cast", key(src_dtype, dst_dtype, n), [&](Entry& fresh) {
+      Entry& e = entry("cast", key(src_dtype, dst_dtype, n), DType::f32, Family::conv, [&](Entry& fresh, dt) {
         const memory::desc in({n}, data_type(src_dtype), tag::a), out({n}, data_type(dst_dtype), tag::a);
         fresh.operands.resize(2);
         fresh.operands[0].user = memory(in, engine_, DNNL_MEMORY_NONE);
@@ -113,94 +139,110 @@ class OnednnBackend final : public cpu::CpuBackend {
   // max(x, 0), which turns NaN into 0; PyTorch's relu carries it, and so must we. ----
 
   // ---- linear: inner product, bias and ReLU fused when asked ----
+  // Every operand is given in the engine's dtype and layout (`user`); the primitive's own (`inner`)
+  // may differ in layout (weights) and, emulated, in dtype (f32): operand() adds the reorder.
   void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
                       std::int64_t batch, std::int64_t in, std::int64_t out) override {
-    check(dtype, "linear_forward");
+    check(dtype, BackendOp::linear, false);
     guarded("linear_forward", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("ip_fwd", key(dtype, batch, in, out, bias != nullptr, relu), [&](Entry& fresh) {
-        const auto d = data_type(dtype);
-        const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
-        const memory::desc weights_any({out, in}, d, tag::any), bias_md({out}, d, tag::x);
-        const auto desc =
-            bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, bias_md, dst)
-                 : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, dst);
-        const dnnl::inner_product_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
-        fresh.operands = {plain(src), operand({{out, in}, d, tag::oi}, pd.weights_desc(), true), plain(bias_md),
-                          plain(dst)};
-        fresh.primitive = dnnl::inner_product_forward(pd);
-        note_impl(pd.impl_info_str());
-      });
-      bind(e.operands[0], x);
+      Entry& e = entry("ip_fwd", key(dtype, batch, in, out, bias != nullptr, relu), dtype, Family::inner_product,
+                       [&](Entry& fresh, dt c) {
+                         const auto d = data_type(dtype);
+                         const memory::desc src({batch, in}, c, tag::nc), dst({batch, out}, c, tag::nc);
+                         const memory::desc weights_any({out, in}, c, tag::any), bias_md({out}, c, tag::x);
+                         const auto desc = bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training,
+                                                                                    src, weights_any, bias_md, dst)
+                                                : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training,
+                                                                                    src, weights_any, dst);
+                         const dnnl::inner_product_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
+                         fresh.operands = {operand({{batch, in}, d, tag::nc}, src, true),
+                                           operand({{out, in}, d, tag::oi}, pd.weights_desc(), true),
+                                           operand({{out}, d, tag::x}, bias_md, true),
+                                           operand({{batch, out}, d, tag::nc}, dst, false)};
+                         fresh.primitive = dnnl::inner_product_forward(pd);
+                         note_impl(pd.impl_info_str(), dtype, c);
+                       });
+      bind_in(e.operands[0], x, scratch);
       bind_in(e.operands[1], weight, scratch);
-      if (bias) bind(e.operands[2], bias);
-      bind(e.operands[3], y);
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].user},
+      if (bias) bind_in(e.operands[2], bias, scratch);
+      bind_out(e.operands[3], y, scratch);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
                                            {DNNL_ARG_WEIGHTS, e.operands[1].inner},
-                                           {DNNL_ARG_DST, e.operands[3].user}};
-      if (bias) args[DNNL_ARG_BIAS] = e.operands[2].user;
+                                           {DNNL_ARG_DST, e.operands[3].inner}};
+      if (bias) args[DNNL_ARG_BIAS] = e.operands[2].inner;
       e.primitive.execute(stream_, args);
+      finish_out(e.operands[3]);
       stream_.wait();
     });
   }
 
   void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx, std::int64_t batch,
                             std::int64_t in, std::int64_t out) override {
-    check(dtype, "linear_backward_data");
+    check(dtype, BackendOp::linear, false);
     guarded("linear_backward_data", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("ip_bwd_data", key(dtype, batch, in, out), [&](Entry& fresh) {
-        const auto d = data_type(dtype);
-        const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
-        const memory::desc weights_any({out, in}, d, tag::any);
-        const dnnl::inner_product_forward::primitive_desc hint(
-            dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, dst), engine_);
-        const dnnl::inner_product_backward_data::primitive_desc pd(
-            dnnl::inner_product_backward_data::desc(src, weights_any, dst), engine_, hint);
-        fresh.operands = {plain(dst), operand({{out, in}, d, tag::oi}, pd.weights_desc(), true), plain(src)};
-        fresh.primitive = dnnl::inner_product_backward_data(pd);
-        note_impl(pd.impl_info_str());
-      });
-      bind(e.operands[0], dy);
+      Entry& e =
+          entry("ip_bwd_data", key(dtype, batch, in, out), dtype, Family::inner_product, [&](Entry& fresh, dt c) {
+            const auto d = data_type(dtype);
+            const memory::desc src({batch, in}, c, tag::nc), dst({batch, out}, c, tag::nc);
+            const memory::desc weights_any({out, in}, c, tag::any);
+            const dnnl::inner_product_forward::primitive_desc hint(
+                dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, dst), engine_);
+            const dnnl::inner_product_backward_data::primitive_desc pd(
+                dnnl::inner_product_backward_data::desc(src, weights_any, dst), engine_, hint);
+            fresh.operands = {operand({{batch, out}, d, tag::nc}, dst, true),
+                              operand({{out, in}, d, tag::oi}, pd.weights_desc(), true),
+                              operand({{batch, in}, d, tag::nc}, src, false)};
+            fresh.primitive = dnnl::inner_product_backward_data(pd);
+            note_impl(pd.impl_info_str(), dtype, c);
+          });
+      bind_in(e.operands[0], dy, scratch);
       bind_in(e.operands[1], weight, scratch);
-      bind(e.operands[2], dx);
-      e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].user},
+      bind_out(e.operands[2], dx, scratch);
+      e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].inner},
                                     {DNNL_ARG_WEIGHTS, e.operands[1].inner},
-                                    {DNNL_ARG_DIFF_SRC, e.operands[2].user}});
+                                    {DNNL_ARG_DIFF_SRC, e.operands[2].inner}});
+      finish_out(e.operands[2]);
       stream_.wait();
     });
   }
 
   void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, void* dbias,
                                std::int64_t batch, std::int64_t in, std::int64_t out) override {
-    check(dtype, "linear_backward_weights");
+    check(dtype, BackendOp::linear, false);
     guarded("linear_backward_weights", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("ip_bwd_weights", key(dtype, batch, in, out, dbias != nullptr), [&](Entry& fresh) {
-        const auto d = data_type(dtype);
-        const memory::desc src({batch, in}, d, tag::nc), dst({batch, out}, d, tag::nc);
-        const memory::desc weights_any({out, in}, d, tag::any), bias_md({out}, d, tag::x);
-        const dnnl::inner_product_forward::primitive_desc hint(
-            dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, bias_md, dst),
-            engine_);
-        const auto desc = dbias ? dnnl::inner_product_backward_weights::desc(src, weights_any, bias_md, dst)
-                                : dnnl::inner_product_backward_weights::desc(src, weights_any, dst);
-        const dnnl::inner_product_backward_weights::primitive_desc pd(desc, engine_, hint);
-        fresh.operands = {plain(src), plain(dst), operand({{out, in}, d, tag::oi}, pd.diff_weights_desc(), false),
-                          plain(bias_md)};
-        fresh.primitive = dnnl::inner_product_backward_weights(pd);
-        note_impl(pd.impl_info_str());
-      });
-      bind(e.operands[0], x);
-      bind(e.operands[1], dy);
+      Entry& e = entry(
+          "ip_bwd_weights", key(dtype, batch, in, out, dbias != nullptr), dtype, Family::inner_product,
+          [&](Entry& fresh, dt c) {
+            const auto d = data_type(dtype);
+            const memory::desc src({batch, in}, c, tag::nc), dst({batch, out}, c, tag::nc);
+            const memory::desc weights_any({out, in}, c, tag::any), bias_md({out}, c, tag::x);
+            const dnnl::inner_product_forward::primitive_desc hint(
+                dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, bias_md, dst),
+                engine_);
+            const auto desc = dbias ? dnnl::inner_product_backward_weights::desc(src, weights_any, bias_md, dst)
+                                    : dnnl::inner_product_backward_weights::desc(src, weights_any, dst);
+            const dnnl::inner_product_backward_weights::primitive_desc pd(desc, engine_, hint);
+            fresh.operands = {operand({{batch, in}, d, tag::nc}, src, true),
+                              operand({{batch, out}, d, tag::nc}, dst, true),
+                              operand({{out, in}, d, tag::oi}, pd.diff_weights_desc(), false),
+                              operand({{out}, d, tag::x}, bias_md, false)};
+            fresh.primitive = dnnl::inner_product_backward_weights(pd);
+            note_impl(pd.impl_info_str(), dtype, c);
+          });
+      bind_in(e.operands[0], x, scratch);
+      bind_in(e.operands[1], dy, scratch);
       bind_out(e.operands[2], dweight, scratch);
-      if (dbias) bind(e.operands[3], dbias);
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].user},
-                                           {DNNL_ARG_DIFF_DST, e.operands[1].user},
+      if (dbias) bind_out(e.operands[3], dbias, scratch);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
+                                           {DNNL_ARG_DIFF_DST, e.operands[1].inner},
                                            {DNNL_ARG_DIFF_WEIGHTS, e.operands[2].inner}};
-      if (dbias) args[DNNL_ARG_DIFF_BIAS] = e.operands[3].user;
+      if (dbias) args[DNNL_ARG_DIFF_BIAS] = e.operands[3].inner;
       e.primitive.execute(stream_, args);
       finish_out(e.operands[2]);
+      if (dbias) finish_out(e.operands[3]);
       stream_.wait();
     });
   }
@@ -208,31 +250,31 @@ class OnednnBackend final : public cpu::CpuBackend {
   // ---- convolution ----
   void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight, const void* bias, bool relu,
                       void* y) override {
-    check(dtype, "conv2d_forward");
+    check(dtype, BackendOp::conv2d, s.channels_last);
     guarded("conv2d_forward", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("conv_fwd", key(dtype, s, bias != nullptr, relu), [&](Entry& fresh) {
-        const ConvDescs c = conv_descs(dtype, s);
+      Entry& e = entry("conv_fwd", key(dtype, s, bias != nullptr, relu), dtype, Family::conv, [&](Entry& fresh, dt c) {
+        const ConvDescs cd = conv_descs(dtype, c, s);
         const auto desc = bias ? dnnl::convolution_forward::desc(
-                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, c.src_any,
-                                     c.weights_any, c.bias, c.dst_any, c.strides, c.padding, c.padding)
+                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, cd.src_any,
+                                     cd.weights_any, cd.bias_inner, cd.dst_any, cd.strides, cd.padding, cd.padding)
                                : dnnl::convolution_forward::desc(
-                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, c.src_any,
-                                     c.weights_any, c.dst_any, c.strides, c.padding, c.padding);
+                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, cd.src_any,
+                                     cd.weights_any, cd.dst_any, cd.strides, cd.padding, cd.padding);
         const dnnl::convolution_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
-        fresh.operands = {operand(c.src, pd.src_desc(), true), operand(c.weights, pd.weights_desc(), true),
-                          plain(c.bias), operand(c.dst, pd.dst_desc(), false)};
+        fresh.operands = {operand(cd.src, pd.src_desc(), true), operand(cd.weights, pd.weights_desc(), true),
+                          operand(cd.bias, cd.bias_inner, true), operand(cd.dst, pd.dst_desc(), false)};
         fresh.primitive = dnnl::convolution_forward(pd);
-        note_impl(pd.impl_info_str());
+        note_impl(pd.impl_info_str(), dtype, c);
       });
       bind_in(e.operands[0], x, scratch);
       bind_in(e.operands[1], weight, scratch);
-      if (bias) bind(e.operands[2], bias);
+      if (bias) bind_in(e.operands[2], bias, scratch);
       bind_out(e.operands[3], y, scratch);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
                                            {DNNL_ARG_WEIGHTS, e.operands[1].inner},
                                            {DNNL_ARG_DST, e.operands[3].inner}};
-      if (bias) args[DNNL_ARG_BIAS] = e.operands[2].user;
+      if (bias) args[DNNL_ARG_BIAS] = e.operands[2].inner;
       e.primitive.execute(stream_, args);
       finish_out(e.operands[3]);
       stream_.wait();
@@ -240,23 +282,23 @@ class OnednnBackend final : public cpu::CpuBackend {
   }
 
   void conv2d_backward_data(DType dtype, const Conv2dShape& s, const void* dy, const void* weight, void* dx) override {
-    check(dtype, "conv2d_backward_data");
+    check(dtype, BackendOp::conv2d, s.channels_last);
     guarded("conv2d_backward_data", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("conv_bwd_data", key(dtype, s), [&](Entry& fresh) {
-        const ConvDescs c = conv_descs(dtype, s);
+      Entry& e = entry("conv_bwd_data", key(dtype, s), dtype, Family::conv, [&](Entry& fresh, dt c) {
+        const ConvDescs cd = conv_descs(dtype, c, s);
         const dnnl::convolution_forward::primitive_desc hint(
             dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                            c.src_any, c.weights_any, c.dst_any, c.strides, c.padding, c.padding),
+                                            cd.src_any, cd.weights_any, cd.dst_any, cd.strides, cd.padding, cd.padding),
             engine_);
         const dnnl::convolution_backward_data::primitive_desc pd(
-            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, c.src_any, c.weights_any,
-                                                  c.dst_any, c.strides, c.padding, c.padding),
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, cd.src_any, cd.weights_any,
+                                                  cd.dst_any, cd.strides, cd.padding, cd.padding),
             engine_, hint);
-        fresh.operands = {operand(c.dst, pd.diff_dst_desc(), true), operand(c.weights, pd.weights_desc(), true),
-                          operand(c.src, pd.diff_src_desc(), false)};
+        fresh.operands = {operand(cd.dst, pd.diff_dst_desc(), true), operand(cd.weights, pd.weights_desc(), true),
+                          operand(cd.src, pd.diff_src_desc(), false)};
         fresh.primitive = dnnl::convolution_backward_data(pd);
-        note_impl(pd.impl_info_str());
+        note_impl(pd.impl_info_str(), dtype, c);
       });
       bind_in(e.operands[0], dy, scratch);
       bind_in(e.operands[1], weight, scratch);
@@ -271,38 +313,41 @@ class OnednnBackend final : public cpu::CpuBackend {
 
   void conv2d_backward_weights(DType dtype, const Conv2dShape& s, const void* dy, const void* x, void* dweight,
                                void* dbias) override {
-    check(dtype, "conv2d_backward_weights");
+    check(dtype, BackendOp::conv2d, s.channels_last);
     guarded("conv2d_backward_weights", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("conv_bwd_weights", key(dtype, s, dbias != nullptr), [&](Entry& fresh) {
-        const ConvDescs c = conv_descs(dtype, s);
-        const dnnl::convolution_forward::primitive_desc hint(
-            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                            c.src_any, c.weights_any, c.bias, c.dst_any, c.strides, c.padding,
-                                            c.padding),
-            engine_);
-        const auto desc =
-            dbias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.src_any,
-                                                             c.weights_any, c.bias, c.dst_any, c.strides, c.padding,
-                                                             c.padding)
-                  : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c.src_any,
-                                                             c.weights_any, c.dst_any, c.strides, c.padding, c.padding);
-        const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine_, hint);
-        fresh.operands = {operand(c.src, pd.src_desc(), true), operand(c.dst, pd.diff_dst_desc(), true),
-                          operand(c.weights, pd.diff_weights_desc(), false), plain(c.bias)};
-        fresh.primitive = dnnl::convolution_backward_weights(pd);
-        note_impl(pd.impl_info_str());
-      });
+      Entry& e =
+          entry("conv_bwd_weights", key(dtype, s, dbias != nullptr), dtype, Family::conv, [&](Entry& fresh, dt c) {
+            const ConvDescs cd = conv_descs(dtype, c, s);
+            const dnnl::convolution_forward::primitive_desc hint(
+                dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                                cd.src_any, cd.weights_any, cd.bias_inner, cd.dst_any, cd.strides,
+                                                cd.padding, cd.padding),
+                engine_);
+            const auto desc = dbias ? dnnl::convolution_backward_weights::desc(
+                                          dnnl::algorithm::convolution_direct, cd.src_any, cd.weights_any,
+                                          cd.bias_inner, cd.dst_any, cd.strides, cd.padding, cd.padding)
+                                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
+                                                                               cd.src_any, cd.weights_any, cd.dst_any,
+                                                                               cd.strides, cd.padding, cd.padding);
+            const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine_, hint);
+            fresh.operands = {operand(cd.src, pd.src_desc(), true), operand(cd.dst, pd.diff_dst_desc(), true),
+                              operand(cd.weights, pd.diff_weights_desc(), false),
+                              operand(cd.bias, cd.bias_inner, false)};
+            fresh.primitive = dnnl::convolution_backward_weights(pd);
+            note_impl(pd.impl_info_str(), dtype, c);
+          });
       bind_in(e.operands[0], x, scratch);
       bind_in(e.operands[1], dy, scratch);
       bind_out(e.operands[2], dweight, scratch);
-      if (dbias) bind(e.operands[3], dbias);
+      if (dbias) bind_out(e.operands[3], dbias, scratch);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
                                            {DNNL_ARG_DIFF_DST, e.operands[1].inner},
                                            {DNNL_ARG_DIFF_WEIGHTS, e.operands[2].inner}};
-      if (dbias) args[DNNL_ARG_DIFF_BIAS] = e.operands[3].user;
+      if (dbias) args[DNNL_ARG_DIFF_BIAS] = e.operands[3].inner;
       e.primitive.execute(stream_, args);
       finish_out(e.operands[2]);
+      if (dbias) finish_out(e.operands[3]);
       stream_.wait();
     });
   }
@@ -315,9 +360,21 @@ class OnednnBackend final : public cpu::CpuBackend {
     const auto v = dnnl::version();
     std::string impls;
     for (const auto& impl : impls_) impls += (impls.empty() ? "" : ", ") + impl;
-    return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-           ", ISA " + isa_name(dnnl::get_effective_cpu_isa()) + ", " + std::to_string(primitives_created_) +
-           " primitives" + (impls.empty() ? "" : " (implementations: " + impls + ")");
+    std::string out = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                      std::to_string(v->patch) + ", ISA " + isa_name(dnnl::get_effective_cpu_isa());
+    // The low-precision paths, so that a bf16 run says why it is as fast (or slow) as it is.
+    for (DType low : {DType::bf16, DType::f16}) {
+      const bool conv = native_locked(low, Family::conv), ip = native_locked(low, Family::inner_product);
+      out += std::string(", ") + dtype_name(low) + " " +
+             (conv && ip     ? "native"
+              : !conv && !ip ? "emulated (f32 primitives)"
+              : conv         ? "native conv2d, emulated linear"
+                             : "emulated conv2d, native linear");
+    }
+    out += ", " + std::to_string(primitives_created_) + " primitives";
+    if (shape_fallbacks_ > 0) out += " (" + std::to_string(shape_fallbacks_) + " emulated for want of a native one)";
+    if (!impls.empty()) out += " (implementations: " + impls + ")";
+    return out;
   }
 
   std::map<std::string, std::int64_t> counters() const override {
@@ -334,15 +391,82 @@ class OnednnBackend final : public cpu::CpuBackend {
   };
 
   struct ConvDescs {
-    memory::desc src, weights, bias, dst;        // the engine's layouts
-    memory::desc src_any, weights_any, dst_any;  // what the primitive may choose
+    memory::desc src, weights, bias, dst;                    // the engine's layouts and dtype
+    memory::desc src_any, weights_any, bias_inner, dst_any;  // what the primitive may choose, in its dtype
     memory::dims strides, padding;
   };
 
-  static dt data_type(DType dtype) { return dtype == DType::bf16 ? dt::bf16 : dt::f32; }
+  static dt data_type(DType dtype) { return dtype == DType::bf16 ? dt::bf16 : dtype == DType::f16 ? dt::f16 : dt::f32; }
 
-  void check(DType dtype, const char* op) const {
-    if (!supports(dtype)) cpu::unsupported(op_name(op).c_str(), dtype, "f32, bf16");
+  // The primitive families whose native low-precision support oneDNN decides by ISA.
+  enum class Family { conv, inner_product };
+
+  // Whether oneDNN has native `dtype` primitives of `family` on this CPU (f32 always): probed once,
+  // by creating the forward, backward-data and backward-weights descriptors of a small shape.
+  bool native(DType dtype, Family family) const {
+    std::lock_guard lock(mutex_);
+    return native_locked(dtype, family);
+  }
+  bool native_locked(DType dtype, Family family) const {
+    if (dtype == DType::f32) return true;
+    if (!probed_) {
+      for (DType low : {DType::bf16, DType::f16}) {
+        native_[index(low, Family::conv)] = probe_conv(data_type(low));
+        native_[index(low, Family::inner_product)] = probe_inner_product(data_type(low));
+      }
+      probed_ = true;
+    }
+    return native_[index(dtype, family)];
+  }
+  static int index(DType dtype, Family family) {
+    return (dtype == DType::bf16 ? 0 : 2) + (family == Family::conv ? 0 : 1);
+  }
+  bool probe_conv(dt d) const {
+    try {
+      const memory::desc src({2, 8, 8, 8}, d, tag::any), w({8, 8, 3, 3}, d, tag::any), dst({2, 8, 8, 8}, d, tag::any),
+          b({8}, d, tag::x);
+      const dnnl::convolution_forward::primitive_desc fwd(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src,
+                                          w, b, dst, {1, 1}, {1, 1}, {1, 1}),
+          engine_);
+      const dnnl::convolution_backward_data::primitive_desc bwd_data(
+          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src, w, dst, {1, 1}, {1, 1},
+                                                {1, 1}),
+          engine_, fwd);
+      const dnnl::convolution_backward_weights::primitive_desc bwd_weights(
+          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, w, b, dst, {1, 1}, {1, 1},
+                                                   {1, 1}),
+          engine_, fwd);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+  bool probe_inner_product(dt d) const {
+    try {
+      const memory::desc src({4, 16}, d, tag::nc), w({8, 16}, d, tag::any), dst({4, 8}, d, tag::nc), b({8}, d, tag::x);
+      const dnnl::inner_product_forward::primitive_desc fwd(
+          dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, w, b, dst), engine_);
+      const dnnl::inner_product_backward_data::primitive_desc bwd_data(
+          dnnl::inner_product_backward_data::desc(src, w, dst), engine_, fwd);
+      const dnnl::inner_product_backward_weights::primitive_desc bwd_weights(
+          dnnl::inner_product_backward_weights::desc(src, w, b, dst), engine_, fwd);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+  std::string emulation_reason(DType dtype, Family family) const {
+    const std::string what = family == Family::conv ? "convolution" : "inner product";
+    const std::string needs = dtype == DType::bf16 ? "avx512_core" : "avx512_core_fp16";
+    return std::string("f32 primitives on widened ") + dtype_name(dtype) + " operands, outputs rounded once: oneDNN " +
+           "2.6 has no " + dtype_name(dtype) + " " + what + " below " + needs + " (this ISA: " + isa() + ")";
+  }
+
+  void check(DType dtype, BackendOp op, bool channels_last) const {
+    if (!supports(dtype)) {
+      throw Unsupported(unsupported_message(*this, op, dtype, channels_last, supports_op(op, dtype, channels_last)));
+    }
   }
 
   template <typename Fn>
@@ -366,20 +490,31 @@ class OnednnBackend final : public cpu::CpuBackend {
                s.stride_w, s.pad_h, s.pad_w, s.channels_last, a, b);
   }
 
-  // The cached entry for (kind, key), built by `build` on first use.
+  // The cached entry for (kind, key), built by build(entry, compute type) on first use: in `dtype`
+  // where oneDNN has the family natively here, else in f32 (emulated). A shape the native family
+  // cannot take after all (oneDNN has no implementation for it) is emulated too, and counted.
   template <typename Build>
-  Entry& entry(const char* kind, const std::string& k, Build&& build) {
+  Entry& entry(const char* kind, const std::string& k, DType dtype, Family family, Build&& build) {
     const std::string full = std::string(kind) + "|" + k;
     std::lock_guard lock(mutex_);
     auto it = cache_.find(full);
     if (it != cache_.end()) return *it->second;
+    const dt compute = native_locked(dtype, family) ? data_type(dtype) : dt::f32;
     auto fresh = std::make_unique<Entry>();
-    build(*fresh);
+    try {
+      build(*fresh, compute);
+    } catch (const dnnl::error& e) {
+      if (compute == dt::f32 || e.status != dnnl_unimplemented) throw;
+      fresh = std::make_unique<Entry>();
+      build(*fresh, dt::f32);
+      ++shape_fallbacks_;
+    }
     ++primitives_created_;
     return *cache_.emplace(full, std::move(fresh)).first->second;
   }
 
-  ConvDescs conv_descs(DType dtype, const Conv2dShape& s) const {
+  // The engine's descriptors in the storage dtype; the primitive's in the compute dtype `c`.
+  ConvDescs conv_descs(DType dtype, dt c, const Conv2dShape& s) const {
     const auto d = data_type(dtype);
     const tag act = s.channels_last ? tag::nhwc : tag::nchw;
     // channels_last activations are used in place; NCHW ones may be reordered to what oneDNN likes.
@@ -391,9 +526,10 @@ class OnednnBackend final : public cpu::CpuBackend {
                      memory::desc(w_dims, d, tag::oihw),
                      memory::desc({s.out_channels}, d, tag::x),
                      memory::desc(dst_dims, d, act),
-                     memory::desc(src_dims, d, act_choice),
-                     memory::desc(w_dims, d, tag::any),
-                     memory::desc(dst_dims, d, act_choice),
+                     memory::desc(src_dims, c, act_choice),
+                     memory::desc(w_dims, c, tag::any),
+                     memory::desc({s.out_channels}, c, tag::x),
+                     memory::desc(dst_dims, c, act_choice),
                      {s.stride_h, s.stride_w},
                      {s.pad_h, s.pad_w}};
   }
@@ -411,56 +547,77 @@ class OnednnBackend final : public cpu::CpuBackend {
     return attr;
   }
 
-  Operand plain(const memory::desc& md) {
-    Operand op;
-    op.user = memory(md, engine_, DNNL_MEMORY_NONE);
-    op.inner = op.user;
-    return op;
-  }
-
-  // An operand whose primitive layout may differ from the engine's: the inner buffer and the
-  // reorder (engine -> primitive for inputs, primitive -> engine for outputs) are made once here.
+  // An operand whose primitive layout (or, emulated, dtype) may differ from the engine's: the inner
+  // buffer and the reorder (engine -> primitive for inputs, primitive -> engine for outputs) are
+  // made once here; where they agree the primitive uses the engine's buffer in place.
   Operand operand(const memory::desc& user_md, const memory::desc& inner_md, bool input) {
     Operand op;
     op.user = memory(user_md, engine_, DNNL_MEMORY_NONE);
-    if (inner_md == user_md) {
-      op.inner = op.user;
+    memory::desc outer_md = user_md;  // what the reorder to or from the primitive's layout sees
+    if (user_md.data.data_type != inner_md.data.data_type) {
+      TL_CHECK(inner_md.data.data_type == dnnl_f32, "onednn: an emulated operand's primitive must be f32");
+      op.widened = true;
+      op.storage = user_md.data.data_type == dnnl_bf16 ? DType::bf16 : DType::f16;
+      outer_md.data.data_type = dnnl_f32;  // the same dims and strides, in f32
+      op.elements = static_cast<std::int64_t>(user_md.get_size() / dtype_size(op.storage));
+      op.staged_bytes = outer_md.get_size();
+      op.staged = memory(outer_md, engine_, DNNL_MEMORY_NONE);
+    }
+    const memory& outer = op.widened ? op.staged : op.user;
+    if (inner_md == outer_md) {
+      op.inner = outer;
       return op;
     }
     op.inner = memory(inner_md, engine_, DNNL_MEMORY_NONE);  // bound to scratch on each call
     op.inner_bytes = inner_md.get_size();
     op.reordered = true;
     if (input) {
-      op.to_inner = dnnl::reorder(op.user, op.inner);
+      op.to_inner = dnnl::reorder(outer, op.inner);
     } else {
-      op.to_user = dnnl::reorder(op.inner, op.user);
+      op.to_user = dnnl::reorder(op.inner, outer);
     }
     return op;
   }
 
   static void bind(Operand& op, const void* ptr) { op.user.set_data_handle(const_cast<void*>(ptr)); }
 
-  // Binds an input and, when the primitive wants another layout, reorders it into scratch.
+  // Binds an input: widened to f32 in scratch when emulated, then, when the primitive wants another
+  // layout, reordered into scratch.
   void bind_in(Operand& op, const void* ptr, Scratch& scratch) {
     bind(op, ptr);
+    if (op.widened) {
+      void* staged = scratch.get(op.staged_bytes);
+      op.staged.set_data_handle(staged);
+      CpuBackend::cast(op.storage, ptr, DType::f32, staged, op.elements);
+    }
     if (!op.reordered) return;
     op.inner.set_data_handle(scratch.get(op.inner_bytes));
-    op.to_inner.execute(stream_, op.user, op.inner);
+    op.to_inner.execute(stream_, op.widened ? op.staged : op.user, op.inner);
   }
 
-  // Binds an output; when the primitive writes another layout it writes scratch, and finish_out
-  // reorders that back.
+  // Binds an output; when the primitive writes another layout or dtype it writes scratch, and
+  // finish_out moves that back.
   void bind_out(Operand& op, void* ptr, Scratch& scratch) {
     bind(op, ptr);
+    if (op.widened) op.staged.set_data_handle(scratch.get(op.staged_bytes));
     if (op.reordered) op.inner.set_data_handle(scratch.get(op.inner_bytes));
   }
 
-  // After the primitive ran: reorders an output back to the engine's layout when needed.
+  // After the primitive ran: reorders an output back to the engine's layout, and narrows it to the
+  // engine's dtype (rounding once, to nearest even), when needed.
   void finish_out(Operand& op) {
-    if (op.reordered) op.to_user.execute(stream_, op.inner, op.user);
+    if (op.reordered) op.to_user.execute(stream_, op.inner, op.widened ? op.staged : op.user);
+    if (op.widened) {
+      stream_.wait();
+      CpuBackend::cast(DType::f32, op.staged.get_data_handle(), op.storage, op.user.get_data_handle(), op.elements);
+    }
   }
 
-  void note_impl(const char* impl) { impls_.insert(impl); }  // called with mutex_ held (from entry())
+  // Called with mutex_ held (from entry()): the implementation, and for an emulated op which.
+  void note_impl(const char* impl, DType dtype, dt compute) {
+    impls_.insert(compute == data_type(dtype) ? std::string(impl)
+                                              : std::string(impl) + " for " + dtype_name(dtype) + ", emulated");
+  }
 
   dnnl::engine engine_;
   dnnl::stream stream_;
@@ -468,10 +625,15 @@ class OnednnBackend final : public cpu::CpuBackend {
   std::unordered_map<std::string, std::unique_ptr<Entry>> cache_;
   std::set<std::string> impls_;
   std::int64_t primitives_created_ = 0;
+  std::int64_t shape_fallbacks_ = 0;
+  mutable bool probed_ = false;
+  mutable bool native_[4] = {};  // index(dtype, family)
 };
 
 const BackendRegistration registration{
-    BackendInfo{"onednn", "oneDNN primitives (conv, inner product, reorders) in f32 and bf16, NCHW and channels-last",
+    BackendInfo{"onednn",
+                "oneDNN primitives (conv, inner product, reorders) in f32, bf16 and f16 (emulated through f32 where "
+                "the ISA has none), NCHW and channels-last",
                 DeviceType::cpu, 20},
     [] { return std::make_unique<OnednnBackend>(); }};
 

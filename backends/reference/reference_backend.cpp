@@ -101,6 +101,13 @@ class ReferenceBackend final : public cpu::CpuBackend {
  public:
   ReferenceBackend() : CpuBackend("reference", /*caching=*/false) {}
 
+ protected:
+  OpSupport matrix_op_support(BackendOp, DType dtype, bool) const override {
+    if (dtype == DType::f32 || dtype == DType::f64) return OpSupport::native("plain loops");
+    return OpSupport::emulated("widened to f32 around the f32 loops");
+  }
+
+ public:
   // ---- linear ----
   void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
                       std::int64_t batch, std::int64_t in_features, std::int64_t out_features) override {

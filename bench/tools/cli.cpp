@@ -209,11 +209,44 @@ int run_throughput(const ThroughputConfig& config) {
   return 0;
 }
 
-int list_backends() {
+// With --ops: each backend's capability table (backends/capability.h) on this machine, per op and
+// dtype, in NCHW (channels_last answers the same on every backend here), and why each emulated or
+// unsupported entry is so. A backend that cannot start here (no GPU) says why instead.
+int list_backends(bool ops, const std::string& only) {
   const std::string fallback = default_backend_name();
+  if (!only.empty()) check_backend_name(only);
   for (const auto& info : registered_backends()) {
-    std::printf("%-10s %-5s %s%s\n", info.name.c_str(), device_type_name(info.device_type), info.description.c_str(),
-                info.name == fallback ? " (default)" : "");
+    if (!only.empty() && info.name != only) continue;
+    if (!ops) {
+      std::printf("%-10s %-5s %s%s\n", info.name.c_str(), device_type_name(info.device_type), info.description.c_str(),
+                  info.name == fallback ? " (default)" : "");
+      continue;
+    }
+    Backend* backend = nullptr;
+    try {
+      backend = &get_backend(info.name);
+    } catch (const std::exception& e) {
+      std::printf("%s: not available here: %s\n\n", info.name.c_str(), e.what());
+      continue;
+    }
+    std::printf("%s%s (ISA %s)\n", info.name.c_str(), info.name == fallback ? " (default)" : "",
+                backend->isa().empty() ? "-" : backend->isa().c_str());
+    std::printf("  %-14s %-12s %-12s %-12s %-12s\n", "op", "f32", "f64", "bf16", "f16");
+    std::map<std::string, std::string> why;  // "emulated: how" or "unsupported: why" -> the entries it explains
+    for (BackendOp op : kAllBackendOps) {
+      std::printf("  %-14s", backend_op_name(op));
+      for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+        const OpSupport s = backend->supports_op(op, dtype, false);
+        std::printf(" %-12s", support_name(s.level));
+        if (s.level != Support::native) {
+          std::string& entries = why[std::string(support_name(s.level)) + ": " + s.how];
+          entries += (entries.empty() ? "" : ", ") + std::string(backend_op_name(op)) + " " + dtype_name(dtype);
+        }
+      }
+      std::printf("\n");
+    }
+    for (const auto& [reason, entries] : why) std::printf("  %s (%s)\n", reason.c_str(), entries.c_str());
+    std::printf("\n");
   }
   return 0;
 }
@@ -524,7 +557,15 @@ int cli_main(int argc, char** argv) {
   memory->add_option("--momentum", memory_options.momentum, "with --optimizer sgd: 0 keeps no moment [0..0.999]")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.999));
-  auto* backends = app.add_subcommand("backends", "list the registered backends");
+  auto* backends = app.add_subcommand(
+      "backends",
+      "list the registered backends; --ops: what each runs natively, emulated or not at all, per op and dtype");
+  bool backends_ops = false;
+  std::string backends_only;
+  backends->add_flag("--ops", backends_ops,
+                     "each backend's capability table on this machine (ISA, per op and dtype: native, emulated, "
+                     "unsupported, and why)");
+  backends->add_option("--backend", backends_only, "only this backend");
   auto* reference = app.add_subcommand(
       "config-reference", "print every train config key (flag, default, allowed values, meaning) as markdown");
   auto* verify = app.add_subcommand("verify-checkpoint",
@@ -576,7 +617,7 @@ int cli_main(int argc, char** argv) {
     }
     if (*cost) return run_collective_cost(cost_options, *cost);
     if (*memory) return run_memory(memory_options, *memory);
-    if (*backends) return list_backends();
+    if (*backends) return list_backends(backends_ops, backends_only);
     if (*reference) {
       std::printf("%s", config_reference_markdown().c_str());
       return 0;

@@ -65,6 +65,11 @@ class ResidualBlock final : public Module {
   }
   Tensor forward(const Tensor& h) override { return relu(add(h, fc2->forward(relu(fc1->forward(h))))); }
 
+ protected:
+  // The relu and add its forward calls itself (the Linear children declare theirs), so that the
+  // backend is asked about them before the first step.
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::relu, BackendOp::elementwise}); }
+
  private:
   std::shared_ptr<Linear> fc1, fc2;
 };
@@ -80,6 +85,9 @@ class ResidualMLP final : public Module {
   Tensor forward(const Tensor& x) override {
     return head->forward(block2->forward(block1->forward(relu(stem->forward(x)))));
   }
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::relu); }
 
  private:
   std::shared_ptr<Linear> stem, head;

@@ -1,0 +1,341 @@
+// What each backend runs, asked before any work (backends/capability.h, the planner in
+// engine/step.h), and the CPU's instruction-set dispatch beneath it (backends/cpu/isa.h, simd.h):
+// every table of vector loops this CPU can run gives the plain loops' bits; an unsupported
+// combination is one line, before any step, naming the op, the dtype, the backend, its ISA and what
+// would work; the plan says what runs emulated, as each backend's table says.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.h"
+#include "backends/cpu/simd.h"
+#include "backends/registry.h"
+#include "engine/optim.h"
+#include "engine/smallcnn.h"
+#include "engine/step.h"
+#include "engine/trainer.h"
+#include "test_util.h"
+
+using namespace trainlab;
+using namespace trainlab::test;
+using trainlab::cpu::CpuIsa;
+
+namespace {
+
+std::vector<std::string> cpu_backends() {
+  std::vector<std::string> names;
+  for (const auto& info : registered_backends()) {
+    if (info.device_type == DeviceType::cpu) names.push_back(info.name);
+  }
+  return names;
+}
+
+// The families this CPU can run, lowest first (the first is the plain loops).
+std::vector<CpuIsa> runnable_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::x86_64, CpuIsa::avx2, CpuIsa::avx512_core}) {
+    if (isa <= cpu::detected_cpu_isa()) out.push_back(isa);
+  }
+  return out;
+}
+
+// f32 bit patterns with every class in them: zeros of both signs, subnormals, normals around the
+// rounding ties of bf16 and f16, the f16 overflow edge, infinities, quiet and signalling NaNs of
+// both signs, and random words; 1003 of them (not a multiple of any vector width).
+std::vector<float> special_floats() {
+  std::vector<std::uint32_t> bits = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00800000, 0x3f800000,
+                                     0xbf800000, 0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f7fffff, 0xff7fffff,
+                                     0x477fe000, 0x477ff000, 0x477fefff, 0x47800000, 0x38800000, 0x33800000,
+                                     0x33000001, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
+                                     0xff812345, 0x7fbfffff, 0x387fe000, 0x38000000};
+  Generator gen(11);
+  while (bits.size() < 1003) bits.push_back(static_cast<std::uint32_t>(gen.below(std::uint64_t{1} << 32)));
+  std::vector<float> out(bits.size());
+  std::memcpy(out.data(), bits.data(), bits.size() * sizeof(float));
+  return out;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <typename H>
+std::vector<H> every_half() {
+  std::vector<H> out(65536 + 7);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].bits = static_cast<std::uint16_t>(i * 40503u);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("capability: the instruction-set cap reads oneDNN's names and refuses others", "[capability]") {
+  CHECK(cpu::cpu_isa_cap_value("ONEDNN_MAX_CPU_ISA", "AVX2") == CpuIsa::avx2);
+  CHECK(cpu::cpu_isa_cap_value("ONEDNN_MAX_CPU_ISA", "avx2_vnni") == CpuIsa::avx2);
+  CHECK(cpu::cpu_isa_cap_value("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI") == CpuIsa::avx512_core);
+  CHECK(cpu::cpu_isa_cap_value("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16") == CpuIsa::avx512_core_bf16);
+  CHECK(cpu::cpu_isa_cap_value("TRAINLAB_MAX_CPU_ISA", "sse41") == CpuIsa::x86_64);
+  CHECK(cpu::cpu_isa_cap_value("ONEDNN_MAX_CPU_ISA", "ALL") == CpuIsa::avx512_core_bf16);
+  try {
+    cpu::cpu_isa_cap_value("ONEDNN_MAX_CPU_ISA", "AVX3");
+    FAIL("AVX3 was accepted");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("ONEDNN_MAX_CPU_ISA='AVX3'") != std::string::npos);
+    CHECK(message.find("AVX2") != std::string::npos);
+  }
+  // What is in force: at most what the CPU has, and said in one line with the build's target.
+  CHECK(cpu::cpu_isa() <= cpu::detected_cpu_isa());
+  CHECK(cpu::describe_cpu_isa().find(cpu::cpu_isa_name(cpu::cpu_isa())) == 0);
+  CHECK(cpu::describe_cpu_isa().find(cpu::build_target()) != std::string::npos);
+  CHECK(cpu::simd().isa <= cpu::cpu_isa());
+}
+
+TEST_CASE("capability: every table of vector loops gives the plain loops' bits", "[capability]") {
+  const cpu::SimdKernels& plain = cpu::simd_for(CpuIsa::x86_64);
+  const std::vector<float> f = special_floats();
+  const auto n = static_cast<std::int64_t>(f.size());
+  const std::vector<bf16> b = every_half<bf16>();
+  const std::vector<f16> h = every_half<f16>();
+  for (CpuIsa isa : runnable_isas()) {
+    const cpu::SimdKernels& k = cpu::simd_for(isa);
+    INFO("the " << cpu::cpu_isa_name(isa) << " table");
+    {  // casts
+      std::vector<bf16> got_b(f.size()), want_b(f.size());
+      k.f32_to_bf16(f.data(), got_b.data(), n);
+      plain.f32_to_bf16(f.data(), want_b.data(), n);
+      CHECK(same_bits(got_b, want_b));
+      std::vector<f16> got_h(f.size()), want_h(f.size());
+      k.f32_to_f16(f.data(), got_h.data(), n);
+      plain.f32_to_f16(f.data(), want_h.data(), n);
+      CHECK(same_bits(got_h, want_h));
+      std::vector<float> got(b.size()), want(b.size());
+      k.bf16_to_f32(b.data(), got.data(), static_cast<std::int64_t>(b.size()));
+      plain.bf16_to_f32(b.data(), want.data(), static_cast<std::int64_t>(b.size()));
+      CHECK(same_bits(got, want));
+      k.f16_to_f32(h.data(), got.data(), static_cast<std::int64_t>(h.size()));
+      plain.f16_to_f32(h.data(), want.data(), static_cast<std::int64_t>(h.size()));
+      CHECK(same_bits(got, want));
+      // ... and the scalar conversions of backends/dtype.h themselves.
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        INFO("f32 bits " << std::hex << float_bits(f[i]));
+        CHECK(got_b[i].bits == f32_to_bf16_bits(f[i]));
+        CHECK(got_h[i].bits == f32_to_f16_bits(f[i]));
+      }
+    }
+    {  // ReLU and its backward, on every bf16/f16 pattern and the special floats
+      std::vector<float> got(f.size()), want(f.size());
+      k.relu_f32(f.data(), got.data(), n);
+      plain.relu_f32(f.data(), want.data(), n);
+      CHECK(same_bits(got, want));
+      std::vector<float> dy(f.rbegin(), f.rend());
+      k.relu_backward_f32(f.data(), dy.data(), got.data(), n);
+      plain.relu_backward_f32(f.data(), dy.data(), want.data(), n);
+      CHECK(same_bits(got, want));
+      const auto m = static_cast<std::int64_t>(b.size());
+      std::vector<bf16> gb(b.size()), wb(b.size()), db(b.rbegin(), b.rend());
+      k.relu_bf16(b.data(), gb.data(), m);
+      plain.relu_bf16(b.data(), wb.data(), m);
+      CHECK(same_bits(gb, wb));
+      k.relu_backward_bf16(b.data(), db.data(), gb.data(), m);
+      plain.relu_backward_bf16(b.data(), db.data(), wb.data(), m);
+      CHECK(same_bits(gb, wb));
+      std::vector<f16> gh(h.size()), wh(h.size()), dh(h.rbegin(), h.rend());
+      k.relu_f16(h.data(), gh.data(), m);
+      plain.relu_f16(h.data(), wh.data(), m);
+      CHECK(same_bits(gh, wh));
+      k.relu_backward_f16(h.data(), dh.data(), gh.data(), m);
+      plain.relu_backward_f16(h.data(), dh.data(), wh.data(), m);
+      CHECK(same_bits(gh, wh));
+    }
+    {                              // max-pool 2x2 runs: four candidate rows, winners, places and the backward's routing
+      const std::int64_t c = 250;  // leaves a tail after 16- and 32-wide loops
+      std::vector<float> cand(f.begin(), f.begin() + 4 * c);
+      std::vector<float> got(static_cast<std::size_t>(c)), want(static_cast<std::size_t>(c));
+      std::vector<std::uint8_t> got_place(static_cast<std::size_t>(c)), want_place(static_cast<std::size_t>(c));
+      k.pool_forward_f32(cand.data(), cand.data() + c, cand.data() + 2 * c, cand.data() + 3 * c, got.data(),
+                         got_place.data(), c);
+      plain.pool_forward_f32(cand.data(), cand.data() + c, cand.data() + 2 * c, cand.data() + 3 * c, want.data(),
+                             want_place.data(), c);
+      CHECK(same_bits(got, want));
+      CHECK(got_place == want_place);
+      std::vector<bf16> hb(b.begin(), b.begin() + 4 * c), gb(static_cast<std::size_t>(c)),
+          wb(static_cast<std::size_t>(c));
+      k.pool_forward_bf16(hb.data(), hb.data() + c, hb.data() + 2 * c, hb.data() + 3 * c, gb.data(), got_place.data(),
+                          c);
+      plain.pool_forward_bf16(hb.data(), hb.data() + c, hb.data() + 2 * c, hb.data() + 3 * c, wb.data(),
+                              want_place.data(), c);
+      CHECK(same_bits(gb, wb));
+      CHECK(got_place == want_place);
+      std::vector<f16> hh(h.begin(), h.begin() + 4 * c), gh(static_cast<std::size_t>(c)),
+          wh(static_cast<std::size_t>(c));
+      k.pool_forward_f16(hh.data(), hh.data() + c, hh.data() + 2 * c, hh.data() + 3 * c, gh.data(), got_place.data(),
+                         c);
+      plain.pool_forward_f16(hh.data(), hh.data() + c, hh.data() + 2 * c, hh.data() + 3 * c, wh.data(),
+                             want_place.data(), c);
+      CHECK(same_bits(gh, wh));
+      CHECK(got_place == want_place);
+      std::vector<std::uint32_t> dy32(static_cast<std::size_t>(c)), g32(static_cast<std::size_t>(4 * c)),
+          w32(static_cast<std::size_t>(4 * c));
+      for (std::size_t i = 0; i < dy32.size(); ++i) dy32[i] = 0x3f800000u + static_cast<std::uint32_t>(i);
+      std::uint32_t* gp = g32.data();
+      std::uint32_t* wp = w32.data();
+      k.pool_backward_32(dy32.data(), want_place.data(), gp, gp + c, gp + 2 * c, gp + 3 * c, c);
+      plain.pool_backward_32(dy32.data(), want_place.data(), wp, wp + c, wp + 2 * c, wp + 3 * c, c);
+      CHECK(g32 == w32);
+      std::vector<std::uint16_t> dy16(static_cast<std::size_t>(c)), g16(static_cast<std::size_t>(4 * c)),
+          w16(static_cast<std::size_t>(4 * c));
+      for (std::size_t i = 0; i < dy16.size(); ++i) dy16[i] = static_cast<std::uint16_t>(0x3c00 + i);
+      k.pool_backward_16(dy16.data(), want_place.data(), g16.data(), g16.data() + c, g16.data() + 2 * c,
+                         g16.data() + 3 * c, c);
+      plain.pool_backward_16(dy16.data(), want_place.data(), w16.data(), w16.data() + c, w16.data() + 2 * c,
+                             w16.data() + 3 * c, c);
+      CHECK(g16 == w16);
+      // NCHW rows split into even and odd elements, and merged back.
+      std::vector<std::uint32_t> row32(static_cast<std::size_t>(2 * c)), even32(static_cast<std::size_t>(c)),
+          odd32(static_cast<std::size_t>(c)), back32(static_cast<std::size_t>(2 * c));
+      for (std::size_t i = 0; i < row32.size(); ++i) row32[i] = static_cast<std::uint32_t>(i * 2654435761u);
+      k.split_pairs_32(row32.data(), even32.data(), odd32.data(), c);
+      for (std::int64_t i = 0; i < c; ++i) {
+        CHECK(even32[static_cast<std::size_t>(i)] == row32[static_cast<std::size_t>(2 * i)]);
+        CHECK(odd32[static_cast<std::size_t>(i)] == row32[static_cast<std::size_t>(2 * i + 1)]);
+      }
+      k.merge_pairs_32(even32.data(), odd32.data(), back32.data(), c);
+      CHECK(back32 == row32);
+      std::vector<std::uint16_t> row16(static_cast<std::size_t>(2 * c)), even16(static_cast<std::size_t>(c)),
+          odd16(static_cast<std::size_t>(c)), back16(static_cast<std::size_t>(2 * c));
+      for (std::size_t i = 0; i < row16.size(); ++i) row16[i] = static_cast<std::uint16_t>(i * 40503u);
+      k.split_pairs_16(row16.data(), even16.data(), odd16.data(), c);
+      k.merge_pairs_16(even16.data(), odd16.data(), back16.data(), c);
+      CHECK(back16 == row16);
+      CHECK(even16[3] == row16[6]);
+      CHECK(odd16[c - 1] == row16[static_cast<std::size_t>(2 * c - 1)]);
+    }
+  }
+  // A family above this CPU's is refused, not run.
+  if (cpu::detected_cpu_isa() < CpuIsa::avx512_core) CHECK_THROWS_AS(cpu::simd_for(CpuIsa::avx512_core), Error);
+}
+
+TEST_CASE("capability: every backend answers for every op and dtype, and its kernels agree", "[capability]") {
+  for (const auto& name : cpu_backends()) {
+    Backend& backend = get_backend(name);
+    INFO(name << " on ISA " << backend.isa());
+    CHECK(!backend.isa().empty());
+    for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+      for (BackendOp op : kAllBackendOps) {
+        const OpSupport s = backend.supports_op(op, dtype, false);
+        INFO(backend_op_name(op) << " " << dtype_name(dtype) << ": " << support_name(s.level) << " " << s.how);
+        CHECK(s.runs() == (backend.supports_op(op, dtype, true).runs()));  // layout does not decide on the CPU
+        if (s.level != Support::native) CHECK(!s.how.empty());             // emulated and unsupported say why
+        if (s.runs() || op != BackendOp::conv2d) continue;
+        // What the table refuses, the kernel refuses too, with Unsupported (not a library's status).
+        const Conv2dShape shape{1, 1, 3, 3, 1, 1, 1, 1, 1, 0, 0};
+        std::vector<double> buffer(64);
+        CHECK_THROWS_AS(
+            backend.conv2d_forward(dtype, shape, buffer.data(), buffer.data(), nullptr, false, buffer.data() + 32),
+            Unsupported);
+      }
+      // f32 runs everywhere, natively.
+      CHECK(backend.supports_op(BackendOp::conv2d, DType::f32, false).level == Support::native);
+      CHECK(backend.supports_op(BackendOp::linear, DType::f32, false).level == Support::native);
+      // bf16 and f16 run on every CPU backend, natively or emulated (the portability promise).
+      for (DType low : {DType::bf16, DType::f16}) {
+        CHECK(backend.supports_op(BackendOp::conv2d, low, false).runs());
+        CHECK(backend.supports_op(BackendOp::linear, low, true).runs());
+      }
+    }
+  }
+  // oneDNN's bf16 is native exactly where oneDNN has bf16 primitives (avx512_core and up).
+  Backend& onednn = get_backend("onednn");
+  const bool bf16_native = onednn.isa().rfind("avx512_core", 0) == 0 || onednn.isa().rfind("avx512_core_amx", 0) == 0;
+  CHECK((onednn.supports_op(BackendOp::conv2d, DType::bf16, false).level == Support::native) == bf16_native);
+}
+
+TEST_CASE("capability: an unsupported combination is one line, before any step", "[capability]") {
+  SECTION("the planner, through the trainer") {
+    TrainConfig config;
+    config.backend = "eigen";
+    config.dtype = DType::f64;
+    config.steps = 2;
+    config.train_samples = 64;
+    config.eval_samples = 16;
+    try {
+      Trainer trainer(config);
+      FAIL("eigen trained in f64");
+    } catch (const Unsupported& e) {
+      const std::string message = e.what();
+      INFO(message);
+      CHECK(message.find('\n') == std::string::npos);
+      CHECK(message.find("conv2d in f64") == 0);  // the model's first op, the one whose support varies
+      CHECK(message.find("backend 'eigen' (ISA ") != std::string::npos);
+      CHECK(message.find("what would work: dtype f32 (native)") != std::string::npos);
+      CHECK(message.find("--backend reference (native)") != std::string::npos);
+      CHECK(message.find("dnnl") == std::string::npos);
+    }
+  }
+  SECTION("the step runner asks before its first batch") {
+    Backend& backend = get_backend("eigen");
+    Generator gen(1);
+    SmallCNN model(InitOptions{&gen, DType::f64, &backend});
+    SGD optimizer(model.named_parameters(), SgdOptions{0.01, 0.0, 0.0, 0.0, false});
+    StepOptions options;
+    options.dtype = DType::f64;
+    options.layout = MemoryFormat::channels_last;
+    CHECK_THROWS_AS(StepRunner(backend, model, optimizer, options), Unsupported);
+    try {
+      StepRunner runner(backend, model, optimizer, options);
+    } catch (const Unsupported& e) {
+      CHECK(std::string(e.what()).find("(channels_last)") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("capability: the plan says what runs emulated, as each backend's table does", "[capability]") {
+  for (const auto& name : cpu_backends()) {
+    Backend& backend = get_backend(name);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      for (MemoryFormat layout : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+        INFO(name << " " << dtype_name(dtype) << " " << memory_format_name(layout));
+        Generator gen(2);
+        SmallCNN model(InitOptions{&gen, DType::f32, &backend});
+        StepOptions options;
+        options.dtype = dtype;
+        options.layout = layout;
+        const StepPlan plan = plan_step(backend, model, options);
+        CHECK(plan.backend == name);
+        CHECK(plan.isa == backend.isa());
+        // Every op SmallCNN's forward and the step run is in it, in the dtype it runs in.
+        for (BackendOp op : {BackendOp::conv2d, BackendOp::linear, BackendOp::relu, BackendOp::max_pool2d,
+                             BackendOp::bias_add, BackendOp::elementwise}) {
+          bool found = false;
+          for (const PlannedOp& p : plan.ops) found = found || (p.op == op && p.dtype == dtype);
+          CHECK(found);
+        }
+        for (const PlannedOp& p : plan.ops) {
+          CHECK(p.support.level == backend.supports_op(p.op, p.dtype, p.channels_last).level);
+          if (p.op == BackendOp::optimizer || p.op == BackendOp::cross_entropy) CHECK(p.dtype == DType::f32);
+          const std::string entry = std::string(backend_op_name(p.op)) + " " + dtype_name(p.dtype);
+          CHECK((plan.emulated().find(entry + " (") != std::string::npos) == (p.support.level == Support::emulated));
+        }
+        if (dtype == DType::f32) CHECK(plan.emulated().empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("capability: models declare the ops their forward runs", "[capability]") {
+  Generator gen(3);
+  const InitOptions init{&gen, DType::f32, &get_backend("reference")};
+  Sequential net;
+  net.add(std::make_shared<Conv2d>(3, 4, 3, 1, 1, init))
+      .add(std::make_shared<ReLU>())
+      .add(std::make_shared<MaxPool2d>(2))
+      .add(std::make_shared<Flatten>())
+      .add(std::make_shared<Linear>(4 * 16 * 16, 10, init));
+  CHECK(net.ops_used() == std::set<BackendOp>{BackendOp::elementwise, BackendOp::relu, BackendOp::bias_add,
+                                              BackendOp::linear, BackendOp::conv2d, BackendOp::max_pool2d});
+  // SmallCNN calls relu and max_pool2d itself, beyond its layers', and says so.
+  CHECK(SmallCNN(init).ops_used() == net.ops_used());
+}
