@@ -22,7 +22,7 @@ $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset 
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study clean format check-format fuzz
 
 all: build
 
@@ -156,6 +156,14 @@ memory: build
 # results/ledger_cpu.jsonl.
 dataset-study: build
 	@$(BUILD_DIR)/bin/dataset_study --work $(BUILD_DIR)/dataset-study --ledger $(LEDGER)
+
+# The installed package: the portable build (build-portable/, x86-64-v3, the AVX-512 loops chosen
+# at run time), so that it runs on any x86-64 CPU with AVX2, into PREFIX (default /usr/local).
+PREFIX ?= /usr/local
+install: deps
+	@cmake --preset portable > /dev/null
+	@cmake --build --preset portable
+	@cmake --install build-portable --prefix $(PREFIX)
 
 # REPORT.md and its figure from the ledger alone.
 report: build

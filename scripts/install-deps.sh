@@ -7,6 +7,7 @@ set -euo pipefail
 # the gradient comparison test.
 # libturbojpeg0-dev, libpng-dev: the image codecs of data sets on disk (trainlab make-dataset).
 # ocl-icd-opencl-dev and opencl-headers: Debian's dnnl CMake config requires OpenCL (its GPU runtime).
+# qemu-user: runs a build on an emulated AVX2 CPU without AVX-512 (tests/avx2_cpu_test.sh).
 packages=(
   build-essential cmake ninja-build pkg-config
   libeigen3-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
@@ -15,6 +16,7 @@ packages=(
   libbenchmark-dev hwloc libhwloc-dev
   libturbojpeg0-dev libpng-dev zlib1g-dev
   python3-torch python3-numpy
+  qemu-user
 )
 
 # `make fuzz` (libFuzzer) also needs clang and its runtime libraries; nothing else does.

@@ -132,6 +132,8 @@ TEST_CASE("cli: help, version and backends", "[cli]") {
   const Run version = run("version");
   CHECK(version.exit_code == 0);
   CHECK(version.out.find("trainlab 0.1.0") != std::string::npos);
+  CHECK(version.out.find("\ncpu: ") != std::string::npos);  // the ISA in use, this CPU's and the build's target
+  CHECK(version.out.find("; build ") != std::string::npos);
   const Run backends = run("backends");
   CHECK(backends.exit_code == 0);
   CHECK(backends.out.find("reference") != std::string::npos);

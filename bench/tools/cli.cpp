@@ -13,6 +13,7 @@
 #include "bench/tools/cli_data.h"
 #include "bench/tools/cli_parse.h"
 
+#include "backends/cpu/isa.h"
 #include "backends/registry.h"
 #include "bench/ledger.h"
 #include "bench/run_record.h"
@@ -573,7 +574,8 @@ int cli_main(int argc, char** argv) {
                                     "print what it holds; exit 0 when it loads, 2 with the problem otherwise");
   std::string verify_dir;
   verify->add_option("DIR", verify_dir, "the checkpoint directory")->required();
-  auto* version_cmd = app.add_subcommand("version", "print the version, compiler and engine commit");
+  auto* version_cmd = app.add_subcommand(
+      "version", "print the version, compiler and engine commit, and the CPU's instruction set as trainlab uses it");
   DataCommands data_commands;
   add_data_commands(app, data_commands);
 
@@ -627,6 +629,8 @@ int cli_main(int argc, char** argv) {
     if (*version_cmd) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),
                   compiler_version().c_str());
+      // The instruction set: what this build targets, what this CPU has, the cap, what runs.
+      std::printf("cpu: %s\n", cpu::describe_cpu_isa().c_str());
       return 0;
     }
   } catch (const TrainingDiverged& e) {
