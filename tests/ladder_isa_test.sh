@@ -11,8 +11,14 @@ isa=${3:-AVX2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+status=0
 out=$(cd "$source_dir" && ONEDNN_MAX_CPU_ISA=$isa "$ladder" --device cpu --quick --repeats 1 \
-        --ledger "$work/ledger.jsonl" --no-report 2>&1) || { echo "$out"; echo "FAIL: bench_ladder exited $?"; exit 1; }
+        --ledger "$work/ledger.jsonl" --no-report 2>&1) || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "$out"
+  echo "FAIL: bench_ladder exited $status"
+  exit 1
+fi
 echo "$out" | tail -n 20
 python3 - "$work/ledger.jsonl" "$isa" <<'EOF'
 import json, sys
