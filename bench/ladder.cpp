@@ -337,6 +337,19 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
 
   const int total = options.repeats * static_cast<int>(order.size());
   int done = 0;
+  // An arm that cannot go on: its repeat row and its rung row say why (status, and the reason or
+  // the error under `key`), and the log says so; the later rounds pass it by.
+  auto stop_arm = [&](const Arm& arm, json& row, const char* status, const char* key, const std::string& why, int at,
+                      int repeat) {
+    row["status"] = status;
+    row[key] = why;
+    ledger.append(row);
+    ledger.append(rung_row(arm));
+    if (log) {
+      *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} {}: {}\n", at, total, repeat + 1, options.repeats, arm.name,
+                          std::string(status) == "failed" ? "FAILED" : status, why);
+    }
+  };
   for (int repeat = 0; repeat < options.repeats; ++repeat) {
     for (std::size_t position : order) {
       Arm& arm = arms[position];
@@ -395,23 +408,11 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
         // A capability question answered no (the planner, before any step): the rung cannot run on
         // this machine, which is a skip with the reason, never a failure. The ladder goes on.
         arm.skip_reason = e.what();
-        row["status"] = "skipped";
-        row["reason"] = arm.skip_reason;
-        ledger.append(row);
-        ledger.append(rung_row(arm));
-        if (log)
-          *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} skipped: {}\n", done, total, repeat + 1, options.repeats,
-                              arm.name, arm.skip_reason);
+        stop_arm(arm, row, "skipped", "reason", arm.skip_reason, done, repeat);
       } catch (const std::exception& e) {
         // A rung that crashes is a failed row with its error; the ladder goes on.
         arm.error = e.what();
-        row["status"] = "failed";
-        row["error"] = arm.error;
-        ledger.append(row);
-        ledger.append(rung_row(arm));
-        if (log)
-          *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} FAILED: {}\n", done, total, repeat + 1, options.repeats,
-                              arm.name, arm.error);
+        stop_arm(arm, row, "failed", "error", arm.error, done, repeat);
       }
     }
   }

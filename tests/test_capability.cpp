@@ -24,14 +24,6 @@ using trainlab::cpu::CpuIsa;
 
 namespace {
 
-std::vector<std::string> cpu_backends() {
-  std::vector<std::string> names;
-  for (const auto& info : registered_backends()) {
-    if (info.device_type == DeviceType::cpu) names.push_back(info.name);
-  }
-  return names;
-}
-
 // The families this CPU can run, lowest first (the first is the plain loops).
 std::vector<CpuIsa> runnable_isas() {
   std::vector<CpuIsa> out;

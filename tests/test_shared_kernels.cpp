@@ -15,14 +15,6 @@ using namespace trainlab::test;
 
 namespace {
 
-std::vector<std::string> cpu_backends() {
-  std::vector<std::string> names;
-  for (const auto& info : registered_backends()) {
-    if (info.device_type == DeviceType::cpu) names.push_back(info.name);
-  }
-  return names;
-}
-
 // Values on `backend` in `dtype`, and what they are after rounding to it (the oracle's input).
 struct Buffer {
   Tensor tensor;

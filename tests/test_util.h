@@ -36,6 +36,15 @@ struct TempDir {
 
 inline Backend& ref() { return get_backend("reference"); }
 
+// Every registered CPU backend, the reference among them.
+inline std::vector<std::string> cpu_backends() {
+  std::vector<std::string> names;
+  for (const auto& info : registered_backends()) {
+    if (info.device_type == DeviceType::cpu) names.push_back(info.name);
+  }
+  return names;
+}
+
 inline Tensor random_tensor(const Shape& shape, Generator& gen, DType dtype = DType::f64, double lo = -1.0,
                             double hi = 1.0) {
   return Tensor::uniform(shape, lo, hi, gen, dtype, ref());

@@ -196,29 +196,24 @@ TL_TARGET_AVX2 void f16_to_f32(const f16* x, float* y, std::int64_t n) {
   generic::widen(x + i, y + i, n - i);
 }
 
-constexpr SimdKernels kTable{
-    CpuIsa::avx2,
-    relu_f32,
-    relu_half<bf16>,
-    relu_half<f16>,
-    relu_backward_f32,
-    relu_backward_half<bf16>,
-    relu_backward_half<f16>,
-    f32_to_bf16,
-    bf16_to_f32,
-    f32_to_f16,
-    f16_to_f32,
-    // Max-pool: the plain loops (auto-vectorised for the build's baseline).
-    pool2x2::forward_run_scalar<float>,
-    pool2x2::forward_run_scalar<bf16>,
-    pool2x2::forward_run_scalar<f16>,
-    pool2x2::backward_run_scalar<std::uint32_t>,
-    pool2x2::backward_run_scalar<std::uint16_t>,
-    pool2x2::split_pairs_scalar<std::uint32_t>,
-    pool2x2::split_pairs_scalar<std::uint16_t>,
-    pool2x2::merge_pairs_scalar<std::uint32_t>,
-    pool2x2::merge_pairs_scalar<std::uint16_t>,
-};
+// The AVX2 loops where they are written; max-pool keeps the plain loops (auto-vectorised for the
+// build's baseline).
+constexpr SimdKernels table() {
+  SimdKernels t = generic::kTable;
+  t.isa = CpuIsa::avx2;
+  t.relu_f32 = relu_f32;
+  t.relu_bf16 = relu_half<bf16>;
+  t.relu_f16 = relu_half<f16>;
+  t.relu_backward_f32 = relu_backward_f32;
+  t.relu_backward_bf16 = relu_backward_half<bf16>;
+  t.relu_backward_f16 = relu_backward_half<f16>;
+  t.f32_to_bf16 = f32_to_bf16;
+  t.bf16_to_f32 = bf16_to_f32;
+  t.f32_to_f16 = f32_to_f16;
+  t.f16_to_f32 = f16_to_f32;
+  return t;
+}
+constexpr SimdKernels kTable = table();
 
 }  // namespace avx2
 
