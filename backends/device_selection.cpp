@@ -62,7 +62,8 @@ LocalPlacement placement_from_environment() {
   return placement_from_environment([](const char* name) { return std::getenv(name); });
 }
 
-DeviceChoice choose_device(const LocalPlacement& placement, int device_count, const char* override_value) {
+DeviceChoice choose_device(const LocalPlacement& placement, int device_count, const char* override_value,
+                           const char* visible_devices) {
   TL_CHECK(device_count > 0, "device selection: this machine has no GPU (device count " + std::to_string(device_count) +
                                  "); use a CPU backend and --comm mpi");
   if (override_value != nullptr && *override_value != '\0') {
@@ -74,14 +75,22 @@ DeviceChoice choose_device(const LocalPlacement& placement, int device_count, co
     }
     return {static_cast<int>(device), "TRAINLAB_CUDA_DEVICE=" + std::string(override_value)};
   }
+  const std::string rank_text = "local rank " + std::to_string(placement.local_rank) + " of " +
+                                std::to_string(placement.local_size) + " (" + placement.source + ")";
+  if (placement.local_size > device_count && visible_devices != nullptr && *visible_devices != '\0') {
+    // Each rank was given its own GPUs by the launcher: they are all this rank's.
+    const int device = placement.local_rank % device_count;
+    return {device, rank_text + "; CUDA_VISIBLE_DEVICES=" + std::string(visible_devices) + " shows this rank " +
+                        std::to_string(device_count) + " GPU(s), so it takes visible device " + std::to_string(device)};
+  }
   if (placement.local_size > device_count) {
     throw Error("device selection: " + std::to_string(placement.local_size) + " ranks run on this host (" +
                 placement.source + ") but it has " + std::to_string(device_count) +
                 " GPU(s): one GPU per rank, so at most " + std::to_string(device_count) +
-                " rank(s) per host (or set TRAINLAB_CUDA_DEVICE explicitly)");
+                " rank(s) per host (or set TRAINLAB_CUDA_DEVICE explicitly, or give each rank its own GPUs "
+                "through CUDA_VISIBLE_DEVICES)");
   }
-  return {placement.local_rank, "local rank " + std::to_string(placement.local_rank) + " of " +
-                                    std::to_string(placement.local_size) + " (" + placement.source + ")"};
+  return {placement.local_rank, rank_text};
 }
 
 int DeviceClaim::claim(const DeviceChoice& choice, const std::string& who) {

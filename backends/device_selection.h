@@ -38,10 +38,14 @@ struct DeviceChoice {
   std::string reason;  // "local rank 1 of 2 (OMPI_COMM_WORLD_LOCAL_RANK)" or "TRAINLAB_CUDA_DEVICE=3"
 };
 
-// The GPU for a process at `placement` on a host with `device_count` GPUs. `override_value` is
-// TRAINLAB_CUDA_DEVICE's value (null when unset): it must be an index in [0, device_count). Without
-// it, local_size > device_count is an error with the counts.
-DeviceChoice choose_device(const LocalPlacement& placement, int device_count, const char* override_value);
+// The GPU for a process at `placement` on a host with `device_count` GPUs (the ones this process
+// sees). `override_value` is TRAINLAB_CUDA_DEVICE's value (null when unset): it must be an index in
+// [0, device_count). Without it, local_size > device_count is an error with the counts, unless
+// `visible_devices` (CUDA_VISIBLE_DEVICES's value, null when unset) is set: then the launcher gave
+// each rank its own GPUs (Slurm's --gpus-per-task=1 shows each rank one), and the rank takes
+// visible device local_rank modulo their count, saying so.
+DeviceChoice choose_device(const LocalPlacement& placement, int device_count, const char* override_value,
+                           const char* visible_devices = nullptr);
 
 // The process's one device: the first claim sets it; a claim of another device throws naming both
 // claimants and their reasons. Tests make their own; the process has one (process_device()).

@@ -98,6 +98,11 @@ class Communicator {
   // Stream-ordered communicators: an event on their stream after what is issued so far (DDP times
   // its buckets with these against the backend's events); null elsewhere.
   virtual std::shared_ptr<DeviceEvent> record_event() { return nullptr; }
+  // Makes this communicator's device current on the calling thread (CUDA's current device is per
+  // thread: NCCL's communicator calls cudaSetDevice), so that the events, kernels and copies a
+  // thread of its own issues (DDP's communication thread calls this first) go to the process's GPU,
+  // not to device 0. Nothing to do on the host.
+  virtual void use_on_this_thread() {}
   virtual std::shared_ptr<void> allocate(std::size_t bytes);
   virtual void copy_in(void* dst, const void* host, std::size_t bytes);   // host -> communicator memory
   virtual void copy_out(void* host, const void* src, std::size_t bytes);  // communicator memory -> host

@@ -344,6 +344,14 @@ void Ddp::launch_ready_buckets() {
 
 void Ddp::comm_loop() {
   Profiler::instance().name_this_thread("comm (DDP all-reduce)");
+  // The process's device, current on this thread too (CUDA's current device is per thread): the
+  // events, kernels and copies below go to this rank's GPU. A failure is the first bucket's error.
+  std::exception_ptr unbound;
+  try {
+    comm_.use_on_this_thread();
+  } catch (...) {
+    unbound = std::current_exception();
+  }
   while (true) {
     int b = -1;
     {
@@ -356,6 +364,7 @@ void Ddp::comm_loop() {
     Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
     const std::int64_t start = Profiler::now_ns();
     try {
+      if (unbound) std::rethrow_exception(unbound);
       if (bucket.ready) {
         if (direct_) {
           comm_.wait_for(*bucket.ready);

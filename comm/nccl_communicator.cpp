@@ -52,6 +52,9 @@ class NcclRequest final : public Request {
     if (!state_->launched) comm_.flush();
     const cudaError_t status = cudaEventQuery(state_->done);
     if (status == cudaErrorNotReady) {
+      // "Not ready" is an answer, not an error, but the runtime keeps it as this thread's last
+      // error, and the next kernel launch check (cudaGetLastError) would report it as a failed launch.
+      (void)cudaGetLastError();
       comm_.check_async(state_->description.c_str());
       return false;
     }
@@ -151,8 +154,9 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::world() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   placement.source = fmt::format("MPI_Comm_split_type on host {}", host);
-  const int device = process_device().claim(choose_device(placement, devices, std::getenv("TRAINLAB_CUDA_DEVICE")),
-                                            "nccl communicator");
+  const int device = process_device().claim(
+      choose_device(placement, devices, std::getenv("TRAINLAB_CUDA_DEVICE"), std::getenv("CUDA_VISIBLE_DEVICES")),
+      "nccl communicator");
   CUDA_CHECK(cudaSetDevice(device));
 
   ncclUniqueId id{};
@@ -205,6 +209,7 @@ void NcclCommunicator::synchronize(const std::string& what) {
     const cudaError_t status = cudaStreamQuery(stream_);
     if (status == cudaSuccess) return;
     if (status != cudaErrorNotReady) cuda_check(status, "cudaStreamQuery", rank_);
+    (void)cudaGetLastError();  // clear "not ready" (see NcclRequest::test)
     check_async(what.c_str());
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
     if (waited > timeout_s_) {
@@ -297,6 +302,8 @@ class NcclEvent final : public DeviceEvent {
   int rank_ = 0;
 };
 }  // namespace
+
+void NcclCommunicator::use_on_this_thread() { CUDA_CHECK(cudaSetDevice(device_)); }
 
 std::shared_ptr<DeviceEvent> NcclCommunicator::record_event() {
   flush();
@@ -444,14 +451,22 @@ void NcclCommunicator::convert(DType src_dtype, const void* src, DType dst_dtype
   kernels::convert_scaled(src_dtype, src, dst_dtype, dst, count, scale, stream_);
 }
 
+// On the communicator's own stream, after the work queued on it (a blocking cudaMemcpy runs on the
+// legacy stream, which a non-blocking stream does not synchronise with), then waited for.
 void NcclCommunicator::copy_in(void* dst, const void* host, std::size_t bytes) {
   ++host_copies_;
-  if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+  if (bytes == 0) return;
+  flush();
+  CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  synchronize(fmt::format("a copy of {} bytes to the device", bytes));
 }
 
 void NcclCommunicator::copy_out(void* host, const void* src, std::size_t bytes) {
   ++host_copies_;
-  if (bytes > 0) CUDA_CHECK(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+  if (bytes == 0) return;
+  flush();
+  CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  synchronize(fmt::format("a copy of {} bytes to the host", bytes));
 }
 
 }  // namespace trainlab::comm

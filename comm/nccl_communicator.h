@@ -72,6 +72,7 @@ class NcclCommunicator final : public Communicator {
   bool reaches(Backend& backend) const override;         // the cuda backend on this communicator's GPU
   void wait_for(DeviceEvent& event) override;            // cudaStreamWaitEvent: the host does not wait
   std::shared_ptr<DeviceEvent> record_event() override;  // a timing CUDA event on its stream
+  void use_on_this_thread() override;                    // cudaSetDevice(its GPU) on the calling thread
   void wait_stream(const std::string& what) override;
 
   std::string device_name() const override;      // "NVIDIA H200 (device 0)"

@@ -232,14 +232,21 @@ __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, std::int64_
   GRID_STRIDE_LOOP(i, n) store(dx, i, load(y, i) <= 0.f ? 0.f : load(dy, i));
 }
 
+// A 2-D grid, blockIdx.y over the outer index (strided when it exceeds the grid's y limit) and x
+// over one outer slice of channels x inner elements: the channel is one 32-bit divide per element
+// (a slice is at most 2^31 elements, checked by the launcher), not a 64-bit divide and modulo.
 template <typename T>
-__global__ void bias_relu_kernel(const T* x, const T* bias, T* y, std::int64_t total, std::int64_t channels,
-                                 std::int64_t inner, bool relu) {
-  GRID_STRIDE_LOOP(i, total) {
-    const std::int64_t c = (i / inner) % channels;
-    float v = load(x, i) + load(bias, c);
-    if (relu && v <= 0.f) v = 0.f;  // NaN passes
-    store(y, i, v);
+__global__ void bias_relu_kernel(const T* x, const T* bias, T* y, std::int64_t outer, unsigned channels, unsigned inner,
+                                 bool relu) {
+  const unsigned slice = channels * inner;
+  for (std::int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    const std::int64_t base = o * slice;
+    for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < slice; j += gridDim.x * blockDim.x) {
+      const unsigned c = j / inner;
+      float v = load(x, base + j) + load(bias, c);
+      if (relu && v <= 0.f) v = 0.f;  // NaN passes
+      store(y, base + j, v);
+    }
   }
 }
 
@@ -314,7 +321,9 @@ RbGrid rb_grid(std::int64_t outer, std::int64_t channels, std::int64_t inner) {
   return g;
 }
 
-template <typename T>
+// kRelu: the fused layers' dx = dy * (y > 0) written on the way, and the bias gradient summed from
+// it; without, the bias gradient of dy alone (bias_backward), over the same tiles.
+template <typename T, bool kRelu>
 __global__ void relu_bias_rows_kernel(const T* y, const T* dy, T* dx, float* partials, std::int64_t outer,
                                       std::int64_t channels) {
   __shared__ float rows[kRbRows][33];
@@ -324,8 +333,12 @@ __global__ void relu_bias_rows_kernel(const T* y, const T* dy, T* dx, float* par
     for (std::int64_t o = static_cast<std::int64_t>(blockIdx.y) * kRbRows + threadIdx.y; o < outer;
          o += static_cast<std::int64_t>(gridDim.y) * kRbRows) {
       const std::int64_t i = o * channels + c;
-      store(dx, i, load(y, i) <= 0.f ? 0.f : load(dy, i));
-      s += load(dx, i);  // the stored (rounded) value, as a separate bias_backward would read it
+      if constexpr (kRelu) {
+        store(dx, i, load(y, i) <= 0.f ? 0.f : load(dy, i));
+        s += load(dx, i);  // the stored (rounded) value, as a separate bias_backward would read it
+      } else {
+        s += load(dy, i);
+      }
     }
   }
   rows[threadIdx.y][threadIdx.x] = s;
@@ -337,7 +350,7 @@ __global__ void relu_bias_rows_kernel(const T* y, const T* dy, T* dx, float* par
   }
 }
 
-template <typename T>
+template <typename T, bool kRelu>
 __global__ void relu_bias_planes_kernel(const T* y, const T* dy, T* dx, float* partials, std::int64_t outer,
                                         std::int64_t channels, std::int64_t inner) {
   __shared__ float warps[kThreads / 32];
@@ -346,8 +359,12 @@ __global__ void relu_bias_planes_kernel(const T* y, const T* dy, T* dx, float* p
   for (std::int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     const std::int64_t base = (o * channels + c) * inner;
     for (std::int64_t k = threadIdx.x; k < inner; k += blockDim.x) {
-      store(dx, base + k, load(y, base + k) <= 0.f ? 0.f : load(dy, base + k));
-      s += load(dx, base + k);
+      if constexpr (kRelu) {
+        store(dx, base + k, load(y, base + k) <= 0.f ? 0.f : load(dy, base + k));
+        s += load(dx, base + k);
+      } else {
+        s += load(dy, base + k);
+      }
     }
   }
   s = block_sum(s, warps);
@@ -360,6 +377,90 @@ __global__ void relu_bias_finish_kernel(const float* partials, int chunks, std::
     float s = 0;
     for (int j = 0; j < chunks; ++j) s += partials[static_cast<std::int64_t>(j) * channels + c];
     store(dbias, c, s);
+  }
+}
+
+// ---- max-pool ----
+// The element offset of (n, c, h, w) in an [N, C, H, W] tensor, NCHW or channels_last.
+__device__ __forceinline__ std::int64_t nchw_offset(bool channels_last, std::int64_t n, std::int64_t c, std::int64_t h,
+                                                    std::int64_t w, std::int64_t channels, std::int64_t height,
+                                                    std::int64_t width) {
+  return channels_last ? ((n * height + h) * width + w) * channels + c : ((n * channels + c) * height + h) * width + w;
+}
+
+template <typename T>
+__global__ void max_pool_forward_kernel(const T* x, T* y, std::int32_t* argmax, MaxPoolShape s) {
+  const std::int64_t outputs = s.batch * s.channels * s.out_h * s.out_w;
+  GRID_STRIDE_LOOP(o, outputs) {
+    // o in the output's own memory order, so that writes are coalesced in either layout.
+    std::int64_t n, c, oh, ow;
+    if (s.channels_last) {
+      c = o % s.channels;
+      ow = (o / s.channels) % s.out_w;
+      oh = (o / (s.channels * s.out_w)) % s.out_h;
+      n = o / (s.channels * s.out_w * s.out_h);
+    } else {
+      ow = o % s.out_w;
+      oh = (o / s.out_w) % s.out_h;
+      c = (o / (s.out_w * s.out_h)) % s.channels;
+      n = o / (s.out_w * s.out_h * s.channels);
+    }
+    float best = -INFINITY;
+    std::int64_t best_at = -1, best_offset = 0;
+    for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
+      const std::int64_t ih = oh * s.stride_h - s.pad_h + kh;
+      if (ih < 0 || ih >= s.in_h) continue;
+      for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
+        const std::int64_t iw = ow * s.stride_w - s.pad_w + kw;
+        if (iw < 0 || iw >= s.in_w) continue;
+        const std::int64_t offset = nchw_offset(s.channels_last, n, c, ih, iw, s.channels, s.in_h, s.in_w);
+        const float v = load(x, offset);
+        if (best_at < 0 || v > best || (isnan(v) && !isnan(best))) {
+          best = v;
+          best_at = ih * s.in_w + iw;
+          best_offset = offset;
+        }
+      }
+    }
+    if (best_at >= 0) {
+      y[o] = x[best_offset];  // the winner, bit for bit (a NaN keeps its payload)
+    } else {
+      store(y, o, -INFINITY);
+    }
+    argmax[o] = static_cast<std::int32_t>(best_at);
+  }
+}
+
+template <typename T>
+__global__ void max_pool_backward_kernel(const T* dy, const std::int32_t* argmax, T* dx, MaxPoolShape s) {
+  const std::int64_t inputs = s.batch * s.channels * s.in_h * s.in_w;
+  GRID_STRIDE_LOOP(i, inputs) {
+    std::int64_t n, c, ih, iw;
+    if (s.channels_last) {
+      c = i % s.channels;
+      iw = (i / s.channels) % s.in_w;
+      ih = (i / (s.channels * s.in_w)) % s.in_h;
+      n = i / (s.channels * s.in_w * s.in_h);
+    } else {
+      iw = i % s.in_w;
+      ih = (i / s.in_w) % s.in_h;
+      c = (i / (s.in_w * s.in_h)) % s.channels;
+      n = i / (s.in_w * s.in_h * s.channels);
+    }
+    // The windows that contain (ih, iw): oh * stride - pad <= ih <= oh * stride - pad + kernel - 1.
+    const std::int64_t oh_first = max(std::int64_t{0}, (ih + s.pad_h - s.kernel_h + s.stride_h) / s.stride_h);
+    const std::int64_t oh_last = min(s.out_h - 1, (ih + s.pad_h) / s.stride_h);
+    const std::int64_t ow_first = max(std::int64_t{0}, (iw + s.pad_w - s.kernel_w + s.stride_w) / s.stride_w);
+    const std::int64_t ow_last = min(s.out_w - 1, (iw + s.pad_w) / s.stride_w);
+    const auto here = static_cast<std::int32_t>(ih * s.in_w + iw);
+    float sum = 0.f;
+    for (std::int64_t oh = oh_first; oh <= oh_last; ++oh) {
+      for (std::int64_t ow = ow_first; ow <= ow_last; ++ow) {
+        const std::int64_t o = nchw_offset(s.channels_last, n, c, oh, ow, s.channels, s.out_h, s.out_w);
+        if (argmax[o] == here) sum += load(dy, o);
+      }
+    }
+    store(dx, i, sum);
   }
 }
 
@@ -543,6 +644,16 @@ void fill(DType dtype, void* y, std::int64_t n, double value, cudaStream_t strea
     check_launch("fill");
     return;
   }
+  // bf16 and f16: the bits computed here, on the host, as the CPU backends round a fill value (f64
+  // to f32, then to nearest even, NaN with dtype.h's payload), so that a fill is the same bits on
+  // every backend; the device's own conversion would give NaN another payload.
+  if (dtype == DType::bf16 || dtype == DType::f16) {
+    const float narrowed = static_cast<float>(value);
+    const std::uint16_t bits = dtype == DType::bf16 ? f32_to_bf16_bits(narrowed) : f32_to_f16_bits(narrowed);
+    fill_storage_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<std::uint16_t*>(y), n, bits);
+    check_launch("fill");
+    return;
+  }
   dispatch(dtype, "fill", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
     fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, static_cast<float>(value));
@@ -709,10 +820,21 @@ void bias_relu_forward(DType dtype, const void* x, const void* bias, void* y, st
                        std::int64_t inner, bool relu, cudaStream_t stream) {
   const std::int64_t total = outer * channels * inner;
   if (total == 0) return;
+  const std::int64_t slice = channels * inner;
+  if (slice > (std::int64_t{1} << 31)) {
+    throw Error("cuda kernel bias_relu_forward: " + std::to_string(slice) +
+                " elements per outer index (channels x inner) is above 2^31");
+  }
+  // x covers one slice (enough blocks to fill the GPU together with y), y the outer index.
+  const std::int64_t y_blocks = std::min<std::int64_t>(outer, 65535);
+  const std::int64_t x_blocks = std::max<std::int64_t>(
+      1, std::min<std::int64_t>((slice + kThreads - 1) / kThreads, std::max<std::int64_t>(1, 65536 / y_blocks)));
+  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>(y_blocks));
   dispatch(dtype, "bias_relu_forward", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    bias_relu_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(bias),
-                                                                 static_cast<T*>(y), total, channels, inner, relu);
+    bias_relu_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(bias),
+                                                    static_cast<T*>(y), outer, static_cast<unsigned>(channels),
+                                                    static_cast<unsigned>(inner), relu);
   });
   check_launch("bias_relu_forward");
 }
@@ -729,12 +851,25 @@ void bias_backward_v1(DType dtype, const void* dy, void* dbias, std::int64_t out
 }
 
 void bias_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
-                   std::int64_t inner, cudaStream_t stream) {
+                   std::int64_t inner, float* scratch, cudaStream_t stream) {
   if (channels == 0) return;
+  if (outer == 0 || inner == 0) {  // nothing to sum (an empty batch): a zero gradient, and no empty grid
+    if (cudaMemsetAsync(dbias, 0, static_cast<std::size_t>(channels) * dtype_size(dtype), stream) != cudaSuccess)
+      throw Error("cuda kernel bias_backward: cudaMemsetAsync failed");
+    return;
+  }
+  const RbGrid g = rb_grid(outer, channels, inner);
   dispatch(dtype, "bias_backward", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    bias_backward_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<T*>(dbias), outer, channels, inner);
+    if (inner == 1) {
+      relu_bias_rows_kernel<T, false>
+          <<<g.grid, g.block, 0, stream>>>(nullptr, static_cast<const T*>(dy), nullptr, scratch, outer, channels);
+    } else {
+      relu_bias_planes_kernel<T, false><<<g.grid, g.block, 0, stream>>>(nullptr, static_cast<const T*>(dy), nullptr,
+                                                                        scratch, outer, channels, inner);
+    }
+    relu_bias_finish_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(scratch, g.chunks, channels,
+                                                                           static_cast<T*>(dbias));
   });
   check_launch("bias_backward");
 }
@@ -758,20 +893,52 @@ std::int64_t relu_bias_backward_scratch_elements(std::int64_t outer, std::int64_
 void relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
                         std::int64_t channels, std::int64_t inner, float* scratch, cudaStream_t stream) {
   if (channels == 0) return;
+  if (outer == 0 || inner == 0) {  // an empty batch: nothing to route, a zero bias gradient, no empty grid
+    bias_backward(dtype, dy, dbias, outer, channels, inner, scratch, stream);
+    return;
+  }
   const RbGrid g = rb_grid(outer, channels, inner);
   dispatch(dtype, "relu_bias_backward", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
     if (inner == 1) {
-      relu_bias_rows_kernel<<<g.grid, g.block, 0, stream>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
-                                                            static_cast<T*>(dx), scratch, outer, channels);
+      relu_bias_rows_kernel<T, true><<<g.grid, g.block, 0, stream>>>(
+          static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), scratch, outer, channels);
     } else {
-      relu_bias_planes_kernel<<<g.grid, g.block, 0, stream>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
-                                                              static_cast<T*>(dx), scratch, outer, channels, inner);
+      relu_bias_planes_kernel<T, true><<<g.grid, g.block, 0, stream>>>(
+          static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), scratch, outer, channels, inner);
     }
     relu_bias_finish_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(scratch, g.chunks, channels,
                                                                            static_cast<T*>(dbias));
   });
   check_launch("relu_bias_backward");
+}
+
+void max_pool2d_forward(DType dtype, const MaxPoolShape& shape, const void* x, void* y, std::int32_t* argmax,
+                        cudaStream_t stream) {
+  const std::int64_t outputs = shape.batch * shape.channels * shape.out_h * shape.out_w;
+  if (outputs == 0) return;
+  if (shape.in_h * shape.in_w > (std::int64_t{1} << 31) - 1) {
+    throw Error("cuda kernel max_pool2d_forward: a plane of " + std::to_string(shape.in_h * shape.in_w) +
+                " elements is above the int32 argmax");
+  }
+  dispatch(dtype, "max_pool2d_forward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    max_pool_forward_kernel<<<blocks_for(outputs), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                                          argmax, shape);
+  });
+  check_launch("max_pool2d_forward");
+}
+
+void max_pool2d_backward(DType dtype, const MaxPoolShape& shape, const void* dy, const std::int32_t* argmax, void* dx,
+                         cudaStream_t stream) {
+  const std::int64_t inputs = shape.batch * shape.channels * shape.in_h * shape.in_w;
+  if (inputs == 0) return;
+  dispatch(dtype, "max_pool2d_backward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    max_pool_backward_kernel<<<blocks_for(inputs), kThreads, 0, stream>>>(static_cast<const T*>(dy), argmax,
+                                                                          static_cast<T*>(dx), shape);
+  });
+  check_launch("max_pool2d_backward");
 }
 
 void softmax_cross_entropy_forward_v1(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,

@@ -52,12 +52,15 @@ void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::in
 // y = x + bias[c] (then ReLU when relu) over [outer, channels, inner]; in place allowed (y == x).
 void bias_relu_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer, std::int64_t channels,
                        std::int64_t inner, bool relu, cudaStream_t stream);
-// dbias[c] = sum of dy over outer and inner: v1 one thread per channel; the current version one
-// block per channel with a shared-memory tree.
+// dbias[c] = sum of dy over outer and inner: v1 one thread per channel; the current version the
+// tiles of relu_bias_backward below (coalesced in both layouts: along the channels for inner == 1,
+// the linear and channels_last case), with its per-chunk partial sums in `scratch`
+// (relu_bias_backward_scratch_elements f32) added in chunk order. An empty batch (outer or inner
+// 0) writes a zero gradient and launches nothing.
 void bias_backward_v1(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                       std::int64_t inner, cudaStream_t stream);
 void bias_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
-                   std::int64_t inner, cudaStream_t stream);
+                   std::int64_t inner, float* scratch, cudaStream_t stream);
 // The fused layers' backward through ReLU and bias in one pass: dx = dy * (y > 0) and
 // dbias[c] = sum of dx over outer and inner. v1 one thread per channel; the current version a 2-D
 // grid (channel tiles x chunks of outer, coalesced in both layouts) writing per-chunk partial sums
@@ -67,6 +70,22 @@ void relu_bias_backward_v1(DType dtype, const void* y, const void* dy, void* dx,
 std::int64_t relu_bias_backward_scratch_elements(std::int64_t outer, std::int64_t channels, std::int64_t inner);
 void relu_bias_backward(DType dtype, const void* y, const void* dy, void* dx, void* dbias, std::int64_t outer,
                         std::int64_t channels, std::int64_t inner, float* scratch, cudaStream_t stream);
+
+// ---- max-pool over [N, C, H, W], NCHW or channels_last, the CPU backends' rule: the first maximum
+// in window order wins, a NaN beats any number (it propagates), the winner is copied bit for bit;
+// a window entirely in the padding gives -inf. The forward writes each output's argmax (ih * W + iw
+// in its plane; -1 for an all-padding window) to `argmax`; the backward routes each gradient to it:
+// every input element gathers, in window order, the gradients of the windows it won (deterministic,
+// no atomics; exactly dy where windows do not overlap). One thread per output / per input.
+struct MaxPoolShape {
+  std::int64_t batch, channels, in_h, in_w, out_h, out_w;
+  std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  bool channels_last;
+};
+void max_pool2d_forward(DType dtype, const MaxPoolShape& shape, const void* x, void* y, std::int32_t* argmax,
+                        cudaStream_t stream);
+void max_pool2d_backward(DType dtype, const MaxPoolShape& shape, const void* dy, const std::int32_t* argmax, void* dx,
+                         cudaStream_t stream);
 
 // ---- softmax cross-entropy (rows of `classes` logits; loss = mean over the batch) ----
 // A label outside [0, classes) sets *bad_label (device int) to 1 + its row; the caller checks it.

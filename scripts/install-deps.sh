@@ -3,21 +3,10 @@
 # Idempotent: when everything is present it does nothing (no apt-get update, no root needed).
 set -euo pipefail
 
-# python3-torch (PyTorch 1.13 under /usr/bin/python3): the peer for side-by-side benchmarks and
-# the gradient comparison test.
-# libturbojpeg0-dev, libpng-dev: the image codecs of data sets on disk (trainlab make-dataset).
-# ocl-icd-opencl-dev and opencl-headers: Debian's dnnl CMake config requires OpenCL (its GPU runtime).
-# qemu-user: runs a build on an emulated AVX2 CPU without AVX-512 (tests/avx2_cpu_test.sh).
-packages=(
-  build-essential cmake ninja-build pkg-config
-  libeigen3-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
-  libopenmpi-dev openmpi-bin
-  catch2 libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libbenchmark-dev hwloc libhwloc-dev
-  libturbojpeg0-dev libpng-dev zlib1g-dev
-  python3-torch python3-numpy
-  qemu-user
-)
+# The lists live in scripts/packages.sh (shared with fetch-device-debs.sh): what the build finds, and
+# this machine's tools, the PyTorch peer and qemu-user.
+source "$(dirname "$0")/packages.sh"
+packages=("${TRAINLAB_BUILD_PACKAGES[@]}" "${TRAINLAB_HOST_PACKAGES[@]}")
 
 # `make fuzz` (libFuzzer) also needs clang and its runtime libraries; nothing else does.
 if [ "${1:-}" = "--fuzz" ]; then

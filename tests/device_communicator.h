@@ -6,6 +6,9 @@
 //    stream may run them in), so the ring takes its device path (ring_stages_ordered).
 //  - Anything that moves data between the host and its memory (copy_in, copy_out) is counted, and
 //    so are the events it is made to wait for (on the "device": the host never waits).
+//  - A device is current per thread, as CUDA's is: the thread that made the communicator has it, and
+//    another thread only after use_on_this_thread(); any device work (events, reductions,
+//    conversions, copies) on a thread without it is counted (work a real GPU would send to device 0).
 #pragma once
 
 #include <atomic>
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -26,6 +30,11 @@ class DeviceStyleCommunicator final : public comm::Communicator {
   DeviceStyleCommunicator(std::unique_ptr<comm::Communicator> inner, Backend& device, bool host_only = false)
       : inner_(std::move(inner)), device_(device), host_only_(host_only) {
     timeout_s_ = inner_->timeout();
+  }
+
+  void use_on_this_thread() override {
+    bound_here() = this;
+    ++threads_bound;
   }
 
   int rank() const override { return inner_->rank(); }
@@ -78,6 +87,7 @@ class DeviceStyleCommunicator final : public comm::Communicator {
   void wait_for(DeviceEvent&) override { ++device_waits; }  // the stream waits; the host does not
   std::shared_ptr<DeviceEvent> record_event() override {
     if (host_only_) return nullptr;
+    check_thread();
     ++events_recorded;
     return device_.stream_events()->record_event();  // the same clock as the backend's events
   }
@@ -87,21 +97,39 @@ class DeviceStyleCommunicator final : public comm::Communicator {
     return {device->allocate(bytes), [device, bytes](void* p) { device->deallocate(p, bytes); }};
   }
   void copy_in(void* dst, const void* host, std::size_t bytes) override {
+    check_thread();
     ++host_copies;
     if (bytes > 0) std::memcpy(dst, host, bytes);
   }
   void copy_out(void* host, const void* src, std::size_t bytes) override {
+    check_thread();
     ++host_copies;
     if (bytes > 0) std::memcpy(host, src, bytes);
   }
   void reduce_local(DType dtype, void* y, const void* x, std::int64_t count, double scale) override {
+    check_thread();
     ++reductions;
     comm::Communicator::reduce_local(dtype, y, x, count, scale);
   }
+  void convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t count,
+               double scale) override {
+    check_thread();
+    comm::Communicator::convert(src_dtype, src, dst_dtype, dst, count, scale);
+  }
 
   std::atomic<std::int64_t> host_copies{0}, device_waits{0}, sendrecvs{0}, reductions{0}, events_recorded{0};
+  std::atomic<std::int64_t> threads_bound{0}, calls_without_device{0};
 
  private:
+  static const DeviceStyleCommunicator*& bound_here() {
+    thread_local const DeviceStyleCommunicator* bound = nullptr;
+    return bound;
+  }
+  void check_thread() {
+    if (host_only_ || std::this_thread::get_id() == creator_ || bound_here() == this) return;
+    ++calls_without_device;
+  }
+  std::thread::id creator_ = std::this_thread::get_id();
   std::unique_ptr<comm::Communicator> inner_;
   Backend& device_;
   bool host_only_ = false;

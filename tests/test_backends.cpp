@@ -622,6 +622,25 @@ TEST_CASE("device selection: the launcher's local rank picks the GPU", "[backend
                       Catch::Contains("2 ranks run on this host") && Catch::Contains("it has 1 GPU(s)"));
     CHECK_THROWS_WITH(choose_device(placement, 0, nullptr), Catch::Contains("no GPU"));
   }
+  SECTION("per-rank CUDA_VISIBLE_DEVICES (Slurm --gpus-per-task=1): each rank's own GPUs") {
+    LocalPlacement placement;
+    placement.local_rank = 1;
+    placement.local_size = 2;
+    placement.source = "SLURM_LOCALID";
+    const DeviceChoice one = choose_device(placement, 1, nullptr, "3");  // rank 1 sees only physical GPU 3
+    CHECK(one.device == 0);
+    CHECK(one.reason.find("CUDA_VISIBLE_DEVICES=3 shows this rank 1 GPU(s), so it takes visible device 0") !=
+          std::string::npos);
+    placement.local_rank = 3;
+    placement.local_size = 4;
+    CHECK(choose_device(placement, 2, nullptr, "4,5").device == 1);  // two GPUs per rank: local rank modulo
+    // Enough GPUs for every local rank: the local rank, as without the variable.
+    placement.local_size = 2;
+    placement.local_rank = 1;
+    CHECK(choose_device(placement, 2, nullptr, "0,1").device == 1);
+    // Unset or empty: the counts decide, as before.
+    CHECK_THROWS_WITH(choose_device(placement, 1, nullptr, ""), Catch::Contains("CUDA_VISIBLE_DEVICES"));
+  }
   SECTION("TRAINLAB_CUDA_DEVICE overrides, within range") {
     LocalPlacement placement;
     placement.local_rank = 1;

@@ -255,6 +255,10 @@ TEST_CASE("DDP over a device communicator: no gradient or bucket through the hos
     CHECK_THAT(device_ddp.describe(), Catch::Contains("emulated-device memory") && !Catch::Contains("staged"));
     // The overlap metrics came from events on the two "streams": two per bucket per step.
     CHECK(device->events_recorded == 2 * static_cast<std::int64_t>(device_ddp.buckets().size()) * on_device.steps);
+    // DDP's communication thread made the process's device current before its first event,
+    // reduction or conversion (on a GPU: cudaSetDevice, or its work lands on device 0).
+    CHECK(device->threads_bound >= 1);
+    CHECK(device->calls_without_device == 0);
 
     // The host path: the reference backend over MPI, the same configuration.
     auto host = MpiCommunicator::world();

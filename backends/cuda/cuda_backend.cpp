@@ -1,5 +1,5 @@
 // The cuda backend: device memory through a caching allocator, one compute stream, cuBLAS for the
-// linear layers, cuDNN for convolution and max-pool (algorithms chosen once per shape and cached),
+// linear layers, cuDNN for convolution (algorithms chosen once per shape and cached),
 // and trainlab's own kernels (kernels/kernels.h) for everything else. Compiled when the build has
 // CUDA (--preset cuda); registered as "cuda".
 //
@@ -224,16 +224,6 @@ struct ConvPlan {
   }
 };
 
-struct PoolPlan {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-  cudnnPoolingDescriptor_t pool = nullptr;
-  ~PoolPlan() {
-    if (x) cudnnDestroyTensorDescriptor(x);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (pool) cudnnDestroyPoolingDescriptor(pool);
-  }
-};
-
 std::size_t bytes_of(DType dtype, std::int64_t n) { return static_cast<std::size_t>(n) * dtype_size(dtype); }
 
 class CudaBackend final : public Backend,
@@ -252,7 +242,8 @@ class CudaBackend final : public Backend,
     }
     // One device per process: the local rank's (or TRAINLAB_CUDA_DEVICE's), the same one the NCCL
     // communicator claims.
-    choice_ = choose_device(placement_from_environment(), devices, std::getenv("TRAINLAB_CUDA_DEVICE"));
+    choice_ = choose_device(placement_from_environment(), devices, std::getenv("TRAINLAB_CUDA_DEVICE"),
+                            std::getenv("CUDA_VISIBLE_DEVICES"));
     device_ = process_device().claim(choice_, "cuda backend");
     CU(cudaSetDevice(device_));
     CU(cudaGetDeviceProperties(&properties_, device_));
@@ -512,18 +503,32 @@ class CudaBackend final : public Backend,
       kernels::relu_backward(dtype, y, dy, dx, outer * channels * inner, stream_);
       return false;
     }
+    with_partials(outer, channels, inner, [&](float* partials) {
+      kernels::relu_bias_backward(dtype, y, dy, dx, dbias, outer, channels, inner, partials, stream_);
+    });
+    return true;
+  }
+  // The bias gradient's per-chunk partial sums (kernels::relu_bias_backward_scratch_elements), for
+  // the length of one launch: the block goes back to the caching allocator, which hands it out again
+  // only to work queued after it on this stream.
+  template <typename Fn>
+  void with_partials(std::int64_t outer, std::int64_t channels, std::int64_t inner, Fn&& fn) {
     const std::size_t bytes =
         sizeof(float) * static_cast<std::size_t>(kernels::relu_bias_backward_scratch_elements(outer, channels, inner));
-    void* partials = allocator_.allocate(bytes);  // reused by the next allocation only after, on this stream
+    void* partials = allocator_.allocate(bytes);
     try {
-      kernels::relu_bias_backward(dtype, y, dy, dx, dbias, outer, channels, inner, static_cast<float*>(partials),
-                                  stream_);
+      fn(static_cast<float*>(partials));
     } catch (...) {
       allocator_.deallocate(partials, bytes);
       throw;
     }
     allocator_.deallocate(partials, bytes);
-    return true;
+  }
+  void bias_grad(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
+                 std::int64_t inner) {
+    with_partials(outer, channels, inner, [&](float* partials) {
+      kernels::bias_backward(dtype, dy, dbias, outer, channels, inner, partials, stream_);
+    });
   }
   void bias_add_forward(DType dtype, const void* x, const void* bias, void* y, std::int64_t outer,
                         std::int64_t channels, std::int64_t inner) override {
@@ -531,7 +536,7 @@ class CudaBackend final : public Backend,
   }
   void bias_add_backward(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                          std::int64_t inner) override {
-    kernels::bias_backward(dtype, dy, dbias, outer, channels, inner, stream_);
+    bias_grad(dtype, dy, dbias, outer, channels, inner);
   }
 
   // Row-major y[batch, out] = x[batch, in] W[out, in]^T is, in cuBLAS's column-major terms,
@@ -556,7 +561,7 @@ class CudaBackend final : public Backend,
   void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, void* dbias,
                                std::int64_t batch, std::int64_t in, std::int64_t out) override {
     gemm(dtype, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out, dweight, in, "linear_backward_weights");
-    if (dbias != nullptr) kernels::bias_backward(dtype, dy, dbias, batch, out, 1, stream_);
+    if (dbias != nullptr) bias_grad(dtype, dy, dbias, batch, out, 1);
   }
 
   void conv2d_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight, const void* bias,
@@ -598,38 +603,30 @@ class CudaBackend final : public Backend,
     if (dbias != nullptr) {
       const std::int64_t hw = shape.out_h() * shape.out_w();
       if (shape.channels_last) {
-        kernels::bias_backward(dtype, dy, dbias, shape.batch * hw, shape.out_channels, 1, stream_);
+        bias_grad(dtype, dy, dbias, shape.batch * hw, shape.out_channels, 1);
       } else {
-        kernels::bias_backward(dtype, dy, dbias, shape.batch, shape.out_channels, hw, stream_);
+        bias_grad(dtype, dy, dbias, shape.batch, shape.out_channels, hw);
       }
     }
   }
 
-  // cuDNN's max-pool backward needs the forward's input and output: the workspace keeps copies,
-  // the output's at a 256-byte aligned offset after the input's.
-  static std::size_t pool_x_bytes(DType dtype, const Pool2dShape& s) {
-    return (bytes_of(dtype, s.batch * s.channels * s.in_h * s.in_w) + 255) / 256 * 256;
+  // Max-pool: trainlab's kernels (kernels/kernels.h), whose forward keeps each output's argmax in
+  // the workspace (int32, as the CPU backends keep theirs) and whose backward routes each gradient
+  // to it. (cuDNN's backward re-derived the argmax by comparing x with y, which no NaN passes, and
+  // needed copies of both.)
+  static kernels::MaxPoolShape pool_shape(const Pool2dShape& s) {
+    return {s.batch,    s.channels, s.in_h,     s.in_w,  s.out_h(), s.out_w(),      s.kernel_h,
+            s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w,   s.channels_last};
   }
-  std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& s) override {
-    return pool_x_bytes(dtype, s) + bytes_of(dtype, s.batch * s.channels * s.out_h() * s.out_w());
+  std::size_t max_pool2d_workspace_bytes(DType, const Pool2dShape& s) override {
+    return sizeof(std::int32_t) * static_cast<std::size_t>(s.batch * s.channels * s.out_h() * s.out_w());
   }
   void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
-    PoolPlan& plan = pool_plan(dtype, s);
-    const float one = 1.f, zero = 0.f;
-    CU(cudnnPoolingForward(dnn_, plan.pool, &one, plan.x, x, &zero, plan.y, y));
-    const std::size_t x_bytes = bytes_of(dtype, s.batch * s.channels * s.in_h * s.in_w);
-    const std::size_t y_bytes = bytes_of(dtype, s.batch * s.channels * s.out_h() * s.out_w());
-    auto* keep = static_cast<unsigned char*>(workspace);
-    CU(cudaMemcpyAsync(keep, x, x_bytes, cudaMemcpyDeviceToDevice, stream_));
-    CU(cudaMemcpyAsync(keep + pool_x_bytes(dtype, s), y, y_bytes, cudaMemcpyDeviceToDevice, stream_));
+    kernels::max_pool2d_forward(dtype, pool_shape(s), x, y, static_cast<std::int32_t*>(workspace), stream_);
   }
   void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
                            void* dx) override {
-    PoolPlan& plan = pool_plan(dtype, s);
-    const float one = 1.f, zero = 0.f;
-    const auto* keep = static_cast<const unsigned char*>(workspace);
-    CU(cudnnPoolingBackward(dnn_, plan.pool, &one, plan.y, keep + pool_x_bytes(dtype, s), plan.y, dy, plan.x, keep,
-                            &zero, plan.x, dx));
+    kernels::max_pool2d_backward(dtype, pool_shape(s), dy, static_cast<const std::int32_t*>(workspace), dx, stream_);
   }
 
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
@@ -869,27 +866,6 @@ class CudaBackend final : public Backend,
     return ref;
   }
 
-  PoolPlan& pool_plan(DType dtype, const Pool2dShape& s) {
-    const auto key = std::make_tuple(static_cast<int>(dtype), s.batch, s.channels, s.in_h, s.in_w, s.kernel_h,
-                                     s.kernel_w, s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.channels_last);
-    auto it = pool_plans_.find(key);
-    if (it != pool_plans_.end()) return *it->second;
-    auto plan = std::make_unique<PoolPlan>();
-    const char* op = "max_pool2d";
-    CU(cudnnCreateTensorDescriptor(&plan->x));
-    CU(cudnnCreateTensorDescriptor(&plan->y));
-    CU(cudnnCreatePoolingDescriptor(&plan->pool));
-    set_tensor(plan->x, dtype, s.channels_last, s.batch, s.channels, s.in_h, s.in_w, op);
-    set_tensor(plan->y, dtype, s.channels_last, s.batch, s.channels, s.out_h(), s.out_w(), op);
-    CU(cudnnSetPooling2dDescriptor(plan->pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN,
-                                   static_cast<int>(s.kernel_h), static_cast<int>(s.kernel_w),
-                                   static_cast<int>(s.pad_h), static_cast<int>(s.pad_w), static_cast<int>(s.stride_h),
-                                   static_cast<int>(s.stride_w)));
-    PoolPlan& ref = *plan;
-    pool_plans_.emplace(key, std::move(plan));
-    return ref;
-  }
-
   int device_ = 0;
   DeviceChoice choice_;
   std::atomic<std::int64_t> copies_to_host_{0}, copies_from_host_{0}, host_waits_{0};
@@ -918,9 +894,6 @@ class CudaBackend final : public Backend,
   using ConvKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                              std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool>;
   std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
-  using PoolKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool>;
-  std::map<PoolKey, std::unique_ptr<PoolPlan>> pool_plans_;
 
   static int cublasGetProperty_version() {
     int major = 0, minor = 0;
