@@ -18,6 +18,7 @@ from this run.
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -241,8 +242,34 @@ def command_for(key, argv, common):
     return [TORCH_PYTHON, PEER, *argv, *common]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input is one line on stderr and exit 2, as for every trainlab tool (not a usage dump)."""
+
+    def error(self, message):
+        self.exit(2, f"compare_torch: error: {message} (see --help)\n")
+
+
+def load_run(parser, path):
+    """--out's JSON for --render-only and --verify: a regular file holding one recorded run (an object
+    with its rows, machine and engine), or one line naming the file and what is wrong."""
+    if not os.path.isfile(path):
+        parser.error(f"--out {path!r} is not a regular file holding a recorded run "
+                     f"({'missing' if not os.path.exists(path) else 'a directory or device'}); run make compare first")
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as error:
+        parser.error(f"--out {path!r} is not a recorded run: {str(error).splitlines()[0]}")
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows) \
+            or not isinstance(doc.get("machine"), dict) or not isinstance(doc.get("engine"), dict):
+        parser.error(f"--out {path!r} is not a recorded run (an object with rows, machine and engine); "
+                     "run make compare first")
+    return doc
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per configuration and round")
     parser.add_argument("--batch", type=int, default=128)
@@ -260,14 +287,29 @@ def main():
                              "recorded PyTorch peers, and say whether each ratio lands within its recorded per-round range")
     parser.add_argument("--sample", type=int, default=3, help="--verify: headline configurations re-run (1-3)")
     args = parser.parse_args()
+    # Every value checked here, with what is allowed, before any process starts (trainlab's own
+    # limits: --seconds (0, 3600], --batch 1..65536, --threads 1..1024).
+    if not (math.isfinite(args.seconds) and 0 < args.seconds <= 3600):
+        parser.error(f"--seconds {args.seconds} is not in (0, 3600]")
+    if not 1 <= args.batch <= 65536:
+        parser.error(f"--batch {args.batch} is not in 1..65536")
+    if not 1 <= args.threads <= 1024:
+        parser.error(f"--threads {args.threads} is not in 1..1024")
+    if not 1 <= args.rounds <= 1000:
+        parser.error(f"--rounds {args.rounds} is not in 1..1000")
     if args.verify:
-        if not 1 <= args.sample <= 3 or args.rounds < 1:
-            parser.error("--sample must be 1..3 and --rounds >= 1")
-        with open(args.out) as f:
-            doc = json.load(f)
+        if not 1 <= args.sample <= 3:
+            parser.error("--sample must be 1..3")
+        doc = load_run(parser, args.out)
         if "ratio_per_round" not in doc["rows"][0] or "variants" not in doc:
             sys.exit(f"compare_torch: {args.out} was written before runs recorded their per-round ratios and "
                      "variants; run make compare first")
+        machine = doc["machine"]
+        if not all(isinstance(machine.get(k), (int, float)) and not isinstance(machine.get(k), bool)
+                   for k in ("threads", "batch", "seconds")) or \
+                not all(isinstance(r.get("config"), str) and isinstance(r.get("peer", ""), str) for r in doc["rows"]):
+            parser.error(f"--out {args.out!r} is not a recorded run: machine.threads/batch/seconds and each row's "
+                         "config and peer are missing or mistyped")
         results = verify(doc, args.sample, args.rounds, lambda argv: run_json(argv)["samples_per_s"])
         print(f"\nverify: compare_torch run {doc.get('run_id', '?')} (recorded {doc['machine']['date']} on "
               f"{doc['machine']['cpu']}, trainlab {doc['engine']['engine']}), re-run here, {args.rounds} round(s); "
@@ -280,15 +322,15 @@ def main():
         print(f"verify: {sum(v['within'] for v in results)} of {len(results)} re-run ratios within their recorded range")
         return 0
     if args.render_only:
-        with open(args.out) as f:
-            doc = json.load(f)
-        table, headline = render(doc)
+        doc = load_run(parser, args.out)
+        try:
+            table, headline = render(doc)
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            parser.error(f"--out {args.out!r} is not a recorded run: a missing or mistyped field ({error!r})")
         print(table + "\n\n" + headline)
         if args.update_docs:
             update_docs(table, headline)
         return 0
-    if args.rounds < 1 or args.seconds <= 0:
-        parser.error("--rounds must be >= 1 and --seconds > 0")
     if not os.access(TRAINLAB, os.X_OK):
         sys.exit(f"compare_torch: {TRAINLAB} is missing; build first (make test or make ladder)")
     probe = subprocess.run([TORCH_PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)

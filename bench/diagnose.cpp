@@ -95,19 +95,26 @@ void read_trace(const std::string& path, Artifacts& a) {
   std::vector<Span> steps, waits;
   std::map<std::string, double> totals;
   for (const auto& e : trace["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("ts") || !e.contains("dur")) continue;
-    const std::string name = e.value("name", "");
+    if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || e["ph"] != "X") continue;
+    if (!e.contains("ts") || !e["ts"].is_number() || !e.contains("dur") || !e["dur"].is_number()) continue;
+    if (!e.contains("name") || !e["name"].is_string()) continue;
+    const std::string name = e["name"];
     const Span s{e["ts"].get<double>(), e["dur"].get<double>()};
     if (name == "step") steps.push_back(s);
     if (name == "data_wait") waits.push_back(s);
     if (name == "data_wait" || name == "forward" || name == "backward" || name == "optimizer")
       totals[name] += s.dur * 1e-6;
   }
-  std::sort(steps.begin(), steps.end(), [](const Span& x, const Span& y) { return x.ts < y.ts; });
+  // Each step's waits are the data_wait spans that start inside it: both sorted by start, found by
+  // binary search (a scan of every wait per step took 16 s for 100k steps).
+  const auto by_start = [](const Span& x, const Span& y) { return x.ts < y.ts; };
+  std::sort(steps.begin(), steps.end(), by_start);
+  std::sort(waits.begin(), waits.end(), by_start);
   for (const auto& s : steps) {
     double wait = 0;
-    for (const auto& w : waits)
-      if (w.ts >= s.ts && w.ts < s.ts + s.dur) wait += w.dur;
+    for (auto w = std::lower_bound(waits.begin(), waits.end(), Span{s.ts, 0}, by_start);
+         w != waits.end() && w->ts < s.ts + s.dur; ++w)
+      wait += w->dur;
     a.step_s.push_back(s.dur * 1e-6);
     a.data_wait_s.push_back(wait * 1e-6);
   }
@@ -544,7 +551,11 @@ DiagnosisCheck check_checkpoint(const Artifacts& a) {
   try {
     const CheckpointInspection r = inspect_checkpoint(a.checkpoint);
     std::vector<std::string> parts;
-    for (const auto& p : r.parts) parts.push_back(p.name + (p.present ? "" : " MISSING"));
+    // A part that is there but damaged says why (its detail), one that is absent just MISSING.
+    for (const auto& p : r.parts) {
+      const bool damaged = !p.present && p.detail.find("damaged") != std::string::npos;
+      parts.push_back(p.name + (p.present ? "" : damaged ? " DAMAGED (" + p.detail + ")" : " MISSING"));
+    }
     c.evidence = fmt::format("{} at step {}: {}", a.checkpoint, r.step, fmt::join(parts, ", "));
     if (r.complete()) {
       c.verdict = CheckVerdict::ok;

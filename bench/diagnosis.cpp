@@ -8,6 +8,7 @@
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "engine/checkpoint.h"
+#include "engine/data.h"
 #include "engine/optim.h"
 
 namespace trainlab::bench {
@@ -144,13 +145,16 @@ CheckpointInspection inspect_checkpoint(const std::string& dir) {
                      "dropout and shuffling draws differ from the uninterrupted run"});
   std::string loader_detail = "no loader position";
   const StateDict& l = c.loader;
-  const bool has_loader = l.integers.count("epoch") && l.integers.count("next_batch") &&
-                          l.integers.count("batch_size") && l.integers.count("dataset_size");
+  const std::string loader_problem = loader_state_problem(l);
+  const bool has_loader = loader_problem.empty();
+  if (!has_loader && l.integers.count("batch_size")) {
+    loader_detail = "the loader position is damaged: " + loader_problem + " (--resume refuses it)";
+  }
   if (has_loader) {
     const std::int64_t epoch = l.integers.at("epoch"), next = l.integers.at("next_batch");
     const std::int64_t batch = l.integers.at("batch_size"), size = l.integers.at("dataset_size");
     const bool drop_last = !l.integers.count("drop_last") || l.integers.at("drop_last") != 0;
-    const std::int64_t per_epoch = std::max<std::int64_t>(1, drop_last ? size / batch : (size + batch - 1) / batch);
+    const std::int64_t per_epoch = std::max<std::int64_t>(1, drop_last ? size / batch : (size - 1) / batch + 1);
     r.samples_drawn = (epoch * per_epoch + next) * batch;
     r.visited_fraction = epoch >= 1
                              ? std::min<double>(1.0, static_cast<double>(per_epoch * batch) / static_cast<double>(size))

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <unordered_map>
 
 #include "backends/cpu/isa.h"
 #include "backends/device_selection.h"
@@ -366,6 +367,9 @@ Ledger::Loaded Ledger::load() const {
   const auto bytes = read_file(path_);
   const std::string text(bytes.begin(), bytes.end());
   std::size_t start = 0, line_number = 0;
+  // Every row is written once (its run, kind, repeat and time in it), so a line seen before is a
+  // copy (a ledger concatenated with itself): skipped with a warning, or every figure counts twice.
+  std::unordered_map<std::string, std::size_t> seen;
   while (start < text.size()) {
     const std::size_t end = text.find('\n', start);
     ++line_number;
@@ -373,6 +377,12 @@ Ledger::Loaded Ledger::load() const {
     const std::string line = text.substr(start, last ? std::string::npos : end - start);
     start = last ? text.size() : end + 1;
     if (line.empty()) continue;
+    if (const auto [it, fresh] = seen.emplace(line, line_number); !fresh) {
+      out.warnings.push_back("ledger '" + path_ + "' line " + std::to_string(line_number) +
+                             " skipped: it repeats line " + std::to_string(it->second) +
+                             " (a ledger appended to itself?)");
+      continue;
+    }
     json row;
     try {
       check_json_bounds(line.data(), line.size(), kMaxRowDepth, kMaxRowBytes, "row");

@@ -402,8 +402,34 @@ StateDict DataLoader::state_dict() const {
   return state;
 }
 
+std::string loader_state_problem(const StateDict& state) {
+  for (const char* key : {"epoch", "next_batch", "batch_size", "dataset_size"}) {
+    if (!state.integers.count(key)) return std::string("it has no ") + key;
+  }
+  const std::int64_t epoch = state.integers.at("epoch"), next = state.integers.at("next_batch");
+  const std::int64_t batch = state.integers.at("batch_size"), size = state.integers.at("dataset_size");
+  if (batch < 1) return "batch_size " + std::to_string(batch) + " is not a batch size (>= 1)";
+  if (size < 1) return "dataset_size " + std::to_string(size) + " is not a data set size (>= 1)";
+  if (epoch < 0) return "epoch " + std::to_string(epoch) + " is negative";
+  const bool drop_last = !state.integers.count("drop_last") || state.integers.at("drop_last") != 0;
+  const std::int64_t per_epoch = drop_last ? size / batch : (size - 1) / batch + 1;
+  if (per_epoch < 1) {
+    return "dataset_size " + std::to_string(size) + " makes no full batch of " + std::to_string(batch) +
+           " (drop_last is on)";
+  }
+  if (next < 0 || next >= per_epoch) {
+    return "next_batch " + std::to_string(next) + " is outside the epoch's " + std::to_string(per_epoch) +
+           " batches (dataset_size " + std::to_string(size) + ", batch_size " + std::to_string(batch) + ")";
+  }
+  if (epoch > std::numeric_limits<std::int64_t>::max() / per_epoch / batch - 1)
+    return "epoch " + std::to_string(epoch) + " is beyond any count of samples";
+  return "";
+}
+
 void DataLoader::load_state_dict(const StateDict& state) {
   const std::string owner = "data loader state";
+  const std::string problem = loader_state_problem(state);
+  TL_CHECK(problem.empty(), owner + ": " + problem);
   auto require_same = [&](const char* key, std::int64_t expected) {
     const std::int64_t saved = state.integer(key, owner);
     TL_CHECK(saved == expected, owner + ": " + key + " was " + std::to_string(saved) + " when saved, this loader has " +

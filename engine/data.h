@@ -75,6 +75,8 @@ class DataLoader {
   // start then).
   void set_worker_init(std::function<void(int worker)> init);
   StateDict state_dict() const;
+  // Refuses (Error) a state whose own numbers do not hold (loader_state_problem) or that another
+  // loader saved (batch size, data set size, shuffle, drop_last, seed).
   void load_state_dict(const StateDict& state);
   const DataLoaderOptions& options() const { return options_; }
   // Sample indices of batch `index` of `epoch` (this shard's part of it).
@@ -149,5 +151,11 @@ class DataLoader {
   std::int64_t claim_limit_ = 0;      // workers stop at the end of this (exclusive) unless persistent
   std::map<std::int64_t, HostBatch> ready_;
 };
+
+// What is wrong with a saved loader position on its own terms, "" when nothing: epoch >= 0,
+// batch_size >= 1, dataset_size >= 1 and next_batch inside the epoch the other three imply (the
+// DataLoader's own rule, drop_last from the state). One rule for resume, inspect and diagnose, so
+// none of them reads a forged state as fact (or divides by its batch size 0).
+std::string loader_state_problem(const StateDict& state);
 
 }  // namespace trainlab

@@ -265,6 +265,30 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
 
 }  // namespace
 
+namespace {
+// The file that marks a staging directory as make-dataset's own (removed just before the rename).
+const char* const kStagingMark = ".trainlab-staging";
+
+// What killed make-dataset runs left beside `name`: NAME.partial-PID (or -PID-N), marked as ours,
+// whose process is gone. Anything else that looks like it is left alone.
+void remove_stale_partials(const fs::path& parent, const std::string& name) {
+  std::error_code ec;
+  const std::string prefix = name + ".partial-";
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string entry_name = entry.path().filename().string();
+    if (entry_name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = entry_name.substr(prefix.size());
+    const std::string pid = rest.substr(0, rest.find('-'));
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (process_alive(std::stol(pid))) continue;  // a run in progress
+    std::error_code check;
+    if (!fs::is_directory(fs::symlink_status(entry.path(), check)) || !fs::exists(entry.path() / kStagingMark, check))
+      continue;  // not our staging
+    fs::remove_all(entry.path(), check);
+  }
+}
+}  // namespace
+
 DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* held_out, const DatasetWriteOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   TL_CHECK(!o.out.empty(), "make-dataset: --out is required (the data set's directory)");
@@ -288,7 +312,11 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
 
   // Never replace what is not ours: `out` must not exist, be an empty directory, or (with
   // overwrite) hold a data set an earlier make-dataset wrote.
-  const fs::path out = fs::absolute(o.out).lexically_normal();
+  // The directory itself ("new/" and "." name it too: without the trailing separator, its staging
+  // would have been made inside it).
+  fs::path out = fs::absolute(o.out).lexically_normal();
+  while (out.filename().empty() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();
+  TL_CHECK(out != out.root_path(), "make-dataset: --out " + quote_value(o.out) + " is the root directory");
   std::error_code ec;
   const auto status = fs::symlink_status(out, ec);
   bool replace = false;
@@ -304,10 +332,17 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
     }
   }
   const fs::path parent = out.parent_path();
-  fs::create_directories(parent);
-  const fs::path tmp = parent / (out.filename().string() + ".partial-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  fs::create_directories(parent, ec);
+  TL_CHECK(!ec, "make-dataset: --out " + out.string() + ": cannot create " + parent.string() + ": " + ec.message());
+  remove_stale_partials(parent, out.filename().string());
+  // Our own staging directory, marked as ours; one that exists already is not (another run's, or
+  // a stale one whose process had this number): it is left alone, and another name is taken.
+  const std::string stem = out.filename().string() + ".partial-" + std::to_string(::getpid());
+  fs::path tmp = parent / stem;
+  for (int n = 1; fs::exists(fs::symlink_status(tmp, ec)); ++n) tmp = parent / (stem + "-" + std::to_string(n));
+  TL_CHECK(fs::create_directory(tmp, ec) && !ec,
+           "make-dataset: cannot create the staging directory " + tmp.string() + ": " + ec.message());
+  write_file_atomic((tmp / kStagingMark).string(), std::string("make-dataset staging\n"));
   DatasetWriteSummary summary;
   try {
     const PixelMap map = choose_pixel_map(train);
@@ -331,6 +366,7 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
     TL_CHECK(dir_fd >= 0 && ::syncfs(dir_fd) == 0, "make-dataset: cannot sync " + tmp.string());
     ::close(dir_fd);
     write_file_atomic((tmp / kManifest).string(), manifest.dump(1) + "\n");
+    fs::remove(tmp / kStagingMark, ec);
     if (replace) {
       const fs::path old = parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
       fs::rename(out, old);
@@ -345,6 +381,7 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
     fs::remove_all(tmp, ec);
     throw;
   }
+  summary.out = out.string();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

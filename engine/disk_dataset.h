@@ -51,6 +51,7 @@ struct SplitSummary {
 };
 
 struct DatasetWriteSummary {
+  std::string out;  // the data set's directory, absolute ("." and "new/" name it as a directory)
   std::vector<SplitSummary> splits;
   double seconds = 0;
 };

@@ -181,6 +181,24 @@ std::string follow_symlinks(const std::string& path) {
 
 void check_output_file(const std::string& path, const std::string& what) { resolve_output(path, what); }
 
+bool output_is_file(const std::string& path) {
+  const OutputTarget target = resolve_output(path, "");
+  return target.kind != OutputTarget::in_place && target.kind != OutputTarget::descriptor;
+}
+
+void check_output_is_not_input(const std::string& output, const std::string& output_what,
+                               const std::vector<std::pair<std::string, std::string>>& inputs) {
+  struct stat out {};
+  if (output.empty() || ::stat(output.c_str(), &out) != 0 || !S_ISREG(out.st_mode)) return;  // new, or in place
+  for (const auto& [input, input_what] : inputs) {
+    struct stat in {};
+    if (input.empty() || ::stat(input.c_str(), &in) != 0) continue;
+    TL_CHECK(!(in.st_dev == out.st_dev && in.st_ino == out.st_ino),
+             output_what + " '" + output + "' is the same file as " + input_what + " '" + input +
+                 "': it would be written over what is read; name another output");
+  }
+}
+
 void write_file_atomic(const std::string& path, const void* bytes, std::size_t size) {
   const OutputTarget target = resolve_output(path, "");
   if (target.kind == OutputTarget::in_place || target.kind == OutputTarget::descriptor) {

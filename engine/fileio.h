@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/host_memory.h"
@@ -31,6 +32,15 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // `path`: refuses a directory, a socket, a block device, a loop of links, and a parent that exists
 // but is not a directory. Writes nothing.
 void check_output_file(const std::string& path, const std::string& what);
+// Whether write_file_atomic would write `path` as a regular file (a new one, or one it replaces)
+// rather than in place into a device, a FIFO or a descriptor: an output that brings files of its own
+// beside it (a report's figures) writes them only then. Errors as check_output_file.
+bool output_is_file(const std::string& path);
+// Throws Error when `output` is the same file as one of `inputs` (after links: the same device and
+// inode), naming both: no tool writes over what it reads (bench_report --out L --ledger L would
+// have replaced the ledger with its report). Inputs that do not exist are passed by.
+void check_output_is_not_input(const std::string& output, const std::string& output_what,
+                               const std::vector<std::pair<std::string, std::string>>& inputs);
 // The file a path names once symlinks are followed (the path itself when it is not a link; a
 // dangling link's target). Throws Error on a loop of links.
 std::string follow_symlinks(const std::string& path);

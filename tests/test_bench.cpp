@@ -209,8 +209,18 @@ TEST_CASE("ledger: rows of the right schema with wrong types are skipped with th
     CHECK(loaded.warnings[i].find(expected[i]) != std::string::npos);
   }
   // A new run still appends, and the report still reads its run.
-  ledger.append(good);
+  json next = good;
+  next["run_id"] = "20261130T000001Z-2";
+  ledger.append(next);
   CHECK(ledger.load().rows.size() == 2);
+  // The same line twice (a ledger appended to itself) is read once, with a warning.
+  const auto bytes = read_file(ledger.path());
+  const std::string text(bytes.begin(), bytes.end());
+  write_file_atomic(ledger.path(), text + text);
+  const auto doubled = ledger.load();
+  CHECK(doubled.rows.size() == 2);
+  CHECK(std::any_of(doubled.warnings.begin(), doubled.warnings.end(),
+                    [](const std::string& w) { return w.find("repeats line") != std::string::npos; }));
   fs::remove(ledger.path());
 }
 

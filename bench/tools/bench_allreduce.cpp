@@ -24,13 +24,13 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype_name_, "f32 | bf16 | f16 | f64")
       ->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
   app.add_option("--seconds-per-size", o.seconds_per_size, "measured time per algorithm and size")
-      ->check(CLI::Range(0.01, 60.0));
-  app.add_option("--warmup", o.warmup, "warm-up iterations per algorithm and size")->check(CLI::Range(0, 100));
-  app.add_option("--min-iters", o.min_iters, "at least this many iterations")->check(CLI::Range(1, 100000));
-  app.add_option("--max-iters", o.max_iters, "at most this many iterations")->check(CLI::Range(1, 100000));
-  app.add_option("--segment-bytes", o.segment_bytes, "the ring's pipeline segment")->check(CLI::Range(256, 1 << 30));
+      ->check(FiniteRange(0.01, 60.0));
+  app.add_option("--warmup", o.warmup, "warm-up iterations per algorithm and size")->check(FiniteRange(0, 100));
+  app.add_option("--min-iters", o.min_iters, "at least this many iterations")->check(FiniteRange(1, 100000));
+  app.add_option("--max-iters", o.max_iters, "at most this many iterations")->check(FiniteRange(1, 100000));
+  app.add_option("--segment-bytes", o.segment_bytes, "the ring's pipeline segment")->check(FiniteRange(256, 1 << 30));
   app.add_option("--comm-timeout", o.timeout, "seconds any wait may take before the job is ended")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(FiniteRange(0.1, 86400.0));
   app.add_option("--comm", o.comm_kind, "communicator: mpi, or nccl (CUDA builds, one GPU per rank)")
       ->capture_default_str();
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<cpu|cuda>.jsonl)");

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   bench::BucketsOptions o;
   app.add_option("--params", o.params,
                  "gradient elements (e.g. 25e6; default: SmallCNN's parameter count, about 4.3 MB in f32)")
-      ->check(CLI::Range(1.0, 4e9));
+      ->check(FiniteRange(1.0, 4e9));
   app.add_option("--buckets", o.buckets_spec, "bucket sizes in bytes: LO..HI in powers of two, or a list (64K,1M)")
       ->capture_default_str();
   app.add_option("--dtype", o.dtype_name, "f32 | bf16 | f16")
@@ -32,13 +32,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ring", "native"}))
       ->capture_default_str();
   app.add_option("--seconds-per-config", o.seconds_per_config, "measured time per configuration")
-      ->check(CLI::Range(0.01, 60.0))
+      ->check(FiniteRange(0.01, 60.0))
       ->capture_default_str();
-  app.add_option("--warmup", o.warmup, "warm-up samples per configuration")->check(CLI::Range(0, 100));
-  app.add_option("--min-iters", o.min_iters, "at least this many samples")->check(CLI::Range(1, 100000));
-  app.add_option("--max-iters", o.max_iters, "at most this many samples")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", o.warmup, "warm-up samples per configuration")->check(FiniteRange(0, 100));
+  app.add_option("--min-iters", o.min_iters, "at least this many samples")->check(FiniteRange(1, 100000));
+  app.add_option("--max-iters", o.max_iters, "at most this many samples")->check(FiniteRange(1, 100000));
   app.add_option("--comm-timeout", o.timeout, "seconds any wait may take before the job is ended")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(FiniteRange(0.1, 86400.0));
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_buckets")) return *status;

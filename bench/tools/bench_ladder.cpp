@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   bool calibrate = false, quick = false, plan = false, trace = false, no_report = false;
   app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--config", config_path, "ladder YAML (default configs/ladder_<device>.yaml)");
-  app.add_option("--repeats", repeats, "interleaved repeats per rung [1..100]")->check(CLI::Range(1, 100));
+  app.add_option("--repeats", repeats, "interleaved repeats per rung [1..100]")->check(FiniteRange(1, 100));
   app.add_flag("--calibrate", calibrate, "add two secretly identical arms; their gap is the noise floor");
   app.add_flag("--quick", quick, "fewer measured steps per repeat");
   app.add_flag("--plan", plan, "profile the baseline and print which rung the largest stall points to");

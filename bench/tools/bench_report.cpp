@@ -28,9 +28,9 @@ int main(int argc, char** argv) {
                "recorded configs, interleaved with the run's reference arm, and say for each whether the re-run "
                "ratio lands within the recorded spread");
   app.add_option("--sample", sample, "--verify: rungs to re-run, evenly spread, the last always included (default 3)")
-      ->check(CLI::Range(1, 1000));
+      ->check(FiniteRange(1, 1000));
   app.add_option("--rounds", rounds, "--verify: interleaved rounds (default: the recorded number of repeats)")
-      ->check(CLI::Range(0, 1000));
+      ->check(FiniteRange(0, 1000));
   app.add_flag("--strict", strict, "--verify: exit 1 when a figure lands outside its recorded spread");
   if (const auto status = parse_command_line(app, argc, argv, "bench_report")) return *status;
   if (verify) {

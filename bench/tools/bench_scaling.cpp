@@ -18,28 +18,28 @@ int main(int argc, char** argv) {
   bench::ScalingOptions o;
   o.peer_script = std::string(TRAINLAB_SOURCE_DIR) + "/bench/peers/torch_ddp.py";
   app.add_option("--worlds", o.worlds, "world sizes, at most the launched ranks")->capture_default_str();
-  app.add_option("--repeats", o.repeats, "repeats per configuration, interleaved")->check(CLI::Range(1, 100));
-  app.add_option("--batch", o.batch, "weak scaling: per-worker batch")->check(CLI::Range(1, 65536));
-  app.add_option("--global-batch", o.global_batch, "strong scaling: global batch")->check(CLI::Range(1, 65536));
+  app.add_option("--repeats", o.repeats, "repeats per configuration, interleaved")->check(FiniteRange(1, 100));
+  app.add_option("--batch", o.batch, "weak scaling: per-worker batch")->check(FiniteRange(1, 65536));
+  app.add_option("--global-batch", o.global_batch, "strong scaling: global batch")->check(FiniteRange(1, 65536));
   app.add_option("--base-batch", o.base_batch, "the LR rule's base batch (lr = base-lr x global / base)")
-      ->check(CLI::Range(1, 65536));
-  app.add_option("--base-lr", o.base_lr, "LR at the base batch")->check(CLI::Range(1e-6, 10.0));
-  app.add_option("--steps", o.steps, "measured steps per run")->check(CLI::Range(1, 100000));
-  app.add_option("--warmup", o.warmup, "warm-up steps per run (excluded)")->check(CLI::Range(0, 1000));
+      ->check(FiniteRange(1, 65536));
+  app.add_option("--base-lr", o.base_lr, "LR at the base batch")->check(FiniteRange(1e-6, 10.0));
+  app.add_option("--steps", o.steps, "measured steps per run")->check(FiniteRange(1, 100000));
+  app.add_option("--warmup", o.warmup, "warm-up steps per run (excluded)")->check(FiniteRange(0, 1000));
   app.add_option("--decode-cost", o.decode_cost, "per-sample decode work (the ablation reruns at 0)")
-      ->check(CLI::Range(0, 100000));
+      ->check(FiniteRange(0, 100000));
   app.add_flag("!--no-ablation", o.ablation, "skip the decode-cost-0 tables");
-  app.add_option("--trials", o.trials, "paired no_sync comparisons per world size")->check(CLI::Range(0, 1000));
-  app.add_option("--trial-steps", o.trial_steps, "measured steps per no_sync trial run")->check(CLI::Range(1, 100000));
-  app.add_option("--threads", o.threads, "compute threads per rank")->check(CLI::Range(1, 1024));
+  app.add_option("--trials", o.trials, "paired no_sync comparisons per world size")->check(FiniteRange(0, 1000));
+  app.add_option("--trial-steps", o.trial_steps, "measured steps per no_sync trial run")->check(FiniteRange(1, 100000));
+  app.add_option("--threads", o.threads, "compute threads per rank")->check(FiniteRange(1, 1024));
   app.add_option("--backend", o.backend, "engine backend (default: the default CPU backend)");
   app.add_option("--dtype", o.dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--allreduce", o.allreduce, "ring | native")->check(CLI::IsMember({"ring", "native"}));
-  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP bucket capacity (MiB)")->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP bucket capacity (MiB)")->check(FiniteRange(0.001, 4096.0));
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "DDP's first bucket (MiB; PyTorch uses 1)")
-      ->check(CLI::Range(0.001, 4096.0));
+      ->check(FiniteRange(0.001, 4096.0));
   app.add_flag("--rendezvous", o.rendezvous, "DDP meets the other ranks at a sleeping rendezvous before each bucket");
-  app.add_option("--comm-timeout", o.timeout, "seconds any wait may take")->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--comm-timeout", o.timeout, "seconds any wait may take")->check(FiniteRange(0.1, 86400.0));
   app.add_flag("!--no-peer", o.peer, "skip PyTorch DDP (gloo)");
   app.add_option("--python", o.python, "the interpreter with torch for the peer")->capture_default_str();
   app.add_option("--peer-script", o.peer_script, "the PyTorch DDP peer")->capture_default_str();
@@ -59,10 +59,10 @@ int main(int argc, char** argv) {
                  "scaling tables")
       ->capture_default_str();
   app.add_option("--accuracy-steps", o.accuracy_steps, "with --grad-compress LIST: training steps per accuracy run")
-      ->check(CLI::Range(1, 1000000))
+      ->check(FiniteRange(1, 1000000))
       ->capture_default_str();
   app.add_option("--accuracy-seeds", o.accuracy_seeds, "with --grad-compress LIST: paired seeds (0: no accuracy runs)")
-      ->check(CLI::Range(0, 100))
+      ->check(FiniteRange(0, 100))
       ->capture_default_str();
   app.add_option("--bucket-view", o.bucket_view,
                  "DDP gradients as views of the buckets (true; PyTorch's gradient_as_bucket_view) or copied (false)")

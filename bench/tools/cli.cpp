@@ -83,6 +83,9 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     // Everything that can be refused before a run is checked, and nothing is trained or written.
     if (!config.trace.empty()) check_output_file(config.trace, "--trace");
     if (!config.save.empty()) check_checkpoint_dir(config.save);
+    // The data: a data set on disk is opened as the run would open it (its manifest, the index and
+    // every file's size), so a truncated or foreign one is refused here too.
+    if (!config.data.empty()) (void)smallcnn_task(config);
     std::printf("config: %s\ndry run: the configuration is valid; nothing was trained or written\n",
                 config_summary(config).c_str());
     return 0;
@@ -436,12 +439,12 @@ int cli_main(int argc, char** argv) {
   throughput->add_option("--backend", tp.backend, "backend (default: the best CPU backend)");
   throughput->add_option("--dtype", tp_dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
   throughput->add_option("--layout", tp_layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
-  throughput->add_option("--batch", tp.batch, "batch size [1..65536]")->check(CLI::Range(1, 65536));
+  throughput->add_option("--batch", tp.batch, "batch size [1..65536]")->check(FiniteRange(1, 65536));
   throughput->add_option("--threads", tp.threads, "compute threads (0: all cores) [0..1024]")
-      ->check(CLI::Range(0, 1024));
+      ->check(FiniteRange(0, 1024));
   throughput->add_option("--seconds", tp.seconds, "measured seconds after warm-up (0.01..3600]")
-      ->check(CLI::Range(0.01, 3600.0));
-  throughput->add_option("--warmup", tp.warmup, "warm-up steps excluded [0..10000]")->check(CLI::Range(0, 10000));
+      ->check(FiniteRange(0.01, 3600.0));
+  throughput->add_option("--warmup", tp.warmup, "warm-up steps excluded [0..10000]")->check(FiniteRange(0, 10000));
   throughput->add_option("--seed", tp.seed, "seed for weights and data");
   throughput->add_flag("--fuse", tp.fuse, "conv/linear with bias and ReLU fused");
   throughput->add_flag("--forward-only", tp.forward_only, "inference: forward passes without gradients");
@@ -474,45 +477,45 @@ int cli_main(int argc, char** argv) {
   double gemm_seconds = 3.0;
   gemm->add_option("--backend", gemm_backend, "backend (default: the best CPU backend)");
   gemm->add_option("--dtype", gemm_dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  gemm->add_option("--size", gemm_n, "n [1..16384]")->check(CLI::Range(1, 16384));
-  gemm->add_option("--threads", gemm_threads, "compute threads (0: all cores) [0..1024]")->check(CLI::Range(0, 1024));
-  gemm->add_option("--seconds", gemm_seconds, "measured seconds (0.01..3600]")->check(CLI::Range(0.01, 3600.0));
+  gemm->add_option("--size", gemm_n, "n [1..16384]")->check(FiniteRange(1, 16384));
+  gemm->add_option("--threads", gemm_threads, "compute threads (0: all cores) [0..1024]")->check(FiniteRange(0, 1024));
+  gemm->add_option("--seconds", gemm_seconds, "measured seconds (0.01..3600]")->check(FiniteRange(0.01, 3600.0));
   auto* cost = app.add_subcommand("collective-cost",
                                   "the alpha-beta ring all-reduce model (seed 001): cost, overlap, buckets, "
                                   "scaling; --fit fits alpha and B to bench_allreduce rows");
   CostOptions cost_options;
   cost->add_option("--gpus", cost_options.question.model.ranks, "ranks in the ring P [2..1048576]")
-      ->check(CLI::Range(2, 1 << 20));
+      ->check(FiniteRange(2, 1 << 20));
   cost->add_option("--bw", cost_options.bw_gbps, "per-link bandwidth B in GB/s (1e9 bytes/s) (0..1e6]")
-      ->check(CLI::Range(1e-6, 1e6));
+      ->check(FiniteRange(1e-6, 1e6));
   cost->add_option("--latency", cost_options.latency_us, "per-hop latency alpha in microseconds [0..1e6]")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(FiniteRange(0.0, 1e6));
   cost->add_option("--params", cost_options.params_billions, "parameters, in billions (1.3 = 1.3e9) (0..1e6]")
-      ->check(CLI::Range(1e-12, 1e6));
+      ->check(FiniteRange(1e-12, 1e6));
   cost->add_option("--bytes-per-param", cost_options.question.bytes_per_param,
                    "bytes per gradient element (2 for bf16/fp16, 4 for f32) (0..64]")
       ->capture_default_str()
-      ->check(CLI::Range(0.125, 64.0));
+      ->check(FiniteRange(0.125, 64.0));
   cost->add_option("--step-ms", cost_options.step_ms, "the training step without communication, ms (0..1e7]")
-      ->check(CLI::Range(1e-6, 1e7));
+      ->check(FiniteRange(1e-6, 1e7));
   cost->add_option("--buckets", cost_options.buckets, "bucket sizes in MiB for the bucket table")
       ->capture_default_str();
   cost->add_option("--scale-to", cost_options.question.scale_to, "also the scaling table at this many ranks")
-      ->check(CLI::Range(2, 1 << 20));
+      ->check(FiniteRange(2, 1 << 20));
   cost->add_option("--accumulate", cost_options.question.accumulate,
                    "(e) also the step with K micro-steps per all-reduce [1..65536]")
-      ->check(CLI::Range(1, 65536));
+      ->check(FiniteRange(1, 65536));
   cost->add_option("--zero", cost_options.question.zero_stage,
                    "(e) also ZeRO stage 0|1|2|3: bytes moved and memory per rank (16 bytes/param of state)")
-      ->check(CLI::Range(0, 3));
+      ->check(FiniteRange(0, 3));
   cost->add_option("--node-size", cost_options.question.node_size,
                    "(e) also a hierarchical all-reduce with this many ranks per node (divides --gpus) [1..1048576]")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(FiniteRange(1, 1 << 20));
   cost->add_option("--intra-bw", cost_options.intra_bw_gbps, "with --node-size: bandwidth inside a node, GB/s (0..1e6]")
-      ->check(CLI::Range(1e-6, 1e6));
+      ->check(FiniteRange(1e-6, 1e6));
   cost->add_option("--intra-latency", cost_options.intra_latency_us,
                    "with --node-size: per-hop latency inside a node, us (default: --latency) [0..1e6]")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(FiniteRange(0.0, 1e6));
   cost->add_option("--fit", cost_options.fit_ledger,
                    "fit alpha and B to a ledger's bench_allreduce rows (with --params: answer with the fit)");
   cost->add_option("--run", cost_options.fit_run, "with --fit: the run id (default: the latest all-reduce run)");
@@ -533,31 +536,31 @@ int cli_main(int argc, char** argv) {
     if (field.is_bool) option->expected(0, 1);
   }
   memory->add_option("--params", memory_options.params, "parameters (a count: 1e9) (0..1e15]")
-      ->check(CLI::Range(1e-12, 1e15));
+      ->check(FiniteRange(1e-12, 1e15));
   memory->add_option("--workers", memory_options.workers, "data-parallel workers W [1..1048576]")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(FiniteRange(1, 1 << 20));
   memory->add_option("--zero", memory_options.stages, "ZeRO stages to print (0..3, comma-separated)")
       ->capture_default_str();
   memory->add_option("--param-bytes", memory_options.bytes.param, "bytes per parameter (q_p) [0..64]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 64.0));
+      ->check(FiniteRange(0.0, 64.0));
   memory->add_option("--grad-bytes", memory_options.bytes.grad, "bytes per gradient element (q_g) [0..64]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 64.0));
+      ->check(FiniteRange(0.0, 64.0));
   memory->add_option("--master-bytes", memory_options.bytes.master, "bytes of master copy per parameter [0..64]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 64.0));
+      ->check(FiniteRange(0.0, 64.0));
   memory->add_option("--moment-bytes", memory_options.bytes.moments, "bytes of optimiser moments per parameter [0..64]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 64.0));
+      ->check(FiniteRange(0.0, 64.0));
   memory
       ->add_option("--optimizer", memory_options.optimizer,
                    "instead of the byte flags: the bytes trainlab itself keeps for sgd (with --momentum) or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
   memory->add_option("--momentum", memory_options.momentum, "with --optimizer sgd: 0 keeps no moment [0..0.999]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.999));
+      ->check(FiniteRange(0.0, 0.999));
   auto* backends = app.add_subcommand(
       "backends",
       "list the registered backends; --ops: what each runs natively, emulated or not at all, per op and dtype");

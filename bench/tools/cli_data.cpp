@@ -1,7 +1,11 @@
 #include "bench/tools/cli_data.h"
 
+#include "bench/tools/cli_parse.h"
+
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "backends/host_memory.h"
 #include "bench/ledger.h"
@@ -24,22 +28,23 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
       ->check(CLI::IsMember({"jpeg", "png", "raw"}));
   c.make->add_option("--quality", c.write.quality, "JPEG quality [1..100]")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100));
+      ->check(FiniteRange(1, 100));
   c.make->add_option("--shard-mb", c.write.shard_mb, "MiB per shard (shards layout) (0..1048576]")
       ->capture_default_str()
-      ->check(CLI::Range(1e-6, 1048576.0));
+      ->check(FiniteRange(1e-6, 1048576.0));
   c.make->add_option("--samples", c.samples, "training samples [1..100000000]")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000000}));
+      ->check(FiniteRange(std::int64_t{1}, std::int64_t{100000000}));
   c.make->add_option("--held-out", c.held_out, "held-out samples (0: none) [0..100000000]")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{100000000}));
+      ->check(FiniteRange(std::int64_t{0}, std::int64_t{100000000}));
   c.make
       ->add_option("--image-size", c.write.image_size,
                    "stored height and width in pixels, a multiple of 32 (images upsampled; readers box-filter "
                    "back to 32) [32..4096]")
-      ->check(CLI::Range(32, 4096));
-  c.make->add_option("--seed", c.seed, "SyntheticImages' seed (the same seed as trainlab train's gives its images)");
+      ->check(FiniteRange(32, 4096));
+  c.make->add_option("--seed", c.seed, "SyntheticImages' seed (the same seed as trainlab train's gives its images)")
+      ->check(StrictUnsigned(std::numeric_limits<std::uint64_t>::max()));
   c.make->add_flag("--overwrite", c.write.overwrite, "replace a data set an earlier make-dataset wrote at --out");
   c.verify = app.add_subcommand("verify-dataset",
                                 "read every file of a data set and check its size and CRC-32 against the manifest; "
@@ -54,33 +59,35 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
   c.loader->add_option("--workers", c.workers, "worker counts, comma-separated (0: load on the consuming thread)")
       ->capture_default_str();
   c.loader->add_flag("--cold", b.cold, "drop the data set's pages from the page cache before each measurement");
-  c.loader->add_option("--batch", b.batch, "batch size [1..65536]")->capture_default_str()->check(CLI::Range(1, 65536));
+  c.loader->add_option("--batch", b.batch, "batch size [1..65536]")
+      ->capture_default_str()
+      ->check(FiniteRange(1, 65536));
   c.loader->add_option("--samples", b.samples, "samples per loader measurement [1..100000000]")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000000}));
+      ->check(FiniteRange(std::int64_t{1}, std::int64_t{100000000}));
   c.loader->add_option("--train-steps", b.train_steps, "measured training steps per worker count (0: loader only)")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1000000}));
+      ->check(FiniteRange(std::int64_t{0}, std::int64_t{1000000}));
   c.loader->add_option("--repeats", b.repeats, "rounds, worker counts interleaved in each [1..100]")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100));
+      ->check(FiniteRange(1, 100));
   c.loader->add_option("--backend", b.backend, "the training step's backend (default: the best CPU backend)");
   c.loader->add_option("--threads", b.threads, "the training step's compute threads (0: all cores) [0..1024]")
-      ->check(CLI::Range(0, 1024));
+      ->check(FiniteRange(0, 1024));
   c.loader->add_option("--ledger", b.ledger, "the ledger to append to (default: results/ledger_cpu.jsonl)");
   c.budget = app.add_subcommand("throughput-budget",
                                 "seed 002's analytic model: demanded vs supplied samples/s, the expected utilisation, "
                                 "and the straggler tail 1-(1-p)^N at N and 2N ranks (--seed-case: the seed's example)");
   bench::BudgetInput& in = c.budget_input;
   c.budget->add_option("--ranks", in.ranks, "ranks N, each consuming --per-rank [1..16777216]")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+      ->check(FiniteRange(std::int64_t{1}, std::int64_t{1} << 24));
   c.budget->add_option("--per-rank", in.per_rank, "samples/s one rank's step consumes (0..1e12]")
-      ->check(CLI::Range(1e-12, 1e12));
+      ->check(FiniteRange(1e-12, 1e12));
   c.budget->add_option("--loader-cap", in.loader_cap, "samples/s the input pipeline supplies in all (0..1e15]")
-      ->check(CLI::Range(1e-12, 1e15));
+      ->check(FiniteRange(1e-12, 1e15));
   c.budget->add_option("--p-slow", in.p_slow, "probability that one rank's step is slow [0..1]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(FiniteRange(0.0, 1.0));
   c.budget->add_flag("--seed-case", c.budget_seed_case,
                      "print seed 002's case (128 x 95 samples/s, a 6,800 samples/s loader, p = 1%) and where its "
                      "62% differs");
@@ -106,7 +113,7 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
                    "no progress for this many usual progress intervals (and at least 5 s) is a stopped step "
                    "counter [2..1e6]")
       ->capture_default_str()
-      ->check(CLI::Range(2.0, 1e6));
+      ->check(FiniteRange(2.0, 1e6));
 }
 
 namespace {
@@ -118,8 +125,8 @@ int run_make(DataCommands& c) {
   const SyntheticImages train(c.seed, Split::train, c.samples);
   const SyntheticImages held_out(c.seed, Split::held_out, c.held_out > 0 ? c.held_out : 1);
   const DatasetWriteSummary summary = write_image_dataset(train, c.held_out > 0 ? &held_out : nullptr, c.write);
-  const DatasetInfo info = read_dataset_info(c.write.out);
-  std::printf("make-dataset: %s written in %.1f s: %s, %s%s, %dx%dx%d\n", c.write.out.c_str(), summary.seconds,
+  const DatasetInfo info = read_dataset_info(summary.out);  // absolute: --out . names a directory now replaced
+  std::printf("make-dataset: %s written in %.1f s: %s, %s%s, %dx%dx%d\n", summary.out.c_str(), summary.seconds,
               disk_layout_name(info.layout), image_codec_name(info.codec),
               info.codec == ImageCodec::jpeg ? (" q" + std::to_string(info.quality)).c_str() : "", info.image.height,
               info.image.width, info.image.channels);
@@ -162,6 +169,17 @@ int run_loader(DataCommands& c) {
   const auto result = bench::run_loader_bench(c.bench, std::cout);
   std::cout << bench::loader_bench_table(result, c.bench);
   std::cout << "ledger: " << result.ledger << " (run " << result.run_id << ")\n";
+  // Nothing measured at all: the failed rows are in the ledger, and the exit status says so.
+  const bool measured = std::any_of(result.arms.begin(), result.arms.end(), [](const bench::LoaderBenchArm& a) {
+    return !a.samples_per_s.empty() || !a.train_samples_per_s.empty();
+  });
+  if (!measured) {
+    std::string first;
+    for (const auto& a : result.arms)
+      if (first.empty() && !a.errors.empty()) first = a.errors.front();
+    std::fprintf(stderr, "trainlab: error: loader-bench: every measurement failed (first: %s)\n", first.c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -3,11 +3,51 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
 namespace trainlab {
+
+// CLI::Range, NaN-safe: CLI11's range compares a double with its bounds, and NaN compares false
+// with everything, so `--stall-factor nan` passed every range. The same bounds and help text;
+// a NaN or an infinity is refused, naming the value and what is allowed.
+class FiniteRange : public CLI::Validator {
+ public:
+  template <typename T>
+  FiniteRange(T lo, T hi) {
+    const CLI::Range range(lo, hi);
+    const std::string allowed = range.get_description();
+    description(allowed);
+    func_ = [range, allowed](std::string& input) {
+      double value = 0;
+      if (CLI::detail::lexical_cast(input, value) && !std::isfinite(value)) {
+        return "Value " + input + " is not a finite number (allowed: " + allowed + ")";
+      }
+      return range(input);
+    };
+  }
+};
+
+// A decimal integer in [0, max] and nothing else: CLI11 reads "-1", "2^64" and "1e23" into an
+// unsigned 64-bit option as 2^64-1 and "" as 0 (make-dataset --seed took them all).
+inline CLI::Validator StrictUnsigned(std::uint64_t max) {
+  return CLI::Validator(
+      [max](std::string& input) -> std::string {
+        const std::string allowed = "a decimal integer in [0, " + std::to_string(max) + "]";
+        if (input.empty() || input.size() > 20 || input.find_first_not_of("0123456789") != std::string::npos)
+          return "Value '" + input + "' is not " + allowed;
+        errno = 0;
+        const unsigned long long v = std::strtoull(input.c_str(), nullptr, 10);
+        if (errno == ERANGE || v > max) return "Value " + input + " is not " + allowed;
+        return std::string();
+      },
+      "UINT in [0 - " + std::to_string(max) + "]");
+}
 
 // Parses argv. --help and --version print and yield exit status 0; bad input prints one line,
 // "<tool>: error: ..." (never a usage dump), and yields 2; a good parse yields nothing.

@@ -214,6 +214,20 @@ int run(Options o) {
     }
   }
   if (!o.no_ledger) std::cout << "\nrows: " << ledger.path() << " (run " << run_id << ")\n";
+  // Every repeat of every configuration failed: nothing was measured, and the exit status says so
+  // (the failed rows stay in the ledger, with their errors).
+  bool any_ran = false;
+  std::string first_error;
+  for (const auto& r : results) {
+    for (const auto& rep : r.repeats) {
+      any_ran = any_ran || !rep.failed;
+      if (rep.failed && first_error.empty()) first_error = r.name + ": " + rep.error;
+    }
+  }
+  if (!any_ran) {
+    std::cerr << "cost_to_accuracy: error: every repeat of every configuration failed (first: " << first_error << ")\n";
+    return 1;
+  }
   return 0;
 }
 
@@ -226,12 +240,12 @@ int main(int argc, char** argv) {
   app.add_option("--rate", o.rate,
                  "the machine's price in $/hour (required: there is no honest default price; a made-up rate makes a "
                  "made-up cost)")
-      ->check(CLI::Range(1e-9, 1e9));
+      ->check(FiniteRange(1e-9, 1e9));
   app.add_option("--config", o.config_path,
                  "the study file (default: configs/cost_cuda.yaml where a GPU is found, else configs/cost_cpu.yaml)");
   app.add_flag("--quick", o.quick, "the study file's quick form (a lower target, fewer steps and repeats)");
   app.add_option("--repeats", o.repeats, "repeats per configuration (default: the study file's)")
-      ->check(CLI::Range(1, 100));
+      ->check(FiniteRange(1, 100));
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<device>.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   app.add_option("--scaling-ledger", o.scaling_ledger,

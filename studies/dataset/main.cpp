@@ -59,23 +59,23 @@ int main(int argc, char** argv) {
   app.add_option("--work", o.work, "where the data sets are written (replaced on each run)")->capture_default_str();
   app.add_option("--samples", o.samples, "training samples per data set [256..1000000]")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{256}, std::int64_t{1000000}));
+      ->check(FiniteRange(std::int64_t{256}, std::int64_t{1000000}));
   app.add_option("--image-size", o.image_size, "stored pixels (a multiple of 32) [32..512]")
       ->capture_default_str()
-      ->check(CLI::Range(32, 512));
+      ->check(FiniteRange(32, 512));
   app.add_option("--repeats", o.repeats, "rounds, every arm measured in each [2..100]")
       ->capture_default_str()
-      ->check(CLI::Range(2, 100));
-  app.add_option("--workers", o.workers, "loader workers [0..64]")->capture_default_str()->check(CLI::Range(0, 64));
+      ->check(FiniteRange(2, 100));
+  app.add_option("--workers", o.workers, "loader workers [0..64]")->capture_default_str()->check(FiniteRange(0, 64));
   app.add_option("--steps", o.steps, "measured training steps per arm and round [1..100000]")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}));
+      ->check(FiniteRange(std::int64_t{1}, std::int64_t{100000}));
   app.add_option("--loader-samples", o.loader_samples, "samples the loader alone is timed over [64..10000000]")
       ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{64}, std::int64_t{10000000}));
+      ->check(FiniteRange(std::int64_t{64}, std::int64_t{10000000}));
   app.add_option("--backend", o.backend, "the training step's backend (default: the best CPU backend)");
   app.add_option("--threads", o.threads, "the training step's compute threads (0: all cores)")
-      ->check(CLI::Range(0, 1024));
+      ->check(FiniteRange(0, 1024));
   app.add_flag("--warm", o.warm, "keep the page cache (default: cold, dropped before each loader measurement)");
   app.add_flag("--quick", o.quick, "a small run for tests: 512 samples at 32 px, 2 rounds, 5 steps");
   app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)");
@@ -83,9 +83,30 @@ int main(int argc, char** argv) {
   if (const auto status = parse_command_line(app, argc, argv, "dataset_study")) return *status;
   try {
     TL_CHECK(o.image_size % 32 == 0, "--image-size " + std::to_string(o.image_size) + " is not a multiple of 32");
-    if (o.quick) {
-      o.samples = 512, o.image_size = 32, o.repeats = 2, o.steps = 5, o.warmup = 2, o.loader_samples = 256;
+    if (o.quick) {  // small defaults; a flag given beside --quick keeps its value
+      if (!app.count("--samples")) o.samples = 512;
+      if (!app.count("--image-size")) o.image_size = 32;
+      if (!app.count("--repeats")) o.repeats = 2;
+      if (!app.count("--steps")) o.steps = 5;
+      if (!app.count("--loader-samples")) o.loader_samples = 256;
+      o.warmup = 2;
       o.batch = 32;
+    }
+    // The work directory: ours to write the data sets into, so a directory (made when missing),
+    // never a file, a device or a path nothing can be created under.
+    TL_CHECK(!o.work.empty(), "--work is empty: name the directory the data sets are written into");
+    {
+      std::error_code ec;
+      const auto status = std::filesystem::status(o.work, ec);
+      if (std::filesystem::exists(status)) {
+        TL_CHECK(std::filesystem::is_directory(status),
+                 "--work " + quote_value(o.work) +
+                     " exists and is not a directory (the data sets are written into "
+                     "a directory of their own)");
+      } else {
+        std::filesystem::create_directories(o.work, ec);
+        TL_CHECK(!ec, "--work " + quote_value(o.work) + ": cannot create the directory: " + ec.message());
+      }
     }
     check_backend_name(o.backend);
     Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
@@ -188,6 +209,9 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const Error& e) {
     std::cerr << "dataset_study: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "dataset_study: error: " << e.what() << "\n";  // one line, never a terminate
     return 2;
   }
 }

@@ -65,16 +65,18 @@ int main(int argc, char** argv) {
   app.add_option("--zero", o.zero, "ZeRO stages: 0, 1")->capture_default_str();
   app.add_option("--repeats", o.repeats, "repeats per arm, interleaved")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100));
-  app.add_option("--steps", o.steps, "measured steps per run")->capture_default_str()->check(CLI::Range(1, 100000));
+      ->check(FiniteRange(1, 100));
+  app.add_option("--steps", o.steps, "measured steps per run")->capture_default_str()->check(FiniteRange(1, 100000));
   app.add_option("--warmup", o.warmup, "warm-up steps per run (excluded; at least 1)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--threads", o.threads, "compute threads per rank")->capture_default_str()->check(CLI::Range(1, 1024));
+      ->check(FiniteRange(1, 1000));
+  app.add_option("--threads", o.threads, "compute threads per rank")
+      ->capture_default_str()
+      ->check(FiniteRange(1, 1024));
   app.add_option("--backend", o.backend, "engine backend (default: the default CPU backend)");
   app.add_option("--dtype", o.dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) | adamw")->check(CLI::IsMember({"sgd", "adamw"}));
-  app.add_option("--comm-timeout", o.timeout, "seconds any wait may take")->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--comm-timeout", o.timeout, "seconds any wait may take")->check(FiniteRange(0.1, 86400.0));
   app.add_flag("--quick", o.quick,
                "a smoke run: batches 32,128, recompute none,convs, 2 repeats of 2 + 3 steps (unless given)");
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");

@@ -34,6 +34,7 @@
 #include "bench/ledger.h"
 #include "bench/pinning_study.h"
 #include "bench/tools/cli_parse.h"
+#include "engine/fileio.h"
 #include "engine/trainer.h"
 
 using namespace trainlab;
@@ -339,8 +340,10 @@ int run_study(const Options& o) {
     std::cout << "# one core: pinned_split and pinned_half_shared are the same arm here (nothing to split)\n";
   std::cout.flush();
   // The trace (a profiled run is slower): an extra pinned_split repeat before the rounds, not counted.
+  std::string trace_error;
   if (!o.trace_path.empty()) {
     const ChildResult traced = run_arm(o, arms[3], workers, o.trace_path);
+    if (!traced.ok) trace_error = traced.error;
     std::cout << (traced.ok ? "# trace of pinned_split (an extra repeat, not counted): " + o.trace_path
                             : "# trace of pinned_split failed: " + traced.error)
               << "\n";
@@ -423,6 +426,11 @@ int run_study(const Options& o) {
   }
   if (analyses.size() > 1) std::cout << "\nQuiet and contended side by side:\n\n" << pinning_comparison(analyses, true);
   if (!o.no_ledger) std::cout << "\nrows: " << ledger.path() << " (run " << run_id << ")\n";
+  if (!trace_error.empty()) {
+    std::fprintf(stderr, "pinning: error: the trace (--trace %s) was not written: %s\n", o.trace_path.c_str(),
+                 trace_error.c_str());
+    return 1;
+  }
   return 0;
 }
 
@@ -432,22 +440,22 @@ int main(int argc, char** argv) {
   CLI::App app{"pinning: CPU affinity arms against their own noise floor (seed 000)", "pinning"};
   Options o;
   app.add_option("--repeats", o.repeats, "repeats per arm, interleaved (the seed: 3 is too few to read)")
-      ->check(CLI::Range(1, 100))
+      ->check(FiniteRange(1, 100))
       ->capture_default_str();
   app.add_option("--contend", o.contend, "also run every round with N busy threads of unpinned background load")
-      ->check(CLI::Range(0, 1024));
+      ->check(FiniteRange(0, 1024));
   app.add_flag("--quick", o.quick, "3 repeats of 10 measured steps (make test's form)");
-  app.add_option("--batch", o.workload.batch, "batch size")->check(CLI::Range(1, 65536))->capture_default_str();
+  app.add_option("--batch", o.workload.batch, "batch size")->check(FiniteRange(1, 65536))->capture_default_str();
   app.add_option("--decode-cost", o.workload.decode_cost, "per-sample loader work")
-      ->check(CLI::Range(0, 100000))
+      ->check(FiniteRange(0, 100000))
       ->capture_default_str();
   app.add_option("--workers", o.workload.workers, "loader workers (default: the physical cores of the workers' half)")
-      ->check(CLI::Range(1, 64));
+      ->check(FiniteRange(1, 64));
   app.add_option("--steps", o.workload.steps, "measured steps per repeat")
-      ->check(CLI::Range(1, 100000))
+      ->check(FiniteRange(1, 100000))
       ->capture_default_str();
   app.add_option("--warmup", o.workload.warmup, "warm-up steps per repeat (excluded)")
-      ->check(CLI::Range(0, 1000))
+      ->check(FiniteRange(0, 1000))
       ->capture_default_str();
   app.add_option("--backend", o.backend, "CPU backend (default: the best one)");
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
@@ -455,7 +463,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace", o.trace_path,
                  "a Chrome trace of pinned_split, an extra repeat before the rounds (not counted)");
   app.add_option("--timeout", o.timeout, "seconds one repeat may take before it is ended")
-      ->check(CLI::Range(1.0, 86400.0));
+      ->check(FiniteRange(1.0, 86400.0));
   // The child's side: set by the study when it starts an arm.
   app.add_option("--child-arm", o.child_arm)->group("");
   app.add_option("--child-threads", o.child_threads)->group("");
@@ -466,6 +474,8 @@ int main(int argc, char** argv) {
   try {
     if (!o.child_arm.empty()) return run_child(o);
     if (spin > 0) return run_spinners(spin);
+    // Refused before any arm runs (a directory as --trace printed its error and went on, exit 0).
+    if (!o.trace_path.empty()) check_output_file(o.trace_path, "--trace");
     if (o.quick) {
       if (app.count("--repeats") == 0) o.repeats = 3;
       if (app.count("--steps") == 0) o.workload.steps = 10;
