@@ -1,5 +1,6 @@
 #include "backends/cpu/isa.h"
 
+#include <cpuid.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,9 +53,15 @@ __attribute__((constructor(101), target("arch=x86-64"))) void refuse_a_cpu_the_b
   _exit(70);
 }
 
+// F16C from cpuid leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
 CpuIsa detect() {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
   if (!avx2) return CpuIsa::x86_64;
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
