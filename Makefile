@@ -110,7 +110,7 @@ ladder-full: build
 
 # trainlab against PyTorch (bench/compare_torch.py): every trainlab configuration and every PyTorch
 # variant the peer defines, interleaved over 5 rounds; the best PyTorch variant per dtype in the run
-# is the peer. Rewrites docs/RESULTS.md's table and the README's headline, appends the run to
+# is the peer. Rewrites docs/RESULTS.md's table and headline, appends the run to
 # $(LEDGER) and regenerates $(REPORT) (its figure of the ratios per round).
 compare: build
 	@python3 bench/compare_torch.py --update-docs --ledger $(LEDGER) \

@@ -29,9 +29,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINLAB = os.path.join(ROOT, "build", "bin", "trainlab")
 PEER = os.path.join(ROOT, "bench", "peers", "torch_smallcnn.py")
 TORCH_PYTHON = "/usr/bin/python3"
-# The full table lives in docs/RESULTS.md, the headline (one line per dtype) on the README's front page.
+# The full table and the headline (one line per dtype) both live in docs/RESULTS.md, each between its markers.
 RESULTS_DOC = os.path.join(ROOT, "docs", "RESULTS.md")
-README = os.path.join(ROOT, "README.md")
+HEADLINE_DOC = RESULTS_DOC
 TABLE_MARKERS = ("<!-- compare_torch:begin -->", "<!-- compare_torch:end -->")
 HEADLINE_MARKERS = ("<!-- compare_torch_headline:begin -->", "<!-- compare_torch_headline:end -->")
 # The PyTorch variants come from the peer itself (torch_smallcnn.py --list-variants): every variant
@@ -119,7 +119,7 @@ def fmt(s, digits=0):
 
 
 def render(doc):
-    """The full table (docs/RESULTS.md) and the headline (README.md), from a run's JSON alone."""
+    """The full table and the headline (both in docs/RESULTS.md), from a run's JSON alone."""
     machine, engine, rows = doc["machine"], doc["engine"], doc["rows"]
     gflops = doc["gemm_gflop_per_s"]
     rounds, seconds = machine.get("rounds", rows[0]["samples_per_s"]["n"]), machine.get("seconds", "?")
@@ -182,8 +182,8 @@ def replace_between(path, markers, body):
 
 def update_docs(table, headline):
     replace_between(RESULTS_DOC, TABLE_MARKERS, table)
-    replace_between(README, HEADLINE_MARKERS, headline)
-    print("docs/RESULTS.md table and README.md headline updated")
+    replace_between(HEADLINE_DOC, HEADLINE_MARKERS, headline)
+    print("docs/RESULTS.md table and headline updated")
 
 
 HEADLINE_KEYS = ("tl_onednn_f32_best", "tl_onednn_bf16_best", "tl_onednn_f32_infer")
@@ -279,7 +279,7 @@ def main():
                         help="also append the run to this ledger (a compare_torch row per trainlab configuration, a "
                              "compare_torch_peer row per PyTorch variant), which bench_report draws")
     parser.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
-                        help="rewrite the table in docs/RESULTS.md and the headline in README.md between their markers")
+                        help="rewrite the table and the headline in docs/RESULTS.md between their markers")
     parser.add_argument("--render-only", action="store_true",
                         help="measure nothing: print (and with --update-docs write) the tables from --out's JSON")
     parser.add_argument("--verify", action="store_true",
