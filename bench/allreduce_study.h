@@ -1,5 +1,5 @@
 // bench_allreduce as a library call: the options its command line sets and the run itself (the
-// executable, bench/tools/bench_allreduce.cpp, parses the command line and calls run_allreduce_study).
+// executable, apps/bench_allreduce.cpp, parses the command line and calls run_allreduce_study).
 #pragma once
 
 #include <cstddef>

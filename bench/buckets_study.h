@@ -1,5 +1,5 @@
 // bench_buckets as a library call: the options its command line sets and the run itself (the
-// executable, bench/tools/bench_buckets.cpp, parses the command line and calls run_buckets_study).
+// executable, apps/bench_buckets.cpp, parses the command line and calls run_buckets_study).
 #pragma once
 
 #include <cstddef>

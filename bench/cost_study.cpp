@@ -135,18 +135,18 @@ std::vector<TrainConfig> cost_configs(const CostStudySpec& spec, bool quick) {
   const TrainConfig base = config_from(spec.base, origin + " base");
   LrRule rule = spec.lr_rule;
   // Anchored at the base point, as the ladder's rule is: lr is proportional to the batch.
-  rule.base_lr = base.lr * static_cast<double>(rule.base_batch) / static_cast<double>(base.batch);
+  rule.base_lr = base.optimizer.lr * static_cast<double>(rule.base_batch) / static_cast<double>(base.batch);
   std::vector<TrainConfig> out;
   for (const auto& entry : spec.configs) {
     TrainConfig config = base;
     for (const auto& [key, value] : entry.set)
       apply_config_value(config, key, value, origin + " configuration '" + entry.name + "'");
-    config.lr = entry.lr_follows_rule ? rule.lr_for(config.batch) : base.lr;
-    config.eval_every = spec.eval_every;
+    config.optimizer.lr = entry.lr_follows_rule ? rule.lr_for(config.batch) : base.optimizer.lr;
+    config.reporting.eval_every = spec.eval_every;
     config.steps = quick ? spec.quick_step_cap : spec.step_cap;
     // Evaluated at the cap too (the trainer evaluates every eval_every steps before it, and once
     // more at the end), so a run that reaches the target exactly at the cap counts.
-    config.eval_at_end = true;
+    config.reporting.eval_at_end = true;
     out.push_back(config);
   }
   return out;

@@ -153,7 +153,7 @@ std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string&
   // The rule is anchored at the base point: lr is proportional to the batch from (base batch, base
   // lr), the same reading single_change checks a batch rung against.
   LrRule rule = spec.lr_rule;
-  rule.base_lr = current.lr * static_cast<double>(rule.base_batch) / static_cast<double>(current.batch);
+  rule.base_lr = current.optimizer.lr * static_cast<double>(rule.base_batch) / static_cast<double>(current.batch);
   for (const auto& rung : spec.rungs) {
     if (!device_type.empty() && !rung_runs_on(rung, device_type)) {
       out.push_back(current);  // skipped here: nothing changes
@@ -166,7 +166,7 @@ std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string&
     // The LR follows from the batch unless the rung sets it (then it is a knob of its own).
     // (As decimal text of 10 significant digits, the way a ladder file would declare it.)
     if (!rung.set.count("lr") && rung.set.count("batch"))
-      current.lr = std::stod(number_text(rule.lr_for(current.batch)));
+      current.optimizer.lr = std::stod(number_text(rule.lr_for(current.batch)));
     out.push_back(current);
   }
   return out;
@@ -184,9 +184,9 @@ std::optional<Change> single_change(const TrainConfig& before, const TrainConfig
   if (changed.size() == 2 && std::any_of(changed.begin(), changed.end(), [&](auto* f) { return is(f, "batch"); }) &&
       std::any_of(changed.begin(), changed.end(), [&](auto* f) { return is(f, "lr"); })) {
     LrRule r = rule;
-    r.base_lr = before.lr * static_cast<double>(rule.base_batch) / static_cast<double>(before.batch);
+    r.base_lr = before.optimizer.lr * static_cast<double>(rule.base_batch) / static_cast<double>(before.batch);
     const double expected = r.lr_for(after.batch);
-    if (std::abs(after.lr - expected) <= 1e-12 * std::max(1.0, std::abs(expected))) {
+    if (std::abs(after.optimizer.lr - expected) <= 1e-12 * std::max(1.0, std::abs(expected))) {
       const ConfigField& lr = config_field("lr");
       return Change{"batch (+ LR rule)", std::to_string(before.batch) + " (lr " + lr.get(before) + ")",
                     std::to_string(after.batch) + " (lr " + lr.get(after) + ")"};
@@ -242,8 +242,8 @@ json base_row(const Arm& arm, const std::string& run_id, const LadderSpec& spec)
 }
 
 json environment_for(const TrainConfig& config) {
-  Backend& backend = get_backend(config.backend.empty() ? default_backend_name() : config.backend);
-  if (config.threads > 0) backend.set_num_threads(config.threads);
+  Backend& backend = get_backend(config.execution.backend.empty() ? default_backend_name() : config.execution.backend);
+  if (config.execution.threads > 0) backend.set_num_threads(config.execution.threads);
   return current_environment(backend).to_json();
 }
 
@@ -357,18 +357,20 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       if (!arm.skip_reason.empty() || !arm.error.empty()) continue;
       TrainConfig config = arm.config;
       config.steps = spec.warmup + steps;
-      config.warmup = spec.warmup;
-      config.eval_at_end = false;
-      config.eval_every = 0;
-      config.log_every = config.steps + 1;
-      if (config.backend.empty()) config.backend = default_backend_name();  // the one the trainer takes
+      config.reporting.warmup = spec.warmup;
+      config.reporting.eval_at_end = false;
+      config.reporting.eval_every = 0;
+      config.reporting.log_every = config.steps + 1;
+      if (config.execution.backend.empty())
+        config.execution.backend = default_backend_name();  // the one the trainer takes
       // Each rung's first run ends with a held-out evaluation (after its measured steps, outside
       // the timing): a rung that is fast because it stopped learning shows here.
       const bool evaluate = repeat == 0 && !arm.calibration;
-      config.eval_at_end = evaluate;
+      config.reporting.eval_at_end = evaluate;
       arm.ran = config;
       if (options.trace && repeat == 0 && !arm.calibration) {
-        config.trace = (std::filesystem::path(options.trace_dir) / (spec.name + "_" + arm.name + ".json")).string();
+        config.reporting.trace =
+            (std::filesystem::path(options.trace_dir) / (spec.name + "_" + arm.name + ".json")).string();
       }
       json row = base_row(arm, run.run_id, spec);
       row["kind"] = "repeat";
@@ -438,9 +440,9 @@ std::string plan_ladder(const LadderSpec& spec, bool quick) {
   TrainConfig config = configs[0];
   const std::int64_t steps = quick ? spec.quick_steps : spec.full_steps;
   config.steps = spec.warmup + steps;
-  config.warmup = spec.warmup;
-  config.eval_at_end = false;
-  config.log_every = config.steps + 1;
+  config.reporting.warmup = spec.warmup;
+  config.reporting.eval_at_end = false;
+  config.reporting.log_every = config.steps + 1;
   Profiler& profiler = Profiler::instance();
   Trainer trainer(config);
   profiler.clear();

@@ -45,16 +45,16 @@ LoaderMeasurement measure_loader(const LoaderRun& run) {
 TrainResult train_on_data(const LoaderRun& run, std::int64_t steps, std::int64_t warmup, const std::string& backend,
                           int threads) {
   TrainConfig config;
-  config.data = run.data;
-  config.cold_cache = run.cold;
-  config.workers = run.workers;
+  config.data.dir = run.data;
+  config.data.cold_cache = run.cold;
+  config.data.workers = run.workers;
   config.batch = run.batch;
   config.steps = warmup + steps;
-  config.warmup = warmup;
-  config.eval_at_end = false;
-  config.log_every = config.steps;
-  config.backend = backend;
-  config.threads = threads;
+  config.reporting.warmup = warmup;
+  config.reporting.eval_at_end = false;
+  config.reporting.log_every = config.steps;
+  config.execution.backend = backend;
+  config.execution.threads = threads;
   config.seed = run.seed;
   validate_config(config);
   Trainer trainer(config);

@@ -98,7 +98,8 @@ RunRecorder::RunRecorder(const std::string& ledger, const TrainConfig& config, i
     : config_(config), world_(world_size), start_(unix_seconds()) {
   if (ledger.empty() || rank != 0) return;
   ledger_.emplace(ledger);
-  env_ = current_environment(get_backend(config.backend.empty() ? default_backend_name() : config.backend));
+  env_ = current_environment(
+      get_backend(config.execution.backend.empty() ? default_backend_name() : config.execution.backend));
   run_id_ = new_run_id();
 }
 
@@ -123,7 +124,7 @@ void RunRecorder::on_step(const StepReport& r) {
     data_wait_s_.push_back(p.data_wait_s);
   }
   recent_s_.push_back(r.seconds);
-  if (!ledger_ || r.step % std::max<std::int64_t>(config_.log_every, 1) != 0) return;
+  if (!ledger_ || r.step % std::max<std::int64_t>(config_.reporting.log_every, 1) != 0) return;
   nlohmann::json row = base_row("train_progress");
   row["status"] = "running";
   row["step"] = r.step;
@@ -165,7 +166,7 @@ void RunRecorder::finish(const TrainResult& result, const std::vector<RankStepSt
                      {"bytes", stats.bytes},
                      {"read_cpu_s", stats.read_cpu_s},
                      {"decode_cpu_s", stats.decode_cpu_s},
-                     {"workers", config_.workers}};
+                     {"workers", config_.data.workers}};
   }
   row["accuracy"] =
       result.final_eval.samples > 0 ? nlohmann::json(result.final_eval.accuracy) : nlohmann::json(nullptr);

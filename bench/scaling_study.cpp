@@ -28,6 +28,7 @@
 #include "bench/stats.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
+#include "comm/run_training.h"
 #include "engine/trainer.h"
 
 using namespace trainlab;
@@ -194,37 +195,37 @@ int trainlab::bench::run_scaling_study(const ScalingOptions& options) {
       Run result;
       if (rank < w) {
         TrainConfig config;
-        config.backend = o.backend;
-        config.dtype = parse_dtype(o.dtype);
-        config.threads = o.threads;
+        config.execution.backend = o.backend;
+        config.execution.dtype = parse_dtype(o.dtype);
+        config.execution.threads = o.threads;
         config.batch = global_batch;
-        config.lr = lr_for(o, global_batch);
-        config.decode_cost = decode_cost;
-        config.warmup = o.warmup;
+        config.optimizer.lr = lr_for(o, global_batch);
+        config.data.decode_cost = decode_cost;
+        config.reporting.warmup = o.warmup;
         config.steps = o.warmup + measured;
-        config.eval_at_end = false;
-        config.log_every = 1 << 30;
-        config.train_samples = std::max<std::int64_t>(50000, global_batch * 2);
-        config.eval_samples = 10;
-        config.eval_batch = 10;
+        config.reporting.eval_at_end = false;
+        config.reporting.log_every = 1 << 30;
+        config.data.train_samples = std::max<std::int64_t>(50000, global_batch * 2);
+        config.data.eval_samples = 10;
+        config.data.eval_batch = 10;
         if (seed > 0) {
           config.seed = seed;
-          config.eval_at_end = true;
-          config.eval_samples = 2000;
-          config.eval_batch = 500;
+          config.reporting.eval_at_end = true;
+          config.data.eval_samples = 2000;
+          config.data.eval_batch = 500;
         }
-        DdpOptions ddp_options;
-        ddp_options.bucket_cap_mb = o.bucket_cap_mb;
-        ddp_options.algorithm = parse_algorithm(o.allreduce);
-        ddp_options.rendezvous = o.rendezvous;
-        ddp_options.first_bucket_mb = o.first_bucket_mb;
-        ddp_options.zero = zero;
-        ddp_options.compression = compression;
-        ddp_options.gradient_as_bucket_view = o.bucket_view;
-        Ddp ddp(*subs[w], ddp_options);
+        config.parallel.bucket_cap_mb = o.bucket_cap_mb;
+        config.parallel.allreduce = parse_algorithm(o.allreduce);
+        config.parallel.rendezvous = o.rendezvous;
+        config.parallel.first_bucket_mb = o.first_bucket_mb;
+        config.parallel.zero = zero;
+        config.parallel.grad_compress = compression;
+        config.parallel.gradient_as_bucket_view = o.bucket_view;
+        Replica replica(*subs[w]);
+        auto trainer = replica.trainer(config, smallcnn_task(config));
+        Ddp& ddp = *replica.ddp();
         ddp.set_communication(communicate);
-        Trainer trainer(config, &ddp);
-        const TrainResult trained = trainer.train(nullptr);
+        const TrainResult trained = trainer->train(nullptr);
         double total = 0;
         for (double s : trained.step_seconds) total += s;
         const double slowest = ddp.max_over_ranks(total);

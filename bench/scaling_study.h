@@ -1,5 +1,5 @@
 // bench_scaling as a library call: the options its command line sets and the run itself (the
-// executable, bench/tools/bench_scaling.cpp, parses the command line and calls run_scaling_study).
+// executable, apps/bench_scaling.cpp, parses the command line and calls run_scaling_study).
 #pragma once
 
 #include <cstddef>

@@ -129,11 +129,11 @@ VerifyResult verify_ledger(const VerifyOptions& options) {
   const Measure measure = [](const json& row) {
     const std::string rung = row.at("rung");
     TrainConfig config = config_from(row.at("config").get<KnobMap>(), "verify: rung '" + rung + "'");
-    config.eval_at_end = false;
-    config.eval_every = 0;
-    config.trace.clear();
-    config.save.clear();
-    config.log_every = config.steps + 1;
+    config.reporting.eval_at_end = false;
+    config.reporting.eval_every = 0;
+    config.reporting.trace.clear();
+    config.checkpoint.save.clear();
+    config.reporting.log_every = config.steps + 1;
     Trainer trainer(config);
     return trainer.train(nullptr).samples_per_s;
   };

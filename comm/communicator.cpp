@@ -10,12 +10,8 @@
 #include <thread>
 
 #include "backends/error.h"
-#include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
 #include "engine/memory_usage.h"
-#ifdef TRAINLAB_HAVE_NCCL
-#include "comm/nccl_communicator.h"
-#endif
 
 namespace trainlab::comm {
 
@@ -181,30 +177,6 @@ void Communicator::convert(DType src_dtype, const void* src, DType dst_dtype, vo
       break;
   }
   throw Error(std::string("convert: dtype ") + dtype_name(src_dtype) + " is not supported (f32, f64, bf16, f16)");
-}
-
-std::vector<std::string> communicator_names() {
-#ifdef TRAINLAB_HAVE_NCCL
-  return {"mpi", "nccl"};
-#else
-  return {"mpi"};
-#endif
-}
-
-std::unique_ptr<Communicator> make_world(const std::string& kind) {
-  if (kind == "mpi") return MpiCommunicator::world();
-  if (kind == "nccl") {
-#ifdef TRAINLAB_HAVE_NCCL
-    return NcclCommunicator::world();
-#else
-    throw Error(
-        "communicator 'nccl' is not in this build: it is compiled with CUDA (configure with --preset cuda, "
-        "or -DTRAINLAB_CUDA=ON, on a machine with the CUDA toolkit and NCCL); allowed here: mpi");
-#endif
-  }
-  std::string allowed;
-  for (const auto& name : communicator_names()) allowed += (allowed.empty() ? "" : ", ") + name;
-  throw Error("unknown communicator '" + kind + "' (allowed: " + allowed + ")");
 }
 
 void Communicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {

@@ -134,10 +134,10 @@ class Communicator {
   std::size_t scratch_bytes_ = 0;
 };
 
-// The communicators this build offers: "mpi", plus "nccl" when built with CUDA.
-std::vector<std::string> communicator_names();
-// The world communicator of a kind ("mpi" | "nccl"); MPI must be initialised (MpiSession), since
-// NCCL is bootstrapped over it. An unknown or unbuilt kind throws naming what is allowed.
+// The communicators (comm/registry.cpp): "mpi", and "nccl" in a CUDA build. make_world(kind) is
+// the world communicator of a kind; MPI must be initialised (MpiSession), since NCCL is
+// bootstrapped over it. An unknown or unbuilt kind throws naming what is allowed.
+std::vector<std::string> communicator_names();  // the ones this build offers
 std::unique_ptr<Communicator> make_world(const std::string& kind);
 
 // All-reduce in place with the chosen algorithm.

@@ -134,7 +134,7 @@ void Ddp::attach(const NamedTensors& parameters) {
       Slot& slot = slots_[static_cast<std::size_t>(s)];
       slot.view = bucket.buffer.narrow(0, slot.offset, slot.numel).view(slot.parameter.shape());
     }
-    if (options_.compression != GradCompression::none) {
+    if (options_.grad_compress != GradCompression::none) {
       bucket.packed = comm_.allocate(static_cast<std::size_t>(bucket.numel) * dtype_size(wire_dtype()));
     }
     if (!direct_) {
@@ -280,7 +280,7 @@ bool Ddp::device_timing() const {
 }
 
 DType Ddp::wire_dtype() const {
-  switch (options_.compression) {
+  switch (options_.grad_compress) {
     case GradCompression::bf16:
       return DType::bf16;
     case GradCompression::f16:
@@ -294,11 +294,11 @@ DType Ddp::wire_dtype() const {
 void Ddp::reduce_bucket(Bucket& bucket) {
   void* memory = comm_memory(bucket);
   const bool zero = options_.zero == 1;
-  if (options_.compression == GradCompression::none) {
+  if (options_.grad_compress == GradCompression::none) {
     if (zero) {
-      reduce_scatter(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+      reduce_scatter(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.allreduce);
     } else {
-      allreduce(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.algorithm);
+      allreduce(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.allreduce);
     }
     return;
   }
@@ -307,14 +307,14 @@ void Ddp::reduce_bucket(Bucket& bucket) {
   const DType wire = wire_dtype();
   comm_.convert(dtype_, memory, wire, bucket.packed.get(), bucket.numel, 1.0 / comm_.size());
   if (zero) {
-    reduce_scatter(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.algorithm);
+    reduce_scatter(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.allreduce);
     const ChunkRange mine = shard_chunk(bucket.numel, comm_.size(), comm_.rank());
     const auto wire_elem = static_cast<std::int64_t>(dtype_size(wire)),
                elem = static_cast<std::int64_t>(dtype_size(dtype_));
     comm_.convert(wire, static_cast<unsigned char*>(bucket.packed.get()) + mine.begin * wire_elem, dtype_,
                   static_cast<unsigned char*>(memory) + mine.begin * elem, mine.count, 1.0);
   } else {
-    allreduce(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.algorithm);
+    allreduce(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.allreduce);
     comm_.convert(wire, bucket.packed.get(), dtype_, memory, bucket.numel, 1.0);
   }
   comm_.wait_stream("the cast back from " + std::string(dtype_name(wire)));
@@ -570,7 +570,7 @@ void Ddp::finish_step() {
       }
     }
     stage_out(bucket);
-    allgather(comm_, comm_memory(bucket), bucket.numel, dtype_, options_.algorithm);
+    allgather(comm_, comm_memory(bucket), bucket.numel, dtype_, options_.allreduce);
     stage_in(bucket);
     for (int s : bucket.slots) {
       Slot& slot = slots_[static_cast<std::size_t>(s)];
@@ -631,9 +631,9 @@ std::string Ddp::gradient_reduction() const {
   const std::string dtype = dtype_name(dtype_);
   const std::string shape =
       options_.zero == 1 ? "reduce-scatter, then the updated parameters all-gathered" : "all-reduce";
-  if (options_.compression != GradCompression::none) {
+  if (options_.grad_compress != GradCompression::none) {
     const std::string wire = dtype_name(wire_dtype());
-    const std::string summed = options_.algorithm == Algorithm::ring
+    const std::string summed = options_.allreduce == Algorithm::ring
                                    ? "summed by the hand-written ring in f32 at each hop, rounded to " + wire +
                                          " after each, in one fixed order"
                                    : "summed in " + wire + " by " + comm_.backend() + "'s own collective";
@@ -643,7 +643,7 @@ std::string Ddp::gradient_reduction() const {
         dtype, wire, summed, dtype, comm_.size(), comm_.size() == 1 ? "" : "s", shape);
   }
   // The ring adds in the buffer's dtype (bf16/f16 through f32); MPI_SUM and NCCL on f32/f64 likewise.
-  const std::string summed = options_.algorithm == Algorithm::ring
+  const std::string summed = options_.allreduce == Algorithm::ring
                                  ? "summed in " + dtype + " by the hand-written ring, in one fixed order"
                                  : "summed in " + dtype + " by " + comm_.backend() + "'s own collective";
   return fmt::format("{} gradients, {}, averaged over {} rank{} ({}; the 1/world scale once, at the end)", dtype,
@@ -670,9 +670,10 @@ std::string Ddp::describe() const {
       direct_
           ? ""
           : ", staged through " + std::string(backend_ && backend_->pinned_uploads() ? "pinned " : "") + "host memory",
-      options_.compression == GradCompression::none ? "" : std::string(", compressed to ") + dtype_name(wire_dtype()));
+      options_.grad_compress == GradCompression::none ? ""
+                                                      : std::string(", compressed to ") + dtype_name(wire_dtype()));
   return fmt::format("DDP over {}, {} rank{}, {} {}, {} bucket{} ({}; cap {} MiB, first {} MiB; {}){}", comm_.backend(),
-                     comm_.size(), comm_.size() == 1 ? "" : "s", algorithm_name(options_.algorithm),
+                     comm_.size(), comm_.size() == 1 ? "" : "s", algorithm_name(options_.allreduce),
                      options_.zero == 1 ? "reduce-scatter + all-gather" : "all-reduce", buckets_.size(),
                      buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb, options_.first_bucket_mb, memory,
                      zero);

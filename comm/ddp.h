@@ -43,26 +43,18 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/config.h"
 #include "engine/distributed.h"
 #include "engine/sharded_state.h"
 #include "engine/tensor.h"
 
 namespace trainlab::comm {
 
-struct DdpOptions {
-  double bucket_cap_mb = 25;  // MiB
-  double first_bucket_mb = 1;
-  Algorithm algorithm = Algorithm::native;
-  // Meet the other ranks at a sleeping rendezvous before each bucket's all-reduce, so an early
-  // rank does not spin (see Communicator::rendezvous). Off: straight into the all-reduce.
-  bool rendezvous = false;
-  int zero = 0;  // 0: every rank holds the whole optimiser state; 1: sharded (ZeRO-1)
-  // Gradients are views of the buckets (no copy in, no copy back); off: copied in and back.
-  bool gradient_as_bucket_view = true;
-  // The communication hook: none, or the buckets cast to bf16/f16 for the reduction (the 1/world
-  // scale in the cast; the ring adds in f32 at each hop), and back.
-  GradCompression compression = GradCompression::none;
-};
+// DDP's options are the run's ParallelConfig (engine/config.h), handed over whole: bucket_cap_mb,
+// first_bucket_mb, allreduce (ring | native), rendezvous, zero, gradient_as_bucket_view and
+// grad_compress (the communication hook: the buckets cast to bf16/f16 for the reduction, the
+// 1/world scale in the cast; the ring adds in f32 at each hop, and back).
+using DdpOptions = ParallelConfig;
 
 // Bucket assignment alone (for tests and for printing): parameter indices (registration order)
 // per bucket, buckets in launch order.

@@ -5,7 +5,7 @@
 
 #include "backends/error.h"
 #include "engine/autograd.h"
-#include "engine/memory_usage.h"
+#include "engine/observer.h"
 #include "engine/tensor.h"
 
 namespace trainlab {
@@ -42,9 +42,9 @@ Tensor autocast_low(const Tensor& t) {
     }
   }
   // A parameter cast on the fly (no working copy ready) is a working copy for as long as it lives.
-  std::optional<MemoryCategoryScope> category;
-  if (t.requires_grad() && t.is_leaf()) category.emplace(MemoryCategory::working_copies);
-  return t.to(current);
+  Tensor low = t.to(current);
+  if (t.requires_grad() && t.is_leaf()) observe::role(low, StorageRole::working_copy);
+  return low;
 }
 
 const WorkingCopies* autocast_working_copies() { return current_copies; }

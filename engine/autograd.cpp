@@ -6,9 +6,7 @@
 #include <unordered_set>
 
 #include "engine/autocast.h"
-#include "engine/memory_usage.h"
-#include "engine/precision_audit.h"
-#include "engine/profiler.h"
+#include "engine/observer.h"
 
 namespace trainlab {
 
@@ -51,7 +49,7 @@ void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
 Tensor record(Tensor output, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
   if (!GradMode::enabled()) return output;
-  note_op_precision(name, inputs, output);  // the precision audit's record, when one is on
+  observe::op(name, inputs, output);  // the precision audit's record, when one is on
   bool any = false;
   for (const auto& input : inputs) any = any || input.requires_grad();
   if (!any) return output;
@@ -159,11 +157,10 @@ void backward_nodes(const std::shared_ptr<Node>& root_fn, Tensor seed,
       node_grads.erase(it);
       std::vector<bool> needs;
       for (const auto& edge : node->inputs) needs.push_back(edge.connected());
-      Profiler& profiler = Profiler::instance();
-      const bool profiling = profiler.enabled();
-      const std::int64_t start_ns = profiling ? Profiler::now_ns() : 0;
+      const bool timed = observe::spans_wanted();
+      const std::int64_t start_ns = timed ? observe::now_ns() : 0;
       input_grads = node->backward(grad_output, needs);
-      if (profiling) profiler.record(node->name + ".backward", start_ns, Profiler::now_ns());
+      if (timed) observe::span(node->name + ".backward", start_ns, observe::now_ns());
       TL_CHECK(input_grads.size() == node->inputs.size(), "backward of '" + node->name + "' returned " +
                                                               std::to_string(input_grads.size()) + " gradients for " +
                                                               std::to_string(node->inputs.size()) + " inputs");
@@ -226,7 +223,7 @@ Tensor checkpoint(const std::string& name, const std::function<Tensor(const Tens
   inputs.insert(inputs.end(), parameters.begin(), parameters.end());
   return record(output, name.c_str(), inputs,
                 [block, x, parameters, dtype, copies, name](const Tensor& grad_output, const std::vector<bool>& needs) {
-                  TL_PROFILE_SCOPE("recompute");
+                  TL_SPAN("recompute");
                   std::vector<Tensor> leaves{x.detach()};
                   if (needs[0]) leaves[0].set_requires_grad(true);
                   leaves.insert(leaves.end(), parameters.begin(), parameters.end());
@@ -234,7 +231,7 @@ Tensor checkpoint(const std::string& name, const std::function<Tensor(const Tens
                   {
                     GradModeGuard grad_on(true);
                     AutocastGuard autocast(dtype, copies);
-                    MemoryCategoryScope category(MemoryCategory::activations);
+                    RecomputeScope recompute;  // memory accounting counts its allocations as activations
                     again = block(leaves[0]);
                   }
                   TL_CHECK(again.requires_grad(), name + ": the recomputed block does not depend on its inputs");

@@ -46,14 +46,17 @@ double parse_double(const std::string& text, const std::string& origin, const st
   return value;
 }
 
-template <typename T>
-std::function<bool(const TrainConfig&, const TrainConfig&)> same_member(T TrainConfig::*member) {
-  return [member](const TrainConfig& a, const TrainConfig& b) { return a.*member == b.*member; };
+// A key's place in the nested config, as one accessor for a const and a mutable TrainConfig alike.
+#define TL_KEY(path) \
+  [](auto& c) -> auto& { return c.path; }
+
+template <typename Ref>
+std::function<bool(const TrainConfig&, const TrainConfig&)> same_member(Ref member) {
+  return [member](const TrainConfig& a, const TrainConfig& b) { return member(a) == member(b); };
 }
 
-template <typename T>
-ConfigField int_field(const std::string& key, T TrainConfig::*member, std::int64_t lo, std::int64_t hi,
-                      const std::string& help) {
+template <typename Ref>
+ConfigField int_field(const std::string& key, Ref member, std::int64_t lo, std::int64_t hi, const std::string& help) {
   const std::string allowed = std::to_string(lo) + ".." + std::to_string(hi);
   return ConfigField{key,
                      flag_of(key),
@@ -63,13 +66,14 @@ ConfigField int_field(const std::string& key, T TrainConfig::*member, std::int64
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const std::int64_t v = parse_int(text, origin, key, allowed);
                        if (v < lo || v > hi) bad_value(origin, key, text, allowed);
-                       c.*member = static_cast<T>(v);
+                       member(c) = static_cast<std::remove_reference_t<decltype(member(c))>>(v);
                      },
-                     [=](const TrainConfig& c) { return std::to_string(c.*member); },
+                     [=](const TrainConfig& c) { return std::to_string(member(c)); },
                      same_member(member)};
 }
 
-ConfigField double_field(const std::string& key, double TrainConfig::*member, double lo, double hi, bool lo_open,
+template <typename Ref>
+ConfigField double_field(const std::string& key, Ref member, double lo, double hi, bool lo_open,
                          const std::string& help) {
   std::ostringstream range;
   range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
@@ -82,19 +86,19 @@ ConfigField double_field(const std::string& key, double TrainConfig::*member, do
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        const double v = parse_double(text, origin, key, allowed);
                        if (v < lo || (lo_open && v == lo) || v > hi) bad_value(origin, key, text, allowed);
-                       c.*member = v;
+                       member(c) = v;
                      },
                      [=](const TrainConfig& c) {
                        char buffer[32];
-                       auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, c.*member);  // shortest exact
+                       auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, member(c));  // shortest exact
                        return std::string(buffer, end);
                      },
                      same_member(member)};
 }
 
 // A key with a fixed set of named values, parsed into `member`'s type (an enum, DType, ...).
-template <typename T>
-ConfigField enum_field(const std::string& key, T TrainConfig::*member, std::vector<std::pair<std::string, T>> choices,
+template <typename T, typename Ref>
+ConfigField enum_field(const std::string& key, Ref member, std::vector<std::pair<std::string, T>> choices,
                        const std::string& help) {
   std::string allowed;
   for (const auto& choice : choices) allowed += (allowed.empty() ? "" : " | ") + choice.first;
@@ -106,7 +110,7 @@ ConfigField enum_field(const std::string& key, T TrainConfig::*member, std::vect
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        for (const auto& [name, value] : choices) {
                          if (text == name) {
-                           c.*member = value;
+                           member(c) = value;
                            return;
                          }
                        }
@@ -114,26 +118,27 @@ ConfigField enum_field(const std::string& key, T TrainConfig::*member, std::vect
                      },
                      [=](const TrainConfig& c) {
                        for (const auto& [name, value] : choices) {
-                         if (c.*member == value) return name;
+                         if (member(c) == value) return name;
                        }
                        return std::string("?");
                      },
                      same_member(member)};
 }
 
-ConfigField string_field(const std::string& key, std::string TrainConfig::*member, const std::string& allowed,
-                         const std::string& help) {
+template <typename Ref>
+ConfigField string_field(const std::string& key, Ref member, const std::string& allowed, const std::string& help) {
   return ConfigField{key,
                      flag_of(key),
                      help,
                      allowed,
                      false,
-                     [=](TrainConfig& c, const std::string& text, const std::string&) { c.*member = text; },
-                     [=](const TrainConfig& c) { return c.*member; },
+                     [=](TrainConfig& c, const std::string& text, const std::string&) { member(c) = text; },
+                     [=](const TrainConfig& c) { return member(c); },
                      same_member(member)};
 }
 
-ConfigField bool_field(const std::string& key, bool TrainConfig::*member, const std::string& help) {
+template <typename Ref>
+ConfigField bool_field(const std::string& key, Ref member, const std::string& help) {
   const std::string allowed = "true | false";
   return ConfigField{key,
                      flag_of(key),
@@ -142,13 +147,13 @@ ConfigField bool_field(const std::string& key, bool TrainConfig::*member, const 
                      true,
                      [=](TrainConfig& c, const std::string& text, const std::string& origin) {
                        if (text == "true" || text == "1" || text == "yes")
-                         c.*member = true;
+                         member(c) = true;
                        else if (text == "false" || text == "0" || text == "no")
-                         c.*member = false;
+                         member(c) = false;
                        else
                          bad_value(origin, key, text, allowed);
                      },
-                     [=](const TrainConfig& c) { return std::string(c.*member ? "true" : "false"); },
+                     [=](const TrainConfig& c) { return std::string(member(c) ? "true" : "false"); },
                      same_member(member)};
 }
 
@@ -165,7 +170,7 @@ ConfigField seed_field() {
                        c.seed = static_cast<std::uint64_t>(v);
                      },
                      [](const TrainConfig& c) { return std::to_string(c.seed); },
-                     same_member(&TrainConfig::seed)};
+                     same_member(TL_KEY(seed))};
 }
 
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
@@ -182,105 +187,105 @@ const char* nonfinite_policy_name(NonFinitePolicy policy) { return policy == Non
 
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = {
-      int_field("steps", &TrainConfig::steps, 1, kMaxInt, "total optimiser steps (a resumed run continues up to this)"),
-      int_field("stop_at", &TrainConfig::stop_at, 0, kMaxInt,
+      int_field("steps", TL_KEY(steps), 1, kMaxInt, "total optimiser steps (a resumed run continues up to this)"),
+      int_field("stop_at", TL_KEY(stop_at), 0, kMaxInt,
                 "stop after this global step (0: run to steps); the schedule still spans steps"),
-      int_field("batch", &TrainConfig::batch, 1, 65536, "batch size"),
-      double_field("lr", &TrainConfig::lr, 0.0, 10.0, true, "learning rate"),
-      double_field("momentum", &TrainConfig::momentum, 0.0, 0.999, false, "SGD momentum"),
-      double_field("weight_decay", &TrainConfig::weight_decay, 0.0, 1.0, false, "weight decay (decoupled for adamw)"),
-      enum_field<OptimizerKind>("optimizer", &TrainConfig::optimizer,
+      int_field("batch", TL_KEY(batch), 1, 65536, "batch size"),
+      double_field("lr", TL_KEY(optimizer.lr), 0.0, 10.0, true, "learning rate"),
+      double_field("momentum", TL_KEY(optimizer.momentum), 0.0, 0.999, false, "SGD momentum"),
+      double_field("weight_decay", TL_KEY(optimizer.weight_decay), 0.0, 1.0, false,
+                   "weight decay (decoupled for adamw)"),
+      enum_field<OptimizerKind>("optimizer", TL_KEY(optimizer.kind),
                                 {{"sgd", OptimizerKind::sgd}, {"adamw", OptimizerKind::adamw}}, "optimiser"),
-      enum_field<ScheduleKind>("schedule", &TrainConfig::schedule,
+      enum_field<ScheduleKind>("schedule", TL_KEY(optimizer.schedule),
                                {{"constant", ScheduleKind::constant}, {"warmup_cosine", ScheduleKind::warmup_cosine}},
                                "learning-rate schedule"),
-      int_field("warmup_steps", &TrainConfig::warmup_steps, 0, kMaxInt, "linear warm-up steps (warmup_cosine)"),
-      double_field("min_lr", &TrainConfig::min_lr, 0.0, 10.0, false, "final learning rate (warmup_cosine)"),
+      int_field("warmup_steps", TL_KEY(optimizer.warmup_steps), 0, kMaxInt, "linear warm-up steps (warmup_cosine)"),
+      double_field("min_lr", TL_KEY(optimizer.min_lr), 0.0, 10.0, false, "final learning rate (warmup_cosine)"),
       seed_field(),
-      string_field("backend", &TrainConfig::backend, "a registered backend",
+      string_field("backend", TL_KEY(execution.backend), "a registered backend",
                    "compute backend (default: the best CPU one)"),
-      enum_field<DType>("dtype", &TrainConfig::dtype,
+      enum_field<DType>("dtype", TL_KEY(execution.dtype),
                         {{"f32", DType::f32}, {"f64", DType::f64}, {"bf16", DType::bf16}, {"f16", DType::f16}},
                         "compute dtype (bf16/f16: autocast with f32 master weights and optimizer state; f16 with "
                         "dynamic loss scaling)"),
-      enum_field<MemoryFormat>("layout", &TrainConfig::layout,
+      enum_field<MemoryFormat>("layout", TL_KEY(execution.layout),
                                {{"nchw", MemoryFormat::contiguous}, {"nhwc", MemoryFormat::channels_last}},
                                "activation memory layout (nhwc: channels_last)"),
-      bool_field("fuse", &TrainConfig::fuse, "conv/linear with bias and ReLU fused into one kernel call"),
-      enum_field<Recompute>("recompute", &TrainConfig::recompute,
+      bool_field("fuse", TL_KEY(execution.fuse), "conv/linear with bias and ReLU fused into one kernel call"),
+      enum_field<Recompute>("recompute", TL_KEY(execution.recompute),
                             {{"none", Recompute::none}, {"convs", Recompute::convs}, {"all", Recompute::all}},
                             "activation recomputation: keep only block boundaries in forward and recompute the rest "
                             "in backward (convs: the conv blocks; all: every block)"),
-      bool_field("pin_memory", &TrainConfig::pin_memory,
+      bool_field("pin_memory", TL_KEY(execution.pin_memory),
                  "page-locked loader buffers (a backend with pinned uploads: cuda)"),
-      bool_field("tf32", &TrainConfig::tf32, "TF32 math for f32 matmuls (a backend with TF32: cuda)"),
-      bool_field("cuda_graph", &TrainConfig::cuda_graph,
+      bool_field("tf32", TL_KEY(execution.tf32), "TF32 math for f32 matmuls (a backend with TF32: cuda)"),
+      bool_field("cuda_graph", TL_KEY(execution.cuda_graph),
                  "capture forward and backward as CUDA graphs after two eager steps, then replay them (cuda "
                  "backend; f32/bf16, one process)"),
-      int_field("threads", &TrainConfig::threads, 0, 1024, "compute threads (0: the backend's default)"),
-      int_field("train_samples", &TrainConfig::train_samples, 1, kMaxInt,
+      int_field("threads", TL_KEY(execution.threads), 0, 1024, "compute threads (0: the backend's default)"),
+      int_field("train_samples", TL_KEY(data.train_samples), 1, kMaxInt,
                 "SyntheticImages training split size (with data: at most this many of its training samples)"),
-      int_field("eval_samples", &TrainConfig::eval_samples, 1, kMaxInt,
+      int_field("eval_samples", TL_KEY(data.eval_samples), 1, kMaxInt,
                 "held-out split size (with data: at most this many of its held-out samples)"),
-      int_field("eval_batch", &TrainConfig::eval_batch, 1, 65536, "batch size for evaluation"),
-      int_field("workers", &TrainConfig::workers, 0, 64, "data loader worker threads (0: load on the training thread)"),
-      int_field("prefetch", &TrainConfig::prefetch, 1, 64, "batches in flight per worker"),
-      bool_field("persistent_workers", &TrainConfig::persistent_workers, "keep loader workers across epochs"),
-      int_field("decode_cost", &TrainConfig::decode_cost, 0, 100000,
+      int_field("eval_batch", TL_KEY(data.eval_batch), 1, 65536, "batch size for evaluation"),
+      int_field("workers", TL_KEY(data.workers), 0, 64, "data loader worker threads (0: load on the training thread)"),
+      int_field("prefetch", TL_KEY(data.prefetch), 1, 64, "batches in flight per worker"),
+      bool_field("persistent_workers", TL_KEY(data.persistent_workers), "keep loader workers across epochs"),
+      int_field("decode_cost", TL_KEY(data.decode_cost), 0, 100000,
                 "SyntheticImages' per-sample CPU work standing in for decoding (stencil passes)"),
-      string_field("data", &TrainConfig::data, "a data set directory",
+      string_field("data", TL_KEY(data.dir), "a data set directory",
                    "train on this data set on disk (trainlab make-dataset; empty: SyntheticImages)"),
-      enum_field<Augment>("augment", &TrainConfig::augment,
-                          {{"none", Augment::none}, {"crop_flip", Augment::crop_flip}},
+      enum_field<Augment>("augment", TL_KEY(data.augment), {{"none", Augment::none}, {"crop_flip", Augment::crop_flip}},
                           "with data: random 4-pixel crop and horizontal flip of each training sample, on the fly "
                           "per epoch"),
-      bool_field("cold_cache", &TrainConfig::cold_cache,
+      bool_field("cold_cache", TL_KEY(data.cold_cache),
                  "with data: drop the data set's files from the page cache before the run (reads come from storage)"),
-      int_field("eval_every", &TrainConfig::eval_every, 0, kMaxInt, "evaluate every K steps (0: only at the end)"),
-      int_field("log_every", &TrainConfig::log_every, 1, kMaxInt, "progress line every K steps"),
-      int_field("warmup", &TrainConfig::warmup, 0, kMaxInt, "steps excluded from throughput"),
-      string_field("save", &TrainConfig::save, "a directory", "write a checkpoint here at the end"),
-      int_field("save_every", &TrainConfig::save_every, 0, kMaxInt, "also checkpoint every K steps (needs save)"),
-      string_field("resume", &TrainConfig::resume, "a checkpoint directory", "continue from this checkpoint"),
-      bool_field("eval_at_end", &TrainConfig::eval_at_end, "held-out evaluation after the last step"),
-      string_field("trace", &TrainConfig::trace, "a file path", "write a Chrome trace (Perfetto) of the run here"),
-      string_field("ledger", &TrainConfig::ledger, "a file path",
+      int_field("eval_every", TL_KEY(reporting.eval_every), 0, kMaxInt, "evaluate every K steps (0: only at the end)"),
+      int_field("log_every", TL_KEY(reporting.log_every), 1, kMaxInt, "progress line every K steps"),
+      int_field("warmup", TL_KEY(reporting.warmup), 0, kMaxInt, "steps excluded from throughput"),
+      string_field("save", TL_KEY(checkpoint.save), "a directory", "write a checkpoint here at the end"),
+      int_field("save_every", TL_KEY(checkpoint.save_every), 0, kMaxInt, "also checkpoint every K steps (needs save)"),
+      string_field("resume", TL_KEY(checkpoint.resume), "a checkpoint directory", "continue from this checkpoint"),
+      bool_field("eval_at_end", TL_KEY(reporting.eval_at_end), "held-out evaluation after the last step"),
+      string_field("trace", TL_KEY(reporting.trace), "a file path", "write a Chrome trace (Perfetto) of the run here"),
+      string_field("ledger", TL_KEY(reporting.ledger), "a file path",
                    "append the run's progress rows and its summary row to this ledger (for trainlab diagnose)"),
-      bool_field("audit", &TrainConfig::audit,
+      bool_field("audit", TL_KEY(reporting.audit),
                  "precision audit after the run: each op's dtypes, masters, optimiser state, the gradient reduction, "
                  "the loss scaler, the finiteness checks, and an f32 run of the same seed beside it"),
-      string_field("audit_file", &TrainConfig::audit_file, "a file path",
+      string_field("audit_file", TL_KEY(reporting.audit_file), "a file path",
                    "with audit: also write the audit here as JSON"),
-      int_field("accumulate", &TrainConfig::accumulate, 1, 4096,
+      int_field("accumulate", TL_KEY(execution.accumulate), 1, 4096,
                 "micro-steps per optimiser step (gradient accumulation; DDP communicates on the last only)"),
-      double_field("bucket_cap_mb", &TrainConfig::bucket_cap_mb, 0.0, 4096.0, true,
+      double_field("bucket_cap_mb", TL_KEY(parallel.bucket_cap_mb), 0.0, 4096.0, true,
                    "DDP gradient bucket capacity in MiB (the first bucket is 1 MiB)"),
-      bool_field("gradient_as_bucket_view", &TrainConfig::gradient_as_bucket_view,
+      bool_field("gradient_as_bucket_view", TL_KEY(parallel.gradient_as_bucket_view),
                  "DDP gradients are views of the communication buckets (no copy in or back; false: copied)"),
       enum_field<GradCompression>(
-          "grad_compress", &TrainConfig::grad_compress,
+          "grad_compress", TL_KEY(parallel.grad_compress),
           {{"none", GradCompression::none}, {"bf16", GradCompression::bf16}, {"fp16", GradCompression::f16}},
           "DDP communication hook: gradients cast to bf16/fp16 for the reduction (half the "
           "bytes; the ring adds in f32 at each hop) and back"),
-      enum_field<AllreduceAlgorithm>("allreduce", &TrainConfig::allreduce,
+      enum_field<AllreduceAlgorithm>("allreduce", TL_KEY(parallel.allreduce),
                                      {{"ring", AllreduceAlgorithm::ring}, {"native", AllreduceAlgorithm::native}},
                                      "DDP all-reduce: the hand-written ring, or the library's own"),
-      int_field("zero", &TrainConfig::zero, 0, 1,
+      int_field("zero", TL_KEY(parallel.zero), 0, 1,
                 "DDP optimiser state: 0 every rank holds all of it, 1 sharded over the ranks (ZeRO-1: reduce-scatter, "
                 "update the shard, all-gather)"),
-      enum_field<CommBackend>("comm", &TrainConfig::comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
+      enum_field<CommBackend>("comm", TL_KEY(parallel.comm), {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                               "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
-      double_field("loss_scale_init", &TrainConfig::loss_scale_init, 0.0, 1e30, true,
+      double_field("loss_scale_init", TL_KEY(execution.loss_scale_init), 0.0, 1e30, true,
                    "f16: the loss scale to start from (halved on overflow, doubled after the growth interval)"),
-      int_field("loss_scale_growth_interval", &TrainConfig::loss_scale_growth_interval, 1, kMaxInt,
+      int_field("loss_scale_growth_interval", TL_KEY(execution.loss_scale_growth_interval), 1, kMaxInt,
                 "f16: good steps in a row before the loss scale doubles"),
-      double_field("comm_timeout", &TrainConfig::comm_timeout, 0.0, 86400.0, true,
+      double_field("comm_timeout", TL_KEY(parallel.comm_timeout), 0.0, 86400.0, true,
                    "seconds a DDP communication may wait before the job is ended, naming the peer"),
-      enum_field<NonFinitePolicy>("on_nonfinite", &TrainConfig::on_nonfinite,
+      enum_field<NonFinitePolicy>("on_nonfinite", TL_KEY(execution.on_nonfinite),
                                   {{"stop", NonFinitePolicy::stop}, {"skip", NonFinitePolicy::skip}},
                                   "a step whose loss or gradient is NaN or inf: stop the run (exit status 3, naming "
                                   "the step), or skip its update and count it"),
-      bool_field("allow_nonfinite_checkpoint", &TrainConfig::allow_nonfinite_checkpoint,
+      bool_field("allow_nonfinite_checkpoint", TL_KEY(checkpoint.allow_nonfinite_checkpoint),
                  "resume from a checkpoint whose tensors hold NaN or inf (refused otherwise)"),
   };
   return fields;
@@ -340,37 +345,39 @@ void check_backend_name(const std::string& name) {
 }
 
 void validate_config(const TrainConfig& config) {
-  TL_CHECK(config.train_samples >= config.batch, "train_samples (" + std::to_string(config.train_samples) +
-                                                     ") must be at least batch (" + std::to_string(config.batch) + ")");
-  check_backend_name(config.backend);
-  if (config.schedule == ScheduleKind::warmup_cosine) {
-    TL_CHECK(config.steps > config.warmup_steps, "warmup_cosine: steps (" + std::to_string(config.steps) +
-                                                     ") must exceed warmup_steps (" +
-                                                     std::to_string(config.warmup_steps) + ")");
-    TL_CHECK(config.min_lr <= config.lr, "min_lr must not exceed lr");
+  TL_CHECK(config.data.train_samples >= config.batch, "train_samples (" + std::to_string(config.data.train_samples) +
+                                                          ") must be at least batch (" + std::to_string(config.batch) +
+                                                          ")");
+  check_backend_name(config.execution.backend);
+  if (config.optimizer.schedule == ScheduleKind::warmup_cosine) {
+    TL_CHECK(config.steps > config.optimizer.warmup_steps, "warmup_cosine: steps (" + std::to_string(config.steps) +
+                                                               ") must exceed warmup_steps (" +
+                                                               std::to_string(config.optimizer.warmup_steps) + ")");
+    TL_CHECK(config.optimizer.min_lr <= config.optimizer.lr, "min_lr must not exceed lr");
   }
-  if (config.data.empty()) {
-    TL_CHECK(config.augment == Augment::none, "augment needs data (a data set on disk: --data DIR)");
-    TL_CHECK(!config.cold_cache, "cold_cache needs data (a data set on disk: --data DIR)");
+  if (config.data.dir.empty()) {
+    TL_CHECK(config.data.augment == Augment::none, "augment needs data (a data set on disk: --data DIR)");
+    TL_CHECK(!config.data.cold_cache, "cold_cache needs data (a data set on disk: --data DIR)");
   } else {
-    TL_CHECK(config.decode_cost == 0, "decode_cost is SyntheticImages' stand-in for decoding; with data (" +
-                                          config.data + ") the decoding is real: drop decode_cost");
+    TL_CHECK(config.data.decode_cost == 0, "decode_cost is SyntheticImages' stand-in for decoding; with data (" +
+                                               config.data.dir + ") the decoding is real: drop decode_cost");
     std::error_code ec;
-    TL_CHECK(std::filesystem::is_directory(config.data, ec),
-             "data: " + quote_value(config.data) + " is not a directory (a data set from trainlab make-dataset)");
+    TL_CHECK(std::filesystem::is_directory(config.data.dir, ec),
+             "data: " + quote_value(config.data.dir) + " is not a directory (a data set from trainlab make-dataset)");
   }
   TL_CHECK(config.stop_at <= config.steps, "stop_at (" + std::to_string(config.stop_at) + ") must not exceed steps (" +
                                                std::to_string(config.steps) + ")");
-  TL_CHECK(config.save_every == 0 || !config.save.empty(), "save_every needs a save directory (--save DIR)");
-  TL_CHECK(config.audit_file.empty() || config.audit, "audit_file needs audit (--audit)");
-  TL_CHECK(!config.audit || config.resume.empty(),
+  TL_CHECK(config.checkpoint.save_every == 0 || !config.checkpoint.save.empty(),
+           "save_every needs a save directory (--save DIR)");
+  TL_CHECK(config.reporting.audit_file.empty() || config.reporting.audit, "audit_file needs audit (--audit)");
+  TL_CHECK(!config.reporting.audit || config.checkpoint.resume.empty(),
            "audit: its f32 reference trains from step 0, so the audited run must too (drop --resume)");
-  TL_CHECK(!config.audit || config.eval_at_end,
+  TL_CHECK(!config.reporting.audit || config.reporting.eval_at_end,
            "audit compares held-out accuracy with an f32 run: it needs eval_at_end true");
-  if (!config.resume.empty()) {
+  if (!config.checkpoint.resume.empty()) {
     std::error_code ec;
-    TL_CHECK(std::filesystem::is_directory(config.resume, ec),
-             "resume: checkpoint directory '" + config.resume + "' does not exist");
+    TL_CHECK(std::filesystem::is_directory(config.checkpoint.resume, ec),
+             "resume: checkpoint directory '" + config.checkpoint.resume + "' does not exist");
   }
 }
 

@@ -31,30 +31,40 @@ const char* allreduce_name(AllreduceAlgorithm algorithm);
 const char* comm_backend_name(CommBackend backend);
 const char* nonfinite_policy_name(NonFinitePolicy policy);
 
-struct TrainConfig {
-  // optimisation
-  std::int64_t steps = 300;  // total optimiser steps (a resumed run continues up to this)
-  std::int64_t stop_at = 0;  // stop early after this global step (0: run to steps); schedules still span steps
-  std::int64_t batch = 32;
+// The configuration is nested by who consumes it, and each part is handed over whole: the
+// optimiser and its schedule (make_optimizer), how a step executes (the backend, autocast, the
+// StepRunner), the data (the task and its loader), data parallelism (comm::Ddp), what the run
+// reports (the trainer's observers), and its checkpoints. Keys stay flat in YAML and on the command
+// line (config_fields: key `decode_cost` is data.decode_cost).
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::sgd;
   double lr = 0.01;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  OptimizerKind optimizer = OptimizerKind::sgd;
   ScheduleKind schedule = ScheduleKind::constant;
   std::int64_t warmup_steps = 0;  // for warmup_cosine
   double min_lr = 0.0;            // for warmup_cosine
-  std::uint64_t seed = 0;
-  // execution
+};
+
+struct ExecutionConfig {
   std::string backend;                             // a registered backend's name; empty: the default CPU one
   DType dtype = DType::f32;                        // f32 | f64 | bf16 | f16 (autocast, f32 masters; f16 scaled)
   MemoryFormat layout = MemoryFormat::contiguous;  // nchw | nhwc (channels_last activations)
   bool fuse = false;                               // conv/linear with bias and ReLU in one kernel call
   Recompute recompute = Recompute::none;           // activation recomputation: none | convs | all
-  bool pin_memory = false;  // page-locked loader buffers for host-to-device copies (a backend with PinnedUploads)
-  bool tf32 = false;        // TF32 tensor-core math for f32 matmuls (a backend with MathModes)
-  bool cuda_graph = false;  // forward and backward captured once as device graphs, then replayed
-  int threads = 0;          // 0: the backend's default (all cores)
-  // data
+  bool pin_memory = false;      // page-locked loader buffers for host-to-device copies (a backend with PinnedUploads)
+  bool tf32 = false;            // TF32 tensor-core math for f32 matmuls (a backend with MathModes)
+  bool cuda_graph = false;      // forward and backward captured once as device graphs, then replayed
+  int threads = 0;              // 0: the backend's default (all cores)
+  std::int64_t accumulate = 1;  // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
+  // What a step with a NaN or inf loss or gradient does.
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
+  // f16 dynamic loss scaling (PyTorch GradScaler semantics)
+  double loss_scale_init = 65536;
+  std::int64_t loss_scale_growth_interval = 2000;
+};
+
+struct DataConfig {
   std::int64_t train_samples = 50000;
   std::int64_t eval_samples = 1000;
   std::int64_t eval_batch = 250;
@@ -64,39 +74,59 @@ struct TrainConfig {
   std::int64_t decode_cost = 0;
   // A data set on disk (trainlab make-dataset; engine/disk_dataset.h) instead of SyntheticImages:
   // its train split (at most train_samples of it) and its held-out split (at most eval_samples).
-  std::string data;
-  Augment augment = Augment::none;  // on-the-fly random crop and flip of the training samples (with data)
-  bool cold_cache = false;          // drop the data set's files from the page cache before the run (with data)
-  // reporting and state
+  std::string dir;                  // key `data`
+  Augment augment = Augment::none;  // on-the-fly random crop and flip of the training samples (with dir)
+  bool cold_cache = false;          // drop the data set's files from the page cache before the run (with dir)
+};
+
+// Data parallelism (trainlab train under scripts/mpirun; ignored by a single process): comm::Ddp's
+// options. The run's `batch` is the global batch of one micro-step: each rank takes batch / world.
+struct ParallelConfig {
+  double bucket_cap_mb = 25;            // bucket capacity, MiB
+  double first_bucket_mb = 1;           // the first bucket's (PyTorch DDP's 1 MiB; bench_scaling sets it)
+  bool gradient_as_bucket_view = true;  // gradients are views of the buckets (PyTorch's option)
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;  // ring | native
+  GradCompression grad_compress = GradCompression::none;      // none | bf16 | fp16 (DDP's compress hook)
+  std::int64_t zero = 0;                // ZeRO stage: 0 every rank holds the optimiser state, 1 sharded over the ranks
+  CommBackend comm = CommBackend::mpi;  // mpi | nccl (a CUDA build, one GPU per rank)
+  double comm_timeout = 300;            // seconds any communication may wait
+  // Meet the other ranks at a sleeping rendezvous before each bucket's all-reduce, so an early rank
+  // does not spin (Communicator::rendezvous; bench_scaling sets it). Off: straight into the all-reduce.
+  bool rendezvous = false;
+};
+
+struct ReportingConfig {
   std::int64_t eval_every = 0;  // 0: evaluate only at the end
+  bool eval_at_end = true;      // held-out evaluation after the last step
   std::int64_t log_every = 20;
   std::int64_t warmup = 5;  // steps excluded from throughput
-  std::string save;         // checkpoint directory written at the end (and every save_every)
-  std::int64_t save_every = 0;
-  std::string resume;       // checkpoint directory to continue from
-  bool eval_at_end = true;  // held-out evaluation after the last step
   std::string trace;        // Chrome trace JSON of the run's profiler spans (empty: none)
   std::string ledger;       // the run's progress and summary rows for trainlab diagnose (empty: none; rank 0 writes)
   // The precision audit (engine/precision_audit.h): printed after the run, with an f32 reference
   // run of the same seed; audit_file also writes it as JSON.
   bool audit = false;
   std::string audit_file;
-  // data parallelism (trainlab train under scripts/mpirun; ignored by a single process). `batch`
-  // is the global batch of one micro-step: each of the world's ranks takes batch / world of it.
-  std::int64_t accumulate = 1;          // micro-steps per optimiser step (gradients summed; DDP syncs only the last)
-  double bucket_cap_mb = 25;            // DDP bucket capacity (the first bucket is 1 MiB, as in PyTorch DDP)
-  bool gradient_as_bucket_view = true;  // DDP gradients are views of the buckets (PyTorch's option)
-  AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;  // ring | native
-  GradCompression grad_compress = GradCompression::none;      // none | bf16 | fp16 (DDP's compress hook)
-  std::int64_t zero = 0;                // ZeRO stage: 0 every rank holds the optimiser state, 1 sharded over the ranks
-  CommBackend comm = CommBackend::mpi;  // mpi | nccl (a CUDA build, one GPU per rank)
-  double comm_timeout = 300;            // seconds any communication may wait
-  // robustness
-  NonFinitePolicy on_nonfinite = NonFinitePolicy::stop;
+};
+
+struct CheckpointConfig {
+  std::string save;  // checkpoint directory written at the end (and every save_every)
+  std::int64_t save_every = 0;
+  std::string resume;                       // checkpoint directory to continue from
   bool allow_nonfinite_checkpoint = false;  // resume from a checkpoint whose tensors hold NaN or inf
-  // f16 dynamic loss scaling (PyTorch GradScaler semantics)
-  double loss_scale_init = 65536;
-  std::int64_t loss_scale_growth_interval = 2000;
+};
+
+struct TrainConfig {
+  // The run's shape: how long, how many samples per step, which seed.
+  std::int64_t steps = 300;  // total optimiser steps (a resumed run continues up to this)
+  std::int64_t stop_at = 0;  // stop early after this global step (0: run to steps); schedules still span steps
+  std::int64_t batch = 32;
+  std::uint64_t seed = 0;
+  OptimizerConfig optimizer;
+  ExecutionConfig execution;
+  DataConfig data;
+  ParallelConfig parallel;
+  ReportingConfig reporting;
+  CheckpointConfig checkpoint;
 };
 
 struct ConfigField {

@@ -13,14 +13,15 @@ StepMemoryReport measure_step_memory(TrainConfig config, const TrainTask& task, 
                                     warmup));
   config.steps = warmup + 1;
   config.stop_at = 0;
-  config.warmup = warmup;
-  config.eval_every = 0;
-  config.eval_at_end = false;
-  config.save.clear();
-  config.save_every = 0;
-  config.resume.clear();
-  config.trace.clear();
-  config.train_samples = std::max(config.train_samples, config.batch * config.steps * config.accumulate);
+  config.reporting.warmup = warmup;
+  config.reporting.eval_every = 0;
+  config.reporting.eval_at_end = false;
+  config.checkpoint.save.clear();
+  config.checkpoint.save_every = 0;
+  config.checkpoint.resume.clear();
+  config.reporting.trace.clear();
+  config.data.train_samples =
+      std::max(config.data.train_samples, config.batch * config.steps * config.execution.accumulate);
   Trainer trainer(config, task);
   const TrainResult result = trainer.train(nullptr);
 
@@ -35,12 +36,12 @@ StepMemoryReport measure_step_memory(TrainConfig config, const TrainTask& task, 
   const DType param_dtype = trainer.model().parameters().front().dtype();  // f32 masters under autocast
   ChainShape shape;
   shape.batch = config.batch;
-  shape.dtype = config.dtype;
-  shape.channels_last = config.layout == MemoryFormat::channels_last;
+  shape.dtype = config.execution.dtype;
+  shape.channels_last = config.execution.layout == MemoryFormat::channels_last;
   const std::vector<ChainOp> chain = trainer.model().memory_chain(shape, trainer.backend());
   r.described = !chain.empty();
-  r.estimate = estimate_training_memory(r.parameters, param_dtype, config.dtype, optimizer_name(config.optimizer),
-                                        config.momentum, chain);
+  r.estimate = estimate_training_memory(r.parameters, param_dtype, config.execution.dtype,
+                                        optimizer_name(config.optimizer.kind), config.optimizer.momentum, chain);
   return r;
 }
 
@@ -58,10 +59,12 @@ std::string step_memory_table(const StepMemoryReport& r) {
   std::string out = fmt::format(
       "{} ({} parameters) on {}, batch {}, {}, {}{}{}, optimizer {}: one training step after {} warm-up steps, "
       "tensor bytes by category (MiB; measured: each category's own peak over the step)\n\n",
-      r.model, r.parameters, r.backend, r.config.batch, dtype_name(r.config.dtype), memory_format_name(r.config.layout),
-      r.config.fuse ? ", fused" : "",
-      r.config.recompute != Recompute::none ? std::string(", recompute ") + recompute_name(r.config.recompute) : "",
-      optimizer_name(r.config.optimizer), r.config.warmup);
+      r.model, r.parameters, r.backend, r.config.batch, dtype_name(r.config.execution.dtype),
+      memory_format_name(r.config.execution.layout), r.config.execution.fuse ? ", fused" : "",
+      r.config.execution.recompute != Recompute::none
+          ? std::string(", recompute ") + recompute_name(r.config.execution.recompute)
+          : "",
+      optimizer_name(r.config.optimizer.kind), r.config.reporting.warmup);
   out += "| category | estimated | measured peak | estimate vs measured |\n|---|---|---|---|\n";
   out += row(MemoryCategory::parameters, e.parameters, true);
   out += row(MemoryCategory::gradients, e.gradients, true);
@@ -88,11 +91,11 @@ std::string step_memory_table(const StepMemoryReport& r) {
         "(at {}); backward workspaces at most at {}\n",
         mib(e.chain.saved), mib(static_cast<double>(r.measured.activations_after_forward)), mib(e.chain.forward_peak),
         e.chain.forward_peak_at, e.chain.workspace_peak_at);
-    if (r.config.recompute != Recompute::none) {
+    if (r.config.execution.recompute != Recompute::none) {
       out += fmt::format(
           "recompute {}: the recomputed blocks keep only their inputs after the forward and are made again in "
           "backward; activations at most {} MiB over the step\n",
-          recompute_name(r.config.recompute), mib(e.chain.activation_peak));
+          recompute_name(r.config.execution.recompute), mib(e.chain.activation_peak));
     }
   } else {
     out += fmt::format(

@@ -9,6 +9,7 @@
 
 #include "backends/error.h"
 #include "backends/host_memory.h"
+#include "engine/observer.h"
 #include "engine/tensor.h"
 
 namespace trainlab {
@@ -135,21 +136,62 @@ void memory_freed(DeviceType device, MemoryCategory category, std::int64_t bytes
   u.total_live -= bytes;
 }
 
-void set_memory_category(const Tensor& tensor, MemoryCategory category) {
-  if (!tensor.defined() || !tensor.impl()->storage) return;
-  Storage& storage = *tensor.impl()->storage;
-  const MemoryCategory from = storage.category();
+namespace {
+// Moves a storage's bytes from the category its tag holds to `category`.
+void move_bytes(DeviceType device, std::int64_t bytes, std::uint8_t& tag, MemoryCategory category) {
+  const auto from = static_cast<MemoryCategory>(tag);
   if (from == category) return;
-  const auto bytes = static_cast<std::int64_t>(storage.bytes());
   {
     Book& b = book();
     std::lock_guard lock(b.mutex);
-    MemoryUsage& u = b.usage[device_slot(storage.backend().device_type())];
+    MemoryUsage& u = b.usage[device_slot(device)];
     u.live[slot(from)] -= bytes;
     u.live[slot(category)] += bytes;
     note_peaks(u, category);
   }
-  storage.set_category(category);
+  tag = static_cast<std::uint8_t>(category);
+}
+
+// Memory accounting as a subscriber of the engine core's events (engine/observer.h): a storage is
+// counted in the allocating thread's category (its tag keeps it), moved when the core gives it a
+// role, and a recomputed forward's allocations are activations, as the forward's were.
+class MemoryAccounting final : public EngineObserver {
+ public:
+  void on_allocate(DeviceType device, std::int64_t bytes, std::uint8_t& tag) override {
+    const MemoryCategory category = current_category;
+    tag = static_cast<std::uint8_t>(category);
+    memory_allocated(device, category, bytes);
+  }
+  void on_free(DeviceType device, std::int64_t bytes, std::uint8_t tag) override {
+    memory_freed(device, static_cast<MemoryCategory>(tag), bytes);
+  }
+  void on_role(DeviceType device, std::int64_t bytes, std::uint8_t& tag, StorageRole role) override {
+    move_bytes(device, bytes, tag,
+               role == StorageRole::gradient ? MemoryCategory::gradients : MemoryCategory::working_copies);
+  }
+  void on_recompute_begin() override {
+    recompute_previous.push_back(current_category);
+    current_category = MemoryCategory::activations;
+  }
+  void on_recompute_end() override {
+    current_category = recompute_previous.back();
+    recompute_previous.pop_back();
+  }
+
+ private:
+  static thread_local std::vector<MemoryCategory> recompute_previous;
+};
+thread_local std::vector<MemoryCategory> MemoryAccounting::recompute_previous;
+
+MemoryAccounting accounting;
+const bool subscribed = (subscribe(accounting), true);
+}  // namespace
+
+void set_memory_category(const Tensor& tensor, MemoryCategory category) {
+  if (!tensor.defined() || !tensor.impl()->storage) return;
+  Storage& storage = *tensor.impl()->storage;
+  move_bytes(storage.backend().device_type(), static_cast<std::int64_t>(storage.bytes()), storage.observer_tag(),
+             category);
 }
 
 std::string memory_summary_line(const MemoryUsage& u, DeviceType device) {

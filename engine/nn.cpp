@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/memory_usage.h"
 
 namespace trainlab {
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/memory_usage.h"
+#include "engine/observer.h"
 
 namespace trainlab {
 
@@ -29,6 +30,18 @@ std::string accumulation_of(const std::string& op, const std::string& output) {
 
 OpPrecisionScope::OpPrecisionScope() : previous_(current_scope) { current_scope = this; }
 OpPrecisionScope::~OpPrecisionScope() { current_scope = previous_; }
+
+namespace {
+// The audit as a subscriber of the engine core's op events (engine/observer.h).
+class OpRecorder final : public EngineObserver {
+ public:
+  void on_op(std::string_view name, const std::vector<Tensor>& inputs, const Tensor& output) override {
+    if (current_scope != nullptr) note_op_precision(std::string(name), inputs, output);
+  }
+};
+OpRecorder recorder;
+const bool subscribed = (subscribe(recorder), true);
+}  // namespace
 
 void note_op_precision(const std::string& op, const std::vector<Tensor>& inputs, const Tensor& output) {
   OpPrecisionScope* scope = current_scope;

@@ -40,7 +40,8 @@ class OpPrecisionScope {
   OpPrecisionScope* previous_;
 };
 
-// Called by autograd's record() for every recorded op (a no-op without a scope on this thread).
+// Every op the core records (autograd's record(), through engine/observer.h) comes here: a no-op
+// without a scope on this thread.
 void note_op_precision(const std::string& op, const std::vector<Tensor>& inputs, const Tensor& output);
 
 struct PrecisionAudit {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "engine/observer.h"
+
 namespace trainlab {
 
 Profiler& Profiler::instance() {
@@ -9,10 +11,28 @@ Profiler& Profiler::instance() {
   return profiler;
 }
 
-std::int64_t Profiler::now_ns() {
-  static const auto epoch = std::chrono::steady_clock::now();
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - epoch).count();
+namespace {
+// Spans are kept in ns since the profiler's epoch (the first use, at the latest when libtrainlab
+// loads); the core's spans come in ns of the steady clock.
+std::int64_t epoch_ns() {
+  static const std::int64_t epoch = observe::now_ns();
+  return epoch;
 }
+
+// The profiler as a subscriber of the engine core's spans (an op's forward and backward, a
+// reorder, a recomputation): recorded while it is enabled.
+class CoreSpans final : public EngineObserver {
+ public:
+  bool wants_spans() const override { return Profiler::instance().enabled(); }
+  void on_span(std::string_view name, std::int64_t start_ns, std::int64_t end_ns) override {
+    Profiler::instance().record(std::string(name), start_ns - epoch_ns(), end_ns - epoch_ns());
+  }
+};
+CoreSpans core_spans;
+const bool subscribed = (epoch_ns(), subscribe(core_spans), true);
+}  // namespace
+
+std::int64_t Profiler::now_ns() { return observe::now_ns() - epoch_ns(); }
 
 std::uint32_t Profiler::thread_index() {
   static std::atomic<std::uint32_t> next{0};

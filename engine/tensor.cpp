@@ -10,7 +10,7 @@
 
 #include "backends/registry.h"
 #include "engine/autograd.h"
-#include "engine/profiler.h"
+#include "engine/observer.h"
 #include "engine/rng.h"
 
 namespace trainlab {
@@ -97,12 +97,12 @@ void set_default_backend(const std::string& name) {
 // storage
 
 Storage::Storage(Backend& backend, std::size_t bytes)
-    : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes), category_(current_memory_category()) {
-  memory_allocated(backend.device_type(), category_, static_cast<std::int64_t>(bytes_));
+    : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes) {
+  observe::allocated(backend.device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
 }
 
 Storage::~Storage() {
-  memory_freed(backend_->device_type(), category_, static_cast<std::int64_t>(bytes_));
+  observe::freed(backend_->device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
   backend_->deallocate(data_, bytes_);
 }
 
@@ -257,7 +257,7 @@ Tensor Tensor::contiguous() const { return contiguous(MemoryFormat::contiguous);
 
 Tensor Tensor::contiguous(MemoryFormat format) const {
   if (is_contiguous(format)) return *this;
-  TL_PROFILE_SCOPE("reorder");
+  TL_SPAN("reorder");
   Tensor out = empty(shape(), dtype(), backend(), format);
   backend().copy_strided(dtype(), impl_->storage->data(), layout(), out.raw_data(),
                          Layout{out.shape(), out.strides(), 0});
@@ -466,7 +466,7 @@ void Tensor::set_grad(const Tensor& grad) {
     TL_CHECK(grad.is_contiguous(), "set_grad: the gradient must be contiguous (call .contiguous() first)");
     TL_CHECK(&grad.backend() == &backend(),
              "set_grad: the gradient is on backend " + grad.backend().name() + ", the tensor on " + backend().name());
-    set_memory_category(grad, MemoryCategory::gradients);
+    observe::role(grad, StorageRole::gradient);
   }
   impl_->grad = grad;
 }

@@ -11,7 +11,6 @@
 #include "backends/backend.h"
 #include "backends/dtype.h"
 #include "backends/error.h"
-#include "engine/memory_usage.h"
 
 namespace trainlab {
 
@@ -39,8 +38,9 @@ struct TensorImpl;
 
 using GradReadyHook = std::function<void(const Tensor& param)>;
 
-// A device allocation, freed through its backend when the last view of it goes away; counted in
-// the memory category of the scope it was allocated in (engine/memory_usage.h) until moved.
+// A device allocation, freed through its backend when the last view of it goes away. Its
+// allocation and free are events for the core's observers (engine/observer.h); observer_tag() is
+// the byte they keep with it (memory accounting's category).
 class Storage {
  public:
   Storage(Backend& backend, std::size_t bytes);
@@ -50,14 +50,13 @@ class Storage {
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
   Backend& backend() const { return *backend_; }
-  MemoryCategory category() const { return category_; }
-  void set_category(MemoryCategory category) { category_ = category; }  // set_memory_category() moves the bytes
+  std::uint8_t& observer_tag() { return observer_tag_; }
 
  private:
   Backend* backend_;
   void* data_;
   std::size_t bytes_;
-  MemoryCategory category_;
+  std::uint8_t observer_tag_ = 0;
 };
 
 template <typename T>

@@ -9,9 +9,11 @@
 #include "backends/host_memory.h"
 #include "backends/registry.h"
 #include "engine/profiler.h"
+#include "engine/run.h"
 #include "engine/smallcnn.h"
 #include "engine/step.h"
 #include "engine/synthetic_images.h"
+#include "engine/task.h"
 #include "engine/version.h"
 
 namespace trainlab {
@@ -42,7 +44,6 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   TL_CHECK(config.batch >= 1, "throughput: batch must be >= 1, got " + std::to_string(config.batch));
   TL_CHECK(config.seconds > 0, "throughput: seconds must be > 0");
   TL_CHECK(config.warmup >= 0 && config.min_steps >= 1, "throughput: warmup must be >= 0 and min_steps >= 1");
-  Backend& backend = get_backend(config.backend.empty() ? default_backend_name() : config.backend);
   const DType dtype = config.dtype;
   TL_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f64,
            "throughput: dtype must be f32, bf16 or f64, got " + std::string(dtype_name(dtype)));
@@ -50,23 +51,25 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
            "throughput: cuda_graph times training steps, not --forward-only");
   TL_CHECK(!config.cuda_graph || config.warmup >= 2,
            "throughput: cuda_graph needs a warm-up of at least 2 eager steps before the capture");
-  if (config.threads > 0) backend.set_num_threads(config.threads);
-  const DType param_dtype = dtype == DType::bf16 ? DType::f32 : dtype;
-
+  // The trainer's run (engine/run.h) of SmallCNN with SGD at the defaults; its data are the
+  // in-memory batches below.
+  TrainConfig run_config;
+  run_config.execution.backend = config.backend;
+  run_config.execution.dtype = dtype;
+  run_config.execution.layout = config.layout;
+  run_config.execution.fuse = config.fuse;
+  run_config.execution.cuda_graph = config.cuda_graph;
+  run_config.execution.threads = config.threads;
+  run_config.batch = config.batch;
+  run_config.seed = config.seed;
+  run_config.data.train_samples = 4 * config.batch;
   Generator generator(config.seed);
-  SmallCNN model(InitOptions{&generator, param_dtype, &backend});
-  model.set_fused(config.fuse);
-  SGD optimizer(model.named_parameters(), SgdOptions{0.01, 0.9, 0.0, 0.0, false});
-  if (param_dtype != dtype) optimizer.keep_working_copies(dtype);  // as the trainer does
-  StepOptions step_options;
-  step_options.dtype = dtype;
-  step_options.layout = config.layout;
-  step_options.cuda_graph = config.cuda_graph;
   // Captured on the last warm-up step (after at least one eager step) and replayed from there on,
   // so neither the capture nor the first replay is measured.
-  step_options.eager_steps_before_capture = std::max<std::int64_t>(1, config.warmup - 1);
-  step_options.num_classes = SyntheticImages::kClasses;
-  StepRunner runner(backend, model, optimizer, step_options);
+  RunParts run =
+      make_run(run_config, smallcnn_task(run_config), generator, nullptr, std::max<std::int64_t>(1, config.warmup - 1));
+  Backend& backend = *run.backend;
+  StepRunner& runner = *run.runner;
 
   // A few distinct batches, made before any timing.
   const SyntheticImages data(config.seed, Split::train, 4 * config.batch);

@@ -23,6 +23,7 @@
 #include "engine/nn.h"
 #include "engine/optim.h"
 #include "engine/precision_audit.h"
+#include "engine/run.h"
 #include "engine/step.h"
 #include "engine/task.h"
 
@@ -121,33 +122,32 @@ class Trainer {
   void resume(const std::string& dir);
 
   std::int64_t step() const { return step_; }
-  Module& model() { return *model_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  Module& model() { return *run_.model; }
+  Optimizer& optimizer() { return *run_.optimizer; }
   DataLoader& loader() { return *loader_; }
-  Backend& backend() { return backend_; }
+  Backend& backend() { return *run_.backend; }
   // What the backend runs for each op, natively or emulated (asked before the first step).
   const StepPlan& step_plan() const;
   Generator& generator() { return generator_; }
   const TrainConfig& config() const { return config_; }
   const TrainTask& task() const { return task_; }
+  const GradScaler* scaler() const { return run_.scaler.get(); }  // f16 only
+  DataParallel* parallel() const { return parallel_; }
+  // Where this process writes its trace: config's trace, or NAME.rank<r>.json for rank r > 0.
+  std::string trace_path() const;
+  // Non-finite steps skipped since step 0 (--on-nonfinite skip; checkpointed).
+  std::int64_t nonfinite_total() const { return nonfinite_total_; }
+  void count_nonfinite() { ++nonfinite_total_; }
 
  private:
   void save_local(const std::string& dir, const StateDict& optimizer_state);
-  std::string trace_path() const;
-  void log_header(std::ostream& log) const;
-  void log_summary(std::ostream& log, const TrainResult& result, std::int64_t run_steps) const;
 
   TrainConfig config_;
   TrainTask task_;
-  Backend& backend_;
   DataParallel* parallel_ = nullptr;
   Generator generator_;
-  std::shared_ptr<Module> model_;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<LRScheduler> scheduler_;
-  std::unique_ptr<GradScaler> scaler_;  // f16 only
+  RunParts run_;  // backend, model, optimiser, schedule, scaler, step (engine/run.h)
   std::unique_ptr<DataLoader> loader_;
-  std::unique_ptr<StepRunner> runner_;
   TrainCallbacks callbacks_;
   std::int64_t step_ = 0;
   std::int64_t nonfinite_total_ = 0;  // non-finite steps skipped since step 0 (checkpointed)

@@ -8,7 +8,12 @@ cd "$(dirname "$0")/.."
 # (scripts/packages.sh: one list, shared with install-deps.sh; tests/check_packages.py checks it).
 source scripts/packages.sh
 packages=("${TRAINLAB_BUILD_PACKAGES[@]}" "${TRAINLAB_DEVICE_RUNTIME_PACKAGES[@]}")
-grep -qx '/.debs/' .git/info/exclude 2>/dev/null || echo '/.debs/' >> .git/info/exclude
+# (git's own path for it: .git is a file in a worktree; no git, nothing to exclude)
+exclude=$(git rev-parse --git-path info/exclude 2> /dev/null || true)
+if [ -n "$exclude" ]; then
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.debs/' "$exclude" 2> /dev/null || echo '/.debs/' >> "$exclude"
+fi
 mkdir -p .debs
 cd .debs
 rm -f ./*.deb  # only what the list names now

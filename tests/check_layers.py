@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
 """The layers point down: a file may include headers from its own layer and the layers below it.
 
-    kernels/  <  backends/  <  engine/  <  comm/  <  bench/ (and the executables in bench/tools/)  <  studies/
+    kernels/  <  backends/  <  engine/  <  comm/  <  bench/  <  studies/  <  apps/ (every executable)
+
+examples/ are drivers a user writes against an installed trainlab: they include only the installed
+headers (backends/, engine/).
 
 The vocabulary every layer shares, backends/dtype.h (DType, bf16, f16) and backends/error.h (Error,
 TL_CHECK), may be included from anywhere, kernels/ included. Third-party headers stay where they belong: CUDA only in kernels/, backends/cuda/ and the NCCL
 communicator; MPI only in comm/; oneDNN only in backends/onednn/; Eigen only in backends/eigen/.
+Inside engine/, the core (tensor, autograd, autocast, the ops) includes only itself, the event
+interface its observers subscribe to (engine/observer.h) and the random generator: never memory
+accounting, the precision audit, the profiler or anything else that watches or drives it.
+
 Prints every violation (file, line, the include and why) and exits 1 when there is one.
 
     tests/check_layers.py [ROOT]
@@ -14,7 +21,8 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["kernels", "backends", "engine", "comm", "bench", "studies"]
+LAYERS = ["kernels", "backends", "engine", "comm", "bench", "studies", "apps"]
+INSTALLED = {"backends", "engine"}  # what examples/ may include
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SHARED = {"backends/dtype.h", "backends/error.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
@@ -28,9 +36,14 @@ THIRD_PARTY = [
 ]
 
 
+# The engine's core, and what it may include from engine/.
+CORE = re.compile(r"^engine/(tensor|autograd|autocast|ops)\.(h|cpp)$|^engine/ops/")
+CORE_MAY_INCLUDE = re.compile(r"^engine/(tensor|autograd|autocast|ops|observer|rng)\.h$|^engine/ops/")
+
+
 def layer_of(path):
     top = path.parts[0]
-    return top if top in RANK else None
+    return top if top in RANK or top == "examples" else None
 
 
 def check(root):
@@ -48,9 +61,18 @@ def check(root):
                 continue
             target = m.group(2)
             head = target.split("/")[0]
-            if m.group(1) == '"' and head in RANK and RANK[head] > RANK[layer] and target not in SHARED:
+            if layer == "examples":
+                if m.group(1) == '"' and head in RANK and head not in INSTALLED and target not in SHARED:
+                    problems.append(f'{rel}:{number}: includes "{target}": an example includes only the installed '
+                                    f'headers ({", ".join(sorted(INSTALLED))}/), as a user\'s own driver would')
+            elif m.group(1) == '"' and head in RANK and RANK[head] > RANK[layer] and target not in SHARED:
                 problems.append(f'{rel}:{number}: includes "{target}": {head}/ is above {layer}/ '
                                 f'(a layer may include only its own and the ones below: {" < ".join(LAYERS)})')
+            if (m.group(1) == '"' and CORE.match(str(rel)) and target.startswith("engine/")
+                    and not CORE_MAY_INCLUDE.match(target)):
+                problems.append(f'{rel}:{number}: includes "{target}": the engine core (tensor, autograd, autocast, '
+                                f'ops) includes only itself, engine/observer.h and engine/rng.h; what watches it '
+                                f'subscribes through engine/observer.h')
             for prefixes, allowed in THIRD_PARTY:
                 if target.startswith(prefixes) and not str(rel).startswith(allowed):
                     problems.append(f"{rel}:{number}: includes <{target}>, which only {', '.join(allowed)} may include")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The library as a user gets it: installs the built tree into a temporary prefix, then configures,
-# builds and runs each study driver (studies/*) against it on its own, exactly as a user's own
+# builds and runs each example driver (examples/*) against it on its own, exactly as a user's own
 # driver would be built (find_package(trainlab)), with short runs.
 set -euo pipefail
 build_dir=$1
@@ -14,7 +14,7 @@ test -f "$work/prefix/lib/cmake/trainlab/trainlabConfig.cmake"
 test -f "$work/prefix/include/trainlab/engine/trainer.h"
 test ! -e "$work/prefix/include/trainlab/engine/yaml_file.h"
 for driver in own_model_and_data gradient_timeline; do
-  cmake -S "$source_dir/studies/$driver" -B "$work/$driver" -G "$generator" \
+  cmake -S "$source_dir/examples/$driver" -B "$work/$driver" -G "$generator" \
         -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/$driver-configure.log"
   cmake --build "$work/$driver" > "$work/$driver-build.log"
 done

@@ -55,19 +55,19 @@ TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[ben
   const LrRule rule{8, 0.01};
   const TrainConfig base = config_from({{"batch", "8"}, {"lr", "0.01"}, {"workers", "0"}, {"layout", "nchw"}}, "t");
   TrainConfig two = base;
-  two.workers = 2;
-  two.layout = MemoryFormat::channels_last;
+  two.data.workers = 2;
+  two.execution.layout = MemoryFormat::channels_last;
   REQUIRE_THROWS_CONTAINING(single_change(base, two, rule, "both"), "rung 'both' changes 2 knobs",
                             "layout (nchw -> nhwc)", "workers (0 -> 2)");
   // batch with the LR its rule gives is one change...
   TrainConfig batch = base;
   batch.batch = 32;
-  batch.lr = 0.04;
+  batch.optimizer.lr = 0.04;
   const auto change = single_change(base, batch, rule, "batch32");
   REQUIRE(change);
   CHECK(change->knob == "batch (+ LR rule)");
   // ... and any other LR is a second knob.
-  batch.lr = 0.05;
+  batch.optimizer.lr = 0.05;
   REQUIRE_THROWS_CONTAINING(single_change(base, batch, rule, "batch32"), "batch (8 -> 32)", "lr (0.01 -> 0.05)");
   // The rule is anchored at the base point whatever its base_batch: 16 at lr 0.01 -> 64 at 0.04,
   // and the generated batch rung passes the single-change check.
@@ -76,7 +76,7 @@ TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[ben
   spec.lr_rule.base_batch = 32;
   spec.rungs = {Rung{"baseline", {}, "", "", ""}, Rung{"batch64", {{"batch", "64"}}, "", "", ""}};
   const auto configs = rung_configs(spec, "cpu");
-  CHECK(configs[1].lr == Approx(0.04));
+  CHECK(configs[1].optimizer.lr == Approx(0.04));
   CHECK(single_change(configs[0], configs[1], spec.lr_rule, "batch64"));
   // Bookkeeping keys are not knobs.
   TrainConfig steps = base;
@@ -100,7 +100,7 @@ TEST_CASE("ladder: the shipped ladders load, and their LR follows the rule", "[b
     REQUIRE(configs.size() == spec.rungs.size());
     CHECK(spec.rungs.front().name == "baseline");
     for (std::size_t i = 0; i < spec.rungs.size(); ++i) {
-      if (spec.rungs[i].name == "batch128") CHECK(configs[i].lr == Approx(0.04));
+      if (spec.rungs[i].name == "batch128") CHECK(configs[i].optimizer.lr == Approx(0.04));
     }
   }
 }
@@ -374,12 +374,12 @@ TEST_CASE("trace: valid Chrome trace JSON whose spans nest and cover each step",
   TrainConfig c;
   c.steps = 4;
   c.batch = 8;
-  c.train_samples = 64;
-  c.workers = 1;
-  c.backend = "reference";
-  c.eval_at_end = false;
-  c.log_every = 100;
-  c.trace = path;
+  c.data.train_samples = 64;
+  c.data.workers = 1;
+  c.execution.backend = "reference";
+  c.reporting.eval_at_end = false;
+  c.reporting.log_every = 100;
+  c.reporting.trace = path;
   Trainer(c).train(nullptr);
   const auto bytes = read_file(path);
   const json trace = json::parse(bytes.begin(), bytes.end());

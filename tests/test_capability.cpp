@@ -248,11 +248,11 @@ TEST_CASE("capability: every backend answers for every op and dtype, and its ker
 TEST_CASE("capability: an unsupported combination is one line, before any step", "[capability]") {
   SECTION("the planner, through the trainer") {
     TrainConfig config;
-    config.backend = "eigen";
-    config.dtype = DType::f64;
+    config.execution.backend = "eigen";
+    config.execution.dtype = DType::f64;
     config.steps = 2;
-    config.train_samples = 64;
-    config.eval_samples = 16;
+    config.data.train_samples = 64;
+    config.data.eval_samples = 16;
     try {
       Trainer trainer(config);
       FAIL("eigen trained in f64");

@@ -19,10 +19,10 @@ TrainConfig tiny_config() {
   TrainConfig c;
   c.steps = 3;
   c.batch = 8;
-  c.train_samples = 64;
-  c.eval_samples = 20;
-  c.eval_batch = 20;
-  c.log_every = 1000;
+  c.data.train_samples = 64;
+  c.data.eval_samples = 20;
+  c.data.eval_batch = 20;
+  c.reporting.log_every = 1000;
   c.seed = 4;
   return c;
 }
@@ -253,7 +253,7 @@ TEST_CASE("checkpoint: damaged checkpoints are refused with the file and the pro
     const std::string c = fresh("k");
     TrainConfig config = tiny_config();
     config.steps = 10;
-    config.lr = 0.05;
+    config.optimizer.lr = 0.05;
     Trainer other(config);
     REQUIRE_THROWS_CONTAINING(other.resume(c), "trained with lr 0.01", "asks for 0.05");
   }
@@ -269,7 +269,7 @@ TEST_CASE("checkpoint: re-saving replaces the old checkpoint whole, and only a c
   trainer.save(dir / "c");
   CHECK(load_checkpoint(dir / "c", ref()).trainer.integers.at("step") == 3);
   config.stop_at = 0;
-  config.resume = dir / "c";
+  config.checkpoint.resume = dir / "c";
   Trainer more(config);
   more.train(nullptr);
   more.save(dir / "c/");  // the same directory, spelled with a trailing slash

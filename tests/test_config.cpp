@@ -26,9 +26,9 @@ TEST_CASE("config: a YAML file sets keys and flags override them", "[config]") {
   apply_config_file(c, path);
   CHECK(c.steps == 50);
   CHECK(c.batch == 64);
-  CHECK(c.lr == 0.05);
-  CHECK(c.optimizer == OptimizerKind::adamw);
-  CHECK(c.persistent_workers);
+  CHECK(c.optimizer.lr == 0.05);
+  CHECK(c.optimizer.kind == OptimizerKind::adamw);
+  CHECK(c.data.persistent_workers);
   apply_config_value(c, "batch", "16", "--batch");
   CHECK(c.batch == 16);
   validate_config(c);
@@ -76,16 +76,16 @@ TEST_CASE("config: bad keys, types, ranges and files are refused with a clear me
   for (const auto& p : {unknown, wrong_type, not_a_map, broken}) fs::remove(p);
 
   TrainConfig v;
-  v.backend = "quantum";
+  v.execution.backend = "quantum";
   REQUIRE_THROWS_CONTAINING(validate_config(v), "unknown backend 'quantum'", "reference");
   v = TrainConfig{};
-  v.train_samples = 10;
+  v.data.train_samples = 10;
   REQUIRE_THROWS_CONTAINING(validate_config(v), "train_samples (10) must be at least batch (32)");
   v = TrainConfig{};
-  v.resume = "/nonexistent/checkpoint";
+  v.checkpoint.resume = "/nonexistent/checkpoint";
   REQUIRE_THROWS_CONTAINING(validate_config(v), "'/nonexistent/checkpoint' does not exist");
   v = TrainConfig{};
-  v.save_every = 5;
+  v.checkpoint.save_every = 5;
   REQUIRE_THROWS_CONTAINING(validate_config(v), "save_every needs a save directory");
   v = TrainConfig{};
   v.stop_at = 500;

@@ -28,17 +28,17 @@ const std::vector<std::int64_t> kSmallCnnBytes = {864 * 4,     32 * 4,  18432 * 
 
 TrainConfig ddp_config() {
   TrainConfig c;
-  c.backend = "reference";  // deterministic at any thread count: differences come from DDP alone
+  c.execution.backend = "reference";  // deterministic at any thread count: differences come from DDP alone
   c.steps = 6;
-  c.batch = 16;          // global; 8 per rank at 2 ranks, 4 at 4
-  c.train_samples = 64;  // 4 batches an epoch: 6 steps cross an epoch boundary
-  c.eval_samples = 20;
-  c.eval_batch = 20;
-  c.eval_at_end = false;
-  c.log_every = 1000;
-  c.lr = 0.05;
+  c.batch = 16;               // global; 8 per rank at 2 ranks, 4 at 4
+  c.data.train_samples = 64;  // 4 batches an epoch: 6 steps cross an epoch boundary
+  c.data.eval_samples = 20;
+  c.data.eval_batch = 20;
+  c.reporting.eval_at_end = false;
+  c.reporting.log_every = 1000;
+  c.optimizer.lr = 0.05;
   c.seed = 11;
-  c.threads = 1;
+  c.execution.threads = 1;
   return c;
 }
 
@@ -100,7 +100,7 @@ TEST_CASE("DDP averages gradients exactly on integer-valued data, with no_sync a
     DdpOptions options;
     options.bucket_cap_mb = 64.0 / (1024 * 1024);
     options.first_bucket_mb = 16.0 / (1024 * 1024);
-    options.algorithm = algorithm;
+    options.allreduce = algorithm;
     options.rendezvous = algorithm == Algorithm::ring;  // the sleeping rendezvous before each bucket, too
     Ddp ddp(*world, options);
     ddp.attach(named);
@@ -149,8 +149,8 @@ TEST_CASE("DDP gradient compression (bf16, fp16): the average within the 16-bit 
         Tensor w = Tensor::zeros({300}, DType::f32, be).set_requires_grad(true);
         Tensor b = Tensor::zeros({7}, DType::f32, be).set_requires_grad(true);
         DdpOptions options;
-        options.algorithm = algorithm;
-        options.compression = compression;
+        options.allreduce = algorithm;
+        options.grad_compress = compression;
         options.zero = zero;
         options.bucket_cap_mb = 512.0 / (1024 * 1024);
         options.first_bucket_mb = 64.0 / (1024 * 1024);
@@ -216,7 +216,7 @@ TEST_CASE("DDP at world N equals one process with the whole batch, bitwise acros
     INFO("all-reduce " << allreduce << ", " << P << " ranks");
     TrainConfig config = ddp_config();
     DdpOptions options;
-    options.algorithm = parse_algorithm(allreduce);
+    options.allreduce = parse_algorithm(allreduce);
     options.bucket_cap_mb = 0.05;  // several buckets
     options.first_bucket_mb = 0.01;
     Ddp ddp(*world, options);
@@ -252,9 +252,9 @@ TEST_CASE("DDP gradient accumulation equals the large batch; checkpoints resume 
     // World P, two micro-steps of half the batch each, stopping at step 3 with a checkpoint.
     TrainConfig half = config;
     half.batch = config.batch / 2;
-    half.accumulate = 2;
+    half.execution.accumulate = 2;
     half.stop_at = 3;
-    half.save = dir;
+    half.checkpoint.save = dir;
     Ddp ddp(*world, DdpOptions{});
     Trainer first(half, &ddp);
     first.train(nullptr);
@@ -269,8 +269,8 @@ TEST_CASE("DDP gradient accumulation equals the large batch; checkpoints resume 
     // The same checkpoint continues at world 1 (the state is replicated) with the same data order.
     TrainConfig rest = config;
     rest.batch = config.batch / 2;
-    rest.accumulate = 2;
-    rest.resume = dir;
+    rest.execution.accumulate = 2;
+    rest.checkpoint.resume = dir;
     Trainer resumed(rest);
     REQUIRE(resumed.step() == 3);
     resumed.train(nullptr);
@@ -325,16 +325,16 @@ TEST_CASE("ZeRO-1 equals DDP (SGD and AdamW, f32 and bf16, ring and native), bit
         INFO(optimizer_name(optimizer) << " " << dtype_name(dtype) << " " << allreduce << ", " << P << " ranks");
         TrainConfig config = ddp_config();
         config.steps = 3;  // momentum and both AdamW moments in play; 16 runs (the sanitizer's time)
-        config.optimizer = optimizer;
-        config.momentum = 0.9;
-        config.weight_decay = 0.01;
-        config.lr = config.optimizer == OptimizerKind::adamw ? 1e-3 : 0.05;
-        config.dtype = dtype;
+        config.optimizer.kind = optimizer;
+        config.optimizer.momentum = 0.9;
+        config.optimizer.weight_decay = 0.01;
+        config.optimizer.lr = config.optimizer.kind == OptimizerKind::adamw ? 1e-3 : 0.05;
+        config.execution.dtype = dtype;
         // bf16 runs channels_last: its convolution gradients are not row-major, so their pieces
         // get buffers of their own instead of views of the local gradient.
-        if (dtype == DType::bf16) config.layout = MemoryFormat::channels_last;
+        if (dtype == DType::bf16) config.execution.layout = MemoryFormat::channels_last;
         DdpOptions options;
-        options.algorithm = parse_algorithm(allreduce);
+        options.allreduce = parse_algorithm(allreduce);
         options.bucket_cap_mb = 0.05;  // several buckets, parameters cut across chunks
         options.first_bucket_mb = 0.01;
         Ddp plain_ddp(*world, options);
@@ -352,7 +352,7 @@ TEST_CASE("ZeRO-1 equals DDP (SGD and AdamW, f32 and bf16, ring and native), bit
         // The same gradients (bit for bit with the ring, whose reduce-scatter is its all-reduce's
         // first half; MPI's reduce-scatter may sum in another order than its all-reduce) and the
         // same elementwise update on a slice of the vector (the reference backend's loop).
-        if (options.algorithm == Algorithm::ring) {
+        if (options.allreduce == Algorithm::ring) {
           CHECK(difference == 0.0);
         } else {
           CHECK(difference < 1e-5);
@@ -376,12 +376,12 @@ TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or
   auto world = MpiCommunicator::world();
   const std::string dir = shared_directory(*world, "zero");
   TrainConfig config = ddp_config();
-  config.optimizer = OptimizerKind::adamw;
-  config.lr = 1e-3;
+  config.optimizer.kind = OptimizerKind::adamw;
+  config.optimizer.lr = 1e-3;
   DdpOptions options;
   options.bucket_cap_mb = 0.05;
   options.first_bucket_mb = 0.01;
-  options.algorithm = Algorithm::ring;
+  options.allreduce = Algorithm::ring;
   options.zero = 1;
   // Straight through, sharded: the reference.
   Ddp straight_ddp(*world, options);
@@ -390,7 +390,7 @@ TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or
   {
     TrainConfig first = config;
     first.stop_at = 3;
-    first.save = dir;
+    first.checkpoint.save = dir;
     Ddp ddp(*world, options);
     Trainer trainer(first, &ddp);
     trainer.train(nullptr);
@@ -406,7 +406,7 @@ TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or
   {
     // Resumed sharded at the same world: the same bits as straight through.
     TrainConfig rest = config;
-    rest.resume = dir;
+    rest.checkpoint.resume = dir;
     Ddp ddp(*world, options);
     Trainer resumed(rest, &ddp);
     REQUIRE(resumed.step() == 3);
@@ -416,7 +416,7 @@ TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or
   {
     // Resumed as plain DDP (zero 0), and at world 1: the same run, as f32 rounding allows.
     TrainConfig rest = config;
-    rest.resume = dir;
+    rest.checkpoint.resume = dir;
     DdpOptions plain = options;
     plain.zero = 0;
     Ddp ddp(*world, plain);
@@ -432,7 +432,7 @@ TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or
     auto pair = world->split(world->rank() < 2 ? 0 : -1, world->rank());
     if (pair) {
       TrainConfig rest = config;
-      rest.resume = dir;
+      rest.checkpoint.resume = dir;
       Ddp ddp(*pair, options);
       Trainer resumed(rest, &ddp);
       resumed.train(nullptr);
@@ -450,7 +450,7 @@ TEST_CASE("ZeRO-1 refuses f16 (its loss scaler would see one shard) and an unkno
   REQUIRE_THROWS_WITH(Ddp(*world, options), Catch::Contains("zero 2"));
   options.zero = 1;
   TrainConfig config = ddp_config();
-  config.dtype = DType::f16;
+  config.execution.dtype = DType::f16;
   Ddp ddp(*world, options);
   REQUIRE_THROWS_WITH(Trainer(config, &ddp), Catch::Contains("f16 with zero: 1"));
   world->barrier();
@@ -463,14 +463,14 @@ TEST_CASE("recompute under DDP and ZeRO-1: the gradient hooks fire through recom
     TrainConfig config = ddp_config();
     config.steps = 3;
     DdpOptions options;
-    options.algorithm = Algorithm::ring;
+    options.allreduce = Algorithm::ring;
     options.bucket_cap_mb = 0.05;
     options.first_bucket_mb = 0.01;
     options.zero = zero;
     Ddp plain_ddp(*world, options);
     Trainer plain(config, &plain_ddp);
     plain.train(nullptr);
-    config.recompute = Recompute::all;
+    config.execution.recompute = Recompute::all;
     Ddp recomputed_ddp(*world, options);
     Trainer recomputed(config, &recomputed_ddp);
     recomputed.train(nullptr);

@@ -182,16 +182,16 @@ class Counting final : public DataParallel {
 
 TrainConfig device_config(const std::string& backend) {
   TrainConfig c;
-  c.backend = backend;
+  c.execution.backend = backend;
   c.steps = 3;
   c.batch = 24;  // global: 12, 8 or 6 per rank
-  c.train_samples = 96;
-  c.eval_at_end = false;
-  c.log_every = 1000;
-  c.lr = 0.05;
+  c.data.train_samples = 96;
+  c.reporting.eval_at_end = false;
+  c.reporting.log_every = 1000;
+  c.optimizer.lr = 0.05;
   c.seed = 5;
-  c.threads = 1;
-  c.warmup = 1;  // steps 2 and 3 measured: the DDP statistics are theirs
+  c.execution.threads = 1;
+  c.reporting.warmup = 1;  // steps 2 and 3 measured: the DDP statistics are theirs
   return c;
 }
 
@@ -226,17 +226,17 @@ TEST_CASE("DDP over a device communicator: no gradient or bucket through the hos
     INFO(arm.allreduce << ", gradient_as_bucket_view " << arm.views << ", zero " << arm.zero << ", "
                        << optimizer_name(arm.optimizer) << ", compression " << static_cast<int>(arm.compression));
     DdpOptions options;
-    options.algorithm = parse_algorithm(arm.allreduce);
+    options.allreduce = parse_algorithm(arm.allreduce);
     options.gradient_as_bucket_view = arm.views;
     options.zero = arm.zero;
-    options.compression = arm.compression;
+    options.grad_compress = arm.compression;
     options.bucket_cap_mb = 0.05;  // several buckets
     options.first_bucket_mb = 0.01;
 
     // The device path: the emulated device's model, buckets in its memory, the device-style communicator.
     auto device = device_world();
     TrainConfig on_device = device_config(trainlab::testing::emulated_device());
-    on_device.optimizer = arm.optimizer;
+    on_device.optimizer.kind = arm.optimizer;
     Ddp device_ddp(*device, options);
     Counting counting(device_ddp, device_backend(), [&] { return device->host_copies.load(); });
     Trainer device_trainer(on_device, &counting);
@@ -280,7 +280,7 @@ TEST_CASE(
   for (const int zero : {0, 1}) {
     INFO("zero " << zero);
     DdpOptions options;
-    options.algorithm = Algorithm::ring;
+    options.allreduce = Algorithm::ring;
     options.zero = zero;
     options.bucket_cap_mb = 0.05;
     options.first_bucket_mb = 0.01;
@@ -323,9 +323,9 @@ TEST_CASE("DDP over NCCL on the cuda backend: no host copies in backward, world 
                         Arm{"ring", 1, GradCompression::none}, Arm{"native", 0, GradCompression::bf16}}) {
     INFO(arm.allreduce << ", zero " << arm.zero << ", compression " << static_cast<int>(arm.compression));
     DdpOptions options;
-    options.algorithm = parse_algorithm(arm.allreduce);
+    options.allreduce = parse_algorithm(arm.allreduce);
     options.zero = arm.zero;
-    options.compression = arm.compression;
+    options.grad_compress = arm.compression;
     options.bucket_cap_mb = 0.05;
     options.first_bucket_mb = 0.01;
     TrainConfig config = device_config("cuda");

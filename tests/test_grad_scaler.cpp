@@ -82,17 +82,17 @@ TEST_CASE("GradScaler: bad options are refused, naming them", "[optim]") {
 TEST_CASE("f16 training with loss scaling: an absurd start scale overflows, is skipped and backs off",
           "[training][scaler]") {
   TrainConfig c;
-  c.backend = scaler_backend();
-  c.dtype = DType::f16;
+  c.execution.backend = scaler_backend();
+  c.execution.dtype = DType::f16;
   c.steps = 30;
   c.batch = 16;
-  c.train_samples = 256;
-  c.eval_samples = 40;
-  c.eval_batch = 40;
-  c.log_every = 1000;
-  c.threads = 1;
-  c.lr = 0.02;
-  c.loss_scale_init = 16777216.0;  // 2^24: the f16 gradients overflow (above 65504) at once
+  c.data.train_samples = 256;
+  c.data.eval_samples = 40;
+  c.data.eval_batch = 40;
+  c.reporting.log_every = 1000;
+  c.execution.threads = 1;
+  c.optimizer.lr = 0.02;
+  c.execution.loss_scale_init = 16777216.0;  // 2^24: the f16 gradients overflow (above 65504) at once
   Trainer trainer(c);
   const TrainResult r = trainer.train(nullptr);
   INFO("skipped " << r.skipped_steps << ", final scale " << r.loss_scale);

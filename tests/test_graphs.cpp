@@ -34,33 +34,33 @@ std::string graph_backend() {
 
 TrainConfig graph_config() {
   TrainConfig c;
-  c.backend = graph_backend();
+  c.execution.backend = graph_backend();
   c.steps = 7;
   c.batch = 8;
-  c.train_samples = 48;  // six batches an epoch: the run crosses an epoch boundary
-  c.eval_samples = 16;
-  c.eval_batch = 16;
-  c.warmup = 0;
-  c.log_every = 1000;
-  c.eval_at_end = false;
+  c.data.train_samples = 48;  // six batches an epoch: the run crosses an epoch boundary
+  c.data.eval_samples = 16;
+  c.data.eval_batch = 16;
+  c.reporting.warmup = 0;
+  c.reporting.log_every = 1000;
+  c.reporting.eval_at_end = false;
   return c;
 }
 
 // The cuda backend is deterministic (deterministic cuDNN algorithms, one stream), but is given a
 // hair of room; the recorder replays the reference's very calls, so it must match bit for bit.
-double tolerance(const TrainConfig& c) { return c.backend == "emulated-device" ? 0.0 : 1e-6; }
+double tolerance(const TrainConfig& c) { return c.execution.backend == "emulated-device" ? 0.0 : 1e-6; }
 
 void check_graph_equals_eager(TrainConfig c) {
-  c.cuda_graph = false;
+  c.execution.cuda_graph = false;
   Trainer eager(c);
   const TrainResult expected = eager.train(nullptr);
-  c.cuda_graph = true;
+  c.execution.cuda_graph = true;
   Trainer graphed(c);
   const std::int64_t replays_before = graphed.backend().counters()["replays"];
   const TrainResult got = graphed.train(nullptr);
-  if (c.backend == "emulated-device") {
+  if (c.execution.backend == "emulated-device") {
     // Two eager steps, then (steps - 2) * accumulate forward and backward replays each.
-    CHECK(graphed.backend().counters()["replays"] - replays_before == 2 * (c.steps - 2) * c.accumulate);
+    CHECK(graphed.backend().counters()["replays"] - replays_before == 2 * (c.steps - 2) * c.execution.accumulate);
   }
   REQUIRE(got.losses.size() == expected.losses.size());
   const double tol = tolerance(c);
@@ -100,31 +100,31 @@ TEST_CASE("graphs: replaying the captured step trains exactly as the eager step"
   TrainConfig c = graph_config();
   SECTION("f32, SGD with momentum") { check_graph_equals_eager(c); }
   SECTION("bf16 autocast, channels_last, fused") {
-    c.dtype = DType::bf16;
-    c.layout = MemoryFormat::channels_last;
-    c.fuse = true;
+    c.execution.dtype = DType::bf16;
+    c.execution.layout = MemoryFormat::channels_last;
+    c.execution.fuse = true;
     check_graph_equals_eager(c);
   }
   SECTION("gradient accumulation, AdamW, warm-up and cosine schedule") {
-    c.accumulate = 2;
-    c.optimizer = OptimizerKind::adamw;
-    c.lr = 1e-3;
-    c.schedule = ScheduleKind::warmup_cosine;
-    c.warmup_steps = 2;
+    c.execution.accumulate = 2;
+    c.optimizer.kind = OptimizerKind::adamw;
+    c.optimizer.lr = 1e-3;
+    c.optimizer.schedule = ScheduleKind::warmup_cosine;
+    c.optimizer.warmup_steps = 2;
     check_graph_equals_eager(c);
   }
 }
 
 TEST_CASE("graphs: a capture the step cannot support is refused by name", "[graph]") {
   TrainConfig c = graph_config();
-  c.cuda_graph = true;
+  c.execution.cuda_graph = true;
   SECTION("a backend without graphs") {
-    c.backend = "reference";
+    c.execution.backend = "reference";
     CHECK_THROWS_WITH(Trainer(c), Catch::Contains("backend 'reference' cannot"));
   }
   SECTION("f16 and its host-side loss scaler") {
-    c.dtype = DType::f16;
-    if (get_backend(c.backend).supports(DType::f16)) {
+    c.execution.dtype = DType::f16;
+    if (get_backend(c.execution.backend).supports(DType::f16)) {
       CHECK_THROWS_WITH(Trainer(c), Catch::Contains("cuda_graph with dtype f16"));
     }
   }
@@ -144,12 +144,12 @@ TEST_CASE("graphs: work that waits for the device fails the capture, and the bac
 
 TEST_CASE("pin_memory: page-locked batches on the copy stream train exactly as pageable copies", "[graph]") {
   TrainConfig c = graph_config();
-  c.workers = 2;  // with workers the next batch's copy is started ahead, while the step runs
-  c.eval_at_end = true;
+  c.data.workers = 2;  // with workers the next batch's copy is started ahead, while the step runs
+  c.reporting.eval_at_end = true;
   const TrainResult expected = Trainer(c).train(nullptr);
-  c.pin_memory = true;
+  c.execution.pin_memory = true;
   const TrainResult pinned = Trainer(c).train(nullptr);
-  c.cuda_graph = true;  // the graphs' input is staged from the uploaded batch
+  c.execution.cuda_graph = true;  // the graphs' input is staged from the uploaded batch
   const TrainResult both = Trainer(c).train(nullptr);
   REQUIRE(pinned.losses.size() == expected.losses.size());
   for (std::size_t i = 0; i < expected.losses.size(); ++i) {
@@ -159,8 +159,8 @@ TEST_CASE("pin_memory: page-locked batches on the copy stream train exactly as p
   }
   CHECK(pinned.final_eval.accuracy == expected.final_eval.accuracy);
 
-  c.backend = "reference";
-  c.cuda_graph = false;
+  c.execution.backend = "reference";
+  c.execution.cuda_graph = false;
   CHECK_THROWS_WITH(Trainer(c), Catch::Contains("pin_memory needs a CUDA backend"));
 }
 

@@ -49,12 +49,12 @@ TrainConfig quadrants_config() {
   TrainConfig c;
   c.steps = 400;
   c.batch = 32;
-  c.lr = 0.1;
-  c.eval_every = 20;
-  c.eval_batch = 250;
-  c.log_every = 1 << 30;
-  c.warmup = 2;
-  c.backend = "reference";
+  c.optimizer.lr = 0.1;
+  c.reporting.eval_every = 20;
+  c.data.eval_batch = 250;
+  c.reporting.log_every = 1 << 30;
+  c.reporting.warmup = 2;
+  c.execution.backend = "reference";
   return c;
 }
 
@@ -100,7 +100,7 @@ TEST_CASE("library: a driver's own model and data train through the Trainer, wit
 TEST_CASE("library: bad tasks and rules are refused with what is wrong", "[library]") {
   SECTION("a stop rule without evaluations") {
     TrainConfig c = quadrants_config();
-    c.eval_every = 0;
+    c.reporting.eval_every = 0;
     Trainer trainer(c, quadrants_task());
     TrainCallbacks callbacks;
     callbacks.stop_rule = accuracy_at_least(0.9);
@@ -116,7 +116,7 @@ TEST_CASE("library: bad tasks and rules are refused with what is wrong", "[libra
     task.make_model = [](const InitOptions& init) { return std::make_shared<Linear>(4, 3, init); };
     TrainConfig c = quadrants_config();
     c.steps = 2;
-    c.eval_every = 0;
+    c.reporting.eval_every = 0;
     Trainer trainer(c, task);
     // Training with 3 logits and labels up to 3 fails in cross_entropy; evaluation says why.
     REQUIRE_THROWS_CONTAINING(trainer.evaluate(), "model's output [250, 3] does not match Quadrants(500)",
@@ -134,15 +134,16 @@ TEST_CASE("library: the step runner trains the same as the trainer, step by step
   // on the same batches gets the same losses, bit for bit.
   TrainConfig c = quadrants_config();
   c.steps = 6;
-  c.eval_every = 0;
-  c.eval_at_end = false;
+  c.reporting.eval_every = 0;
+  c.reporting.eval_at_end = false;
   Trainer trainer(c, quadrants_task());
   const TrainResult result = trainer.train(nullptr);
 
   Generator gen(c.seed);
   const TrainTask task = quadrants_task();
   auto model = task.make_model(InitOptions{&gen, DType::f32, &get_backend("reference")});
-  SGD optimizer(model->named_parameters(), SgdOptions{c.lr, c.momentum, 0.0, c.weight_decay, false});
+  SGD optimizer(model->named_parameters(),
+                SgdOptions{c.optimizer.lr, c.optimizer.momentum, 0.0, c.optimizer.weight_decay, false});
   StepRunner runner(get_backend("reference"), *model, optimizer, StepOptions{});
   DataLoaderOptions loader_options;
   loader_options.batch_size = c.batch;

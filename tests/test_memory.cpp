@@ -138,11 +138,11 @@ TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every
         const bool fused_nhwc = variant == 1 || variant == 3;
         TrainConfig config;
         config.batch = batch;
-        config.dtype = dtype;
-        config.fuse = fused_nhwc;
-        config.layout = fused_nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-        config.recompute = variant == 2 ? Recompute::convs : variant == 3 ? Recompute::all : Recompute::none;
-        config.train_samples = 4 * batch;
+        config.execution.dtype = dtype;
+        config.execution.fuse = fused_nhwc;
+        config.execution.layout = fused_nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+        config.execution.recompute = variant == 2 ? Recompute::convs : variant == 3 ? Recompute::all : Recompute::none;
+        config.data.train_samples = 4 * batch;
         const StepMemoryReport r = measure_step_memory(config, smallcnn_task(config));
         INFO(step_memory_table(r));
         REQUIRE(r.described);
@@ -179,14 +179,14 @@ TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every
 TEST_CASE("memory: recomputation holds less after the forward, and never more at the peak", "[memory]") {
   TrainConfig config;
   config.batch = 128;
-  config.train_samples = 512;
+  config.data.train_samples = 512;
   const StepMemoryReport plain = measure_step_memory(config, smallcnn_task(config));
   // The estimate's "saved for backward when the forward ends" is what the plain run holds.
   CHECK(std::abs(static_cast<double>(plain.measured.activations_after_forward) - plain.estimate.chain.saved) <=
         0.10 * plain.estimate.chain.saved);
   for (const Recompute mode : {Recompute::convs, Recompute::all}) {
     INFO(recompute_name(mode));
-    config.recompute = mode;
+    config.execution.recompute = mode;
     const StepMemoryReport r = measure_step_memory(config, smallcnn_task(config));
     INFO(step_memory_table(r));
     // The conv blocks keep only their inputs: pool1's and pool2's outputs and the classifier's;
@@ -204,8 +204,8 @@ TEST_CASE("memory: recomputation holds less after the forward, and never more at
 TEST_CASE("memory: AdamW keeps two moments; a model that does not describe itself is measured only", "[memory]") {
   TrainConfig config;
   config.batch = 32;
-  config.train_samples = 128;
-  config.optimizer = OptimizerKind::adamw;
+  config.data.train_samples = 128;
+  config.optimizer.kind = OptimizerKind::adamw;
   const StepMemoryReport adamw = measure_step_memory(config, smallcnn_task(config));
   CHECK(adamw.measured.peak_of(MemoryCategory::optimizer_state) ==
         2 * adamw.measured.peak_of(MemoryCategory::parameters));
@@ -222,8 +222,8 @@ TEST_CASE("memory: AdamW keeps two moments; a model that does not describe itsel
   task.train_data = std::make_shared<Signs>();
   TrainConfig mlp;
   mlp.batch = 16;
-  mlp.train_samples = 256;
-  mlp.backend = "reference";
+  mlp.data.train_samples = 256;
+  mlp.execution.backend = "reference";
   const StepMemoryReport r = measure_step_memory(mlp, task);
   CHECK_FALSE(r.described);
   CHECK(r.measured.peak_of(MemoryCategory::activations) > 0);
@@ -235,13 +235,13 @@ TEST_CASE("memory: AdamW keeps two moments; a model that does not describe itsel
 TEST_CASE("memory: the trainer's summary and trainlab throughput's JSON carry the breakdown", "[memory]") {
   TrainConfig config;
   config.steps = 4;
-  config.warmup = 1;
+  config.reporting.warmup = 1;
   config.batch = 16;
-  config.train_samples = 64;
-  config.eval_samples = 50;
-  config.eval_batch = 50;
-  config.eval_every = 2;
-  config.log_every = 100;
+  config.data.train_samples = 64;
+  config.data.eval_samples = 50;
+  config.data.eval_batch = 50;
+  config.reporting.eval_every = 2;
+  config.reporting.log_every = 100;
   std::ostringstream log;
   Trainer trainer(config);
   const TrainResult result = trainer.train(&log);

@@ -41,10 +41,10 @@ TrainConfig tiny_config() {
   TrainConfig c;
   c.steps = 2;
   c.batch = 8;
-  c.train_samples = 32;
-  c.eval_samples = 16;
-  c.eval_batch = 16;
-  c.log_every = 1000;
+  c.data.train_samples = 32;
+  c.data.eval_samples = 16;
+  c.data.eval_batch = 16;
+  c.reporting.log_every = 1000;
   return c;
 }
 
@@ -104,23 +104,23 @@ TEST_CASE("outputs: a regular file is replaced atomically, a link followed, a de
 TEST_CASE("outputs: the trainer refuses a bad --trace or --save before training", "[reliability]") {
   TempDir dir("trainer-outputs");
   TrainConfig config = tiny_config();
-  config.trace = dir.path.string();  // a directory
+  config.reporting.trace = dir.path.string();  // a directory
   REQUIRE_THROWS_CONTAINING(Trainer{config}, "--trace", "is a directory");
-  config.trace.clear();
+  config.reporting.trace.clear();
   std::ofstream(dir / "notes.txt") << "keep";
-  config.save = dir.path.string();  // a directory holding something else
+  config.checkpoint.save = dir.path.string();  // a directory holding something else
   REQUIRE_THROWS_CONTAINING(Trainer{config}, "holds 'notes.txt'");
-  config.save = dir / "notes.txt";  // a file
+  config.checkpoint.save = dir / "notes.txt";  // a file
   REQUIRE_THROWS_CONTAINING(Trainer{config}, "not a directory");
   CHECK(read_text(dir / "notes.txt") == "keep");
   // A --save that is a link to a checkpoint directory: the directory is replaced, the link stays.
-  config.save = dir / "real";
+  config.checkpoint.save = dir / "real";
   Trainer first(config);
   first.train(nullptr);
   fs::create_symlink("real", dir / "latest");
-  config.save = dir / "latest";
+  config.checkpoint.save = dir / "latest";
   config.steps = 3;
-  config.resume = dir / "latest";
+  config.checkpoint.resume = dir / "latest";
   Trainer second(config);
   second.train(nullptr);
   CHECK(fs::is_symlink(dir / "latest"));
@@ -136,7 +136,7 @@ TEST_CASE("json: nesting and size are bounded before a parser sees the text", "[
 
   TempDir dir("nested");
   TrainConfig config = tiny_config();
-  config.save = dir / "c";
+  config.checkpoint.save = dir / "c";
   Trainer trainer(config);
   trainer.train(nullptr);
   SECTION("a COMPLETE marker nested 200,000 deep") {
@@ -166,7 +166,7 @@ TEST_CASE("json: nesting and size are bounded before a parser sees the text", "[
 TEST_CASE("checkpoint: file types and sizes are checked before a byte is read", "[reliability]") {
   TempDir dir("sizes");
   TrainConfig config = tiny_config();
-  config.save = dir / "c";
+  config.checkpoint.save = dir / "c";
   Trainer trainer(config);
   trainer.train(nullptr);
   SECTION("weights extended to a sparse 30 GiB file") {
@@ -197,7 +197,7 @@ TEST_CASE("checkpoint: a save removes the staging directories of killed saves, a
   fs::create_directories(dir / ".c.saving-1");
   fs::create_directories(dir / ".other.saving-4194303");
   TrainConfig config = tiny_config();
-  config.save = dir / "c";
+  config.checkpoint.save = dir / "c";
   Trainer trainer(config);
   trainer.train(nullptr);
   CHECK_FALSE(fs::exists(dir / ".c.saving-4194303"));
@@ -290,9 +290,9 @@ TrainConfig features_config() {
   TrainConfig c;
   c.steps = 4;
   c.batch = 16;
-  c.eval_batch = 64;
-  c.log_every = 1 << 30;
-  c.backend = "reference";
+  c.data.eval_batch = 64;
+  c.reporting.log_every = 1 << 30;
+  c.execution.backend = "reference";
   return c;
 }
 
@@ -312,12 +312,12 @@ TEST_CASE("nonfinite: a NaN loss stops the run naming the step; the last good ch
   TempDir dir("nonfinite");
   TrainConfig config = features_config();
   config.steps = 2;
-  config.save = dir / "c";
+  config.checkpoint.save = dir / "c";
   Trainer(config, features_task(false)).train(nullptr);
   const std::string before = read_text(dir / "c/COMPLETE");
   // The same run continued on poisoned data: the first new step diverges, nothing is written.
   config.steps = 6;
-  config.resume = dir / "c";
+  config.checkpoint.resume = dir / "c";
   Trainer poisoned(config, features_task(true));
   try {
     poisoned.train(nullptr);
@@ -333,8 +333,8 @@ TEST_CASE("nonfinite: a NaN loss stops the run naming the step; the last good ch
 
 TEST_CASE("nonfinite: --on-nonfinite skip skips the update and counts it", "[reliability]") {
   TrainConfig config = features_config();
-  config.on_nonfinite = NonFinitePolicy::skip;
-  config.eval_at_end = false;
+  config.execution.on_nonfinite = NonFinitePolicy::skip;
+  config.reporting.eval_at_end = false;
   Trainer trainer(config, features_task(true));
   const std::vector<double> initial = weights_of(trainer.model());
   const TrainResult result = trainer.train(nullptr);
@@ -366,7 +366,7 @@ TEST_CASE("nonfinite: a checkpoint holding NaN is refused unless the user says o
   TempDir dir("nan-checkpoint");
   TrainConfig config = features_config();
   config.steps = 2;
-  config.save = dir / "c";
+  config.checkpoint.save = dir / "c";
   Trainer(config, features_task(false)).train(nullptr);
   Checkpoint c = load_checkpoint(dir / "c", ref());
   std::vector<double> w = values(c.model[0].second);
@@ -374,10 +374,10 @@ TEST_CASE("nonfinite: a checkpoint holding NaN is refused unless the user says o
   c.model[0].second = Tensor::from_vector(w, c.model[0].second.shape(), ref()).to(DType::f32);
   save_checkpoint(dir / "c", c);
   config.steps = 4;
-  config.resume = dir / "c";
+  config.checkpoint.resume = dir / "c";
   REQUIRE_THROWS_CONTAINING(Trainer(config, features_task(false)), "tensor '0.weight' holds inf at element 3",
                             "--allow-nonfinite-checkpoint");
-  config.allow_nonfinite_checkpoint = true;
+  config.checkpoint.allow_nonfinite_checkpoint = true;
   CHECK_NOTHROW(Trainer(config, features_task(false)));
 }
 
@@ -385,13 +385,13 @@ TEST_CASE("resume: a state.json cannot override the config or lose optimiser sta
   TempDir dir("state-override");
   TrainConfig config = features_config();
   config.steps = 3;
-  config.momentum = 0.9;
-  config.weight_decay = 0.01;
-  config.save = dir / "c";
+  config.optimizer.momentum = 0.9;
+  config.optimizer.weight_decay = 0.01;
+  config.checkpoint.save = dir / "c";
   Trainer(config, features_task(false)).train(nullptr);
   config.steps = 6;
-  config.resume = dir / "edited";
-  config.save.clear();
+  config.checkpoint.resume = dir / "edited";
+  config.checkpoint.save.clear();
   auto edited = [&](const std::function<void(Checkpoint&)>& edit) {
     Checkpoint c = load_checkpoint(dir / "c", ref());
     edit(c);

@@ -56,10 +56,10 @@ TEST_CASE("a configuration that never reaches the target is a row that says so",
   const CostStudySpec spec = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cpu.yaml");
   TrainConfig config = cost_configs(spec, true).front();
   config.steps = 10;
-  config.eval_every = 5;
-  config.eval_samples = 50;
-  config.log_every = 1 << 30;
-  config.warmup = 2;
+  config.reporting.eval_every = 5;
+  config.data.eval_samples = 50;
+  config.reporting.log_every = 1 << 30;
+  config.reporting.warmup = 2;
   Trainer trainer(config, smallcnn_task(config));
   TrainCallbacks callbacks;
   callbacks.stop_rule = accuracy_at_least(0.999, 2);
@@ -70,7 +70,7 @@ TEST_CASE("a configuration that never reaches the target is a row that says so",
   CHECK(result.evals.back().step == 10);
   CHECK_FALSE(callbacks.stop_rule.should_stop(result.evals));
 
-  CostConfigResult r{"capped", config.batch, config.lr, true, "f32", {missed(result.samples_per_s)}};
+  CostConfigResult r{"capped", config.batch, config.optimizer.lr, true, "f32", {missed(result.samples_per_s)}};
   CostConfigResult ok{"fine", 64, 0.005, true, "f32", {reached(1000, 100)}};
   const CostAnalysis a = analyse_cost({r, ok}, 0.35, 0.999, 5, 10);
   REQUIRE(a.rows.size() == 2);
@@ -241,24 +241,24 @@ TEST_CASE("cost configs follow the declared LR rule", "[bench]") {
   const CostStudySpec spec = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cpu.yaml");
   const auto configs = cost_configs(spec, false);
   REQUIRE(spec.configs.size() == 5);
-  const double base_lr = configs[0].lr;
+  const double base_lr = configs[0].optimizer.lr;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const double expected = spec.configs[i].lr_follows_rule ? base_lr * static_cast<double>(configs[i].batch) /
                                                                   static_cast<double>(configs[0].batch)
                                                             : base_lr;
-    CHECK(configs[i].lr == Approx(expected));
-    CHECK(configs[i].eval_every == spec.eval_every);
-    CHECK(configs[i].eval_at_end);  // the cap is evaluated too
+    CHECK(configs[i].optimizer.lr == Approx(expected));
+    CHECK(configs[i].reporting.eval_every == spec.eval_every);
+    CHECK(configs[i].reporting.eval_at_end);  // the cap is evaluated too
     CHECK(configs[i].steps == spec.step_cap);
   }
   CHECK(configs[2].batch == 128);
-  CHECK(configs[2].lr == Approx(base_lr));  // batch128_unscaled
+  CHECK(configs[2].optimizer.lr == Approx(base_lr));  // batch128_unscaled
   CHECK(cost_configs(spec, true)[0].steps == spec.quick_step_cap);
   // The GPU file: the same configurations, the device taken from it (never from the code).
   const CostStudySpec gpu = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cuda.yaml");
   CHECK(gpu.device == "cuda");
   REQUIRE(gpu.configs.size() == spec.configs.size());
-  for (const auto& c : cost_configs(gpu, false)) CHECK(c.backend == "cuda");
+  for (const auto& c : cost_configs(gpu, false)) CHECK(c.execution.backend == "cuda");
 }
 
 TEST_CASE("cpu lists and affinity are applied and read back", "[bench]") {

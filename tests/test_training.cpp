@@ -21,11 +21,11 @@ TrainConfig small_config() {
   TrainConfig c;
   c.steps = 12;
   c.batch = 16;
-  c.train_samples = 64;  // 4 batches an epoch: 12 steps cross two epoch boundaries
-  c.eval_samples = 40;
-  c.eval_batch = 40;
-  c.decode_cost = 1;
-  c.log_every = 1000;
+  c.data.train_samples = 64;  // 4 batches an epoch: 12 steps cross two epoch boundaries
+  c.data.eval_samples = 40;
+  c.data.eval_batch = 40;
+  c.data.decode_cost = 1;
+  c.reporting.log_every = 1000;
   c.seed = 3;
   return c;
 }
@@ -52,7 +52,7 @@ TEST_CASE("training: loss falls and held-out accuracy passes 80% within 3,200 sa
   c.steps = 100;
   c.batch = 32;
   c.seed = 0;
-  c.log_every = 1000;
+  c.reporting.log_every = 1000;
   Trainer trainer(c);
   const TrainResult result = trainer.train(nullptr);
   REQUIRE(result.losses.size() == 100);
@@ -81,14 +81,14 @@ TEST_CASE("training: the same seed gives bit-identical parameters whatever num_w
   for (const std::string backend : {"reference", "onednn"}) {
     INFO("backend " << backend);
     TrainConfig base = small_config();
-    base.backend = backend;
+    base.execution.backend = backend;
     Trainer reference_run(base);
     const TrainResult expected = reference_run.train(nullptr);
     for (auto [workers, persistent] : {std::pair{1, false}, std::pair{2, false}, std::pair{3, true}}) {
       INFO("workers " << workers << " persistent " << persistent);
       TrainConfig c = base;
-      c.workers = workers;
-      c.persistent_workers = persistent;
+      c.data.workers = workers;
+      c.data.persistent_workers = persistent;
       Trainer run(c);
       const TrainResult result = run.train(nullptr);
       CHECK(result.losses == expected.losses);
@@ -99,12 +99,12 @@ TEST_CASE("training: the same seed gives bit-identical parameters whatever num_w
 
 TEST_CASE("training: bit-identical at 1 and 2 compute threads on the reference", "[training][determinism]") {
   TrainConfig c = small_config();
-  c.backend = "reference";
+  c.execution.backend = "reference";
   c.steps = 4;
-  c.threads = 1;
+  c.execution.threads = 1;
   Trainer one(c);
   one.train(nullptr);
-  c.threads = 2;
+  c.execution.threads = 2;
   Trainer two(c);
   two.train(nullptr);
   check_same_parameters(one, two);
@@ -120,12 +120,12 @@ TEST_CASE("training: every fast backend tracks the reference's loss curve", "[tr
         INFO(info.name << " " << dtype_name(dtype) << " " << memory_format_name(layout));
         TrainConfig c = small_config();
         c.steps = 8;
-        c.dtype = dtype;
-        c.layout = layout;
-        c.fuse = layout == MemoryFormat::channels_last;  // both the plain and the fused paths
-        c.backend = "reference";
+        c.execution.dtype = dtype;
+        c.execution.layout = layout;
+        c.execution.fuse = layout == MemoryFormat::channels_last;  // both the plain and the fused paths
+        c.execution.backend = "reference";
         const TrainResult expected = Trainer(c).train(nullptr);
-        c.backend = info.name;
+        c.execution.backend = info.name;
         const TrainResult got = Trainer(c).train(nullptr);
         REQUIRE(got.losses.size() == expected.losses.size());
         for (std::size_t i = 0; i < got.losses.size(); ++i) {
@@ -141,7 +141,7 @@ TEST_CASE("training: every fast backend tracks the reference's loss curve", "[tr
 TEST_CASE("profiler: phase spans cover each step and op spans nest inside them", "[profiler]") {
   TrainConfig c = small_config();
   c.steps = 3;
-  c.workers = 1;
+  c.data.workers = 1;
   Trainer trainer(c);
   Profiler& profiler = Profiler::instance();
   profiler.clear();
@@ -194,12 +194,12 @@ TEST_CASE("training: resume is bit-identical to a straight run", "[training][res
   for (const OptimizerKind optimizer : {OptimizerKind::sgd, OptimizerKind::adamw}) {
     INFO("optimizer " << optimizer_name(optimizer));
     TrainConfig config = small_config();
-    config.optimizer = optimizer;
-    config.workers = 2;
+    config.optimizer.kind = optimizer;
+    config.data.workers = 2;
     if (optimizer == OptimizerKind::adamw) {
-      config.lr = 0.001;
-      config.schedule = ScheduleKind::warmup_cosine;
-      config.warmup_steps = 3;
+      config.optimizer.lr = 0.001;
+      config.optimizer.schedule = ScheduleKind::warmup_cosine;
+      config.optimizer.warmup_steps = 3;
     }
     Trainer straight(config);
     const TrainResult full = straight.train(nullptr);
@@ -209,13 +209,13 @@ TEST_CASE("training: resume is bit-identical to a straight run", "[training][res
     const std::string dir = temp_dir(optimizer_name(optimizer));
     TrainConfig first_config = config;
     first_config.stop_at = 6;
-    first_config.save = dir;
+    first_config.checkpoint.save = dir;
     Trainer first(first_config);
     const TrainResult half = first.train(nullptr);
     CHECK(half.losses == std::vector<double>(full.losses.begin(), full.losses.begin() + 6));
 
     TrainConfig resume_config = config;
-    resume_config.resume = dir;
+    resume_config.checkpoint.resume = dir;
     Trainer resumed(resume_config);
     CHECK(resumed.step() == 6);
     const TrainResult rest = resumed.train(nullptr);
@@ -243,7 +243,7 @@ TEST_CASE("training: resume is bit-identical to a straight run", "[training][res
     moved.trainer.strings["generator"] = advanced.state_string();
     save_checkpoint(dir + "-moved", moved);
     TrainConfig moved_config = config;
-    moved_config.resume = dir + "-moved";
+    moved_config.checkpoint.resume = dir + "-moved";
     Trainer from_moved(moved_config);
     CHECK(from_moved.generator().state_string() == advanced.state_string());
     CHECK(from_moved.generator().state_string() != resumed.generator().state_string());

@@ -7,7 +7,7 @@
 namespace trainlab {
 
 Tensor bias_add(const Tensor& x, const Tensor& bias_in) {
-  TL_PROFILE_SCOPE("bias_add.forward");
+  TL_SPAN("bias_add.forward");
   ops_detail::check_defined("bias_add", "input", x);
   ops_detail::check_defined("bias_add", "bias", bias_in);
   // Under autocast an f32 bias joins a low-precision activation in its dtype.

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "engine/autograd.h"
-#include "engine/profiler.h"
+#include "engine/observer.h"
 #include "engine/tensor.h"
 
 namespace trainlab::ops_detail {

@@ -15,7 +15,7 @@ namespace {
 
 Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu, const Conv2dOptions& o,
                    const char* name) {
-  TL_PROFILE_SCOPE("conv2d.forward");
+  TL_SPAN("conv2d.forward");
   ops_detail::check_defined("conv2d", "input", x_in);
   ops_detail::check_defined("conv2d", "weight", w_in);
   const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
@@ -66,12 +66,12 @@ Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
     }
     if (needs[0]) {
       dx = Tensor::empty(sx.shape(), dz.dtype(), be, format);
-      TL_PROFILE_SCOPE("conv2d.backward_data");
+      TL_SPAN("conv2d.backward_data");
       be.conv2d_backward_data(dz.dtype(), s, dz.raw_data(), sw.raw_data(), dx.raw_data());
     }
     if (needs[1] || (db.defined() && !bias_done)) {
       dw = Tensor::empty(sw.shape(), dz.dtype(), be);
-      TL_PROFILE_SCOPE("conv2d.backward_weights");
+      TL_SPAN("conv2d.backward_weights");
       be.conv2d_backward_weights(dz.dtype(), s, dz.raw_data(), sx.raw_data(), dw.raw_data(),
                                  db.defined() && !bias_done ? db.raw_data() : nullptr);
     }

@@ -7,7 +7,7 @@
 namespace trainlab {
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels) {
-  TL_PROFILE_SCOPE("cross_entropy.forward");
+  TL_SPAN("cross_entropy.forward");
   ops_detail::check_defined("cross_entropy", "logits", logits_in);
   const Tensor logits = autocast_f32(logits_in);  // the loss is computed in f32 under autocast
   ops_detail::check_defined("cross_entropy", "labels", labels);

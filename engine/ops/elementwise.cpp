@@ -40,7 +40,7 @@ std::pair<Tensor, Tensor> autocast_pair(const Tensor& a, const Tensor& b) {
 
 // y = a + b;  da = g, db = g
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
-  TL_PROFILE_SCOPE("add.forward");
+  TL_SPAN("add.forward");
   const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::add, "add", a, b);
   return record(y, "add", {a, b}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g, g}; });
@@ -48,7 +48,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
 
 // y = a - b;  da = g, db = -g
 Tensor sub(const Tensor& a_in, const Tensor& b_in) {
-  TL_PROFILE_SCOPE("sub.forward");
+  TL_SPAN("sub.forward");
   const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::sub, "sub", a, b);
   return record(y, "sub", {a, b}, [](const Tensor& g, const std::vector<bool>& needs) {
@@ -58,7 +58,7 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
 
 // y = a * b;  da = g * b, db = g * a
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
-  TL_PROFILE_SCOPE("mul.forward");
+  TL_SPAN("mul.forward");
   const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::mul, "mul", a, b);
   const Tensor sa = a.detach(), sb = b.detach();
@@ -69,7 +69,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 
 // y = a / b;  da = g / b, db = -g * a / b^2 = -g * y / b
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
-  TL_PROFILE_SCOPE("div.forward");
+  TL_SPAN("div.forward");
   const auto [a, b] = autocast_pair(a_in, b_in);
   Tensor y = binary_forward(BinaryOp::div, "div", a, b);
   const Tensor sb = b.detach(), sy = y.detach();
@@ -90,7 +90,7 @@ static Tensor affine_forward(const char* name, const Tensor& x, double scale, do
 
 // y = s x;  dx = s g
 Tensor mul_scalar(const Tensor& x, double scale) {
-  TL_PROFILE_SCOPE("mul_scalar.forward");
+  TL_SPAN("mul_scalar.forward");
   Tensor y = affine_forward("mul_scalar", x, scale, 0.0);
   return record(y, "mul_scalar", {x}, [scale](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{mul_scalar(g, scale)};
@@ -99,7 +99,7 @@ Tensor mul_scalar(const Tensor& x, double scale) {
 
 // y = x + s;  dx = g
 Tensor add_scalar(const Tensor& x, double shift) {
-  TL_PROFILE_SCOPE("add_scalar.forward");
+  TL_SPAN("add_scalar.forward");
   Tensor y = affine_forward("add_scalar", x, 1.0, shift);
   return record(y, "add_scalar", {x}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g}; });
 }
@@ -108,7 +108,7 @@ Tensor neg(const Tensor& x) { return mul_scalar(x, -1.0); }
 
 // y = sum_i x_i (0-d);  dx_i = g
 Tensor sum(const Tensor& x) {
-  TL_PROFILE_SCOPE("sum.forward");
+  TL_SPAN("sum.forward");
   ops_detail::check_defined("sum", "input", x);
   check_floating("sum", x);
   const Tensor dx = dense(x, x.memory_format());  // any dense layout holds the same elements

@@ -10,7 +10,7 @@ namespace trainlab {
 namespace {
 
 Tensor linear_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu, const char* name) {
-  TL_PROFILE_SCOPE("linear.forward");
+  TL_SPAN("linear.forward");
   ops_detail::check_defined("linear", "input", x_in);
   ops_detail::check_defined("linear", "weight", w_in);
   const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
@@ -49,12 +49,12 @@ Tensor linear_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
     }
     if (needs[0]) {
       dx = Tensor::empty({batch, in}, dz.dtype(), be);
-      TL_PROFILE_SCOPE("linear.backward_data");
+      TL_SPAN("linear.backward_data");
       be.linear_backward_data(dz.dtype(), dz.raw_data(), sw.raw_data(), dx.raw_data(), batch, in, out);
     }
     if (needs[1] || (db.defined() && !bias_done)) {
       dw = Tensor::empty({out, in}, dz.dtype(), be);
-      TL_PROFILE_SCOPE("linear.backward_weights");
+      TL_SPAN("linear.backward_weights");
       be.linear_backward_weights(dz.dtype(), dz.raw_data(), sx.raw_data(), dw.raw_data(),
                                  db.defined() && !bias_done ? db.raw_data() : nullptr, batch, in, out);
     }

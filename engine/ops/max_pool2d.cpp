@@ -7,7 +7,7 @@
 namespace trainlab {
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) {
-  TL_PROFILE_SCOPE("max_pool2d.forward");
+  TL_SPAN("max_pool2d.forward");
   ops_detail::check_defined("max_pool2d", "input", x);
   ops_detail::check_floating("max_pool2d", x);
   ops_detail::check_rank("max_pool2d", "input", x, 4, "[N, C, H, W]");

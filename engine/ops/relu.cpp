@@ -5,7 +5,7 @@
 namespace trainlab {
 
 Tensor relu(const Tensor& x) {
-  TL_PROFILE_SCOPE("relu.forward");
+  TL_SPAN("relu.forward");
   ops_detail::check_defined("relu", "input", x);
   ops_detail::check_floating("relu", x);
   const MemoryFormat format = x.memory_format();  // elementwise: any dense layout, kept

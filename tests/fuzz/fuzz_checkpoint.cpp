@@ -36,11 +36,11 @@ TrainConfig tiny_config() {
   TrainConfig c;
   c.steps = 4;
   c.batch = 8;
-  c.eval_batch = 8;
-  c.log_every = 1 << 30;
-  c.eval_at_end = false;
-  c.backend = "reference";
-  c.optimizer = OptimizerKind::adamw;
+  c.data.eval_batch = 8;
+  c.reporting.log_every = 1 << 30;
+  c.reporting.eval_at_end = false;
+  c.execution.backend = "reference";
+  c.optimizer.kind = OptimizerKind::adamw;
   return c;
 }
 
@@ -84,7 +84,7 @@ struct Fixture {
     work = fuzz::scratch() / "work";
     TrainConfig c = tiny_config();
     c.stop_at = 2;
-    c.save = good.string();
+    c.checkpoint.save = good.string();
     Trainer(c, tiny_task()).train(nullptr);
     for (const char* f : kFiles) files[f] = read_text(good / f);
     trainer = std::make_unique<Trainer>(tiny_config(), tiny_task());

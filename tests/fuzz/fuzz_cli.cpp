@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/tools/cli.h"
+#include "apps/trainlab/cli.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

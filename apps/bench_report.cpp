@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <iostream>
 
+#include "apps/cli_parse.h"
 #include "backends/error.h"
 #include "bench/ledger.h"
 #include "bench/report.h"
-#include "bench/tools/cli_parse.h"
 #include "bench/verify.h"
 #include "engine/version.h"
 

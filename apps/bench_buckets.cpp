@@ -9,8 +9,8 @@
 // are timed round-robin (so drift hits them alike), each sample the slowest rank's, warm-up
 // excluded. The ideal is the fitted bandwidth term of the whole buffer (no latency at all); the
 // seed's rule picks the smallest bucket within 15% of it.
+#include "apps/cli_parse.h"
 #include "bench/buckets_study.h"
-#include "bench/tools/cli_parse.h"
 #include "comm/mpi_communicator.h"
 
 using namespace trainlab;

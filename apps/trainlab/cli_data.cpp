@@ -1,6 +1,6 @@
-#include "bench/tools/cli_data.h"
+#include "apps/trainlab/cli_data.h"
 
-#include "bench/tools/cli_parse.h"
+#include "apps/cli_parse.h"
 
 #include <algorithm>
 #include <cstdio>

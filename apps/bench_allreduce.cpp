@@ -10,8 +10,8 @@
 // --comm nccl (a CUDA build, one GPU per rank) times ncclAllReduce on device buffers instead; the
 // ring's reduction runs on the host, so its column is skipped there (with the reason) when the
 // world has more than one rank. Each NCCL call returns once its stream has finished it.
+#include "apps/cli_parse.h"
 #include "bench/allreduce_study.h"
-#include "bench/tools/cli_parse.h"
 #include "comm/mpi_communicator.h"
 
 using namespace trainlab;

@@ -29,11 +29,11 @@
 #include <set>
 #include <thread>
 
+#include "apps/cli_parse.h"
 #include "backends/registry.h"
 #include "bench/affinity.h"
 #include "bench/ledger.h"
 #include "bench/pinning_study.h"
-#include "bench/tools/cli_parse.h"
 #include "engine/fileio.h"
 #include "engine/trainer.h"
 
@@ -74,21 +74,21 @@ std::string joined(const std::set<std::string>& items) {
 int run_child(const Options& o) {
   const CpuSet worker_cpus = o.child_workers_cpus == "all" ? CpuSet{} : parse_cpu_list(o.child_workers_cpus);
   TrainConfig config;
-  config.backend = o.backend;
+  config.execution.backend = o.backend;
   config.batch = o.workload.batch;
-  config.decode_cost = o.workload.decode_cost;
-  config.workers = o.workload.workers;
-  config.persistent_workers = true;  // alive through the measured steps, where their masks are read
-  config.prefetch = 2;
-  config.threads = o.child_threads;
-  config.train_samples = 2048;
-  config.eval_samples = 10;
-  config.eval_batch = 10;
-  config.eval_at_end = false;
-  config.warmup = o.workload.warmup;
+  config.data.decode_cost = o.workload.decode_cost;
+  config.data.workers = o.workload.workers;
+  config.data.persistent_workers = true;  // alive through the measured steps, where their masks are read
+  config.data.prefetch = 2;
+  config.execution.threads = o.child_threads;
+  config.data.train_samples = 2048;
+  config.data.eval_samples = 10;
+  config.data.eval_batch = 10;
+  config.reporting.eval_at_end = false;
+  config.reporting.warmup = o.workload.warmup;
   config.steps = o.workload.warmup + o.workload.steps;
-  config.log_every = 1 << 30;
-  config.trace = o.trace_path;
+  config.reporting.log_every = 1 << 30;
+  config.reporting.trace = o.trace_path;
 
   std::mutex mutex;
   std::set<int> worker_tids;
@@ -107,7 +107,7 @@ int run_child(const Options& o) {
     std::set<std::string> main, workers, compute;
     const int pid = static_cast<int>(::getpid());
     std::lock_guard lock(mutex);
-    if (static_cast<int>(worker_tids.size()) < config.workers) return;
+    if (static_cast<int>(worker_tids.size()) < config.data.workers) return;
     for (const auto& t : process_threads()) {
       const std::string cpus = cpu_list(t.cpus);
       if (t.tid == pid)

@@ -112,12 +112,12 @@ int main(int argc, char** argv) {
     TrainConfig config;
     config.steps = 3000;  // the cap
     config.batch = 64;
-    config.lr = 0.05;
-    config.momentum = 0.9;
-    config.eval_every = 50;
-    config.eval_batch = 1000;
-    config.log_every = 1 << 30;  // the evaluation table below is the progress output
-    config.warmup = 5;
+    config.optimizer.lr = 0.05;
+    config.optimizer.momentum = 0.9;
+    config.reporting.eval_every = 50;
+    config.data.eval_batch = 1000;
+    config.reporting.log_every = 1 << 30;  // the evaluation table below is the progress output
+    config.reporting.warmup = 5;
     for (int i = 1; i < argc; ++i) {
       const std::string flag = argv[i];
       if (flag == "--help") {
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
       } else if (flag == "--seed") {
         config.seed = static_cast<std::uint64_t>(number_arg("--seed", value, 0, 1e15));
       } else if (flag == "--backend") {
-        config.backend = value;
+        config.execution.backend = value;
       } else {
         throw Error("own_model_and_data: unknown flag '" + flag + "' (allowed: --target, --steps, --seed, --backend)");
       }
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
                 task.train_data->describe().c_str(), static_cast<long long>(trainer.model().num_parameters()),
                 trainer.backend().name().c_str());
     std::printf("stop rule: %s, evaluated every %lld steps on %s; step cap %lld\n\n",
-                callbacks.stop_rule.description.c_str(), static_cast<long long>(config.eval_every),
+                callbacks.stop_rule.description.c_str(), static_cast<long long>(config.reporting.eval_every),
                 task.held_out_data->describe().c_str(), static_cast<long long>(config.steps));
     std::printf("|   step | train loss | held-out accuracy |\n|---|---|---|\n");
     const TrainResult result = trainer.train(nullptr);

@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <iostream>
 
+#include "apps/cli_parse.h"
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/ladder.h"
 #include "bench/ledger.h"
 #include "bench/report.h"
-#include "bench/tools/cli_parse.h"
 #include "engine/fileio.h"
 
 int main(int argc, char** argv) {

@@ -17,12 +17,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "apps/cli_parse.h"
 #include "backends/registry.h"
 #include "bench/ledger.h"
 #include "bench/memory_study.h"
-#include "bench/tools/cli_parse.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
+#include "comm/run_training.h"
 #include "engine/trainer.h"
 
 using namespace trainlab;
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
       const ConfigField& field = config_field("recompute");
       TrainConfig probe;
       field.set(probe, r, "--recompute");
-      levels.push_back(probe.recompute);
+      levels.push_back(probe.execution.recompute);
     }
     std::vector<int> stages;
     for (const std::string& z : split(o.zero)) {
@@ -159,30 +160,30 @@ int main(int argc, char** argv) {
     for (int repeat = 0; repeat < o.repeats; ++repeat) {
       for (const Arm& arm : arms) {
         TrainConfig config;
-        config.backend = o.backend;
-        config.dtype = parse_dtype(o.dtype);
-        config.threads = o.threads;
+        config.execution.backend = o.backend;
+        config.execution.dtype = parse_dtype(o.dtype);
+        config.execution.threads = o.threads;
         config.batch = arm.batch;
-        config.recompute = arm.recompute;
-        config.zero = arm.zero;
+        config.execution.recompute = arm.recompute;
+        config.parallel.zero = arm.zero;
         if (o.optimizer == "adamw") {
-          config.optimizer = OptimizerKind::adamw;
-          config.lr = 1e-3;
+          config.optimizer.kind = OptimizerKind::adamw;
+          config.optimizer.lr = 1e-3;
         } else {
-          config.momentum = 0.9;
+          config.optimizer.momentum = 0.9;
         }
-        config.warmup = o.warmup;
+        config.reporting.warmup = o.warmup;
         config.steps = o.warmup + o.steps;
-        config.train_samples = arm.batch * config.steps;
-        config.eval_at_end = false;
-        config.log_every = 1 << 30;
-        config.eval_samples = 10;
-        config.eval_batch = 10;
-        comm::DdpOptions ddp_options;
-        ddp_options.zero = arm.zero;
-        comm::Ddp ddp(*world, ddp_options);
-        Trainer trainer(config, &ddp);
-        const TrainResult trained = trainer.train(nullptr);
+        config.data.train_samples = arm.batch * config.steps;
+        config.reporting.eval_at_end = false;
+        config.reporting.log_every = 1 << 30;
+        config.data.eval_samples = 10;
+        config.data.eval_batch = 10;
+        config.parallel.zero = arm.zero;
+        comm::Replica replica(*world);
+        auto trainer = replica.trainer(config, smallcnn_task(config));
+        comm::Ddp& ddp = *replica.ddp();
+        const TrainResult trained = trainer->train(nullptr);
         std::vector<double> steps = trained.step_seconds;
         std::sort(steps.begin(), steps.end());
         const double median = steps.empty() ? 0 : steps[steps.size() / 2];

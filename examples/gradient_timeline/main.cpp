@@ -36,10 +36,10 @@ int main(int argc, char** argv) {
   try {
     TrainConfig config;  // SmallCNN on SyntheticImages, as `trainlab train` runs it
     config.steps = 30;
-    config.warmup = 5;
-    config.train_samples = 4096;
-    config.eval_at_end = false;
-    config.log_every = 1 << 30;
+    config.reporting.warmup = 5;
+    config.data.train_samples = 4096;
+    config.reporting.eval_at_end = false;
+    config.reporting.log_every = 1 << 30;
     for (int i = 1; i < argc; ++i) {
       const std::string flag = argv[i];
       if (flag == "--help") {
@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
         throw Error("gradient_timeline: unknown flag '" + flag + "' (allowed: --steps, --batch, --backend, --dtype)");
       }
     }
-    TL_CHECK(config.steps > config.warmup,
-             "gradient_timeline: --steps must exceed the " + std::to_string(config.warmup) + " warm-up steps");
+    TL_CHECK(config.steps > config.reporting.warmup, "gradient_timeline: --steps must exceed the " +
+                                                         std::to_string(config.reporting.warmup) + " warm-up steps");
 
     Trainer trainer(config);
     // Hooks: when each gradient is final, in this step.
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.at_ms < b.at_ms; });
     std::printf("gradient_timeline: %s, %lld parameters (%.2f MiB of gradients), backend %s, dtype %s, batch %lld\n",
                 trainer.task().model_name.c_str(), static_cast<long long>(trainer.model().num_parameters()),
-                total_bytes / (1 << 20), trainer.backend().name().c_str(), dtype_name(config.dtype),
+                total_bytes / (1 << 20), trainer.backend().name().c_str(), dtype_name(config.execution.dtype),
                 static_cast<long long>(config.batch));
     std::printf("backward: %.2f ms median over %zu measured steps (%lld warm-up steps excluded)\n\n",
                 median(backward_ms), backward_ms.size(), static_cast<long long>(result.warmup_steps));

@@ -6,8 +6,8 @@
 // the paired no_sync comparison (repeated, with its spread, flagged when unusable), the
 // decode-cost-0 ablation, DDP's overlap, the per-rank step-time distribution naming the slowest
 // rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's. Every run is a ledger row.
+#include "apps/cli_parse.h"
 #include "bench/scaling_study.h"
-#include "bench/tools/cli_parse.h"
 #include "comm/mpi_communicator.h"
 
 using namespace trainlab;

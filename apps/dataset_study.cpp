@@ -18,12 +18,12 @@
 #include <filesystem>
 #include <iostream>
 
+#include "apps/cli_parse.h"
 #include "backends/registry.h"
 #include "bench/dataset_study.h"
 #include "bench/ledger.h"
 #include "bench/loader_bench.h"
 #include "bench/stats.h"
-#include "bench/tools/cli_parse.h"
 #include "engine/disk_dataset.h"
 #include "engine/synthetic_images.h"
 

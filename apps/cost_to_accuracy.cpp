@@ -15,10 +15,10 @@
 #include <cstdio>
 #include <iostream>
 
+#include "apps/cli_parse.h"
 #include "backends/registry.h"
 #include "bench/cost_study.h"
 #include "bench/ledger.h"
-#include "bench/tools/cli_parse.h"
 #include "engine/trainer.h"
 
 using namespace trainlab;
@@ -59,9 +59,10 @@ int run(Options o) {
   const std::int64_t step_cap = o.quick ? spec.quick_step_cap : spec.step_cap;
 
   // The device comes from the configuration's backend, and must be the one the file is meant for.
-  Backend& backend = get_backend(configs.front().backend.empty() ? default_backend_name() : configs.front().backend);
+  Backend& backend = get_backend(configs.front().execution.backend.empty() ? default_backend_name()
+                                                                           : configs.front().execution.backend);
   for (const auto& c : configs) {
-    TL_CHECK(c.backend == configs.front().backend,
+    TL_CHECK(c.execution.backend == configs.front().execution.backend,
              o.config_path +
                  ": every configuration must run on one backend (a cost compares configurations on one "
                  "machine at one rate); set backend in base only");
@@ -87,7 +88,7 @@ int run(Options o) {
   std::vector<ScalingPoint> scaling_points;
   std::string scaling_run;
   if (!o.scaling_ledger.empty())
-    scaling_points = weak_scaling_points(o.scaling_ledger, configs.front().decode_cost, &scaling_run);
+    scaling_points = weak_scaling_points(o.scaling_ledger, configs.front().data.decode_cost, &scaling_run);
 
   std::cout << fmt::format(
       "# cost_to_accuracy: {} ({}), {} configurations x {} repeats interleaved; target: held-out accuracy >= {:g} on "
@@ -103,16 +104,16 @@ int run(Options o) {
   for (std::size_t c = 0; c < configs.size(); ++c) {
     results[c].name = spec.configs[c].name;
     results[c].batch = configs[c].batch;
-    results[c].lr = configs[c].lr;
+    results[c].lr = configs[c].optimizer.lr;
     results[c].lr_follows_rule = spec.configs[c].lr_follows_rule;
-    results[c].dtype = dtype_name(configs[c].dtype);
+    results[c].dtype = dtype_name(configs[c].execution.dtype);
   }
   for (int r = 0; r < repeats; ++r) {
     for (std::size_t c = 0; c < configs.size(); ++c) {
       TrainConfig config = configs[c];
       config.seed = configs[c].seed + static_cast<std::uint64_t>(r);  // each repeat its own init and order
       config.steps = step_cap;
-      config.log_every = 1 << 30;
+      config.reporting.log_every = 1 << 30;
       json row = env.to_json();
       row["run_id"] = run_id;
       row["kind"] = "cost_repeat";
@@ -121,7 +122,7 @@ int run(Options o) {
       row["config_index"] = c;
       row["repeat"] = r;
       row["batch"] = config.batch;
-      row["lr"] = config.lr;
+      row["lr"] = config.optimizer.lr;
       row["lr_follows_rule"] = results[c].lr_follows_rule;
       row["dtype"] = results[c].dtype;
       row["config"] = knobs_of(config);

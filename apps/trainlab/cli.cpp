@@ -1,4 +1,4 @@
-#include "bench/tools/cli.h"
+#include "apps/trainlab/cli.h"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -10,16 +10,15 @@
 #include <map>
 #include <optional>
 #include <string>
-#include "bench/tools/cli_data.h"
-#include "bench/tools/cli_parse.h"
+#include "apps/cli_parse.h"
+#include "apps/trainlab/cli_data.h"
 
 #include "backends/cpu/isa.h"
 #include "backends/registry.h"
 #include "bench/ledger.h"
 #include "bench/run_record.h"
 #include "comm/cost_model.h"
-#include "comm/ddp.h"
-#include "comm/mpi_communicator.h"
+#include "comm/run_training.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/fileio.h"
@@ -39,31 +38,23 @@ namespace {
 constexpr int kExitBadInput = 2;
 constexpr int kExitDiverged = 3;
 
-// Started by an MPI launcher (mpirun, srun with PMI/PMIx): the launcher sets these.
-bool launched_by_mpi() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
-}
-
 // The precision audit's reference: the same run in f32, quietly, writing nothing.
 TrainConfig audit_reference(const TrainConfig& config) {
   TrainConfig reference = config;
-  reference.dtype = DType::f32;
-  reference.audit = false;
-  reference.audit_file.clear();
-  reference.save.clear();
-  reference.save_every = 0;
-  reference.trace.clear();
+  reference.execution.dtype = DType::f32;
+  reference.reporting.audit = false;
+  reference.reporting.audit_file.clear();
+  reference.checkpoint.save.clear();
+  reference.checkpoint.save_every = 0;
+  reference.reporting.trace.clear();
   return reference;
 }
 
 void report_audit(const TrainConfig& config, const PrecisionAudit& audit) {
   std::cout << precision_audit_text(audit);
-  if (!config.audit_file.empty()) {
-    write_file_atomic(config.audit_file, precision_audit_json(audit) + "\n");
-    std::cout << "audit: written to " << config.audit_file << "\n";
+  if (!config.reporting.audit_file.empty()) {
+    write_file_atomic(config.reporting.audit_file, precision_audit_json(audit) + "\n");
+    std::cout << "audit: written to " << config.reporting.audit_file << "\n";
   }
 }
 
@@ -81,105 +72,68 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
   validate_config(config);
   if (dry_run) {
     // Everything that can be refused before a run is checked, and nothing is trained or written.
-    if (!config.trace.empty()) check_output_file(config.trace, "--trace");
-    if (!config.save.empty()) check_checkpoint_dir(config.save);
+    if (!config.reporting.trace.empty()) check_output_file(config.reporting.trace, "--trace");
+    if (!config.checkpoint.save.empty()) check_checkpoint_dir(config.checkpoint.save);
     // The data: a data set on disk is opened as the run would open it (its manifest, the index and
     // every file's size), so a truncated or foreign one is refused here too.
-    if (!config.data.empty()) (void)smallcnn_task(config);
+    if (!config.data.dir.empty()) (void)smallcnn_task(config);
     std::printf("config: %s\ndry run: the configuration is valid; nothing was trained or written\n",
                 config_summary(config).c_str());
     return 0;
   }
   const std::int64_t target = config.stop_at > 0 ? config.stop_at : config.steps;
-  if (!launched_by_mpi()) {
-    if (!config.ledger.empty()) bench::Ledger(config.ledger).load();  // a bad ledger path fails before the run
-    bench::RunRecorder recorder(config.ledger, config, 0, 1);
-    TrainTask task = smallcnn_task(config);
-    recorder.watch_loader(task.train_data);
-    Trainer trainer(config, task);
-    trainer.set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder.on_step(r); }, {}, {}, {}});
-    TrainResult result;
+  // Alone, or (under mpirun or a scheduler's MPI launcher) one replica per rank with DDP over the
+  // world; only rank 0 prints and records.
+  return comm::run_training(config, [&](comm::Replica& replica) {
+    const bool lead = replica.rank() == 0;
+    if (!config.reporting.ledger.empty() && lead)
+      bench::Ledger(config.reporting.ledger).load();  // a bad path fails before the run
+    bench::RunRecorder recorder(config.reporting.ledger, config, replica.rank(), replica.world_size());
     try {
-      result = trainer.train(&std::cout);
+      TrainTask task = smallcnn_task(config);
+      recorder.watch_loader(task.train_data);
+      auto trainer = replica.trainer(config, task);
+      trainer->set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder.on_step(r); }, {}, {}, {}});
+      const TrainResult result = trainer->train(lead ? &std::cout : nullptr);
+      // Each rank's step-time distribution, gathered to every rank (rank 0 prints and records it).
+      const bench::RankStepStats mine =
+          bench::rank_step_stats(replica.rank(), result.step_seconds, recorder.work_seconds());
+      std::vector<bench::RankStepStats> ranks = {mine};
+      if (replica.distributed()) {
+        const auto us = [](double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e3)); };
+        const auto p50 = replica.gather(us(mine.p50_ms)), p99 = replica.gather(us(mine.p99_ms)),
+                   max = replica.gather(us(mine.max_ms)), work = replica.gather(us(mine.work_p50_ms));
+        ranks.clear();
+        for (int r = 0; r < replica.world_size(); ++r) {
+          const auto i = static_cast<std::size_t>(r);
+          ranks.push_back({r, p50[i] * 1e-3, p99[i] * 1e-3, max[i] * 1e-3, work[i] * 1e-3, mine.steps});
+        }
+        if (lead) std::cout << bench::rank_stats_text(ranks) << "\n";
+      }
+      if (lead) {
+        recorder.finish(result, ranks, config.data.dir);
+        if (recorder.enabled())
+          std::cout << "ledger: " << config.reporting.ledger << " (run " << recorder.run_id() << ")\n";
+      }
+      if (config.reporting.audit) {
+        PrecisionAudit audit;
+        if (config.execution.dtype == DType::f32) {
+          audit = trainer->precision_audit(result, result);
+        } else {
+          if (lead) std::cout << "audit: the f32 reference run (same seed and steps)...\n" << std::flush;
+          const TrainConfig f32_config = audit_reference(config);
+          auto reference = replica.trainer(f32_config, smallcnn_task(f32_config));
+          const TrainResult f32 = reference->train(nullptr);
+          audit = trainer->precision_audit(result, f32);
+        }
+        if (lead) report_audit(config, audit);
+      }
+      return result.last_step == target ? 0 : 1;
     } catch (const std::exception& e) {
       recorder.fail(e.what());
       throw;
     }
-    recorder.finish(result, {bench::rank_step_stats(0, result.step_seconds, recorder.work_seconds())}, config.data);
-    if (recorder.enabled()) std::cout << "ledger: " << config.ledger << " (run " << recorder.run_id() << ")\n";
-    if (config.audit) {
-      if (config.dtype == DType::f32) {
-        report_audit(config, trainer.precision_audit(result, result));
-      } else {
-        std::cout << "audit: the f32 reference run (same seed and steps)...\n" << std::flush;
-        Trainer reference(audit_reference(config));
-        const TrainResult f32 = reference.train(nullptr);
-        report_audit(config, trainer.precision_audit(result, f32));
-      }
-    }
-    return result.last_step == target ? 0 : 1;
-  }
-  // Under mpirun (or a scheduler's MPI launcher): one replica per rank, DDP over the world. Only
-  // rank 0 prints; an error on any rank ends the whole job with the message.
-  comm::MpiSession session(nullptr, nullptr);
-  auto bootstrap = comm::MpiCommunicator::world();
-  std::optional<bench::RunRecorder> recorder;
-  try {
-    auto world = comm::make_world(comm_backend_name(config.comm));
-    world->set_timeout(config.comm_timeout);
-    comm::DdpOptions ddp_options;
-    ddp_options.bucket_cap_mb = config.bucket_cap_mb;
-    ddp_options.algorithm = config.allreduce;
-    ddp_options.zero = static_cast<int>(config.zero);
-    ddp_options.gradient_as_bucket_view = config.gradient_as_bucket_view;
-    ddp_options.compression = config.grad_compress;
-    comm::Ddp ddp(*world, ddp_options);
-    if (!config.ledger.empty() && world->rank() == 0) bench::Ledger(config.ledger).load();
-    recorder.emplace(config.ledger, config, world->rank(), world->size());
-    TrainTask task = smallcnn_task(config);
-    recorder->watch_loader(task.train_data);
-    Trainer trainer(config, task, &ddp);
-    trainer.set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder->on_step(r); }, {}, {}, {}});
-    const TrainResult result = trainer.train(world->rank() == 0 ? &std::cout : nullptr);
-    // Each rank's step-time distribution, gathered to every rank (rank 0 prints and records it).
-    const bench::RankStepStats mine =
-        bench::rank_step_stats(world->rank(), result.step_seconds, recorder->work_seconds());
-    const auto us = [](double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e3)); };
-    const auto p50 = ddp.gather(us(mine.p50_ms)), p99 = ddp.gather(us(mine.p99_ms)), max = ddp.gather(us(mine.max_ms)),
-               work = ddp.gather(us(mine.work_p50_ms));
-    std::vector<bench::RankStepStats> ranks;
-    for (int r = 0; r < world->size(); ++r) {
-      const auto i = static_cast<std::size_t>(r);
-      ranks.push_back({r, p50[i] * 1e-3, p99[i] * 1e-3, max[i] * 1e-3, work[i] * 1e-3, mine.steps});
-    }
-    if (world->rank() == 0) {
-      std::cout << bench::rank_stats_text(ranks) << "\n";
-      recorder->finish(result, ranks, config.data);
-      if (recorder->enabled()) std::cout << "ledger: " << config.ledger << " (run " << recorder->run_id() << ")\n";
-    }
-    if (config.audit) {
-      PrecisionAudit audit;
-      if (config.dtype == DType::f32) {
-        audit = trainer.precision_audit(result, result);
-      } else {
-        if (world->rank() == 0) std::cout << "audit: the f32 reference run (same seed and steps)...\n" << std::flush;
-        comm::Ddp reference_ddp(*world, ddp_options);
-        Trainer reference(audit_reference(config), &reference_ddp);
-        const TrainResult f32 = reference.train(nullptr);
-        audit = trainer.precision_audit(result, f32);
-      }
-      if (world->rank() == 0) report_audit(config, audit);
-    }
-    const int ok = result.last_step == target ? 0 : 1;
-    world->barrier();
-    return ok;
-  } catch (const TrainingDiverged& e) {
-    if (recorder) recorder->fail(e.what());
-    bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitDiverged);
-  } catch (const Error& e) {
-    if (recorder) recorder->fail(e.what());
-    bootstrap->abort(fmt::format("trainlab: error on rank {}: {}", bootstrap->rank(), e.what()), kExitBadInput);
-  }
+  });
 }
 
 int run_verify_checkpoint(const std::string& dir) {
