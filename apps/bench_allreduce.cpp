@@ -11,8 +11,8 @@
 // ring's reduction runs on the host, so its column is skipped there (with the reason) when the
 // world has more than one rank. Each NCCL call returns once its stream has finished it.
 #include "apps/cli_parse.h"
-#include "bench/allreduce_study.h"
 #include "comm/mpi_communicator.h"
+#include "studies/allreduce/allreduce_study.h"
 
 using namespace trainlab;
 

@@ -10,8 +10,8 @@
 // excluded. The ideal is the fitted bandwidth term of the whole buffer (no latency at all); the
 // seed's rule picks the smallest bucket within 15% of it.
 #include "apps/cli_parse.h"
-#include "bench/buckets_study.h"
 #include "comm/mpi_communicator.h"
+#include "studies/buckets/buckets_study.h"
 
 using namespace trainlab;
 

@@ -8,10 +8,11 @@
 #include "apps/cli_parse.h"
 #include "backends/error.h"
 #include "backends/registry.h"
-#include "bench/ladder.h"
-#include "bench/ledger.h"
-#include "bench/report.h"
+#include "bench/measure/ledger.h"
+#include "bench/report/report.h"
 #include "engine/fileio.h"
+#include "studies/ladder/ladder.h"
+#include "studies/registry.h"
 
 int main(int argc, char** argv) {
   using namespace trainlab;
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
       report.ledger_path = run.ledger_path;
       report.out_path = report_path;
       report.run_id = run.run_id;
-      bench::write_report(report);
+      bench::write_report(report, bench::report_sections());
       std::cout << "report: " << report_path << " (from " << run.ledger_path << ", run " << run.run_id << ")\n";
     }
   } catch (const Error& e) {

@@ -7,10 +7,11 @@
 
 #include "apps/cli_parse.h"
 #include "backends/error.h"
-#include "bench/ledger.h"
-#include "bench/report.h"
-#include "bench/verify.h"
+#include "bench/measure/ledger.h"
+#include "bench/report/report.h"
 #include "engine/version.h"
+#include "studies/ladder/verify.h"
+#include "studies/registry.h"
 
 int main(int argc, char** argv) {
   using namespace trainlab;
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    bench::write_report(options);
+    bench::write_report(options, bench::report_sections());
     std::printf("report: %s (from %s)\n", options.out_path.c_str(), options.ledger_path.c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_report: error: %s\n", e.what());

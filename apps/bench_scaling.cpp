@@ -7,8 +7,8 @@
 // decode-cost-0 ablation, DDP's overlap, the per-rank step-time distribution naming the slowest
 // rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's. Every run is a ledger row.
 #include "apps/cli_parse.h"
-#include "bench/scaling_study.h"
 #include "comm/mpi_communicator.h"
+#include "studies/scaling/scaling_study.h"
 
 using namespace trainlab;
 

@@ -17,9 +17,9 @@
 
 #include "apps/cli_parse.h"
 #include "backends/registry.h"
-#include "bench/cost_study.h"
-#include "bench/ledger.h"
+#include "bench/measure/ledger.h"
 #include "engine/trainer.h"
+#include "studies/cost_to_accuracy/cost_study.h"
 
 using namespace trainlab;
 using namespace trainlab::bench;
@@ -68,11 +68,11 @@ int run(Options o) {
                  "machine at one rate); set backend in base only");
   }
   const Environment env = current_environment(backend);
-  TL_CHECK(env.device_type == spec.device,
+  TL_CHECK(env.device.type == spec.device,
            fmt::format("{}: the study is meant for {}, but backend '{}' runs on {} (set backend in its base)",
-                       o.config_path, spec.device, backend.name(), env.device_type));
+                       o.config_path, spec.device, backend.name(), env.device.type));
   const std::string run_id = new_run_id();
-  const Ledger ledger(o.ledger_path.empty() ? default_ledger_path(env.device_type) : o.ledger_path);
+  const Ledger ledger(o.ledger_path.empty() ? default_ledger_path(env.device.type) : o.ledger_path);
   if (!o.no_ledger) {
     // Before hours of training: a ledger that will refuse the rows refuses them now.
     const auto existing = ledger.load();
@@ -95,9 +95,8 @@ int run(Options o) {
       "{} consecutive evaluations, every {} steps, cap {} steps; rate ${}/hour\n",
       spec.name, o.quick ? "quick" : "full", configs.size(), repeats, target, spec.consecutive, spec.eval_every,
       step_cap, o.rate);
-  std::cout << fmt::format("# device: {} ({}), backend {}, timer {}, engine {}; run {}\n", env.device_name,
-                           env.device_type, env.backend, env.timer, env.versions.value("engine", std::string("?")),
-                           run_id);
+  std::cout << fmt::format("# device: {} ({}), backend {}, timer {}, engine {}; run {}\n", env.device.name,
+                           env.device.type, env.backend, env.timer, env.engine(), run_id);
   std::cout.flush();
 
   std::vector<CostConfigResult> results(configs.size());
@@ -179,7 +178,7 @@ int run(Options o) {
   std::cout << fmt::format(
       "\nCost to held-out accuracy {:g} at ${}/hour ({}; samples/s over measured steps, {} "
       "repeats):\n\n",
-      target, o.rate, env.device_name, repeats);
+      target, o.rate, env.device.name, repeats);
   std::cout << cost_table(analysis, true) << "\n" << cost_findings(analysis);
   std::cout << "\nEvery repeat (repeat r trains with the configuration's seed + r):\n\n"
             << cost_repeats_table(analysis, true);

@@ -20,12 +20,12 @@
 
 #include "apps/cli_parse.h"
 #include "backends/registry.h"
-#include "bench/dataset_study.h"
-#include "bench/ledger.h"
-#include "bench/loader_bench.h"
-#include "bench/stats.h"
+#include "bench/measure/ledger.h"
+#include "bench/measure/loader_bench.h"
+#include "bench/measure/stats.h"
 #include "engine/disk_dataset.h"
 #include "engine/synthetic_images.h"
+#include "studies/dataset/dataset_study.h"
 
 using namespace trainlab;
 using namespace trainlab::bench;
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
     Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
     const Environment env = current_environment(backend);
     std::optional<Ledger> ledger;
-    if (!o.no_ledger) ledger.emplace(o.ledger_path.empty() ? default_ledger_path(env.device_type) : o.ledger_path);
+    if (!o.no_ledger) ledger.emplace(o.ledger_path.empty() ? default_ledger_path(env.device.type) : o.ledger_path);
     if (ledger) ledger->load();  // a bad ledger path fails before anything is written
     const std::string run_id = new_run_id();
 
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
         o.samples, o.image_size, o.repeats, arms.size(), o.workers, o.batch, o.loader_samples, o.warm ? "warm" : "cold",
         o.steps, o.warmup);
     std::cout << fmt::format(
-        "# device: {}, backend {}, timer steady_clock (loader) and the trainer's step timer; run {}\n", env.device_name,
+        "# device: {}, backend {}, timer steady_clock (loader) and the trainer's step timer; run {}\n", env.device.name,
         env.backend, run_id);
     std::vector<json> rows;  // every measurement, as the ledger gets it: the table is drawn from them
     for (int round = 0; round < o.repeats; ++round) {

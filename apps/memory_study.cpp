@@ -19,12 +19,12 @@
 
 #include "apps/cli_parse.h"
 #include "backends/registry.h"
-#include "bench/ledger.h"
-#include "bench/memory_study.h"
+#include "bench/measure/ledger.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
 #include "comm/run_training.h"
 #include "engine/trainer.h"
+#include "studies/memory/memory_study.h"
 
 using namespace trainlab;
 using namespace trainlab::bench;

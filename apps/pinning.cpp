@@ -31,11 +31,11 @@
 
 #include "apps/cli_parse.h"
 #include "backends/registry.h"
-#include "bench/affinity.h"
-#include "bench/ledger.h"
-#include "bench/pinning_study.h"
+#include "bench/measure/affinity.h"
+#include "bench/measure/ledger.h"
 #include "engine/fileio.h"
 #include "engine/trainer.h"
+#include "studies/pinning/pinning_study.h"
 
 using namespace trainlab;
 using namespace trainlab::bench;
@@ -321,7 +321,7 @@ int run_study(const Options& o) {
 
   Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
   const Environment env = current_environment(backend);
-  TL_CHECK(env.device_type == "cpu", "pinning: backend '" + backend.name() + "' is not a CPU backend");
+  TL_CHECK(env.device.type == "cpu", "pinning: backend '" + backend.name() + "' is not a CPU backend");
   const std::string run_id = new_run_id();
   const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
   std::cout << fmt::format(
@@ -331,8 +331,8 @@ int run_study(const Options& o) {
       topology.physical_cores(), all.size(), cpu_list(all), cpu_list(half_a), cpu_list(half_b), arms.size(), o.repeats,
       o.workload.batch, o.workload.decode_cost, workers, o.workload.warmup, o.workload.steps,
       o.contend > 0 ? "quiet and contended, alternating each round" : "quiet");
-  std::cout << fmt::format("# device: {}, backend {}, timer {}, engine {}; run {}\n", env.device_name, env.backend,
-                           env.timer, env.versions.value("engine", std::string("?")), run_id);
+  std::cout << fmt::format("# device: {}, backend {}, timer {}, engine {}; run {}\n", env.device.name, env.backend,
+                           env.timer, env.engine(), run_id);
   // threads_capped is default's configuration when the default thread count (this process's, as
   // unconfined as default's children) is the physical core count.
   const bool capped_equals_default = env.threads == topology.physical_cores();

@@ -10,13 +10,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "bench/ladder.h"
-#include "bench/ledger.h"
-#include "bench/memory_study.h"
-#include "bench/report.h"
-#include "bench/stats.h"
+#include "bench/measure/ledger.h"
+#include "bench/measure/stats.h"
+#include "bench/report/report.h"
 #include "engine/fileio.h"
 #include "engine/trainer.h"
+#include "studies/ladder/ladder.h"
+#include "studies/memory/memory_study.h"
+#include "studies/registry.h"
 #include "test_util.h"
 
 using namespace trainlab;
@@ -194,31 +195,36 @@ TEST_CASE("ledger: rows of the right schema with wrong types are skipped with th
       out << line << "\n";
     }
   }
+  // Loading checks what every row needs (a JSON object, the schema, where it was measured); a row's
+  // own fields are checked when it is read into its kind's struct.
   const auto loaded = ledger.load();
-  REQUIRE(loaded.rows.size() == 1);
-  REQUIRE(loaded.warnings.size() == bad.size());
-  const std::vector<std::string> expected = {"line 2 skipped: schema is [1]",
-                                             "line 3 skipped: no repeats",
-                                             "line 4 skipped: run_id is 7, not a string",
-                                             "line 5 skipped: stats/median is \"fast\", not a number",
-                                             "line 6 skipped: device is \"cpu A\", not an object",
-                                             "line 7 skipped: schema 2 (this build reads schema 1)",
-                                             "line 8 skipped: not a JSON object"};
+  REQUIRE(loaded.rows.size() == 3);  // the good row, and the two whose damage is in their kind's fields
+  const std::vector<std::string> expected = {
+      "line 2 skipped: schema is [1]", "line 4 skipped: run_id is 7, not a string",
+      "line 6 skipped: device is \"cpu A\", not an object", "line 7 skipped: schema 2 (this build reads schema 1)",
+      "line 8 skipped: not a JSON object"};
+  REQUIRE(loaded.warnings.size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     INFO(loaded.warnings[i]);
     CHECK(loaded.warnings[i].find(expected[i]) != std::string::npos);
   }
+  std::vector<std::string> read_warnings;
+  const auto rungs = loaded.read<LadderRungRow>(&read_warnings);
+  REQUIRE(rungs.size() == 1);
+  CHECK(rungs[0].arm.rung == "baseline");
+  REQUIRE(read_warnings.size() == 1);
+  CHECK_THAT(read_warnings[0], Catch::Contains("line 3 skipped: no repeats"));
   // A new run still appends, and the report still reads its run.
   json next = good;
   next["run_id"] = "20261130T000001Z-2";
   ledger.append(next);
-  CHECK(ledger.load().rows.size() == 2);
+  CHECK(ledger.load().rows.size() == 4);
   // The same line twice (a ledger appended to itself) is read once, with a warning.
   const auto bytes = read_file(ledger.path());
   const std::string text(bytes.begin(), bytes.end());
   write_file_atomic(ledger.path(), text + text);
   const auto doubled = ledger.load();
-  CHECK(doubled.rows.size() == 2);
+  CHECK(doubled.rows.size() == 4);
   CHECK(std::any_of(doubled.warnings.begin(), doubled.warnings.end(),
                     [](const std::string& w) { return w.find("repeats line") != std::string::npos; }));
   fs::remove(ledger.path());
@@ -332,7 +338,7 @@ TEST_CASE("ladder: skipped and failed rungs appear in the ledger and the report"
   options.ledger_path = dir + "/ledger_cpu.jsonl";
   const LadderRun run = run_ladder(spec, options);
   std::map<std::string, std::string> status;
-  for (const auto& row : run.rung_rows) status[row.at("rung")] = row.at("status");
+  for (const auto& row : run.rung_rows) status[row.arm.rung] = row.header.status;
   CHECK(status["baseline"] == "ok");
   CHECK(status["workers"] == "ok");
   CHECK(status["pin_memory"] == "skipped");
@@ -340,17 +346,18 @@ TEST_CASE("ladder: skipped and failed rungs appear in the ledger and the report"
   CHECK(status["prefetch"] == "failed");  // the chain carries tf32: true, which this device cannot run
   CHECK(status["calibration A"] == "ok");
   for (const auto& row : run.rung_rows) {
-    if (row.at("rung") == "workers") {
-      CHECK(row.at("repeats").size() == 2);
-      CHECK(row.at("changed").at("knob") == "workers");
-      CHECK(row.at("warmup_steps_excluded") == 1);
-      CHECK(row.at("device").at("type") == "cpu");
-      CHECK(row.at("timer") == "steady_clock");
-      CHECK(row.at("versions").contains("engine"));
-      CHECK(row.at("breakdown").contains("data_wait"));
+    if (row.arm.rung == "workers") {
+      CHECK(row.repeats.size() == 2);
+      REQUIRE(row.arm.changed);
+      CHECK(row.arm.changed->knob == "workers");
+      CHECK(row.arm.warmup_steps_excluded == 1);
+      CHECK(row.header.env.device.type == "cpu");
+      CHECK(row.header.env.timer == "steady_clock");
+      CHECK(row.header.env.versions.count("engine") == 1);
+      REQUIRE(row.arm.breakdown);
+      CHECK(row.arm.breakdown->data_wait.seconds_per_step >= 0);
     }
-    if (row.at("rung") == "tf32")
-      CHECK(row.at("error").get<std::string>().find("tf32 needs a CUDA backend") != std::string::npos);
+    if (row.arm.rung == "tf32") CHECK(row.arm.error.find("tf32 needs a CUDA backend") != std::string::npos);
   }
   const std::string table = ladder_table(run.rung_rows, false);
   CHECK(table.find("skipped: needs a GPU to copy to") != std::string::npos);
@@ -360,7 +367,7 @@ TEST_CASE("ladder: skipped and failed rungs appear in the ledger and the report"
   ReportOptions report;
   report.ledger_path = options.ledger_path;
   report.out_path = dir + "/REPORT.md";
-  const std::string md = write_report(report);
+  const std::string md = write_report(report, report_sections());
   CHECK(md.find(run.run_id) != std::string::npos);
   CHECK(md.find("| pin_memory | skipped: needs a GPU to copy to") != std::string::npos);
   CHECK(md.find("| tf32 | failed: tf32 needs a CUDA backend") != std::string::npos);

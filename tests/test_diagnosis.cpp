@@ -3,9 +3,9 @@
 // known: a hung run, a dead one, a starved one, a straggler, an incomplete checkpoint.
 #include <unistd.h>
 
-#include "bench/diagnosis.h"
-#include "bench/ledger.h"
-#include "bench/run_record.h"
+#include "bench/measure/diagnosis.h"
+#include "bench/measure/ledger.h"
+#include "bench/measure/run_record.h"
 #include "engine/checkpoint.h"
 #include "engine/trainer.h"
 #include "test_util.h"

@@ -11,13 +11,13 @@
 
 #include "backends/error.h"
 #include "backends/registry.h"
-#include "bench/affinity.h"
-#include "bench/cost_study.h"
-#include "bench/pinning_study.h"
-#include "bench/render.h"
+#include "bench/measure/affinity.h"
+#include "bench/report/table.h"
 #include "engine/data.h"
 #include "engine/synthetic_images.h"
 #include "engine/trainer.h"
+#include "studies/cost_to_accuracy/cost_study.h"
+#include "studies/pinning/pinning_study.h"
 
 using namespace trainlab;
 using namespace trainlab::bench;

@@ -5,26 +5,50 @@
 #include <cmath>
 #include <sstream>
 
-#include "bench/report_families.h"
-#include "bench/stats.h"
-#include "bench/verify.h"
+#include "bench/measure/stats.h"
+#include "studies/allreduce/allreduce_study.h"
+#include "studies/buckets/buckets_study.h"
+#include "studies/compare_torch/compare_torch.h"
+#include "studies/ladder/verify.h"
+#include "studies/scaling/scaling_study.h"
 
 using namespace trainlab;
 using namespace trainlab::bench;
 
 namespace {
 
-// A rung row as the ladder writes it (the fields verify reads).
-json rung(const std::string& name, std::vector<double> repeats, bool calibration = false) {
-  return {{"kind", "rung"},
-          {"status", "ok"},
-          {"run_id", "R1"},
-          {"rung", name},
-          {"calibration", calibration},
-          {"repeats", repeats},
-          {"device", {{"name", "Test CPU"}, {"type", "cpu"}}},
-          {"versions", {{"engine", "abc123"}}},
-          {"config", json::object()}};
+// A rung row as the ladder writes it (read through its struct, as the report reads it).
+LadderRungRow rung(const std::string& name, std::vector<double> repeats, bool calibration = false) {
+  const Summary s = summarize(repeats);
+  const json phase = {{"seconds_per_step", 0.01}, {"share", 0.25}};
+  return from_json<LadderRungRow>(
+      json{{"kind", "rung"},
+           {"status", "ok"},
+           {"run_id", "R1"},
+           {"rung", name},
+           {"rung_index", 0},
+           {"calibration", calibration},
+           {"repeats", repeats},
+           {"stats", to_json(s)},
+           {"breakdown", {{"data_wait", phase}, {"forward", phase}, {"backward", phase}, {"optimizer", phase}}},
+           {"device", {{"name", "Test CPU"}, {"type", "cpu"}}},
+           {"versions", {{"engine", "abc123"}}},
+           {"config", json::object()}});
+}
+
+// A report section built from made-up rows, as bench_report builds it from a ledger.
+std::optional<ReportSection> section_from(const SectionDef& def, const std::vector<json>& rows) {
+  Ledger::Loaded loaded;
+  loaded.path = "made-up rows";
+  for (const json& row : rows) {
+    loaded.rows.push_back(row);
+    loaded.lines.push_back(loaded.rows.size());
+  }
+  std::vector<std::string> warnings;
+  const SectionInput input{loaded, "", warnings};
+  auto section = def.build(input);
+  for (const auto& w : warnings) WARN(w);
+  return section;
 }
 
 }  // namespace
@@ -63,12 +87,12 @@ TEST_CASE("verify: re-runs inside the recorded spread pass, outside are named, o
           "[bench]") {
   // Recorded: the reference at 100 (calibration A) and 102 (B): floor 1.98%; rung fast at 1.9-2.1x it,
   // rung slow at 0.5x.
-  const std::vector<json> rows = {rung("calibration A", {100, 100, 100}, true),
-                                  rung("calibration B", {102, 102, 102}, true), rung("baseline", {100, 101, 99}),
-                                  rung("fast", {190, 200, 210}), rung("slow", {50, 50, 50})};
+  const std::vector<LadderRungRow> rows = {
+      rung("calibration A", {100, 100, 100}, true), rung("calibration B", {102, 102, 102}, true),
+      rung("baseline", {100, 101, 99}), rung("fast", {190, 200, 210}), rung("slow", {50, 50, 50})};
   SECTION("a machine three times faster, same ratios: every figure within") {
-    const Measure fake = [](const json& row) {
-      const std::string r = row.at("rung");
+    const Measure fake = [](const LadderRungRow& row) {
+      const std::string r = row.arm.rung;
       return 3 * (r == "fast" ? 200.0 : r == "slow" ? 50.0 : 100.0);
     };
     std::ostringstream log;
@@ -87,8 +111,8 @@ TEST_CASE("verify: re-runs inside the recorded spread pass, outside are named, o
     CHECK_THAT(log.str(), Catch::Contains("verify round 3/3"));
   }
   SECTION("a rung 10% slower than recorded, beyond the floor: OUTSIDE, with how far") {
-    const Measure fake = [](const json& row) {
-      const std::string r = row.at("rung");
+    const Measure fake = [](const LadderRungRow& row) {
+      const std::string r = row.arm.rung;
       return r == "slow" ? 45.0 : r == "fast" ? 200.0 : 100.0;
     };
     const auto result = verify_ladder(rows, fake, 3, 2);
@@ -102,22 +126,22 @@ TEST_CASE("verify: re-runs inside the recorded spread pass, outside are named, o
     CHECK_THAT(text, Catch::Contains("2 of 3 re-run figures within"));
   }
   SECTION("just inside the widened edge passes; a run without calibration arms uses its baseline, floor 0") {
-    const std::vector<json> plain = {rung("baseline", {100, 100}), rung("fast", {190, 210})};
-    const Measure at_edge = [](const json& row) { return row.at("rung") == "fast" ? 210.0 : 100.0; };
+    const std::vector<LadderRungRow> plain = {rung("baseline", {100, 100}), rung("fast", {190, 210})};
+    const Measure at_edge = [](const LadderRungRow& row) { return row.arm.rung == "fast" ? 210.0 : 100.0; };
     const auto result = verify_ladder(plain, at_edge, 1, 2);
     CHECK(result.reference == "baseline");
     CHECK(result.noise_floor_percent == 0);
     REQUIRE(result.rows.size() == 1);
     CHECK(result.rows[0].within);
-    const Measure beyond = [](const json& row) { return row.at("rung") == "fast" ? 211.0 : 100.0; };
+    const Measure beyond = [](const LadderRungRow& row) { return row.arm.rung == "fast" ? 211.0 : 100.0; };
     CHECK(!verify_ladder(plain, beyond, 1, 2).rows[0].within);
   }
   SECTION("bad input is named") {
-    const Measure fake = [](const json&) { return 1.0; };
+    const Measure fake = [](const LadderRungRow&) { return 1.0; };
     CHECK_THROWS_WITH(verify_ladder(rows, fake, 0, 1), Catch::Contains("--sample 0"));
     CHECK_THROWS_WITH(verify_ladder({rung("only", {1})}, fake, 1, 1), Catch::Contains("only its reference rung"));
     auto gpu = rows;
-    for (auto& r : gpu) r["device"]["type"] = "cuda";
+    for (auto& r : gpu) r.header.env.device.type = "cuda";
     CHECK_THROWS_WITH(verify_ladder(gpu, fake, 1, 1), Catch::Contains("measured on a cuda device"));
   }
 }
@@ -170,23 +194,23 @@ TEST_CASE("report families: all-reduce, bucket sweep, scaling and compare_torch 
                   {"peer_samples_per_s", {{"median", 1950.0}, {"min", 1900.0}, {"max", 2000.0}, {"n", 2}}},
                   {"ratio_per_round", {1.05, 1.05}}});
 
-  const auto allreduce = allreduce_section(rows);
+  const auto allreduce = section_from(allreduce_report_section(), rows);
   REQUIRE(allreduce);
   CHECK_THAT(allreduce->markdown, Catch::Contains("| 4K | "));
   CHECK_THAT(allreduce->markdown, Catch::Contains("+10.0% (5.0x the noise floor)"));
   REQUIRE(allreduce->figures.size() == 1);
   CHECK_THAT(allreduce->figures[0].second, Catch::Contains("single-core memcpy (5.00 GB/s)"));
 
-  const auto scaling = scaling_section(rows);
+  const auto scaling = section_from(scaling_report_section(), rows);
   REQUIRE(scaling);
   CHECK_THAT(scaling->markdown, Catch::Contains("| trainlab weak | 2 | 1850.0 (1800.0-1900.0) | 92.5% (90.0-95.0) |"));
   // The peer's best variant by median at world 2 is channels_last (1080 against 800): 90% efficiency.
   CHECK_THAT(scaling->markdown, Catch::Contains("| PyTorch DDP channels_last | 2 | 1080.0 (1080.0-1080.0) | 90.0%"));
 
-  const auto compare = compare_torch_section(rows);
+  const auto compare = section_from(compare_torch_report_section(), rows);
   REQUIRE(compare);
   CHECK_THAT(compare->markdown, Catch::Contains("| 2050 (2000-2100) | 1950 (1900-2000) | 1.05x (1.05-1.05) |"));
   CHECK_THAT(compare->figures[0].second, Catch::Contains("onednn f32 nhwc fused"));
 
-  CHECK(!buckets_section(rows));  // no bucket sweep among these rows: no section
+  CHECK(!section_from(buckets_report_section(), rows));  // no bucket sweep among these rows: no section
 }

@@ -15,8 +15,8 @@
 
 #include "backends/cpu/isa.h"
 #include "backends/registry.h"
-#include "bench/ledger.h"
-#include "bench/run_record.h"
+#include "bench/measure/ledger.h"
+#include "bench/measure/run_record.h"
 #include "comm/cost_model.h"
 #include "comm/run_training.h"
 #include "engine/checkpoint.h"

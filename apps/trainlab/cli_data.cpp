@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "backends/host_memory.h"
-#include "bench/ledger.h"
+#include "bench/measure/ledger.h"
 #include "engine/config.h"
 #include "engine/synthetic_images.h"
 

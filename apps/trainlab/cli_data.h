@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "bench/diagnosis.h"
-#include "bench/loader_bench.h"
+#include "bench/measure/diagnosis.h"
+#include "bench/measure/loader_bench.h"
 #include "engine/disk_dataset.h"
 
 namespace trainlab {

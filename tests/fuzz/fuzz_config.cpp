@@ -3,10 +3,10 @@
 // the file.
 #include <string>
 
-#include "bench/cost_study.h"
-#include "bench/ladder.h"
 #include "engine/config.h"
 #include "fuzz_util.h"
+#include "studies/cost_to_accuracy/cost_study.h"
+#include "studies/ladder/ladder.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;

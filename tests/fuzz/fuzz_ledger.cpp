@@ -2,10 +2,11 @@
 // (bench_report) and read for the cost model's fit (collective-cost --fit), then appended to.
 #include <fstream>
 
-#include "bench/ledger.h"
-#include "bench/report.h"
+#include "bench/measure/ledger.h"
+#include "bench/report/report.h"
 #include "comm/cost_model.h"
 #include "fuzz_util.h"
+#include "studies/registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace bench = trainlab::bench;
@@ -20,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bench::ReportOptions options;
     options.ledger_path = path;
     options.out_path = (dir / "REPORT.md").string();
-    bench::write_report(options);
+    bench::write_report(options, bench::report_sections());
   });
   for (const char* algorithm : {"ring", "native"}) {
     trainlab::fuzz::expect_error_or_success([&] {
@@ -30,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   // A new run still appends after whatever the file held.
   trainlab::fuzz::expect_error_or_success([&] {
-    bench::Ledger(path).append({{"device", {{"type", "cpu"}, {"name", "fuzz"}}}, {"kind", "note"}});
+    bench::Ledger(path).append(bench::json{{"device", {{"type", "cpu"}, {"name", "fuzz"}}}, {"kind", "note"}});
   });
   return 0;
 }

@@ -1,0 +1,108 @@
+#include "bench/measure/comm_bench.h"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "backends/error.h"
+#include "bench/measure/stats.h"
+#include "engine/fileio.h"
+
+namespace trainlab::bench {
+
+std::int64_t parse_byte_size(const std::string& text, const std::string& what) {
+  TL_CHECK(!text.empty(), what + ": empty size (use e.g. 4096, 4K, 2M, 1G)");
+  std::size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    TL_CHECK(false, what + ": '" + text + "' is not a size (use e.g. 4096, 4K, 2M, 1G)");
+  }
+  const std::string unit = text.substr(used);
+  double scale = 1;
+  if (unit == "K" || unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else
+    TL_CHECK(unit.empty() || unit == "B", what + ": unknown unit in '" + text + "' (allowed: B, K, M, G)");
+  const double bytes = number * scale;
+  TL_CHECK(std::isfinite(bytes) && bytes >= 1 && bytes <= 64.0 * 1024 * 1024 * 1024,
+           what + ": size '" + text + "' is out of range (1 byte to 64G)");
+  return static_cast<std::int64_t>(bytes);
+}
+
+std::vector<std::int64_t> parse_byte_sizes(const std::string& spec, const std::string& what) {
+  std::vector<std::int64_t> sizes;
+  const auto dots = spec.find("..");
+  if (dots != std::string::npos) {
+    const std::int64_t lo = parse_byte_size(spec.substr(0, dots), what);
+    const std::int64_t hi = parse_byte_size(spec.substr(dots + 2), what);
+    TL_CHECK(lo <= hi, what + ": range '" + spec + "' is empty (LO must be <= HI)");
+    for (std::int64_t s = lo; s <= hi; s *= 2) sizes.push_back(s);
+  } else {
+    std::size_t start = 0;
+    while (start <= spec.size()) {
+      const auto comma = spec.find(',', start);
+      sizes.push_back(parse_byte_size(spec.substr(start, comma - start), what));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return sizes;
+}
+
+void check_message_sizes(const std::vector<std::int64_t>& sizes, std::int64_t element_bytes, const std::string& dtype,
+                         int buffers_per_rank, const std::string& what) {
+  std::int64_t largest = 0;
+  for (const std::int64_t bytes : sizes) {
+    TL_CHECK(bytes % element_bytes == 0,
+             fmt::format("{}: {} bytes is not a whole number of {} elements ({} bytes each); use a multiple of {}",
+                         what, bytes, dtype, element_bytes, element_bytes));
+    largest = std::max(largest, bytes);
+  }
+  int local_ranks = 1;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) {
+      local_ranks = std::max(1, std::atoi(value));
+      break;
+    }
+  }
+  const auto needed = static_cast<std::uint64_t>(largest) * static_cast<std::uint64_t>(buffers_per_rank) *
+                      static_cast<std::uint64_t>(local_ranks);
+  check_host_memory(needed,
+                    fmt::format("{}: the largest size, {}, in {} buffers on each of this host's {} rank{},", what,
+                                human_bytes(largest), buffers_per_rank, local_ranks, local_ranks == 1 ? "" : "s"),
+                    "use smaller sizes");
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  if (bytes >= (1 << 30) && bytes % (1 << 30) == 0) return fmt::format("{}G", bytes >> 30);
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return fmt::format("{}M", bytes >> 20);
+  if (bytes >= (1 << 10) && bytes % (1 << 10) == 0) return fmt::format("{}K", bytes >> 10);
+  return fmt::format("{}B", bytes);
+}
+
+double memcpy_gbps() {
+  using clock_type = std::chrono::steady_clock;
+  const std::size_t bytes = 64u << 20;
+  std::vector<unsigned char> a(bytes, 1), b(bytes, 2);
+  std::vector<double> rates;
+  for (int i = 0; i < 12; ++i) {
+    const auto t = clock_type::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double s = std::chrono::duration<double>(clock_type::now() - t).count();
+    if (i >= 2) rates.push_back(static_cast<double>(bytes) / s * 1e-9);
+    std::swap(a, b);
+  }
+  return summarize(rates).median;
+}
+
+}  // namespace trainlab::bench

@@ -1,0 +1,46 @@
+// The report's sections: each study contributes one (studies/<name>/section.cpp), registered in
+// studies/registry.cpp, and bench_report iterates the registry. A section reads its own typed rows
+// from the loaded ledger and returns its markdown, its figures and the table that its block in
+// docs/RESULTS.md (or any file with its markers) quotes.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/measure/ledger.h"
+
+namespace trainlab::bench {
+
+struct ReportSection {
+  Environment measured_on;  // where its run was measured (the report's header names the first section's)
+  std::string markdown;
+  std::vector<std::pair<std::string, std::string>> figures;  // path relative to the report, SVG text
+  // The block between <!-- marker:begin --> and <!-- marker:end -->: an intro ("from run X on ...")
+  // and the table.
+  std::string marker, readme_intro, readme_table;
+};
+
+// What a section reads: the ledger, loaded once; the ladder run asked for (bench_report --run; the
+// other sections report their latest run); where skipped rows are said.
+struct SectionInput {
+  const Ledger::Loaded& ledger;
+  std::string run_id;
+  std::vector<std::string>& warnings;
+  template <class Row>
+  std::vector<Row> read() const {
+    return ledger.read<Row>(&warnings);
+  }
+};
+
+struct SectionDef {
+  std::string name;  // "ladder", "cost", ... (in errors)
+  std::function<std::optional<ReportSection>(const SectionInput&)> build;
+};
+
+// "AMD EPYC (onednn, 2 threads; engine abc; timer steady_clock)".
+std::string measured_on(const Environment& env);
+
+}  // namespace trainlab::bench

@@ -1,0 +1,12 @@
+// The comparison with PyTorch: bench/compare_torch.py runs `trainlab throughput` and every PyTorch
+// variant of bench/peers/torch_smallcnn.py in turn, and appends `compare_torch` and
+// `compare_torch_peer` rows; this is their report section.
+#pragma once
+
+#include "bench/report/section.h"
+
+namespace trainlab::bench {
+
+SectionDef compare_torch_report_section();
+
+}  // namespace trainlab::bench

@@ -1,0 +1,64 @@
+// The memory study (issue 13; seed 003's capacity levers): batch size x activation recomputation x
+// ZeRO stage, each arm a short DDP training run at world 2, measured for its tensor memory by
+// category (the largest rank's) and its step time. The repeats are interleaved across arms; the
+// control arm (batch 128, recompute none, zero 0) runs twice, and the gap between the two is the
+// noise floor every step-time effect is stated against. The driver is studies/memory; this is the
+// arithmetic over its ledger rows ("memory_repeat"), shared with bench_report.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/measure/ledger.h"
+#include "bench/measure/stats.h"
+#include "bench/report/section.h"
+#include "engine/memory_usage.h"
+
+namespace trainlab::bench {
+
+// One arm's repeats. Memory is per rank, the largest over the ranks and the repeats (a steady step
+// allocates the same bytes every time: the repeats agree, and the study checks they do).
+struct MemoryArm {
+  std::string name;  // "b128 none z0", "b128 none z0 again"
+  std::int64_t batch = 0;
+  std::string recompute = "none";
+  int zero = 0;
+  std::vector<double> step_ms;  // per repeat: the median measured step of the slowest rank
+  std::array<std::int64_t, kMemoryCategories> peak{}, at_peak{};
+  std::int64_t total_peak = 0, activations_after_forward = 0;
+  std::string peak_phase;
+  bool repeats_agree = true;  // every repeat measured the same bytes
+};
+
+struct MemoryEffect {
+  double step_percent = 0;    // step time against the arm's control (+: slower)
+  double floor_multiple = 0;  // |step_percent| / the noise floor
+  Verdict verdict = Verdict::not_separable;
+  double peak_percent = 0;  // total peak against the control's (-: less memory)
+};
+
+struct MemoryAnalysis {
+  std::vector<MemoryArm> arms;
+  std::vector<Summary> step;          // one per arm
+  std::vector<int> control;           // per arm: the index of its batch's none/zero-0 arm (-1: none)
+  std::vector<MemoryEffect> effects;  // per arm, against its control
+  Calibration calibration;
+  std::string calibration_pair;
+  bool separability_test_valid = false;
+};
+
+// Needs the calibration pair (two arms with the same configuration, the second named "... again").
+MemoryAnalysis analyse_memory(std::vector<MemoryArm> arms);
+std::string memory_table(const MemoryAnalysis& analysis, bool markdown);
+std::string memory_findings(const MemoryAnalysis& analysis);
+// A run's "memory_repeat" rows, gathered by arm in the order they appear.
+std::vector<MemoryArm> memory_arms_from_rows(const std::vector<json>& rows);
+// Peak bytes by category (stacked) per arm, and peak against step time.
+std::string memory_svg(const MemoryAnalysis& analysis, const std::string& title);
+
+// The report's section for this study (studies/registry.h).
+SectionDef memory_report_section();
+
+}  // namespace trainlab::bench
