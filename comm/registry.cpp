@@ -19,14 +19,16 @@ struct CommunicatorEntry {
   const char* name;
   const char* description;
   std::unique_ptr<Communicator> (*world)();  // null: not in this build
-  const char* absent;                         // why not, and how to get it
+  const char* absent;                        // why not, and how to get it
 };
 
 const std::vector<CommunicatorEntry>& entries() {
   static const std::vector<CommunicatorEntry> list = {
-      {"mpi", "MPI point-to-point and collectives on host memory (Open MPI)", []() -> std::unique_ptr<Communicator> { return MpiCommunicator::world(); }, nullptr},
+      {"mpi", "MPI point-to-point and collectives on host memory (Open MPI)",
+       []() -> std::unique_ptr<Communicator> { return MpiCommunicator::world(); }, nullptr},
 #ifdef TRAINLAB_HAVE_NCCL
-      {"nccl", "NCCL on device memory, one GPU per rank, bootstrapped over MPI", []() -> std::unique_ptr<Communicator> { return NcclCommunicator::world(); }, nullptr},
+      {"nccl", "NCCL on device memory, one GPU per rank, bootstrapped over MPI",
+       []() -> std::unique_ptr<Communicator> { return NcclCommunicator::world(); }, nullptr},
 #else
       {"nccl", "NCCL on device memory, one GPU per rank, bootstrapped over MPI", nullptr,
        "it is compiled with CUDA (configure with --preset cuda, or -DTRAINLAB_CUDA=ON, on a machine with the CUDA "

@@ -34,8 +34,9 @@ RunParts make_run(const TrainConfig& config, const TrainTask& task, Generator& g
   TL_CHECK(!x.pin_memory || backend.pinned_uploads() != nullptr,
            "pin_memory needs a CUDA backend (it page-locks loader buffers for host-to-device copies); backend '" +
                backend.name() + "' runs on the CPU, where there is no copy");
-  TL_CHECK(!x.tf32 || backend.math_modes() != nullptr,
-           "tf32 needs a CUDA backend (TF32 is a tensor-core math mode); backend '" + backend.name() + "' runs on the CPU");
+  TL_CHECK(
+      !x.tf32 || backend.math_modes() != nullptr,
+      "tf32 needs a CUDA backend (TF32 is a tensor-core math mode); backend '" + backend.name() + "' runs on the CPU");
   if (x.threads > 0) backend.set_num_threads(x.threads);
   if (MathModes* math = backend.math_modes()) math->set_tf32(x.tf32);
 
@@ -49,8 +50,8 @@ RunParts make_run(const TrainConfig& config, const TrainTask& task, Generator& g
   // (zero: 1) this rank's optimiser is built over its pieces of them.
   if (parallel != nullptr) parallel->attach(run.model->named_parameters());
   const bool sharded = parallel != nullptr && parallel->shards_optimizer_state();
-  run.optimizer =
-      make_optimizer(config.optimizer, parallel != nullptr ? parallel->optimizer_parameters() : run.model->named_parameters());
+  run.optimizer = make_optimizer(
+      config.optimizer, parallel != nullptr ? parallel->optimizer_parameters() : run.model->named_parameters());
   // Mixed precision: the optimiser writes bf16/f16 working copies of the weights in its step, and
   // autocast uses them instead of casting the f32 masters every forward. (Not with sharded state:
   // a rank's optimiser sees only its pieces, and autocast casts the gathered parameters.)

@@ -179,10 +179,10 @@ class ProgressLogObserver final : public TrainObserver {
 void ProgressLogObserver::header() {
   const TrainConfig& c = trainer_.config();
   Backend& backend = trainer_.backend();
-  log_ << fmt::format("trainlab {} ({}): {}, {} parameters, backend {} ({} threads), dtype {}, layout {}{}\n", version(),
-                      git_describe(), trainer_.task().model_name, trainer_.model().num_parameters(), backend.name(),
-                      backend.num_threads(), dtype_name(c.execution.dtype), memory_format_name(c.execution.layout),
-                      c.execution.fuse ? ", fused" : "");
+  log_ << fmt::format("trainlab {} ({}): {}, {} parameters, backend {} ({} threads), dtype {}, layout {}{}\n",
+                      version(), git_describe(), trainer_.task().model_name, trainer_.model().num_parameters(),
+                      backend.name(), backend.num_threads(), dtype_name(c.execution.dtype),
+                      memory_format_name(c.execution.layout), c.execution.fuse ? ", fused" : "");
   if (DataParallel* parallel = trainer_.parallel()) {
     log_ << fmt::format("data parallel: {}; global batch {} ({} per rank)\n", parallel->describe(), c.batch,
                         c.batch / parallel->world_size());
