@@ -248,6 +248,29 @@ TEST_CASE("diagnose names the cause of prepared runs, in the seed's order", "[di
     CHECK(d.cause.find("slower than the earlier run") != std::string::npos);
     CHECK(d.checks[4].finding.find("decode on the same 2 cores") != std::string::npos);
   }
+  SECTION("a row of the run with a field of the wrong type is skipped with its line, not read into a check") {
+    for (int i = 0; i < 5; ++i) {
+      json p = row("typed", "train_progress", now - 600 + i);
+      p["step"] = (i + 1) * 20;
+      p["steps"] = 300;
+      p["status"] = "running";
+      if (i == 4) p["step"] = "eighty";  // the last progress row, damaged
+      ledger.append(p);
+    }
+    json bad_run = row("typed", "train_run", now);
+    bad_run["status"] = "ok";
+    bad_run["phases"] = "fast";  // a summary row whose phases are not an object
+    ledger.append(bad_run);
+    o.target = "typed";
+    const Diagnosis d = diagnose(o);
+    REQUIRE(d.warnings.size() == 2);
+    CHECK_THAT(d.warnings[0], Catch::Contains("line 6 skipped: phases is \"fast\", not an object"));
+    CHECK_THAT(d.warnings[1], Catch::Contains("line 5 skipped: step is \"eighty\", not an integer"));
+    // Without the damaged rows the run reads as the four good progress rows: hung at step 80.
+    CHECK(d.decided_by == 1);
+    CHECK(d.cause.find("HUNG at step 80") != std::string::npos);
+    CHECK(diagnosis_text(d).find("warning: ledger") != std::string::npos);
+  }
   SECTION("an unknown run is one line naming what it looked for") {
     o.target = "nope";
     REQUIRE_THROWS_CONTAINING(diagnose(o), "'nope'", "--ledger");

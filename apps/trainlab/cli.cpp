@@ -366,224 +366,295 @@ int run_memory(MemoryOptions& o, const CLI::App& cmd) {
   return 0;
 }
 
+// Each subcommand: its options, the function that declares them on the command line, and (in
+// dispatch below) the call it makes.
+struct TrainCommand {
+  CLI::App* command = nullptr;
+  std::string config_path;
+  bool dry_run = false;
+  std::map<std::string, std::string> values;
+  std::map<std::string, CLI::Option*> options;
+};
+TrainCommand add_train(CLI::App& app) {
+  TrainCommand c;
+  c.command = app.add_subcommand("train", "train SmallCNN on SyntheticImages or a data set on disk (--data)");
+  c.command->add_option("--config", c.config_path, "YAML config file (flags override its keys)");
+  c.command->add_flag("--dry-run", c.dry_run, "check the configuration and the outputs, print it, and train nothing");
+  for (const auto& field : config_fields()) {
+    auto* option = c.command->add_option(field.flag, c.values[field.key], field.help + " [" + field.allowed + "]")
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides
+    if (field.is_bool) option->expected(0, 1);
+    c.options[field.key] = option;
+  }
+  return c;
+}
+
+struct ThroughputCommand {
+  CLI::App* command = nullptr;
+  ThroughputConfig config;
+  std::string dtype = "f32", layout = "nchw";  // parsed into config once the command line is read
+};
+ThroughputCommand add_throughput(CLI::App& app) {
+  ThroughputCommand c;
+  c.command = app.add_subcommand(
+      "throughput", "time SmallCNN training steps on in-memory batches; prints one JSON line (warm-up excluded)");
+  c.command->add_option("--backend", c.config.backend, "backend (default: the best CPU backend)");
+  c.command->add_option("--dtype", c.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  c.command->add_option("--layout", c.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
+  c.command->add_option("--batch", c.config.batch, "batch size [1..65536]")->check(FiniteRange(1, 65536));
+  c.command->add_option("--threads", c.config.threads, "compute threads (0: all cores) [0..1024]")
+      ->check(FiniteRange(0, 1024));
+  c.command->add_option("--seconds", c.config.seconds, "measured seconds after warm-up (0.01..3600]")
+      ->check(FiniteRange(0.01, 3600.0));
+  c.command->add_option("--warmup", c.config.warmup, "warm-up steps excluded [0..10000]")->check(FiniteRange(0, 10000));
+  c.command->add_option("--seed", c.config.seed, "seed for weights and data");
+  c.command->add_flag("--fuse", c.config.fuse, "conv/linear with bias and ReLU fused");
+  c.command->add_flag("--forward-only", c.config.forward_only, "inference: forward passes without gradients");
+  c.command->add_flag("--cuda-graph", c.config.cuda_graph,
+                      "training steps replayed from CUDA graphs (forward and backward captured after the warm-up)");
+  c.command->add_flag("--profile", c.config.profile, "add per-op seconds over the measured steps (op_seconds)");
+  return c;
+}
+
+struct GradDumpCommand {
+  CLI::App* command = nullptr;
+  std::string weights, batch, out;
+  GradDumpOptions options;
+  std::string dtype = "f32", layout = "nchw";
+};
+GradDumpCommand add_grad_dump(CLI::App& app) {
+  GradDumpCommand c;
+  c.command = app.add_subcommand("grad-dump",
+                                 "SmallCNN's loss and every parameter gradient for given weights and "
+                                 "batch (safetensors in, safetensors out)");
+  c.command->add_option("--weights", c.weights, "SmallCNN state dict (conv1.weight, ...), f32")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c.command->add_option("--batch", c.batch, "tensors 'images' f32 [N, 3, 32, 32] and 'labels' i64 [N]")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c.command->add_option("--out", c.out, "output: 'loss' and one gradient per parameter")->required();
+  c.command->add_option("--backend", c.options.backend, "backend (default: the best CPU backend)");
+  c.command->add_option("--dtype", c.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  c.command->add_option("--layout", c.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
+  c.command->add_flag("--fuse", c.options.fuse, "conv/linear with bias and ReLU fused");
+  return c;
+}
+
+struct GemmCommand {
+  CLI::App* command = nullptr;
+  std::string backend, dtype = "f32";
+  std::int64_t n = 2048;
+  int threads = 0;
+  double seconds = 3.0;
+};
+GemmCommand add_gemm(CLI::App& app) {
+  GemmCommand c;
+  c.command = app.add_subcommand("gemm",
+                                 "GEMM ceiling: n x n x n products through the backend's linear kernel; "
+                                 "prints one JSON line");
+  c.command->add_option("--backend", c.backend, "backend (default: the best CPU backend)");
+  c.command->add_option("--dtype", c.dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  c.command->add_option("--size", c.n, "n [1..16384]")->check(FiniteRange(1, 16384));
+  c.command->add_option("--threads", c.threads, "compute threads (0: all cores) [0..1024]")
+      ->check(FiniteRange(0, 1024));
+  c.command->add_option("--seconds", c.seconds, "measured seconds (0.01..3600]")->check(FiniteRange(0.01, 3600.0));
+  return c;
+}
+
+struct CostCommand {
+  CLI::App* command = nullptr;
+  CostOptions options;
+};
+CostCommand add_collective_cost(CLI::App& app) {
+  CostCommand c;
+  c.command = app.add_subcommand("collective-cost",
+                                 "the alpha-beta ring all-reduce model (seed 001): cost, overlap, buckets, "
+                                 "scaling; --fit fits alpha and B to bench_allreduce rows");
+  c.command->add_option("--gpus", c.options.question.model.ranks, "ranks in the ring P [2..1048576]")
+      ->check(FiniteRange(2, 1 << 20));
+  c.command->add_option("--bw", c.options.bw_gbps, "per-link bandwidth B in GB/s (1e9 bytes/s) (0..1e6]")
+      ->check(FiniteRange(1e-6, 1e6));
+  c.command->add_option("--latency", c.options.latency_us, "per-hop latency alpha in microseconds [0..1e6]")
+      ->check(FiniteRange(0.0, 1e6));
+  c.command->add_option("--params", c.options.params_billions, "parameters, in billions (1.3 = 1.3e9) (0..1e6]")
+      ->check(FiniteRange(1e-12, 1e6));
+  c.command
+      ->add_option("--bytes-per-param", c.options.question.bytes_per_param,
+                   "bytes per gradient element (2 for bf16/fp16, 4 for f32) (0..64]")
+      ->capture_default_str()
+      ->check(FiniteRange(0.125, 64.0));
+  c.command->add_option("--step-ms", c.options.step_ms, "the training step without communication, ms (0..1e7]")
+      ->check(FiniteRange(1e-6, 1e7));
+  c.command->add_option("--buckets", c.options.buckets, "bucket sizes in MiB for the bucket table")
+      ->capture_default_str();
+  c.command->add_option("--scale-to", c.options.question.scale_to, "also the scaling table at this many ranks")
+      ->check(FiniteRange(2, 1 << 20));
+  c.command
+      ->add_option("--accumulate", c.options.question.accumulate,
+                   "(e) also the step with K micro-steps per all-reduce [1..65536]")
+      ->check(FiniteRange(1, 65536));
+  c.command
+      ->add_option("--zero", c.options.question.zero_stage,
+                   "(e) also ZeRO stage 0|1|2|3: bytes moved and memory per rank (16 bytes/param of state)")
+      ->check(FiniteRange(0, 3));
+  c.command
+      ->add_option("--node-size", c.options.question.node_size,
+                   "(e) also a hierarchical all-reduce with this many ranks per node (divides --gpus) [1..1048576]")
+      ->check(FiniteRange(1, 1 << 20));
+  c.command
+      ->add_option("--intra-bw", c.options.intra_bw_gbps, "with --node-size: bandwidth inside a node, GB/s (0..1e6]")
+      ->check(FiniteRange(1e-6, 1e6));
+  c.command
+      ->add_option("--intra-latency", c.options.intra_latency_us,
+                   "with --node-size: per-hop latency inside a node, us (default: --latency) [0..1e6]")
+      ->check(FiniteRange(0.0, 1e6));
+  c.command->add_option("--fit", c.options.fit_ledger,
+                        "fit alpha and B to a ledger's bench_allreduce rows (with --params: answer with the fit)");
+  c.command->add_option("--run", c.options.fit_run, "with --fit: the run id (default: the latest all-reduce run)");
+  c.command->add_option("--algorithm", c.options.fit_algorithm, "with --fit: ring | native")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ring", "native"}));
+  return c;
+}
+
+struct MemoryCommand {
+  CLI::App* command = nullptr;
+  MemoryOptions options;
+};
+MemoryCommand add_memory(CLI::App& app) {
+  MemoryCommand c;
+  c.command = app.add_subcommand(
+      "memory",
+      "persistent training state per worker under ZeRO stages 0-3, estimated (seed 003's accounting); with --config, "
+      "one training step measured by category next to the estimate");
+  c.command->add_option("--config", c.options.config, "a train config (YAML) whose step to measure")
+      ->check(CLI::ExistingFile);
+  for (const char* key : {"batch", "dtype", "layout", "fuse", "recompute", "backend", "threads"}) {
+    const ConfigField& field = config_field(key);
+    auto* option = c.command->add_option(field.flag, c.options.overrides[key],
+                                         "with --config: " + field.help + " [" + field.allowed + "]");
+    if (field.is_bool) option->expected(0, 1);
+  }
+  c.command->add_option("--params", c.options.params, "parameters (a count: 1e9) (0..1e15]")
+      ->check(FiniteRange(1e-12, 1e15));
+  c.command->add_option("--workers", c.options.workers, "data-parallel workers W [1..1048576]")
+      ->capture_default_str()
+      ->check(FiniteRange(1, 1 << 20));
+  c.command->add_option("--zero", c.options.stages, "ZeRO stages to print (0..3, comma-separated)")
+      ->capture_default_str();
+  c.command->add_option("--param-bytes", c.options.bytes.param, "bytes per parameter (q_p) [0..64]")
+      ->capture_default_str()
+      ->check(FiniteRange(0.0, 64.0));
+  c.command->add_option("--grad-bytes", c.options.bytes.grad, "bytes per gradient element (q_g) [0..64]")
+      ->capture_default_str()
+      ->check(FiniteRange(0.0, 64.0));
+  c.command->add_option("--master-bytes", c.options.bytes.master, "bytes of master copy per parameter [0..64]")
+      ->capture_default_str()
+      ->check(FiniteRange(0.0, 64.0));
+  c.command->add_option("--moment-bytes", c.options.bytes.moments, "bytes of optimiser moments per parameter [0..64]")
+      ->capture_default_str()
+      ->check(FiniteRange(0.0, 64.0));
+  c.command
+      ->add_option("--optimizer", c.options.optimizer,
+                   "instead of the byte flags: the bytes trainlab itself keeps for sgd (with --momentum) or adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  c.command->add_option("--momentum", c.options.momentum, "with --optimizer sgd: 0 keeps no moment [0..0.999]")
+      ->capture_default_str()
+      ->check(FiniteRange(0.0, 0.999));
+  return c;
+}
+
+struct InfoCommands {
+  CLI::App *backends = nullptr, *reference = nullptr, *verify = nullptr, *version = nullptr;
+  bool backends_ops = false;
+  std::string backends_only, verify_dir;
+};
+InfoCommands add_info_commands(CLI::App& app) {
+  InfoCommands c;
+  c.backends = app.add_subcommand(
+      "backends",
+      "list the registered backends; --ops: what each runs natively, emulated or not at all, per op and dtype");
+  c.backends->add_flag("--ops", c.backends_ops,
+                       "each backend's capability table on this machine (ISA, per op and dtype: native, emulated, "
+                       "unsupported, and why)");
+  c.backends->add_option("--backend", c.backends_only, "only this backend");
+  c.reference = app.add_subcommand("config-reference",
+                                   "print every train config key (flag, default, allowed values, meaning) as markdown");
+  c.verify = app.add_subcommand("verify-checkpoint",
+                                "check a checkpoint completely (marker, sizes, CRC-32s, headers, state) and "
+                                "print what it holds; exit 0 when it loads, 2 with the problem otherwise");
+  c.verify->add_option("DIR", c.verify_dir, "the checkpoint directory")->required();
+  c.version = app.add_subcommand(
+      "version", "print the version, compiler and engine commit, and the CPU's instruction set as trainlab uses it");
+  return c;
+}
+
+// CLI11 would only say "a subcommand is required"; name the word it did not know.
+std::optional<int> refuse_unknown_command(CLI::App& app, int argc, char** argv) {
+  if (argc <= 1 || argv[1][0] == '-') return std::nullopt;
+  std::string allowed;
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    known = known || sub->get_name() == argv[1];
+    allowed += (allowed.empty() ? "" : ", ") + sub->get_name();
+  }
+  if (known) return std::nullopt;
+  std::fprintf(stderr, "trainlab: error: unknown command '%s' (allowed: %s)\n", argv[1], allowed.c_str());
+  return kExitBadInput;
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
   CLI::App app{"trainlab: a C++ training-systems lab (tensor and autograd engine, backends, benchmarks)", "trainlab"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version() + " (" + git_describe() + ")");
-
-  auto* train = app.add_subcommand("train", "train SmallCNN on SyntheticImages or a data set on disk (--data)");
-  std::string config_path;
-  train->add_option("--config", config_path, "YAML config file (flags override its keys)");
-  bool dry_run = false;
-  train->add_flag("--dry-run", dry_run, "check the configuration and the outputs, print it, and train nothing");
-  std::map<std::string, std::string> values;
-  std::map<std::string, CLI::Option*> options;
-  for (const auto& field : config_fields()) {
-    auto* option = train->add_option(field.flag, values[field.key], field.help + " [" + field.allowed + "]")
-                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides
-    if (field.is_bool) option->expected(0, 1);
-    options[field.key] = option;
-  }
-  auto* throughput = app.add_subcommand(
-      "throughput", "time SmallCNN training steps on in-memory batches; prints one JSON line (warm-up excluded)");
-  ThroughputConfig tp;
-  std::string tp_dtype = "f32", tp_layout = "nchw";  // parsed into tp once the command line is read
-  throughput->add_option("--backend", tp.backend, "backend (default: the best CPU backend)");
-  throughput->add_option("--dtype", tp_dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
-  throughput->add_option("--layout", tp_layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
-  throughput->add_option("--batch", tp.batch, "batch size [1..65536]")->check(FiniteRange(1, 65536));
-  throughput->add_option("--threads", tp.threads, "compute threads (0: all cores) [0..1024]")
-      ->check(FiniteRange(0, 1024));
-  throughput->add_option("--seconds", tp.seconds, "measured seconds after warm-up (0.01..3600]")
-      ->check(FiniteRange(0.01, 3600.0));
-  throughput->add_option("--warmup", tp.warmup, "warm-up steps excluded [0..10000]")->check(FiniteRange(0, 10000));
-  throughput->add_option("--seed", tp.seed, "seed for weights and data");
-  throughput->add_flag("--fuse", tp.fuse, "conv/linear with bias and ReLU fused");
-  throughput->add_flag("--forward-only", tp.forward_only, "inference: forward passes without gradients");
-  throughput->add_flag("--cuda-graph", tp.cuda_graph,
-                       "training steps replayed from CUDA graphs (forward and backward captured after the warm-up)");
-  throughput->add_flag("--profile", tp.profile, "add per-op seconds over the measured steps (op_seconds)");
-  auto* grad = app.add_subcommand("grad-dump",
-                                  "SmallCNN's loss and every parameter gradient for given weights and "
-                                  "batch (safetensors in, safetensors out)");
-  std::string grad_weights, grad_batch, grad_out;
-  GradDumpOptions grad_options;
-  std::string grad_dtype = "f32", grad_layout = "nchw";
-  grad->add_option("--weights", grad_weights, "SmallCNN state dict (conv1.weight, ...), f32")
-      ->required()
-      ->check(CLI::ExistingFile);
-  grad->add_option("--batch", grad_batch, "tensors 'images' f32 [N, 3, 32, 32] and 'labels' i64 [N]")
-      ->required()
-      ->check(CLI::ExistingFile);
-  grad->add_option("--out", grad_out, "output: 'loss' and one gradient per parameter")->required();
-  grad->add_option("--backend", grad_options.backend, "backend (default: the best CPU backend)");
-  grad->add_option("--dtype", grad_dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
-  grad->add_option("--layout", grad_layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
-  grad->add_flag("--fuse", grad_options.fuse, "conv/linear with bias and ReLU fused");
-  auto* gemm = app.add_subcommand("gemm",
-                                  "GEMM ceiling: n x n x n products through the backend's linear kernel; "
-                                  "prints one JSON line");
-  std::string gemm_backend, gemm_dtype = "f32";
-  std::int64_t gemm_n = 2048;
-  int gemm_threads = 0;
-  double gemm_seconds = 3.0;
-  gemm->add_option("--backend", gemm_backend, "backend (default: the best CPU backend)");
-  gemm->add_option("--dtype", gemm_dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  gemm->add_option("--size", gemm_n, "n [1..16384]")->check(FiniteRange(1, 16384));
-  gemm->add_option("--threads", gemm_threads, "compute threads (0: all cores) [0..1024]")->check(FiniteRange(0, 1024));
-  gemm->add_option("--seconds", gemm_seconds, "measured seconds (0.01..3600]")->check(FiniteRange(0.01, 3600.0));
-  auto* cost = app.add_subcommand("collective-cost",
-                                  "the alpha-beta ring all-reduce model (seed 001): cost, overlap, buckets, "
-                                  "scaling; --fit fits alpha and B to bench_allreduce rows");
-  CostOptions cost_options;
-  cost->add_option("--gpus", cost_options.question.model.ranks, "ranks in the ring P [2..1048576]")
-      ->check(FiniteRange(2, 1 << 20));
-  cost->add_option("--bw", cost_options.bw_gbps, "per-link bandwidth B in GB/s (1e9 bytes/s) (0..1e6]")
-      ->check(FiniteRange(1e-6, 1e6));
-  cost->add_option("--latency", cost_options.latency_us, "per-hop latency alpha in microseconds [0..1e6]")
-      ->check(FiniteRange(0.0, 1e6));
-  cost->add_option("--params", cost_options.params_billions, "parameters, in billions (1.3 = 1.3e9) (0..1e6]")
-      ->check(FiniteRange(1e-12, 1e6));
-  cost->add_option("--bytes-per-param", cost_options.question.bytes_per_param,
-                   "bytes per gradient element (2 for bf16/fp16, 4 for f32) (0..64]")
-      ->capture_default_str()
-      ->check(FiniteRange(0.125, 64.0));
-  cost->add_option("--step-ms", cost_options.step_ms, "the training step without communication, ms (0..1e7]")
-      ->check(FiniteRange(1e-6, 1e7));
-  cost->add_option("--buckets", cost_options.buckets, "bucket sizes in MiB for the bucket table")
-      ->capture_default_str();
-  cost->add_option("--scale-to", cost_options.question.scale_to, "also the scaling table at this many ranks")
-      ->check(FiniteRange(2, 1 << 20));
-  cost->add_option("--accumulate", cost_options.question.accumulate,
-                   "(e) also the step with K micro-steps per all-reduce [1..65536]")
-      ->check(FiniteRange(1, 65536));
-  cost->add_option("--zero", cost_options.question.zero_stage,
-                   "(e) also ZeRO stage 0|1|2|3: bytes moved and memory per rank (16 bytes/param of state)")
-      ->check(FiniteRange(0, 3));
-  cost->add_option("--node-size", cost_options.question.node_size,
-                   "(e) also a hierarchical all-reduce with this many ranks per node (divides --gpus) [1..1048576]")
-      ->check(FiniteRange(1, 1 << 20));
-  cost->add_option("--intra-bw", cost_options.intra_bw_gbps, "with --node-size: bandwidth inside a node, GB/s (0..1e6]")
-      ->check(FiniteRange(1e-6, 1e6));
-  cost->add_option("--intra-latency", cost_options.intra_latency_us,
-                   "with --node-size: per-hop latency inside a node, us (default: --latency) [0..1e6]")
-      ->check(FiniteRange(0.0, 1e6));
-  cost->add_option("--fit", cost_options.fit_ledger,
-                   "fit alpha and B to a ledger's bench_allreduce rows (with --params: answer with the fit)");
-  cost->add_option("--run", cost_options.fit_run, "with --fit: the run id (default: the latest all-reduce run)");
-  cost->add_option("--algorithm", cost_options.fit_algorithm, "with --fit: ring | native")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"ring", "native"}));
-  auto* memory = app.add_subcommand(
-      "memory",
-      "persistent training state per worker under ZeRO stages 0-3, estimated (seed 003's accounting); with --config, "
-      "one training step measured by category next to the estimate");
-  MemoryOptions memory_options;
-  memory->add_option("--config", memory_options.config, "a train config (YAML) whose step to measure")
-      ->check(CLI::ExistingFile);
-  for (const char* key : {"batch", "dtype", "layout", "fuse", "recompute", "backend", "threads"}) {
-    const ConfigField& field = config_field(key);
-    auto* option = memory->add_option(field.flag, memory_options.overrides[key],
-                                      "with --config: " + field.help + " [" + field.allowed + "]");
-    if (field.is_bool) option->expected(0, 1);
-  }
-  memory->add_option("--params", memory_options.params, "parameters (a count: 1e9) (0..1e15]")
-      ->check(FiniteRange(1e-12, 1e15));
-  memory->add_option("--workers", memory_options.workers, "data-parallel workers W [1..1048576]")
-      ->capture_default_str()
-      ->check(FiniteRange(1, 1 << 20));
-  memory->add_option("--zero", memory_options.stages, "ZeRO stages to print (0..3, comma-separated)")
-      ->capture_default_str();
-  memory->add_option("--param-bytes", memory_options.bytes.param, "bytes per parameter (q_p) [0..64]")
-      ->capture_default_str()
-      ->check(FiniteRange(0.0, 64.0));
-  memory->add_option("--grad-bytes", memory_options.bytes.grad, "bytes per gradient element (q_g) [0..64]")
-      ->capture_default_str()
-      ->check(FiniteRange(0.0, 64.0));
-  memory->add_option("--master-bytes", memory_options.bytes.master, "bytes of master copy per parameter [0..64]")
-      ->capture_default_str()
-      ->check(FiniteRange(0.0, 64.0));
-  memory->add_option("--moment-bytes", memory_options.bytes.moments, "bytes of optimiser moments per parameter [0..64]")
-      ->capture_default_str()
-      ->check(FiniteRange(0.0, 64.0));
-  memory
-      ->add_option("--optimizer", memory_options.optimizer,
-                   "instead of the byte flags: the bytes trainlab itself keeps for sgd (with --momentum) or adamw")
-      ->check(CLI::IsMember({"sgd", "adamw"}));
-  memory->add_option("--momentum", memory_options.momentum, "with --optimizer sgd: 0 keeps no moment [0..0.999]")
-      ->capture_default_str()
-      ->check(FiniteRange(0.0, 0.999));
-  auto* backends = app.add_subcommand(
-      "backends",
-      "list the registered backends; --ops: what each runs natively, emulated or not at all, per op and dtype");
-  bool backends_ops = false;
-  std::string backends_only;
-  backends->add_flag("--ops", backends_ops,
-                     "each backend's capability table on this machine (ISA, per op and dtype: native, emulated, "
-                     "unsupported, and why)");
-  backends->add_option("--backend", backends_only, "only this backend");
-  auto* reference = app.add_subcommand(
-      "config-reference", "print every train config key (flag, default, allowed values, meaning) as markdown");
-  auto* verify = app.add_subcommand("verify-checkpoint",
-                                    "check a checkpoint completely (marker, sizes, CRC-32s, headers, state) and "
-                                    "print what it holds; exit 0 when it loads, 2 with the problem otherwise");
-  std::string verify_dir;
-  verify->add_option("DIR", verify_dir, "the checkpoint directory")->required();
-  auto* version_cmd = app.add_subcommand(
-      "version", "print the version, compiler and engine commit, and the CPU's instruction set as trainlab uses it");
+  TrainCommand train = add_train(app);
+  ThroughputCommand throughput = add_throughput(app);
+  GradDumpCommand grad = add_grad_dump(app);
+  GemmCommand gemm = add_gemm(app);
+  CostCommand cost = add_collective_cost(app);
+  MemoryCommand memory = add_memory(app);
+  InfoCommands info = add_info_commands(app);
   DataCommands data_commands;
   add_data_commands(app, data_commands);
-
-  // CLI11 would only say "a subcommand is required"; name the word it did not know.
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string allowed;
-    bool known = false;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      known = known || sub->get_name() == argv[1];
-      allowed += (allowed.empty() ? "" : ", ") + sub->get_name();
-    }
-    if (!known) {
-      std::fprintf(stderr, "trainlab: error: unknown command '%s' (allowed: %s)\n", argv[1], allowed.c_str());
-      return kExitBadInput;
-    }
-  }
+  if (const auto status = refuse_unknown_command(app, argc, argv)) return *status;
   if (const auto status = parse_command_line(app, argc, argv, "trainlab")) return *status;
 
   try {
-    if (*train) return run_train(config_path, options, values, dry_run);
-    if (*throughput) {
-      tp.dtype = parse_dtype(tp_dtype);
-      tp.layout = parse_memory_format(tp_layout);
-      return run_throughput(tp);
+    if (*train.command) return run_train(train.config_path, train.options, train.values, train.dry_run);
+    if (*throughput.command) {
+      throughput.config.dtype = parse_dtype(throughput.dtype);
+      throughput.config.layout = parse_memory_format(throughput.layout);
+      return run_throughput(throughput.config);
     }
-    if (*gemm) {
-      check_backend_name(gemm_backend);
-      const DType dtype = parse_dtype(gemm_dtype);
-      const auto gflops = measure_gemm_gflops(gemm_backend, dtype, gemm_n, gemm_threads, gemm_seconds);
-      Backend& be = get_backend(gemm_backend.empty() ? default_backend_name() : gemm_backend);
-      std::printf("%s\n", gemm_json(be, dtype, gemm_n, gflops).c_str());
+    if (*gemm.command) {
+      check_backend_name(gemm.backend);
+      const DType dtype = parse_dtype(gemm.dtype);
+      const auto gflops = measure_gemm_gflops(gemm.backend, dtype, gemm.n, gemm.threads, gemm.seconds);
+      Backend& be = get_backend(gemm.backend.empty() ? default_backend_name() : gemm.backend);
+      std::printf("%s\n", gemm_json(be, dtype, gemm.n, gflops).c_str());
       return 0;
     }
-    if (*grad) {
-      check_backend_name(grad_options.backend);
-      grad_options.dtype = parse_dtype(grad_dtype);
-      grad_options.layout = parse_memory_format(grad_layout);
-      const std::size_t written = grad_dump(grad_weights, grad_batch, grad_out, grad_options);
-      std::printf("grad-dump: loss and %zu gradients written to %s\n", written, grad_out.c_str());
+    if (*grad.command) {
+      check_backend_name(grad.options.backend);
+      grad.options.dtype = parse_dtype(grad.dtype);
+      grad.options.layout = parse_memory_format(grad.layout);
+      const std::size_t written = grad_dump(grad.weights, grad.batch, grad.out, grad.options);
+      std::printf("grad-dump: loss and %zu gradients written to %s\n", written, grad.out.c_str());
       return 0;
     }
-    if (*cost) return run_collective_cost(cost_options, *cost);
-    if (*memory) return run_memory(memory_options, *memory);
-    if (*backends) return list_backends(backends_ops, backends_only);
-    if (*reference) {
+    if (*cost.command) return run_collective_cost(cost.options, *cost.command);
+    if (*memory.command) return run_memory(memory.options, *memory.command);
+    if (*info.backends) return list_backends(info.backends_ops, info.backends_only);
+    if (*info.reference) {
       std::printf("%s", config_reference_markdown().c_str());
       return 0;
     }
-    if (*verify) return run_verify_checkpoint(verify_dir);
+    if (*info.verify) return run_verify_checkpoint(info.verify_dir);
     if (const auto status = run_data_command(data_commands)) return *status;
-    if (*version_cmd) {
+    if (*info.version) {
       std::printf("trainlab %s (%s), compiler %s\n", version().c_str(), git_describe().c_str(),
                   compiler_version().c_str());
       // The instruction set: what this build targets, what this CPU has, the cap, what runs.

@@ -13,6 +13,7 @@
 
 #include "bench/measure/diagnosis.h"
 #include "bench/measure/ledger.h"
+#include "bench/measure/loader_bench.h"
 #include "bench/measure/run_record.h"
 #include "engine/disk_dataset.h"
 #include "engine/fileio.h"
@@ -45,29 +46,24 @@ constexpr double kStragglerExcess = 15.0;
 
 // What the checks read, whatever the target was.
 struct Artifacts {
-  std::vector<json> progress;  // train_progress rows, in order
-  std::optional<json> final;   // the train_run row
-  json config = json::object();
+  std::vector<TrainProgressRow> progress;  // train_progress rows, in order
+  std::optional<TrainRunRow> final;        // the train_run row
+  KnobMap config;
   std::vector<double> step_s, data_wait_s;  // per measured step (ledger or trace)
-  json phases;                              // totals (data_wait_s, forward_s, ...)
-  json ranks = json::array();
+  std::optional<PhaseTotals> phases;        // totals
+  std::vector<RankStepStats> ranks;
   std::string trace, checkpoint, data;
   std::string host;
   std::int64_t pid = 0;
   int cores = 0;
-  std::vector<json> ledger_rows;  // the whole ledger (for --against and loader-bench rows)
+  std::vector<TrainRunRow> runs;             // every run's summary row (for --against)
+  std::vector<LoaderRepeatRow> loader_rows;  // loader-bench measurements
+  std::vector<std::string> warnings;         // rows of the ledger skipped (damaged), with their line
 };
 
-std::string config_value(const json& config, const char* key) {
-  return config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : std::string();
-}
-
-std::vector<double> numbers(const json& v) {
-  std::vector<double> out;
-  if (v.is_array())
-    for (const auto& x : v)
-      if (x.is_number()) out.push_back(x.get<double>());
-  return out;
+std::string config_value(const KnobMap& config, const char* key) {
+  const auto it = config.find(key);
+  return it == config.end() ? std::string() : it->second;
 }
 
 std::string hostname_now() {
@@ -118,11 +114,7 @@ void read_trace(const std::string& path, Artifacts& a) {
     a.step_s.push_back(s.dur * 1e-6);
     a.data_wait_s.push_back(wait * 1e-6);
   }
-  a.phases = {{"data_wait_s", totals["data_wait"]},
-              {"forward_s", totals["forward"]},
-              {"backward_s", totals["backward"]},
-              {"optimizer_s", totals["optimizer"]},
-              {"comm_s", 0.0}};
+  a.phases = PhaseTotals{totals["data_wait"], totals["forward"], totals["backward"], totals["optimizer"], 0.0};
 }
 
 bool is_checkpoint_dir(const std::string& path) {
@@ -143,30 +135,31 @@ Artifacts gather(const DiagnoseOptions& o, std::string& kind) {
     a.trace = o.target;
   } else {
     kind = "run";
+    // A row of the wrong shape is skipped, with its line, never read into a check.
     const Ledger::Loaded loaded = Ledger(ledger_path).load();
-    a.ledger_rows = loaded.rows;
-    for (const auto& row : loaded.rows) {
-      if (row.value("run_id", "") != o.target) continue;
-      const std::string k = row.value("kind", "");
-      if (k == "train_progress") a.progress.push_back(row);
-      if (k == "train_run") a.final = row;
-    }
+    a.warnings = loaded.warnings;
+    a.runs = loaded.read<TrainRunRow>(&a.warnings);
+    a.loader_rows = loaded.read<LoaderRepeatRow>(&a.warnings);
+    for (auto& row : loaded.read<TrainProgressRow>(&a.warnings))
+      if (row.header.run_id == o.target) a.progress.push_back(std::move(row));
+    for (const auto& row : a.runs)
+      if (row.header.run_id == o.target) a.final = row;
     TL_CHECK(!a.progress.empty() || a.final, "diagnose: " + quote_value(o.target) +
                                                  " is not a checkpoint directory, a trace (.json) or a trainlab train "
                                                  "run in " +
                                                  ledger_path + " (train with --ledger to record one)");
-    const json& first = a.final ? *a.final : a.progress.front();
-    a.host = first.value("host", "");
-    a.pid = first.value("pid", std::int64_t{0});
-    a.cores = first.value("cores", 0);
-    if (a.final && a.final->contains("config")) a.config = (*a.final)["config"];
+    const RowHeader& first = a.final ? a.final->header : a.progress.front().header;
+    a.host = first.env.host;
+    a.pid = a.final ? a.final->process.pid : a.progress.front().process.pid;
+    a.cores = first.env.cores;
+    if (a.final) a.config = a.final->config;
     for (const auto& p : a.progress)
-      if (p.contains("config")) a.config = p["config"];
+      if (p.config) a.config = *p.config;
     if (a.final) {
-      a.step_s = numbers(a.final->value("step_seconds", json::array()));
-      a.data_wait_s = numbers(a.final->value("data_wait_seconds", json::array()));
-      a.phases = a.final->value("phases", json::object());
-      a.ranks = a.final->value("ranks", json::array());
+      a.step_s = a.final->step_seconds;
+      a.data_wait_s = a.final->data_wait_seconds;
+      a.phases = a.final->phases;
+      a.ranks = a.final->ranks;
     }
     a.trace = config_value(a.config, "trace");
     a.checkpoint = config_value(a.config, "save");
@@ -186,10 +179,10 @@ Artifacts gather(const DiagnoseOptions& o, std::string& kind) {
   return a;
 }
 
-std::optional<json> earlier_run(const Artifacts& a, const std::string& run_id) {
-  std::optional<json> found;
-  for (const auto& row : a.ledger_rows)
-    if (row.value("run_id", "") == run_id && row.value("kind", "") == "train_run") found = row;
+std::optional<TrainRunRow> earlier_run(const Artifacts& a, const std::string& run_id) {
+  std::optional<TrainRunRow> found;
+  for (const auto& row : a.runs)
+    if (row.header.run_id == run_id) found = row;
   return found;
 }
 
@@ -204,15 +197,15 @@ DiagnosisCheck check_liveness(const Artifacts& a, const DiagnoseOptions& o, cons
     if (kind == "trace") c.verdict = CheckVerdict::ok;
     return c;
   }
-  if (a.final && a.final->value("status", "") == "failed") {
+  if (a.final && a.final->header.status == "failed") {
     c.verdict = CheckVerdict::problem;
-    c.finding = "the run ended with an error: " + a.final->value("error", std::string("?"));
+    c.finding = "the run ended with an error: " + (a.final->error.empty() ? std::string("?") : a.final->error);
     c.evidence = fmt::format("a failed train_run row after {} progress rows", a.progress.size());
     return c;
   }
   // Progress times and the usual interval between them.
   std::vector<double> times, intervals;
-  for (const auto& p : a.progress) times.push_back(p.value("unix_time", 0.0));
+  for (const auto& p : a.progress) times.push_back(p.process.unix_time);
   for (std::size_t i = 1; i < times.size(); ++i) intervals.push_back(times[i] - times[i - 1]);
   const double interval = intervals.empty() ? 0 : percentile(intervals, 0.5);
   std::string steadiness;
@@ -222,22 +215,21 @@ DiagnosisCheck check_liveness(const Artifacts& a, const DiagnoseOptions& o, cons
   }
   if (a.final) {
     c.verdict = CheckVerdict::ok;
-    c.finding = fmt::format("the run finished: steps {} to {}", a.final->value("first_step", 0),
-                            a.final->value("last_step", 0));
+    c.finding = fmt::format("the run finished: steps {} to {}", a.final->first_step, a.final->last_step);
     c.evidence = fmt::format("{} progress rows and the summary row{}", a.progress.size(), steadiness);
     return c;
   }
   const double now = o.now > 0 ? o.now : unix_seconds();
-  const json& last = a.progress.back();
-  const double silence = now - last.value("unix_time", now);
-  const std::int64_t step = last.value("step", std::int64_t{0});
+  const TrainProgressRow& last = a.progress.back();
+  const double silence = now - (last.process.unix_time > 0 ? last.process.unix_time : now);
+  const std::int64_t step = last.step;
   const double usual = interval > 0 ? interval : 1.0;
   const bool same_host = a.host == hostname_now();
   const bool alive = !same_host || process_alive(static_cast<long>(a.pid));
   c.evidence = fmt::format(
       "last progress row at step {} of {}, {:.0f} s ago ({:.0f}x the usual interval){}; process {} "
       "on {}: {}",
-      step, last.value("steps", std::int64_t{0}), silence, silence / usual, steadiness, a.pid, a.host,
+      step, last.steps, silence, silence / usual, steadiness, a.pid, a.host,
       same_host ? (alive ? "running" : "gone") : "on another host (not checked)");
   if (silence > o.stall_factor * usual && silence > 5) {
     c.verdict = CheckVerdict::problem;
@@ -294,26 +286,22 @@ DiagnosisCheck check_shape(const Artifacts& a) {
 
 // Per measured step, in ms: the compute (forward, backward, optimiser) and the data wait of a run's
 // summary row; nullopt without one.
-std::optional<std::pair<double, double>> per_step_ms(const json& run) {
-  const json phases = run.value("phases", json::object());
-  const auto steps = run.value("measured_steps", std::int64_t{0});
-  if (!phases.is_object() || steps <= 0) return std::nullopt;
-  const double compute =
-      phases.value("forward_s", 0.0) + phases.value("backward_s", 0.0) + phases.value("optimizer_s", 0.0);
-  return std::pair{compute / static_cast<double>(steps) * 1e3,
-                   phases.value("data_wait_s", 0.0) / static_cast<double>(steps) * 1e3};
+std::optional<std::pair<double, double>> per_step_ms(const TrainRunRow& run) {
+  if (!run.phases || run.measured_steps <= 0) return std::nullopt;
+  const PhaseTotals& p = *run.phases;
+  const auto steps = static_cast<double>(run.measured_steps);
+  return std::pair{(p.forward_s + p.backward_s + p.optimizer_s) / steps * 1e3, p.data_wait_s / steps * 1e3};
 }
 
-DiagnosisCheck check_breakdown(const Artifacts& a, const std::optional<json>& earlier) {
+DiagnosisCheck check_breakdown(const Artifacts& a, const std::optional<TrainRunRow>& earlier) {
   DiagnosisCheck c{3, "step-time breakdown", CheckVerdict::not_applicable, "", "", ""};
   c.rules_out = "guesswork: which stage owns the step";
-  if (!a.phases.is_object() || a.phases.empty()) {
+  if (!a.phases) {
     c.finding = "needs the run's phase totals (summary row or trace)";
     return c;
   }
-  const double wait = a.phases.value("data_wait_s", 0.0), fwd = a.phases.value("forward_s", 0.0),
-               bwd = a.phases.value("backward_s", 0.0), opt = a.phases.value("optimizer_s", 0.0),
-               comm = a.phases.value("comm_s", 0.0);
+  const double wait = a.phases->data_wait_s, fwd = a.phases->forward_s, bwd = a.phases->backward_s,
+               opt = a.phases->optimizer_s, comm = a.phases->comm_s;
   const double total = wait + fwd + bwd + opt + comm;
   if (total <= 0) {
     c.finding = "no measured steps";
@@ -338,8 +326,7 @@ DiagnosisCheck check_breakdown(const Artifacts& a, const std::optional<json>& ea
           "; per step: compute {:.1f} ms against {:.1f} ms in the earlier run ({:+.0f}%), data "
           "wait {:.2f} ms against {:.2f} ms",
           now->first, before->first, growth, now->second, before->second);
-      const bool same_work =
-          config_value(a.config, "batch") == config_value(earlier->value("config", json::object()), "batch");
+      const bool same_work = config_value(a.config, "batch") == config_value(earlier->config, "batch");
       if (same_work && growth > kStragglerExcess) {
         c.verdict = CheckVerdict::problem;
         c.finding = fmt::format(
@@ -367,10 +354,7 @@ DiagnosisCheck check_breakdown(const Artifacts& a, const std::optional<json>& ea
 DiagnosisCheck check_ranks(const Artifacts& a) {
   DiagnosisCheck c{4, "per-rank step-time distribution", CheckVerdict::not_applicable, "", "", ""};
   c.rules_out = "uniform slowness (a communication or global problem)";
-  std::vector<RankStepStats> ranks;
-  for (const auto& r : a.ranks)
-    ranks.push_back({r.value("rank", 0), r.value("p50_ms", 0.0), r.value("p99_ms", 0.0), r.value("max_ms", 0.0),
-                     r.value("work_p50_ms", 0.0), r.value("steps", std::int64_t{0})});
+  const std::vector<RankStepStats>& ranks = a.ranks;
   if (ranks.size() < 2) {
     c.finding = ranks.empty() ? "needs the run's per-rank step times (a DDP run's summary row)" : "one process";
     return c;
@@ -399,21 +383,25 @@ DiagnosisCheck check_loader(const Artifacts& a, bool starved, bool compute_slowe
     c.finding = "needs the run's config";
     return c;
   }
-  const int w = std::stoi(workers);
+  int w = 0;
+  try {
+    w = std::stoi(workers);
+  } catch (const std::exception&) {
+    c.finding = "the run's config has workers " + quote_value(workers) + ", not a number";
+    return c;
+  }
   std::string cap;
-  for (const auto& row : a.ledger_rows) {
-    if (row.value("kind", "") != "loader_repeat" || row.value("status", "") != "ok" || a.data.empty()) continue;
-    if (!row.contains("dataset") || row["dataset"].value("dir", "") != a.data) continue;
+  for (const auto& row : a.loader_rows) {
+    if (!row.header.ok() || a.data.empty() || row.dataset.dir != a.data) continue;
     cap = fmt::format("; loader-bench measured {:.0f} samples/s with {} workers on this data set (run {})",
-                      row.value("loader_samples_per_s", 0.0), row.value("workers", 0), row.value("run_id", ""));
+                      *row.loader_samples_per_s, row.workers, row.header.run_id);
   }
   std::string spent;
-  if (a.final && a.final->contains("loader") && (*a.final)["loader"].is_object()) {
-    const json& l = (*a.final)["loader"];
-    const double samples = std::max(1.0, l.value("samples", 0.0));
-    const double read_us = l.value("read_cpu_s", 0.0) / samples * 1e6,
-                 decode_us = l.value("decode_cpu_s", 0.0) / samples * 1e6;
-    const double rate = a.final->value("samples_per_s", 0.0);
+  if (a.final && a.final->loader) {
+    const LoaderUse& l = *a.final->loader;
+    const double samples = std::max(1.0, l.samples);
+    const double read_us = l.read_cpu_s / samples * 1e6, decode_us = l.decode_cpu_s / samples * 1e6;
+    const double rate = a.final->samples_per_s;
     spent = fmt::format(
         "; the readers spent {:.1f} us reading and {:.1f} us decoding per sample ({:.0f} samples): at "
         "{:.0f} samples/s that is {:.2f} cores",
@@ -457,7 +445,7 @@ std::string layout_text(const DatasetInfo& info) {
                      sizes.empty() ? 0.0 : *std::max_element(sizes.begin(), sizes.end()));
 }
 
-DiagnosisCheck check_layout(const Artifacts& a, const std::optional<json>& earlier) {
+DiagnosisCheck check_layout(const Artifacts& a, const std::optional<TrainRunRow>& earlier) {
   DiagnosisCheck c{6, "the data set's layout (what an export changed)", CheckVerdict::not_applicable, "", "", ""};
   c.rules_out = "a coincidence: a storage-layout regression is the prime suspect when it coincides";
   if (a.config.empty()) {
@@ -479,7 +467,7 @@ DiagnosisCheck check_layout(const Artifacts& a, const std::optional<json>& earli
   c.verdict = CheckVerdict::ok;
   c.finding = "one layout";
   if (earlier) {
-    const std::string before = config_value(earlier->value("config", json::object()), "data");
+    const std::string before = config_value(earlier->config, "data");
     if (before.empty() || before == a.data) {
       c.finding =
           before.empty() ? "the earlier run trained on SyntheticImages" : "the same data set as the earlier run";
@@ -506,7 +494,8 @@ DiagnosisCheck check_layout(const Artifacts& a, const std::optional<json>& earli
   return c;
 }
 
-DiagnosisCheck check_changes(const Artifacts& a, const std::optional<json>& earlier, const std::string& against) {
+DiagnosisCheck check_changes(const Artifacts& a, const std::optional<TrainRunRow>& earlier,
+                             const std::string& against) {
   DiagnosisCheck c{7, "config and environment against an earlier run", CheckVerdict::not_applicable, "", "", ""};
   c.rules_out = "\"nothing changed\" (something always changed)";
   if (against.empty()) {
@@ -518,21 +507,20 @@ DiagnosisCheck check_changes(const Artifacts& a, const std::optional<json>& earl
     return c;
   }
   std::vector<std::string> diffs;
-  const json before = earlier->value("config", json::object());
-  for (const auto& [key, value] : a.config.items()) {
-    const std::string was = before.contains(key) ? before[key].get<std::string>() : "(absent)";
-    if (value.is_string() && value.get<std::string>() != was)
-      diffs.push_back(key + ": " + was + " -> " + value.get<std::string>());
+  for (const auto& [key, value] : a.config) {
+    const std::string was = config_value(earlier->config, key.c_str());
+    if (value != was) diffs.push_back(key + ": " + (was.empty() ? "(absent)" : was) + " -> " + value);
   }
-  const json& now_row = a.final ? *a.final : (a.progress.empty() ? json::object() : a.progress.front());
-  for (const char* key : {"host", "backend", "threads", "cores"}) {
-    if (now_row.contains(key) && earlier->contains(key) && now_row[key] != (*earlier)[key])
-      diffs.push_back(std::string(key) + ": " + (*earlier)[key].dump() + " -> " + now_row[key].dump());
+  if (a.final || !a.progress.empty()) {
+    const Environment& now = a.final ? a.final->header.env : a.progress.front().header.env;
+    const Environment& was = earlier->header.env;
+    const auto text = [](const std::string& s) { return "\"" + s + "\""; };
+    if (now.host != was.host) diffs.push_back("host: " + text(was.host) + " -> " + text(now.host));
+    if (now.backend != was.backend) diffs.push_back("backend: " + text(was.backend) + " -> " + text(now.backend));
+    if (now.threads != was.threads) diffs.push_back(fmt::format("threads: {} -> {}", was.threads, now.threads));
+    if (now.cores != was.cores) diffs.push_back(fmt::format("cores: {} -> {}", was.cores, now.cores));
+    if (now.engine() != was.engine()) diffs.push_back("engine: " + was.engine() + " -> " + now.engine());
   }
-  if (now_row.contains("versions") && earlier->contains("versions") &&
-      now_row["versions"].value("engine", "") != (*earlier)["versions"].value("engine", ""))
-    diffs.push_back("engine: " + (*earlier)["versions"].value("engine", "") + " -> " +
-                    now_row["versions"].value("engine", ""));
   c.evidence = diffs.empty() ? "no key differs" : fmt::format("{}", fmt::join(diffs, "; "));
   c.verdict = diffs.empty() ? CheckVerdict::ok : CheckVerdict::problem;
   c.finding = diffs.empty()
@@ -581,17 +569,17 @@ Diagnosis diagnose(const DiagnoseOptions& o) {
   Diagnosis d;
   d.target = o.target;
   const Artifacts a = gather(o, d.kind);
-  std::optional<json> earlier;
+  d.warnings = a.warnings;
+  std::optional<TrainRunRow> earlier;
   if (!o.against.empty()) {
     TL_CHECK(d.kind == "run", "diagnose: --against compares ledger runs; " + o.target + " is a " + d.kind);
     earlier = earlier_run(a, o.against);
   }
-  if (a.final && a.final->contains("samples_per_s")) {
-    const double now = a.final->value("samples_per_s", 0.0);
-    d.throughput = fmt::format("throughput: {:.0f} samples/s over {} measured steps", now,
-                               a.final->value("measured_steps", std::int64_t{0}));
-    if (earlier && earlier->value("samples_per_s", 0.0) > 0) {
-      const double before = earlier->value("samples_per_s", 0.0);
+  if (a.final && a.final->header.ok()) {
+    const double now = a.final->samples_per_s;
+    d.throughput = fmt::format("throughput: {:.0f} samples/s over {} measured steps", now, a.final->measured_steps);
+    if (earlier && earlier->samples_per_s > 0) {
+      const double before = earlier->samples_per_s;
       d.throughput += fmt::format(", against {:.0f} in run {} ({:+.1f}%)", before, o.against, (now / before - 1) * 100);
     }
   }
@@ -599,12 +587,9 @@ Diagnosis diagnose(const DiagnoseOptions& o) {
   d.checks.push_back(check_shape(a));
   d.checks.push_back(check_breakdown(a, earlier));
   d.checks.push_back(check_ranks(a));
-  double phase_total = 0;
-  if (a.phases.is_object())
-    for (const auto& [key, value] : a.phases.items())
-      if (value.is_number()) phase_total += value.get<double>();
+  const double phase_total = a.phases ? a.phases->total() : 0.0;
   const bool starved = d.checks[1].verdict == CheckVerdict::problem ||
-                       (phase_total > 0 && a.phases.value("data_wait_s", 0.0) / phase_total > kStarvedRun);
+                       (phase_total > 0 && a.phases->data_wait_s / phase_total > kStarvedRun);
   d.checks.push_back(check_loader(a, starved, d.checks[2].verdict == CheckVerdict::problem && !starved));
   d.checks.push_back(check_layout(a, earlier));
   d.checks.push_back(check_changes(a, earlier, o.against));
@@ -625,6 +610,7 @@ std::string diagnosis_text(const Diagnosis& d) {
       "diagnose {} ({}): seed 002's ordered checks, liveness -> shape -> distribution -> "
       "change history\n",
       d.target, d.kind);
+  for (const auto& w : d.warnings) out += "warning: " + w + "\n";
   if (!d.throughput.empty()) out += d.throughput + "\n";
   for (const auto& c : d.checks) {
     out += fmt::format("{}. {:<48} {:<7} {}\n", c.number, c.name, check_verdict_name(c.verdict), c.finding);

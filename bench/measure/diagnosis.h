@@ -87,6 +87,7 @@ struct Diagnosis {
   std::vector<DiagnosisCheck> checks;  // the seed's order, 1..8
   int decided_by = 0;                  // the first check with a problem (0: none)
   std::string cause;                   // its finding, or "no problem found by the checks that could run"
+  std::vector<std::string> warnings;   // ledger rows skipped (damaged, or of another shape), with their line
 };
 
 Diagnosis diagnose(const DiagnoseOptions& options);

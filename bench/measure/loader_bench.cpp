@@ -100,17 +100,21 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
   for (int w : o.workers) result.arms.push_back(LoaderBenchArm{w, {}, {}, {}, {}, {}, {}, {}});
   for (int round = 0; round < o.repeats; ++round) {
     for (auto& arm : result.arms) {
-      json row = env.to_json();
-      row["run_id"] = result.run_id;
-      row["kind"] = "loader_repeat";
-      row["round"] = round;
-      row["workers"] = arm.workers;
-      row["batch"] = o.batch;
-      row["cold"] = o.cold;
-      row["dataset"] = {
-          {"dir", o.data},           {"layout", disk_layout_name(info.layout)}, {"codec", image_codec_name(info.codec)},
-          {"quality", info.quality}, {"image_size", info.image.height},         {"files", info.files.size()},
-          {"bytes", bytes}};
+      LoaderRepeatRow row;
+      row.header.env = env;
+      row.header.kind = LoaderRepeatRow::kKind;
+      row.header.run_id = result.run_id;
+      row.round = round;
+      row.workers = arm.workers;
+      row.batch = o.batch;
+      row.cold = o.cold;
+      row.dataset = {o.data,
+                     disk_layout_name(info.layout),
+                     image_codec_name(info.codec),
+                     info.quality,
+                     info.image.height,
+                     static_cast<std::int64_t>(info.files.size()),
+                     static_cast<std::int64_t>(bytes)};
       try {
         const LoaderRun run{o.data,    arm.workers, o.batch,
                             o.samples, o.cold,      o.seed + static_cast<std::uint64_t>(round)};
@@ -119,23 +123,23 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
         arm.read_us.push_back(m.read_us);
         arm.decode_us.push_back(m.decode_us);
         arm.resident.push_back(m.resident);
-        row["loader_samples_per_s"] = m.samples_per_s;
-        row["read_cpu_us_per_sample"] = m.read_us;
-        row["decode_cpu_us_per_sample"] = m.decode_us;
-        row["page_cache_resident"] = m.resident;
+        row.loader_samples_per_s = m.samples_per_s;
+        row.read_cpu_us_per_sample = m.read_us;
+        row.decode_cpu_us_per_sample = m.decode_us;
+        row.page_cache_resident = m.resident;
         if (o.train_steps > 0) {
           const TrainResult t = train_on_data(run, o.train_steps, o.train_warmup, o.backend, o.threads);
           const double wait_ms =
               t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
           arm.train_samples_per_s.push_back(t.samples_per_s);
           arm.data_wait_ms.push_back(wait_ms);
-          row["train_samples_per_s"] = t.samples_per_s;
-          row["data_wait_ms_per_step"] = wait_ms;
-          row["train_steps"] = t.measured_steps;
-          row["warmup_steps"] = t.warmup_steps;
-          row["step_seconds"] = t.step_seconds;
+          row.train_samples_per_s = t.samples_per_s;
+          row.data_wait_ms_per_step = wait_ms;
+          row.train_steps = t.measured_steps;
+          row.warmup_steps = t.warmup_steps;
+          row.step_seconds = t.step_seconds;
         }
-        row["status"] = "ok";
+        row.header.status = "ok";
         log << fmt::format(
             "round {} workers {}: loader {:.0f} samples/s (read {:.1f} us, decode {:.1f} us CPU per "
             "sample, {:.0f}% cached){}\n",
@@ -146,8 +150,8 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
                 : std::string());
       } catch (const Error& e) {
         arm.errors.push_back(e.what());
-        row["status"] = "failed";
-        row["error"] = e.what();
+        row.header.status = "failed";
+        row.error = e.what();
         log << fmt::format("round {} workers {}: FAILED: {}\n", round, arm.workers, e.what());
       }
       log.flush();

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "bench/measure/ledger.h"
 #include "engine/trainer.h"
 
 namespace trainlab::bench {
@@ -34,6 +36,57 @@ LoaderMeasurement measure_loader(const LoaderRun& run);
 // SmallCNN trained on run.data at run.workers: `warmup` steps excluded, then `steps` measured.
 TrainResult train_on_data(const LoaderRun& run, std::int64_t steps, std::int64_t warmup, const std::string& backend,
                           int threads);
+
+// One loader-bench measurement: a worker count in a round, the loader alone and, with training
+// steps, the training step on it.
+struct LoaderDatasetFields {
+  std::string dir, layout, codec;
+  int quality = 0, image_size = 0;
+  std::int64_t files = 0, bytes = 0;
+  template <class F>
+  void fields(F& f) {
+    f("dir", dir);
+    f.optional("layout", layout);
+    f.optional("codec", codec);
+    f.optional("quality", quality);
+    f.optional("image_size", image_size);
+    f.optional("files", files);
+    f.optional("bytes", bytes);
+  }
+};
+struct LoaderRepeatRow {
+  static constexpr const char* kKind = "loader_repeat";
+  RowHeader header;
+  int round = 0, workers = 0;
+  std::int64_t batch = 0;
+  bool cold = false;
+  LoaderDatasetFields dataset;
+  std::optional<double> loader_samples_per_s, read_cpu_us_per_sample, decode_cpu_us_per_sample, page_cache_resident;
+  std::optional<double> train_samples_per_s, data_wait_ms_per_step;
+  std::int64_t train_steps = 0, warmup_steps = 0;
+  std::vector<double> step_seconds;
+  std::string error;
+  template <class F>
+  void fields(F& f) {
+    header.fields(f);
+    f.optional("round", round);
+    f("workers", workers);
+    f.optional("batch", batch);
+    f.optional("cold", cold);
+    f("dataset", dataset);
+    f.optional("loader_samples_per_s", loader_samples_per_s);
+    f.optional("read_cpu_us_per_sample", read_cpu_us_per_sample);
+    f.optional("decode_cpu_us_per_sample", decode_cpu_us_per_sample);
+    f.optional("page_cache_resident", page_cache_resident);
+    f.optional("train_samples_per_s", train_samples_per_s);
+    f.optional("data_wait_ms_per_step", data_wait_ms_per_step);
+    f.optional("train_steps", train_steps);
+    f.optional("warmup_steps", warmup_steps);
+    f.optional("step_seconds", step_seconds);
+    f.optional("error", error);
+    if (header.ok() && !loader_samples_per_s) throw RowError("no loader_samples_per_s");
+  }
+};
 
 struct LoaderBenchOptions {
   std::string data;  // the data set's directory (trainlab make-dataset)

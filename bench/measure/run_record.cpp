@@ -69,25 +69,13 @@ std::string rank_stats_text(const std::vector<RankStepStats>& ranks) {
       ranks.front().steps, p50, p99, max, per_rank, s.rank, s.excess_percent);
 }
 
-nlohmann::json rank_stats_json(const std::vector<RankStepStats>& ranks) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& r : ranks)
-    out.push_back({{"rank", r.rank},
-                   {"steps", r.steps},
-                   {"p50_ms", r.p50_ms},
-                   {"p99_ms", r.p99_ms},
-                   {"max_ms", r.max_ms},
-                   {"work_p50_ms", r.work_p50_ms}});
-  return out;
-}
-
 namespace {
 
 // Every config key as text ("config.batch" -> "batch"), as checkpoints hold them.
-nlohmann::json config_json(const TrainConfig& config) {
+KnobMap config_keys(const TrainConfig& config) {
   StateDict state;
   config_to_state(config, state);
-  nlohmann::json keys = nlohmann::json::object();
+  KnobMap keys;
   for (const auto& [key, value] : state.strings) keys[key.substr(7)] = value;
   return keys;
 }
@@ -103,15 +91,17 @@ RunRecorder::RunRecorder(const std::string& ledger, const TrainConfig& config, i
   run_id_ = new_run_id();
 }
 
-nlohmann::json RunRecorder::base_row(const char* kind) const {
-  nlohmann::json row = env_.to_json();
-  row["run_id"] = run_id_;
-  row["kind"] = kind;
-  row["pid"] = static_cast<std::int64_t>(::getpid());
-  row["world_size"] = world_;
-  row["unix_time"] = unix_seconds();
-  row["elapsed_s"] = unix_seconds() - start_;
-  return row;
+RowHeader RunRecorder::header(const char* kind, const char* status) const {
+  RowHeader h;
+  h.env = env_;
+  h.kind = kind;
+  h.run_id = run_id_;
+  h.status = status;
+  return h;
+}
+
+RunProcess RunRecorder::process() const {
+  return {static_cast<std::int64_t>(::getpid()), world_, unix_seconds(), unix_seconds() - start_};
 }
 
 void RunRecorder::watch_loader(std::shared_ptr<const Dataset> data) { data_ = std::move(data); }
@@ -125,14 +115,15 @@ void RunRecorder::on_step(const StepReport& r) {
   }
   recent_s_.push_back(r.seconds);
   if (!ledger_ || r.step % std::max<std::int64_t>(config_.reporting.log_every, 1) != 0) return;
-  nlohmann::json row = base_row("train_progress");
-  row["status"] = "running";
-  row["step"] = r.step;
-  row["steps"] = config_.stop_at > 0 ? config_.stop_at : config_.steps;
-  row["loss"] = std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json(nullptr);
-  row["recent_step_seconds"] = recent_s_;
+  TrainProgressRow row;
+  row.header = header(TrainProgressRow::kKind, "running");
+  row.process = process();
+  row.step = r.step;
+  row.steps = config_.stop_at > 0 ? config_.stop_at : config_.steps;
+  if (std::isfinite(r.loss)) row.loss = r.loss;
+  row.recent_step_seconds = recent_s_;
   if (!wrote_config_) {
-    row["config"] = config_json(config_);  // the first progress row says what is running
+    row.config = config_keys(config_);  // the first progress row says what is running
     wrote_config_ = true;
   }
   recent_s_.clear();
@@ -142,45 +133,40 @@ void RunRecorder::on_step(const StepReport& r) {
 void RunRecorder::finish(const TrainResult& result, const std::vector<RankStepStats>& ranks, const std::string& data) {
   if (!ledger_ || finished_) return;
   finished_ = true;
-  nlohmann::json row = base_row("train_run");
-  row["status"] = "ok";
-  row["config"] = config_json(config_);
-  row["data"] = data;
-  row["first_step"] = result.first_step;
-  row["last_step"] = result.last_step;
-  row["warmup_steps"] = result.warmup_steps;
-  row["measured_steps"] = result.measured_steps;
-  row["samples_per_s"] = result.samples_per_s;
-  row["step_seconds"] = result.step_seconds;
-  row["work_seconds"] = work_s_;
-  row["data_wait_seconds"] = data_wait_s_;
-  row["phases"] = {{"data_wait_s", result.measured.data_wait_s},
-                   {"forward_s", result.measured.forward_s},
-                   {"backward_s", result.measured.backward_s},
-                   {"optimizer_s", result.measured.optimizer_s},
-                   {"comm_s", result.measured.comm_s}};
-  row["ranks"] = rank_stats_json(ranks);
+  TrainRunRow row;
+  row.header = header(TrainRunRow::kKind, "ok");
+  row.process = process();
+  row.config = config_keys(config_);
+  row.data = data;
+  row.first_step = result.first_step;
+  row.last_step = result.last_step;
+  row.warmup_steps = result.warmup_steps;
+  row.measured_steps = result.measured_steps;
+  row.samples_per_s = result.samples_per_s;
+  row.step_seconds = result.step_seconds;
+  row.work_seconds = work_s_;
+  row.data_wait_seconds = data_wait_s_;
+  const PhaseTimes& m = result.measured;
+  row.phases = PhaseTotals{m.data_wait_s, m.forward_s, m.backward_s, m.optimizer_s, m.comm_s};
+  row.ranks = ranks;
   if (const auto* disk = dynamic_cast<const EncodedImageDataset*>(data_.get())) {
     const DiskReadStats stats = disk->stats();
-    row["loader"] = {{"samples", stats.samples},
-                     {"bytes", stats.bytes},
-                     {"read_cpu_s", stats.read_cpu_s},
-                     {"decode_cpu_s", stats.decode_cpu_s},
-                     {"workers", config_.data.workers}};
+    row.loader = LoaderUse{static_cast<double>(stats.samples), static_cast<double>(stats.bytes), stats.read_cpu_s,
+                           stats.decode_cpu_s, config_.data.workers};
   }
-  row["accuracy"] =
-      result.final_eval.samples > 0 ? nlohmann::json(result.final_eval.accuracy) : nlohmann::json(nullptr);
-  row["stopped_by"] = result.stopped_by;
+  if (result.final_eval.samples > 0) row.accuracy = result.final_eval.accuracy;
+  row.stopped_by = result.stopped_by;
   ledger_->append(row);
 }
 
 void RunRecorder::fail(const std::string& error) {
   if (!ledger_ || finished_) return;
   finished_ = true;
-  nlohmann::json row = base_row("train_run");
-  row["status"] = "failed";
-  row["error"] = error;
-  row["config"] = config_json(config_);
+  TrainRunRow row;
+  row.header = header(TrainRunRow::kKind, "failed");
+  row.process = process();
+  row.error = error;
+  row.config = config_keys(config_);
   ledger_->append(row);
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "engine/trainer.h"
 
@@ -24,6 +25,15 @@ struct RankStepStats {
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
   double work_p50_ms = 0;
   std::int64_t steps = 0;
+  template <class F>
+  void fields(F& f) {
+    f("rank", rank);
+    f.optional("steps", steps);
+    f.optional("p50_ms", p50_ms);
+    f.optional("p99_ms", p99_ms);
+    f.optional("max_ms", max_ms);
+    f.optional("work_p50_ms", work_p50_ms);
+  }
 };
 RankStepStats rank_step_stats(int rank, const std::vector<double>& step_s, const std::vector<double>& work_s);
 // The nearest-rank percentile (q in [0, 1]) of `values`; 0 when empty.
@@ -36,7 +46,106 @@ struct Straggler {
 };
 Straggler slowest_rank(const std::vector<RankStepStats>& ranks);
 std::string rank_stats_text(const std::vector<RankStepStats>& ranks);  // one line for the summary
-nlohmann::json rank_stats_json(const std::vector<RankStepStats>& ranks);
+
+// ---- the rows ----
+// The measured steps' phase totals, in seconds.
+struct PhaseTotals {
+  double data_wait_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
+  double total() const { return data_wait_s + forward_s + backward_s + optimizer_s + comm_s; }
+  template <class F>
+  void fields(F& f) {
+    f.optional("data_wait_s", data_wait_s);
+    f.optional("forward_s", forward_s);
+    f.optional("backward_s", backward_s);
+    f.optional("optimizer_s", optimizer_s);
+    f.optional("comm_s", comm_s);
+  }
+};
+// What a data set on disk cost its readers over the run.
+struct LoaderUse {
+  double samples = 0, bytes = 0, read_cpu_s = 0, decode_cpu_s = 0;
+  int workers = 0;
+  template <class F>
+  void fields(F& f) {
+    f.optional("samples", samples);
+    f.optional("bytes", bytes);
+    f.optional("read_cpu_s", read_cpu_s);
+    f.optional("decode_cpu_s", decode_cpu_s);
+    f.optional("workers", workers);
+  }
+};
+// What every row of a run says about the process: a reader can tell a dead one from a slow one.
+struct RunProcess {
+  std::int64_t pid = 0;
+  int world_size = 1;
+  double unix_time = 0;  // when the row was written
+  double elapsed_s = 0;  // since the run started
+  template <class F>
+  void fields(F& f) {
+    f.optional("pid", pid);
+    f.optional("world_size", world_size);
+    f.optional("unix_time", unix_time);
+    f.optional("elapsed_s", elapsed_s);
+  }
+};
+// Every log_every steps: the step counter a later reader can watch.
+struct TrainProgressRow {
+  static constexpr const char* kKind = "train_progress";
+  RowHeader header;
+  RunProcess process;
+  std::int64_t step = 0, steps = 0;
+  std::optional<double> loss;  // null when it was not finite
+  std::vector<double> recent_step_seconds;
+  std::optional<KnobMap> config;  // the first progress row says what is running
+  template <class F>
+  void fields(F& f) {
+    header.fields(f);
+    process.fields(f);
+    f("step", step);
+    f.optional("steps", steps);
+    f.nullable("loss", loss);
+    f.optional("recent_step_seconds", recent_step_seconds);
+    f.optional("config", config);
+  }
+};
+// At the end, ok or failed.
+struct TrainRunRow {
+  static constexpr const char* kKind = "train_run";
+  RowHeader header;
+  RunProcess process;
+  KnobMap config;
+  std::string error;  // failed
+  std::string data;   // the data set directory ("" : SyntheticImages)
+  std::int64_t first_step = 0, last_step = 0, warmup_steps = 0, measured_steps = 0;
+  double samples_per_s = 0;
+  std::vector<double> step_seconds, work_seconds, data_wait_seconds;  // per measured step
+  std::optional<PhaseTotals> phases;
+  std::vector<RankStepStats> ranks;
+  std::optional<LoaderUse> loader;
+  std::optional<double> accuracy;  // null without a held-out evaluation
+  std::string stopped_by;
+  template <class F>
+  void fields(F& f) {
+    header.fields(f);
+    process.fields(f);
+    f.optional("config", config);
+    f.optional("error", error);
+    f.optional("data", data);
+    f.optional("first_step", first_step);
+    f.optional("last_step", last_step);
+    f.optional("warmup_steps", warmup_steps);
+    f.optional("measured_steps", measured_steps);
+    f.optional("samples_per_s", samples_per_s);
+    f.optional("step_seconds", step_seconds);
+    f.optional("work_seconds", work_seconds);
+    f.optional("data_wait_seconds", data_wait_seconds);
+    f.optional("phases", phases);
+    f.optional("ranks", ranks);
+    f.optional("loader", loader);
+    f.nullable("accuracy", accuracy);
+    f.optional("stopped_by", stopped_by);
+  }
+};
 
 class RunRecorder {
  public:
@@ -54,7 +163,8 @@ class RunRecorder {
   void fail(const std::string& error);
 
  private:
-  nlohmann::json base_row(const char* kind) const;
+  RowHeader header(const char* kind, const char* status) const;
+  RunProcess process() const;
   std::optional<Ledger> ledger_;
   TrainConfig config_;
   Environment env_;

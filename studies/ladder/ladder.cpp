@@ -227,123 +227,151 @@ Environment environment_for(const TrainConfig& config) {
 
 }  // namespace
 
-LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
-  TL_CHECK(options.repeats >= 1, "ladder: repeats must be >= 1, got " + std::to_string(options.repeats));
+namespace {
+
+// The arms in the order every round measures them: the rungs, between the two calibration arms
+// (two secretly identical copies of the baseline) when asked for.
+struct LadderPlan {
+  std::vector<Arm> arms;
+  std::vector<std::size_t> order;
+};
+
+LadderPlan plan_arms(const LadderSpec& spec, bool calibrate) {
   // The device the baseline runs on decides which rungs are skipped; their knobs are not applied.
   const std::string device_type = environment_for(rung_configs(spec).front()).device.type;
   const auto declared = rung_configs(spec);
   const auto configs = rung_configs(spec, device_type);
-  std::vector<Arm> arms;
+  LadderPlan plan;
   for (std::size_t i = 0; i < spec.rungs.size(); ++i) {
     Arm arm;
     arm.name = spec.rungs[i].name;
     arm.index = i;
     arm.rung = &spec.rungs[i];
-    if (!rung_runs_on(spec.rungs[i], device_type)) {
-      arm.skip_reason = spec.rungs[i].skip_reason;
-      arm.config = declared[i];  // what it would have run
-      if (i > 0) arm.change = single_change(declared[i - 1], declared[i], spec.lr_rule, arm.name);
-    } else {
-      arm.config = configs[i];
-      if (i > 0) arm.change = single_change(configs[i - 1], configs[i], spec.lr_rule, arm.name);
-    }
+    const bool runs = rung_runs_on(spec.rungs[i], device_type);
+    const auto& chain = runs ? configs : declared;  // a skipped rung: what it would have run
+    if (!runs) arm.skip_reason = spec.rungs[i].skip_reason;
+    arm.config = chain[i];
+    if (i > 0) arm.change = single_change(chain[i - 1], chain[i], spec.lr_rule, arm.name);
     arm.env = environment_for(arm.config);
-    arms.push_back(std::move(arm));
+    plan.arms.push_back(std::move(arm));
   }
-  // Two secretly identical arms (the baseline's config), first and last in every round.
-  std::vector<std::size_t> order;
-  if (options.calibrate) {
+  if (calibrate) {
     for (const char* name : {"calibration A", "calibration B"}) {
       Arm arm;
       arm.name = name;
       arm.index = spec.rungs.size() + (name[12] == 'A' ? 0 : 1);
       arm.config = configs[0];
       arm.calibration = true;
-      arm.env = arms[0].env;
-      arms.push_back(std::move(arm));
+      arm.env = plan.arms[0].env;
+      plan.arms.push_back(std::move(arm));
     }
-    order.push_back(arms.size() - 2);
+    plan.order.push_back(plan.arms.size() - 2);
   }
-  for (std::size_t i = 0; i < spec.rungs.size(); ++i) order.push_back(i);
-  if (options.calibrate) order.push_back(arms.size() - 1);
+  for (std::size_t i = 0; i < spec.rungs.size(); ++i) plan.order.push_back(i);
+  if (calibrate) plan.order.push_back(plan.arms.size() - 1);
+  return plan;
+}
 
+// An arm's rung row: its repeats and their statistics, or why it was skipped or failed.
+LadderRungRow rung_row(const Arm& arm, const std::string& run_id, const LadderSpec& spec) {
+  LadderRungRow row;
+  row.header = arm_header(arm, run_id, LadderRungRow::kKind);
+  row.arm = arm_fields(arm, spec);
+  if (!arm.skip_reason.empty()) {
+    row.header.status = "skipped";
+    row.arm.reason = arm.skip_reason;
+  } else if (!arm.error.empty()) {
+    row.header.status = "failed";
+    row.arm.error = arm.error;
+    row.repeats = arm.values;
+  } else {
+    row.header.status = "ok";
+    row.repeats = arm.values;
+    row.arm.compute = arm.compute;
+    row.arm.emulated = arm.emulated;
+    row.stats = summarize(arm.values);
+    row.arm.breakdown = phase_breakdown(arm.phases, arm.measured_steps);
+    row.arm.warmup_steps_excluded = arm.warmup_steps;
+    row.arm.measured_steps = arm.measured_steps;
+    row.arm.held_out_accuracy = arm.accuracy;
+  }
+  return row;
+}
+
+// The configuration of one repeat of an arm: its steps, warm-up excluded, no logging; each rung's
+// first run ends with a held-out evaluation (after its measured steps, outside the timing), so a
+// rung that is fast because it stopped learning shows.
+TrainConfig repeat_config(const Arm& arm, const LadderSpec& spec, const LadderOptions& options, int repeat) {
+  TrainConfig config = arm.config;
+  config.steps = spec.warmup + (options.quick ? spec.quick_steps : spec.full_steps);
+  config.reporting.warmup = spec.warmup;
+  config.reporting.eval_every = 0;
+  config.reporting.log_every = config.steps + 1;
+  if (config.execution.backend.empty()) config.execution.backend = default_backend_name();  // the trainer's
+  config.reporting.eval_at_end = repeat == 0 && !arm.calibration;
+  return config;
+}
+
+// One repeat of an arm, measured into its repeat row and the arm's totals; returns the data wait's
+// share of the step (for the progress line). Throws what the trainer throws.
+double measure_repeat(Arm& arm, const TrainConfig& config, LadderRepeatRow& row) {
+  Trainer trainer(config);
+  const TrainResult result = trainer.train(nullptr);
+  arm.env.backend_describe = trainer.backend().describe();  // now with the kernels it picked
+  row.header.env.backend_describe = arm.env.backend_describe;
+  arm.compute.clear();
+  for (const auto& [op, support] : trainer.step_plan().paths()) arm.compute[op] = support;
+  arm.emulated = trainer.step_plan().emulated();
+  row.arm.compute = arm.compute;
+  row.arm.emulated = arm.emulated;
+  arm.values.push_back(result.samples_per_s);
+  arm.phases += result.measured;
+  arm.measured_steps += result.measured_steps;
+  arm.warmup_steps = result.warmup_steps;
+  row.header.status = "ok";
+  row.value = result.samples_per_s;
+  row.arm.breakdown = phase_breakdown(result.measured, result.measured_steps);
+  row.arm.warmup_steps_excluded = result.warmup_steps;
+  row.arm.measured_steps = result.measured_steps;
+  row.memory = json::parse(memory_usage_json(result.memory, result.memory_device));  // by category
+  if (config.reporting.eval_at_end) {
+    row.arm.held_out_accuracy = result.final_eval.accuracy;
+    arm.accuracy = result.final_eval.accuracy;
+  }
+  return result.measured.total() > 0 ? result.measured.data_wait_s / result.measured.total() : 0;
+}
+
+}  // namespace
+
+LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
+  TL_CHECK(options.repeats >= 1, "ladder: repeats must be >= 1, got " + std::to_string(options.repeats));
+  LadderPlan plan = plan_arms(spec, options.calibrate);
+  std::vector<Arm>& arms = plan.arms;
   LadderRun run;
   run.run_id = new_run_id();
   run.ledger_path = options.ledger_path.empty() ? default_ledger_path(spec.device) : options.ledger_path;
   const Ledger ledger(run.ledger_path);
-  const std::int64_t steps = options.quick ? spec.quick_steps : spec.full_steps;
   std::ostream* log = options.log;
   if (log) {
     *log << fmt::format("ladder '{}' on {} ({}), {} repeats of {} measured steps after {} warm-up steps, run {}\n",
-                        spec.name, arms[0].env.device.name, arms[0].env.backend_describe, options.repeats, steps,
-                        spec.warmup, run.run_id);
+                        spec.name, arms[0].env.device.name, arms[0].env.backend_describe, options.repeats,
+                        options.quick ? spec.quick_steps : spec.full_steps, spec.warmup, run.run_id);
     *log << fmt::format("ledger: {}\n", run.ledger_path);
   }
-
-  auto rung_row = [&](const Arm& arm) {
-    LadderRungRow row;
-    row.header = arm_header(arm, run.run_id, LadderRungRow::kKind);
-    row.arm = arm_fields(arm, spec);
-    if (!arm.skip_reason.empty()) {
-      row.header.status = "skipped";
-      row.arm.reason = arm.skip_reason;
-    } else if (!arm.error.empty()) {
-      row.header.status = "failed";
-      row.arm.error = arm.error;
-      row.repeats = arm.values;
-    } else {
-      row.header.status = "ok";
-      row.repeats = arm.values;
-      row.arm.compute = arm.compute;
-      row.arm.emulated = arm.emulated;
-      row.stats = summarize(arm.values);
-      row.arm.breakdown = phase_breakdown(arm.phases, arm.measured_steps);
-      row.arm.warmup_steps_excluded = arm.warmup_steps;
-      row.arm.measured_steps = arm.measured_steps;
-      row.arm.held_out_accuracy = arm.accuracy;
-    }
-    return row;
-  };
-
   // Skipped rungs are recorded before anything runs.
   for (const Arm& arm : arms) {
     if (arm.skip_reason.empty()) continue;
-    ledger.append(rung_row(arm));
+    ledger.append(rung_row(arm, run.run_id, spec));
     if (log) *log << fmt::format("rung {:<20} skipped: {}\n", arm.name, arm.skip_reason);
   }
-
-  const int total = options.repeats * static_cast<int>(order.size());
+  const int total = options.repeats * static_cast<int>(plan.order.size());
   int done = 0;
-  // An arm that cannot go on: its repeat row and its rung row say why (status, and the reason or
-  // the error under `key`), and the log says so; the later rounds pass it by.
-  auto stop_arm = [&](const Arm& arm, LadderRepeatRow& row, const char* status, const std::string& why, int at,
-                      int repeat) {
-    row.header.status = status;
-    (std::string(status) == "skipped" ? row.arm.reason : row.arm.error) = why;
-    ledger.append(row);
-    ledger.append(rung_row(arm));
-    if (log) {
-      *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} {}: {}\n", at, total, repeat + 1, options.repeats, arm.name,
-                          std::string(status) == "failed" ? "FAILED" : status, why);
-    }
-  };
   for (int repeat = 0; repeat < options.repeats; ++repeat) {
-    for (std::size_t position : order) {
+    for (std::size_t position : plan.order) {
       Arm& arm = arms[position];
       ++done;
-      if (!arm.skip_reason.empty() || !arm.error.empty()) continue;
-      TrainConfig config = arm.config;
-      config.steps = spec.warmup + steps;
-      config.reporting.warmup = spec.warmup;
-      config.reporting.eval_at_end = false;
-      config.reporting.eval_every = 0;
-      config.reporting.log_every = config.steps + 1;
-      if (config.execution.backend.empty())
-        config.execution.backend = default_backend_name();  // the one the trainer takes
-      // Each rung's first run ends with a held-out evaluation (after its measured steps, outside
-      // the timing): a rung that is fast because it stopped learning shows here.
-      const bool evaluate = repeat == 0 && !arm.calibration;
-      config.reporting.eval_at_end = evaluate;
+      if (!arm.skip_reason.empty() || !arm.error.empty()) continue;  // an arm that stopped is passed by
+      TrainConfig config = repeat_config(arm, spec, options, repeat);
       arm.ran = config;
       if (options.trace && repeat == 0 && !arm.calibration) {
         config.reporting.trace =
@@ -353,52 +381,36 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       row.header = arm_header(arm, run.run_id, LadderRepeatRow::kKind);
       row.arm = arm_fields(arm, spec);
       row.repeat = repeat;
+      std::string stopped;  // "skipped" or "failed": the arm cannot go on
+      double data_wait_share = 0;
       try {
-        Trainer trainer(config);
-        const TrainResult result = trainer.train(nullptr);
-        arm.env.backend_describe = trainer.backend().describe();  // now with the kernels it picked
-        row.header.env.backend_describe = arm.env.backend_describe;
-        arm.compute.clear();
-        for (const auto& [op, support] : trainer.step_plan().paths()) arm.compute[op] = support;
-        arm.emulated = trainer.step_plan().emulated();
-        row.arm.compute = arm.compute;
-        row.arm.emulated = arm.emulated;
-        arm.values.push_back(result.samples_per_s);
-        arm.phases += result.measured;
-        arm.measured_steps += result.measured_steps;
-        arm.warmup_steps = result.warmup_steps;
-        row.header.status = "ok";
-        row.value = result.samples_per_s;
-        row.arm.breakdown = phase_breakdown(result.measured, result.measured_steps);
-        row.arm.warmup_steps_excluded = result.warmup_steps;
-        row.arm.measured_steps = result.measured_steps;
-        row.memory = json::parse(memory_usage_json(result.memory, result.memory_device));  // by category
-        if (evaluate) {
-          row.arm.held_out_accuracy = result.final_eval.accuracy;
-          arm.accuracy = result.final_eval.accuracy;
-        }
-        ledger.append(row);
-        if (log) {
-          const double share = result.measured.total() > 0 ? result.measured.data_wait_s / result.measured.total() : 0;
-          *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} {:>9.1f} samples/s  data-wait {:>5.1f}%\n", done, total,
-                              repeat + 1, options.repeats, arm.name, result.samples_per_s, 100 * share);
-          log->flush();
-        }
+        data_wait_share = measure_repeat(arm, config, row);
       } catch (const Unsupported& e) {
         // A capability question answered no (the planner, before any step): the rung cannot run on
         // this machine, which is a skip with the reason, never a failure. The ladder goes on.
-        arm.skip_reason = e.what();
-        stop_arm(arm, row, "skipped", arm.skip_reason, done, repeat);
+        arm.skip_reason = row.arm.reason = e.what();
+        stopped = "skipped";
       } catch (const std::exception& e) {
         // A rung that crashes is a failed row with its error; the ladder goes on.
-        arm.error = e.what();
-        stop_arm(arm, row, "failed", arm.error, done, repeat);
+        arm.error = row.arm.error = e.what();
+        stopped = "failed";
       }
+      if (!stopped.empty()) row.header.status = stopped;
+      ledger.append(row);
+      if (!stopped.empty()) ledger.append(rung_row(arm, run.run_id, spec));
+      if (!log) continue;
+      const std::string what =
+          stopped.empty() ? fmt::format("{:>9.1f} samples/s  data-wait {:>5.1f}%", *row.value, 100 * data_wait_share)
+                          : fmt::format("{}: {}", stopped == "failed" ? "FAILED" : stopped,
+                                        stopped == "failed" ? arm.error : arm.skip_reason);
+      *log << fmt::format("[{:>3}/{}] repeat {}/{}  {:<20} {}\n", done, total, repeat + 1, options.repeats, arm.name,
+                          what);
+      log->flush();
     }
   }
-  for (std::size_t position : order) {
+  for (std::size_t position : plan.order) {
     const Arm& arm = arms[position];
-    if (arm.skip_reason.empty() && arm.error.empty()) ledger.append(rung_row(arm));
+    if (arm.skip_reason.empty() && arm.error.empty()) ledger.append(rung_row(arm, run.run_id, spec));
   }
   // The rows, in ladder order, from the ledger itself (what a report will see).
   for (const auto& row : ledger.load().read<LadderRungRow>())
