@@ -12,8 +12,13 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 
+#include "engine/fields.h"
 #include "engine/fileio.h"
 #include "engine/rng.h"
 #include "engine/version.h"
@@ -43,16 +48,127 @@ namespace {
 
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kFormat = "trainlab-image-dataset";
-constexpr int kFormatVersion = 1;
-constexpr std::uint32_t kRecordMagic = 0x31524c54;  // "TLR1" little-endian
+// Version 2: the manifest carries its own CRC-32, and a record's CRC-32 covers its sample's index,
+// its label and its length as well as the image (a label changed in a header, or a shard swapped
+// for another of the same size, is caught where it is read).
+constexpr int kFormatVersion = 2;
+constexpr std::uint32_t kRecordMagic = 0x32524c54;  // "TLR2" little-endian
 constexpr std::size_t kRecordHeader = 16;
 constexpr std::uint64_t kMaxManifestBytes = 1ull << 30;
 constexpr std::uint32_t kMaxRecordBytes = 64u << 20;
+constexpr int kMaxImageSize = 4096;      // make-dataset's own limit: a decode buffer stays under 48 MiB
+constexpr double kMaxPixelMap = 1e6;     // |scale| and |offset| of the value map
+constexpr std::size_t kOpenShards = 64;  // shard files a reader keeps open at once
 
 struct RecordHeader {
   std::uint32_t magic, label, bytes, crc;
 };
 static_assert(sizeof(RecordHeader) == kRecordHeader);
+
+// A record's CRC-32: the sample's index in its split, its label and its length, then the image.
+std::uint32_t record_crc(std::int64_t index, std::uint32_t label, const unsigned char* image, std::uint32_t bytes) {
+  unsigned char head[16];
+  const auto i = static_cast<std::uint64_t>(index);
+  std::memcpy(head, &i, 8);
+  std::memcpy(head + 8, &label, 4);
+  std::memcpy(head + 12, &bytes, 4);
+  return crc32(image, bytes, crc32(head, sizeof head));
+}
+
+// ---- the manifest, typed (engine/fields.h): one list of keys reads and writes it ----------------
+
+struct ManifestIndex {
+  std::string path;
+  std::uint64_t bytes = 0;
+  std::string crc32;
+  template <class F>
+  void fields(F& f) {
+    f("path", path);
+    f("bytes", bytes);
+    f("crc32", crc32);
+  }
+};
+struct ManifestFile {
+  std::string path;
+  std::uint64_t bytes = 0;
+  std::string crc32;
+  std::optional<std::int64_t> label;           // files layout
+  std::optional<std::int64_t> first, samples;  // shards layout: the shard's first sample and its count
+  std::optional<ManifestIndex> index;          // shards layout
+  template <class F>
+  void fields(F& f) {
+    f("path", path);
+    f("bytes", bytes);
+    f("crc32", crc32);
+    f.optional("label", label);
+    f.optional("first", first);
+    f.optional("samples", samples);
+    f.optional("index", index);
+  }
+};
+struct ManifestSplit {
+  std::int64_t samples = 0;
+  std::uint64_t bytes = 0;
+  std::string source;
+  std::vector<ManifestFile> files;
+  template <class F>
+  void fields(F& f) {
+    f("samples", samples);
+    f.optional("bytes", bytes);
+    f.optional("source", source);
+    f("files", files);
+  }
+};
+struct ManifestImage {
+  int height = 0, width = 0, channels = 0;
+  template <class F>
+  void fields(F& f) {
+    f("height", height);
+    f("width", width);
+    f("channels", channels);
+  }
+};
+struct ManifestPixels {
+  double scale = 1, offset = 0;
+  template <class F>
+  void fields(F& f) {
+    f("scale", scale);
+    f("offset", offset);
+  }
+};
+struct ManifestDoc {
+  std::string format;
+  int version = 0;
+  std::string writer, source, layout, codec;
+  int quality = 0;
+  ManifestImage image;
+  std::int64_t classes = 0;
+  ManifestPixels pixels;
+  std::map<std::string, ManifestSplit> splits;
+  std::string crc32;  // of the manifest's JSON without this key (json::dump, sorted keys)
+  template <class F>
+  void fields(F& f) {
+    f("format", format);
+    f("version", version);
+    f.optional("writer", writer);
+    f.optional("source", source);
+    f("layout", layout);
+    f("codec", codec);
+    f("quality", quality);
+    f("image", image);
+    f("classes", classes);
+    f("pixels", pixels);
+    f("splits", splits);
+    f.optional("crc32", crc32);
+  }
+};
+
+// The manifest's own CRC-32: of its JSON with the crc32 key removed.
+std::uint32_t manifest_crc(json j) {
+  j.erase("crc32");
+  const std::string text = j.dump();
+  return crc32(text.data(), text.size());
+}
 
 std::string split_dir_name(Split split) { return split == Split::train ? "train" : "held_out"; }
 
@@ -154,20 +270,12 @@ class OutFile {
   std::uint64_t bytes_ = 0;
 };
 
-json file_entry(const std::string& rel, const OutFile& f) {
-  return json{{"path", rel}, {"bytes", f.bytes()}, {"crc32", crc32_hex(f.crc())}};
-}
-
-bool is_our_dataset(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_regular_file(dir / kManifest, ec)) return false;
-  try {
-    const auto bytes = read_file((dir / kManifest).string(), kMaxManifestBytes);
-    const json m = json::parse(bytes.begin(), bytes.end());
-    return m.value("format", "") == kFormat;
-  } catch (const std::exception&) {
-    return false;
-  }
+ManifestFile file_entry(const std::string& rel, const OutFile& f) {
+  ManifestFile e;
+  e.path = rel;
+  e.bytes = f.bytes();
+  e.crc32 = crc32_hex(f.crc());
+  return e;
 }
 
 class Progress {
@@ -190,14 +298,14 @@ class Progress {
 };
 
 SplitSummary write_split(const Dataset& data, const std::string& name, const fs::path& root, const ImageSize source,
-                         int factor, const PixelMap& map, const DatasetWriteOptions& o, json& entry) {
+                         int factor, const PixelMap& map, const DatasetWriteOptions& o, ManifestSplit& entry) {
   SplitSummary summary;
   summary.name = name;
   const ImageSize stored{source.height * factor, source.width * factor, source.channels};
   fs::create_directories(root / name);
   std::vector<float> sample(static_cast<std::size_t>(data.sample_elements()));
   std::vector<unsigned char> pixels;
-  json files = json::array();
+  std::vector<ManifestFile>& files = entry.files;
   Progress progress(o.progress);
   const std::uint64_t shard_cap = static_cast<std::uint64_t>(o.shard_mb * 1024 * 1024);
   std::unique_ptr<OutFile> shard;
@@ -211,10 +319,10 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
     OutFile index((root / index_rel).string());
     index.write(offsets.data(), offsets.size() * sizeof(std::uint64_t));
     index.close();
-    json e = file_entry(shard_rel, *shard);
-    e["first"] = shard_first;
-    e["samples"] = next - shard_first;
-    e["index"] = file_entry(index_rel, index);
+    ManifestFile e = file_entry(shard_rel, *shard);
+    e.first = shard_first;
+    e.samples = next - shard_first;
+    e.index = ManifestIndex{index_rel, index.bytes(), crc32_hex(index.crc())};
     files.push_back(e);
     summary.bytes += shard->bytes() + index.bytes();
     summary.files += 2;
@@ -235,8 +343,8 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
       OutFile f((root / rel).string());
       f.write(encoded.data(), encoded.size());
       f.close();
-      json e = file_entry(rel, f);
-      e["label"] = label;
+      ManifestFile e = file_entry(rel, f);
+      e.label = label;
       files.push_back(e);
       summary.bytes += f.bytes();
       summary.files += 1;
@@ -250,8 +358,9 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
         shard_first = i;
       }
       offsets.push_back(shard->bytes());
-      const RecordHeader h{kRecordMagic, static_cast<std::uint32_t>(label), static_cast<std::uint32_t>(encoded.size()),
-                           crc32(encoded.data(), encoded.size())};
+      const auto length = static_cast<std::uint32_t>(encoded.size());
+      const RecordHeader h{kRecordMagic, static_cast<std::uint32_t>(label), length,
+                           record_crc(i, static_cast<std::uint32_t>(label), encoded.data(), length)};
       shard->write(&h, sizeof h);
       shard->write(encoded.data(), encoded.size());
     }
@@ -259,13 +368,39 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
     progress.tick(name, i + 1, data.size(), summary.bytes + (shard ? shard->bytes() : 0));
   }
   close_shard(data.size());
-  entry = json{{"samples", summary.samples}, {"bytes", summary.bytes}, {"source", data.describe()}, {"files", files}};
+  entry.samples = summary.samples;
+  entry.bytes = summary.bytes;
+  entry.source = data.describe();
   return summary;
 }
 
 }  // namespace
 
 namespace {
+// After a replace: the old data set's own files (its manifest's list) are removed from `old`; what
+// else was in it (a user's files) moves into the new data set at `out` unless the new one has that
+// name, in which case `old` is kept with it. Returns `old` when kept, "" when it is gone.
+std::string retire_old_dataset(const fs::path& old, const fs::path& out, const DatasetInfo& info) {
+  std::error_code ec;
+  for (const auto& f : info.files) fs::remove(old / f.path, ec);
+  // Directories the data set made, emptied, deepest first.
+  std::vector<fs::path> dirs;
+  for (auto it = fs::recursive_directory_iterator(old, ec); it != fs::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_directory(ec) && !it->is_symlink(ec)) dirs.push_back(it->path());
+  std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) { return a.native() > b.native(); });
+  for (const auto& d : dirs)
+    if (fs::is_empty(d, ec)) fs::remove(d, ec);
+  for (const auto& entry : fs::directory_iterator(old, ec)) {
+    const fs::path target = out / entry.path().filename();
+    if (!fs::exists(fs::symlink_status(target, ec))) fs::rename(entry.path(), target, ec);
+  }
+  if (fs::is_empty(old, ec)) {
+    fs::remove(old, ec);
+    return "";
+  }
+  return old.string();
+}
+
 // The file that marks a staging directory as make-dataset's own (removed just before the rename).
 const char* const kStagingMark = ".trainlab-staging";
 
@@ -319,16 +454,24 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
   TL_CHECK(out != out.root_path(), "make-dataset: --out " + quote_value(o.out) + " is the root directory");
   std::error_code ec;
   const auto status = fs::symlink_status(out, ec);
-  bool replace = false;
+  // With --overwrite, what is replaced is exactly the files a valid manifest lists (its own CRC-32
+  // holds): a one-line manifest beside a user's photos is not a data set, and a user's own file
+  // inside a real data set is kept.
+  std::optional<DatasetInfo> existing;
   if (fs::exists(status)) {
     TL_CHECK(fs::is_directory(status), "make-dataset: --out " + out.string() + " exists and is not a directory");
     if (!fs::is_empty(out)) {
-      TL_CHECK(is_our_dataset(out), "make-dataset: --out " + out.string() +
-                                        " is a directory with files that are not a trainlab data set; "
-                                        "choose a new or empty directory");
+      std::string why;
+      try {
+        existing = read_dataset_info(out.string());
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      TL_CHECK(existing.has_value(), "make-dataset: --out " + out.string() +
+                                         " is a directory with files that are not a trainlab data set (" + why +
+                                         "); choose a new or empty directory");
       TL_CHECK(o.overwrite,
                "make-dataset: --out " + out.string() + " already holds a data set; pass --overwrite to replace it");
-      replace = true;
     }
   }
   const fs::path parent = out.parent_path();
@@ -346,32 +489,33 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
   DatasetWriteSummary summary;
   try {
     const PixelMap map = choose_pixel_map(train);
-    json manifest = {{"format", kFormat},
-                     {"version", kFormatVersion},
-                     {"writer", "trainlab " + version() + " (" + git_describe() + ")"},
-                     {"source", train.describe()},
-                     {"layout", disk_layout_name(o.layout)},
-                     {"codec", image_codec_name(o.codec)},
-                     {"quality", o.codec == ImageCodec::jpeg ? o.quality : 0},
-                     {"image", {{"height", stored}, {"width", stored}, {"channels", source.channels}}},
-                     {"classes", train.num_classes()},
-                     {"pixels", {{"scale", map.scale}, {"offset", map.offset}}}};
-    json splits = json::object();
-    summary.splits.push_back(write_split(train, "train", tmp, source, factor, map, o, splits["train"]));
+    ManifestDoc doc;
+    doc.format = kFormat;
+    doc.version = kFormatVersion;
+    doc.writer = "trainlab " + version() + " (" + git_describe() + ")";
+    doc.source = train.describe();
+    doc.layout = disk_layout_name(o.layout);
+    doc.codec = image_codec_name(o.codec);
+    doc.quality = o.codec == ImageCodec::jpeg ? o.quality : 0;
+    doc.image = {stored, stored, source.channels};
+    doc.classes = train.num_classes();
+    doc.pixels = {map.scale, map.offset};
+    summary.splits.push_back(write_split(train, "train", tmp, source, factor, map, o, doc.splits["train"]));
     if (held_out)
-      summary.splits.push_back(write_split(*held_out, "held_out", tmp, source, factor, map, o, splits["held_out"]));
-    manifest["splits"] = splits;
+      summary.splits.push_back(write_split(*held_out, "held_out", tmp, source, factor, map, o, doc.splits["held_out"]));
+    json manifest = fields::to_json(doc);
+    manifest["crc32"] = crc32_hex(manifest_crc(manifest));
     // Everything on storage before the manifest that says it is complete.
     const int dir_fd = ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     TL_CHECK(dir_fd >= 0 && ::syncfs(dir_fd) == 0, "make-dataset: cannot sync " + tmp.string());
     ::close(dir_fd);
     write_file_atomic((tmp / kManifest).string(), manifest.dump(1) + "\n");
     fs::remove(tmp / kStagingMark, ec);
-    if (replace) {
+    if (existing) {
       const fs::path old = parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
       fs::rename(out, old);
       fs::rename(tmp, out);
-      fs::remove_all(old);
+      summary.kept = retire_old_dataset(old, out, *existing);
     } else {
       if (fs::exists(out)) fs::remove(out);  // an empty directory
       fs::rename(tmp, out);
@@ -390,27 +534,67 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
 
 namespace {
 
-std::uint32_t parse_crc(const json& v, const std::string& where) {
-  const std::string text = v.get<std::string>();
+std::uint32_t parse_crc(const std::string& text, const std::string& where) {
   TL_CHECK(text.size() == 8 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
            where + ": CRC-32 " + quote_value(text) + " is not 8 hex digits");
   return static_cast<std::uint32_t>(std::stoul(text, nullptr, 16));
 }
 
-DatasetFile parse_file(const json& e, const std::string& where) {
+DatasetFile parse_file(const std::string& path, std::uint64_t bytes, const std::string& crc, const std::string& where) {
   DatasetFile f;
-  f.path = e.at("path").get<std::string>();
+  f.path = path;
   TL_CHECK(!f.path.empty() && f.path[0] != '/' && f.path.find("..") == std::string::npos,
            where + ": file path " + quote_value(f.path) + " is not inside the data set");
-  f.bytes = e.at("bytes").get<std::uint64_t>();
-  f.crc32 = parse_crc(e.at("crc32"), where);
+  f.bytes = bytes;
+  f.crc32 = parse_crc(crc, where + ": " + f.path);
   return f;
 }
 
+// The manifest, read and checked: everything train, loader-bench and verify-dataset rely on is
+// checked here, once, for all of them (its own CRC-32; the layout, codec, image size and pixel map
+// within their limits; every split's files consistent with its sample count; labels in range and,
+// in the files layout, in their class folder; every path inside the data set and listed once).
 struct Manifest {
   DatasetInfo info;
-  json splits;
+  ManifestDoc doc;
 };
+
+void check_split(const ManifestDoc& doc, const std::string& name, const ManifestSplit& split, DiskLayout layout,
+                 const std::string& where) {
+  const std::string at = where + ": splits." + name;
+  TL_CHECK(name == "train" || name == "held_out", where + ": split " + quote_value(name) + " is not train or held_out");
+  TL_CHECK(split.samples >= 1, at + ".samples is " + std::to_string(split.samples) + "; a split holds samples");
+  TL_CHECK(!split.files.empty(), at + ".files is empty");
+  std::int64_t next = 0;
+  for (std::size_t i = 0; i < split.files.size(); ++i) {
+    const ManifestFile& f = split.files[i];
+    const std::string file_at = at + ".files[" + std::to_string(i) + "] (" + f.path + ")";
+    TL_CHECK(f.path.rfind(name + "/", 0) == 0, file_at + ": not under " + name + "/");
+    if (layout == DiskLayout::shards) {
+      TL_CHECK(f.first && f.samples && f.index, file_at + ": a shard needs first, samples and index");
+      TL_CHECK(*f.first == next && *f.samples >= 1,
+               file_at + ": first " + std::to_string(*f.first) + ", samples " + std::to_string(*f.samples) +
+                   " does not follow the shard before it (next sample " + std::to_string(next) + ")");
+      next += *f.samples;
+      TL_CHECK(f.index->bytes == static_cast<std::uint64_t>(*f.samples) * 8,
+               file_at + ": its index holds " + std::to_string(f.index->bytes) + " bytes for " +
+                   std::to_string(*f.samples) + " records");
+      TL_CHECK(
+          f.bytes >= static_cast<std::uint64_t>(*f.samples) * kRecordHeader,
+          file_at + ": " + std::to_string(f.bytes) + " bytes cannot hold " + std::to_string(*f.samples) + " records");
+    } else {
+      TL_CHECK(f.label.has_value(), file_at + ": a file needs its label");
+      TL_CHECK(*f.label >= 0 && *f.label < doc.classes, file_at + ": label " + std::to_string(*f.label) +
+                                                            " is outside [0, " + std::to_string(doc.classes) + ")");
+      TL_CHECK(f.path.rfind(name + "/" + std::to_string(*f.label) + "/", 0) == 0,
+               file_at + ": label " + std::to_string(*f.label) + " contradicts its class folder");
+      TL_CHECK(f.bytes >= 1 && f.bytes <= kMaxRecordBytes, file_at + ": " + std::to_string(f.bytes) + " bytes");
+      next += 1;
+    }
+  }
+  TL_CHECK(next == split.samples,
+           at + ": its files hold " + std::to_string(next) + " samples, samples says " + std::to_string(split.samples));
+}
 
 Manifest load_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
@@ -420,54 +604,86 @@ Manifest load_manifest(const std::string& dir) {
                                      " (written last by trainlab make-dataset: an incomplete or foreign directory)");
   const auto bytes = read_file(path, kMaxManifestBytes);
   check_json_bounds(reinterpret_cast<const char*>(bytes.data()), bytes.size(), 16, kMaxManifestBytes, path);
+  json j;
+  try {
+    j = json::parse(bytes.begin(), bytes.end());
+  } catch (const json::exception& e) {
+    throw Error(path + " is not JSON: " + e.what());
+  }
+  // What it is, before what it says: another format, or a version this build does not read.
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  TL_CHECK(j.is_object() && format != j.end() && *format == kFormat,
+           path + " is not a trainlab data set manifest (its format is " +
+               (j.is_object() && format != j.end() ? format->dump() : std::string("missing")) + ")");
+  const auto version = j.find("version");
+  TL_CHECK(version != j.end() && version->is_number_integer() && *version == kFormatVersion,
+           path + ": manifest version " + (version != j.end() ? version->dump() : std::string("missing")) +
+               " (this trainlab reads version " + std::to_string(kFormatVersion) +
+               "; write the data set again with trainlab make-dataset)");
   Manifest m;
   try {
-    const json j = json::parse(bytes.begin(), bytes.end());
-    TL_CHECK(j.value("format", "") == kFormat,
-             path + " is not a trainlab data set manifest (format " + quote_value(j.value("format", "")) + ")");
-    TL_CHECK(j.at("version").get<int>() == kFormatVersion,
-             path + ": manifest version " + std::to_string(j.at("version").get<int>()) + " (this trainlab reads " +
-                 std::to_string(kFormatVersion) + ")");
-    DatasetInfo& info = m.info;
-    info.dir = dir;
-    info.source = j.at("source").get<std::string>();
-    info.layout = parse_disk_layout(j.at("layout").get<std::string>());
-    info.codec = parse_image_codec(j.at("codec").get<std::string>());
-    info.quality = j.at("quality").get<int>();
-    info.image = {j.at("image").at("height").get<int>(), j.at("image").at("width").get<int>(),
-                  j.at("image").at("channels").get<int>()};
-    TL_CHECK(info.image.height >= 1 && info.image.height <= 65535 && info.image.width == info.image.height &&
-                 (info.image.channels == 1 || info.image.channels == 3),
-             path + ": image size is not square HxHxC with C 1 or 3");
-    info.classes = j.at("classes").get<std::int64_t>();
-    TL_CHECK(info.classes >= 1 && info.classes <= 1 << 24, path + ": classes out of range");
-    info.pixel_scale = j.at("pixels").at("scale").get<double>();
-    info.pixel_offset = j.at("pixels").at("offset").get<double>();
-    TL_CHECK(std::isfinite(info.pixel_scale) && info.pixel_scale > 0 && std::isfinite(info.pixel_offset),
-             path + ": the pixel map is not finite and positive");
-    m.splits = j.at("splits");
-    for (const auto& [name, split] : m.splits.items()) {
-      info.splits.push_back(name);
-      for (const auto& e : split.at("files")) {
-        info.files.push_back(parse_file(e, path));
-        if (e.contains("index")) info.files.push_back(parse_file(e.at("index"), path));
-      }
-    }
-    info.files.push_back({kManifest, bytes.size(), crc32(bytes.data(), bytes.size())});
-  } catch (const json::exception& e) {
-    throw Error(path + " is not a valid manifest: " + e.what());
+    m.doc = fields::from_json<ManifestDoc>(j);
+  } catch (const fields::FieldError& e) {
+    throw Error(path + ": " + e.what());
   }
+  const ManifestDoc& doc = m.doc;
+  TL_CHECK(manifest_crc(j) == parse_crc(doc.crc32, path),
+           path + ": its CRC-32 is " + crc32_hex(manifest_crc(j)) + ", it says " + doc.crc32 +
+               " (edited or corrupted; write the data set again with trainlab make-dataset)");
+  DatasetInfo& info = m.info;
+  info.dir = dir;
+  info.source = doc.source;
+  info.layout = parse_disk_layout(doc.layout);
+  info.codec = parse_image_codec(doc.codec);
+  info.quality = doc.quality;
+  TL_CHECK(info.quality >= 0 && info.quality <= 100,
+           path + ": quality " + std::to_string(info.quality) + " is outside 0..100");
+  info.image = {doc.image.height, doc.image.width, doc.image.channels};
+  TL_CHECK(info.image.height >= 1 && info.image.height <= kMaxImageSize && info.image.width == info.image.height &&
+               (info.image.channels == 1 || info.image.channels == 3),
+           path + ": image " + std::to_string(doc.image.height) + "x" + std::to_string(doc.image.width) + "x" +
+               std::to_string(doc.image.channels) + " is not square HxHxC with H in 1.." +
+               std::to_string(kMaxImageSize) + " and C 1 or 3");
+  info.classes = doc.classes;
+  TL_CHECK(info.classes >= 1 && info.classes <= 1 << 24,
+           path + ": classes " + std::to_string(info.classes) + " is outside 1..16777216");
+  info.pixel_scale = doc.pixels.scale;
+  info.pixel_offset = doc.pixels.offset;
+  TL_CHECK(std::isfinite(info.pixel_scale) && info.pixel_scale > 0 && info.pixel_scale <= kMaxPixelMap &&
+               std::isfinite(info.pixel_offset) && std::abs(info.pixel_offset) <= kMaxPixelMap,
+           path + ": the pixel map (scale " + std::to_string(info.pixel_scale) + ", offset " +
+               std::to_string(info.pixel_offset) + ") is outside scale in (0, 1e6], |offset| <= 1e6");
+  TL_CHECK(!doc.splits.empty(), path + ": no splits");
+  std::set<std::string> paths;
+  const auto add = [&](const DatasetFile& f) {
+    TL_CHECK(paths.insert(f.path).second, path + ": " + f.path + " is listed twice");
+    info.files.push_back(f);
+  };
+  for (const auto& [name, split] : doc.splits) {
+    check_split(doc, name, split, info.layout, path);
+    info.splits.push_back(name);
+    for (const auto& e : split.files) {
+      add(parse_file(e.path, e.bytes, e.crc32, path));
+      if (e.index) add(parse_file(e.index->path, e.index->bytes, e.index->crc32, path));
+    }
+  }
+  info.files.push_back({kManifest, bytes.size(), crc32(bytes.data(), bytes.size())});
   return m;
 }
 
-// Opens `path` for reading and checks it is the size the manifest says (a truncated or extended
-// file is refused here, before any sample is read).
+// Opens `path` for reading and checks it is a regular file of the size the manifest says (a
+// truncated or extended file is refused here, before any sample is read). O_NONBLOCK: a FIFO in its
+// place is refused, never waited on.
 int open_checked(const std::string& dir, const DatasetFile& f) {
   const std::string path = (fs::path(dir) / f.path).string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   TL_CHECK(fd >= 0, "data set " + dir + ": cannot open " + f.path + ": " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != f.bytes) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error("data set " + dir + ": " + f.path + " is not a regular file (" + file_kind(path) + ")");
+  }
+  if (static_cast<std::uint64_t>(st.st_size) != f.bytes) {
     const auto size = static_cast<long long>(st.st_size);
     ::close(fd);
     throw Error("data set " + dir + ": " + f.path + " is " + std::to_string(size) + " bytes, the manifest says " +
@@ -489,48 +705,62 @@ void pread_all(int fd, void* out, std::size_t size, std::uint64_t offset, const 
   }
 }
 
+// An open file, closed when the last reader lets go of it.
+struct OpenFile {
+  int fd = -1;
+  explicit OpenFile(int f) : fd(f) {}
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+};
+
+// One record of a shard: its header and image, checked (magic, length within the shard, the CRC-32
+// over the sample's index, label, length and image). Returns the label.
+std::uint32_t read_record(int fd, std::uint64_t offset, std::uint64_t shard_bytes, std::int64_t sample,
+                          std::vector<unsigned char>& bytes, const std::string& what, const std::string& dir) {
+  TL_CHECK(offset <= shard_bytes && shard_bytes - offset >= kRecordHeader,
+           what + ": the index points past the end of the shard");
+  RecordHeader h{};
+  pread_all(fd, &h, sizeof h, offset, what);
+  TL_CHECK(h.magic == kRecordMagic, what + ": no record header there (corrupted)");
+  TL_CHECK(h.bytes <= kMaxRecordBytes && h.bytes <= shard_bytes - offset - kRecordHeader,
+           what + ": the record's length " + std::to_string(h.bytes) + " runs past the end of the shard (corrupted)");
+  bytes.resize(h.bytes);
+  pread_all(fd, bytes.data(), h.bytes, offset + kRecordHeader, what);
+  const std::uint32_t crc = record_crc(sample, h.label, bytes.data(), h.bytes);
+  TL_CHECK(crc == h.crc, what + ": the record's CRC-32 (its sample, label, length and image) is " + crc32_hex(crc) +
+                             ", the record says " + crc32_hex(h.crc) +
+                             " (corrupted, or a record of another sample; trainlab verify-dataset " + dir +
+                             " checks every file)");
+  return h.label;
+}
+
 class ShardDataset final : public EncodedImageDataset {
  public:
-  ShardDataset(DatasetInfo info, Split split, const DiskReadOptions& options, const json& entry)
+  ShardDataset(DatasetInfo info, Split split, const DiskReadOptions& options, const ManifestSplit& entry)
       : EncodedImageDataset(std::move(info), split, options) {
     const std::string& dir = info_.dir;
-    std::int64_t next = 0;
-    for (const auto& e : entry.at("files")) {
+    for (const auto& e : entry.files) {
       Shard s;
-      s.file = parse_file(e, dir);
-      s.first = e.at("first").get<std::int64_t>();
-      const std::int64_t count = e.at("samples").get<std::int64_t>();
-      TL_CHECK(s.first == next && count >= 1,
-               "data set " + dir + ": " + s.file.path + " does not follow the shard before it");
-      next += count;
-      const DatasetFile index = parse_file(e.at("index"), dir);
-      TL_CHECK(index.bytes == static_cast<std::uint64_t>(count) * 8, "data set " + dir + ": " + index.path + " holds " +
-                                                                         std::to_string(index.bytes) + " bytes for " +
-                                                                         std::to_string(count) + " records");
-      const int index_fd = open_checked(dir, index);
+      s.file = parse_file(e.path, e.bytes, e.crc32, dir);
+      s.first = *e.first;
+      const std::int64_t count = *e.samples;
+      const DatasetFile index = parse_file(e.index->path, e.index->bytes, e.index->crc32, dir);
+      const OpenFile index_file(open_checked(dir, index));
       s.offsets.resize(static_cast<std::size_t>(count));
-      try {
-        pread_all(index_fd, s.offsets.data(), index.bytes, 0, "data set " + dir + ": " + index.path);
-      } catch (...) {
-        ::close(index_fd);
-        throw;
-      }
-      ::close(index_fd);
+      pread_all(index_file.fd, s.offsets.data(), index.bytes, 0, "data set " + dir + ": " + index.path);
       TL_CHECK(crc32(s.offsets.data(), index.bytes) == index.crc32,
                "data set " + dir + ": " + index.path + ": CRC-32 differs from the manifest's (corrupted)");
-      s.fd = open_checked(dir, s.file);
+      // Every shard is there, a regular file of its size; it is opened again when read, a bounded
+      // number at a time (a data set may have many thousands of shards).
+      OpenFile(open_checked(dir, s.file));
       split_paths_.push_back((fs::path(dir) / index.path).string());
       split_paths_.push_back((fs::path(dir) / s.file.path).string());
       shards_.push_back(std::move(s));
     }
-    TL_CHECK(next == entry.at("samples").get<std::int64_t>(),
-             "data set " + dir + ": the shards hold " + std::to_string(next) + " samples, the manifest says " +
-                 std::to_string(entry.at("samples").get<std::int64_t>()));
-    set_size(next);
-  }
-  ~ShardDataset() override {
-    for (auto& s : shards_)
-      if (s.fd >= 0) ::close(s.fd);
+    set_size(entry.samples);
   }
 
  protected:
@@ -543,19 +773,8 @@ class ShardDataset final : public EncodedImageDataset {
     const std::uint64_t offset = s.offsets[static_cast<std::size_t>(record)];
     const std::string what = where(index) + " (" + s.file.path + ", record " + std::to_string(record) + " at byte " +
                              std::to_string(offset) + ")";
-    TL_CHECK(offset + kRecordHeader <= s.file.bytes, what + ": the index points past the end of the shard");
-    RecordHeader h{};
-    pread_all(s.fd, &h, sizeof h, offset, what);
-    TL_CHECK(h.magic == kRecordMagic, what + ": no record header there (corrupted)");
-    TL_CHECK(h.bytes <= kMaxRecordBytes && offset + kRecordHeader + h.bytes <= s.file.bytes,
-             what + ": the record's length " + std::to_string(h.bytes) + " runs past the end of the shard (corrupted)");
-    bytes.resize(h.bytes);
-    pread_all(s.fd, bytes.data(), h.bytes, offset + kRecordHeader, what);
-    const std::uint32_t crc = crc32(bytes.data(), bytes.size());
-    TL_CHECK(crc == h.crc, what + ": the image's CRC-32 is " + crc32_hex(crc) + ", the record says " +
-                               crc32_hex(h.crc) + " (corrupted; trainlab verify-dataset " + info_.dir +
-                               " checks every file)");
-    return h.label;
+    const std::shared_ptr<OpenFile> file = open_shard(static_cast<std::size_t>(it - shards_.begin()));
+    return read_record(file->fd, offset, s.file.bytes, index, bytes, what, info_.dir);
   }
 
  private:
@@ -563,25 +782,37 @@ class ShardDataset final : public EncodedImageDataset {
     DatasetFile file;
     std::int64_t first = 0;
     std::vector<std::uint64_t> offsets;
-    int fd = -1;
   };
+  // The shard's file, from a cache of at most kOpenShards (the least recently used closed first:
+  // a reader still holding one keeps it open until it is done).
+  std::shared_ptr<OpenFile> open_shard(std::size_t shard) const {
+    std::lock_guard lock(mutex_);
+    const auto found = std::find_if(open_.begin(), open_.end(), [&](const auto& e) { return e.first == shard; });
+    if (found != open_.end()) {
+      std::rotate(open_.begin(), found, found + 1);  // most recent first
+      return open_.front().second;
+    }
+    auto file = std::make_shared<OpenFile>(open_checked(info_.dir, shards_[shard].file));
+    open_.insert(open_.begin(), {shard, file});
+    if (open_.size() > kOpenShards) open_.pop_back();
+    return file;
+  }
   std::vector<Shard> shards_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::pair<std::size_t, std::shared_ptr<OpenFile>>> open_;
 };
 
 class ImageFolderDataset final : public EncodedImageDataset {
  public:
-  ImageFolderDataset(DatasetInfo info, Split split, const DiskReadOptions& options, const json& entry)
+  ImageFolderDataset(DatasetInfo info, Split split, const DiskReadOptions& options, const ManifestSplit& entry)
       : EncodedImageDataset(std::move(info), split, options) {
-    for (const auto& e : entry.at("files")) {
-      Sample s{parse_file(e, info_.dir), e.at("label").get<std::int64_t>()};
-      TL_CHECK(s.label >= 0 && s.label < info_.classes, "data set " + info_.dir + ": " + s.file.path + " has label " +
-                                                            std::to_string(s.label) + ", outside [0, " +
-                                                            std::to_string(info_.classes) + ")");
+    for (const auto& e : entry.files) {
+      Sample s{parse_file(e.path, e.bytes, e.crc32, info_.dir), *e.label};
       split_paths_.push_back((fs::path(info_.dir) / s.file.path).string());
       samples_.push_back(std::move(s));
     }
     // Every file is there and has its size: a missing or truncated file is refused before the run.
-    for (const auto& s : samples_) ::close(open_checked(info_.dir, s.file));
+    for (const auto& s : samples_) OpenFile(open_checked(info_.dir, s.file));
     set_size(static_cast<std::int64_t>(samples_.size()));
   }
 
@@ -589,15 +820,9 @@ class ImageFolderDataset final : public EncodedImageDataset {
   std::int64_t read_encoded(std::int64_t index, std::vector<unsigned char>& bytes) const override {
     const Sample& s = samples_[static_cast<std::size_t>(index)];
     const std::string what = where(index) + " (" + s.file.path + ")";
-    const int fd = open_checked(info_.dir, s.file);
+    const OpenFile file(open_checked(info_.dir, s.file));
     bytes.resize(s.file.bytes);
-    try {
-      pread_all(fd, bytes.data(), bytes.size(), 0, what);
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    ::close(fd);
+    pread_all(file.fd, bytes.data(), bytes.size(), 0, what);
     const std::uint32_t crc = crc32(bytes.data(), bytes.size());
     TL_CHECK(crc == s.file.crc32, what + ": CRC-32 is " + crc32_hex(crc) + ", the manifest says " +
                                       crc32_hex(s.file.crc32) + " (changed or corrupted)");
@@ -621,28 +846,43 @@ bool has_split(const std::string& dir, Split split) {
   return std::find(info.splits.begin(), info.splits.end(), split_dir_name(split)) != info.splits.end();
 }
 
+namespace {
+// verify-dataset on one file: there, a regular file, its size and its CRC-32.
+std::optional<std::string> verify_file(const std::string& dir, const DatasetFile& f, DatasetVerifyResult& result) {
+  const std::string path = (fs::path(dir) / f.path).string();
+  result.files += 1;
+  std::error_code ec;
+  const auto status = fs::symlink_status(path, ec);
+  if (!fs::exists(status)) return path + ": missing";
+  if (!fs::is_regular_file(fs::status(path, ec))) return path + ": not a regular file (" + file_kind(path) + ")";
+  const auto bytes = read_file(path);
+  result.bytes += bytes.size();
+  if (bytes.size() != f.bytes)
+    return path + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " + std::to_string(f.bytes);
+  const std::uint32_t crc = crc32(bytes.data(), bytes.size());
+  if (crc != f.crc32) return path + ": CRC-32 " + crc32_hex(crc) + ", the manifest says " + crc32_hex(f.crc32);
+  return std::nullopt;
+}
+}  // namespace
+
 DatasetVerifyResult verify_image_dataset(const std::string& dir) {
-  const DatasetInfo info = read_dataset_info(dir);
+  // The manifest's own check first (the one train and loader-bench make), then every file.
+  const Manifest m = load_manifest(dir);
   DatasetVerifyResult result;
-  for (const auto& f : info.files) {
+  for (const auto& f : m.info.files) {
     if (f.path == kManifest) continue;
-    const std::string path = (fs::path(dir) / f.path).string();
-    result.files += 1;
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) {
-      result.problems.push_back(f.path + ": missing");
-      continue;
+    if (auto problem = verify_file(dir, f, result)) result.problems.push_back(*problem);
+  }
+  if (!result.problems.empty()) return result;
+  // Then every sample as a reader reads it: each record's header and CRC-32 in the shards layout.
+  for (const auto& [name, split] : m.doc.splits) {
+    try {
+      const auto data = open_image_dataset(dir, name == "train" ? Split::train : Split::held_out);
+      std::vector<unsigned char> bytes;
+      for (std::int64_t i = 0; i < data->size(); ++i) data->read_sample(i, bytes);
+    } catch (const Error& e) {
+      result.problems.push_back(e.what());
     }
-    const auto bytes = read_file(path);
-    result.bytes += bytes.size();
-    if (bytes.size() != f.bytes) {
-      result.problems.push_back(f.path + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " +
-                                std::to_string(f.bytes));
-      continue;
-    }
-    const std::uint32_t crc = crc32(bytes.data(), bytes.size());
-    if (crc != f.crc32)
-      result.problems.push_back(f.path + ": CRC-32 " + crc32_hex(crc) + ", the manifest says " + crc32_hex(f.crc32));
   }
   return result;
 }
@@ -749,6 +989,15 @@ std::int64_t EncodedImageDataset::get_in_epoch(std::int64_t index, std::int64_t 
   return label;
 }
 
+std::int64_t EncodedImageDataset::read_sample(std::int64_t index, std::vector<unsigned char>& bytes) const {
+  TL_CHECK(index >= 0 && index < size_,
+           describe() + ": index " + std::to_string(index) + " is outside [0, " + std::to_string(size_) + ")");
+  const std::int64_t label = read_encoded(index, bytes);
+  TL_CHECK(label >= 0 && label < info_.classes, where(index) + ": label " + std::to_string(label) + " is outside [0, " +
+                                                    std::to_string(info_.classes) + ")");
+  return label;
+}
+
 std::string EncodedImageDataset::where(std::int64_t index) const {
   return "data set " + info_.dir + ", " + split_dir_name(split_) + " sample " + std::to_string(index);
 }
@@ -773,20 +1022,15 @@ std::shared_ptr<EncodedImageDataset> open_image_dataset(const std::string& dir, 
                                                         const DiskReadOptions& options) {
   Manifest m = load_manifest(dir);
   const std::string name = split_dir_name(split);
-  TL_CHECK(
-      m.splits.contains(name), "data set " + dir + " has no " + name + " split (it has: " + [&] {
-        std::string all;
-        for (const auto& s : m.info.splits) all += (all.empty() ? "" : ", ") + s;
-        return all;
-      }() + ")");
-  try {
-    const json& entry = m.splits.at(name);
-    if (m.info.layout == DiskLayout::shards)
-      return std::make_shared<ShardDataset>(std::move(m.info), split, options, entry);
-    return std::make_shared<ImageFolderDataset>(std::move(m.info), split, options, entry);
-  } catch (const json::exception& e) {
-    throw Error("data set " + dir + ": the manifest's " + name + " split is not valid: " + e.what());
+  const auto entry = m.doc.splits.find(name);
+  if (entry == m.doc.splits.end()) {
+    std::string all;
+    for (const auto& s : m.info.splits) all += (all.empty() ? "" : ", ") + s;
+    throw Error("data set " + dir + " has no " + name + " split (it has: " + all + ")");
   }
+  if (m.info.layout == DiskLayout::shards)
+    return std::make_shared<ShardDataset>(std::move(m.info), split, options, entry->second);
+  return std::make_shared<ImageFolderDataset>(std::move(m.info), split, options, entry->second);
 }
 
 void drop_page_cache(const std::vector<std::string>& paths) {

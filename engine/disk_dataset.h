@@ -54,6 +54,9 @@ struct DatasetWriteSummary {
   std::string out;  // the data set's directory, absolute ("." and "new/" name it as a directory)
   std::vector<SplitSummary> splits;
   double seconds = 0;
+  // With overwrite: where files that were in the replaced data set's directory but not in its
+  // manifest were kept, when the new data set has files of their names ("" : moved into `out`).
+  std::string kept;
 };
 
 // Writes `train` (and `held_out` unless null) to options.out. Samples must be [C, H, W] images
@@ -62,7 +65,8 @@ struct DatasetWriteSummary {
 // recorded in the manifest so that a reader gives back the source's values to within a step.
 // Written into a temporary directory beside `out`, then renamed into place: an interrupted write
 // leaves no data set behind. Throws Error naming the path when `out` holds anything but an earlier
-// data set (or one without overwrite).
+// data set whose manifest checks (or one without overwrite). Replacing one removes exactly the files
+// its manifest lists; a user's own file in its directory is kept (moved into the new data set).
 DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* held_out,
                                         const DatasetWriteOptions& options);
 
@@ -138,6 +142,9 @@ class EncodedImageDataset : public Dataset {
   const std::vector<std::string>& split_files() const { return split_paths_; }
   DiskReadStats stats() const;
   void reset_stats();
+  // Sample `index`'s encoded bytes and its label, read and checked as a reader reads them (not
+  // decoded): verify-dataset walks every sample with it.
+  std::int64_t read_sample(std::int64_t index, std::vector<unsigned char>& bytes) const;
 
  protected:
   EncodedImageDataset(DatasetInfo info, Split split, const DiskReadOptions& options);

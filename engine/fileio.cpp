@@ -334,6 +334,12 @@ std::string crc32_hex(std::uint32_t crc) {
   return buffer;
 }
 
+std::string file_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "missing";
+  return file_type_name(st.st_mode);
+}
+
 bool process_alive(long pid) {
   if (pid <= 0) return false;
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;

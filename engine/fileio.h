@@ -74,5 +74,7 @@ std::string crc32_hex(std::uint32_t crc);
 // Whether a process with this id is running (kill(pid, 0)); a process we may not signal counts as
 // running.
 bool process_alive(long pid);
+// What is at `path`, links followed: "a regular file", "a directory", "a FIFO", ... or "missing".
+std::string file_kind(const std::string& path);
 
 }  // namespace trainlab

@@ -195,8 +195,9 @@ void ProgressLogObserver::header() {
   if (!plan.emulated().empty()) log_ << fmt::format("emulated: {}\n", plan.emulated());
   log_ << fmt::format("config: {}\n", config_summary(c));
   const TrainTask& task = trainer_.task();
-  log_ << fmt::format("data: {}{}\n", task.train_data->describe(),
-                      task.held_out_data ? "; held out: " + task.held_out_data->describe() : std::string());
+  log_ << fmt::format("data: {}; {}\n", task.train_data->describe(),
+                      task.held_out_data ? "held out: " + task.held_out_data->describe()
+                                         : std::string("no held-out data: no evaluation"));
   if (callbacks_.stop_rule) {
     log_ << fmt::format("stop rule: {} (evaluated every {} steps; step cap {})\n", callbacks_.stop_rule.description,
                         c.reporting.eval_every, step_cap(c));

@@ -259,6 +259,50 @@ def case_22_out_forms(work):
             failures.append(f"22: --out {out} did not produce a data set in {target}")
 
 
+def case_5_fifo_in_a_data_set(work):
+    data = os.path.join(work, "d5")
+    r = run([T, "make-dataset", "--out", data, "--samples", "32", "--held-out", "8", "--codec", "raw"])
+    expect("5 (make-dataset)", r, 0)
+    shard = os.path.join(data, "train", "shard-000000.tlrec")
+    os.remove(shard)
+    os.mkfifo(shard)
+    for args in (["train", "--data", data, "--backend", "reference", "--steps", "2", "--batch", "8"],
+                 ["loader-bench", "--data", data, "--workers", "0", "--repeats", "1"]):
+        r = run([T] + args, timeout=60)
+        expect(f"5 ({args[0]})", r, 2, ["not a regular file (a FIFO)"])
+    r = run([T, "verify-dataset", data], timeout=60)
+    expect("5 (verify-dataset)", r, 2, ["not a regular file (a FIFO)"], one_line=False)
+
+
+def case_7_overwrite_replaces_only_the_data_set(work):
+    photos = os.path.join(work, "photos")
+    os.makedirs(os.path.join(photos, "2019"))
+    open(os.path.join(photos, "2019", "wedding.jpg"), "w").write("jpeg")
+    open(os.path.join(photos, "manifest.json"), "w").write('{"format":"trainlab-image-dataset"}')
+    r = run([T, "make-dataset", "--out", photos, "--samples", "32", "--overwrite"])
+    expect("7 (a one-line manifest)", r, 2, ["not a trainlab data set"])
+    if not os.path.exists(os.path.join(photos, "2019", "wedding.jpg")):
+        failures.append("7: make-dataset --overwrite deleted a user's photo")
+    data = os.path.join(work, "d7")
+    expect("7 (make-dataset)", run([T, "make-dataset", "--out", data, "--samples", "32"]), 0)
+    open(os.path.join(data, "notes.txt"), "w").write("mine")
+    expect("7 (overwrite)", run([T, "make-dataset", "--out", data, "--samples", "32", "--overwrite"]), 0)
+    if not os.path.exists(os.path.join(data, "notes.txt")):
+        failures.append("7: make-dataset --overwrite deleted a user's own file inside the data set")
+
+
+def case_23_many_shards_under_the_file_limit(work):
+    # 1,100 shards (one record each) under a limit of 256 open files: the reader opens on demand.
+    data = os.path.join(work, "d23")
+    r = run([T, "make-dataset", "--out", data, "--samples", "1100", "--codec", "raw", "--shard-mb", "0.001"],
+            timeout=300)
+    expect("23 (make-dataset)", r, 0)
+    train = " ".join([T, "train", "--data", data, "--backend", "reference", "--threads", "1", "--steps", "3",
+                      "--batch", "64", "--train-samples", "1100", "--log-every", "1000", "--workers", "2"])
+    r = run(["bash", "-c", "ulimit -n 256 && " + train], timeout=300)
+    expect("23 (train under ulimit -n 256)", r, 0)
+
+
 def case_27_readme_refused_writes_nothing(work):
     ledger = os.path.join(work, "ledger27.jsonl")
     shutil.copy(os.path.join(SOURCE, "bench", "results", "ledger_cpu.jsonl"), ledger)

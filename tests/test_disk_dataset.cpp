@@ -1,9 +1,13 @@
 // Data sets on disk (engine/image_codec.h, engine/disk_dataset.h): codec round trips against the raw
 // pixels, corruption and truncation named by file and sample, the manifest's checksums, the
 // distributed sampler over files, augmentation on the fly.
+#include <sys/stat.h>
 #include <sys/vfs.h>
+
 #include <algorithm>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "engine/data.h"
@@ -337,4 +341,184 @@ TEST_CASE("data set on disk: cold-cache runs drop the files' pages", "[disk]") {
   }
   CHECK(data->stats().samples == data->size());
   CHECK(data->stats().bytes == 64u * 3072u);
+}
+
+namespace {
+
+// A manifest edited and marked again (its own CRC-32 recomputed), as a forger would: what is left
+// to catch it is the manifest's validation, the one open and verify-dataset share.
+void edit_manifest(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string path = dir + "/manifest.json";
+  const auto bytes = read_file(path);
+  nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
+  edit(j);
+  nlohmann::json unmarked = j;
+  unmarked.erase("crc32");
+  const std::string text = unmarked.dump();
+  j["crc32"] = crc32_hex(crc32(text.data(), text.size()));
+  write_file_atomic(path, j.dump(1) + "\n");
+}
+
+// Both readers refuse it with a message holding every fragment: open (train, loader-bench) and
+// verify-dataset, one validation.
+void refused(const std::string& dir, const std::vector<std::string>& fragments) {
+  for (const bool verify : {false, true}) {
+    INFO((verify ? "verify-dataset" : "open"));
+    try {
+      if (verify) {
+        const DatasetVerifyResult r = verify_image_dataset(dir);
+        FAIL_CHECK("verify-dataset accepted it (" << r.problems.size() << " problems)");
+      } else {
+        (void)open_image_dataset(dir, Split::train);
+        FAIL_CHECK("open accepted it");
+      }
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      for (const auto& f : fragments) CHECK(what.find(f) != std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+
+// Issue 30's fault-injection findings on data sets (items 5, 7, 11, 12, 13, 25, 28): each failed
+// on the reader before this one.
+TEST_CASE("data set on disk: hostile manifests and files are refused by open and verify alike", "[disk]") {
+  TempDir tmp("disk-hostile");
+  const SyntheticImages train(3, Split::train, 24), held_out(3, Split::held_out, 8);
+  const std::string shards = tmp / "s", files = tmp / "f";
+  write_image_dataset(train, &held_out, options_for(shards, DiskLayout::shards, ImageCodec::raw));
+  write_image_dataset(train, &held_out, options_for(files, DiskLayout::files, ImageCodec::png));
+  const auto copy = [&](const std::string& from, const std::string& name) {
+    const std::string to = tmp / name;
+    fs::copy(from, to, fs::copy_options::recursive);
+    return to;
+  };
+  std::vector<float> out(3072);
+
+  SECTION("an edited manifest that is not marked again: its own CRC-32") {
+    const std::string d = copy(shards, "edited");
+    const auto bytes = read_file(d + "/manifest.json");
+    std::string text(bytes.begin(), bytes.end());
+    text.replace(text.find("\"classes\": 10"), 13, "\"classes\": 11");
+    write_file_atomic(d + "/manifest.json", text);
+    refused(d, {"manifest.json", "CRC-32", "edited or corrupted"});
+  }
+  SECTION("version 1.5, true, and an older version") {
+    for (const nlohmann::json v : {nlohmann::json(1.5), nlohmann::json(true), nlohmann::json(1)}) {
+      const std::string d = copy(shards, "version" + std::to_string(v.dump().size()) + v.type_name());
+      edit_manifest(d, [&](nlohmann::json& j) { j["version"] = v; });
+      refused(d, {"manifest version " + v.dump(), "reads version 2"});
+    }
+  }
+  SECTION("a split's sample count as text, a label 1.5, a huge count: the key is named") {
+    const std::string a = copy(shards, "samples-text");
+    edit_manifest(a, [](nlohmann::json& j) { j["splits"]["train"]["samples"] = "24"; });
+    refused(a, {"splits/train/samples is \"24\", not an integer"});
+    const std::string b = copy(files, "label-fraction");
+    edit_manifest(b, [](nlohmann::json& j) { j["splits"]["train"]["files"][0]["label"] = 1.5; });
+    refused(b, {"splits/train/files/0/label is 1.5, not an integer"});
+    const std::string c = copy(shards, "samples-huge");
+    edit_manifest(c, [](nlohmann::json& j) { j["splits"]["train"]["samples"] = (std::int64_t{1} << 61) + 5; });
+    refused(c, {"splits/train/samples", "not an integer in range"});
+    const std::string e = copy(shards, "first-text");
+    edit_manifest(e, [](nlohmann::json& j) { j["splits"]["train"]["files"][0]["first"] = "x"; });
+    refused(e, {"splits/train/files/0/first is \"x\""});
+  }
+  SECTION("structure: no splits, no files, a count the files do not hold, the other layout") {
+    const std::string a = copy(shards, "no-splits");
+    edit_manifest(a, [](nlohmann::json& j) { j["splits"] = nlohmann::json::object(); });
+    refused(a, {"no splits"});
+    const std::string b = copy(shards, "no-files");
+    edit_manifest(b, [](nlohmann::json& j) { j["splits"]["train"]["files"] = nlohmann::json::array(); });
+    refused(b, {"splits.train.files is empty"});
+    const std::string c = copy(files, "count");
+    edit_manifest(c, [](nlohmann::json& j) { j["splits"]["train"]["samples"] = 25; });
+    refused(c, {"its files hold 24 samples, samples says 25"});
+    const std::string d = copy(shards, "swapped-layout");
+    edit_manifest(d, [](nlohmann::json& j) { j["layout"] = "files"; });
+    refused(d, {"a file needs its label"});
+  }
+  SECTION("limits: an image of 65504 pixels, a pixel offset of 1e308") {
+    const std::string a = copy(shards, "huge-image");
+    edit_manifest(a, [](nlohmann::json& j) { j["image"]["height"] = j["image"]["width"] = 65504; });
+    refused(a, {"image 65504x65504x3", "H in 1..4096"});
+    const std::string b = copy(shards, "offset");
+    edit_manifest(b, [](nlohmann::json& j) { j["pixels"]["offset"] = 1e308; });
+    refused(b, {"the pixel map", "|offset| <= 1e6"});
+  }
+  SECTION("files layout: a label contradicting its class folder") {
+    const std::string d = copy(files, "wrong-folder");
+    edit_manifest(d, [](nlohmann::json& j) {
+      auto& f = j["splits"]["train"]["files"][0];
+      f["label"] = (f["label"].get<int>() + 1) % 10;
+    });
+    refused(d, {"contradicts its class folder"});
+  }
+  SECTION("a record's label changed in its header: the record's CRC-32 covers it") {
+    const std::string d = copy(shards, "label-byte");
+    const DatasetInfo info = read_dataset_info(d);
+    const std::string shard = d + "/" + first_file(info, "train/shard-", ".tlrec");
+    flip_byte(shard, 4);  // the first record's label
+    const auto data = open_image_dataset(d, Split::train);
+    REQUIRE_THROWS_CONTAINING(data->get(0, out.data()), "train sample 0", "record 0", "CRC-32");
+    CHECK(!verify_image_dataset(d).problems.empty());
+  }
+  SECTION("a shard swapped for another of the same size: its records are other samples'") {
+    // One raw record per shard: every shard the same size.
+    const std::string d = tmp / "swapped";
+    auto one = options_for(d, DiskLayout::shards, ImageCodec::raw);
+    one.shard_mb = 0.001;
+    write_image_dataset(train, nullptr, one);
+    const DatasetInfo info = read_dataset_info(d);
+    std::vector<std::string> shard_files;
+    for (const auto& f : info.files)
+      if (f.path.rfind("train/shard-", 0) == 0 && f.path.find(".tlrec") != std::string::npos)
+        shard_files.push_back(d + "/" + f.path);
+    REQUIRE(shard_files.size() == 24);
+    // Two shards of the same size: swap them.
+    fs::rename(shard_files[0], d + "/tmp");
+    fs::rename(shard_files[1], shard_files[0]);
+    fs::rename(d + "/tmp", shard_files[1]);
+    const auto data = open_image_dataset(d, Split::train);  // sizes agree: open cannot tell
+    REQUIRE_THROWS_CONTAINING(data->get(0, out.data()), "a record of another sample");
+  }
+  SECTION("a FIFO in place of a shard: refused, never waited on") {
+    const std::string d = copy(shards, "fifo");
+    const DatasetInfo info = read_dataset_info(d);
+    const std::string shard = d + "/" + first_file(info, "train/shard-", ".tlrec");
+    fs::remove(shard);
+    REQUIRE(::mkfifo(shard.c_str(), 0600) == 0);
+    REQUIRE_THROWS_CONTAINING(open_image_dataset(d, Split::train), "is not a regular file (a FIFO)");
+    const DatasetVerifyResult r = verify_image_dataset(d);
+    REQUIRE(!r.problems.empty());
+    CHECK_THAT(r.problems[0], Catch::Contains("not a regular file (a FIFO)"));
+  }
+}
+
+TEST_CASE("data set on disk: --overwrite replaces exactly what the manifest lists", "[disk]") {
+  TempDir tmp("disk-overwrite");
+  const SyntheticImages train(4, Split::train, 16);
+  const std::string d = tmp / "d";
+  auto o = options_for(d, DiskLayout::files, ImageCodec::png);
+  write_image_dataset(train, nullptr, o);
+  // A user's own file inside the data set's directory survives a replace.
+  write_file_atomic(d + "/notes.txt", std::string("mine\n"));
+  o.overwrite = true;
+  o.layout = DiskLayout::shards;
+  const DatasetWriteSummary summary = write_image_dataset(train, nullptr, o);
+  CHECK(summary.kept.empty());
+  CHECK(read_dataset_info(d).layout == DiskLayout::shards);
+  CHECK(fs::exists(d + "/notes.txt"));
+  CHECK(!fs::exists(d + "/train/0"));  // the old layout's class folders are gone
+  // A directory whose one-line manifest merely names the format is not a data set: refused, and
+  // nothing in it is touched.
+  const std::string photos = tmp / "photos";
+  fs::create_directories(photos + "/2019");
+  write_file_atomic(photos + "/2019/wedding.jpg", std::string("jpeg bytes"));
+  write_file_atomic(photos + "/manifest.json", std::string(R"({"format":"trainlab-image-dataset"})"));
+  o.out = photos;
+  REQUIRE_THROWS_CONTAINING(write_image_dataset(train, nullptr, o), "not a trainlab data set");
+  CHECK(fs::exists(photos + "/2019/wedding.jpg"));
 }

@@ -135,20 +135,25 @@ int run_make(DataCommands& c) {
                 static_cast<long long>(s.samples), static_cast<long long>(s.files), human_size(s.bytes).c_str(),
                 static_cast<double>(s.bytes) / static_cast<double>(s.samples));
   }
+  if (!summary.kept.empty()) {
+    std::printf(
+        "make-dataset: files that were in the replaced data set's directory but not in its manifest are "
+        "kept in %s (the new data set has files of their names)\n",
+        summary.kept.c_str());
+  }
   return 0;
 }
 
 int run_verify(const DataCommands& c) {
   const DatasetVerifyResult r = verify_image_dataset(c.verify_dir);
-  for (const auto& problem : r.problems)
-    std::fprintf(stderr, "verify-dataset: %s/%s\n", c.verify_dir.c_str(), problem.c_str());
+  for (const auto& problem : r.problems) std::fprintf(stderr, "verify-dataset: %s\n", problem.c_str());
   if (!r.problems.empty()) {
-    std::fprintf(stderr, "trainlab: error: data set %s: %zu of %lld files differ from the manifest\n",
+    std::fprintf(stderr, "trainlab: error: data set %s: %zu problem(s) in %lld files against the manifest\n",
                  c.verify_dir.c_str(), r.problems.size(), static_cast<long long>(r.files));
     return 2;
   }
-  std::printf("data set %s: %lld files, %s, every size and CRC-32 matches the manifest\n", c.verify_dir.c_str(),
-              static_cast<long long>(r.files), human_size(r.bytes).c_str());
+  std::printf("data set %s: %lld files, %s, every size and CRC-32 matches the manifest, every record checks\n",
+              c.verify_dir.c_str(), static_cast<long long>(r.files), human_size(r.bytes).c_str());
   return 0;
 }
 

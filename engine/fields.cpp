@@ -1,6 +1,6 @@
-#include "bench/measure/row.h"
+#include "engine/fields.h"
 
-namespace trainlab::bench::row_detail {
+namespace trainlab::fields::detail {
 
 std::string preview(const json& value) {
   std::string text = value.dump();
@@ -8,4 +8,4 @@ std::string preview(const json& value) {
   return text;
 }
 
-}  // namespace trainlab::bench::row_detail
+}  // namespace trainlab::fields::detail
