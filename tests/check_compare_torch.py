@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """compare_torch's choice of the PyTorch peer, and the ledger rows and tables it writes, from made-up
 measurements (no torch, nothing timed): the best variant by median wins, an exact tie goes to the
-higher minimum and then to the earlier name, a variant without values is passed over."""
+higher minimum and then to the earlier name, a variant without values is passed over. With
+TRAINLAB_BENCH_REPORT set (ctest sets it), the rows it writes are read by bench_report, whose structs
+(studies/compare_torch/rows.h) must take every one of them."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -70,6 +73,28 @@ class LedgerAndTables(unittest.TestCase):
         for r in rows:
             self.assertEqual(r["schema"], 1)
             self.assertEqual(r["device"]["name"], "Test CPU")
+
+    def test_bench_report_reads_the_rows_it_writes(self):
+        report = os.environ.get("TRAINLAB_BENCH_REPORT")
+        if not report:
+            self.skipTest("TRAINLAB_BENCH_REPORT is not set (ctest sets it to the built bench_report)")
+        doc = self.doc()
+        configs = [("torch_f32_x", "torch f32 x", "f32", []), ("torch_f32_y", "torch f32 y", "f32", [])]
+        samples = {"torch_f32_x": [1.0, 2.0], "torch_f32_y": [3.0, 4.0]}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ledger.jsonl")
+            compare_torch.append_ledger(path, doc, samples, {}, configs, {"f32": "torch_f32_y"})
+            out = os.path.join(d, "REPORT.md")
+            r = subprocess.run([report, "--ledger", path, "--out", out], capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                text = f.read()
+        self.assertNotIn("ledger warning", text)  # no row skipped: each one fits its struct
+        self.assertIn("## Against PyTorch", text)
+        self.assertIn("Run `20261201T000000Z-1` (`python3 x`) on Test CPU (onednn, 2 threads; engine abc; timer "
+                      "steady_clock (trainlab), perf_counter (PyTorch)), PyTorch 1.13, batch 128", text)
+        self.assertIn("| onednn f32 nhwc fused | torch f32 fc1_as_conv8x8 | 205 (200-210) | 120 (100-140) | "
+                      "1.75x (1.50-2.00) |", text)
 
 
 class Verify(unittest.TestCase):

@@ -282,20 +282,22 @@ TEST_CASE("memory study: effects against each batch's control, in units of the n
   // recompute convs 28.6% slower with a smaller peak, zero 1 inside the floor with less optimizer state.
   auto row = [](const std::string& arm, std::int64_t batch, const std::string& recompute, int zero, double step_s,
                 std::int64_t peak, std::int64_t optimizer_state) {
-    json r;
-    r["kind"] = "memory_repeat";
-    r["status"] = "ok";
-    r["arm"] = arm;
-    r["config"] = {{"batch", batch}, {"recompute", recompute}, {"zero", zero}};
-    r["step_s_median"] = step_s;
-    r["memory_per_rank"] = {{"peak_bytes", {{"optimizer_state", optimizer_state}}},
-                            {"at_peak_bytes", {{"activations", peak / 2}}},
-                            {"total_peak_bytes", peak},
-                            {"peak_phase", "backward"},
-                            {"activations_after_forward_bytes", peak / 4}};
+    MemoryRepeatRow r;
+    r.header.kind = MemoryRepeatRow::kKind;
+    r.header.status = "ok";
+    r.arm = arm;
+    r.config.batch = batch;
+    r.config.recompute = recompute;
+    r.config.zero = zero;
+    r.step_s_median = step_s;
+    r.memory_per_rank.peak_bytes = {{"optimizer_state", optimizer_state}};
+    r.memory_per_rank.at_peak_bytes = {{"activations", peak / 2}};
+    r.memory_per_rank.total_peak_bytes = peak;
+    r.memory_per_rank.peak_phase = "backward";
+    r.memory_per_rank.activations_after_forward_bytes = peak / 4;
     return r;
   };
-  std::vector<json> rows;
+  std::vector<MemoryRepeatRow> rows;
   for (double jitter : {0.0, 0.0005, 0.0010}) {
     rows.push_back(row("b64 none z0", 64, "none", 0, 0.0100 + jitter, 1000, 80));
     rows.push_back(row("b64 none z0 again", 64, "none", 0, 0.0108 + jitter, 1000, 80));
@@ -318,10 +320,16 @@ TEST_CASE("memory study: effects against each batch's control, in units of the n
   const std::string table = memory_table(a, true), findings = memory_findings(a);
   CHECK(table.find("calibration pair") != std::string::npos);
   CHECK(findings.find("recompute convs, zero 0: batch 64: peak 0.00 -> 0.00 MiB (-20.0%)") != std::string::npos);
-  CHECK(memory_svg(a, "t").find("</svg>") != std::string::npos);
+  // The figure: the peak's categories stacked per arm beside peak against step time.
+  const chart::Figure figure = memory_figure(a, "t");
+  REQUIRE(figure.panels.size() == 2);
+  CHECK(std::get<chart::BarChart>(figure.panels[0]).rows.size() == 4);
+  CHECK(std::get<chart::Scatter>(figure.panels[1]).points.size() == 4);
+  CHECK(chart::render(figure).find("</svg>") != std::string::npos);
   // Without the pair there is no floor: refused, naming it.
-  rows.erase(std::remove_if(rows.begin(), rows.end(), [](const json& r) { return r["arm"] == "b64 none z0 again"; }),
-             rows.end());
+  rows.erase(
+      std::remove_if(rows.begin(), rows.end(), [](const MemoryRepeatRow& r) { return r.arm == "b64 none z0 again"; }),
+      rows.end());
   REQUIRE_THROWS_CONTAINING(analyse_memory(memory_arms_from_rows(rows)), "no calibration pair");
 }
 

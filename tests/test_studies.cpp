@@ -1,10 +1,13 @@
 // The studies' logic (seed 000's cost-to-accuracy and pinning studies): the stop rule, both
 // rankings and the over-rated configuration on hand-made rows, the break-even arithmetic, the
-// affinity actually applied (read back), and the NO CONCLUSION gate on made-up arms.
+// affinity actually applied (read back), and the NO CONCLUSION gate on made-up arms. And the seed
+// studies' typed rows (pinning, memory, data set, PyTorch): the committed ledger reads into them
+// and writes back unchanged, and a damaged row is skipped with its line, never an aborted report.
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -12,12 +15,18 @@
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/measure/affinity.h"
+#include "bench/report/report.h"
 #include "bench/report/table.h"
 #include "engine/data.h"
+#include "engine/fileio.h"
 #include "engine/synthetic_images.h"
 #include "engine/trainer.h"
+#include "studies/compare_torch/compare_torch.h"
 #include "studies/cost_to_accuracy/cost_study.h"
+#include "studies/dataset/dataset_study.h"
+#include "studies/memory/memory_study.h"
 #include "studies/pinning/pinning_study.h"
+#include "studies/registry.h"
 
 using namespace trainlab;
 using namespace trainlab::bench;
@@ -38,6 +47,60 @@ const CostRow& row_named(const CostAnalysis& a, const std::string& name) {
   for (const auto& r : a.rows)
     if (r.name == name) return r;
   throw Error("no row " + name);
+}
+
+// The committed ledger of a machine that ran every seed study (pinning, memory, data set, PyTorch).
+const Ledger::Loaded& committed_ledger() {
+  static const Ledger::Loaded loaded =
+      Ledger(std::string(TRAINLAB_SOURCE_DIR) + "/bench/results/amd_epyc/ledger_cpu.jsonl").load();
+  return loaded;
+}
+
+// Every row of Row's kind reads into its struct without a warning and writes back the JSON it was
+// read from: each key with the same value of the same type (compared as text), nested alike; new
+// beside them only the environment's keys that an older writer (or compare_torch.py) leaves out.
+// Returns how many rows there were.
+template <class Row>
+std::size_t reads_back_unchanged(const Ledger::Loaded& loaded) {
+  std::vector<std::string> warnings;
+  const std::vector<Row> rows = loaded.read<Row>(&warnings);
+  CHECK(warnings.empty());
+  const std::set<std::string> environment = {"backend_describe", "isa", "cpu_isa", "placement"};
+  std::size_t i = 0;
+  for (const json& original : loaded.rows) {
+    if (!ledger_detail::kind_matches(original, Row::kKind)) continue;
+    REQUIRE(i < rows.size());
+    const json back = to_json(rows[i++]);
+    for (const auto& [key, value] : original.items()) {
+      INFO(Row::kKind << " row " << i << ": " << key);
+      REQUIRE(back.contains(key));
+      CHECK(back.at(key).dump() == value.dump());
+    }
+    for (const auto& [key, value] : back.items()) {
+      INFO(Row::kKind << " row " << i << ": " << key << " written, not read");
+      CHECK((original.contains(key) || environment.count(key) == 1));
+    }
+  }
+  CHECK(i == rows.size());
+  return rows.size();
+}
+
+// The report of `rows` (one JSON object a line), written by bench_report's own function.
+std::string report_of(const std::vector<std::string>& lines, const std::string& name) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("trainlab-studies-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir / "ledger.jsonl");
+    for (const auto& line : lines) out << line << "\n";
+  }
+  ReportOptions options;
+  options.ledger_path = (dir / "ledger.jsonl").string();
+  options.out_path = (dir / "REPORT.md").string();
+  const std::string text = write_report(options, report_sections());
+  std::filesystem::remove_all(dir);
+  return text;
 }
 
 }  // namespace
@@ -391,5 +454,70 @@ TEST_CASE("the pinning verdicts: NO CONCLUSION unless the calibration arms overl
   }
   SECTION("a missing arm is named") {
     CHECK_THROWS_WITH(analyse_pinning("quiet", {arm("default", {1, 2})}, false), Catch::Contains("'default_b'"));
+  }
+}
+
+TEST_CASE("the seed studies' rows: the committed ledger reads into their structs and writes back unchanged",
+          "[bench]") {
+  const Ledger::Loaded& loaded = committed_ledger();
+  CHECK(loaded.warnings.empty());
+  CHECK(reads_back_unchanged<PinningRepeatRow>(loaded) == 70);
+  CHECK(reads_back_unchanged<MemoryRepeatRow>(loaded) == 266);
+  CHECK(reads_back_unchanged<DatasetRepeatRow>(loaded) == 56);  // half of them from before files were recorded
+  CHECK(reads_back_unchanged<CompareTorchRow>(loaded) == 18);
+  CHECK(reads_back_unchanged<CompareTorchPeerRow>(loaded) == 40);
+  // A child's report is read back the same way (its read-back masks null until every worker exists).
+  PinningChildReport child;
+  child.samples_per_s = 1234.5;
+  child.threads = 2;
+  child.step_seconds = {0.01, 0.02};
+  const json quiet = to_json(child);
+  CHECK(quiet.at("readback").is_null());
+  child.readback = PinningReadBack{"0-1", "1", "", 1};
+  const PinningChildReport back = from_json<PinningChildReport>(to_json(child));
+  REQUIRE(back.readback);
+  CHECK(back.readback->workers == "1");
+  CHECK(back.step_seconds == child.step_seconds);
+}
+
+TEST_CASE("the seed studies' sections: a row with a wrong type is skipped with its line, never an aborted report",
+          "[bench]") {
+  // Each kind's committed rows, then a copy of its last row with a field its section reads damaged:
+  // the report is the one without the copy, and says which line it skipped and why.
+  struct Damage {
+    const char* kind;
+    const char* pointer;
+    json value;
+    const char* heading;
+    const char* said;
+  };
+  const std::vector<Damage> damages = {
+      {"pinning_repeat", "/samples_per_s", "fast", "## CPU pinning", "samples_per_s is \"fast\", not a number"},
+      {"memory_repeat", "/memory_per_rank/total_peak_bytes", 1.5, "## Memory: batch x recompute x ZeRO",
+       "memory_per_rank/total_peak_bytes is 1.5, not an integer"},
+      {"dataset_study_repeat", "/loader_samples_per_s", json::array(), "## Data on disk: the re-export regression",
+       "loader_samples_per_s is [], not a number"},
+      {"compare_torch", "/peer_samples_per_s/median", nullptr, "## Against PyTorch",
+       "peer_samples_per_s/median is null, not a number"},
+  };
+  for (const Damage& d : damages) {
+    INFO(d.kind);
+    std::vector<std::string> lines;
+    json last;
+    for (const json& row : committed_ledger().rows) {
+      if (!ledger_detail::kind_matches(row, d.kind)) continue;
+      lines.push_back(row.dump());
+      last = row;
+    }
+    REQUIRE(!lines.empty());
+    const std::string clean = report_of(lines, "clean");
+    last[json::json_pointer(d.pointer)] = d.value;
+    lines.push_back(last.dump());
+    std::string damaged;
+    REQUIRE_NOTHROW(damaged = report_of(lines, "damaged"));
+    CHECK_THAT(damaged, Catch::Contains("line " + std::to_string(lines.size()) + " skipped: " + d.said));
+    const auto sections = [](const std::string& md) { return md.substr(md.find("\n## ")); };
+    CHECK_THAT(sections(damaged), Catch::StartsWith(std::string("\n") + d.heading));
+    CHECK(sections(damaged) == sections(clean));
   }
 }

@@ -1,9 +1,10 @@
 // The comparison with PyTorch: bench/compare_torch.py runs `trainlab throughput` and every PyTorch
 // variant of bench/peers/torch_smallcnn.py in turn, and appends `compare_torch` and
-// `compare_torch_peer` rows; this is their report section.
+// `compare_torch_peer` rows (studies/compare_torch/rows.h); this is their report section.
 #pragma once
 
 #include "bench/report/section.h"
+#include "studies/compare_torch/rows.h"
 
 namespace trainlab::bench {
 

@@ -26,26 +26,25 @@ std::string effect(const std::vector<double>& arm, const std::vector<double>& co
 
 }  // namespace
 
-std::vector<DatasetArm> dataset_arms_from_rows(const std::vector<json>& rows) {
+std::vector<DatasetArm> dataset_arms_from_rows(const std::vector<DatasetRepeatRow>& rows) {
   std::vector<DatasetArm> arms;
   for (const auto& row : rows) {
-    if (row.value("kind", "") != "dataset_study_repeat") continue;
-    const std::string name = row.at("arm");
-    auto it = std::find_if(arms.begin(), arms.end(), [&](const DatasetArm& a) { return a.name == name; });
+    auto it = std::find_if(arms.begin(), arms.end(), [&](const DatasetArm& a) { return a.name == row.arm; });
     if (it == arms.end()) {
       arms.push_back({});
       it = arms.end() - 1;
-      it->name = name;
-      it->calibration = row.value("calibration", false);
+      it->name = row.arm;
+      it->calibration = row.calibration;
     }
-    if (row.contains("files") && row.at("files").is_number_integer()) it->files = row.at("files");
-    if (row.contains("bytes_per_sample")) it->bytes_per_sample = row.at("bytes_per_sample");
-    if (row.value("status", "") != "ok") continue;
-    it->loader.push_back(row.at("loader_samples_per_s"));
-    it->train.push_back(row.at("train_samples_per_s"));
-    it->wait_ms.push_back(row.at("data_wait_ms_per_step"));
-    it->read_us.push_back(row.at("read_cpu_us_per_sample"));
-    it->decode_us.push_back(row.at("decode_cpu_us_per_sample"));
+    if (row.files) it->files = *row.files;
+    if (row.bytes_per_sample) it->bytes_per_sample = *row.bytes_per_sample;
+    if (!row.header.ok()) continue;
+    const DatasetMeasurement& m = row.measurement;
+    it->loader.push_back(m.loader_samples_per_s);
+    it->train.push_back(m.train_samples_per_s);
+    it->wait_ms.push_back(m.data_wait_ms_per_step);
+    it->read_us.push_back(m.read_cpu_us_per_sample);
+    it->decode_us.push_back(m.decode_cpu_us_per_sample);
   }
   return arms;
 }

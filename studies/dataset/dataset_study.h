@@ -1,7 +1,7 @@
-// The data set study's arithmetic (studies/dataset drives it): its arms rebuilt from the ledger's
-// dataset_study_repeat rows, and its table (medians and min-max per arm, each arm's effect against
-// the first arm in percent and in units of the noise floor, separable or not), so that the driver
-// and bench_report print the same thing from the same rows.
+// The data set study's arithmetic (studies/dataset/driver.h drives it): its arms rebuilt from the
+// ledger's dataset_study_repeat rows (studies/dataset/rows.h), and its table (medians and min-max per arm, each arm's
+// effect against the first arm in percent and in units of the noise floor, separable or not), so that the driver and
+// bench_report print the same thing from the same rows.
 #pragma once
 
 #include <string>
@@ -9,6 +9,7 @@
 
 #include "bench/measure/ledger.h"
 #include "bench/report/section.h"
+#include "studies/dataset/rows.h"
 
 namespace trainlab::bench {
 
@@ -21,7 +22,7 @@ struct DatasetArm {
 };
 
 // The arms of one run, in the order their rows first appear (the control first).
-std::vector<DatasetArm> dataset_arms_from_rows(const std::vector<json>& rows);
+std::vector<DatasetArm> dataset_arms_from_rows(const std::vector<DatasetRepeatRow>& rows);
 
 // The noise floor line, the table and the verdict lines (markdown), as the driver prints them.
 // Requires the control (first arm) and a calibration arm.

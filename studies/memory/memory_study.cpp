@@ -138,47 +138,48 @@ std::string memory_findings(const MemoryAnalysis& a) {
   return out.str();
 }
 
-std::vector<MemoryArm> memory_arms_from_rows(const std::vector<json>& rows) {
+std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>& rows) {
   std::vector<MemoryArm> arms;
   std::map<std::string, std::size_t> at;
-  for (const json& row : rows) {
-    if (row.value("kind", "") != "memory_repeat" || row.value("status", "") != "ok") continue;
-    const std::string name = row.at("arm").get<std::string>();
-    auto it = at.find(name);
+  const auto bytes_of = [](const std::map<std::string, std::int64_t>& by_name) {
+    std::array<std::int64_t, kMemoryCategories> bytes{};
+    for (int c = 0; c < kMemoryCategories; ++c) {
+      const auto it = by_name.find(memory_category_name(static_cast<MemoryCategory>(c)));
+      bytes[static_cast<std::size_t>(c)] = it == by_name.end() ? 0 : it->second;
+    }
+    return bytes;
+  };
+  for (const MemoryRepeatRow& row : rows) {
+    if (!row.header.ok()) continue;
+    auto it = at.find(row.arm);
     if (it == at.end()) {
       MemoryArm arm;
-      arm.name = name;
-      const json& config = row.at("config");
-      arm.batch = config.at("batch").get<std::int64_t>();
-      arm.recompute = config.at("recompute").get<std::string>();
-      arm.zero = config.at("zero").get<int>();
-      it = at.emplace(name, arms.size()).first;
+      arm.name = row.arm;
+      arm.batch = row.config.batch;
+      arm.recompute = row.config.recompute;
+      arm.zero = row.config.zero;
+      it = at.emplace(row.arm, arms.size()).first;
       arms.push_back(arm);
     }
     MemoryArm& arm = arms[it->second];
-    arm.step_ms.push_back(1e3 * row.at("step_s_median").get<double>());
-    const json& memory = row.at("memory_per_rank");
-    std::array<std::int64_t, kMemoryCategories> peak{}, at_peak{};
-    for (int c = 0; c < kMemoryCategories; ++c) {
-      const char* name_c = memory_category_name(static_cast<MemoryCategory>(c));
-      peak[static_cast<std::size_t>(c)] = memory.at("peak_bytes").value(name_c, std::int64_t{0});
-      at_peak[static_cast<std::size_t>(c)] = memory.at("at_peak_bytes").value(name_c, std::int64_t{0});
-    }
-    const std::int64_t total = memory.at("total_peak_bytes").get<std::int64_t>();
-    const std::int64_t held = memory.at("activations_after_forward_bytes").get<std::int64_t>();
+    arm.step_ms.push_back(1e3 * row.step_s_median);
+    const MemoryPerRank& memory = row.memory_per_rank;
+    const auto peak = bytes_of(memory.peak_bytes), at_peak = bytes_of(memory.at_peak_bytes);
+    const std::int64_t total = memory.total_peak_bytes;
+    const std::int64_t held = memory.activations_after_forward_bytes;
     if (arm.step_ms.size() == 1) {
       arm.peak = peak;
       arm.at_peak = at_peak;
       arm.total_peak = total;
       arm.activations_after_forward = held;
-      arm.peak_phase = memory.at("peak_phase").get<std::string>();
+      arm.peak_phase = memory.peak_phase;
     } else if (peak != arm.peak || total != arm.total_peak || held != arm.activations_after_forward) {
       arm.repeats_agree = false;
       for (std::size_t c = 0; c < peak.size(); ++c) arm.peak[c] = std::max(arm.peak[c], peak[c]);
       if (total > arm.total_peak) {
         arm.total_peak = total;
         arm.at_peak = at_peak;
-        arm.peak_phase = memory.at("peak_phase").get<std::string>();
+        arm.peak_phase = memory.peak_phase;
       }
       arm.activations_after_forward = std::max(arm.activations_after_forward, held);
     }
@@ -186,101 +187,63 @@ std::vector<MemoryArm> memory_arms_from_rows(const std::vector<json>& rows) {
   return arms;
 }
 
-std::string memory_svg(const MemoryAnalysis& a, const std::string& title) {
-  // Left: each arm's peak as stacked categories (at the peak). Right: peak MiB against step ms.
+namespace {
+
+// Each arm's peak as stacked categories (at the peak), with the categories' legend.
+chart::BarChart peak_bars(const MemoryAnalysis& a) {
   const MemoryCategory shown[] = {
       MemoryCategory::parameters,  MemoryCategory::gradients,     MemoryCategory::optimizer_state,
       MemoryCategory::activations, MemoryCategory::workspaces,    MemoryCategory::communication,
       MemoryCategory::data,        MemoryCategory::working_copies};
   const char* colours[] = {"#4e79a7", "#59a14f", "#edc948", "#e15759", "#f28e2b", "#b07aa1", "#9c755f", "#76b7b2"};
-  double top = 0, slowest = 0;
-  for (std::size_t i = 0; i < a.arms.size(); ++i) {
-    top = std::max(top, static_cast<double>(a.arms[i].total_peak) / kMiB);
-    slowest = std::max(slowest, a.step[i].max);
+  chart::BarChart bars;
+  bars.label_width = 150;
+  bars.width = 300;
+  bars.bar_height = 14;
+  bars.gap = 5;
+  for (const MemoryArm& arm : a.arms) {
+    chart::BarRow bar;
+    bar.label = arm.name;
+    for (std::size_t k = 0; k < std::size(shown); ++k)
+      bar.segments.push_back({static_cast<double>(category(arm.at_peak, shown[k])) / kMiB, colours[k]});
+    bar.value_text = fmt::format("{:.1f}", static_cast<double>(arm.total_peak) / kMiB);
+    bars.rows.push_back(bar);
   }
-  top = top > 0 ? top * 1.1 : 1.0;
-  slowest = slowest > 0 ? slowest * 1.1 : 1.0;
-  const int label = 150, bars = 300, bar = 14, gap = 5, head = 40, plot_left = label + bars + 90, plot = 360;
-  const int height = std::max(head + static_cast<int>(a.arms.size()) * (bar + gap), head + plot) + 90;
-  std::ostringstream svg;
-  svg << fmt::format(
-             R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">)",
-             plot_left + plot + 40, height)
-      << "\n";
-  svg << fmt::format(R"(<text x="10" y="22" font-size="14" font-weight="bold">{}</text>)", svg_text(title)) << "\n";
-  int y = head;
-  for (std::size_t i = 0; i < a.arms.size(); ++i) {
-    const MemoryArm& arm = a.arms[i];
-    svg << fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{}</text>)", label - 6, y + bar - 3, svg_text(arm.name))
-        << "\n";
-    double x = label;
-    for (std::size_t k = 0; k < std::size(shown); ++k) {
-      const double w = static_cast<double>(category(arm.at_peak, shown[k])) / kMiB / top * bars;
-      if (w <= 0) continue;
-      svg << fmt::format(R"(<rect x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="{}"/>)", x, y, w, bar, colours[k])
-          << "\n";
-      x += w;
-    }
-    svg << fmt::format(R"(<text x="{:.1f}" y="{}">{:.1f}</text>)", x + 4, y + bar - 3,
-                       static_cast<double>(arm.total_peak) / kMiB)
-        << "\n";
-    y += bar + gap;
-  }
-  int ly = y + 14;
-  for (std::size_t k = 0; k < std::size(shown); ++k) {
-    const int lx = 10 + static_cast<int>(k % 4) * 140;
-    if (k == 4) ly += 16;
-    svg << fmt::format(R"(<rect x="{}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>)", lx,
-                       ly - 9, colours[k], lx + 14, ly, memory_category_name(shown[k]))
-        << "\n";
-  }
-  // Peak against step time: one point per arm (whisker: the step's min-max), colour by recompute,
-  // shape by ZeRO stage.
-  const int py = head;
-  svg << fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>)", plot_left, py, plot,
-                     plot)
-      << "\n";
-  const auto px = [&](double ms) { return plot_left + ms / slowest * plot; };
-  const auto pyv = [&](double mib_v) { return py + plot - mib_v / top * plot; };
+  for (std::size_t k = 0; k < std::size(shown); ++k)
+    bars.legend.push_back({memory_category_name(shown[k]), colours[k]});
+  return bars;
+}
+
+// Peak against step time: one point per arm (whisker: the step's min-max), colour by recompute,
+// shape by ZeRO stage; each batch named once, at its control.
+chart::Scatter peak_against_step(const MemoryAnalysis& a) {
+  chart::Scatter points;
+  points.x_label = "step ms (median, whisker min-max) ->";
+  points.y_label = "peak MiB per rank";
   for (std::size_t i = 0; i < a.arms.size(); ++i) {
     const MemoryArm& arm = a.arms[i];
-    const double cx = px(a.step[i].median), cy = pyv(static_cast<double>(arm.total_peak) / kMiB);
-    const char* colour = arm.recompute == "none" ? "#4e79a7" : arm.recompute == "convs" ? "#f28e2b" : "#e15759";
-    svg << fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}"/>)", px(a.step[i].min), cy,
-                       px(a.step[i].max), cy, colour)
-        << "\n";
-    if (arm.zero == 0) {
-      svg << fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="4" fill="{}"/>)", cx, cy, colour) << "\n";
-    } else {
-      svg << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="8" height="8" fill="{}"/>)", cx - 4, cy - 4, colour)
-          << "\n";
-    }
-    if (a.control[i] == static_cast<int>(i))  // each batch named once, at its control
-      svg << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" fill="#555">batch {}</text>)", cx - 10, cy - 10, arm.batch)
-          << "\n";
+    chart::ScatterPoint p;
+    p.x = a.step[i].median;
+    p.y = static_cast<double>(arm.total_peak) / kMiB;
+    p.x_lo = a.step[i].min;
+    p.x_hi = a.step[i].max;
+    p.colour = arm.recompute == "none" ? "#4e79a7" : arm.recompute == "convs" ? "#f28e2b" : "#e15759";
+    p.square = arm.zero != 0;
+    if (a.control[i] == static_cast<int>(i)) p.label = fmt::format("batch {}", arm.batch);
+    points.points.push_back(p);
   }
-  // Axis ticks at a quarter of the range.
-  for (int t = 0; t <= 4; ++t) {
-    const double ms = slowest * t / 4, mib_v = top * t / 4;
-    svg << fmt::format(R"(<text x="{:.1f}" y="{}" text-anchor="middle" fill="#555">{:.0f}</text>)", px(ms),
-                       py + plot + 12, ms)
-        << fmt::format(R"(<text x="{}" y="{:.1f}" text-anchor="end" fill="#555">{:.0f}</text>)", plot_left - 4,
-                       pyv(mib_v) + 4, mib_v)
-        << "\n";
-  }
-  svg << fmt::format(R"(<text x="{}" y="{}">step ms (median, whisker min-max) -></text>)", plot_left, py + plot + 28)
-      << "\n";
-  svg << fmt::format(R"(<text x="{}" y="{}">peak MiB per rank</text>)", plot_left, py - 6) << "\n";
-  svg << fmt::format(
-             R"(<text x="{}" y="{}" fill="#555">recompute: none blue, convs orange, all red; zero 0 circle, zero 1 square</text>)",
-             plot_left, py + plot + 44)
-      << "\n";
-  svg << fmt::format(R"(<text x="10" y="{}" fill="#555">left: the peak's bytes by category (MiB, largest rank); )"
-                     R"(noise floor {:.1f}% of the step time{}</text>)",
-                     height - 12, a.calibration.noise_floor_percent,
-                     a.separability_test_valid ? "" : " (NO CONCLUSION: the calibration pair does not overlap)")
-      << "\n</svg>\n";
-  return svg.str();
+  return points;
+}
+
+}  // namespace
+
+chart::Figure memory_figure(const MemoryAnalysis& a, const std::string& title) {
+  return {title,
+          {peak_bars(a), peak_against_step(a)},
+          {"left: the peak's bytes by category (MiB, largest rank); right: recompute none blue, convs orange, all "
+           "red; zero 0 circle, zero 1 square",
+           fmt::format("noise floor {:.1f}% of the step time{}", a.calibration.noise_floor_percent,
+                       a.separability_test_valid ? "" : " (NO CONCLUSION: the calibration pair does not overlap)")}};
 }
 
 }  // namespace trainlab::bench

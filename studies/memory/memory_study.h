@@ -2,8 +2,8 @@
 // ZeRO stage, each arm a short DDP training run at world 2, measured for its tensor memory by
 // category (the largest rank's) and its step time. The repeats are interleaved across arms; the
 // control arm (batch 128, recompute none, zero 0) runs twice, and the gap between the two is the
-// noise floor every step-time effect is stated against. The driver is studies/memory; this is the
-// arithmetic over its ledger rows ("memory_repeat"), shared with bench_report.
+// noise floor every step-time effect is stated against. The driver is studies/memory/driver.h; this
+// is the arithmetic over its ledger rows (studies/memory/rows.h), shared with bench_report.
 #pragma once
 
 #include <array>
@@ -13,8 +13,10 @@
 
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
+#include "bench/report/chart.h"
 #include "bench/report/section.h"
 #include "engine/memory_usage.h"
+#include "studies/memory/rows.h"
 
 namespace trainlab::bench {
 
@@ -53,10 +55,10 @@ struct MemoryAnalysis {
 MemoryAnalysis analyse_memory(std::vector<MemoryArm> arms);
 std::string memory_table(const MemoryAnalysis& analysis, bool markdown);
 std::string memory_findings(const MemoryAnalysis& analysis);
-// A run's "memory_repeat" rows, gathered by arm in the order they appear.
-std::vector<MemoryArm> memory_arms_from_rows(const std::vector<json>& rows);
+// A run's ok rows, gathered by arm in the order they appear.
+std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>& rows);
 // Peak bytes by category (stacked) per arm, and peak against step time.
-std::string memory_svg(const MemoryAnalysis& analysis, const std::string& title);
+chart::Figure memory_figure(const MemoryAnalysis& analysis, const std::string& title);
 
 // The report's section for this study (studies/registry.h).
 SectionDef memory_report_section();

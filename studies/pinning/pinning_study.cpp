@@ -175,23 +175,27 @@ std::string pinning_comparison(const std::vector<PinningAnalysis>& analyses, boo
       rows, markdown);
 }
 
-std::vector<PinningAnalysis> pinning_from_rows(const std::vector<json>& rows) {
+void add_repeat(PinningArm& arm, const PinningRepeatRow& row) {
+  if (!row.header.ok()) return;
+  const PinningMeasurement& m = row.measurement;
+  arm.name = row.arm;
+  arm.main_cpus = m.applied.main;
+  arm.worker_cpus = m.applied.workers;
+  arm.threads = row.threads;
+  arm.workers = row.workers;
+  arm.samples_per_s.push_back(m.samples_per_s);
+  if (!m.applied.as_set) ++arm.affinity_mismatches;
+}
+
+std::vector<PinningAnalysis> pinning_from_rows(const std::vector<PinningRepeatRow>& rows) {
   std::vector<std::string> conditions;
   std::map<std::string, std::map<std::string, PinningArm>> arms;
   std::map<std::string, bool> capped_same;
   for (const auto& row : rows) {
-    if (row.value("kind", "") != "pinning_repeat" || row.value("status", "") != "ok") continue;
-    const std::string condition = row.at("condition");
-    if (arms.count(condition) == 0) conditions.push_back(condition);
-    PinningArm& arm = arms[condition][row.at("arm").get<std::string>()];
-    arm.name = row.at("arm");
-    arm.main_cpus = row.at("applied").at("main");
-    arm.worker_cpus = row.at("applied").at("workers");
-    arm.threads = row.at("threads");
-    arm.workers = row.at("workers");
-    arm.samples_per_s.push_back(row.at("samples_per_s"));
-    if (!row.at("applied").at("as_set").get<bool>()) ++arm.affinity_mismatches;
-    capped_same[condition] = row.value("capped_equals_default", false);
+    if (!row.header.ok()) continue;
+    if (arms.count(row.condition) == 0) conditions.push_back(row.condition);
+    add_repeat(arms[row.condition][row.arm], row);
+    capped_same[row.condition] = row.capped_equals_default;
   }
   std::vector<PinningAnalysis> out;
   for (const auto& condition : conditions) {
@@ -202,57 +206,38 @@ std::vector<PinningAnalysis> pinning_from_rows(const std::vector<json>& rows) {
   return out;
 }
 
-std::string pinning_svg(const std::vector<PinningAnalysis>& analyses, const std::string& title) {
-  double top = 0;
-  for (const auto& a : analyses)
-    for (const auto& s : a.summaries) top = std::max(top, s.max);
-  top = top > 0 ? top * 1.08 : 1.0;
-  const int left = 260, width = 480, bar = 18, gap = 8, head = 40;
-  int rows = 0;
-  for (const auto& a : analyses) rows += static_cast<int>(a.arms.size()) + 1;
-  const int height = head + rows * (bar + gap) + 50;
-  std::ostringstream svg;
-  svg << fmt::format(
-             R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">)",
-             left + width + 100, height)
-      << "\n";
-  svg << fmt::format(R"(<text x="10" y="22" font-size="14" font-weight="bold">{}</text>)", svg_text(title)) << "\n";
-  const auto x = [&](double v) { return left + v / top * width; };
-  int y = head;
+chart::Figure pinning_figure(const std::vector<PinningAnalysis>& analyses, const std::string& title) {
+  chart::BarChart bars;
+  bars.label_width = 260;
+  bars.width = 480;
+  bars.bar_height = 18;
+  bars.gap = 8;
   for (const auto& a : analyses) {
-    svg << fmt::format(R"(<text x="10" y="{}" font-weight="bold">{} (noise floor {:.1f}%{})</text>)", y + bar - 4,
-                       svg_text(a.condition), a.calibration.noise_floor_percent,
-                       a.separability_test_valid ? "" : ", NO CONCLUSION")
-        << "\n";
-    y += bar + gap;
+    chart::BarRow heading;
+    heading.heading = true;
+    heading.label = fmt::format("{} (noise floor {:.1f}%{})", a.condition, a.calibration.noise_floor_percent,
+                                a.separability_test_valid ? "" : ", NO CONCLUSION");
+    bars.rows.push_back(heading);
     // The noise floor band: the control's median +- the floor, across this condition's arms.
     const double control = a.summaries[0].median, half = control * a.calibration.noise_floor_percent / 100.0;
-    const int band_height = static_cast<int>(a.arms.size()) * (bar + gap) - gap;
-    svg << fmt::format(R"(<rect x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="#f3d9a4" opacity="0.7"/>)",
-                       x(control - half), y, std::max(1.0, x(control + half) - x(control - half)), band_height)
-        << "\n";
     for (std::size_t i = 0; i < a.arms.size(); ++i) {
-      const auto& s = a.summaries[i];
-      const char* colour = i < 2 ? "#9aa5b1" : "#3a7ca5";
-      svg << fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{}</text>)", left - 8, y + bar - 5,
-                         svg_text(a.arms[i].name))
-          << "\n";
-      svg << fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}" opacity="0.85"/>)", left, y + 3,
-                         x(s.median) - left, bar - 6, colour)
-          << "\n";
-      svg << fmt::format(R"(<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" stroke="black"/>)", x(s.min), y + bar / 2,
-                         x(s.max), y + bar / 2)
-          << "\n";
-      svg << fmt::format(R"(<text x="{:.1f}" y="{}">{:.0f}</text>)", x(s.max) + 6, y + bar - 5, s.median) << "\n";
-      y += bar + gap;
+      const Summary& s = a.summaries[i];
+      chart::BarRow bar;
+      bar.label = a.arms[i].name;
+      bar.value = s.median;
+      bar.lo = s.min;
+      bar.hi = s.max;
+      bar.colour = i < 2 ? chart::kGrey : chart::kBlue;
+      bar.value_text = fmt::format("{:.0f}", s.median);
+      bar.band_lo = control - half;
+      bar.band_hi = control + half;
+      bars.rows.push_back(bar);
     }
   }
-  svg << fmt::format(
-             R"(<text x="10" y="{}" fill="#555">samples/s: bar median, whisker min-max; band: default's median +- the )"
-             R"(noise floor (calibration arms in grey)</text>)",
-             height - 16)
-      << "\n</svg>\n";
-  return svg.str();
+  return {title,
+          {bars},
+          {"samples/s: bar median, whisker min-max; band: default's median +- the noise floor (calibration arms in "
+           "grey)"}};
 }
 
 }  // namespace trainlab::bench

@@ -8,8 +8,8 @@
 // their own repeat ranges do not overlap the separability test is unsound at this number of
 // repeats and every verdict is NO CONCLUSION. Where threads_capped is the same configuration as
 // default (default threads = physical cores), its pairs with A and B are calibration pairs too: the
-// floor is the widest gap, and every pair must overlap. The driver is studies/pinning; this is the
-// arithmetic over its ledger rows, shared with bench_report.
+// floor is the widest gap, and every pair must overlap. The driver is studies/pinning/driver.h;
+// this is the arithmetic over its ledger rows (studies/pinning/rows.h), shared with bench_report.
 #pragma once
 
 #include <string>
@@ -17,7 +17,9 @@
 
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
+#include "bench/report/chart.h"
 #include "bench/report/section.h"
+#include "studies/pinning/rows.h"
 
 namespace trainlab::bench {
 
@@ -63,10 +65,13 @@ std::string pinning_findings(const PinningAnalysis& analysis);
 // Quiet against contended, side by side: noise floor, pinning vs control, separable, disjointness.
 std::string pinning_comparison(const std::vector<PinningAnalysis>& analyses, bool markdown);
 
-// A run's "pinning_repeat" rows, one analysis per condition in the order they appear.
-std::vector<PinningAnalysis> pinning_from_rows(const std::vector<json>& rows);
+// Adds an ok row's repeat to its arm (name, masks read back, threads, workers, samples/s); other
+// rows leave the arm as it is.
+void add_repeat(PinningArm& arm, const PinningRepeatRow& row);
+// A run's rows, one analysis per condition in the order their first ok rows appear.
+std::vector<PinningAnalysis> pinning_from_rows(const std::vector<PinningRepeatRow>& rows);
 // The arms with their ranges and the noise floor band around the control's median, per condition.
-std::string pinning_svg(const std::vector<PinningAnalysis>& analyses, const std::string& title);
+chart::Figure pinning_figure(const std::vector<PinningAnalysis>& analyses, const std::string& title);
 
 // The report's section for this study (studies/registry.h).
 SectionDef pinning_report_section();

@@ -1,0 +1,234 @@
+#include "studies/memory/driver.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "backends/registry.h"
+#include "bench/measure/ledger.h"
+#include "comm/ddp.h"
+#include "comm/mpi_communicator.h"
+#include "comm/run_training.h"
+#include "engine/trainer.h"
+#include "studies/memory/memory_study.h"
+
+namespace trainlab::bench {
+
+namespace {
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) items.push_back(item);
+  return items;
+}
+
+struct Arm {
+  std::string name;
+  std::int64_t batch;
+  Recompute recompute;
+  int zero;
+};
+
+struct Plan {
+  std::vector<Arm> arms;
+  std::int64_t control_batch = 0;
+};
+
+// The lists of --batches, --recompute and --zero, checked, as the arms they make: every
+// combination, and the control (the middle batch, none, zero 0) twice: the calibration pair.
+Plan plan_arms(const MemoryOptions& o, int world) {
+  std::vector<std::int64_t> batches;
+  for (const std::string& b : split(o.batches)) {
+    std::int64_t value = 0;
+    std::size_t used = 0;
+    try {
+      value = std::stoll(b, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TL_CHECK(used == b.size() && used > 0 && value >= world && value % world == 0,
+             fmt::format("memory_study: --batches: {} is not a whole number that splits over the {} ranks",
+                         quote_value(b), world));
+    batches.push_back(value);
+  }
+  std::vector<Recompute> levels;
+  for (const std::string& r : split(o.recompute)) {
+    const ConfigField& field = config_field("recompute");
+    TrainConfig probe;
+    field.set(probe, r, "--recompute");
+    levels.push_back(probe.execution.recompute);
+  }
+  std::vector<int> stages;
+  for (const std::string& z : split(o.zero)) {
+    TL_CHECK(z == "0" || z == "1", "memory_study: --zero: " + quote_value(z) + " is not a stage DDP runs (0 or 1)");
+    stages.push_back(z[0] - '0');
+  }
+  TL_CHECK(!batches.empty() && !levels.empty() && !stages.empty(),
+           "memory_study: --batches, --recompute and --zero each need at least one value");
+  TL_CHECK(levels.front() == Recompute::none && stages.front() == 0,
+           "memory_study: the first --recompute must be none and the first --zero 0 (the controls)");
+  TL_CHECK(world >= 2 || std::find(stages.begin(), stages.end(), 1) == stages.end(),
+           "memory_study: zero 1 shards over the ranks: launch at least 2 (scripts/mpirun -np 2 ...)");
+  Plan plan;
+  plan.control_batch = batches[batches.size() / 2];
+  for (std::int64_t batch : batches) {
+    for (Recompute level : levels) {
+      for (int zero : stages) {
+        const std::string name = fmt::format("b{} {} z{}", batch, recompute_name(level), zero);
+        plan.arms.push_back({name, batch, level, zero});
+        if (batch == plan.control_batch && level == Recompute::none && zero == 0)
+          plan.arms.push_back({name + " again", batch, level, zero});
+      }
+    }
+  }
+  return plan;
+}
+
+TrainConfig arm_config(const MemoryOptions& o, const Arm& arm) {
+  TrainConfig config;
+  config.execution.backend = o.backend;
+  config.execution.dtype = parse_dtype(o.dtype);
+  config.execution.threads = o.threads;
+  config.batch = arm.batch;
+  config.execution.recompute = arm.recompute;
+  config.parallel.zero = arm.zero;
+  if (o.optimizer == "adamw") {
+    config.optimizer.kind = OptimizerKind::adamw;
+    config.optimizer.lr = 1e-3;
+  } else {
+    config.optimizer.momentum = 0.9;
+  }
+  config.reporting.warmup = o.warmup;
+  config.steps = o.warmup + o.steps;
+  config.data.train_samples = arm.batch * config.steps;
+  config.reporting.eval_at_end = false;
+  config.reporting.log_every = 1 << 30;
+  config.data.eval_samples = 10;
+  config.data.eval_batch = 10;
+  return config;
+}
+
+// What every row of the run shares: where it was measured (the host's environment, with MPI's
+// version, the study's timer and the threads per rank) and the run's id.
+struct RunHeader {
+  Environment env;
+  std::string run_id;
+  int world = 0, rank = 0;
+};
+
+// One repeat of one arm, trained over every rank; every rank takes part in the gathers, and rank 0
+// gets the row: the slowest rank's median step and the largest rank's memory (its breakdown at the
+// peak; each category's peak over the ranks).
+std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const MemoryOptions& o, const Arm& arm,
+                                           int repeat, const RunHeader& run) {
+  const TrainConfig config = arm_config(o, arm);
+  comm::Replica replica(world);
+  auto trainer = replica.trainer(config, smallcnn_task(config));
+  comm::Ddp& ddp = *replica.ddp();
+  const TrainResult trained = trainer->train(nullptr);
+  std::vector<double> steps = trained.step_seconds;
+  std::sort(steps.begin(), steps.end());
+  const double median = steps.empty() ? 0 : steps[steps.size() / 2];
+  const auto medians = ddp.gather(median);
+  const MemoryUsage& m = trained.memory;
+  const auto totals = ddp.gather(m.total_peak);
+  const auto largest = static_cast<std::size_t>(std::max_element(totals.begin(), totals.end()) - totals.begin());
+  MemoryRepeatRow row;
+  MemoryPerRank& memory = row.memory_per_rank;
+  for (int c = 0; c < kMemoryCategories; ++c) {
+    const auto category = static_cast<MemoryCategory>(c);
+    const auto peaks = ddp.gather(m.peak_of(category));
+    const auto ats = ddp.gather(m.at_peak[static_cast<std::size_t>(c)]);
+    memory.peak_bytes[memory_category_name(category)] = *std::max_element(peaks.begin(), peaks.end());
+    memory.at_peak_bytes[memory_category_name(category)] = ats[largest];
+  }
+  const auto phases = ddp.gather(static_cast<std::int64_t>(m.peak_phase));
+  const auto held = ddp.gather(m.activations_after_forward);
+  if (run.rank != 0) return std::nullopt;
+  row.header.env = run.env;
+  row.header.run_id = run.run_id;
+  row.header.kind = MemoryRepeatRow::kKind;
+  row.header.status = "ok";
+  row.arm = arm.name;
+  row.repeat = repeat;
+  row.config = {.batch = arm.batch,
+                .per_rank_batch = arm.batch / run.world,
+                .recompute = recompute_name(arm.recompute),
+                .zero = arm.zero,
+                .world = run.world,
+                .dtype = o.dtype,
+                .optimizer = o.optimizer,
+                .steps = config.steps,
+                .warmup_steps_excluded = o.warmup,
+                .allreduce = "native"};
+  row.step_s_median = *std::max_element(medians.begin(), medians.end());
+  row.step_s_median_per_rank = medians;
+  row.step_seconds_rank0 = trained.step_seconds;
+  row.samples_per_s = trained.samples_per_s;
+  memory.total_peak_bytes = totals[largest];
+  memory.peak_rank = static_cast<std::int64_t>(largest);
+  memory.peak_phase = memory_phase_name(static_cast<MemoryPhase>(phases[largest]));
+  memory.activations_after_forward_bytes = *std::max_element(held.begin(), held.end());
+  memory.note = "tensor bytes by category (engine accounting), the largest rank's; backend scratch not counted";
+  return row;
+}
+
+}  // namespace
+
+int run_memory_study(const MemoryOptions& o) {
+  auto world = comm::MpiCommunicator::world();
+  RunHeader run;
+  run.world = world->size();
+  run.rank = world->rank();
+  try {
+    world->set_timeout(o.timeout);
+    check_backend_name(o.backend);
+    const Plan plan = plan_arms(o, run.world);
+    const std::vector<Arm>& arms = plan.arms;
+    Backend& host = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
+    run.env = current_environment(host);
+    run.env.versions["mpi"] = comm::mpi_library_version();
+    run.env.timer = "steady_clock (the slowest rank's median measured step)";
+    run.env.threads = o.threads;
+    run.run_id = new_run_id();
+    const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
+    if (run.rank == 0) {
+      std::cout << fmt::format(
+          "# memory_study: {} arms x {} repeats interleaved over {} ranks, {} warm-up + {} measured steps each, {} "
+          "thread(s) per rank, backend {}, {}, optimizer {}; control {} (twice: the calibration pair)\n",
+          arms.size(), o.repeats, run.world, o.warmup, o.steps, o.threads, host.name(), o.dtype, o.optimizer,
+          fmt::format("b{} none z0", plan.control_batch));
+      std::cout.flush();
+    }
+    std::vector<MemoryRepeatRow> rows;
+    for (int repeat = 0; repeat < o.repeats; ++repeat) {
+      for (const Arm& arm : arms) {
+        if (auto row = measure_arm(*world, o, arm, repeat, run)) {
+          if (!o.no_ledger) ledger.append(*row);
+          std::cout << fmt::format("# repeat {}/{} {:<20} step {:.1f} ms, peak {:.2f} MiB per rank\n", repeat + 1,
+                                   o.repeats, arm.name, 1e3 * row->step_s_median,
+                                   static_cast<double>(row->memory_per_rank.total_peak_bytes) / (1 << 20));
+          std::cout.flush();
+          rows.push_back(std::move(*row));
+        }
+        world->sleeping_barrier(2e-3);
+      }
+    }
+    if (run.rank == 0) {
+      const MemoryAnalysis analysis = analyse_memory(memory_arms_from_rows(rows));
+      std::cout << "\n" << memory_table(analysis, true) << "\n" << memory_findings(analysis);
+      if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run.run_id << ")\n";
+    }
+    return 0;
+  } catch (const Error& e) {
+    world->abort(std::string("memory_study: error: ") + e.what(), 2);
+  }
+}
+
+}  // namespace trainlab::bench

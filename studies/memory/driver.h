@@ -1,0 +1,23 @@
+// The memory study's driver (issue 13, seed 003's capacity levers; apps/memory_study.cpp is its
+// command line): every arm (batch x recompute x zero) a short DDP training run over the launched
+// ranks, repeats interleaved across arms, the control arm twice per round (the calibration pair),
+// each repeat a ledger row (studies/memory/rows.h), and the tables of studies/memory/memory_study.h.
+#pragma once
+
+#include <string>
+
+namespace trainlab::bench {
+
+struct MemoryOptions {
+  std::string batches = "32,128,512", recompute = "none,convs,all", zero = "0,1";  // comma-separated
+  int repeats = 7, steps = 10, warmup = 3, threads = 1;
+  std::string backend, dtype = "f32", optimizer = "sgd", ledger_path;
+  bool quick = false, no_ledger = false;
+  double timeout = 300;  // seconds any wait may take
+};
+
+// Runs the study on MPI's world (MPI initialised by the caller). Returns 0; an Error ends the whole
+// job with "memory_study: error: ..." and status 2.
+int run_memory_study(const MemoryOptions& options);
+
+}  // namespace trainlab::bench
