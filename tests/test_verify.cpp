@@ -7,9 +7,11 @@
 
 #include "bench/measure/stats.h"
 #include "studies/allreduce/allreduce_study.h"
+#include "studies/allreduce/rows.h"
 #include "studies/buckets/buckets_study.h"
 #include "studies/compare_torch/compare_torch.h"
 #include "studies/ladder/verify.h"
+#include "studies/scaling/rows.h"
 #include "studies/scaling/scaling_study.h"
 
 using namespace trainlab;
@@ -149,38 +151,53 @@ TEST_CASE("verify: re-runs inside the recorded spread pass, outside are named, o
 TEST_CASE("report families: all-reduce, bucket sweep, scaling and compare_torch sections from made-up rows",
           "[bench]") {
   const json device = {{"name", "Test CPU"}, {"type", "cpu"}};
+  // The comm studies' rows as their writers make them: through their structs.
+  const auto header = [&](const char* kind, const char* run_id) {
+    RowHeader h;
+    h.env.device = {"cpu", "Test CPU"};
+    h.kind = kind;
+    h.run_id = run_id;
+    h.status = "ok";
+    return h;
+  };
   std::vector<json> rows;
   for (const char* algorithm : {"ring", "native"}) {
     for (std::int64_t bytes : {4096, 1 << 20}) {
       const double t = (algorithm == std::string("ring") ? 1.1 : 1.0) * bytes * 1e-9;
-      rows.push_back({{"kind", "allreduce"},
-                      {"status", "ok"},
-                      {"run_id", "A1"},
-                      {"device", device},
-                      {"config", {{"algorithm", algorithm}, {"bytes", bytes}, {"ranks", 2}, {"communicator", "mpi"}}},
-                      {"stats", stats_json(summarize({t, t * 1.01, t * 0.99}))},
-                      {"busbw_gbps", bytes / t * 1e-9},
-                      {"memcpy_gbps", 5.0},
-                      {"noise_floor_percent", 2.0}});
+      AllreduceRow row;
+      row.header = header(AllreduceRow::kKind, "A1");
+      row.config.algorithm = algorithm;
+      row.config.bytes = bytes;
+      row.config.ranks = 2;
+      row.config.communicator = "mpi";
+      row.stats = summarize({t, t * 1.01, t * 0.99});
+      row.busbw_gbps = bytes / t * 1e-9;
+      row.memcpy_gbps = 5.0;
+      row.noise_floor_percent = 2.0;
+      rows.push_back(to_json(row));
     }
   }
   for (int round = 0; round < 2; ++round) {
     for (int w : {1, 2}) {
-      rows.push_back({{"kind", "scaling"},
-                      {"status", "ok"},
-                      {"run_id", "S1"},
-                      {"device", device},
-                      {"config", {{"mode", "weak"}, {"world", w}, {"decode_cost", 0}, {"bind", "none"}}},
-                      {"samples_per_s", w == 1 ? 1000.0 : 1800.0 + 100 * round}});
+      ScalingRow row;
+      row.header = header(ScalingRow::kKind, "S1");
+      row.config.mode = "weak";
+      row.config.world = w;
+      row.config.global_batch = 32 * w;
+      row.config.decode_cost = 0;
+      row.config.bind = "none";
+      row.samples_per_s = w == 1 ? 1000.0 : 1800.0 + 100 * round;
+      rows.push_back(to_json(row));
+      // The peer's output as torch_ddp.py prints it (free-form; the row keeps it whole).
       json peer = json::object();
       peer["variants"]["shipped"]["samples_per_s"] = w == 1 ? 500.0 : 800.0;
       peer["variants"]["channels_last"]["samples_per_s"] = w == 1 ? 600.0 : 1080.0;
-      rows.push_back({{"kind", "scaling_peer"},
-                      {"status", "ok"},
-                      {"run_id", "S1"},
-                      {"device", device},
-                      {"config", {{"mode", "weak"}, {"world", w}}},
-                      {"peer", peer}});
+      ScalingPeerRow peer_row;
+      peer_row.header = header(ScalingPeerRow::kKind, "S1");
+      peer_row.config.mode = "weak";
+      peer_row.config.world = w;
+      peer_row.peer = peer;
+      rows.push_back(to_json(peer_row));
     }
   }
   rows.push_back({{"kind", "compare_torch"},
