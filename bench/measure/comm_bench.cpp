@@ -180,9 +180,10 @@ std::vector<ArmTiming> CommHarness::time(const std::vector<CommArm>& arms, const
     for (std::size_t a = 0; a < arms.size(); ++a)
       for (int i = 0; i < warmup; ++i) warm[a] = std::max(warm[a], one(a, 0));
   }
-  const auto count = [&](double seconds) {
-    return std::clamp(static_cast<int>(schedule.seconds_per_arm / std::max(seconds, 1e-6)), schedule.min_iters,
-                      schedule.max_iters);
+  const auto count = [&](double seconds) {  // clamped before the cast: a huge budget is the maximum, never UB
+    const double fits = schedule.seconds_per_arm / std::max(seconds, 1e-6);
+    return static_cast<int>(
+        std::clamp(fits, static_cast<double>(schedule.min_iters), static_cast<double>(schedule.max_iters)));
   };
   std::vector<int> iterations(arms.size());
   const double slowest = warm.empty() ? 0.0 : *std::max_element(warm.begin(), warm.end());
