@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "bench/measure/stats.h"
+#include "studies/allreduce/rows.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -195,15 +197,26 @@ TEST_CASE("cli: collective-cost --fit reads bench_allreduce rows from a ledger",
   const auto path = fs::temp_directory_path() / ("trainlab-cli-fit-" + std::to_string(::getpid()) + ".jsonl");
   fs::remove(path);
   {
-    std::ofstream out(path);
     // Two regimes, as on this machine: cache-resident (fast) below 1 MiB, memory-bound from 1 MiB.
-    for (double bytes = 4096; bytes <= 64.0 * 1024 * 1024; bytes *= 2) {
-      const double seconds = bytes < 1024 * 1024 ? 20e-6 + bytes / 20e9 : 4e-6 + bytes / 2e9;
+    // The rows as bench_allreduce writes them (studies/allreduce/rows.h).
+    namespace bench = trainlab::bench;
+    const bench::Ledger ledger(path.string());
+    bench::AllreduceRow row;
+    row.header.env.device = {"cpu", "x"};
+    row.header.kind = bench::AllreduceRow::kKind;
+    row.header.run_id = "r1";
+    row.header.status = "ok";
+    row.config.ranks = 2;
+    row.config.dtype = "f32";
+    for (std::int64_t bytes = 4096; bytes <= 64 << 20; bytes *= 2) {
+      const double b = static_cast<double>(bytes);
+      const double seconds = bytes < 1024 * 1024 ? 20e-6 + b / 20e9 : 4e-6 + b / 2e9;
       for (const char* algorithm : {"ring", "native"}) {
-        out << "{\"schema\":1,\"kind\":\"allreduce\",\"status\":\"ok\",\"run_id\":\"r1\",\"device\":{\"name\":\"x\"},"
-               "\"config\":{\"ranks\":2,\"bytes\":"
-            << bytes << ",\"dtype\":\"f32\",\"algorithm\":\"" << algorithm << "\"},\"stats\":{\"median\":" << seconds
-            << "}}\n";
+        row.config.bytes = bytes;
+        row.config.count = bytes / 4;
+        row.config.algorithm = algorithm;
+        row.stats = bench::summarize({seconds});
+        ledger.append(row);
       }
     }
   }

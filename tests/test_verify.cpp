@@ -1,15 +1,24 @@
 // Honest comparisons: the effect in units of the noise floor, the choice of a peer's best variant,
 // bench_report --verify's verdicts on made-up ladder rows (a fake measure: nothing is timed), and
 // the report's family sections drawn from made-up rows.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 #include "bench/measure/stats.h"
+#include "bench/report/report.h"
 #include "studies/allreduce/allreduce_study.h"
+#include "studies/allreduce/rows.h"
 #include "studies/buckets/buckets_study.h"
+#include "studies/buckets/rows.h"
 #include "studies/compare_torch/compare_torch.h"
+#include "studies/cost_to_accuracy/rows.h"
 #include "studies/ladder/verify.h"
+#include "studies/registry.h"
+#include "studies/scaling/rows.h"
 #include "studies/scaling/scaling_study.h"
 
 using namespace trainlab;
@@ -149,38 +158,53 @@ TEST_CASE("verify: re-runs inside the recorded spread pass, outside are named, o
 TEST_CASE("report families: all-reduce, bucket sweep, scaling and compare_torch sections from made-up rows",
           "[bench]") {
   const json device = {{"name", "Test CPU"}, {"type", "cpu"}};
+  // The comm studies' rows as their writers make them: through their structs.
+  const auto header = [&](const char* kind, const char* run_id) {
+    RowHeader h;
+    h.env.device = {"cpu", "Test CPU"};
+    h.kind = kind;
+    h.run_id = run_id;
+    h.status = "ok";
+    return h;
+  };
   std::vector<json> rows;
   for (const char* algorithm : {"ring", "native"}) {
     for (std::int64_t bytes : {4096, 1 << 20}) {
       const double t = (algorithm == std::string("ring") ? 1.1 : 1.0) * bytes * 1e-9;
-      rows.push_back({{"kind", "allreduce"},
-                      {"status", "ok"},
-                      {"run_id", "A1"},
-                      {"device", device},
-                      {"config", {{"algorithm", algorithm}, {"bytes", bytes}, {"ranks", 2}, {"communicator", "mpi"}}},
-                      {"stats", stats_json(summarize({t, t * 1.01, t * 0.99}))},
-                      {"busbw_gbps", bytes / t * 1e-9},
-                      {"memcpy_gbps", 5.0},
-                      {"noise_floor_percent", 2.0}});
+      AllreduceRow row;
+      row.header = header(AllreduceRow::kKind, "A1");
+      row.config.algorithm = algorithm;
+      row.config.bytes = bytes;
+      row.config.ranks = 2;
+      row.config.communicator = "mpi";
+      row.stats = summarize({t, t * 1.01, t * 0.99});
+      row.busbw_gbps = bytes / t * 1e-9;
+      row.memcpy_gbps = 5.0;
+      row.noise_floor_percent = 2.0;
+      rows.push_back(to_json(row));
     }
   }
   for (int round = 0; round < 2; ++round) {
     for (int w : {1, 2}) {
-      rows.push_back({{"kind", "scaling"},
-                      {"status", "ok"},
-                      {"run_id", "S1"},
-                      {"device", device},
-                      {"config", {{"mode", "weak"}, {"world", w}, {"decode_cost", 0}, {"bind", "none"}}},
-                      {"samples_per_s", w == 1 ? 1000.0 : 1800.0 + 100 * round}});
+      ScalingRow row;
+      row.header = header(ScalingRow::kKind, "S1");
+      row.config.mode = "weak";
+      row.config.world = w;
+      row.config.global_batch = 32 * w;
+      row.config.decode_cost = 0;
+      row.config.bind = "none";
+      row.samples_per_s = w == 1 ? 1000.0 : 1800.0 + 100 * round;
+      rows.push_back(to_json(row));
+      // The peer's output as torch_ddp.py prints it (free-form; the row keeps it whole).
       json peer = json::object();
       peer["variants"]["shipped"]["samples_per_s"] = w == 1 ? 500.0 : 800.0;
       peer["variants"]["channels_last"]["samples_per_s"] = w == 1 ? 600.0 : 1080.0;
-      rows.push_back({{"kind", "scaling_peer"},
-                      {"status", "ok"},
-                      {"run_id", "S1"},
-                      {"device", device},
-                      {"config", {{"mode", "weak"}, {"world", w}}},
-                      {"peer", peer}});
+      ScalingPeerRow peer_row;
+      peer_row.header = header(ScalingPeerRow::kKind, "S1");
+      peer_row.config.mode = "weak";
+      peer_row.config.world = w;
+      peer_row.peer = peer;
+      rows.push_back(to_json(peer_row));
     }
   }
   rows.push_back({{"kind", "compare_torch"},
@@ -213,4 +237,128 @@ TEST_CASE("report families: all-reduce, bucket sweep, scaling and compare_torch 
   CHECK_THAT(compare->figures[0].second, Catch::Contains("onednn f32 nhwc fused"));
 
   CHECK(!section_from(buckets_report_section(), rows));  // no bucket sweep among these rows: no section
+}
+
+// Issue 30, item 26: a row of the comm and cost studies' kinds with a wrong type in a field its
+// section reads is skipped, named by its line in the report's warnings; the report still draws
+// every section from the rows that fit.
+TEST_CASE("report families: a damaged row of each comm and cost kind is skipped with its line, never an abort",
+          "[bench]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("trainlab-damaged-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Ledger ledger((dir / "ledger.jsonl").string());
+  const auto header = [](const char* kind, const char* run_id) {
+    RowHeader h;
+    h.env.device = {"cpu", "Test CPU"};
+    h.kind = kind;
+    h.run_id = run_id;
+    h.status = "ok";
+    return h;
+  };
+  std::size_t line = 0;
+  std::vector<std::pair<std::size_t, std::string>> damaged;  // line, the field the warning names
+  // Appends `row` with the field at `pointer` replaced by a string: a wrong type.
+  const auto append_damaged = [&](json row, const char* pointer) {
+    row[json::json_pointer(pointer)] = "garbled";
+    ledger.append_json(row);
+    damaged.emplace_back(++line, std::string(pointer).substr(1) + " is \"garbled\"");
+  };
+
+  AllreduceRow allreduce;
+  allreduce.header = header(AllreduceRow::kKind, "A1");
+  allreduce.config.ranks = 2;
+  allreduce.config.communicator = "mpi";
+  allreduce.memcpy_gbps = 5.0;
+  for (const char* algorithm : {"ring", "native"}) {
+    for (std::int64_t bytes : {4096, 8192}) {
+      allreduce.config.algorithm = algorithm;
+      allreduce.config.bytes = bytes;
+      allreduce.stats = summarize({1e-6 * static_cast<double>(bytes / 4096), 2e-6 * static_cast<double>(bytes / 4096)});
+      allreduce.busbw_gbps = 1.0;
+      ledger.append(allreduce);
+      ++line;
+    }
+  }
+  append_damaged(to_json(allreduce), "/stats/median");
+  append_damaged(to_json(allreduce), "/config/bytes");
+
+  AllreduceBucketsRow bucket;
+  bucket.header = header(AllreduceBucketsRow::kKind, "B1");
+  bucket.config = {2, 1 << 20, 1 << 16, 16, "f32", "ring", "SmallCNN"};
+  bucket.stats = summarize({1e-3, 1.2e-3});
+  bucket.predicted_s = 1.1e-3;
+  bucket.ideal_s = 0.9e-3;
+  ledger.append(bucket);
+  ++line;
+  append_damaged(to_json(bucket), "/predicted_s");
+
+  for (int w : {1, 2}) {
+    ScalingRow scaling;
+    scaling.header = header(ScalingRow::kKind, "S1");
+    scaling.config.mode = "weak";
+    scaling.config.world = w;
+    scaling.config.global_batch = 32 * w;
+    scaling.samples_per_s = 1000.0 * w;
+    ledger.append(scaling);
+    ++line;
+    ScalingPeerRow peer;
+    peer.header = header(ScalingPeerRow::kKind, "S1");
+    peer.config.mode = "weak";
+    peer.config.world = w;
+    peer.peer = {{"variants", {{"shipped", {{"samples_per_s", 500.0 * w}}}}}};
+    ledger.append(peer);
+    ++line;
+    if (w == 2) {
+      append_damaged(to_json(scaling), "/samples_per_s");
+      append_damaged(to_json(peer), "/peer/variants/shipped/samples_per_s");
+    }
+  }
+
+  CostRepeatRow repeat;
+  repeat.header = header(CostRepeatRow::kKind, "C1");
+  repeat.study = "cost_test";
+  repeat.config_name = "batch64";
+  repeat.batch = 64;
+  repeat.lr = 0.01;
+  repeat.dtype = "f32";
+  repeat.target = 0.5;
+  repeat.eval_every = 25;
+  repeat.step_cap = 200;
+  repeat.rate = 1.0;
+  repeat.samples_per_s = 400;
+  repeat.reached = true;
+  repeat.steps_to_target = 50;
+  ledger.append(repeat);
+  ++line;
+  CostBreakEvenRow even;
+  even.header = header(CostBreakEvenRow::kKind, "C1");
+  even.scaling_run = "S1";
+  even.world = 1;
+  even.global_batch = 64;
+  even.samples_per_s = 400;
+  even.config_name = "batch64";
+  ledger.append(even);
+  ++line;
+  append_damaged(to_json(even), "/dollars");
+  append_damaged(to_json(repeat), "/target");  // the latest cost row: skipped, the run before it reported
+
+  ReportOptions options;
+  options.ledger_path = ledger.path();
+  options.out_path = (dir / "REPORT.md").string();
+  std::string md;
+  REQUIRE_NOTHROW(md = write_report(options, report_sections()));
+  for (const auto& [at, field] : damaged) {
+    INFO("line " << at << ": " << field);
+    CHECK_THAT(md, Catch::Contains("- ledger warning: ledger '" + ledger.path() + "' line " + std::to_string(at) +
+                                   " skipped: " + field));
+  }
+  for (const char* heading : {"## Cost to accuracy", "## All-reduce: bus bandwidth against size",
+                              "## Bucket sweep against the alpha-beta model", "## Weak and strong scaling efficiency",
+                              "Scaling break-even (bench_scaling run `S1`"})
+    CHECK_THAT(md, Catch::Contains(heading));
+  CHECK_THAT(md, Catch::Contains("| 8K | "));                       // both all-reduce sizes, from the rows that fit
+  CHECK_THAT(md, Catch::Contains("| trainlab weak | 2 | 2000.0"));  // the damaged world-2 row is not among them
+  CHECK_THAT(md, Catch::Contains("| PyTorch DDP shipped | 2 | 1000.0 (1000.0-1000.0) | 100.0%"));
+  std::filesystem::remove_all(dir);
 }

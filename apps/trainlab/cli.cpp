@@ -28,6 +28,7 @@
 #include "engine/throughput.h"
 #include "engine/trainer.h"
 #include "engine/version.h"
+#include "studies/allreduce/rows.h"
 
 namespace trainlab {
 

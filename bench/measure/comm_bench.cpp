@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "backends/error.h"
+#include "backends/registry.h"
 #include "bench/measure/stats.h"
+#include "comm/mpi_communicator.h"
 #include "engine/fileio.h"
 
 namespace trainlab::bench {
@@ -103,6 +105,116 @@ double memcpy_gbps() {
     std::swap(a, b);
   }
   return summarize(rates).median;
+}
+
+Environment mpi_environment(Backend& backend) {
+  Environment env = current_environment(backend);
+  env.versions["mpi"] = comm::mpi_library_version();
+  return env;
+}
+
+CommSetup comm_setup(comm::MpiCommunicator& world) {
+  CommSetup setup;
+  if (world.rank() == 0) setup.memcpy_gbps = memcpy_gbps();
+  world.broadcast(&setup.memcpy_gbps, sizeof setup.memcpy_gbps, 0);
+  Backend& host = get_backend(default_backend_name());
+  host.set_num_threads(1);
+  setup.env = mpi_environment(host);
+  return setup;
+}
+
+double busbw_factor(Collective collective, int ranks) {
+  const double p = ranks;
+  switch (collective) {
+    case Collective::allreduce:
+      return 2.0 * (p - 1) / p;
+    case Collective::reduce_scatter:
+    case Collective::allgather:
+      return (p - 1) / p;
+    case Collective::broadcast:
+      break;
+  }
+  return 1.0;
+}
+
+CommHarness::CommHarness(comm::MpiCommunicator& world, Collective collective)
+    : world_(world), ranks_(world.size()), factor_(bench::busbw_factor(collective, world.size())) {}
+
+double CommHarness::time_one(const std::function<void()>& call) {
+  using clock_type = std::chrono::steady_clock;
+  world_.barrier();
+  const auto t = clock_type::now();
+  call();
+  return world_.max_over_ranks(std::chrono::duration<double>(clock_type::now() - t).count());
+}
+
+bool CommHarness::on_every_rank(bool ok) {
+  double failed = ok ? 0 : 1;
+  world_.allreduce_native(&failed, 1, DType::f64, comm::ReduceOp::sum);
+  return failed == 0;
+}
+
+ArmTiming CommHarness::summarise(const CommArm& arm, int warmup_calls, std::vector<double> seconds) const {
+  ArmTiming t;
+  t.name = arm.name;
+  t.bytes = arm.bytes;
+  t.warmup_calls = warmup_calls;
+  t.seconds = std::move(seconds);
+  t.stats = summarize(t.seconds);
+  std::vector<double> even, odd;
+  for (std::size_t i = 0; i < t.seconds.size(); ++i) (i % 2 ? odd : even).push_back(t.seconds[i]);
+  if (!odd.empty()) t.noise_floor = calibrate(even, odd);
+  t.algbw_gbps = algbw_gbps(arm.bytes, t.stats.median);
+  t.busbw_gbps = t.algbw_gbps * factor_;
+  return t;
+}
+
+std::vector<ArmTiming> CommHarness::time(const std::vector<CommArm>& arms, const CommSchedule& schedule) {
+  const int warmup = std::max(schedule.warmup, 1);
+  std::vector<double> warm(arms.size(), 0.0);
+  const auto one = [&](std::size_t a, int sample) { return time_one([&] { arms[a].call(sample); }); };
+  if (schedule.paired) {
+    for (int i = 0; i < warmup; ++i)
+      for (std::size_t a = 0; a < arms.size(); ++a) warm[a] = std::max(warm[a], one(a, 0));
+  } else {
+    for (std::size_t a = 0; a < arms.size(); ++a)
+      for (int i = 0; i < warmup; ++i) warm[a] = std::max(warm[a], one(a, 0));
+  }
+  const auto count = [&](double seconds) {  // clamped before the cast: a huge budget is the maximum, never UB
+    const double fits = schedule.seconds_per_arm / std::max(seconds, 1e-6);
+    return static_cast<int>(
+        std::clamp(fits, static_cast<double>(schedule.min_iters), static_cast<double>(schedule.max_iters)));
+  };
+  std::vector<int> iterations(arms.size());
+  const double slowest = warm.empty() ? 0.0 : *std::max_element(warm.begin(), warm.end());
+  for (std::size_t a = 0; a < arms.size(); ++a) iterations[a] = count(schedule.paired ? slowest : warm[a]);
+  const int rounds = iterations.empty() ? 0 : *std::max_element(iterations.begin(), iterations.end());
+  std::vector<std::vector<double>> seconds(arms.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t a = 0; a < arms.size(); ++a)
+      if (round < iterations[a]) seconds[a].push_back(one(a, static_cast<int>(seconds[a].size())));
+    if (schedule.after_round) schedule.after_round(round, rounds);
+  }
+  std::vector<ArmTiming> out;
+  for (std::size_t a = 0; a < arms.size(); ++a) out.push_back(summarise(arms[a], warmup, std::move(seconds[a])));
+  return out;
+}
+
+std::vector<SizeTiming> CommHarness::sweep(const std::vector<std::int64_t>& sizes,
+                                           const std::function<SizeCase(std::int64_t bytes)>& prepare,
+                                           const CommSchedule& schedule,
+                                           const std::function<void(const SizeTiming&)>& done) {
+  std::vector<SizeTiming> out;
+  for (const std::int64_t bytes : sizes) {
+    const SizeCase size = prepare(bytes);
+    SizeTiming t;
+    t.bytes = bytes;
+    t.correct = on_every_rank(!size.check || size.check());
+    t.arms = time(size.arms, schedule);
+    if (done) done(t);
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace trainlab::bench

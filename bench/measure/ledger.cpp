@@ -239,46 +239,4 @@ Ledger::Loaded Ledger::load() const {
   return out;
 }
 
-// The (bytes, median seconds) points of one bench_allreduce run in a ledger; the latest run
-// unless `run` names one.
-LedgerPoints allreduce_points(const std::string& path, const std::string& run, const std::string& algorithm) {
-  const Ledger ledger(path);
-  std::error_code ec;
-  TL_CHECK(std::filesystem::exists(path, ec), "collective-cost: --fit: ledger '" + path + "' does not exist");
-  const auto loaded = ledger.load();
-  LedgerPoints out;
-  for (const auto& warning : loaded.warnings) out.warnings.push_back(warning);
-  std::vector<std::string> runs;
-  for (const auto& row : loaded.rows) {
-    if (row.value("kind", "") != "allreduce" || row.value("status", "") != "ok") continue;
-    const std::string id = row.value("run_id", "");
-    if (std::find(runs.begin(), runs.end(), id) == runs.end()) runs.push_back(id);
-  }
-  TL_CHECK(!runs.empty(),
-           "collective-cost: --fit: ledger '" + path +
-               "' has no all-reduce rows (write some with scripts/mpirun -np 2 build/bin/bench_allreduce)");
-  out.run_id = run.empty() ? runs.back() : run;
-  TL_CHECK(
-      std::find(runs.begin(), runs.end(), out.run_id) != runs.end(),
-      "collective-cost: --run '" + run + "' has no all-reduce rows in '" + path + "' (latest: " + runs.back() + ")");
-  for (const auto& row : loaded.rows) {
-    if (row.value("kind", "") != "allreduce" || row.value("status", "") != "ok" ||
-        row.value("run_id", "") != out.run_id)
-      continue;
-    try {
-      const auto& config = row.at("config");
-      if (config.value("algorithm", "") != algorithm) continue;
-      out.ranks = config.at("ranks").get<int>();
-      out.dtype = config.value("dtype", "");
-      out.points.emplace_back(config.at("bytes").get<double>(), row.at("stats").at("median").get<double>());
-    } catch (const json::exception& e) {
-      out.warnings.push_back("ledger '" + path + "': an all-reduce row of run " + out.run_id + " skipped: " + e.what());
-    }
-  }
-  TL_CHECK(out.points.size() >= 2, "collective-cost: --fit: run " + out.run_id + " has " +
-                                       std::to_string(out.points.size()) + " '" + algorithm +
-                                       "' sizes; a fit needs at least two");
-  return out;
-}
-
 }  // namespace trainlab::bench

@@ -182,15 +182,4 @@ std::pair<std::string, std::vector<Row>> latest_run(const std::vector<Row>& rows
   return latest_run(rows, [](const Row&) { return true; });
 }
 
-// The (bytes, median seconds) points of one bench_allreduce run in a ledger, for the cost model's
-// fit (trainlab collective-cost --fit): the run `run` (the latest all-reduce run when empty), the
-// `algorithm` ("ring" | "native") rows. Throws Error naming what is missing.
-struct LedgerPoints {
-  std::string run_id, dtype;
-  int ranks = 0;
-  std::vector<std::pair<double, double>> points;
-  std::vector<std::string> warnings;  // the ledger's (skipped rows and the like)
-};
-LedgerPoints allreduce_points(const std::string& path, const std::string& run, const std::string& algorithm);
-
 }  // namespace trainlab::bench

@@ -10,8 +10,11 @@
 
 #include "backends/error.h"
 #include "bench/measure/knobs.h"
+#include "bench/report/chart.h"
 #include "bench/report/table.h"
 #include "engine/yaml_file.h"
+#include "studies/cost_to_accuracy/rows.h"
+#include "studies/scaling/rows.h"
 
 namespace trainlab::bench {
 
@@ -346,32 +349,28 @@ std::string cost_findings(const CostAnalysis& a) {
 }
 
 std::vector<ScalingPoint> weak_scaling_points(const std::string& ledger_path, std::int64_t decode_cost,
-                                              std::string* run_id) {
+                                              std::string* run_id, std::vector<std::string>* warnings) {
   std::error_code ec;
   TL_CHECK(std::filesystem::exists(ledger_path, ec),
            "cost study: --scaling-ledger '" + ledger_path + "' does not exist (run bench_scaling first)");
   const auto loaded = Ledger(ledger_path).load();
+  if (warnings) warnings->insert(warnings->end(), loaded.warnings.begin(), loaded.warnings.end());
   // The latest run with weak-scaling rows that communicate (a --bind-compare run has none).
-  const auto weak = [](const json& row) {
-    if (row.value("kind", "") != "scaling" || row.value("status", "") != "ok" || !row.contains("config")) return false;
-    const auto& c = row.at("config");
-    return c.is_object() && c.value("mode", "") == "weak" && !c.value("no_sync", false) &&
-           !c.value("bind_compare", false);
-  };
-  std::string run;
-  for (const auto& row : loaded.rows)
-    if (weak(row)) run = row.value("run_id", "");
+  std::vector<ScalingRow> weak;
+  for (auto& row : loaded.read<ScalingRow>(warnings)) {
+    const ScalingConfig& c = row.config;
+    if (row.header.ok() && c.mode == "weak" && !c.no_sync && !c.bind_compare) weak.push_back(std::move(row));
+  }
+  const auto [run, rows] = latest_run(weak);
   TL_CHECK(!run.empty(), "cost study: --scaling-ledger '" + ledger_path + "' holds no bench_scaling run");
   std::map<int, std::pair<std::int64_t, std::vector<double>>> by_world;
   std::set<std::int64_t> decode_costs;
-  for (const auto& row : loaded.rows) {
-    if (!weak(row) || row.value("run_id", "") != run) continue;
-    const auto& c = row.at("config");
-    decode_costs.insert(c.value("decode_cost", std::int64_t{-1}));
-    if (c.value("decode_cost", std::int64_t{-1}) != decode_cost) continue;
-    auto& entry = by_world[c.at("world").get<int>()];
-    entry.first = c.at("global_batch").get<std::int64_t>();
-    entry.second.push_back(row.at("samples_per_s").get<double>());
+  for (const auto& row : rows) {
+    decode_costs.insert(row.config.decode_cost);
+    if (row.config.decode_cost != decode_cost) continue;
+    auto& entry = by_world[row.config.world];
+    entry.first = row.config.global_batch;
+    entry.second.push_back(row.samples_per_s);
   }
   std::string have;
   for (auto d : decode_costs) {
@@ -453,76 +452,58 @@ std::string break_even_table(const std::vector<BreakEvenRow>& rows, bool markdow
                       cells, markdown);
 }
 
-std::vector<CostConfigResult> cost_results_from_rows(const std::vector<json>& rows) {
+std::vector<CostConfigResult> cost_results_from_rows(const std::vector<CostRepeatRow>& rows) {
   std::vector<CostConfigResult> out;
   std::map<std::string, std::size_t> index;
   for (const auto& row : rows) {
-    if (row.value("kind", "") != "cost_repeat") continue;
-    const std::string name = row.at("config_name");
-    auto it = index.find(name);
+    auto it = index.find(row.config_name);
     if (it == index.end()) {
       CostConfigResult r;
-      r.name = name;
-      r.batch = row.at("batch");
-      r.lr = row.at("lr");
-      r.lr_follows_rule = row.at("lr_follows_rule");
-      r.dtype = row.at("dtype");
-      it = index.emplace(name, out.size()).first;
+      r.name = row.config_name;
+      r.batch = row.batch;
+      r.lr = row.lr;
+      r.lr_follows_rule = row.lr_follows_rule;
+      r.dtype = row.dtype;
+      it = index.emplace(row.config_name, out.size()).first;
       out.push_back(r);
     }
     CostRepeat rep;
-    rep.failed = row.at("status") != "ok";
-    rep.error = row.value("error", std::string());
+    rep.failed = !row.header.ok();
+    rep.error = row.error;
     if (!rep.failed) {
-      rep.samples_per_s = row.at("samples_per_s");
-      rep.reached = row.at("reached");
-      rep.steps_to_target = rep.reached ? row.at("steps_to_target").get<std::int64_t>() : 0;
+      rep.samples_per_s = row.samples_per_s;
+      rep.reached = row.reached;
+      rep.steps_to_target = rep.reached ? *row.steps_to_target : 0;
     }
     out[it->second].repeats.push_back(rep);
   }
   return out;
 }
 
-std::string cost_rank_svg(const CostAnalysis& a, const std::string& title) {
-  const int n = static_cast<int>(a.rows.size());
-  const int top = 60, step = 34, left = 230, right = 530;
-  const int height = top + n * step + 60;
-  std::ostringstream svg;
-  svg << fmt::format(
-             R"(<svg xmlns="http://www.w3.org/2000/svg" width="780" height="{}" font-family="sans-serif" font-size="12">)",
-             height)
-      << "\n";
-  svg << fmt::format(R"(<text x="10" y="22" font-size="14" font-weight="bold">{}</text>)", svg_text(title)) << "\n";
-  svg << fmt::format(R"(<text x="{}" y="46" text-anchor="middle" font-weight="bold">rank by throughput</text>)", left)
-      << "\n";
-  svg << fmt::format(R"(<text x="{}" y="46" text-anchor="middle" font-weight="bold">rank by cost</text>)", right)
-      << "\n";
+// Rank by throughput against rank by cost, each configuration joined across; the one throughput
+// over-rates the most in red. A configuration that did not reach the target is ranked after every
+// one that did.
+chart::Figure cost_rank_figure(const CostAnalysis& a, const std::string& title) {
   const int unreached =
       static_cast<int>(std::count_if(a.rows.begin(), a.rows.end(), [](const CostRow& r) { return r.reached_target; })) +
       1;
-  auto y = [&](int rank) { return top + (rank - 1) * step + 12; };
+  chart::RankChart ranks;
+  ranks.left_title = "rank by throughput";
+  ranks.right_title = "rank by cost";
   for (const auto& r : a.rows) {
-    const int rc = r.reached_target ? r.rank_cost : unreached;
-    const bool moved = r.name == a.over_rated;
-    svg << fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="{}"/>)", left + 8,
-                       y(r.rank_throughput), right - 8, y(rc), moved ? "#b03a2e" : "#3a7ca5", moved ? 3 : 1.5)
-        << "\n";
-    svg << fmt::format(R"(<text x="{}" y="{}" text-anchor="end">{} ({:.0f}/s)</text>)", left - 8,
-                       y(r.rank_throughput) + 4, svg_text(r.name), r.samples_per_s.median)
-        << "\n";
-    svg << fmt::format(
-               R"(<text x="{}" y="{}">{}</text>)", right + 8, y(rc) + 4,
-               svg_text(r.name + " (" + (r.reached_target ? money(r.dollars) : std::string("not reached")) + ")"))
-        << "\n";
+    chart::RankItem item;
+    item.left_rank = r.rank_throughput;
+    item.right_rank = r.reached_target ? r.rank_cost : unreached;
+    item.left_text = fmt::format("{} ({:.0f}/s)", r.name, r.samples_per_s.median);
+    item.right_text = r.name + " (" + (r.reached_target ? money(r.dollars) : std::string("not reached")) + ")";
+    item.highlight = r.name == a.over_rated;
+    ranks.items.push_back(item);
   }
-  svg << fmt::format(R"(<text x="10" y="{}" fill="#555">left: the median samples/s order; right: $ to held-out )"
-                     R"(accuracy {:g} at ${}/h</text>)",
-                     height - 24, a.target, a.rate)
-      << "\n";
-  svg << fmt::format(R"(<text x="10" y="{}" fill="#555">red: the configuration throughput over-rates the most</text>)",
-                     height - 8)
-      << "\n</svg>\n";
-  return svg.str();
+  return {
+      title,
+      {ranks},
+      {fmt::format("left: the median samples/s order; right: $ to held-out accuracy {:g} at ${}/h", a.target, a.rate),
+       "red: the configuration throughput over-rates the most"}};
 }
 
 }  // namespace trainlab::bench

@@ -18,10 +18,27 @@
 
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
+#include "bench/report/chart.h"
 #include "bench/report/section.h"
 #include "studies/ladder/ladder.h"
 
 namespace trainlab::bench {
+
+struct CostRepeatRow;
+
+// cost_to_accuracy as a library call: the options its command line sets (the executable,
+// apps/cost_to_accuracy.cpp, parses the command line and calls run_cost_study).
+struct CostOptions {
+  std::string config_path;  // empty: configs/cost_cuda.yaml where a GPU is, else configs/cost_cpu.yaml
+  double rate = 0;          // $/hour (required: there is no honest default price)
+  bool quick = false;
+  int repeats = 0;  // 0: the study file's
+  std::string ledger_path, scaling_ledger;
+  bool no_ledger = false;
+};
+// Runs the study; returns the exit status: 0, 1 when every repeat of every configuration failed,
+// 2 on an error (said on stderr).
+int run_cost_study(const CostOptions& options);
 
 struct CostStudySpec {
   struct Entry {
@@ -139,17 +156,19 @@ struct BreakEvenRow {
   std::string note;                   // why a figure is missing
 };
 // The weak-scaling points of the latest bench_scaling run in `ledger_path` (no_sync runs excluded)
-// at `decode_cost`; `run_id` receives the run. Throws Error naming what is missing.
+// at `decode_cost`; `run_id` receives the run, `warnings` the ledger's (a row that does not fit its
+// kind is skipped). Throws Error naming what is missing.
 std::vector<ScalingPoint> weak_scaling_points(const std::string& ledger_path, std::int64_t decode_cost,
-                                              std::string* run_id);
+                                              std::string* run_id, std::vector<std::string>* warnings = nullptr);
 std::vector<BreakEvenRow> break_even(const std::vector<ScalingPoint>& points, const CostAnalysis& analysis,
                                      double rate);
 std::string break_even_table(const std::vector<BreakEvenRow>& rows, bool markdown);
 
-// The ledger side: a repeat's row (kind "cost_repeat"), the study's results rebuilt from a run's
-// rows, and the report's section with its figure (rank by throughput against rank by cost).
-std::vector<CostConfigResult> cost_results_from_rows(const std::vector<json>& rows);
-std::string cost_rank_svg(const CostAnalysis& analysis, const std::string& title);
+// The ledger side: the study's results rebuilt from a run's repeat rows (studies/cost_to_accuracy/
+// rows.h), in the rows' order.
+std::vector<CostConfigResult> cost_results_from_rows(const std::vector<CostRepeatRow>& rows);
+// The report's figure: rank by throughput against rank by cost (bench/report/chart.h).
+chart::Figure cost_rank_figure(const CostAnalysis& analysis, const std::string& title);
 
 // The report's section for this study (studies/registry.h).
 SectionDef cost_report_section();

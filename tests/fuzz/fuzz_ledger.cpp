@@ -6,6 +6,7 @@
 #include "bench/report/report.h"
 #include "comm/cost_model.h"
 #include "fuzz_util.h"
+#include "studies/allreduce/rows.h"
 #include "studies/registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,0 +1,79 @@
+// The all-reduce study's ledger rows: one `allreduce` row per algorithm and size (bench_allreduce),
+// also written by bench_buckets for the single all-reduces its model is fitted to (tool
+// "bench_buckets"); collective-cost --fit reads both.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/measure/ledger.h"
+#include "bench/measure/stats.h"
+
+namespace trainlab::bench {
+
+struct AllreduceConfig {
+  int ranks = 0;
+  std::int64_t bytes = 0;  // per rank
+  std::int64_t count = 0;  // elements
+  std::string dtype;
+  std::string algorithm;                      // "ring" | "native"
+  std::optional<std::int64_t> segment_bytes;  // the ring's pipeline segment (bench_allreduce)
+  std::optional<std::string> communicator;    // "mpi" | "nccl" (bench_allreduce)
+  template <class F>
+  void fields(F& f) {
+    f("ranks", ranks);
+    f("bytes", bytes);
+    f.optional("count", count);
+    f.optional("dtype", dtype);
+    f("algorithm", algorithm);
+    f.optional("segment_bytes", segment_bytes);
+    f.optional("communicator", communicator);
+  }
+};
+
+struct AllreduceRow {
+  static constexpr const char* kKind = "allreduce";
+  RowHeader header;
+  std::optional<std::string> communicator;  // bench_allreduce's environment: the communicator timed
+  std::optional<std::string> tool;          // "bench_buckets": the points of a bucket sweep's fit
+  AllreduceConfig config;
+  std::vector<double> repeats;  // seconds, every measured iteration (the slowest rank's)
+  Summary stats;
+  int warmup_iterations_excluded = 0;
+  std::optional<double> algbw_gbps, busbw_gbps;  // at the median (bench_allreduce)
+  std::optional<double> memcpy_gbps;             // the single-core memcpy rate of the same run
+  std::optional<bool> correct;                   // bench_allreduce: ring and native agreed bit for bit
+  std::optional<double> noise_floor_percent;     // native's even against its odd iterations
+  template <class F>
+  void fields(F& f) {
+    header.fields(f);
+    f.optional("communicator", communicator);
+    f.optional("tool", tool);
+    f("config", config);
+    f.optional("repeats", repeats);
+    f("stats", stats);
+    f.optional("warmup_iterations_excluded", warmup_iterations_excluded);
+    f.optional("algbw_gbps", algbw_gbps);
+    f.optional("busbw_gbps", busbw_gbps);
+    f.optional("memcpy_gbps", memcpy_gbps);
+    f.optional("correct", correct);
+    f.optional("noise_floor_percent", noise_floor_percent);
+  }
+  bool from_bench_buckets() const { return tool && *tool == "bench_buckets"; }
+};
+
+// The (bytes, median seconds) points of one all-reduce run in a ledger, for the cost model's fit
+// (trainlab collective-cost --fit): the run `run` (the latest all-reduce run when empty; a
+// bench_buckets run's single all-reduces count), the `algorithm` ("ring" | "native") rows. Throws
+// Error naming what is missing.
+struct LedgerPoints {
+  std::string run_id, dtype;
+  int ranks = 0;
+  std::vector<std::pair<double, double>> points;
+  std::vector<std::string> warnings;  // the ledger's (skipped rows and the like)
+};
+LedgerPoints allreduce_points(const std::string& path, const std::string& run, const std::string& algorithm);
+
+}  // namespace trainlab::bench
