@@ -65,6 +65,19 @@ std::string measured_on(const Environment& env) {
                      env.timer.empty() ? "?" : env.timer);
 }
 
+ReportSection section_of(const std::string& marker, const std::string& run_id, const Environment& env,
+                         const std::string& more) {
+  ReportSection section;
+  section.measured_on = env;
+  section.marker = marker;
+  section.readme_intro = "from run `" + run_id + "` on " + measured_on(env) + more;
+  return section;
+}
+
+std::string figure_path(const std::string& study, const std::string& run_id) {
+  return "figures/" + study + "_" + run_id + ".svg";
+}
+
 std::string write_report(const ReportOptions& options, const std::vector<SectionDef>& defs) {
   check_output_file(options.out_path, "report --out");
   check_output_is_not_input(options.out_path, "report --out", {{options.ledger_path, "--ledger"}});

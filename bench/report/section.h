@@ -43,4 +43,11 @@ struct SectionDef {
 // "AMD EPYC (onednn, 2 threads; engine abc; timer steady_clock)".
 std::string measured_on(const Environment& env);
 
+// A section of run `run_id` measured on `env`, quoted by the block `marker`: its block's intro says
+// "from run `RUN` on ENV" and then `more`.
+ReportSection section_of(const std::string& marker, const std::string& run_id, const Environment& env,
+                         const std::string& more = "");
+// Where a study's figure of a run goes, relative to the report: "figures/<study>_<run>.svg".
+std::string figure_path(const std::string& study, const std::string& run_id);
+
 }  // namespace trainlab::bench

@@ -90,9 +90,8 @@ std::optional<ReportSection> allreduce_section(const SectionInput& in) {
   const double factor = ranks > 0 ? busbw_factor(Collective::allreduce, ranks) : 1.0;
   const auto table = ring_against_native(by);
   const AllreduceRow& first = rows.front();
-  ReportSection section;
-  section.measured_on = first.header.env;
-  const std::string figure = "figures/allreduce_" + run_id + ".svg";
+  ReportSection section = section_of("allreduce", run_id, first.header.env, fmt::format(", {} ranks", ranks));
+  const std::string figure = figure_path("allreduce", run_id);
   const std::vector<std::string> head = {"size",       "ring busbw GB/s",     "native busbw GB/s",
                                          "time ratio", "ring against native", "separable"};
   std::ostringstream md;
@@ -109,8 +108,6 @@ std::optional<ReportSection> allreduce_section(const SectionInput& in) {
   std::vector<std::vector<std::string>> some;
   for (std::size_t i = 0; i < table.size(); ++i)
     if (i % 4 == 0 || i + 1 == table.size()) some.push_back(table[i]);
-  section.marker = "allreduce";
-  section.readme_intro = fmt::format("from run `{}` on {}, {} ranks", run_id, measured_on(first.header.env), ranks);
   section.readme_table = render_table(head, some, true);
   chart::LineChart lines;
   lines.x_label = "message size";

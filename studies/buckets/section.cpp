@@ -46,9 +46,8 @@ std::optional<ReportSection> buckets_section(const SectionInput& in) {
                      fmt::format("{:+.0f}%", 100 * (s.median / row.ideal_s - 1))});
   }
   if (!first) return std::nullopt;
-  ReportSection section;
-  section.measured_on = first->header.env;
-  const std::string figure = "figures/buckets_" + run_id + ".svg";
+  ReportSection section = section_of("buckets", run_id, first->header.env);
+  const std::string figure = figure_path("buckets", run_id);
   const BucketsConfig& config = first->config;
   const std::vector<std::string> head = {"bucket",       "buckets",     "measured ms median (min-max)",
                                          "predicted ms", "model error", "over ideal"};
@@ -62,8 +61,6 @@ std::optional<ReportSection> buckets_section(const SectionInput& in) {
   md << render_table(head, table, true);
   md << "\n![bucket sweep against the model](" << figure << ")\n";
   section.markdown = md.str();
-  section.marker = "buckets";
-  section.readme_intro = "from run `" + run_id + "` on " + measured_on(first->header.env);
   section.readme_table = render_table(head, table, true);
   chart::LineChart lines;
   lines.x_label = "bucket size";

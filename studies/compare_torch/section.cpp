@@ -59,9 +59,8 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
   }
   const CompareTorchRow& first = configs.front();
   const auto torch = first.header.env.versions.find("torch");
-  ReportSection section;
-  section.measured_on = first.header.env;
-  const std::string figure = "figures/compare_torch_" + run_id + ".svg";
+  ReportSection section = section_of("torch_ratios", run_id, first.header.env);
+  const std::string figure = figure_path("compare_torch", run_id);
   std::ostringstream md;
   md << fmt::format(
       "\n## Against PyTorch\n\nRun `{}` (`{}`) on {}, PyTorch {}, batch {}: every configuration its own process, "
@@ -73,8 +72,6 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
                      table, true);
   md << "\n![trainlab against the best PyTorch variant](" << figure << ")\n";
   section.markdown = md.str();
-  section.marker = "torch_ratios";
-  section.readme_intro = "from run `" + run_id + "` on " + measured_on(first.header.env);
   section.readme_table = render_table(
       {"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"}, table, true);
   section.figures.emplace_back(figure, ratios_figure(configs, run_id));

@@ -49,9 +49,8 @@ std::optional<ReportSection> cost_section(const SectionInput& in) {
       analyse_cost(cost_results_from_rows(rows), first.rate, first.target, first.eval_every, first.step_cap);
   int repeats = 0;
   for (const auto& r : analysis.rows) repeats = std::max(repeats, r.repeats);
-  ReportSection section;
-  section.measured_on = first.header.env;
-  const std::string figure = "figures/cost_" + run_id + ".svg";
+  ReportSection section = section_of("cost", run_id, first.header.env);
+  const std::string figure = figure_path("cost", run_id);
   std::ostringstream md;
   md << fmt::format(
       "\n## Cost to accuracy\n\nRun `{}` of `studies/cost_to_accuracy` ({}{}) on {}: each configuration trained "
@@ -72,8 +71,6 @@ std::optional<ReportSection> cost_section(const SectionInput& in) {
   section.markdown = md.str();
   section.figures.emplace_back(figure,
                                chart::render(cost_rank_figure(analysis, "cost to accuracy (run " + run_id + ")")));
-  section.marker = "cost";
-  section.readme_intro = "from run `" + run_id + "` on " + measured_on(first.header.env);
   section.readme_table = cost_table(analysis, true) + "\n" + cost_findings(analysis);
   return section;
 }

@@ -14,19 +14,16 @@ std::optional<ReportSection> dataset_section(const SectionInput& in) {
   if (run_id.empty()) return std::nullopt;
   const DatasetRepeatRow& first = rows.front();
   const auto arms = dataset_arms_from_rows(rows);
-  ReportSection section;
-  section.measured_on = first.header.env;
   const std::string intro = fmt::format(
       "{} samples of SyntheticImages at {} px, {} loader workers, batch {}, {} page cache; every arm measured in "
       "each of {} rounds (the loader alone, then SmallCNN trained on it)",
       first.samples, first.image_size, first.workers, first.batch, first.cold ? "cold" : "warm",
       arms.empty() ? 0 : arms.front().loader.size());
+  ReportSection section = section_of("dataset", run_id, first.header.env, ": " + intro);
   section.markdown =
       fmt::format("\n## Data on disk: the re-export regression\n\nRun `{}` of `studies/dataset` on {}: {}.\n\n", run_id,
                   measured_on(first.header.env), intro) +
       dataset_report(arms);
-  section.marker = "dataset";
-  section.readme_intro = "from run `" + run_id + "` on " + measured_on(first.header.env) + ": " + intro;
   section.readme_table = dataset_report(arms);
   return section;
 }

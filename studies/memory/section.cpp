@@ -17,9 +17,8 @@ std::optional<ReportSection> memory_section(const SectionInput& in) {
   const MemoryAnalysis analysis = analyse_memory(memory_arms_from_rows(rows));
   const MemoryRepeatRow& first = rows.front();
   const MemoryConfig& config = first.config;
-  ReportSection section;
-  section.measured_on = first.header.env;
-  const std::string figure = "figures/memory_" + run_id + ".svg";
+  ReportSection section = section_of("memory", run_id, first.header.env);
+  const std::string figure = figure_path("memory", run_id);
   std::ostringstream md;
   md << fmt::format(
       "\n## Memory: batch x recompute x ZeRO\n\nRun `{}` of `studies/memory` on {}: DDP over {} ranks, {}, optimizer "
@@ -32,8 +31,6 @@ std::optional<ReportSection> memory_section(const SectionInput& in) {
   section.markdown = md.str();
   section.figures.emplace_back(
       figure, chart::render(memory_figure(analysis, "Memory per rank: batch x recompute x ZeRO (run " + run_id + ")")));
-  section.marker = "memory";
-  section.readme_intro = "from run `" + run_id + "` on " + measured_on(first.header.env);
   section.readme_table = memory_table(analysis, true) + "\n" + memory_findings(analysis);
   return section;
 }

@@ -17,9 +17,8 @@ std::optional<ReportSection> pinning_section(const SectionInput& in) {
   const auto analyses = pinning_from_rows(rows);
   TL_CHECK(!analyses.empty(), "report: pinning run '" + run_id + "' has no successful repeat");
   const Environment& env = rows.front().header.env;
-  ReportSection section;
-  section.measured_on = env;
-  const std::string figure = "figures/pinning_" + run_id + ".svg";
+  ReportSection section = section_of("pinning", run_id, env);
+  const std::string figure = figure_path("pinning", run_id);
   std::ostringstream md, readme;
   md << fmt::format(
       "\n## CPU pinning\n\nRun `{}` of `studies/pinning` on {}: each repeat of each arm its own process, repeats "
@@ -37,8 +36,6 @@ std::optional<ReportSection> pinning_section(const SectionInput& in) {
   md << "\n![the arms, their ranges and the noise floor](" << figure << ")\n";
   section.markdown = md.str();
   section.figures.emplace_back(figure, chart::render(pinning_figure(analyses, "CPU pinning (run " + run_id + ")")));
-  section.marker = "pinning";
-  section.readme_intro = "from run `" + run_id + "` on " + measured_on(env);
   section.readme_table = readme.str();
   return section;
 }

@@ -119,9 +119,8 @@ std::optional<ReportSection> scaling_section(const SectionInput& in) {
   chart::Series ideal{"ideal (100%)", chart::kReference, {}, true};
   for (const auto& [w, v] : samples.begin()->second) ideal.points.push_back({static_cast<double>(w), 100, {}, {}});
   series.push_back(ideal);
-  ReportSection section;
-  section.measured_on = first->header.env;
-  const std::string figure = "figures/scaling_" + run_id + ".svg";
+  ReportSection section = section_of("scaling", run_id, first->header.env, fmt::format(", decode cost {}", decode));
+  const std::string figure = figure_path("scaling", run_id);
   const std::vector<std::string> head = {"what", "world", "samples/s median (min-max)", "efficiency median (min-max)"};
   std::ostringstream md;
   md << fmt::format(
@@ -132,9 +131,6 @@ std::optional<ReportSection> scaling_section(const SectionInput& in) {
   md << render_table(head, table, true);
   md << "\n![efficiency against world size](" << figure << ")\n";
   section.markdown = md.str();
-  section.marker = "scaling";
-  section.readme_intro =
-      fmt::format("from run `{}` on {}, decode cost {}", run_id, measured_on(first->header.env), decode);
   section.readme_table = render_table(head, table, true);
   chart::LineChart lines;
   lines.x_label = "world size (ranks)";
