@@ -110,12 +110,13 @@ ladder-full: build
 
 # trainlab against PyTorch (bench/compare_torch.py): every trainlab configuration and every PyTorch
 # variant the peer defines, interleaved over 5 rounds; the best PyTorch variant per dtype in the run
-# is the peer. Rewrites docs/RESULTS.md's table and headline, appends the run to
-# $(LEDGER) and regenerates $(REPORT) (its figure of the ratios per round).
+# is the peer. Appends the run to $(LEDGER), regenerates $(REPORT) (its figure of the ratios per
+# round) and, from the ledger, docs/RESULTS.md's three comparison blocks (bench_report is their one
+# writer).
 compare: build
-	@python3 bench/compare_torch.py --update-docs --ledger $(LEDGER) \
-	  --out $(dir $(LEDGER))compare_torch.json
-	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
+	@python3 bench/compare_torch.py --ledger $(LEDGER) --out $(dir $(LEDGER))compare_torch.json
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) --readme docs/RESULTS.md \
+	  --blocks torch_ratios,compare_torch,compare_torch_headline > /dev/null && echo "report: $(REPORT)"
 
 # Re-runs a sample of the latest ladder run's rungs in $(LEDGER) and says whether each lands within
 # its recorded spread (SAMPLE rungs, default 3); then, where make compare left its JSON beside the

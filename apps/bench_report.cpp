@@ -21,7 +21,11 @@ int main(int argc, char** argv) {
   app.add_option("--ledger", options.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_option("--out", options.out_path, "the report to write (default results/REPORT.md)");
   app.add_option("--run", options.run_id, "the run to report (default: the ledger's latest)");
-  app.add_option("--readme", options.readme_path, "also rewrite the ladder table between markers in this file");
+  app.add_option("--readme", options.readme_path,
+                 "also rewrite the generated blocks (each study's table) between their markers in this file "
+                 "(docs/RESULTS.md): the one writer of those blocks");
+  app.add_option("--blocks", options.blocks, "with --readme: only these blocks (markers, comma-separated)")
+      ->delimiter(',');
   bool verify = false, strict = false;
   int sample = 3, rounds = 0;
   app.add_flag("--verify", verify,

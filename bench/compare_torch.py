@@ -8,8 +8,13 @@ Reported per row: median and min-max over rounds; ratios are per round against t
 variant for that dtype (chosen by its median), then summarised the same way.
 
     python3 bench/compare_torch.py [--rounds 5] [--seconds 3] [--batch 128] [--threads 2]
-                                   [--update-docs] [--out bench/results/compare_torch.json]
-    python3 bench/compare_torch.py --render-only [--update-docs]   # the tables again, from the JSON
+                                   [--ledger L] [--out bench/results/compare_torch.json]
+    python3 bench/compare_torch.py --render-only   # the tables again, from the JSON
+
+With --ledger the run is appended as rows (a compare_torch row per trainlab configuration, a
+compare_torch_peer row per PyTorch variant, a compare_torch_run row), from which bench_report draws
+its section and, with --readme docs/RESULTS.md, the comparison's blocks there (`make compare` does
+both): bench_report is the one writer of docs/RESULTS.md's generated blocks.
 
 PyTorch runs under /usr/bin/python3 (Debian's python3-torch); the script itself needs only the
 standard library. Nothing here is a test: it is a measurement, and every number it prints comes
@@ -29,11 +34,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINLAB = os.path.join(ROOT, "build", "bin", "trainlab")
 PEER = os.path.join(ROOT, "bench", "peers", "torch_smallcnn.py")
 TORCH_PYTHON = "/usr/bin/python3"
-# The full table and the headline (one line per dtype) both live in docs/RESULTS.md, each between its markers.
-RESULTS_DOC = os.path.join(ROOT, "docs", "RESULTS.md")
-HEADLINE_DOC = RESULTS_DOC
-TABLE_MARKERS = ("<!-- compare_torch:begin -->", "<!-- compare_torch:end -->")
-HEADLINE_MARKERS = ("<!-- compare_torch_headline:begin -->", "<!-- compare_torch_headline:end -->")
 # The PyTorch variants come from the peer itself (torch_smallcnn.py --list-variants): every variant
 # it defines is measured, training and forward only, and the best per dtype in this run is the peer.
 
@@ -167,25 +167,6 @@ def render(doc):
     return "\n".join(lines), "\n".join(headline)
 
 
-def replace_between(path, markers, body):
-    with open(path) as f:
-        text = f.read()
-    begin, end = markers
-    if begin not in text or end not in text:
-        sys.exit(f"compare_torch: {path} lacks the {begin} ... {end} markers")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    with open(path + ".tmp", "w") as f:
-        f.write(head + begin + "\n" + body + "\n" + end + tail)
-    os.replace(path + ".tmp", path)
-
-
-def update_docs(table, headline):
-    replace_between(RESULTS_DOC, TABLE_MARKERS, table)
-    replace_between(HEADLINE_DOC, HEADLINE_MARKERS, headline)
-    print("docs/RESULTS.md table and headline updated")
-
-
 HEADLINE_KEYS = ("tl_onednn_f32_best", "tl_onednn_bf16_best", "tl_onednn_f32_infer")
 
 
@@ -278,10 +259,9 @@ def main():
     parser.add_argument("--ledger", default="",
                         help="also append the run to this ledger (a compare_torch row per trainlab configuration, a "
                              "compare_torch_peer row per PyTorch variant), which bench_report draws")
-    parser.add_argument("--update-docs", "--update-readme", dest="update_docs", action="store_true",
-                        help="rewrite the table and the headline in docs/RESULTS.md between their markers")
     parser.add_argument("--render-only", action="store_true",
-                        help="measure nothing: print (and with --update-docs write) the tables from --out's JSON")
+                        help="measure nothing: print the tables from --out's JSON (docs/RESULTS.md's blocks are "
+                             "written by bench_report --readme from the ledger: make compare)")
     parser.add_argument("--verify", action="store_true",
                         help="measure nothing new: re-run the headline configurations of --out's run and their "
                              "recorded PyTorch peers, and say whether each ratio lands within its recorded per-round range")
@@ -328,8 +308,6 @@ def main():
         except (KeyError, TypeError, ValueError, IndexError) as error:
             parser.error(f"--out {args.out!r} is not a recorded run: a missing or mistyped field ({error!r})")
         print(table + "\n\n" + headline)
-        if args.update_docs:
-            update_docs(table, headline)
         return 0
     if not os.access(TRAINLAB, os.X_OK):
         sys.exit(f"compare_torch: {TRAINLAB} is missing; build first (make test or make ladder)")
@@ -445,8 +423,6 @@ def main():
     if args.ledger:
         n = append_ledger(args.ledger, doc, samples, labels, configs, best)
         print(f"ledger: {args.ledger} ({n} rows, run {doc['run_id']})")
-    if args.update_docs:
-        update_docs(table, headline)
     return 0
 
 
@@ -464,7 +440,15 @@ def append_ledger(path, doc, samples, labels, configs, best):
     for row in doc["rows"]:
         lines.append({**common, "kind": "compare_torch", "config_name": row["config"], "peer": row["peer"],
                       "samples_per_s": row["samples_per_s"], "peer_samples_per_s": row["peer_samples_per_s"],
-                      "ratio": row["ratio"], "ratio_per_round": row["ratio_per_round"]})
+                      "ratio": row["ratio"], "ratio_per_round": row["ratio_per_round"],
+                      "gflop_per_s": row["gflop_per_s"], "ceiling_share": row["ceiling_share"],
+                      "rss_mb": row["rss_mb"], "peer_rss_mb": row["peer_rss_mb"]})
+    # The run itself: what docs/RESULTS.md's comparison blocks need beside the rows (bench_report
+    # --readme draws them from the ledger: the one writer of the generated blocks).
+    lines.append({**common, "kind": "compare_torch_run", "date": machine["date"],
+                  "rounds": machine.get("rounds", 0), "engine_backend": engine.get("backend", "?"),
+                  "gemm_gflop_per_s": {dtype: summary(values) for dtype, values in doc["gemm_gflop_per_s"].items()},
+                  "targets": doc["targets"]})
     for key, label, kind, _ in configs:
         if key.startswith("torch_"):
             lines.append({**common, "kind": "compare_torch_peer", "config_name": label, "peer_kind": kind,

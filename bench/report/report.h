@@ -21,6 +21,8 @@ struct ReportOptions {
   // pinning, ...), with the command and run it came from; the file must hold the markers of at least
   // one of them. The one writer of those blocks.
   std::string readme_path;
+  // With readme_path: only these blocks (by marker); empty: every block the ledger's sections fill.
+  std::vector<std::string> blocks;
 };
 
 // Writes the report (atomically) and its SVG figures beside it (figures/<study>_<run>.svg) from the

@@ -14,13 +14,19 @@
 
 namespace trainlab::bench {
 
+// A generated block of docs/RESULTS.md (or any file with its markers): the text between
+// <!-- marker:begin --> and <!-- marker:end -->, an intro ("from run X on ...") and a table.
+struct ReportBlock {
+  std::string marker, intro, table;
+};
+
 struct ReportSection {
   Environment measured_on;  // where its run was measured (the report's header names the first section's)
   std::string markdown;
   std::vector<std::pair<std::string, std::string>> figures;  // path relative to the report, SVG text
-  // The block between <!-- marker:begin --> and <!-- marker:end -->: an intro ("from run X on ...")
-  // and the table.
+  // Its block (with its figures linked), and any further blocks it fills (without figures).
   std::string marker, readme_intro, readme_table;
+  std::vector<ReportBlock> more_blocks;
 };
 
 // What a section reads: the ledger, loaded once; the ladder run asked for (bench_report --run; the

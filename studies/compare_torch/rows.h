@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct CompareTorchRow {
   std::optional<MedianRange> ratio;
   // One ratio per round (absent from rows written before they were recorded: those are not drawn).
   std::optional<std::vector<double>> ratio_per_round;
+  // The step's GFLOP/s, its share of the same run's GEMM ceiling, and both processes' peak RSS (rows
+  // written since the comparison's table is drawn from the ledger).
+  std::optional<MedianRange> gflop_per_s, ceiling_share, rss_mb, peer_rss_mb;
   template <class F>
   void fields(F& f) {
     header.fields(f);
@@ -61,6 +65,44 @@ struct CompareTorchRow {
     f("peer_samples_per_s", peer_samples_per_s);
     f.optional("ratio", ratio);
     f.optional("ratio_per_round", ratio_per_round);
+    f.optional("gflop_per_s", gflop_per_s);
+    f.optional("ceiling_share", ceiling_share);
+    f.optional("rss_mb", rss_mb);
+    f.optional("peer_rss_mb", peer_rss_mb);
+  }
+};
+
+// One per run (since the comparison's tables are drawn from the ledger): the GEMM ceiling, the
+// targets with their verdicts, and when it was measured.
+struct CompareTorchTarget {
+  std::string target;
+  MedianRange value;
+  std::string verdict;  // "met", "MISSED", "reported", with a stretch goal's word
+  template <class F>
+  void fields(F& f) {
+    f("target", target);
+    f("value", value);
+    f("verdict", verdict);
+  }
+};
+struct CompareTorchRunRow {
+  static constexpr const char* kKind = "compare_torch_run";
+  RowHeader header;
+  CompareTorchRun run;
+  std::string date;  // "2026-12-01 14:28 UTC"
+  int rounds = 0;
+  std::string engine_backend;                           // trainlab's backend as it described itself
+  std::map<std::string, MedianRange> gemm_gflop_per_s;  // "f32", "bf16"
+  std::vector<CompareTorchTarget> targets;
+  template <class F>
+  void fields(F& f) {
+    header.fields(f);
+    run.fields(f);
+    f("date", date);
+    f("rounds", rounds);
+    f.optional("engine_backend", engine_backend);
+    f("gemm_gflop_per_s", gemm_gflop_per_s);
+    f("targets", targets);
   }
 };
 

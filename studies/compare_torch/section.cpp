@@ -18,6 +18,88 @@ std::string range(const MedianRange& s, const char* format) {
   return fmt::format(fmt::runtime(std::string(format) + " (" + format + "-" + format + ")"), s.median, s.min, s.max);
 }
 
+// 4825.3 -> "4,825" (digits 0), 1.283 -> "1.28" (digits 2): compare_torch.py's numbers.
+std::string grouped(double v, int digits) {
+  std::string text = fmt::format("{:.{}f}", v, digits);
+  const std::size_t dot = text.find('.');
+  std::size_t at = dot == std::string::npos ? text.size() : dot;
+  const std::size_t first = text[0] == '-' ? 1 : 0;
+  while (at > first + 3) {
+    at -= 3;
+    text.insert(at, ",");
+  }
+  return text;
+}
+std::string spread(const MedianRange& s, int digits = 0) {
+  return grouped(s.median, digits) + " (" + grouped(s.min, digits) + "-" + grouped(s.max, digits) + ")";
+}
+
+// The run's whole comparison (every configuration with its GFLOP/s and RSS, every PyTorch variant,
+// the targets) and the headline of three: the blocks docs/RESULTS.md quotes, from a run recorded
+// with its compare_torch_run row.
+std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::string& run_id,
+                                           const std::vector<CompareTorchRow>& configs) {
+  std::optional<CompareTorchRunRow> run;
+  for (auto& r : in.read<CompareTorchRunRow>())
+    if (r.header.run_id == run_id) run = std::move(r);
+  if (!run) return {};  // recorded before the run row existed: its blocks stay as they were written
+  std::ostringstream t;
+  const auto gemm = [&](const char* dtype) {
+    const auto it = run->gemm_gflop_per_s.find(dtype);
+    return it == run->gemm_gflop_per_s.end() ? std::string("?") : spread(it->second);
+  };
+  t << "GEMM ceiling (oneDNN, 2048^3): f32 " << gemm("f32") << " GFLOP/s, bf16 " << gemm("bf16") << " GFLOP/s.\n\n";
+  t << "| trainlab config | samples/s | best PyTorch (variant) | samples/s | ratio | GFLOP/s (of ceiling) | peak RSS "
+       "MB "
+       "(PyTorch) |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& row : configs) {
+    const std::string ratio = row.ratio ? spread(*row.ratio, 2) + "x" : std::string("?");
+    const std::string gflops =
+        row.gflop_per_s && row.ceiling_share
+            ? fmt::format("{:.0f} ({:.0f}%)", row.gflop_per_s->median, 100 * row.ceiling_share->median)
+            : std::string("?");
+    const std::string rss = row.rss_mb && row.peer_rss_mb
+                                ? fmt::format("{:.0f} ({:.0f})", row.rss_mb->median, row.peer_rss_mb->median)
+                                : std::string("?");
+    t << "| " << row.config_name << " | " << spread(row.samples_per_s) << " | " << row.peer << " | "
+      << spread(row.peer_samples_per_s) << " | " << ratio << " | " << gflops << " | " << rss << " |\n";
+  }
+  std::vector<CompareTorchPeerRow> variants;
+  for (auto& v : in.read<CompareTorchPeerRow>())
+    if (v.header.run_id == run_id) variants.push_back(std::move(v));
+  if (!variants.empty()) {
+    t << "\nEvery PyTorch variant measured in this run (the best per dtype, marked, is the peer above; "
+         "`bench/peers/torch_smallcnn.py --help` says what each is):\n\n| kind | PyTorch variant | samples/s | |\n"
+         "|---|---|---|---|\n";
+    for (const auto& v : variants) {
+      const Summary s = summarize(v.repeats);
+      t << "| " << v.peer_kind << " | " << v.config_name << " | " << spread(MedianRange{s.median, s.min, s.max, s.n})
+        << " | " << (v.best ? "best" : "") << " |\n";
+    }
+  }
+  t << "\n| target | measured (median, min-max) | verdict |\n|---|---|---|\n";
+  for (const auto& target : run->targets)
+    t << "| " << target.target << " | " << spread(target.value, 2) << " | " << target.verdict << " |\n";
+  std::ostringstream h;
+  h << "| trainlab | samples/s | best PyTorch variant | samples/s | ratio |\n|---|---|---|---|---|\n";
+  for (const char* name : {"onednn f32 nhwc fused", "onednn bf16 nhwc fused", "onednn f32 nhwc fused, forward only"}) {
+    for (const auto& row : configs) {
+      if (row.config_name != name || !row.ratio) continue;
+      h << "| " << name << " | " << spread(row.samples_per_s) << " | " << row.peer << " | "
+        << spread(row.peer_samples_per_s) << " | " << spread(*row.ratio, 2) << "x |\n";
+    }
+  }
+  const Environment& env = configs.front().header.env;
+  const std::string when = fmt::format("from run `{}` (`{}`, {}, {} interleaved rounds) on {}", run_id,
+                                       configs.front().run.command, run->date, run->rounds, measured_on(env));
+  return {{"compare_torch", when, t.str()},
+          {"compare_torch_headline",
+           when + fmt::format(": SmallCNN training, batch {}, median (min-max) of the rounds; every configuration: "
+                              "[the table](#against-pytorch)",
+                              configs.front().run.batch),
+           h.str()}};
+}
+
 // A bar per configuration: the median of its per-round ratios, whisker their min-max; parity dashed.
 std::string ratios_figure(const std::vector<CompareTorchRow>& configs, const std::string& run_id) {
   chart::BarChart bars;
@@ -75,6 +157,7 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
   section.readme_table = render_table(
       {"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"}, table, true);
   section.figures.emplace_back(figure, ratios_figure(configs, run_id));
+  section.more_blocks = comparison_blocks(in, run_id, configs);
   return section;
 }
 
