@@ -4,7 +4,7 @@
 //
 // As llm.c keeps numbered versions, a kernel that has a faster form keeps its first, plain one as
 // `_v1` (one thread per output, no shared memory, the obviously-correct version); the backend
-// uses the latest; tests/cuda_kernels_test.cpp checks every version against host computations
+// uses the latest; tests/backends/cuda_kernels_test.cpp checks every version against host computations
 // (a GPU test: skipped where there is no GPU, and not yet run on one).
 #pragma once
 

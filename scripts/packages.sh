@@ -16,7 +16,7 @@ TRAINLAB_BUILD_PACKAGES=(
 
 # What install-deps.sh adds on a Debian machine: the compilers and build tools (a GPU machine has its
 # own, with nvcc), hwloc's tools, the PyTorch peer (the GPU machine's own PyTorch is the peer there),
-# and qemu-user (tests/avx2_cpu_test.sh runs the build on an emulated AVX2 CPU).
+# and qemu-user (tests/apps/avx2_cpu_test.sh runs the build on an emulated AVX2 CPU).
 # python3-torch: PyTorch 1.13 under /usr/bin/python3, the peer for side-by-side benchmarks and the
 # gradient comparison test. ocl-icd-opencl-dev and opencl-headers (above): Debian's dnnl CMake config
 # requires OpenCL (its GPU runtime).

@@ -16,6 +16,8 @@ accounting, the precision audit, the profiler or anything else that watches or d
 Prints every violation (file, line, the include and why) and exits 1 when there is one.
 
     tests/check_layers.py [ROOT]
+    tests/check_layers.py --self-test      plants one violation of each rule in a scratch tree and
+                                           fails unless every one is caught (the check can fail)
 """
 import pathlib
 import re
@@ -79,7 +81,39 @@ def check(root):
     return problems
 
 
+PLANTED = {
+    # the engine's core including what watches it
+    "engine/autograd.cpp": '#include "engine/profiler.h"\n',
+    # a layer including one above it
+    "bench/measure/ledger.cpp": '#include "studies/ladder/ladder.h"\n',
+    # an example including more than the installed headers
+    "examples/own/main.cpp": '#include "bench/measure/ledger.h"\n',
+    # a third-party header outside its folder
+    "engine/tensor.cpp": "#include <mpi.h>\n",
+}
+
+
+def self_test():
+    import tempfile
+    with tempfile.TemporaryDirectory() as scratch:
+        root = pathlib.Path(scratch)
+        for rel, text in PLANTED.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        problems = check(root)
+    missed = [rel for rel in PLANTED if not any(p.startswith(rel + ":") for p in problems)]
+    for p in problems:
+        print("caught: " + p)
+    if missed or len(problems) != len(PLANTED):
+        print(f"self-test FAILED: {len(problems)} problems for {len(PLANTED)} planted; missed: {missed}")
+        return 1
+    print(f"self-test: all {len(PLANTED)} planted includes caught")
+    return 0
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
     problems = check(root)
     for p in problems:

@@ -3,7 +3,7 @@
 # loops): every rung that is not a GPU rung is measured, amp_bf16 included, and the bf16 rungs say
 # they ran emulated (seed 000's negative result, a row in the table, never a failed one).
 #
-#   tests/ladder_isa_test.sh BENCH_LADDER SOURCE_DIR [ISA]     (ISA: AVX2 unless given)
+#   tests/studies/ladder_isa_test.sh BENCH_LADDER SOURCE_DIR [ISA]     (ISA: AVX2 unless given)
 set -euo pipefail
 ladder=$1
 source_dir=$2

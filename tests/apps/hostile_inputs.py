@@ -5,7 +5,7 @@ last audit), one case each: the command, then what must hold. Each failed on mai
 Every case: no signal and no hang (a timeout fails), the exit status expected, stderr's error a
 single line naming what it is about, and nothing written or removed outside the outputs.
 
-    tests/hostile_inputs.py BIN_DIR MPIRUN SOURCE_DIR [CASE ...]     (no case: all of them)
+    tests/apps/hostile_inputs.py BIN_DIR MPIRUN SOURCE_DIR [CASE ...]     (no case: all of them)
 """
 import json
 import os
@@ -221,7 +221,7 @@ def case_6_diagnose_long_trace(work):
 
 def case_19_ledger_appended_to_itself(work):
     ledger = os.path.join(work, "twice.jsonl")
-    original = open(os.path.join(SOURCE, "tests", "data", "verify_ladder.jsonl")).read()
+    original = open(os.path.join(SOURCE, "tests", "studies", "data", "verify_ladder.jsonl")).read()
     open(ledger, "w").write(original + original)
     out = os.path.join(work, "r19", "REPORT.md")
     r = run([os.path.join(BIN, "bench_report"), "--ledger", ledger, "--out", out])

@@ -5,7 +5,7 @@
 # (x86-64-v3) trains in bf16 there, emulated, saying so; a -march=native build made on an AVX-512
 # machine refuses at load with one line naming the missing feature, never SIGILL.
 #
-#   tests/avx2_cpu_test.sh TRAINLAB
+#   tests/apps/avx2_cpu_test.sh TRAINLAB
 set -uo pipefail
 trainlab=$1
 if ! command -v qemu-x86_64 > /dev/null; then

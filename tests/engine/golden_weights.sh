@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The weights of short training runs, bit for bit: `trainlab train` must produce exactly the
-# checkpoint recorded in tests/golden/weights.txt (SHA-256 of model.safetensors and
+# checkpoint recorded in tests/engine/golden/weights.txt (SHA-256 of model.safetensors and
 # optimizer.safetensors). This pins the training step's arithmetic across refactors: a change
 # that moves one bit of one weight fails here, naming the run.
 #
@@ -12,9 +12,9 @@
 # test reports itself skipped (exit 77, ctest's SKIP_RETURN_CODE) after checking the rest: a run that
 # checks nothing never reads as a pass. A digest that differs fails.
 #
-#   tests/golden_weights.sh TRAINLAB            check every run
+#   tests/engine/golden_weights.sh TRAINLAB            check every run
 #   (runs named mpi2_* go through scripts/mpirun -np 2: data-parallel training, two ranks)
-#   tests/golden_weights.sh TRAINLAB --record   rewrite this ISA's lines from this build, keeping the
+#   tests/engine/golden_weights.sh TRAINLAB --record   rewrite this ISA's lines from this build, keeping the
 #                                               other ISAs' (after a change that is meant to move the
 #                                               weights; say why in the commit, and record every ISA)
 set -u
@@ -34,7 +34,7 @@ runs=(
   "default_backend_bf16_nhwc|--dtype bf16 --layout nhwc --fuse --workers 1"
   "mpi2_reference_ring|--backend reference --threads 1 --allreduce ring --bucket-cap-mb 0.5 --accumulate 2 --batch 16"
 )
-mpirun=$(cd "$here/.." && pwd)/scripts/mpirun
+mpirun=$(cd "$here/../.." && pwd)/scripts/mpirun
 
 failures=0
 unchecked=0
@@ -83,7 +83,7 @@ if [ "$mode" = "--record" ]; then
   keep=$(awk -v seen="$isas_seen" 'BEGIN { n = split(seen, s, " "); for (i = 1; i <= n; i++) drop[s[i]] = 1 }
                                    !/^#/ && NF == 3 && !($2 in drop)' "$table" 2>/dev/null)
   {
-    echo "# name isa sha256(model.safetensors + optimizer.safetensors), written by tests/golden_weights.sh --record"
+    echo "# name isa sha256(model.safetensors + optimizer.safetensors), written by tests/engine/golden_weights.sh --record"
     { [ -n "$keep" ] && printf "%s\n" "$keep"; printf "%s" "$recorded"; } | sort -k1,1 -k2,2
   } > "$table.tmp" && mv "$table.tmp" "$table"
   exit 0

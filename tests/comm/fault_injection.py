@@ -3,7 +3,7 @@
 dies, or the ranks disagree. Every random choice (when to kill, which rank, which key) comes from
 --seed, so a failure is reproduced by running the same command.
 
-    tests/fault_injection.py TRAINLAB MPIRUN [--seed 1] [--kills 6]
+    tests/comm/fault_injection.py TRAINLAB MPIRUN [--seed 1] [--kills 6]
 
   saves    `trainlab train --save-every 1` killed (SIGKILL) at a random moment, again and again on
            the same directory: the checkpoint there always verifies (`trainlab verify-checkpoint`)
