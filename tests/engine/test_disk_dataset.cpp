@@ -406,7 +406,7 @@ TEST_CASE("data set on disk: hostile manifests and files are refused by open and
     refused(d, {"manifest.json", "CRC-32", "edited or corrupted"});
   }
   SECTION("version 1.5, true, and an older version") {
-    for (const nlohmann::json v : {nlohmann::json(1.5), nlohmann::json(true), nlohmann::json(1)}) {
+    for (const nlohmann::json& v : {nlohmann::json(1.5), nlohmann::json(true), nlohmann::json(1)}) {
       const std::string d = copy(shards, "version" + std::to_string(v.dump().size()) + v.type_name());
       edit_manifest(d, [&](nlohmann::json& j) { j["version"] = v; });
       refused(d, {"manifest version " + v.dump(), "reads version 2"});
