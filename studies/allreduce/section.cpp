@@ -33,7 +33,8 @@ std::vector<chart::Series> busbw_series(const std::map<std::string, BySize>& by,
                     false};
     for (const auto& [bytes, row] : sizes) {
       const Summary& t = row->stats;
-      const auto bus = [&](double seconds) { return static_cast<double>(bytes) / seconds * 1e-9 * factor; };
+      const double size = static_cast<double>(bytes);  // a structured binding: clang 14 cannot capture it
+      const auto bus = [&](double seconds) { return size / seconds * 1e-9 * factor; };
       s.points.push_back({static_cast<double>(bytes), bus(t.median), bus(t.max), bus(t.min)});
     }
     series.push_back(s);
