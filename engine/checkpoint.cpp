@@ -261,6 +261,13 @@ Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
                  " does not match the recorded " + marker["crc32"].get<std::string>());
   }
 
+  // The marker lists the three files and nothing else: an entry for a file a save never writes
+  // (missing or not) is a forged or foreign marker.
+  for (const auto& [name, entry] : marker["files"].items()) {
+    TL_CHECK(name == kModelFile || name == kOptimizerFile || name == kStateFile,
+             "checkpoint marker '" + marker_path + "' lists " + quote_value(name) + ", not a checkpoint file (" +
+                 kModelFile + ", " + kOptimizerFile + ", " + kStateFile + ")");
+  }
   // Every file: a regular file of the recorded size (checked before a byte is read), then the CRC.
   std::map<std::string, std::vector<unsigned char>> files;
   for (const char* file : {kModelFile, kOptimizerFile, kStateFile}) {

@@ -426,6 +426,15 @@ std::string loader_state_problem(const StateDict& state) {
   return "";
 }
 
+std::int64_t loader_state_batches(const StateDict& state) {
+  const std::string problem = loader_state_problem(state);
+  TL_CHECK(problem.empty(), "data loader state: " + problem);
+  const std::int64_t batch = state.integers.at("batch_size"), size = state.integers.at("dataset_size");
+  const bool drop_last = !state.integers.count("drop_last") || state.integers.at("drop_last") != 0;
+  const std::int64_t per_epoch = drop_last ? size / batch : (size - 1) / batch + 1;
+  return state.integers.at("epoch") * per_epoch + state.integers.at("next_batch");
+}
+
 void DataLoader::load_state_dict(const StateDict& state) {
   const std::string owner = "data loader state";
   const std::string problem = loader_state_problem(state);

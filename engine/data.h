@@ -157,5 +157,8 @@ class DataLoader {
 // DataLoader's own rule, drop_last from the state). One rule for resume, inspect and diagnose, so
 // none of them reads a forged state as fact (or divides by its batch size 0).
 std::string loader_state_problem(const StateDict& state);
+// The batches a saved position has consumed since step 0 (epoch x batches per epoch + next_batch);
+// throws Error with loader_state_problem's words when the state has one.
+std::int64_t loader_state_batches(const StateDict& state);
 
 }  // namespace trainlab

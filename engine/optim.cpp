@@ -154,6 +154,16 @@ std::vector<bool> Optimizer::load_common(const StateDict& state, const std::vect
                            : "has a '" + buffer_key(kinds[k], pname) + "' buffer its state does not record"));
     }
   }
+  for (const auto& [key, tensor] : state.tensors) {
+    std::string allowed;
+    bool buffer = false;
+    for (const std::string& kind : kinds) {
+      buffer = buffer || key.rfind(kind + ".", 0) == 0;
+      allowed += (allowed.empty() ? "" : ", ") + kind + ".<parameter>";
+    }
+    TL_CHECK(buffer, owner + " has a tensor '" + key + "' that is none of its buffers (" + allowed + ")");
+    (void)tensor;
+  }
   for (const auto& [key, value] : state.integers) {
     if (key.rfind("has_state.", 0) != 0) continue;
     const std::string pname = key.substr(std::string("has_state.").size());

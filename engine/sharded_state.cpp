@@ -61,6 +61,7 @@ StateDict shard_optimizer_state(const StateDict& full, const NamedTensors& param
                                 const std::vector<ParameterPiece>& pieces) {
   std::map<std::string, std::vector<const ParameterPiece*>> mine;
   for (const auto& [name, p] : parameters) mine[name];
+  const auto names = by_name(parameters);
   for (const ParameterPiece& piece : pieces) mine[piece.parameter].push_back(&piece);
   StateDict shard;
   shard.numbers = full.numbers;
@@ -73,6 +74,13 @@ StateDict shard_optimizer_state(const StateDict& full, const NamedTensors& param
       shard.tensors[key] = tensor;
       continue;
     }
+    // The whole state as an unsharded optimiser would load it: each buffer the shape and dtype of
+    // its parameter (a transposed moment has the right element count and the wrong meaning).
+    const Tensor& parameter = *names.at(key.substr(kind.size() + 1));
+    TL_CHECK(tensor.shape() == parameter.shape() && tensor.dtype() == parameter.dtype(),
+             "optimizer state '" + key + "' is " + shape_str(tensor.shape()) + " " + dtype_name(tensor.dtype()) +
+                 ", parameter '" + key.substr(kind.size() + 1) + "' is " + shape_str(parameter.shape()) + " " +
+                 dtype_name(parameter.dtype()));
     for (const ParameterPiece* piece : *owned) {
       TL_CHECK(piece->begin + piece->count <= tensor.numel(),
                "optimizer state '" + key + "' has " + std::to_string(tensor.numel()) + " elements, fewer than piece " +

@@ -12,6 +12,7 @@
 #include "engine/checkpoint.h"
 #include "engine/fileio.h"
 #include "engine/profiler.h"
+#include "engine/resume.h"
 #include "engine/trace.h"
 #include "engine/train_observers.h"
 #include "engine/version.h"
@@ -297,6 +298,7 @@ void Trainer::save_local(const std::string& dir, const StateDict& optimizer_stat
   checkpoint.trainer.strings["generator"] = generator_.state_string();
   checkpoint.trainer.strings["engine_version"] = git_describe();
   checkpoint.trainer.strings["backend"] = run_.backend->name();
+  checkpoint.trainer.strings["model"] = task_.model_name;
   if (run_.scaler) {
     const StateDict scaler = run_.scaler->state_dict();
     for (const auto& [key, value] : scaler.numbers) checkpoint.trainer.numbers["scaler." + key] = value;
@@ -321,68 +323,22 @@ void Trainer::resume(const std::string& dir) {
     TL_CHECK(saved == now, owner + " was trained with " + key + " " + saved + "; this run asks for " + now +
                                " (resume with the same value, or start a new run)");
   }
-  const std::int64_t step = checkpoint.trainer.integer("step", owner);
-  TL_CHECK(step >= 0 && step <= config_.steps, owner + " is at step " + std::to_string(step) + ", beyond --steps " +
-                                                   std::to_string(config_.steps) + " (ask for more steps to continue)");
+  const ResumedCounters counters = restore_run(checkpoint, owner, config_, run_, generator_, parallel_);
+  const std::int64_t step = counters.step;
+  TL_CHECK(step <= config_.steps, owner + " is at step " + std::to_string(step) + ", beyond --steps " +
+                                      std::to_string(config_.steps) + " (ask for more steps to continue)");
   TL_CHECK(config_.stop_at == 0 || step <= config_.stop_at,
            owner + " is at step " + std::to_string(step) + ", beyond --stop-at " + std::to_string(config_.stop_at));
-  if (!config_.checkpoint.allow_nonfinite_checkpoint) {
-    // Weights or optimiser state holding NaN or inf would only propagate: refused unless asked for.
-    NamedTensors tensors = checkpoint.model;
-    for (const auto& [name, tensor] : checkpoint.optimizer.tensors) tensors.emplace_back(name, tensor);
-    for (const auto& [name, tensor] : tensors) {
-      const std::vector<double> values = tensor.to(DType::f64).to_vector<double>();
-      const auto bad = std::find_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); });
-      TL_CHECK(bad == values.end(), owner + ": tensor '" + name + "' holds " + std::to_string(*bad) + " at element " +
-                                        std::to_string(bad - values.begin()) +
-                                        " (resume anyway with --allow-nonfinite-checkpoint)");
-    }
-  }
-  std::int64_t scaler_skipped = 0;
   try {
-    run_.model->load_state_dict(checkpoint.model);
-    run_.optimizer->load_state_dict(parallel_ != nullptr ? parallel_->shard_optimizer_state(checkpoint.optimizer)
-                                                         : checkpoint.optimizer);
-    run_.scheduler->load_state_dict(checkpoint.scheduler);
     loader_->load_state_dict(checkpoint.loader);
-    generator_.set_state_string(checkpoint.trainer.string("generator", owner));
-    if (run_.scaler) {
-      StateDict scaler;
-      scaler.numbers["scale"] = checkpoint.trainer.number("scaler.scale", owner);
-      for (const char* key : {"growth_tracker", "skipped_steps", "growth_interval"})
-        scaler.integers[key] = checkpoint.trainer.integer(std::string("scaler.") + key, owner);
-      run_.scaler->load_state_dict(scaler);
-      scaler_skipped = run_.scaler->skipped_steps();
-    }
   } catch (const Error& e) {
     throw Error(owner + ": " + e.what());
   }
-  nonfinite_total_ = checkpoint.trainer.integers.count("nonfinite_skipped")
-                         ? checkpoint.trainer.integer("nonfinite_skipped", owner)
-                         : 0;
-  // The learning rate the state records is the schedule's at that step: a state.json edited to
-  // another value is refused, not obeyed.
-  const double saved_lr = checkpoint.optimizer.number("lr", owner + " optimizer");
-  TL_CHECK(saved_lr == run_.scheduler->current_lr(), owner + ": the optimizer's lr " + std::to_string(saved_lr) +
-                                                         " is not the schedule's at step " + std::to_string(step) +
-                                                         " (" + std::to_string(run_.scheduler->current_lr()) + ")");
-  // Every step consumes `accumulate` batches and advances the schedule once: the counters must agree.
   const LoaderPosition position = loader_->position();
-  const std::int64_t batches = position.epoch * loader_->batches_per_epoch() + position.next_batch;
-  TL_CHECK(batches == step * config_.execution.accumulate && run_.scheduler->last_step() == step,
-           owner + " is inconsistent: step " + std::to_string(step) + " of " +
-               std::to_string(config_.execution.accumulate) + " micro-steps, but the loader has consumed " +
-               std::to_string(batches) + " batches and the schedule is at step " +
-               std::to_string(run_.scheduler->last_step()));
-  // Every step either updated the weights or was skipped (the f16 scaler, or --on-nonfinite skip):
-  // a step count rewound against the optimiser's own count is refused.
-  if (run_.optimizer->updates() >= 0) {
-    const std::int64_t expected = step - scaler_skipped - nonfinite_total_;
-    TL_CHECK(run_.optimizer->updates() == expected, owner + " is inconsistent: step " + std::to_string(step) +
-                                                        " with " + std::to_string(scaler_skipped + nonfinite_total_) +
-                                                        " skipped, but the optimizer has applied " +
-                                                        std::to_string(run_.optimizer->updates()) + " updates");
-  }
+  check_position(step, config_.execution.accumulate,
+                 position.epoch * loader_->batches_per_epoch() + position.next_batch, run_.scheduler->last_step(),
+                 owner);
+  nonfinite_total_ = counters.nonfinite_total;
   step_ = step;
 }
 

@@ -25,6 +25,7 @@
 #include "engine/grad_dump.h"
 #include "engine/memory_model.h"
 #include "engine/memory_report.h"
+#include "engine/resume.h"
 #include "engine/throughput.h"
 #include "engine/trainer.h"
 #include "engine/version.h"
@@ -139,10 +140,14 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
 
 int run_verify_checkpoint(const std::string& dir) {
   const Checkpoint c = load_checkpoint(dir, get_backend("reference"));
+  validate_checkpoint(c, dir);  // what --resume checks, in its words
   std::int64_t parameters = 0, buffers = 0;
   for (const auto& [name, tensor] : c.model) parameters += tensor.numel();
   for (const auto& [name, tensor] : c.optimizer.tensors) buffers += tensor.numel();
-  std::printf("checkpoint %s: complete (marker, sizes, CRC-32s and headers checked)\n", dir.c_str());
+  std::printf(
+      "checkpoint %s: complete (marker, sizes, CRC-32s and headers checked; the state loaded and cross-checked as "
+      "--resume does)\n",
+      dir.c_str());
   std::printf("step %lld; engine %s; backend %s\n", static_cast<long long>(c.trainer.integer("step", dir)),
               c.trainer.strings.count("engine_version") ? c.trainer.strings.at("engine_version").c_str() : "?",
               c.trainer.strings.count("backend") ? c.trainer.strings.at("backend").c_str() : "?");

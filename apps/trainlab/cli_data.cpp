@@ -94,7 +94,8 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
   c.inspect = app.add_subcommand("inspect",
                                  "a checkpoint part by part: tensors and shapes, the step, the LR a resume starts at, "
                                  "the optimiser, schedule, RNG and loader position, the fraction of the data seen; "
-                                 "exit 0 when complete, 1 when a part is missing");
+                                 "exit 0 when complete (--resume takes it), 1 when a part is missing or --resume "
+                                 "refuses it (its reason printed; the checks are resume's own)");
   c.inspect->add_option("CKPT", c.inspect_dir, "the checkpoint directory")->required();
   c.diagnose = app.add_subcommand(
       "diagnose",

@@ -117,6 +117,27 @@ void read_trace(const std::string& path, Artifacts& a) {
   a.phases = PhaseTotals{totals["data_wait"], totals["forward"], totals["backward"], totals["optimizer"], 0.0};
 }
 
+// A file the run recorded (its trace, checkpoint, data set), when it is this run's to read here:
+// recorded absolute (a relative one, from a record older than that rule, would be resolved against
+// this process's directory: another run's files) and on this host. Otherwise "", with a warning.
+std::string recorded_path(Artifacts& a, const char* key) {
+  const std::string path = config_value(a.config, key);
+  if (path.empty()) return path;
+  if (!fs::path(path).is_absolute()) {
+    a.warnings.push_back(
+        fmt::format("the run recorded {} as the relative path {} (an older record; its working "
+                    "directory is unknown): not read",
+                    key, quote_value(path)));
+    return "";
+  }
+  if (!a.host.empty() && a.host != hostname_now()) {
+    a.warnings.push_back(
+        fmt::format("the run's {} {} is on host {}, not this one: not read", key, quote_value(path), a.host));
+    return "";
+  }
+  return path;
+}
+
 bool is_checkpoint_dir(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "COMPLETE", ec);
@@ -161,9 +182,9 @@ Artifacts gather(const DiagnoseOptions& o, std::string& kind) {
       a.phases = a.final->phases;
       a.ranks = a.final->ranks;
     }
-    a.trace = config_value(a.config, "trace");
-    a.checkpoint = config_value(a.config, "save");
-    a.data = config_value(a.config, "data");
+    a.trace = recorded_path(a, "trace");
+    a.checkpoint = recorded_path(a, "save");
+    a.data = recorded_path(a, "data");
     if (!a.trace.empty() && !fs::is_regular_file(a.trace, ec)) a.trace.clear();
   }
   if (!a.trace.empty() && a.step_s.empty()) read_trace(a.trace, a);
@@ -545,7 +566,13 @@ DiagnosisCheck check_checkpoint(const Artifacts& a) {
       parts.push_back(p.name + (p.present ? "" : damaged ? " DAMAGED (" + p.detail + ")" : " MISSING"));
     }
     c.evidence = fmt::format("{} at step {}: {}", a.checkpoint, r.step, fmt::join(parts, ", "));
-    if (r.complete()) {
+    const bool parts_present =
+        std::all_of(r.parts.begin(), r.parts.end(), [](const CheckpointPart& p) { return p.present; });
+    if (parts_present && !r.refused.empty()) {
+      c.verdict = CheckVerdict::problem;
+      c.evidence = a.checkpoint;
+      c.finding = "REFUSED: --resume refuses it: " + r.refused;
+    } else if (r.complete()) {
       c.verdict = CheckVerdict::ok;
       c.finding = "complete: model, optimiser, schedule, RNG and loader position";
     } else {

@@ -10,6 +10,7 @@
 #include "engine/checkpoint.h"
 #include "engine/data.h"
 #include "engine/optim.h"
+#include "engine/resume.h"
 
 namespace trainlab::bench {
 
@@ -75,7 +76,7 @@ std::string seed_budget_text() {
 // ---- checkpoints -------------------------------------------------------------------------------
 
 bool CheckpointInspection::complete() const {
-  return std::all_of(parts.begin(), parts.end(), [](const CheckpointPart& p) { return p.present; });
+  return refused.empty() && std::all_of(parts.begin(), parts.end(), [](const CheckpointPart& p) { return p.present; });
 }
 
 namespace {
@@ -167,16 +168,30 @@ CheckpointInspection inspect_checkpoint(const std::string& dir) {
   r.parts.push_back({"loader position", has_loader, loader_detail,
                      "each restart begins the epoch again: the head of the data set is seen again and the tail may "
                      "never be (no bump in the loss: the dangerous one)"});
+  try {
+    validate_checkpoint(c, dir);
+  } catch (const Error& e) {
+    r.refused = e.what();
+  }
   return r;
 }
 
 std::string inspection_text(const CheckpointInspection& r) {
+  const bool parts_present =
+      std::all_of(r.parts.begin(), r.parts.end(), [](const CheckpointPart& p) { return p.present; });
+  // A checkpoint whose parts are all there but which --resume refuses: its numbers are not facts.
+  if (parts_present && !r.refused.empty()) {
+    std::string out = fmt::format("checkpoint {}: REFUSED: {}\n", r.dir, r.refused);
+    for (const auto& t : r.tensors) out += "  " + t + "\n";
+    return out + "REFUSED: --resume refuses this checkpoint (above); what it records is not reported\n";
+  }
   std::string out = fmt::format("checkpoint {}: step {}\n", r.dir, r.step);
   for (const auto& t : r.tensors) out += "  " + t + "\n";
   for (const auto& p : r.parts) {
     out += fmt::format("  {:<16} {}: {}\n", p.name, p.present ? "present" : "MISSING", p.detail);
     if (!p.present) out += fmt::format("  {:<16} without it, a resume: {}\n", "", p.if_missing);
   }
+  if (!r.refused.empty()) out += "  REFUSED by --resume: " + r.refused + "\n";
   out += r.complete() ? "complete: a resume continues the run where it stopped\n"
                       : "INCOMPLETE: a resume from this checkpoint is not the uninterrupted run (see MISSING above)\n";
   return out;

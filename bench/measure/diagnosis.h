@@ -52,7 +52,11 @@ struct CheckpointInspection {
   double visited_fraction = -1;  // of the training data, at least once (-1: no loader position)
   std::int64_t samples_drawn = -1;
   std::map<std::string, std::string> config;  // the run's config keys, as saved
-  bool complete() const;
+  // Why --resume refuses this checkpoint, in its words (engine/resume.h: one validation for
+  // resume, verify-checkpoint, inspect and diagnose); empty when it takes it. A refused
+  // checkpoint's step and position are not reported as fact.
+  std::string refused;
+  bool complete() const;  // every part present, and --resume takes it
 };
 
 // Loads `dir` (every CRC and header checked) and describes it.

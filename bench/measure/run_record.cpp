@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "backends/registry.h"
 #include "engine/config.h"
@@ -71,12 +72,27 @@ std::string rank_stats_text(const std::vector<RankStepStats>& ranks) {
 
 namespace {
 
-// Every config key as text ("config.batch" -> "batch"), as checkpoints hold them.
+// The keys that name files and directories: recorded absolute, so that diagnose, run from another
+// directory, reads this run's files and not whatever has the same relative name there.
+constexpr const char* kPathKeys[] = {"data", "save", "resume", "trace", "ledger", "audit_file"};
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
+// Every config key as text ("config.batch" -> "batch"), as checkpoints hold them; paths absolute.
 KnobMap config_keys(const TrainConfig& config) {
   StateDict state;
   config_to_state(config, state);
   KnobMap keys;
   for (const auto& [key, value] : state.strings) keys[key.substr(7)] = value;
+  for (const char* key : kPathKeys) {
+    auto it = keys.find(key);
+    if (it != keys.end()) it->second = absolute_path(it->second);
+  }
   return keys;
 }
 
@@ -137,7 +153,7 @@ void RunRecorder::finish(const TrainResult& result, const std::vector<RankStepSt
   row.header = header(TrainRunRow::kKind, "ok");
   row.process = process();
   row.config = config_keys(config_);
-  row.data = data;
+  row.data = absolute_path(data);
   row.first_step = result.first_step;
   row.last_step = result.last_step;
   row.warmup_steps = result.warmup_steps;

@@ -286,6 +286,9 @@ int compare_binding(Launch& l) {
   const ScalingOptions& o = l.o;
   TL_CHECK(l.launched >= 2,
            "bench_scaling: --bind-compare measures world 2: launch at least 2 ranks (scripts/mpirun -np 2)");
+  TL_CHECK(std::find(l.plan.worlds.begin(), l.plan.worlds.end(), 2) != l.plan.worlds.end(),
+           "bench_scaling: --bind-compare measures worlds 1 and 2: --worlds " + quote_value(o.worlds) +
+               " lacks 2 (give --worlds 1,2)");
   const std::vector<std::string> arms = {"none", "none_b", "core"};
   std::map<std::string, std::vector<double>> efficiency, sps1, sps2;
   for (int round = 0; round < o.repeats; ++round) {

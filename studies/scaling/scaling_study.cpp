@@ -213,7 +213,10 @@ Trained Launch::train(const Arm& arm) {
   const int w = arm.world;
   if (rank < w) {
     const TrainConfig config = train_config(o, arm);
-    comm::Replica replica(*subs_[w]);
+    const auto sub = subs_.find(w);
+    TL_CHECK(sub != subs_.end(),
+             fmt::format("bench_scaling: world {} is not in --worlds {}", w, quote_value(o.worlds)));
+    comm::Replica replica(*sub->second);
     auto trainer = replica.trainer(config, smallcnn_task(config));
     comm::Ddp& ddp = *replica.ddp();
     ddp.set_communication(arm.communicate);

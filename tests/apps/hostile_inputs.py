@@ -95,6 +95,12 @@ def case_2_dataset_study_work_not_a_directory(work):
         failures.append("2: the file given as --work was changed")
 
 
+def case_3_bind_compare_without_world_2(work):
+    r = run([MPIRUN, "-np", "2", os.path.join(BIN, "bench_scaling"), "--bind-compare", "--worlds", "1", "--no-peer",
+             "--no-ledger", "--steps", "1", "--repeats", "1"], timeout=300)
+    expect("3", r, 2, ["--bind-compare measures worlds 1 and 2", "give --worlds 1,2"], one_line=False)
+
+
 def case_4_compare_torch_inputs(work):
     script = os.path.join(SOURCE, "bench", "compare_torch.py")
     bad = {"missing": os.path.join(work, "missing.json"), "a directory": work, "/dev/null": "/dev/null"}
@@ -217,6 +223,138 @@ def case_6_diagnose_long_trace(work):
         f.write("]}")
     r = run([T, "diagnose", trace], timeout=60)
     expect("6", r, 0, ["data"])
+
+
+def train_checkpoint(case, ck, *extra, mpi_ranks=0, cwd=None):
+    command = [T, "train", *SMALL, "--save", ck, *extra]
+    if mpi_ranks:
+        command = [MPIRUN, "-np", str(mpi_ranks), *command]
+    r = run(command, timeout=300, cwd=cwd)
+    if r is None or r.returncode != 0:
+        failures.append(f"{case}: could not train the checkpoint: {(r.stderr or r.stdout)[-300:] if r else 'timeout'}")
+        return False
+    return True
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + n]), n, data
+
+
+def write_safetensors_header(path, header, n, data):
+    """The tensors' bytes kept, the header replaced (padded with spaces to 8 bytes, as writers do)."""
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(len(text).to_bytes(8, "little") + text + data[8 + n:])
+
+
+def case_17_one_validation(work):
+    """inspect, verify-checkpoint and --resume agree: what resume refuses, the others refuse."""
+    ck = os.path.join(work, "ck")
+    if not train_checkpoint("17", ck, "--optimizer", "adamw"):
+        return
+    resume = [T, "train", *SMALL, "--optimizer", "adamw", "--steps", "4", "--resume"]
+
+    def all_refuse(label, words):
+        r = run([T, "verify-checkpoint", target])
+        expect(f"17 {label} (verify-checkpoint)", r, 2, words)
+        r = run([T, "inspect", target])
+        expect(f"17 {label} (inspect)", r, 1, ["REFUSED", *words], one_line=False)
+        r = run([*resume, target])
+        expect(f"17 {label} (--resume)", r, 2, words)
+
+    # A NaN in a moment.
+    target = os.path.join(work, "nan")
+    shutil.copytree(ck, target)
+    path = os.path.join(target, "optimizer.safetensors")
+    header, n, data = read_safetensors(path)
+    name = sorted(k for k in header if k.startswith("exp_avg."))[0]
+    begin = 8 + n + header[name]["data_offsets"][0]
+    data = data[:begin] + bytes.fromhex("0000c07f") + data[begin + 4:]  # f32 NaN
+    open(path, "wb").write(data)
+    remark_checkpoint(target)
+    all_refuse("NaN in a moment", [name, "nan"])
+    # A moment renamed, and an extra tensor (a copy of a moment's bytes, appended).
+    def rename(header, payload):
+        header["exp_avg.conv9.bias"] = header.pop(name)
+        return payload
+
+    def extra(header, payload):
+        begin, end = header[name]["data_offsets"]
+        header["extra.thing"] = dict(header[name], data_offsets=[len(payload), len(payload) + end - begin])
+        return payload + payload[begin:end]
+
+    for label, edit, words in (("a moment renamed", rename, ["exp_avg"]),
+                               ("an extra tensor", extra, ["extra.thing"])):
+        target = os.path.join(work, label.replace(" ", "-"))
+        shutil.copytree(ck, target)
+        path = os.path.join(target, "optimizer.safetensors")
+        header, n, data = read_safetensors(path)
+        payload = edit(header, data[8 + n:])
+        write_safetensors_header(path, header, n, data[:8 + n] + payload)
+        remark_checkpoint(target)
+        all_refuse(label, words)
+    # A marker listing a file that is not there (its own CRC recomputed).
+    target = os.path.join(work, "marker")
+    shutil.copytree(ck, target)
+    marker_path = os.path.join(target, "COMPLETE")
+    marker = json.load(open(marker_path))
+    marker["files"]["extra.safetensors"] = {"bytes": 10, "crc32": "00000000"}
+    marker.pop("crc32", None)
+    marker["crc32"] = f"{zlib.crc32(json.dumps(marker, separators=(',', ':'), sort_keys=True).encode()):08x}"
+    open(marker_path, "w").write(json.dumps(marker, indent=2) + "\n")
+    for tool in ("verify-checkpoint", "inspect"):
+        expect(f"17 a marker listing a missing file ({tool})", run([T, tool, target]), 2, ["extra.safetensors"])
+    expect("17 a marker listing a missing file (--resume)", run([*resume, target]), 2, ["extra.safetensors"])
+    # Forged loader and trainer state.
+    for label, section, key, value in (("epoch -1", "loader", "epoch", -1),
+                                       ("dataset_size 0", "loader", "dataset_size", 0),
+                                       ("batch -8", "loader", "batch_size", -8),
+                                       ("step -5", "trainer", "step", -5)):
+        target = os.path.join(work, label.replace(" ", ""))
+        shutil.copytree(ck, target)
+        state_path = os.path.join(target, "state.json")
+        state = json.load(open(state_path))
+        state[section]["integers"][key] = value
+        open(state_path, "w").write(json.dumps(state, indent=2) + "\n")
+        remark_checkpoint(target)
+        all_refuse(label, [label.replace("batch", "batch_size")])
+
+
+def case_18_zero1_moment_of_the_wrong_shape(work):
+    ck = os.path.join(work, "ck")
+    if not train_checkpoint("18", ck, "--zero", "1", mpi_ranks=2):
+        return
+    path = os.path.join(ck, "optimizer.safetensors")
+    header, n, data = read_safetensors(path)
+    name = next(k for k, v in sorted(header.items()) if k != "__metadata__" and len(v["shape"]) == 2
+                and v["shape"][0] != v["shape"][1])
+    shape = header[name]["shape"]
+    header[name]["shape"] = [shape[1], shape[0]]
+    write_safetensors_header(path, header, n, data)
+    remark_checkpoint(ck)
+    r = run([MPIRUN, "-np", "2", T, "train", *SMALL, "--zero", "1", "--steps", "4", "--resume", ck], timeout=300)
+    expect("18 (zero 1, 2 ranks)", r, 2, [name, f"[{shape[1]}, {shape[0]}]"], one_line=False)
+    r = run([T, "train", *SMALL, "--steps", "4", "--resume", ck])
+    expect("18 (one process)", r, 2, [name])
+
+
+def case_20_diagnose_reads_this_runs_files(work):
+    """diagnose, run from another directory, reads the run's own checkpoint, not one of the same relative name."""
+    a, b = os.path.join(work, "a"), os.path.join(work, "b")
+    os.makedirs(a)
+    os.makedirs(b)
+    if not train_checkpoint("20", "ck", "--ledger", "ledger.jsonl", cwd=a):
+        return
+    if not train_checkpoint("20", "ck", "--steps", "3", cwd=b):  # another run's, at step 3
+        return
+    run_id = next(json.loads(line)["run_id"] for line in open(os.path.join(a, "ledger.jsonl"))
+                  if '"train_run"' in line)
+    r = run([T, "diagnose", run_id, "--ledger", os.path.join(a, "ledger.jsonl")], cwd=b)
+    expect("20", r, {0, 1}, [os.path.join(a, "ck") + " at step 2"], one_line=False)
+    if r is not None and os.path.join(b, "ck") in r.stdout:
+        failures.append("20: diagnose read the other run's checkpoint: " + r.stdout[-300:])
 
 
 def case_19_ledger_appended_to_itself(work):

@@ -3,10 +3,15 @@
 // known: a hung run, a dead one, a starved one, a straggler, an incomplete checkpoint.
 #include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
 #include "bench/measure/diagnosis.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/run_record.h"
 #include "engine/checkpoint.h"
+#include "engine/resume.h"
 #include "engine/trainer.h"
 #include "test_util.h"
 
@@ -129,6 +134,70 @@ TEST_CASE("inspect: a trainlab checkpoint is complete; one without schedule and 
   CHECK(text.find("INCOMPLETE") != std::string::npos);
 }
 
+TEST_CASE("one validation: what --resume refuses, verify and inspect refuse with its words (issue 30 #17)",
+          "[diagnose]") {
+  TempDir tmp("one-validation");
+  TrainConfig config;
+  config.steps = 4;
+  config.batch = 8;
+  config.data.train_samples = 40;
+  config.optimizer.kind = OptimizerKind::adamw;
+  config.reporting.eval_at_end = false;
+  config.reporting.log_every = 100;
+  config.checkpoint.save = tmp / "ck";
+  Trainer(config).train(nullptr);
+  const Checkpoint good = load_checkpoint(tmp / "ck", trainlab::test::ref());
+  validate_checkpoint(good, tmp / "ck");
+  CHECK(inspect_checkpoint(tmp / "ck").complete());
+  const std::string moment = good.optimizer.tensors.begin()->first;  // "exp_avg.conv1.bias"
+  struct Damage {
+    const char* what;
+    std::function<void(Checkpoint&)> apply;
+    const char* words;  // in every refusal
+  };
+  const std::vector<Damage> damages = {
+      {"NaN in a moment",
+       [&](Checkpoint& c) {
+         Tensor& t = c.optimizer.tensors.at(moment);
+         std::vector<float> v = t.to_vector<float>();
+         v[0] = std::nanf("");
+         t = Tensor::from_vector(v, t.shape(), t.backend());
+       },
+       "holds nan"},
+      {"a moment removed", [&](Checkpoint& c) { c.optimizer.tensors.erase(moment); },
+       "has only one of its two moments"},
+      {"a moment renamed",
+       [&](Checkpoint& c) {
+         c.optimizer.tensors["exp_avg.conv9.bias"] = c.optimizer.tensors.at(moment);
+         c.optimizer.tensors.erase(moment);
+       },
+       "exp_avg"},
+      {"an extra tensor", [&](Checkpoint& c) { c.optimizer.tensors["extra.thing"] = c.optimizer.tensors.at(moment); },
+       "'extra.thing' that is none of its buffers"},
+      {"epoch -1", [](Checkpoint& c) { c.loader.integers["epoch"] = -1; }, "epoch -1 is negative"},
+      {"dataset_size 0", [](Checkpoint& c) { c.loader.integers["dataset_size"] = 0; }, "dataset_size 0"},
+      {"batch -8", [](Checkpoint& c) { c.loader.integers["batch_size"] = -8; }, "batch_size -8"},
+      {"step -5", [](Checkpoint& c) { c.trainer.integers["step"] = -5; }, "step -5"},
+      {"step 3 of 4 done", [](Checkpoint& c) { c.trainer.integers["step"] = 3; }, "inconsistent"},
+  };
+  for (const Damage& damage : damages) {
+    INFO(damage.what);
+    Checkpoint bad = good;
+    damage.apply(bad);
+    const std::string dir = tmp / "bad";
+    save_checkpoint(dir, bad);
+    TrainConfig again = config;
+    again.checkpoint.save.clear();
+    again.checkpoint.resume = dir;
+    REQUIRE_THROWS_CONTAINING(Trainer(again), damage.words);
+    REQUIRE_THROWS_CONTAINING(validate_checkpoint(load_checkpoint(dir, trainlab::test::ref()), dir), damage.words);
+    const CheckpointInspection r = inspect_checkpoint(dir);
+    CHECK_FALSE(r.complete());
+    CHECK(r.refused.find(damage.words) != std::string::npos);
+    CHECK(inspection_text(r).find("REFUSED") != std::string::npos);
+  }
+}
+
 TEST_CASE("diagnose names the cause of prepared runs, in the seed's order", "[diagnose]") {
   TempDir tmp("diagnose");
   const std::string ledger_path = tmp / "ledger.jsonl";
@@ -215,6 +284,35 @@ TEST_CASE("diagnose names the cause of prepared runs, in the seed's order", "[di
     // The checkpoint alone says the same.
     o.target = tmp / "ck";
     CHECK(diagnose(o).decided_by == 8);
+  }
+  SECTION("a relative path in an older record is not resolved here (issue 30 #20)") {
+    // Another run's checkpoint under the same relative name in this directory is not this run's.
+    ledger.append(finished("relative", now, std::vector<double>(50, 0.0001), json::array({rank(0, 8)}),
+                           config_with({{"save", "ck"}, {"trace", "t.json"}})));
+    o.target = "relative";
+    const Diagnosis d = diagnose(o);
+    CHECK(d.checks[7].verdict == CheckVerdict::not_applicable);
+    bool warned = false;
+    for (const auto& w : d.warnings) warned = warned || w.find("relative path 'ck'") != std::string::npos;
+    CHECK(warned);
+  }
+  SECTION("a run recorder writes its paths absolute") {
+    TrainConfig config;
+    config.steps = 2;
+    config.batch = 8;
+    config.data.train_samples = 16;
+    config.reporting.eval_at_end = false;
+    config.reporting.log_every = 1;
+    config.checkpoint.save = "relative-ck";
+    RunRecorder recorder(ledger_path, config, 0, 1);
+    StepReport step;
+    step.step = 1;
+    recorder.on_step(step);
+    const auto rows = Ledger(ledger_path).load().read<TrainProgressRow>(nullptr);
+    REQUIRE_FALSE(rows.empty());
+    REQUIRE(rows.back().config);
+    CHECK(rows.back().config->at("save") ==
+          (std::filesystem::current_path() / "relative-ck").lexically_normal().string());
   }
   SECTION("a healthy run, and the comparison with an earlier one") {
     ledger.append(

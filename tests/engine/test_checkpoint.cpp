@@ -224,7 +224,7 @@ TEST_CASE("checkpoint: damaged checkpoints are refused with the file and the pro
     TrainConfig config = tiny_config();
     config.steps = 10;
     Trainer other(config);
-    REQUIRE_THROWS_CONTAINING(other.resume(dir / "cd2"), "inconsistent", "step 2", "consumed 3 batches");
+    REQUIRE_THROWS_CONTAINING(other.resume(dir / "cd2"), "inconsistent", "step 2", "applied 3 updates");
   }
   SECTION("a checkpoint beyond --stop-at") {
     const std::string c = fresh("sa");

@@ -219,6 +219,17 @@ TEST_CASE("sharded optimiser state: pieces step like the whole, merge back to it
       for (const auto& [key, tensor] : states[r].tensors) CHECK(bitwise_equal(cut.tensors.at(key), tensor));
       shards[r]->load_state_dict(cut);
     }
+    // A moment of the right element count and the wrong shape (issue 30 #18: [4096,256] for
+    // [256,4096]; here [1,5] for [5]) is refused when cut, as an unsharded optimiser refuses it.
+    {
+      StateDict transposed = expected;
+      auto& [key, tensor] = *transposed.tensors.begin();
+      const Shape shape = tensor.shape();
+      tensor = tensor.contiguous().reshape(Shape({1, tensor.numel()}));
+      const std::string wanted = shape_str(shape), name = key;
+      REQUIRE_THROWS_CONTAINING(shard_optimizer_state(transposed, whole_params, pieces[0]), name.c_str(), "parameter",
+                                wanted.c_str());
+    }
     // Through bytes (how shards travel between ranks): everything exact, doubles too.
     StateDict odd = states[0];
     odd.numbers["third"] = 1.0 / 3.0;
