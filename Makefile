@@ -79,7 +79,7 @@ build-cuda: deps
 # input as build-fuzz/crash-* (replay it: build-fuzz/bin/fuzz_<target> FILE). `make test` and
 # `make test-sanitize` run the same targets briefly with a deterministic driver (ctest -L fuzz).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := safetensors checkpoint config ledger cli
+FUZZ_TARGETS := safetensors checkpoint config ledger cli dataset diagnose
 fuzz:
 	@bash scripts/install-deps.sh --fuzz
 	@cmake --preset fuzz > /dev/null

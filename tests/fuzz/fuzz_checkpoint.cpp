@@ -1,4 +1,4 @@
-// Fuzz target: the checkpoint loader and a trainer's resume. A real checkpoint (a small model
+// Fuzz target: the checkpoint loader, its validation and a trainer's resume. A real checkpoint (a small model
 // after two steps) is made once; each input replaces one of its four files (the first byte picks
 // which). With the second byte odd, the COMPLETE marker is rewritten to match (sizes, CRC-32s and
 // its own CRC), as a careful forger would, so the input reaches the JSON and safetensors parsers
@@ -11,6 +11,7 @@
 #include "backends/registry.h"
 #include "engine/checkpoint.h"
 #include "engine/fileio.h"
+#include "engine/resume.h"
 #include "engine/trainer.h"
 #include "fuzz_util.h"
 
@@ -103,6 +104,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (data[1] % 2 == 1 && std::string(replaced) != "COMPLETE") reseal(fixture.work);
   static Backend& host = get_backend("reference");
   fuzz::expect_error_or_success([&] { load_checkpoint(fixture.work.string(), host); });
+  // The one validation verify-checkpoint, inspect and diagnose share with resume (engine/resume.h).
+  fuzz::expect_error_or_success(
+      [&] { validate_checkpoint(load_checkpoint(fixture.work.string(), host), fixture.work.string()); });
   fuzz::expect_error_or_success([&] { fixture.trainer->resume(fixture.work.string()); });
   return 0;
 }
