@@ -1,6 +1,7 @@
 // The comparison with PyTorch (bench/compare_torch.py's rows): each trainlab configuration's ratio to the best PyTorch
 // variant of its dtype, per round.
 #include <fmt/format.h>
+#include <algorithm>
 
 #include <optional>
 #include <sstream>
@@ -20,15 +21,16 @@ std::string range(const MedianRange& s, const char* format) {
 
 // 4825.3 -> "4,825" (digits 0), 1.283 -> "1.28" (digits 2): compare_torch.py's numbers.
 std::string grouped(double v, int digits) {
-  std::string text = fmt::format("{:.{}f}", v, digits);
-  const std::size_t dot = text.find('.');
-  std::size_t at = dot == std::string::npos ? text.size() : dot;
+  // Built by appending (GCC 12's -Wrestrict misreads std::string::insert here at -O3).
+  const std::string text = fmt::format("{:.{}f}", v, digits);
   const std::size_t first = text[0] == '-' ? 1 : 0;
-  while (at > first + 3) {
-    at -= 3;
-    text.insert(at, ",");
+  const std::size_t end = std::min(text.find('.'), text.size());  // the integer digits' end
+  std::string out = text.substr(0, first);
+  for (std::size_t i = first; i < end; ++i) {
+    out += text[i];
+    if (i + 1 < end && (end - i - 1) % 3 == 0) out += ',';
   }
-  return text;
+  return out + text.substr(end);
 }
 std::string spread(const MedianRange& s, int digits = 0) {
   return grouped(s.median, digits) + " (" + grouped(s.min, digits) + "-" + grouped(s.max, digits) + ")";
