@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -32,6 +33,9 @@ class Dataset {
   }
   // One line for logs: "SyntheticImages(train, 50000 samples, decode cost 60)".
   virtual std::string describe() const = 0;
+  // The classes' names in label order, where the data names them (an imported data set on disk);
+  // empty: the labels are the names.
+  virtual std::vector<std::string> class_names() const { return {}; }
 
   std::int64_t sample_elements() const { return shape_numel(sample_shape()); }
 };

@@ -50,8 +50,11 @@ constexpr const char* kManifest = "manifest.json";
 constexpr const char* kFormat = "trainlab-image-dataset";
 // Version 2: the manifest carries its own CRC-32, and a record's CRC-32 covers its sample's index,
 // its label and its length as well as the image (a label changed in a header, or a shard swapped
-// for another of the same size, is caught where it is read).
-constexpr int kFormatVersion = 2;
+// for another of the same size, is caught where it is read). Version 3 (imports): the sample size
+// a reader gives back, the class names, the per-channel mean and standard deviation the reader
+// standardises with, and per split the source files skipped. A version 2 data set (SyntheticImages
+// only, stored at a multiple of 32) reads as before: 32x32 samples, no names, no standardising.
+constexpr int kFormatVersion = 3, kOldestVersion = 2;
 constexpr std::uint32_t kRecordMagic = 0x32524c54;  // "TLR2" little-endian
 constexpr std::size_t kRecordHeader = 16;
 constexpr std::uint64_t kMaxManifestBytes = 1ull << 30;
@@ -110,12 +113,14 @@ struct ManifestSplit {
   std::int64_t samples = 0;
   std::uint64_t bytes = 0;
   std::string source;
+  std::optional<std::int64_t> skipped;  // source files skipped as not images (an import's --skip-bad)
   std::vector<ManifestFile> files;
   template <class F>
   void fields(F& f) {
     f("samples", samples);
     f.optional("bytes", bytes);
     f.optional("source", source);
+    f.optional("skipped", skipped);
     f("files", files);
   }
 };
@@ -136,14 +141,25 @@ struct ManifestPixels {
     f("offset", offset);
   }
 };
+struct ManifestNormalize {
+  std::vector<double> mean, std;  // per channel, of the stored values (after the pixel map)
+  template <class F>
+  void fields(F& f) {
+    f("mean", mean);
+    f("std", std);
+  }
+};
 struct ManifestDoc {
   std::string format;
   int version = 0;
   std::string writer, source, layout, codec;
   int quality = 0;
   ManifestImage image;
+  std::optional<int> sample_size;  // version 3
   std::int64_t classes = 0;
+  std::optional<std::vector<std::string>> class_names;
   ManifestPixels pixels;
+  std::optional<ManifestNormalize> normalize;
   std::map<std::string, ManifestSplit> splits;
   std::string crc32;  // of the manifest's JSON without this key (json::dump, sorted keys)
   template <class F>
@@ -156,8 +172,11 @@ struct ManifestDoc {
     f("codec", codec);
     f("quality", quality);
     f("image", image);
+    f.optional("sample_size", sample_size);
     f("classes", classes);
+    f.optional("class_names", class_names);
     f("pixels", pixels);
+    f.optional("normalize", normalize);
     f("splits", splits);
     f.optional("crc32", crc32);
   }
@@ -297,8 +316,36 @@ class Progress {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// Per-channel sums of the stored values (after the pixel map), for the manifest's mean and std.
+struct ChannelStats {
+  std::vector<double> sum, sq;
+  double count = 0;  // values per channel
+  void add(const std::vector<unsigned char>& pixels, int channels, const PixelMap& map) {
+    if (sum.empty())
+      sum.assign(static_cast<std::size_t>(channels), 0), sq.assign(static_cast<std::size_t>(channels), 0);
+    for (std::size_t i = 0; i < pixels.size(); ++i) {
+      const double v = (pixels[i] - map.offset) / map.scale;
+      sum[i % static_cast<std::size_t>(channels)] += v;
+      sq[i % static_cast<std::size_t>(channels)] += v * v;
+    }
+    count += static_cast<double>(pixels.size() / static_cast<std::size_t>(channels));
+  }
+  ManifestNormalize normalize() const {
+    ManifestNormalize n;
+    for (std::size_t c = 0; c < sum.size(); ++c) {
+      const double mean = sum[c] / count;
+      n.mean.push_back(mean);
+      // A channel with one value everywhere: std 1 (standardising only centres it).
+      const double var = sq[c] / count - mean * mean;
+      n.std.push_back(var > 1e-12 ? std::sqrt(var) : 1.0);
+    }
+    return n;
+  }
+};
+
 SplitSummary write_split(const Dataset& data, const std::string& name, const fs::path& root, const ImageSize source,
-                         int factor, const PixelMap& map, const DatasetWriteOptions& o, ManifestSplit& entry) {
+                         int factor, const PixelMap& map, const DatasetWriteOptions& o, ManifestSplit& entry,
+                         ChannelStats* stats) {
   SplitSummary summary;
   summary.name = name;
   const ImageSize stored{source.height * factor, source.width * factor, source.channels};
@@ -334,6 +381,7 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
     TL_CHECK(label >= 0 && label < data.num_classes(), "make-dataset: " + data.describe() + " sample " +
                                                            std::to_string(i) + " has label " + std::to_string(label));
     sample_to_pixels(sample.data(), source, factor, map, pixels);
+    if (stats) stats->add(pixels, source.channels, map);
     const auto encoded = encode_image(o.codec, pixels.data(), stored, o.quality);
     if (o.layout == DiskLayout::files) {
       char rel[64];
@@ -371,6 +419,7 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
   entry.samples = summary.samples;
   entry.bytes = summary.bytes;
   entry.source = data.describe();
+  if (const auto it = o.skipped.find(name); it != o.skipped.end()) entry.skipped = it->second;
   return summary;
 }
 
@@ -444,6 +493,9 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
            "make-dataset: --quality " + std::to_string(o.quality) + " is outside 1..100");
   TL_CHECK(o.shard_mb > 0 && o.shard_mb <= 1 << 20, "make-dataset: --shard-mb must be in (0, 1048576]");
   const int factor = stored / source.height;
+  TL_CHECK(o.class_names.empty() || static_cast<std::int64_t>(o.class_names.size()) == train.num_classes(),
+           "make-dataset: " + std::to_string(o.class_names.size()) + " class names for " +
+               std::to_string(train.num_classes()) + " classes");
 
   // Never replace what is not ours: `out` must not exist, be an empty directory, or (with
   // overwrite) hold a data set an earlier make-dataset wrote.
@@ -488,21 +540,27 @@ DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* hel
   write_file_atomic((tmp / kStagingMark).string(), std::string("make-dataset staging\n"));
   DatasetWriteSummary summary;
   try {
-    const PixelMap map = choose_pixel_map(train);
+    const PixelMap map = o.unit_values ? PixelMap{255, 0} : choose_pixel_map(train);
     ManifestDoc doc;
     doc.format = kFormat;
     doc.version = kFormatVersion;
     doc.writer = "trainlab " + version() + " (" + git_describe() + ")";
-    doc.source = train.describe();
+    doc.source = o.source.empty() ? train.describe() : o.source;
     doc.layout = disk_layout_name(o.layout);
     doc.codec = image_codec_name(o.codec);
     doc.quality = o.codec == ImageCodec::jpeg ? o.quality : 0;
     doc.image = {stored, stored, source.channels};
+    doc.sample_size = source.height;
     doc.classes = train.num_classes();
+    if (!o.class_names.empty()) doc.class_names = o.class_names;
     doc.pixels = {map.scale, map.offset};
-    summary.splits.push_back(write_split(train, "train", tmp, source, factor, map, o, doc.splits["train"]));
+    ChannelStats stats;
+    summary.splits.push_back(
+        write_split(train, "train", tmp, source, factor, map, o, doc.splits["train"], o.normalize ? &stats : nullptr));
+    if (o.normalize) doc.normalize = stats.normalize();
     if (held_out)
-      summary.splits.push_back(write_split(*held_out, "held_out", tmp, source, factor, map, o, doc.splits["held_out"]));
+      summary.splits.push_back(
+          write_split(*held_out, "held_out", tmp, source, factor, map, o, doc.splits["held_out"], nullptr));
     json manifest = fields::to_json(doc);
     manifest["crc32"] = crc32_hex(manifest_crc(manifest));
     // Everything on storage before the manifest that says it is complete.
@@ -596,6 +654,58 @@ void check_split(const ManifestDoc& doc, const std::string& name, const Manifest
            at + ": its files hold " + std::to_string(next) + " samples, samples says " + std::to_string(split.samples));
 }
 
+// What version 3 adds (the sample size, class names, the standardisation, skipped files), checked
+// into `info`; a version 2 manifest has none of them and reads as SyntheticImages' 32x32.
+void check_version_3_keys(const ManifestDoc& doc, const std::string& path, DatasetInfo& info) {
+  const bool v3 = doc.version >= 3;
+  const bool skipped =
+      std::any_of(doc.splits.begin(), doc.splits.end(), [](const auto& s) { return s.second.skipped; });
+  const std::pair<const char*, bool> added[] = {{"sample_size", doc.sample_size.has_value()},
+                                                {"class_names", doc.class_names.has_value()},
+                                                {"normalize", doc.normalize.has_value()},
+                                                {"skipped", skipped}};
+  for (const auto& [key, present] : added)
+    TL_CHECK(v3 || !present,
+             path + ": " + key + " in a version " + std::to_string(doc.version) + " manifest (it came with version 3)");
+  TL_CHECK(!v3 || doc.sample_size, path + ": a version 3 manifest needs sample_size");
+  info.sample_size = doc.sample_size ? *doc.sample_size : 32;
+  TL_CHECK(info.sample_size >= 1 && info.sample_size <= info.image.height && info.image.height % info.sample_size == 0,
+           path + ": sample_size " + std::to_string(info.sample_size) + " does not divide the stored " +
+               std::to_string(info.image.height) + " pixels");
+  if (doc.class_names) {
+    TL_CHECK(static_cast<std::int64_t>(doc.class_names->size()) == info.classes,
+             path + ": class_names holds " + std::to_string(doc.class_names->size()) + " names for " +
+                 std::to_string(info.classes) + " classes");
+    for (std::size_t i = 0; i < doc.class_names->size(); ++i) {
+      const std::string& name = (*doc.class_names)[i];
+      TL_CHECK(!name.empty() && name.size() <= 255, path + ": class_names/" + std::to_string(i) + " is " +
+                                                        quote_value(name) + ", not a name of 1..255 characters");
+    }
+    info.class_names = *doc.class_names;
+  }
+  if (doc.normalize) {
+    const auto channels = static_cast<std::size_t>(info.image.channels);
+    TL_CHECK(doc.normalize->mean.size() == channels && doc.normalize->std.size() == channels,
+             path + ": normalize holds " + std::to_string(doc.normalize->mean.size()) + " means and " +
+                 std::to_string(doc.normalize->std.size()) + " standard deviations for " + std::to_string(channels) +
+                 " channels");
+    for (std::size_t c = 0; c < channels; ++c) {
+      const double mean = doc.normalize->mean[c], stdev = doc.normalize->std[c];
+      TL_CHECK(std::isfinite(mean) && std::abs(mean) <= kMaxPixelMap && std::isfinite(stdev) && stdev >= 1e-6 &&
+                   stdev <= kMaxPixelMap,
+               path + ": normalize channel " + std::to_string(c) + " (mean " + std::to_string(mean) + ", std " +
+                   std::to_string(stdev) + ") is outside |mean| <= 1e6, std in [1e-6, 1e6]");
+    }
+    info.mean = doc.normalize->mean;
+    info.stdev = doc.normalize->std;
+  }
+  for (const auto& [name, split] : doc.splits) {
+    if (!split.skipped) continue;
+    TL_CHECK(*split.skipped >= 0, path + ": splits." + name + ".skipped is " + std::to_string(*split.skipped));
+    info.skipped[name] = *split.skipped;
+  }
+}
+
 Manifest load_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
   std::error_code ec;
@@ -616,10 +726,11 @@ Manifest load_manifest(const std::string& dir) {
            path + " is not a trainlab data set manifest (its format is " +
                (j.is_object() && format != j.end() ? format->dump() : std::string("missing")) + ")");
   const auto version = j.find("version");
-  TL_CHECK(version != j.end() && version->is_number_integer() && *version == kFormatVersion,
-           path + ": manifest version " + (version != j.end() ? version->dump() : std::string("missing")) +
-               " (this trainlab reads version " + std::to_string(kFormatVersion) +
-               "; write the data set again with trainlab make-dataset)");
+  TL_CHECK(
+      version != j.end() && version->is_number_integer() && *version >= kOldestVersion && *version <= kFormatVersion,
+      path + ": manifest version " + (version != j.end() ? version->dump() : std::string("missing")) +
+          " (this trainlab reads versions " + std::to_string(kOldestVersion) + " to " + std::to_string(kFormatVersion) +
+          "; write the data set again with trainlab make-dataset)");
   Manifest m;
   try {
     m.doc = fields::from_json<ManifestDoc>(j);
@@ -647,6 +758,7 @@ Manifest load_manifest(const std::string& dir) {
   info.classes = doc.classes;
   TL_CHECK(info.classes >= 1 && info.classes <= 1 << 24,
            path + ": classes " + std::to_string(info.classes) + " is outside 1..16777216");
+  check_version_3_keys(doc, path, info);
   info.pixel_scale = doc.pixels.scale;
   info.pixel_offset = doc.pixels.offset;
   TL_CHECK(std::isfinite(info.pixel_scale) && info.pixel_scale > 0 && info.pixel_scale <= kMaxPixelMap &&
@@ -889,7 +1001,7 @@ DatasetVerifyResult verify_image_dataset(const std::string& dir) {
 
 EncodedImageDataset::EncodedImageDataset(DatasetInfo info, Split split, const DiskReadOptions& options)
     : info_(std::move(info)), split_(split), options_(options) {
-  output_size_ = options.output_size == 0 ? info_.image.height : options.output_size;
+  output_size_ = options.output_size == 0 ? info_.sample_size : options.output_size;
   TL_CHECK(output_size_ >= 1 && info_.image.height % output_size_ == 0,
            "data set " + info_.dir + ": its images are " + std::to_string(info_.image.height) + " pixels square; " +
                std::to_string(output_size_) +
@@ -941,6 +1053,7 @@ std::int64_t EncodedImageDataset::get_in_epoch(std::int64_t index, std::int64_t 
   // Box filter down to the sample size, HWC bytes to CHW values through the manifest's map.
   const int c = info_.image.channels, s = info_.image.height, o = output_size_, f = s / o;
   const double inv = 1.0 / (info_.pixel_scale * f * f);
+  const bool standardise = !info_.mean.empty();
   const bool augment = options_.augment == Augment::crop_flip;
   float* dest = out;
   if (augment) {
@@ -956,8 +1069,9 @@ std::int64_t EncodedImageDataset::get_in_epoch(std::int64_t index, std::int64_t 
           for (int dx = 0; dx < f; ++dx)
             sum += pixels[(static_cast<std::size_t>(y * f + dy) * s + (x * f + dx)) * c + ch];
         checksum += sum;
+        const double value = (sum - info_.pixel_offset * f * f) * inv;
         dest[(static_cast<std::size_t>(ch) * o + y) * o + x] =
-            static_cast<float>((sum - info_.pixel_offset * f * f) * inv);
+            static_cast<float>(standardise ? (value - info_.mean[ch]) / info_.stdev[ch] : value);
       }
     }
   }

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,19 @@ struct DatasetWriteOptions {
   double shard_mb = 64;    // a shard is closed once it holds this many MiB (shards layout)
   int image_size = 0;      // stored height and width: a multiple of the source's (0: the source's)
   bool overwrite = false;  // replace a data set an earlier make-dataset wrote at `out` (never anything else)
+  // What an import adds to the manifest: its source ("" : the training split's describe()), the
+  // class names in label order (empty: none recorded), and per split the source's files it skipped
+  // as not images (--skip-bad).
+  std::string source;
+  std::vector<std::string> class_names;
+  std::map<std::string, std::int64_t> skipped;
+  // The samples' values are 8-bit pixels / 255 (an imported image set): stored as exactly those
+  // bytes (the map value = byte / 255) instead of a map chosen from the data.
+  bool unit_values = false;
+  // Record the training split's per-channel mean and standard deviation (of the stored values):
+  // the reader standardises every sample with them, (value - mean) / std, as torchvision's
+  // Normalize does.
+  bool normalize = false;
   // Called with one line now and then (every ~2 s) while writing; null: quiet.
   std::function<void(const std::string& line)> progress;
 };
@@ -76,7 +90,8 @@ Augment parse_augment(const std::string& name);  // none | crop_flip
 
 struct DiskReadOptions {
   // The sample's height and width (square): the stored images are box-filtered down to it (the
-  // stored size must be a multiple of it). 0: the stored size.
+  // stored size must be a multiple of it). 0: the data set's sample size (its source's: a
+  // SyntheticImages data set stored at 128 pixels gives back 32x32 samples).
   int output_size = 0;
   // On the fly, per sample and epoch: crop_flip pads by 4 pixels (zeros), crops back at a random
   // offset and flips horizontally with probability 1/2 (the CIFAR recipe), drawn from (seed, epoch,
@@ -107,8 +122,12 @@ struct DatasetInfo {
   ImageCodec codec = ImageCodec::raw;
   int quality = 0;
   ImageSize image;
+  int sample_size = 0;  // the source's height and width, what a reader gives back by default
   std::int64_t classes = 0;
-  double pixel_scale = 1, pixel_offset = 0;  // value = (byte - offset) / scale
+  std::vector<std::string> class_names;         // in label order; empty when the source named none
+  double pixel_scale = 1, pixel_offset = 0;     // value = (byte - offset) / scale
+  std::vector<double> mean, stdev;              // per channel: the reader gives (value - mean) / stdev; empty: none
+  std::map<std::string, std::int64_t> skipped;  // per split: source files skipped as not images
   std::vector<std::string> splits;
   std::vector<DatasetFile> files;  // every file the data set consists of, the manifest included last
 };
@@ -133,6 +152,7 @@ class EncodedImageDataset : public Dataset {
   Shape sample_shape() const override;
   std::int64_t num_classes() const override { return info_.classes; }
   std::string describe() const override;
+  std::vector<std::string> class_names() const override { return info_.class_names; }
   std::int64_t get(std::int64_t index, float* out, double* work = nullptr) const override;
   std::int64_t get_in_epoch(std::int64_t index, std::int64_t epoch, float* out, double* work) const override;
 

@@ -172,6 +172,69 @@ void decode_image(ImageCodec codec, const unsigned char* bytes, std::size_t size
   throw Error("decode_image: unknown codec");
 }
 
+namespace {
+
+DecodedImage decode_png_file(const unsigned char* bytes, std::size_t size, std::uint64_t max_pixels) {
+  png_image image;
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  if (png_image_begin_read_from_memory(&image, bytes, size) == 0)
+    throw Error(std::string("PNG: not a readable PNG (") + image.message + ")");
+  struct Finish {
+    png_image* image;
+    ~Finish() { png_image_free(image); }
+  } finish{&image};
+  TL_CHECK((image.format & PNG_FORMAT_FLAG_LINEAR) == 0,
+           "PNG: 16 bits per channel; trainlab reads 8-bit images (convert it to 8 bits first)");
+  DecodedImage out;
+  out.height = static_cast<int>(image.height);
+  out.width = static_cast<int>(image.width);
+  const bool colour = (image.format & PNG_FORMAT_FLAG_COLOR) != 0, alpha = (image.format & PNG_FORMAT_FLAG_ALPHA) != 0;
+  out.channels = (colour ? 3 : 1) + (alpha ? 1 : 0);
+  TL_CHECK(static_cast<std::uint64_t>(image.height) * image.width <= max_pixels,
+           "PNG: " + std::to_string(image.width) + "x" + std::to_string(image.height) + " pixels, more than the " +
+               std::to_string(max_pixels) + " allowed");
+  image.format = colour ? (alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB) : (alpha ? PNG_FORMAT_GA : PNG_FORMAT_GRAY);
+  out.pixels.resize(static_cast<std::size_t>(out.height) * out.width * out.channels);
+  if (png_image_finish_read(&image, nullptr, out.pixels.data(), 0, nullptr) == 0 ||
+      (image.warning_or_error & PNG_IMAGE_ERROR))
+    throw Error(std::string("PNG: ") + image.message);
+  return out;
+}
+
+DecodedImage decode_jpeg_file(const unsigned char* bytes, std::size_t size, std::uint64_t max_pixels) {
+  tjhandle h = jpeg_handle(false);
+  TL_CHECK(size <= std::numeric_limits<unsigned long>::max(), "JPEG: image too large");
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  if (tjDecompressHeader3(h, bytes, static_cast<unsigned long>(size), &width, &height, &subsampling, &colorspace) != 0)
+    throw Error(std::string("JPEG: not a readable JPEG header (") + tjGetErrorStr2(h) + ")");
+  TL_CHECK(colorspace == TJCS_GRAY || colorspace == TJCS_YCbCr || colorspace == TJCS_RGB,
+           "JPEG: a CMYK or YCCK image; trainlab reads grey and RGB JPEGs");
+  TL_CHECK(width >= 1 && height >= 1, "JPEG: its header gives no image size (truncated or corrupted)");
+  TL_CHECK(static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height) <= max_pixels,
+           "JPEG: " + std::to_string(width) + "x" + std::to_string(height) + " pixels, more than the " +
+               std::to_string(max_pixels) + " allowed");
+  DecodedImage out;
+  out.height = height;
+  out.width = width;
+  out.channels = colorspace == TJCS_GRAY ? 1 : 3;
+  out.pixels.resize(static_cast<std::size_t>(height) * width * out.channels);
+  if (tjDecompress2(h, bytes, static_cast<unsigned long>(size), out.pixels.data(), width, 0, height,
+                    out.channels == 3 ? TJPF_RGB : TJPF_GRAY, TJFLAG_STOPONWARNING) != 0)
+    throw Error(std::string("JPEG: ") + tjGetErrorStr2(h));
+  return out;
+}
+
+}  // namespace
+
+DecodedImage decode_image_file(const unsigned char* bytes, std::size_t size, std::uint64_t max_pixels) {
+  static const unsigned char png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (size >= 8 && std::memcmp(bytes, png_magic, 8) == 0) return decode_png_file(bytes, size, max_pixels);
+  if (size >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff)
+    return decode_jpeg_file(bytes, size, max_pixels);
+  throw Error("not a PNG or JPEG file (its first bytes are neither's signature)");
+}
+
 double psnr_db(const unsigned char* a, const unsigned char* b, std::size_t count) {
   double sq = 0;
   for (std::size_t i = 0; i < count; ++i) {

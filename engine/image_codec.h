@@ -29,6 +29,15 @@ std::vector<unsigned char> encode_image(ImageCodec codec, const unsigned char* p
 void decode_image(ImageCodec codec, const unsigned char* bytes, std::size_t size, ImageSize expected,
                   unsigned char* pixels);
 
+// An image file of any size, PNG or JPEG (told by its first bytes), as 8-bit HWC pixels with the
+// file's own channels: 1 grey, 2 grey and alpha, 3 RGB, 4 RGBA. Throws Error for what is not one
+// (a 16-bit PNG, a CMYK JPEG, another format, a truncated or corrupted file, more than max_pixels).
+struct DecodedImage {
+  int height = 0, width = 0, channels = 0;
+  std::vector<unsigned char> pixels;
+};
+DecodedImage decode_image_file(const unsigned char* bytes, std::size_t size, std::uint64_t max_pixels);
+
 // Peak signal-to-noise ratio of `b` against `a` in dB (8-bit peak 255); infinity when equal.
 double psnr_db(const unsigned char* a, const unsigned char* b, std::size_t count);
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "engine/data.h"
+#include "engine/smallcnn.h"
 #include "engine/task.h"
 
 namespace trainlab {
@@ -32,6 +33,31 @@ void check_finite(const Checkpoint& checkpoint, const std::string& owner) {
                                       std::to_string(bad - values.begin()) +
                                       " (resume anyway with --allow-nonfinite-checkpoint)");
   }
+}
+
+// The SmallCNN a checkpoint was trained as: input channels from conv1's weight, classes from fc2's,
+// and fc1's width (64 x H/4 x W/4, taken square) from fc1's; SyntheticImages' shape where the
+// tensors say nothing else (restore_run then names what does not fit).
+SmallCNNShape smallcnn_shape_of(const NamedTensors& tensors) {
+  SmallCNNShape shape;
+  const auto find = [&](const std::string& name) -> const Tensor* {
+    for (const auto& [n, t] : tensors)
+      if (n == name) return &t;
+    return nullptr;
+  };
+  const Tensor *conv1 = find("conv1.weight"), *fc1 = find("fc1.weight"), *fc2 = find("fc2.weight");
+  if (conv1 && conv1->dim() == 4) shape.channels = conv1->size(1);
+  if (fc2 && fc2->dim() == 2) shape.classes = fc2->size(0);
+  if (fc1 && fc1->dim() == 2 && fc1->size(1) % 64 == 0) {
+    const auto side = static_cast<std::int64_t>(std::lround(std::sqrt(static_cast<double>(fc1->size(1) / 64))));
+    if (side >= 1 && side * side * 64 == fc1->size(1)) shape.height = shape.width = side * 4;
+  }
+  try {
+    shape.check();
+  } catch (const Error&) {
+    return SmallCNNShape{};
+  }
+  return shape;
 }
 
 }  // namespace
@@ -119,9 +145,13 @@ void validate_checkpoint(const Checkpoint& checkpoint, const std::string& dir) {
   const std::string model = checkpoint.trainer.strings.count("model") ? checkpoint.trainer.strings.at("model") : "";
   TrainTask task;
   if (model.empty() || model == "SmallCNN") {
-    TrainConfig synthetic = config;
-    synthetic.data.dir.clear();
-    task.make_model = smallcnn_task(synthetic).make_model;
+    const bool fused = config.execution.fuse;
+    const SmallCNNShape shape = smallcnn_shape_of(checkpoint.model);
+    task.make_model = [fused, shape](const InitOptions& init) {
+      auto cnn = std::make_shared<SmallCNN>(init, shape);
+      cnn->set_fused(fused);
+      return cnn;
+    };
   } else {
     const NamedTensors& saved = checkpoint.model;
     task.make_model = [&saved](const InitOptions& init) { return std::make_shared<RecordedModel>(saved, init); };

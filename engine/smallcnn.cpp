@@ -8,16 +8,30 @@
 
 namespace trainlab {
 
-SmallCNN::SmallCNN(const InitOptions& init) {
-  conv1 = register_module("conv1", std::make_shared<Conv2d>(3, 32, 3, 1, 1, init));
+void SmallCNNShape::check() const {
+  TL_CHECK(channels >= 1 && channels <= 4096 && height >= 4 && height <= 4096 && width >= 4 && width <= 4096 &&
+               classes >= 2 && classes <= (std::int64_t{1} << 24),
+           "SmallCNN cannot take " + str() +
+               ": it needs 1..4096 channels, height and width 4..4096 (two 2x2 pools), 2..16777216 classes");
+}
+
+std::string SmallCNNShape::str() const {
+  return std::to_string(channels) + "x" + std::to_string(height) + "x" + std::to_string(width) + ", " +
+         std::to_string(classes) + " classes";
+}
+
+SmallCNN::SmallCNN(const InitOptions& init, const SmallCNNShape& shape) : shape_(shape) {
+  shape_.check();
+  conv1 = register_module("conv1", std::make_shared<Conv2d>(shape_.channels, 32, 3, 1, 1, init));
   conv2 = register_module("conv2", std::make_shared<Conv2d>(32, 64, 3, 1, 1, init));
-  fc1 = register_module("fc1", std::make_shared<Linear>(64 * 8 * 8, 256, init));
-  fc2 = register_module("fc2", std::make_shared<Linear>(256, kClasses, init));
+  fc1 = register_module("fc1", std::make_shared<Linear>(shape_.flat(), 256, init));
+  fc2 = register_module("fc2", std::make_shared<Linear>(256, shape_.classes, init));
 }
 
 Tensor SmallCNN::forward(const Tensor& x) {
-  TL_CHECK(x.dim() == 4 && x.size(1) == kChannels && x.size(2) == kHeight && x.size(3) == kWidth,
-           "SmallCNN: input must be [N, 3, 32, 32], got " + shape_str(x.shape()));
+  TL_CHECK(x.dim() == 4 && x.size(1) == shape_.channels && x.size(2) == shape_.height && x.size(3) == shape_.width,
+           "SmallCNN: input must be [N, " + std::to_string(shape_.channels) + ", " + std::to_string(shape_.height) +
+               ", " + std::to_string(shape_.width) + "], got " + shape_str(x.shape()));
   const Pool2dOptions pool = Pool2dOptions::square(2);
   auto conv_block = [this, pool](const Conv2d& conv) {
     return [this, pool, &conv](const Tensor& in) {
@@ -41,9 +55,11 @@ Tensor SmallCNN::forward(const Tensor& x) {
   return run(all, "recompute(classifier)", classifier, h, {fc1->weight, fc1->bias, fc2->weight, fc2->bias});
 }
 
-double SmallCNN::flop_per_sample(bool forward_only) {
-  const double conv1 = 32.0 * 32 * 32 * 3 * 3 * 3, conv2 = 64.0 * 16 * 16 * 32 * 3 * 3;
-  const double fc1 = 4096.0 * 256, fc2 = 256.0 * 10;
+double SmallCNN::flop_per_sample(bool forward_only, const SmallCNNShape& shape) {
+  const double h = static_cast<double>(shape.height), w = static_cast<double>(shape.width);
+  const double h2 = static_cast<double>(shape.height / 2), w2 = static_cast<double>(shape.width / 2);
+  const double conv1 = 32.0 * h * w * static_cast<double>(shape.channels) * 3 * 3, conv2 = 64.0 * h2 * w2 * 32 * 3 * 3;
+  const double fc1 = static_cast<double>(shape.flat()) * 256, fc2 = 256.0 * static_cast<double>(shape.classes);
   const double forward = conv1 + conv2 + fc1 + fc2;
   return 2 * (forward_only ? forward : forward + (conv2 + fc1 + fc2) + forward);
 }
@@ -59,12 +75,19 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
   const double a = static_cast<double>(dtype_size(shape.dtype));  // activations and their gradients
   const double master = low ? 4.0 : 0.0;                          // a weight gradient's f32 copy
   auto act = [&](double per_sample) { return per_sample * n * a; };
-  auto pool_workspace = [&](std::int64_t channels, std::int64_t size) {
-    Pool2dShape s{shape.batch, channels, size, size, 2, 2, 2, 2, 0, 0};
+  auto pool_workspace = [&](std::int64_t channels, std::int64_t height, std::int64_t width) {
+    Pool2dShape s{shape.batch, channels, height, width, 2, 2, 2, 2, 0, 0};
     s.channels_last = shape.channels_last;
     return static_cast<double>((backend.max_pool2d_workspace_bytes(shape.dtype, s) + 7) / 8 * 8);
   };
-  const double input = 3.0 * 32 * 32;
+  // The activations' elements per sample: conv1's output, pool1's (conv2's input), conv2's, pool2's
+  // (fc1's input), for the shape the model was built for (32768, 8192, 16384, 4096 at 3x32x32).
+  const SmallCNNShape& m = shape_;
+  const double input = static_cast<double>(m.channels * m.height * m.width);
+  const double out1 = 32.0 * static_cast<double>(m.height * m.width);
+  const double half1 = 32.0 * static_cast<double>((m.height / 2) * (m.width / 2));
+  const double out2 = 64.0 * static_cast<double>((m.height / 2) * (m.width / 2));
+  const double flat = static_cast<double>(m.flat()), classes = static_cast<double>(m.classes);
   std::vector<ChainOp> ops;
   // Recomputation: forward() checkpoints each conv block (conv, bias, ReLU, pool) and with `all`
   // the classifier (flatten, fc1, ReLU, fc2); the ops of one block carry its number.
@@ -83,32 +106,34 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
     add({"input.reorder", input * n * 4, low ? ChainLifetime::forward : ChainLifetime::saved_next});
   }
   const double in_cast = low ? act(input) : 0.0;  // conv1's input cast to the compute dtype
-  const double conv1_w = 32 * 3 * 9, conv2_w = 64 * 32 * 9, fc1_w = 256 * 4096, fc2_w = 10 * 256;
-  // flatten(1) of a channels_last [N, 64, 8, 8] is a copy (a reorder; fc1 keeps it), and its
+  const double conv1_w = 32.0 * static_cast<double>(m.channels) * 9, conv2_w = 64 * 32 * 9, fc1_w = 256 * flat,
+               fc2_w = classes * 256;
+  // flatten(1) of a channels_last [N, 64, H/4, W/4] is a copy (a reorder; fc1 keeps it), and its
   // gradient goes back to pool2 in NCHW order, which pool2 copies to channels_last again.
   auto flatten = [&] {
-    if (shape.channels_last) add({"flatten.reorder", act(4096), ChainLifetime::saved_next, 0, 0, true});
+    if (shape.channels_last) add({"flatten.reorder", act(flat), ChainLifetime::saved_next, 0, 0, true});
   };
-  const double pool2_scratch = shape.channels_last ? act(4096) : 0.0;
+  const double pool2_scratch = shape.channels_last ? act(flat) : 0.0;
   // forward() below, one statement at a time: a temporary lives to the end of its statement.
   if (fused_) {
     begin_block(0);
-    add({"conv1+bias+relu", act(32768), ChainLifetime::saved_self, in_cast, 0, false, act(32768), (conv1_w + 32) * a,
+    add({"conv1+bias+relu", act(out1), ChainLifetime::saved_self, in_cast, 0, false, act(out1), (conv1_w + 32) * a,
          (conv1_w + 32) * master});
-    add({"pool1", act(8192), ChainLifetime::saved_next, pool_workspace(32, 32), act(32768)});
+    add({"pool1", act(half1), ChainLifetime::saved_next, pool_workspace(32, m.height, m.width), act(out1)});
     begin_block(1);
-    add({"conv2+bias+relu", act(16384), ChainLifetime::saved_self, 0, act(8192), false, act(16384), (conv2_w + 64) * a,
+    add({"conv2+bias+relu", act(out2), ChainLifetime::saved_self, 0, act(half1), false, act(out2), (conv2_w + 64) * a,
          (conv2_w + 64) * master});
     // h = linear_fused(h.flatten(1), ...): pool2's output is fc1's input, or the flatten's source
     // (freed when the statement ends).
-    add({"pool2", act(4096), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
-         pool_workspace(64, 16), act(16384), false, pool2_scratch});
+    add({"pool2", act(flat), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
+         pool_workspace(64, m.height / 2, m.width / 2), act(out2), false, pool2_scratch});
     ops.back().outlives = 2;
     begin_block(2);
     flatten();
-    add({"fc1+bias+relu", act(256), ChainLifetime::saved_self, 0, act(4096), false, act(256), (fc1_w + 256) * a,
+    add({"fc1+bias+relu", act(256), ChainLifetime::saved_self, 0, act(flat), false, act(256), (fc1_w + 256) * a,
          (fc1_w + 256) * master});
-    add({"fc2+bias", act(10), ChainLifetime::next_op, 0, act(256), false, 0, (fc2_w + 10) * a, (fc2_w + 10) * master});
+    add({"fc2+bias", act(classes), ChainLifetime::next_op, 0, act(256), false, 0, (fc2_w + classes) * a,
+         (fc2_w + classes) * master});
   } else {
     // conv2d and linear with a bias are a node each and a bias_add (its bias cast by to(): an f32
     // copy of the bias gradient on the way back). The bias_add's output is the ReLU's input, held
@@ -120,23 +145,23 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
       ops.back().outlives = bias_outlives;
     };
     begin_block(0);
-    layer("conv1", "conv1.bias", 32768, 0, conv1_w, 32, in_cast, 2);
-    add({"relu1", act(32768), ChainLifetime::saved_self, 0, act(32768)});
-    add({"pool1", act(8192), ChainLifetime::saved_next, pool_workspace(32, 32), act(32768)});
+    layer("conv1", "conv1.bias", out1, 0, conv1_w, 32, in_cast, 2);
+    add({"relu1", act(out1), ChainLifetime::saved_self, 0, act(out1)});
+    add({"pool1", act(half1), ChainLifetime::saved_next, pool_workspace(32, m.height, m.width), act(out1)});
     begin_block(1);
-    layer("conv2", "conv2.bias", 16384, act(8192), conv2_w, 64, 0, 2);
-    add({"relu2", act(16384), ChainLifetime::saved_self, 0, act(16384)});
-    add({"pool2", act(4096), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
-         pool_workspace(64, 16), act(16384), false, pool2_scratch});
+    layer("conv2", "conv2.bias", out2, act(half1), conv2_w, 64, 0, 2);
+    add({"relu2", act(out2), ChainLifetime::saved_self, 0, act(out2)});
+    add({"pool2", act(flat), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
+         pool_workspace(64, m.height / 2, m.width / 2), act(out2), false, pool2_scratch});
     begin_block(2);
     flatten();  // h = h.flatten(1): pool2's output goes with the assignment
-    layer("fc1", "fc1.bias", 256, act(4096), fc1_w, 256, 0, 1);
+    layer("fc1", "fc1.bias", 256, act(flat), fc1_w, 256, 0, 1);
     add({"relu3", act(256), ChainLifetime::saved_self, 0, act(256)});  // fc2 reads it too; relu3 runs later
-    layer("fc2", "fc2.bias", 10, act(256), fc2_w, 10, 0, 1);
+    layer("fc2", "fc2.bias", classes, act(256), fc2_w, classes, 0, 1);
   }
   begin_block(-1);
   // The loss in f32 (autocast leaves it there): the softmax probabilities kept, the loss itself.
-  add({"cross_entropy", 4, ChainLifetime::saved_self, 10 * n * 4, 10 * n * 4});
+  add({"cross_entropy", 4, ChainLifetime::saved_self, classes * n * 4, classes * n * 4});
   return ops;
 }
 

@@ -4,22 +4,38 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "engine/nn.h"
 
 namespace trainlab {
 
-// The model the trainlab command trains: input [N, 3, 32, 32] ->
-//   conv1 Conv2d(3, 32, 3, pad 1) ReLU MaxPool2d(2) -> conv2 Conv2d(32, 64, 3, pad 1) ReLU
-//   MaxPool2d(2) -> flatten -> fc1 Linear(4096, 256) ReLU -> fc2 Linear(256, 10).
+// The input a SmallCNN is built for: a data set's sample shape and class count. The default is
+// SyntheticImages' (3x32x32, 10 classes), the shape every golden weight was recorded with.
+struct SmallCNNShape {
+  std::int64_t channels = 3, height = 32, width = 32, classes = 10;
+  // Throws Error naming the shape when SmallCNN cannot take it (channels 1..4096, height and width
+  // 4..4096: two 2x2 pools leave at least one pixel; classes 2..16777216).
+  void check() const;
+  std::int64_t pooled_height() const { return height / 4; }  // after the two 2x2 pools (floor)
+  std::int64_t pooled_width() const { return width / 4; }
+  std::int64_t flat() const { return 64 * pooled_height() * pooled_width(); }  // fc1's inputs
+  std::string str() const;                                                     // "3x32x32, 10 classes"
+  bool operator==(const SmallCNNShape&) const = default;
+};
+
+// The model the trainlab command trains, for input [N, C, H, W] (SyntheticImages': [N, 3, 32, 32]) ->
+//   conv1 Conv2d(C, 32, 3, pad 1) ReLU MaxPool2d(2) -> conv2 Conv2d(32, 64, 3, pad 1) ReLU
+//   MaxPool2d(2) -> flatten -> fc1 Linear(64 * H/4 * W/4, 256) ReLU -> fc2 Linear(256, classes).
 // Parameters are initialised in the order conv1, conv2, fc1, fc2 (weight, then bias).
 // Activations follow the input's memory format (give it a channels_last input for NHWC). With
 // set_fused(true) each conv and linear does its bias and ReLU in the same kernel call.
 class SmallCNN : public Module {
  public:
   static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;
-  explicit SmallCNN(const InitOptions& init);
+  explicit SmallCNN(const InitOptions& init, const SmallCNNShape& shape = {});
   Tensor forward(const Tensor& x) override;
+  const SmallCNNShape& shape() const { return shape_; }
   void set_fused(bool fused) { fused_ = fused; }
   // convs: each conv block (conv, ReLU, pool) keeps only its input and is recomputed in backward;
   // all: the classifier (flatten, fc1, ReLU, fc2) too.
@@ -29,7 +45,7 @@ class SmallCNN : public Module {
   // Floating-point operations per sample (2 x the multiply-adds of the convolutions and linears):
   // the forward, and for training also the backward-data of every layer but the first and the
   // backward-weights of every layer. Analytic, for GFLOP/s figures.
-  static double flop_per_sample(bool forward_only);
+  static double flop_per_sample(bool forward_only, const SmallCNNShape& shape = {});
   // The forward as the memory estimate sees it (fused or not, as set): every tensor each op
   // allocates and saves, and what its backward allocates.
   std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const override;
@@ -43,6 +59,7 @@ class SmallCNN : public Module {
   }
 
  private:
+  SmallCNNShape shape_;
   bool fused_ = false;
   Recompute recompute_ = Recompute::none;
 };

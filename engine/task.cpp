@@ -6,32 +6,44 @@
 
 namespace trainlab {
 
+namespace {
+
+ModelFactory smallcnn_factory(bool fused, const SmallCNNShape& shape) {
+  return [fused, shape](const InitOptions& init) {
+    auto model = std::make_shared<SmallCNN>(init, shape);
+    model->set_fused(fused);
+    return model;
+  };
+}
+
+}  // namespace
+
 TrainTask smallcnn_task(const TrainConfig& config) {
   TrainTask task;
   task.model_name = "SmallCNN";
   const bool fused = config.execution.fuse;
-  task.make_model = [fused](const InitOptions& init) {
-    auto model = std::make_shared<SmallCNN>(init);
-    model->set_fused(fused);
-    return model;
-  };
   if (config.data.dir.empty()) {
+    task.make_model = smallcnn_factory(fused, SmallCNNShape{});
     task.train_data = std::make_shared<SyntheticImages>(config.seed, Split::train, config.data.train_samples,
                                                         config.data.decode_cost);
     task.held_out_data = std::make_shared<SyntheticImages>(config.seed, Split::held_out, config.data.eval_samples, 0);
     return task;
   }
-  // A data set on disk, decoded to SmallCNN's 3x32x32 (box-filtered down from a larger stored size).
+  // A data set on disk, at its own sample size (a SyntheticImages data set stored larger is
+  // box-filtered back to its 32x32), and SmallCNN built for its shape and classes.
   DiskReadOptions options;
-  options.output_size = static_cast<int>(SyntheticImages::kHeight);
   options.augment = config.data.augment;
   options.seed = config.seed;
   options.limit = config.data.train_samples;
   auto train = open_image_dataset(config.data.dir, Split::train, options);
-  TL_CHECK(train->sample_shape() == Shape({3, 32, 32}),
-           "SmallCNN takes 3x32x32 images; " + train->describe() + " has " + shape_str(train->sample_shape()));
-  TL_CHECK(train->num_classes() <= SyntheticImages::kClasses,
-           "SmallCNN has 10 classes; " + train->describe() + " has " + std::to_string(train->num_classes()));
+  const Shape sample = train->sample_shape();
+  SmallCNNShape shape{sample[0], sample[1], sample[2], train->num_classes()};
+  try {
+    shape.check();
+  } catch (const Error& e) {
+    throw Error(train->describe() + ": " + e.what());
+  }
+  task.make_model = smallcnn_factory(fused, shape);
   std::vector<std::string> files = train->split_files();
   if (has_split(config.data.dir, Split::held_out)) {
     DiskReadOptions held_out = options;

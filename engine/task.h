@@ -25,7 +25,9 @@ struct TrainTask {
 };
 
 // SmallCNN (fused when config.fuse) on SyntheticImages: config.train_samples training samples at
-// config.decode_cost, config.eval_samples held out, both from config.seed.
+// config.decode_cost, config.eval_samples held out, both from config.seed. With config.data.dir, on
+// that data set instead (at most train_samples and eval_samples of its splits), SmallCNN built for
+// its sample shape and class count.
 TrainTask smallcnn_task(const TrainConfig& config);
 
 }  // namespace trainlab

@@ -206,6 +206,45 @@ void ProgressLogObserver::header() {
   log_.flush();
 }
 
+namespace {
+
+// The final evaluation by class: each class's accuracy (with its held-out count), and where the data
+// names its classes (real data) the confusion matrix, up to 20 classes.
+std::string held_out_by_class(const EvalResult& eval, const std::vector<std::string>& names) {
+  const std::vector<double> accuracy = eval.per_class_accuracy();
+  const std::int64_t k = eval.classes;
+  const auto name = [&](std::int64_t c) {
+    return c < static_cast<std::int64_t>(names.size()) ? names[c] : "class " + std::to_string(c);
+  };
+  const auto count = [&](std::int64_t row, std::int64_t col) {
+    return eval.confusion[static_cast<std::size_t>(row * k + col)];
+  };
+  std::string text = "held-out by class:";
+  for (std::int64_t c = 0; c < k; ++c) {
+    std::int64_t total = 0;
+    for (std::int64_t j = 0; j < k; ++j) total += count(c, j);
+    text += fmt::format(
+        "{} {} {}", c == 0 ? "" : ",", name(c),
+        total == 0 ? std::string("(none held out)") : fmt::format("{:.1f}% of {}", 100 * accuracy[c], total));
+  }
+  text += "\n";
+  if (names.empty() || k > 20) return text;
+  std::size_t width = 0;
+  for (const auto& n : names) width = std::max(width, n.size());
+  text += "confusion matrix (rows: true class, columns: predicted class, counts):\n";
+  text += fmt::format("{:>{}}", "", width + 5);
+  for (std::int64_t j = 0; j < k; ++j) text += fmt::format(" {:>5}", j);
+  text += "\n";
+  for (std::int64_t c = 0; c < k; ++c) {
+    text += fmt::format("{:>3} {:<{}} ", c, name(c), width + 1);
+    for (std::int64_t j = 0; j < k; ++j) text += fmt::format(" {:>5}", count(c, j));
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
 void ProgressLogObserver::summary(const TrainResult& result) {
   const TrainConfig& c = trainer_.config();
   const double measured_total = result.measured.total();
@@ -216,6 +255,8 @@ void ProgressLogObserver::summary(const TrainResult& result) {
                         result.final_eval.samples);
   }
   log_ << "\n";
+  if (c.reporting.eval_at_end && trainer_.task().held_out_data != nullptr && !result.final_eval.confusion.empty())
+    log_ << held_out_by_class(result.final_eval, trainer_.task().held_out_data->class_names());
   if (const GradScaler* scaler = trainer_.scaler()) {
     log_ << fmt::format("loss scaling (f16): {} of {} steps skipped for non-finite gradients; scale now {:g}\n",
                         result.skipped_steps, run_steps_, scaler->scale_value());

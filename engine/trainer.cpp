@@ -143,6 +143,19 @@ void Trainer::set_callbacks(TrainCallbacks callbacks) {
   callbacks_ = std::move(callbacks);
 }
 
+std::vector<double> EvalResult::per_class_accuracy() const {
+  std::vector<double> by_class;
+  if (confusion.size() != static_cast<std::size_t>(classes * classes)) return by_class;
+  for (std::int64_t k = 0; k < classes; ++k) {
+    std::int64_t total = 0;
+    for (std::int64_t j = 0; j < classes; ++j) total += confusion[static_cast<std::size_t>(k * classes + j)];
+    by_class.push_back(total == 0 ? std::nan("")
+                                  : static_cast<double>(confusion[static_cast<std::size_t>(k * classes + k)]) /
+                                        static_cast<double>(total));
+  }
+  return by_class;
+}
+
 EvalResult Trainer::evaluate() {
   TL_PROFILE_SCOPE("evaluate");
   TL_CHECK(task_.held_out_data != nullptr, "evaluate: the task has no held-out data");
@@ -154,6 +167,9 @@ EvalResult Trainer::evaluate() {
   run_.model->eval();
   EvalResult result;
   result.step = step_;
+  result.classes = classes;
+  const bool confusion = classes <= EvalResult::kMaxConfusionClasses;
+  if (confusion) result.confusion.assign(static_cast<std::size_t>(classes * classes), 0);
   const std::int64_t n = data.size();
   double loss_sum = 0;
   std::int64_t correct = 0;
@@ -183,7 +199,9 @@ EvalResult Trainer::evaluate() {
     for (std::int64_t i = 0; i < count; ++i) {
       const double* row = values.data() + i * classes;
       const auto predicted = std::max_element(row, row + classes) - row;
-      correct += predicted == labels[static_cast<std::size_t>(i)] ? 1 : 0;
+      const std::int64_t label = labels[static_cast<std::size_t>(i)];
+      correct += predicted == label ? 1 : 0;
+      if (confusion) result.confusion[static_cast<std::size_t>(label * classes + predicted)] += 1;
     }
   }
   run_.model->train();

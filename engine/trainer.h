@@ -34,6 +34,13 @@ struct EvalResult {
   double accuracy = 0;  // fraction in [0, 1]
   double loss = 0;
   std::int64_t samples = 0;
+  // Counts by true label (row) and prediction (column), classes x classes, row-major; kept for up to
+  // kMaxConfusionClasses classes (empty beyond).
+  static constexpr std::int64_t kMaxConfusionClasses = 1000;
+  std::int64_t classes = 0;
+  std::vector<std::int64_t> confusion;
+  // Per class: the fraction of its held-out samples predicted as it (NaN for a class with none).
+  std::vector<double> per_class_accuracy() const;
 };
 
 // What a driver sees after each optimiser step.

@@ -14,10 +14,39 @@
 
 namespace trainlab {
 
-void add_data_commands(CLI::App& app, DataCommands& c) {
+namespace {
+
+// make-dataset: SyntheticImages' options, and an import's (--from).
+void add_make_dataset(CLI::App& app, DataCommands& c) {
   c.make = app.add_subcommand("make-dataset",
-                              "write SyntheticImages to disk as a real image data set: shards or one file per "
+                              "write an image data set to disk, SyntheticImages or imported (--from: a folder of "
+                              "class folders, MNIST/Fashion-MNIST IDX files, CIFAR-10): shards or one file per "
                               "sample, JPEG, PNG or raw pixels, with a manifest of sizes and CRC-32s");
+  c.make
+      ->add_option("--from", c.from,
+                   "import instead of SyntheticImages: imagefolder:ROOT (ROOT/train/<class>/*.png|jpg and "
+                   "ROOT/test/ or ROOT/val/), idx:DIR (train-/t10k-images-idx3-ubyte[.gz] and labels), "
+                   "cifar10:DIR (data_batch_1..5.bin, test_batch.bin)")
+      ->check([](const std::string& text) {
+        try {
+          parse_import_source(text);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      });
+  c.make
+      ->add_option("--channels", c.import.channels,
+                   "with --from: 1 (grey) or 3 (RGB) (default: the source's: IDX 1, CIFAR-10 3, imagefolder "
+                   "from its first image)")
+      ->check(CLI::IsMember({1, 3}));
+  c.make->add_flag("--skip-bad", c.import.skip_bad,
+                   "with --from imagefolder: skip files that are not readable 8-bit PNG/JPEG images (counted in "
+                   "the manifest) instead of refusing the import");
+  c.make
+      ->add_option("--class-names", c.import.class_names,
+                   "with --from: the class names in label order, comma-separated (default: the source's)")
+      ->delimiter(',');
   c.make->add_option("--out", c.write.out, "the data set's directory (new or empty; --overwrite replaces a data set)")
       ->required();
   c.make->add_option("--layout", c.layout, "shards | files")
@@ -40,12 +69,18 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
       ->check(FiniteRange(std::int64_t{0}, std::int64_t{100000000}));
   c.make
       ->add_option("--image-size", c.write.image_size,
-                   "stored height and width in pixels, a multiple of 32 (images upsampled; readers box-filter "
-                   "back to 32) [32..4096]")
-      ->check(FiniteRange(32, 4096));
+                   "SyntheticImages: the stored height and width, a multiple of 32 (upsampled; readers box-filter "
+                   "back to 32); --from imagefolder: every image resized to this square size [4..4096]")
+      ->check(FiniteRange(4, 4096));
   c.make->add_option("--seed", c.seed, "SyntheticImages' seed (the same seed as trainlab train's gives its images)")
       ->check(StrictUnsigned(std::numeric_limits<std::uint64_t>::max()));
   c.make->add_flag("--overwrite", c.write.overwrite, "replace a data set an earlier make-dataset wrote at --out");
+}
+
+}  // namespace
+
+void add_data_commands(CLI::App& app, DataCommands& c) {
+  add_make_dataset(app, c);
   c.verify = app.add_subcommand("verify-dataset",
                                 "read every file of a data set and check its size and CRC-32 against the manifest; "
                                 "exit 0 when all match, 2 naming each file that does not");
@@ -119,13 +154,40 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
 
 namespace {
 
+// make-dataset --from: the source read and checked, then written as any data set.
+DatasetWriteSummary run_import(DataCommands& c) {
+  for (const char* flag : {"--samples", "--held-out", "--seed"}) {
+    TL_CHECK(c.make->get_option(flag)->count() == 0,
+             std::string(flag) + " is SyntheticImages'; with --from the source's own splits are written whole");
+  }
+  c.import.progress = c.write.progress;
+  c.import.image_size = c.write.image_size;
+  c.write.image_size = 0;
+  const ImportedDataset source = open_import(parse_import_source(c.from), c.import, c.write.out);
+  for (const auto& note : source.notes) std::printf("make-dataset: %s\n", note.c_str());
+  c.write.source = source.source;
+  c.write.class_names = source.class_names;
+  c.write.skipped = source.skipped;
+  c.write.unit_values = true;
+  c.write.normalize = true;
+  return write_image_dataset(*source.train, source.test.get(), c.write);
+}
+
 int run_make(DataCommands& c) {
   c.write.layout = parse_disk_layout(c.layout);
   c.write.codec = parse_image_codec(c.codec);
   c.write.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()), std::fflush(stdout); };
-  const SyntheticImages train(c.seed, Split::train, c.samples);
-  const SyntheticImages held_out(c.seed, Split::held_out, c.held_out > 0 ? c.held_out : 1);
-  const DatasetWriteSummary summary = write_image_dataset(train, c.held_out > 0 ? &held_out : nullptr, c.write);
+  DatasetWriteSummary summary;
+  if (!c.from.empty()) {
+    summary = run_import(c);
+  } else {
+    for (const char* flag : {"--channels", "--skip-bad", "--class-names"}) {
+      TL_CHECK(c.make->get_option(flag)->count() == 0, std::string(flag) + " goes with --from (an import)");
+    }
+    const SyntheticImages train(c.seed, Split::train, c.samples);
+    const SyntheticImages held_out(c.seed, Split::held_out, c.held_out > 0 ? c.held_out : 1);
+    summary = write_image_dataset(train, c.held_out > 0 ? &held_out : nullptr, c.write);
+  }
   const DatasetInfo info = read_dataset_info(summary.out);  // absolute: --out . names a directory now replaced
   std::printf("make-dataset: %s written in %.1f s: %s, %s%s, %dx%dx%d\n", summary.out.c_str(), summary.seconds,
               disk_layout_name(info.layout), image_codec_name(info.codec),
@@ -136,6 +198,16 @@ int run_make(DataCommands& c) {
                 static_cast<long long>(s.samples), static_cast<long long>(s.files), human_size(s.bytes).c_str(),
                 static_cast<double>(s.bytes) / static_cast<double>(s.samples));
   }
+  if (!info.class_names.empty()) {
+    std::string names;
+    for (const auto& n : info.class_names) names += (names.empty() ? "" : ", ") + n;
+    std::printf("  classes  %lld: %s\n", static_cast<long long>(info.classes), names.c_str());
+  }
+  for (std::size_t ch = 0; ch < info.mean.size(); ++ch)
+    std::printf(
+        "  channel %zu: mean %.4f, std %.4f of the training split (values = pixels / 255; the reader "
+        "standardises with them)\n",
+        ch, info.mean[ch], info.stdev[ch]);
   if (!summary.kept.empty()) {
     std::printf(
         "make-dataset: files that were in the replaced data set's directory but not in its manifest are "

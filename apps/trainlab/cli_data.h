@@ -1,4 +1,5 @@
-// trainlab's data set and diagnosis commands: make-dataset (a data set on disk from SyntheticImages),
+// trainlab's data set and diagnosis commands: make-dataset (a data set on disk from SyntheticImages,
+// or imported from a user's images: engine/dataset_import.h),
 // verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h),
 // throughput-budget, inspect and diagnose (bench/diagnosis.h). Registered on the trainlab app by cli.cpp.
 #pragma once
@@ -10,6 +11,7 @@
 
 #include "bench/measure/diagnosis.h"
 #include "bench/measure/loader_bench.h"
+#include "engine/dataset_import.h"
 #include "engine/disk_dataset.h"
 
 namespace trainlab {
@@ -21,6 +23,8 @@ struct DataCommands {
   std::string layout = "shards", codec = "jpeg";
   std::int64_t samples = 50000, held_out = 1000;
   std::uint64_t seed = 0;
+  std::string from;  // imagefolder:ROOT | idx:DIR | cifar10:DIR ("": SyntheticImages)
+  ImportOptions import;
   std::string verify_dir;
   CLI::App* loader = nullptr;
   bench::LoaderBenchOptions bench;

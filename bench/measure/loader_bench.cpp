@@ -16,7 +16,7 @@ namespace trainlab::bench {
 
 LoaderMeasurement measure_loader(const LoaderRun& run) {
   DiskReadOptions read;
-  read.output_size = 32;
+  read.output_size = 0;  // the data set's sample size
   const auto data = open_image_dataset(run.data, Split::train, read);
   if (run.cold) drop_page_cache(data->split_files());
   LoaderMeasurement m;

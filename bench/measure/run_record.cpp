@@ -171,6 +171,9 @@ void RunRecorder::finish(const TrainResult& result, const std::vector<RankStepSt
                            stats.decode_cpu_s, config_.data.workers};
   }
   if (result.final_eval.samples > 0) row.accuracy = result.final_eval.accuracy;
+  if (result.final_eval.samples > 0 && !result.final_eval.confusion.empty())
+    row.confusion = HeldOutConfusion{data_ ? data_->class_names() : std::vector<std::string>{},
+                                     result.final_eval.classes, result.final_eval.confusion};
   row.stopped_by = result.stopped_by;
   ledger_->append(row);
 }

@@ -108,6 +108,18 @@ struct TrainProgressRow {
     f.optional("config", config);
   }
 };
+// The final held-out evaluation by class.
+struct HeldOutConfusion {
+  std::vector<std::string> class_names;  // in label order; empty when the data names none
+  std::int64_t classes = 0;
+  std::vector<std::int64_t> counts;  // classes x classes, row-major: true label (row), prediction (column)
+  template <class F>
+  void fields(F& f) {
+    f.optional("class_names", class_names);
+    f("classes", classes);
+    f("counts", counts);
+  }
+};
 // At the end, ok or failed.
 struct TrainRunRow {
   static constexpr const char* kKind = "train_run";
@@ -122,7 +134,8 @@ struct TrainRunRow {
   std::optional<PhaseTotals> phases;
   std::vector<RankStepStats> ranks;
   std::optional<LoaderUse> loader;
-  std::optional<double> accuracy;  // null without a held-out evaluation
+  std::optional<double> accuracy;             // null without a held-out evaluation
+  std::optional<HeldOutConfusion> confusion;  // with it (up to 1,000 classes)
   std::string stopped_by;
   template <class F>
   void fields(F& f) {
@@ -143,6 +156,7 @@ struct TrainRunRow {
     f.optional("ranks", ranks);
     f.optional("loader", loader);
     f.nullable("accuracy", accuracy);
+    f.optional("confusion", confusion);
     f.optional("stopped_by", stopped_by);
   }
 };

@@ -35,8 +35,12 @@ namespace {
 
 std::vector<EvalResult> evals_of(const std::vector<double>& accuracies) {
   std::vector<EvalResult> out;
-  for (std::size_t i = 0; i < accuracies.size(); ++i)
-    out.push_back({static_cast<std::int64_t>(25 * (i + 1)), accuracies[i], 0, 0});
+  for (std::size_t i = 0; i < accuracies.size(); ++i) {
+    EvalResult e;
+    e.step = static_cast<std::int64_t>(25 * (i + 1));
+    e.accuracy = accuracies[i];
+    out.push_back(e);
+  }
   return out;
 }
 
