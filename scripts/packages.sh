@@ -16,7 +16,9 @@ TRAINLAB_BUILD_PACKAGES=(
 
 # What install-deps.sh adds on a Debian machine: the compilers and build tools (a GPU machine has its
 # own, with nvcc), hwloc's tools, the PyTorch peer (the GPU machine's own PyTorch is the peer there),
-# and qemu-user (tests/apps/avx2_cpu_test.sh runs the build on an emulated AVX2 CPU).
+# qemu-user (tests/apps/avx2_cpu_test.sh runs the build on an emulated AVX2 CPU), and a real data set:
+# dataset-fashion-mnist (Fashion-MNIST's IDX files under /usr/share/datasets/fashion-mnist/, 30 MB;
+# `trainlab make-dataset --from idx:...` imports it, `make fashion` trains on it).
 # python3-torch: PyTorch 1.13 under /usr/bin/python3, the peer for side-by-side benchmarks and the
 # gradient comparison test. ocl-icd-opencl-dev and opencl-headers (above): Debian's dnnl CMake config
 # requires OpenCL (its GPU runtime).
@@ -25,6 +27,7 @@ TRAINLAB_HOST_PACKAGES=(
   libbenchmark-dev hwloc
   python3-torch python3-numpy
   qemu-user
+  dataset-fashion-mnist
 )
 
 # What fetch-device-debs.sh adds for a bare machine: the libraries the build packages depend on (dpkg
