@@ -22,7 +22,7 @@ $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset 
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion clean format check-format fuzz
 
 all: build
 
@@ -157,6 +157,14 @@ memory: build
 # results/ledger_cpu.jsonl.
 dataset-study: build
 	@$(BUILD_DIR)/bin/dataset_study --work $(BUILD_DIR)/dataset-study --ledger $(LEDGER)
+
+# Real data (issue 26): Fashion-MNIST from Debian's dataset-fashion-mnist (install-deps installs it),
+# imported once into $(BUILD_DIR)/fashion-mnist, SmallCNN trained by trainlab and by PyTorch for each
+# of 3 seeds (3 epochs each), the table with the published baselines; rows in the ledger, REPORT.md
+# regenerated.
+fashion: build
+	@$(BUILD_DIR)/bin/fashion_study --data $(BUILD_DIR)/fashion-mnist --ledger $(LEDGER)
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT)
 
 # The installed package: the portable build (build-portable/, x86-64-v3, the AVX-512 loops chosen
 # at run time), so that it runs on any x86-64 CPU with AVX2, into PREFIX (default /usr/local).

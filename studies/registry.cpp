@@ -5,6 +5,7 @@
 #include "studies/compare_torch/compare_torch.h"
 #include "studies/cost_to_accuracy/cost_study.h"
 #include "studies/dataset/dataset_study.h"
+#include "studies/fashion/fashion_study.h"
 #include "studies/ladder/ladder.h"
 #include "studies/memory/memory_study.h"
 #include "studies/pinning/pinning_study.h"
@@ -13,9 +14,10 @@
 namespace trainlab::bench {
 
 std::vector<SectionDef> report_sections() {
-  return {ladder_report_section(),    cost_report_section(),    pinning_report_section(),
-          memory_report_section(),    dataset_report_section(), compare_torch_report_section(),
-          allreduce_report_section(), buckets_report_section(), scaling_report_section()};
+  return {ladder_report_section(),        cost_report_section(),      pinning_report_section(),
+          memory_report_section(),        dataset_report_section(),   fashion_report_section(),
+          compare_torch_report_section(), allreduce_report_section(), buckets_report_section(),
+          scaling_report_section()};
 }
 
 }  // namespace trainlab::bench

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The studies end to end in their --quick forms: bad input refused with a one-line error (exit 2),
 # a quick run's rows in a fresh ledger, and bench_report's section from that ledger.
-#   studies_test.sh cost|pinning|memory|dataset <driver> <source dir> [bench_report]
+#   studies_test.sh cost|pinning|memory|dataset|fashion <driver> <source dir> [bench_report]
 set -uo pipefail
 which=$1 driver=$2 src=$3 report=${4:-$(dirname "$2")/bench_report}
 tmp=$(mktemp -d)
@@ -71,6 +71,40 @@ case $which in
     grep -q '"status":"failed"' "$ledger" && fail "a measurement failed"
     # Nothing left beside the data sets but the data sets.
     [ "$(ls "$tmp/work" | wc -l)" -eq 3 ] || fail "unexpected files in the work directory: $(ls "$tmp/work")"
+    ;;
+  fashion)
+    # Small IDX files of the real format (gzipped), then the whole study: both frameworks, two seeds.
+    /usr/bin/python3 - "$tmp/idx" <<'PY' || fail "could not write the IDX files"
+import gzip, os, sys, random
+d = sys.argv[1]; os.makedirs(d)
+rng = random.Random(3)
+for split, n in (("train", 256), ("t10k", 64)):
+    labels = bytes(i % 10 for i in range(n))
+    images = bytes(min(255, (labels[i // 784] * 25 + rng.randrange(40))) for i in range(n * 784))
+    with gzip.open(os.path.join(d, split + "-images-idx3-ubyte.gz"), "wb") as f:
+        f.write((0x803).to_bytes(4, "big") + n.to_bytes(4, "big") + (28).to_bytes(4, "big") * 2 + images)
+    with gzip.open(os.path.join(d, split + "-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write((0x801).to_bytes(4, "big") + n.to_bytes(4, "big") + labels)
+PY
+    expect_error "is not a directory" --source "$tmp/none" --data "$tmp/ds" --no-ledger
+    expect_error "epochs" --epochs 0 --no-ledger
+    "$driver" --source "$tmp/idx" --data "$tmp/ds" --epochs 1 --seeds 2 --batch 16 --ledger "$ledger" \
+      --readme "$tmp/none.md" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "the quick run failed"; }
+    cat "$tmp/out"
+    grep -q "^| trainlab | onednn f32 nchw | 2 |" "$tmp/out" || fail "no trainlab row over 2 seeds"
+    grep -q "^| pytorch | .* | 2 |" "$tmp/out" || fail "no PyTorch row over 2 seeds"
+    grep -q "^| published two-convolution CNNs | 10 results | - | 87.6% to 93.9%" "$tmp/out" || fail "no baselines"
+    grep -q "^- speed: trainlab .*x PyTorch's samples/s" "$tmp/out" || fail "no speed verdict"
+    [ "$(grep -c '"kind":"fashion_run"' "$ledger")" -eq 4 ] || fail "expected 4 fashion_run rows"
+    grep -q '"status":"failed"' "$ledger" && fail "a run failed"
+    grep -q '"confusion":\[' "$ledger" || fail "no confusion matrix in trainlab's rows"
+    # The import is reused by the next run (the same source), not written again.
+    "$driver" --source "$tmp/idx" --data "$tmp/ds" --epochs 1 --seeds 1 --batch 16 --no-ledger --no-peer \
+      >"$tmp/out2" 2>&1 || { cat "$tmp/out2"; fail "the second run failed"; }
+    grep -q "imported earlier" "$tmp/out2" || fail "the data set was imported again"
+    "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
+    grep -q "^## Real data: SmallCNN on Fashion-MNIST" "$tmp/REPORT.md" || fail "no fashion section in the report"
+    ls "$tmp"/figures/fashion_*.svg >/dev/null || fail "no per-class figure"
     ;;
   memory)
     # Under MPI (scripts/mpirun): a refusal ends the job, naming the bad value.

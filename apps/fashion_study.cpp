@@ -1,0 +1,67 @@
+// The Fashion-MNIST study (issue 26, `make fashion`): SmallCNN trained on real data by trainlab and
+// by PyTorch, side by side, against the published two-convolution baselines.
+//
+//   build/bin/fashion_study [--source DIR] [--data DIR] [--epochs 3] [--seeds 3] [--batch 64]
+//                           [--lr 0.05] [--momentum 0.9] [--threads 2] [--workers 1] [--no-peer]
+//                           [--ledger FILE | --no-ledger]
+//
+// The IDX files (Debian's dataset-fashion-mnist: /usr/share/datasets/fashion-mnist) are imported
+// once into --data (raw pixels; reused while it is an import of --source). Then for each seed,
+// trainlab trains SmallCNN (built for 1x28x28, 10 classes) and bench/peers/torch_fashion.py trains
+// the same model in PyTorch (its fastest layout, probed first) with the same hyperparameters,
+// initialisation scheme, batch rule and epochs; each run is a ledger row ("fashion_run"). The table:
+// test accuracy (median, min-max over seeds) and samples/s for both, the published baselines.
+#include <filesystem>
+#include <iostream>
+
+#include "apps/cli_parse.h"
+#include "backends/error.h"
+#include "studies/fashion/fashion_study.h"
+
+using namespace trainlab;
+using namespace trainlab::bench;
+
+int main(int argc, char** argv) {
+  CLI::App app{"fashion_study: SmallCNN on Fashion-MNIST, trainlab and PyTorch side by side", "fashion_study"};
+  FashionStudyOptions o;
+  app.add_option("--source", o.source, "the IDX files' directory")->capture_default_str();
+  app.add_option("--data", o.data, "the imported data set (made when missing)")->capture_default_str();
+  app.add_option("--readme", o.readme, "Fashion-MNIST's README, for the published baselines")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs per run [1..1000]")
+      ->capture_default_str()
+      ->check(FiniteRange(std::int64_t{1}, std::int64_t{1000}));
+  app.add_option("--seeds", o.seeds, "seeds 0..N-1, each trained by both [1..100]")
+      ->capture_default_str()
+      ->check(FiniteRange(std::int64_t{1}, std::int64_t{100}));
+  app.add_option("--batch", o.batch, "batch size [1..65536]")
+      ->capture_default_str()
+      ->check(FiniteRange(std::int64_t{1}, std::int64_t{65536}));
+  app.add_option("--lr", o.lr, "peak learning rate of the cosine schedule (0..10]")
+      ->capture_default_str()
+      ->check(FiniteRange(1e-9, 10.0));
+  app.add_option("--momentum", o.momentum, "SGD momentum [0..1)")
+      ->capture_default_str()
+      ->check(FiniteRange(0.0, 0.999));
+  app.add_option("--threads", o.threads, "compute threads of both frameworks [1..1024]")
+      ->capture_default_str()
+      ->check(FiniteRange(1, 1024));
+  app.add_option("--workers", o.workers, "trainlab's loader workers [0..64]")
+      ->capture_default_str()
+      ->check(FiniteRange(0, 64));
+  app.add_option("--backend", o.backend, "trainlab's backend (default: the best CPU backend)");
+  app.add_option("--python", o.python, "the interpreter with PyTorch")->capture_default_str();
+  app.add_option("--peer", o.peer_script, "the PyTorch peer script")->capture_default_str();
+  app.add_flag("--no-peer", o.no_peer, "trainlab only");
+  app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)");
+  app.add_flag("--no-ledger", o.no_ledger, "write no ledger rows");
+  if (const auto status = parse_command_line(app, argc, argv, "fashion_study")) return *status;
+  try {
+    return run_fashion_study(o);
+  } catch (const Error& e) {
+    std::cerr << "fashion_study: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "fashion_study: error: " << e.what() << "\n";
+    return 2;
+  }
+}
