@@ -75,6 +75,11 @@ std::string hex(std::uint32_t v) {
   return text;
 }
 
+// ITU-R 601 luma of one RGB pixel, as PIL's convert("L") computes it.
+unsigned char luma(unsigned r, unsigned g, unsigned b) {
+  return static_cast<unsigned char>((r * 19595u + g * 38470u + b * 7471u + 0x8000u) >> 16);
+}
+
 std::uint32_t big_endian(const unsigned char* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
 }
@@ -179,9 +184,7 @@ void read_cifar_file(const std::string& path, int channels, ByteImages& data) {
     if (channels == 3) {
       data.pixels.insert(data.pixels.end(), rgb, rgb + 3 * plane);
     } else {
-      for (std::size_t i = 0; i < plane; ++i)
-        data.pixels.push_back(static_cast<unsigned char>(
-            (rgb[i] * 19595u + rgb[plane + i] * 38470u + rgb[2 * plane + i] * 7471u + 0x8000u) >> 16));
+      for (std::size_t i = 0; i < plane; ++i) data.pixels.push_back(luma(rgb[i], rgb[plane + i], rgb[2 * plane + i]));
     }
   }
 }
@@ -251,7 +254,7 @@ std::vector<unsigned char> convert_channels(const DecodedImage& image, int chann
     } else if (channels == 3) {
       std::memcpy(out.data() + i * 3, p, 3);
     } else {
-      out[i] = static_cast<unsigned char>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+      out[i] = luma(p[0], p[1], p[2]);
     }
   }
   return out;
