@@ -22,7 +22,7 @@ $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset 
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion fashion-data clean format check-format fuzz
 
 all: build
 
@@ -102,11 +102,26 @@ fuzz:
 LEDGER ?= results/ledger_cpu.jsonl
 REPORT := $(dir $(LEDGER))REPORT.md
 LADDER := $(BUILD_DIR)/bin/bench_ladder
-ladder: build
-	@$(LADDER) --device cpu --quick --calibrate --repeats 5 --ledger $(LEDGER) --report $(REPORT)
 
-ladder-full: build
-	@$(LADDER) --device cpu --calibrate --repeats 7 --ledger $(LEDGER) --report $(REPORT)
+# Real data (issue 26). DATA=fashion is Fashion-MNIST from Debian's dataset-fashion-mnist
+# (install-deps installs it), imported once under $(BUILD_DIR): raw pixels for the training studies,
+# PNG shards for the ladder (whose data wait is then the real decode). DATA=DIR is any data set
+# trainlab make-dataset wrote.
+DATA ?=
+FASHION_IDX := /usr/share/datasets/fashion-mnist
+FASHION_RAW := $(BUILD_DIR)/fashion-mnist
+FASHION_PNG := $(BUILD_DIR)/fashion-mnist-png
+fashion-data: build
+	@[ -f $(FASHION_RAW)/manifest.json ] || $(BUILD_DIR)/bin/trainlab make-dataset --from idx:$(FASHION_IDX) --out $(FASHION_RAW) --codec raw
+	@[ -f $(FASHION_PNG)/manifest.json ] || $(BUILD_DIR)/bin/trainlab make-dataset --from idx:$(FASHION_IDX) --out $(FASHION_PNG) --codec png
+LADDER_DATA := $(if $(filter fashion,$(DATA)),$(FASHION_PNG),$(DATA))
+
+# `make ladder DATA=fashion` (or DATA=DIR): the same ladder with every sample read from the data set.
+ladder: build $(if $(filter fashion,$(DATA)),fashion-data)
+	@$(LADDER) --device cpu --quick --calibrate --repeats 5 --ledger $(LEDGER) --report $(REPORT) $(if $(LADDER_DATA),--data $(LADDER_DATA))
+
+ladder-full: build $(if $(filter fashion,$(DATA)),fashion-data)
+	@$(LADDER) --device cpu --calibrate --repeats 7 --ledger $(LEDGER) --report $(REPORT) $(if $(LADDER_DATA),--data $(LADDER_DATA))
 
 # trainlab against PyTorch (bench/compare_torch.py): every trainlab configuration and every PyTorch
 # variant the peer defines, interleaved over 5 rounds; the best PyTorch variant per dtype in the run
@@ -130,14 +145,17 @@ verify: build
 # Seed 000's two studies (studies/), rows appended to results/ledger_cpu.jsonl, then REPORT.md.
 # `make accuracy RATE=0.35`: the cost to held-out accuracy of configs/cost_cpu.yaml's configurations
 # at RATE $/hour (required: no default price); SCALING_LEDGER=<ledger with a bench_scaling run> adds
-# the break-even of scaling out. `make pinning`: the pinning arms, quiet and under CONTEND busy
+# the break-even of scaling out. DATA=fashion runs them on Fashion-MNIST to configs/cost_fashion.yaml's
+# target (the report puts both rankings side by side); DATA=DIR TARGET=0.8 on any data set. `make pinning`: the pinning arms, quiet and under CONTEND busy
 # threads (default 2; CONTEND=0 for quiet only).
 RATE ?=
+TARGET ?=
 SCALING_LEDGER ?=
 CONTEND ?= 2
-accuracy: build
+ACCURACY_ARGS := $(if $(filter fashion,$(DATA)),--config configs/cost_fashion.yaml,$(if $(DATA),--data $(DATA))) $(if $(TARGET),--target $(TARGET))
+accuracy: build $(if $(filter fashion,$(DATA)),fashion-data)
 	@if [ -z "$(RATE)" ]; then echo "make accuracy: RATE is required, the machine's price in \$$/hour (e.g. make accuracy RATE=0.35): there is no default price" >&2; exit 2; fi
-	@$(BUILD_DIR)/bin/cost_to_accuracy --rate $(RATE) --ledger $(LEDGER) $(if $(SCALING_LEDGER),--scaling-ledger $(SCALING_LEDGER))
+	@$(BUILD_DIR)/bin/cost_to_accuracy --rate $(RATE) --ledger $(LEDGER) $(ACCURACY_ARGS) $(if $(SCALING_LEDGER),--scaling-ledger $(SCALING_LEDGER))
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 pinning: build
@@ -158,12 +176,11 @@ memory: build
 dataset-study: build
 	@$(BUILD_DIR)/bin/dataset_study --work $(BUILD_DIR)/dataset-study --ledger $(LEDGER)
 
-# Real data (issue 26): Fashion-MNIST from Debian's dataset-fashion-mnist (install-deps installs it),
-# imported once into $(BUILD_DIR)/fashion-mnist, SmallCNN trained by trainlab and by PyTorch for each
-# of 3 seeds (3 epochs each), the table with the published baselines; rows in the ledger, REPORT.md
+# The Fashion-MNIST study: SmallCNN trained by trainlab and by PyTorch for each of 3 seeds (3 epochs
+# each) on $(FASHION_RAW), the table with the published baselines; rows in the ledger, REPORT.md
 # regenerated.
 fashion: build
-	@$(BUILD_DIR)/bin/fashion_study --data $(BUILD_DIR)/fashion-mnist --ledger $(LEDGER)
+	@$(BUILD_DIR)/bin/fashion_study --source $(FASHION_IDX) --data $(FASHION_RAW) --ledger $(LEDGER)
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT)
 
 # The installed package: the portable build (build-portable/, x86-64-v3, the AVX-512 loops chosen

@@ -1,6 +1,6 @@
 // bench_ladder: the optimisation ladder (a thin main over the bench library).
 //   bench_ladder --plan                      the baseline's profile and which rung it points to
-//   bench_ladder --device cpu --repeats 3 [--calibrate] [--quick] [--trace]
+//   bench_ladder --device cpu --repeats 3 [--calibrate] [--quick] [--trace] [--data DIR]
 // Rows go to results/ledger_<device>.jsonl; REPORT.md is regenerated from the ledger afterwards.
 #include <cstdio>
 #include <iostream>
@@ -8,6 +8,7 @@
 #include "apps/cli_parse.h"
 #include "backends/error.h"
 #include "backends/registry.h"
+#include "bench/measure/data_source.h"
 #include "bench/measure/ledger.h"
 #include "bench/report/report.h"
 #include "engine/fileio.h"
@@ -17,7 +18,7 @@
 int main(int argc, char** argv) {
   using namespace trainlab;
   CLI::App app{"bench_ladder: the optimisation ladder, one knob per rung, measured honestly", "bench_ladder"};
-  std::string device = "cpu", config_path, ledger_path, report_path = "results/REPORT.md";
+  std::string device = "cpu", config_path, ledger_path, report_path = "results/REPORT.md", data;
   int repeats = 3;
   bool calibrate = false, quick = false, plan = false, trace = false, no_report = false;
   app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -27,13 +28,21 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "fewer measured steps per repeat");
   app.add_flag("--plan", plan, "profile the baseline and print which rung the largest stall points to");
   app.add_flag("--trace", trace, "a Chrome trace of each rung's first repeat under results/traces/");
+  app.add_option("--data", data,
+                 "a data set on disk (trainlab make-dataset) for every rung instead of the ladder file's (its data: "
+                 "key, else SyntheticImages with decode_cost); its decoding is then the data wait");
   app.add_option("--ledger", ledger_path, "ledger file (default results/ledger_<device>.jsonl)");
   app.add_option("--report", report_path, "REPORT.md to regenerate after the run");
   app.add_flag("--no-report", no_report, "do not regenerate the report");
   if (const auto status = parse_command_line(app, argc, argv, "bench_ladder")) return *status;
   try {
     if (config_path.empty()) config_path = "configs/ladder_" + device + ".yaml";
-    const bench::LadderSpec spec = bench::load_ladder(config_path);
+    bench::LadderSpec spec = bench::load_ladder(config_path);
+    if (!data.empty()) {
+      bench::use_data_set(spec.base, data);
+      bench::data_source_of_dir(data);  // a directory that is not a data set is named now
+      bench::rung_configs(spec);        // every rung still a valid config
+    }
     TL_CHECK(spec.device == device, config_path + " is the '" + spec.device + "' ladder, not '" + device + "'");
     if (device == "cuda") {
       bool any = false;

@@ -1,7 +1,7 @@
 // cost_to_accuracy: the cost-to-accuracy study (seed 000), what it costs to reach a model this good.
 //
 //   build/bin/cost_to_accuracy --rate 0.35 [--config configs/cost_cpu.yaml] [--quick]
-//                              [--scaling-ledger results/ledger_cpu.jsonl]
+//                              [--data DIR] [--target 0.87] [--scaling-ledger results/ledger_cpu.jsonl]
 //
 // The study is studies/cost_to_accuracy/ (cost_driver.cpp: each configuration trained from scratch
 // to the target, repeats interleaved, a ledger row per repeat); this main parses the command line.
@@ -26,6 +26,13 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", o.quick, "the study file's quick form (a lower target, fewer steps and repeats)");
   app.add_option("--repeats", o.repeats, "repeats per configuration (default: the study file's)")
       ->check(FiniteRange(1, 100));
+  app.add_option("--data", o.data,
+                 "a data set on disk (trainlab make-dataset) to train and evaluate on instead of the study file's "
+                 "(its data: key, else SyntheticImages); its held-out split is the held-out set");
+  app.add_option("--target", o.target,
+                 "the held-out accuracy to reach, in (0, 1] (default: the study file's; a real data set needs its own, "
+                 "chosen from a pilot run)")
+      ->check(FiniteRange(1e-9, 1.0));
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<device>.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   app.add_option("--scaling-ledger", o.scaling_ledger,

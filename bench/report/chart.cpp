@@ -242,6 +242,40 @@ void draw(Canvas& svg, const RankChart& c, int x0, int y0) {
   }
 }
 
+// ---- a matrix of counts
+
+Size size_of(const Heatmap& c) {
+  const int columns = static_cast<int>(c.column_labels.size()), rows = static_cast<int>(c.row_labels.size());
+  return {c.label_width + columns * c.cell + 20, 50 + rows * c.cell + 20};
+}
+
+void draw(Canvas& svg, const Heatmap& c, int x0, int y0) {
+  const int left = x0 + c.label_width, top = y0 + 50;
+  svg.text(left + static_cast<double>(c.column_labels.size()) * c.cell / 2, y0 + 8, c.column_title, "middle", nullptr,
+           true);
+  svg.text(x0 + 4, y0 + 8, c.row_title, "start", nullptr, true);
+  for (std::size_t j = 0; j < c.column_labels.size(); ++j) {
+    // Column labels shortened to the cell's width (the row labels carry the full names).
+    std::string label = c.column_labels[j];
+    if (label.size() > 6) label = label.substr(0, 5) + ".";
+    svg.text(left + (j + 0.5) * c.cell, top - 8, label, "middle", "#555");
+  }
+  for (std::size_t i = 0; i < c.row_labels.size() && i < c.values.size(); ++i) {
+    const double y = top + static_cast<double>(i) * c.cell;
+    svg.text(left - 6, y + c.cell / 2.0 + 4, c.row_labels[i], "end");
+    double total = 0;
+    for (double v : c.values[i]) total += v;
+    for (std::size_t j = 0; j < c.values[i].size(); ++j) {
+      const double x = left + static_cast<double>(j) * c.cell, share = total > 0 ? c.values[i][j] / total : 0;
+      svg.rect(x, y, c.cell, c.cell, i == j ? kBlue : kRed, std::clamp(share, 0.0, 1.0));
+      svg.frame(x, y, c.cell, c.cell);
+      if (c.values[i][j] != 0)
+        svg.text(x + c.cell / 2.0, y + c.cell / 2.0 + 4, fmt::format("{:g}", c.values[i][j]), "middle",
+                 share > 0.5 ? "#fff" : nullptr);
+    }
+  }
+}
+
 }  // namespace
 
 std::string render(const Figure& figure) {

@@ -1,6 +1,6 @@
 // The chart module: every figure the report draws, as SVG, from a description that holds data and
 // words only. A study says what to plot (bars with their whiskers, lines over sizes, points, two
-// rankings side by side); this file alone knows coordinates, axes, ticks, legends and SVG.
+// rankings side by side, a matrix of counts); this file alone knows coordinates, axes, ticks, legends and SVG.
 //
 //   chart::BarChart bars;
 //   bars.rows.push_back({.label = "baseline", .value = 1050, .lo = 1013, .hi = 1147});
@@ -94,7 +94,17 @@ struct RankChart {
   std::vector<RankItem> items;
 };
 
-using Panel = std::variant<BarChart, LineChart, Scatter, RankChart>;
+// A matrix of counts as shaded cells (a confusion matrix: true class by row, prediction by column),
+// each cell's count printed and its shade its share of the row, so a row reads as recall.
+struct Heatmap {
+  std::string row_title, column_title;  // "true class", "predicted"
+  std::vector<std::string> row_labels, column_labels;
+  std::vector<std::vector<double>> values;  // [row][column]
+  int cell = 44;                            // a cell's side, px
+  int label_width = 110;                    // room for the row labels, px
+};
+
+using Panel = std::variant<BarChart, LineChart, Scatter, RankChart, Heatmap>;
 
 struct Figure {
   std::string title;

@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "backends/registry.h"
+#include "bench/measure/data_source.h"
 #include "bench/measure/ledger.h"
 #include "engine/trainer.h"
 #include "studies/cost_to_accuracy/cost_study.h"
@@ -52,6 +53,7 @@ struct CostRun {
   Ledger ledger{""};
   std::vector<ScalingPoint> scaling_points;  // --scaling-ledger's weak scaling
   std::string scaling_run;
+  DataSource data;  // what every configuration trains on
 };
 
 // The study file read and checked against the machine, the ledger and the scaling ledger checked,
@@ -60,9 +62,16 @@ CostRun prepare(CostOptions o) {
   if (o.config_path.empty()) o.config_path = default_study_file();
   CostRun run;
   run.spec = load_cost_study(o.config_path);
+  // A target is a property of the data: one chosen for SyntheticImages says nothing on another set.
+  TL_CHECK(o.data.empty() || o.target > 0 || !run.spec.data.empty(),
+           fmt::format("--data {}: give --target too (the held-out accuracy to reach on it, chosen from a pilot run): "
+                       "{}'s target {:g} was chosen for SyntheticImages",
+                       o.data, o.config_path, o.quick ? run.spec.quick_target : run.spec.target));
+  use_data_set(run.spec.base, o.data);
   run.configs = cost_configs(run.spec, o.quick);
+  run.data = data_source_of(run.configs.front().data);  // a directory that is not a data set is named now
   run.repeats = o.repeats > 0 ? o.repeats : (o.quick ? run.spec.quick_repeats : run.spec.repeats);
-  run.target = o.quick ? run.spec.quick_target : run.spec.target;
+  run.target = o.target > 0 ? o.target : o.quick ? run.spec.quick_target : run.spec.target;
   run.step_cap = o.quick ? run.spec.quick_step_cap : run.spec.step_cap;
   // The device comes from the configuration's backend, and must be the one the file is meant for.
   const auto& configs = run.configs;
@@ -110,6 +119,8 @@ void print_header(const CostRun& run) {
       run.spec.eval_every, run.step_cap, run.o.rate);
   std::cout << fmt::format("# device: {} ({}), backend {}, timer {}, engine {}; run {}\n", run.env.device.name,
                            run.env.device.type, run.env.backend, run.env.timer, run.env.engine(), run.run_id);
+  std::cout << fmt::format("# data: {}; held-out accuracy over {} samples of its held-out split\n", run.data.label(),
+                           run.configs.front().data.eval_samples);
   std::cout.flush();
 }
 
@@ -132,6 +143,7 @@ CostRepeat train_repeat(const CostRun& run, std::size_t c, int r, const CostConf
   row.lr_follows_rule = result.lr_follows_rule;
   row.dtype = result.dtype;
   row.config = knobs_of(config);
+  row.data = run.data;
   row.target = run.target;
   row.consecutive = run.spec.consecutive;
   row.eval_every = run.spec.eval_every;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "backends/error.h"
+#include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
 #include "bench/report/chart.h"
 #include "bench/report/table.h"
@@ -23,9 +24,9 @@ namespace {
 CostStudySpec cost_study_from_yaml(const YAML::Node& root, const std::string& path) {
   TL_CHECK(root.IsMap(), "cost study file '" + path + "' must be a map");
   static const char* const kAllowed =
-      "study, device, base, configs, lr_rule, target, consecutive, eval_every, step_cap, repeats, quick";
-  static const std::set<std::string> allowed = {"study",       "device",     "base",     "configs", "lr_rule", "target",
-                                                "consecutive", "eval_every", "step_cap", "repeats", "quick"};
+      "study, device, base, data, configs, lr_rule, target, consecutive, eval_every, step_cap, repeats, quick";
+  static const std::set<std::string> allowed = {"study",  "device",      "base",       "data",     "configs", "lr_rule",
+                                                "target", "consecutive", "eval_every", "step_cap", "repeats", "quick"};
   for (const auto& item : root) {
     TL_CHECK(item.first.IsScalar(), path + ": every key must be a plain name");
     TL_CHECK(allowed.count(item.first.Scalar()),
@@ -38,6 +39,8 @@ CostStudySpec cost_study_from_yaml(const YAML::Node& root, const std::string& pa
     TL_CHECK(spec.device == "cpu" || spec.device == "cuda",
              path + ": device must be cpu or cuda, got " + quote_value(spec.device));
     spec.base = yaml_map(root["base"], path + ": base");
+    if (root["data"]) spec.data = root["data"].as<std::string>();
+    use_data_set(spec.base, spec.data);
     if (root["target"]) spec.target = root["target"].as<double>();
     if (root["consecutive"]) spec.consecutive = root["consecutive"].as<int>();
     if (root["eval_every"]) spec.eval_every = root["eval_every"].as<std::int64_t>();

@@ -32,7 +32,9 @@ struct CostOptions {
   std::string config_path;  // empty: configs/cost_cuda.yaml where a GPU is, else configs/cost_cpu.yaml
   double rate = 0;          // $/hour (required: there is no honest default price)
   bool quick = false;
-  int repeats = 0;  // 0: the study file's
+  int repeats = 0;    // 0: the study file's
+  std::string data;   // a data set on disk in place of the study file's data (its `data:` key, else SyntheticImages)
+  double target = 0;  // 0: the study file's (its quick one with --quick)
   std::string ledger_path, scaling_ledger;
   bool no_ledger = false;
 };
@@ -49,6 +51,7 @@ struct CostStudySpec {
   };
   std::string name;    // "cost_cpu"
   std::string device;  // cpu | cuda: the device the configurations' backend is meant for
+  std::string data;    // the file's `data:` (a data set on disk its target is meant for); empty: SyntheticImages
   KnobMap base;
   std::vector<Entry> configs;
   LrRule lr_rule;  // base_lr: the base config's lr at lr_rule.base_batch

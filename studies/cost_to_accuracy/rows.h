@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 
@@ -25,7 +26,8 @@ struct CostRepeatRow {
   double lr = 0;
   bool lr_follows_rule = true;
   std::string dtype;
-  KnobMap config;  // as it ran (the trainer's keys)
+  KnobMap config;                  // as it ran (the trainer's keys)
+  std::optional<DataSource> data;  // what it trained on (rows before 2026-12-02 lack it: SyntheticImages)
   double target = 0;
   int consecutive = 0;
   std::int64_t eval_every = 0, step_cap = 0;
@@ -54,6 +56,7 @@ struct CostRepeatRow {
     f("lr_follows_rule", lr_follows_rule);
     f("dtype", dtype);
     f.optional("config", config);
+    f.optional("data", data);
     f("target", target);
     f.optional("consecutive", consecutive);
     f("eval_every", eval_every);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backends/registry.h"
+#include "bench/measure/data_source.h"
 #include "bench/measure/stats.h"
 #include "engine/dataset_import.h"
 #include "engine/disk_dataset.h"
@@ -42,25 +43,20 @@ DatasetInfo prepare_data(const FashionStudyOptions& o) {
     }
   }
   std::cout << fmt::format("# importing {} into {}\n", source, o.data);
-  ImportOptions import;
-  import.progress = [](const std::string& line) { std::cout << "# " << line << "\n" << std::flush;
-};
-const ImportedDataset imported = open_import(ImportSource{ImportKind::idx, source}, import, o.data);
-DatasetWriteOptions w;
-w.out = o.data;
-w.codec = ImageCodec::raw;
-w.overwrite = true;  // only ever a data set: write_image_dataset replaces nothing else
-w.source = imported.source;
-w.class_names = imported.class_names;
-w.unit_values = true;
-w.normalize = true;
-w.progress = import.progress;
-write_image_dataset(*imported.train, imported.test.get(), w);
-return read_dataset_info(o.data);
-}  // namespace
-
-std::string digest_of(const DatasetInfo& info) {
-  return info.source + ", manifest CRC-32 " + crc32_hex(info.files.back().crc32);
+  ImportOptions import_options;
+  import_options.progress = [](const std::string& line) { std::cout << "# " << line << "\n" << std::flush; };
+  const ImportedDataset imported = open_import(ImportSource{ImportKind::idx, source}, import_options, o.data);
+  DatasetWriteOptions w;
+  w.out = o.data;
+  w.codec = ImageCodec::raw;
+  w.overwrite = true;  // only ever a data set: write_image_dataset replaces nothing else
+  w.source = imported.source;
+  w.class_names = imported.class_names;
+  w.unit_values = true;
+  w.normalize = true;
+  w.progress = import_options.progress;
+  write_image_dataset(*imported.train, imported.test.get(), w);
+  return read_dataset_info(o.data);
 }
 
 FashionRunRow row_for(const FashionStudyOptions& o, const RowHeader& header, const std::string& framework,
@@ -75,7 +71,7 @@ FashionRunRow row_for(const FashionStudyOptions& o, const RowHeader& header, con
   row.lr = o.lr;
   row.momentum = o.momentum;
   row.schedule = "warmup_cosine (no warm-up, to 0)";
-  row.dataset = digest_of(info);
+  row.dataset = data_source_of_dir(info.dir).label();
   return row;
 }
 
@@ -173,7 +169,7 @@ const std::vector<FashionBaseline> kQuoted = {
     {"2 Conv+pooling+BN", 0.934, ""},
     {"2 Conv+2 FC, random horizontal flips", 0.939, ""}};
 
-}  // namespace trainlab::bench
+}  // namespace
 
 std::vector<FashionBaseline> fashion_baselines(const std::string& readme) {
   std::vector<FashionBaseline> found;

@@ -2,6 +2,7 @@
 // side, the published baselines) and its figure, each class's test accuracy for both frameworks.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -51,6 +52,37 @@ std::string per_class_figure(const std::vector<FashionRunRow>& rows) {
       chart::Figure{"Fashion-MNIST test accuracy per class, %", {bars}, {"bar: median over seeds; whisker: min-max"}});
 }
 
+// trainlab's confusion matrix on the test split, summed over its seeds (empty when no row has one).
+std::string confusion_figure(const std::vector<FashionRunRow>& rows) {
+  chart::Heatmap map;
+  map.row_title = "true class";
+  map.column_title = "predicted class";
+  int seeds = 0;
+  std::int64_t samples = 0;
+  for (const auto& r : rows) {
+    if (!r.header.ok() || r.framework != "trainlab" || r.confusion.empty()) continue;
+    const auto classes = static_cast<std::size_t>(std::lround(std::sqrt(static_cast<double>(r.confusion.size()))));
+    if (classes * classes != r.confusion.size()) continue;  // not a square matrix: not drawn
+    if (map.values.empty()) {
+      map.values.assign(classes, std::vector<double>(classes, 0.0));
+      for (std::size_t k = 0; k < classes; ++k)
+        map.row_labels.push_back(k < r.class_names.size() ? r.class_names[k] : "class " + std::to_string(k));
+      map.column_labels = map.row_labels;
+    }
+    if (map.values.size() != classes) continue;
+    for (std::size_t i = 0; i < classes; ++i)
+      for (std::size_t j = 0; j < classes; ++j) map.values[i][j] += static_cast<double>(r.confusion[i * classes + j]);
+    ++seeds;
+    samples += r.test_samples;
+  }
+  if (seeds == 0) return "";
+  return chart::render(chart::Figure{
+      fmt::format("Fashion-MNIST: trainlab's confusion matrix, {} seed(s), {} test predictions", seeds, samples),
+      {map},
+      {"row: the true class; column: the prediction; shade: the cell's share of its row (blue: correct, red: "
+       "confused)"}});
+}
+
 std::optional<ReportSection> fashion_section(const SectionInput& in) {
   const auto [run_id, rows] = latest_run(in.read<FashionRunRow>());
   if (run_id.empty()) return std::nullopt;
@@ -64,6 +96,11 @@ std::optional<ReportSection> fashion_section(const SectionInput& in) {
       "fashion`) on {}.\n\n{}\n![per-class test accuracy]({})\n",
       run_id, measured_on(first.header.env), table, figure);
   section.figures.push_back({figure, per_class_figure(rows)});
+  if (std::string confusion = confusion_figure(rows); !confusion.empty()) {
+    const std::string path = figure_path("fashion_confusion", run_id);
+    section.markdown += "\n![trainlab's confusion matrix](" + path + ")\n";
+    section.figures.push_back({path, std::move(confusion)});
+  }
   section.readme_table = table;
   return section;
 }

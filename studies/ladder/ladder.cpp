@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "backends/registry.h"
+#include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
 #include "engine/config.h"
 #include "engine/profiler.h"
@@ -59,12 +60,13 @@ LadderSpec load_ladder_text(const std::string& text, const std::string& source) 
 namespace {
 LadderSpec ladder_from_yaml(const YAML::Node& root, const std::string& path) {
   TL_CHECK(root.IsMap(), "ladder file '" + path + "' must be a map");
-  static const std::set<std::string> allowed = {"ladder", "device", "base", "rungs", "steps", "warmup", "lr_rule"};
+  static const std::set<std::string> allowed = {"ladder", "device", "base",    "rungs",
+                                                "steps",  "warmup", "lr_rule", "data"};
   for (const auto& item : root) {
     TL_CHECK(item.first.IsScalar(), path + ": every key must be a plain name");
     const std::string key = item.first.Scalar();
     TL_CHECK(allowed.count(key), path + ": unknown key " + quote_value(key) +
-                                     " (allowed: ladder, device, base, rungs, steps, warmup, lr_rule)");
+                                     " (allowed: ladder, device, base, rungs, steps, warmup, lr_rule, data)");
   }
   LadderSpec spec;
   try {
@@ -73,6 +75,7 @@ LadderSpec ladder_from_yaml(const YAML::Node& root, const std::string& path) {
     TL_CHECK(spec.device == "cpu" || spec.device == "cuda",
              path + ": device must be cpu or cuda, got '" + spec.device + "'");
     spec.base = yaml_map(root["base"], path + ": base");
+    if (root["data"]) use_data_set(spec.base, root["data"].as<std::string>());
     if (root["steps"]) {
       spec.quick_steps = root["steps"]["quick"].as<std::int64_t>();
       spec.full_steps = root["steps"]["full"].as<std::int64_t>();
@@ -214,6 +217,7 @@ LadderArmFields arm_fields(const Arm& arm, const LadderSpec& spec) {
   f.rung_index = static_cast<std::int64_t>(arm.index);
   f.calibration = arm.calibration;
   f.config = knobs_of(arm.ran ? *arm.ran : arm.config);
+  f.data = data_source_of(arm.config.data);
   f.changed = arm.change;
   if (arm.rung) f.note = arm.rung->note;
   return f;
@@ -356,7 +360,7 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
     *log << fmt::format("ladder '{}' on {} ({}), {} repeats of {} measured steps after {} warm-up steps, run {}\n",
                         spec.name, arms[0].env.device.name, arms[0].env.backend_describe, options.repeats,
                         options.quick ? spec.quick_steps : spec.full_steps, spec.warmup, run.run_id);
-    *log << fmt::format("ledger: {}\n", run.ledger_path);
+    *log << fmt::format("data: {}\nledger: {}\n", data_source_of(arms[0].config.data).label(), run.ledger_path);
   }
   // Skipped rungs are recorded before anything runs.
   for (const Arm& arm : arms) {

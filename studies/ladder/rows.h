@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
@@ -53,7 +54,8 @@ struct LadderArmFields {
   std::string rung;    // "baseline", "workers", ..., "calibration A"
   std::int64_t rung_index = 0;
   bool calibration = false;
-  KnobMap config;  // as it ran (the trainer's keys)
+  KnobMap config;                  // as it ran (the trainer's keys)
+  std::optional<DataSource> data;  // what it trained on (rows before 2026-12-02 lack it: SyntheticImages)
   std::optional<Change> changed;
   std::string note;
   // What the backend ran natively and what it emulated (the planner's answer, engine/step.h).
@@ -72,6 +74,7 @@ struct LadderArmFields {
     f("rung_index", rung_index);
     f.optional("calibration", calibration);
     f.optional("config", config);
+    f.optional("data", data);
     f.nullable("changed", changed);
     f.optional("note", note);
     f.optional("compute", compute);

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "bench/report/chart.h"
 #include "bench/report/section.h"
@@ -175,31 +176,121 @@ std::string verdicts(const std::vector<LadderRungRow>& rungs) {
   return md.str();
 }
 
-// The ladder's section (its run: the one asked for, else the ledger's latest), or nothing when the
-// ledger holds no ladder run.
-std::optional<ReportSection> ladder_section(const SectionInput& in) {
-  const std::string run_id =
-      in.run_id.empty() ? in.ledger.latest_run({LadderRungRow::kKind, LadderRepeatRow::kKind}) : in.run_id;
-  if (run_id.empty()) return std::nullopt;
+bool on_real_data(const LadderArmFields& arm) { return arm.data && !arm.data->synthetic(); }
+
+// The latest ladder run on SyntheticImages (`real` false) or on a data set on disk (`real` true):
+// the largest run id (they begin with their UTC start time) among its rows; "" when there is none.
+std::string latest_ladder_run(const std::vector<LadderRungRow>& rungs, const std::vector<LadderRepeatRow>& repeats,
+                              bool real) {
+  std::string latest;
+  for (const auto& r : rungs)
+    if (on_real_data(r.arm) == real) latest = std::max(latest, r.header.run_id);
+  for (const auto& r : repeats)
+    if (on_real_data(r.arm) == real) latest = std::max(latest, r.header.run_id);
+  return latest;
+}
+
+// One ladder run's rows: its rungs in ladder order (an interrupted run's rebuilt from its repeats).
+struct LadderRunRows {
+  std::string run_id;
+  std::vector<LadderRungRow> rungs;
+  std::size_t measurements = 0;
+  bool interrupted = false;
+};
+LadderRunRows rows_of_run(const std::vector<LadderRungRow>& all_rungs, const std::vector<LadderRepeatRow>& all_repeats,
+                          const std::string& run_id) {
   std::vector<LadderRungRow> rung_rows;
   std::vector<LadderRepeatRow> repeats;
-  for (auto& r : in.read<LadderRungRow>())
-    if (r.header.run_id == run_id) rung_rows.push_back(std::move(r));
-  for (auto& r : in.read<LadderRepeatRow>())
-    if (r.header.run_id == run_id) repeats.push_back(std::move(r));
-  TL_CHECK(in.run_id.empty() || !rung_rows.empty() || !repeats.empty(),
-           "report: run '" + run_id + "' is not in '" + in.ledger.path + "'");
-  if (rung_rows.empty() && repeats.empty()) return std::nullopt;  // every row of it was skipped (warnings say why)
-  const auto [rungs, interrupted] = rungs_of(std::move(rung_rows), repeats);
+  for (const auto& r : all_rungs)
+    if (r.header.run_id == run_id) rung_rows.push_back(r);
+  for (const auto& r : all_repeats)
+    if (r.header.run_id == run_id) repeats.push_back(r);
+  LadderRunRows run;
+  run.run_id = run_id;
+  run.measurements = repeats.size();
+  if (rung_rows.empty() && repeats.empty()) return run;
+  std::tie(run.rungs, run.interrupted) = rungs_of(std::move(rung_rows), repeats);
+  return run;
+}
+
+std::string data_words(const LadderRungRow& row) {
+  return row.arm.data ? row.arm.data->label() : std::string("SyntheticImages");
+}
+
+// The same rungs on SyntheticImages and on a data set, side by side: samples/s and data-wait.
+std::string side_by_side(const LadderRunRows& synthetic, const LadderRunRows& real) {
+  std::ostringstream md;
+  md << fmt::format("| rung | samples/s, SyntheticImages (`{}`) | data-wait | samples/s, {} (`{}`) | data-wait |\n",
+                    synthetic.run_id, real.rungs.front().arm.data->name, real.run_id)
+     << "|---|---|---|---|---|\n";
+  const auto cells = [](const LadderRungRow* row) -> std::string {
+    if (row == nullptr) return "- | -";
+    if (!row->header.ok()) return row->header.status + " | -";
+    return fmt::format("{:.1f} ({:.1f}-{:.1f}) | {:.1f}% ({:.2f} ms)", row->stats->median, row->stats->min,
+                       row->stats->max, 100 * row->arm.breakdown->data_wait.share,
+                       1000 * row->arm.breakdown->data_wait.seconds_per_step);
+  };
+  for (const auto& r : real.rungs) {
+    if (r.arm.calibration) continue;
+    const LadderRungRow* other = nullptr;
+    for (const auto& s : synthetic.rungs)
+      if (s.arm.rung == r.arm.rung) other = &s;
+    md << fmt::format("| {} | {} | {} |\n", r.arm.rung, cells(other), cells(&r));
+  }
+  return md.str();
+}
+
+// The ladder on a data set on disk: its table, the data wait beside the SyntheticImages run's, its
+// figure.
+void real_data_part(const LadderRunRows& real, const LadderRunRows* synthetic, ReportSection& section,
+                    std::ostringstream& md) {
+  const LadderRungRow& first = real.rungs.front();
+  const std::string ladder_name = first.arm.ladder.empty() ? "?" : first.arm.ladder;
+  const std::string figure_name = "figures/ladder_" + ladder_name + "_" + real.run_id + ".svg";
+  md << fmt::format(
+      "\n## The ladder on real data\n\nRun `{}` on {}: the same rungs with every sample read from the data set's "
+      "files and decoded as it is read (`bench_ladder --data DIR`; SyntheticImages' decode_cost stand-in dropped), "
+      "so the data-wait column is the real decode.\n\n",
+      real.run_id, data_words(first));
+  md << ladder_table(real.rungs, true) << "\n";
+  if (synthetic != nullptr && !synthetic->rungs.empty()) {
+    md << "Beside the SyntheticImages run (medians, min-max; data-wait as a share of the step and per step):\n\n"
+       << side_by_side(*synthetic, real) << "\n";
+  }
+  md << "![samples/s per rung on real data](" << figure_name << ")\n";
+  section.figures.emplace_back(figure_name,
+                               rungs_figure(real.rungs, "ladder '" + ladder_name + "' on " + first.arm.data->name +
+                                                            ": samples/s per rung (run " + real.run_id + ")"));
+}
+
+// The ladder's section: the latest run on SyntheticImages (else the latest at all), then the latest
+// run on a data set on disk beside it when there is one; a run asked for (bench_report --run) takes
+// the place of the latest of its kind. Nothing when the ledger holds no ladder run.
+std::optional<ReportSection> ladder_section(const SectionInput& in) {
+  const std::vector<LadderRungRow> all_rungs = in.read<LadderRungRow>();
+  const std::vector<LadderRepeatRow> all_repeats = in.read<LadderRepeatRow>();
+  std::string synthetic_id = latest_ladder_run(all_rungs, all_repeats, false);
+  std::string real_id = latest_ladder_run(all_rungs, all_repeats, true);
+  if (!in.run_id.empty()) {  // the run asked for takes the place of the latest of its kind
+    const LadderRunRows asked = rows_of_run(all_rungs, all_repeats, in.run_id);
+    TL_CHECK(!asked.rungs.empty() || asked.measurements > 0,
+             "report: run '" + in.run_id + "' is not in '" + in.ledger.path + "'");
+    (!asked.rungs.empty() && on_real_data(asked.rungs.front().arm) ? real_id : synthetic_id) = in.run_id;
+  }
+  const std::string run_id = synthetic_id.empty() ? real_id : synthetic_id;
+  if (run_id.empty()) return std::nullopt;
+  const LadderRunRows main_run = rows_of_run(all_rungs, all_repeats, run_id);
+  if (main_run.rungs.empty()) return std::nullopt;  // every row of it was skipped (warnings say why)
+  const std::vector<LadderRungRow>& rungs = main_run.rungs;
   const LadderRungRow& first = rungs.front();
   const std::string ladder_name = first.arm.ladder.empty() ? "?" : first.arm.ladder;
   const std::string figure_name = "figures/ladder_" + ladder_name + "_" + run_id + ".svg";
 
   std::ostringstream md;
-  if (interrupted)
+  if (main_run.interrupted)
     md << "- this run was interrupted: rungs marked incomplete are rebuilt from their measurement rows\n";
-  md << fmt::format("\n## The ladder\n\nRun `{}` ({} rungs; {} measurement rows).\n\n", run_id, rungs.size(),
-                    repeats.size());
+  md << fmt::format("\n## The ladder\n\nRun `{}` ({} rungs; {} measurement rows; data: {}).\n\n", run_id, rungs.size(),
+                    main_run.measurements, data_words(first));
   md << "Each rung changes exactly one knob against the previous rung; repeats are interleaved across rungs (A B C "
         "... A B C ...); warm-up steps are excluded from every measurement. `separable?` is `yes` when the repeat "
         "ranges of a rung and the previous rung do not overlap.\n\n";
@@ -210,9 +301,13 @@ std::optional<ReportSection> ladder_section(const SectionInput& in) {
 
   ReportSection section;
   section.measured_on = first.header.env;
-  section.markdown = md.str();
   section.figures.emplace_back(
       figure_name, rungs_figure(rungs, "ladder '" + ladder_name + "': samples/s per rung (run " + run_id + ")"));
+  if (!real_id.empty() && real_id != run_id) {
+    const LadderRunRows real = rows_of_run(all_rungs, all_repeats, real_id);
+    if (!real.rungs.empty()) real_data_part(real, &main_run, section, md);
+  }
+  section.markdown = md.str();
   section.marker = "ladder";
   const Environment& env = first.header.env;
   section.readme_intro = fmt::format("from run `{}` on {} ({}, {} threads; engine {})", run_id, env.device.name,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The studies end to end in their --quick forms: bad input refused with a one-line error (exit 2),
 # a quick run's rows in a fresh ledger, and bench_report's section from that ledger.
-#   studies_test.sh cost|pinning|memory|dataset|fashion <driver> <source dir> [bench_report]
+#   studies_test.sh cost|ladder|pinning|memory|dataset|fashion <driver> <source dir> [bench_report]
 set -uo pipefail
 which=$1 driver=$2 src=$3 report=${4:-$(dirname "$2")/bench_report}
 tmp=$(mktemp -d)
@@ -13,6 +13,29 @@ expect_error() {  # expect_error <pattern> <args...>: exit 2 and one line naming
   [ $status -eq 2 ] || fail "'$*' exited $status, not 2"
   [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "'$*' printed more than one error line: $(cat "$tmp/err")"
   grep -q -- "$pattern" "$tmp/err" || fail "'$*': error does not say '$pattern': $(cat "$tmp/err")"
+}
+# write_idx DIR: small gzipped IDX files of the real format (256 training and 64 test images, 28x28
+# grey, 10 classes whose brightness says the label), as Fashion-MNIST's package ships them.
+write_idx() {
+  /usr/bin/python3 - "$1" <<'PY' || fail "could not write the IDX files"
+import gzip, os, sys, random
+d = sys.argv[1]; os.makedirs(d)
+rng = random.Random(3)
+for split, n in (("train", 256), ("t10k", 64)):
+    labels = bytes(i % 10 for i in range(n))
+    images = bytes(min(255, (labels[i // 784] * 25 + rng.randrange(40))) for i in range(n * 784))
+    with gzip.open(os.path.join(d, split + "-images-idx3-ubyte.gz"), "wb") as f:
+        f.write((0x803).to_bytes(4, "big") + n.to_bytes(4, "big") + (28).to_bytes(4, "big") * 2 + images)
+    with gzip.open(os.path.join(d, split + "-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write((0x801).to_bytes(4, "big") + n.to_bytes(4, "big") + labels)
+PY
+}
+# import_idx DIR OUT [make-dataset options]: write_idx's files imported by trainlab make-dataset.
+import_idx() {
+  local idx=$1 out=$2; shift 2
+  write_idx "$idx"
+  "$(dirname "$driver")/trainlab" make-dataset --from "idx:$idx" --out "$out" "$@" >"$tmp/import.out" 2>&1 \
+    || { cat "$tmp/import.out"; fail "make-dataset --from idx:$idx failed"; }
 }
 cd "$src" || fail "no source dir $src"
 ledger=$tmp/ledger.jsonl
@@ -33,9 +56,47 @@ case $which in
     expect_error "nope.jsonl' does not exist" --quick --rate 0.35 --no-ledger --scaling-ledger "$tmp/nope.jsonl"
     expect_error "holds no bench_scaling run" --quick --rate 0.35 --no-ledger --scaling-ledger "$ledger"
     grep -q "repeat 1/1" "$tmp/out" && fail "trained before refusing the scaling ledger"
+    # The same study on a data set on disk (--data), to its own target, into the same ledger.
+    import_idx "$tmp/idx" "$tmp/ds"
+    expect_error "has no manifest.json" --quick --rate 0.35 --no-ledger --data "$tmp/idx" --target 0.3
+    expect_error "give --target too" --quick --rate 0.35 --no-ledger --data "$tmp/ds"
+    expect_error "target" --quick --rate 0.35 --no-ledger --data "$tmp/ds" --target 1.5
+    "$driver" --quick --rate 0.35 --data "$tmp/ds" --target 0.3 --ledger "$ledger" >"$tmp/out" 2>&1 \
+      || { cat "$tmp/out"; fail "quick run on the data set failed"; }
+    grep -q "^# data: idx (idx:.*, manifest CRC-32 [0-9a-f]\{8\})" "$tmp/out" || fail "the run does not name its data"
+    [ "$(grep '"kind":"cost_repeat"' "$ledger" | grep -c '"data":{"dir":"[^"]*","manifest":"[0-9a-f]\{8\}","name":"idx"')" -eq 5 ] \
+      || fail "expected 5 cost_repeat rows recording the data set"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
-    grep -q "^## Cost to accuracy" "$tmp/REPORT.md" || fail "no cost section in the report"
-    ls "$tmp"/figures/cost_*.svg >/dev/null || fail "no cost figure"
+    grep -q "^## Cost to accuracy$" "$tmp/REPORT.md" || fail "no cost section in the report"
+    grep -q "^## Cost to accuracy on real data: idx" "$tmp/REPORT.md" || fail "no real-data cost section"
+    grep -q "^| winners agree | \(yes\|no\) | \(yes\|no\) |" "$tmp/REPORT.md" || fail "no side-by-side winners_agree"
+    grep -q "^On real data, winners_agree \(changes\|does not change\)" "$tmp/REPORT.md" || fail "no side-by-side verdict"
+    [ "$(ls "$tmp"/figures/cost_*.svg | wc -l)" -eq 2 ] || fail "expected a cost figure per run"
+    ;;
+  ladder)
+    # The ladder on a data set on disk: a three-rung ladder whose file names the data (data:), and
+    # bench_ladder --data over the shipped ladder file's SyntheticImages.
+    import_idx "$tmp/idx" "$tmp/ds" --codec png
+    expect_error "has no manifest.json" --quick --repeats 1 --no-report --ledger "$ledger" --data "$tmp/idx"
+    printf 'ladder: tiny\ndevice: cpu\ndata: %s\nsteps: {quick: 6, full: 12}\nwarmup: 2\nbase: {batch: 16, lr: 0.01, workers: 0, decode_cost: 60}\nrungs:\n  - name: baseline\n  - name: workers\n    set: {workers: 2}\n  - name: channels_last\n    set: {layout: nhwc}\n' \
+      "$tmp/ds" >"$tmp/tiny.yaml"
+    "$driver" --quick --repeats 1 --config "$tmp/tiny.yaml" --ledger "$ledger" --no-report >"$tmp/out" 2>&1 \
+      || { cat "$tmp/out"; fail "the ladder on the data set failed"; }
+    cat "$tmp/out"
+    grep -q "^data: idx (idx:.*, manifest CRC-32 [0-9a-f]\{8\})" "$tmp/out" || fail "the ladder does not name its data"
+    [ "$(grep '"kind":"rung"' "$ledger" | grep -c '"data":{"dir":"[^"]*","manifest":"[0-9a-f]\{8\}","name":"idx"')" -eq 3 ] \
+      || fail "expected 3 rung rows recording the data set"
+    grep -q '"decode_cost":"60"' "$ledger" && fail "decode_cost was kept beside a data set"
+    grep -q '"status":"failed"' "$ledger" && fail "a rung failed"
+    # The same tiny ladder on SyntheticImages: the report puts the two side by side.
+    grep -v '^data:' "$tmp/tiny.yaml" >"$tmp/tiny_synthetic.yaml"
+    "$driver" --quick --repeats 1 --config "$tmp/tiny_synthetic.yaml" --ledger "$ledger" --no-report >"$tmp/out" 2>&1 \
+      || { cat "$tmp/out"; fail "the ladder on SyntheticImages failed"; }
+    "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
+    grep -q "^## The ladder$" "$tmp/REPORT.md" || fail "no ladder section"
+    grep -q "^## The ladder on real data" "$tmp/REPORT.md" || fail "no real-data ladder section"
+    grep -q "^| workers | [0-9.]* ([0-9.-]*) | [0-9.]*% ([0-9.]* ms) | [0-9.]* ([0-9.-]*) | [0-9.]*% ([0-9.]* ms) |" \
+      "$tmp/REPORT.md" || fail "no side-by-side row for workers"
     ;;
   pinning)
     expect_error "repeats" --repeats 0
@@ -73,19 +134,8 @@ case $which in
     [ "$(ls "$tmp/work" | wc -l)" -eq 3 ] || fail "unexpected files in the work directory: $(ls "$tmp/work")"
     ;;
   fashion)
-    # Small IDX files of the real format (gzipped), then the whole study: both frameworks, two seeds.
-    /usr/bin/python3 - "$tmp/idx" <<'PY' || fail "could not write the IDX files"
-import gzip, os, sys, random
-d = sys.argv[1]; os.makedirs(d)
-rng = random.Random(3)
-for split, n in (("train", 256), ("t10k", 64)):
-    labels = bytes(i % 10 for i in range(n))
-    images = bytes(min(255, (labels[i // 784] * 25 + rng.randrange(40))) for i in range(n * 784))
-    with gzip.open(os.path.join(d, split + "-images-idx3-ubyte.gz"), "wb") as f:
-        f.write((0x803).to_bytes(4, "big") + n.to_bytes(4, "big") + (28).to_bytes(4, "big") * 2 + images)
-    with gzip.open(os.path.join(d, split + "-labels-idx1-ubyte.gz"), "wb") as f:
-        f.write((0x801).to_bytes(4, "big") + n.to_bytes(4, "big") + labels)
-PY
+    # Small IDX files of the real format, then the whole study: both frameworks, two seeds.
+    write_idx "$tmp/idx"
     expect_error "is not a directory" --source "$tmp/none" --data "$tmp/ds" --no-ledger
     expect_error "epochs" --epochs 0 --no-ledger
     "$driver" --source "$tmp/idx" --data "$tmp/ds" --epochs 1 --seeds 2 --batch 16 --ledger "$ledger" \

@@ -15,6 +15,8 @@
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/measure/affinity.h"
+#include "bench/measure/data_source.h"
+#include "bench/report/chart.h"
 #include "bench/report/report.h"
 #include "bench/report/table.h"
 #include "engine/data.h"
@@ -24,6 +26,7 @@
 #include "studies/compare_torch/compare_torch.h"
 #include "studies/cost_to_accuracy/cost_study.h"
 #include "studies/dataset/dataset_study.h"
+#include "studies/ladder/ladder.h"
 #include "studies/memory/memory_study.h"
 #include "studies/pinning/pinning_study.h"
 #include "studies/registry.h"
@@ -302,6 +305,64 @@ TEST_CASE("the cost study file is checked by name", "[bench]") {
   std::string tpu = good;
   tpu.replace(tpu.find("device: cpu"), 11, "device: tpu");
   CHECK_THROWS_WITH(load_cost_study_text(tpu, "t.yaml"), Catch::Contains("device must be cpu or cuda, got 'tpu'"));
+}
+
+TEST_CASE("a study file's data: key points every configuration at a data set and drops decode_cost", "[bench]") {
+  const std::string cost =
+      "study: s\ndevice: cpu\ndata: /some/set\nbase: {batch: 64, lr: 0.01, decode_cost: 60}\n"
+      "configs:\n  - name: a\n  - name: b\n    set: {batch: 128}\n";
+  const CostStudySpec spec = load_cost_study_text(cost, "t.yaml");
+  CHECK(spec.data == "/some/set");
+  for (const auto& c : cost_configs(spec, false)) {
+    CHECK(c.data.dir == "/some/set");
+    CHECK(c.data.decode_cost == 0);  // the decoding is real now
+  }
+  // Without the key: SyntheticImages with the file's decode_cost.
+  std::string synthetic = cost;
+  synthetic.erase(synthetic.find("data: /some/set\n"), 16);
+  CHECK(cost_configs(load_cost_study_text(synthetic, "t.yaml"), false)[0].data.decode_cost == 60);
+  // The ladder's file: the same key, every rung on the data set.
+  const std::string ladder =
+      "ladder: t\ndevice: cpu\ndata: /some/set\nbase: {batch: 32, decode_cost: 60}\nrungs:\n"
+      "  - name: baseline\n  - name: workers\n    set: {workers: 2}\n";
+  for (const auto& c : rung_configs(load_ladder_text(ladder, "l.yaml"))) {
+    CHECK(c.data.dir == "/some/set");
+    CHECK(c.data.decode_cost == 0);
+  }
+  // What a row records: SyntheticImages by name, a directory that is not a data set refused by name.
+  CHECK(data_source_of(DataConfig{}).label() == "SyntheticImages");
+  CHECK_THROWS_WITH(data_source_of_dir("/nonexistent-trainlab-set"), Catch::Contains("/nonexistent-trainlab-set"));
+}
+
+TEST_CASE("the Fashion-MNIST cost study runs the SyntheticImages study's configurations on the real data", "[bench]") {
+  const CostStudySpec synthetic = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cpu.yaml");
+  const CostStudySpec fashion = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_fashion.yaml");
+  CHECK(synthetic.data.empty());
+  CHECK(fashion.data == "build/fashion-mnist");
+  const auto a = cost_configs(synthetic, false), b = cost_configs(fashion, false);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(synthetic.configs[i].name == fashion.configs[i].name);
+    CHECK(a[i].batch == b[i].batch);
+    CHECK(a[i].optimizer.lr == b[i].optimizer.lr);
+    CHECK(a[i].execution.dtype == b[i].execution.dtype);
+    CHECK(b[i].data.dir == "build/fashion-mnist");
+  }
+  CHECK(fashion.step_cap == synthetic.step_cap);
+  CHECK(fashion.eval_every == synthetic.eval_every);
+}
+
+TEST_CASE("the chart module draws a matrix of counts with each cell's count and its row share", "[bench]") {
+  chart::Heatmap map;
+  map.row_labels = map.column_labels = {"shirt", "coat"};
+  map.values = {{30, 10}, {0, 40}};
+  const std::string svg = chart::render(chart::Figure{"confusion", {map}, {}});
+  CHECK(svg.find(">30</text>") != std::string::npos);
+  CHECK(svg.find(">40</text>") != std::string::npos);
+  CHECK(svg.find(">0</text>") == std::string::npos);                         // an empty cell prints nothing
+  CHECK(svg.find(R"(fill="#3a7ca5" opacity="0.75")") != std::string::npos);  // 30 of the row's 40
+  CHECK(svg.find(R"(fill="#d1495b" opacity="0.25")") != std::string::npos);  // the confusion, 10 of 40
+  CHECK(svg.find(">shirt</text>") != std::string::npos);
 }
 
 TEST_CASE("cost configs follow the declared LR rule", "[bench]") {

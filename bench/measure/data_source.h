@@ -1,0 +1,40 @@
+// What a measurement trained on, for its ledger row: SyntheticImages (the default generator) or a
+// data set on disk (trainlab make-dataset), named by its source and identified by its manifest's
+// CRC-32, so two rows compare only when they read the same data.
+#pragma once
+
+#include <string>
+
+#include "bench/measure/knobs.h"
+#include "engine/config.h"
+
+namespace trainlab::bench {
+
+struct DataSource {
+  std::string name;      // "SyntheticImages", or the source's last path component ("fashion-mnist")
+  std::string source;    // "idx:/usr/share/datasets/fashion-mnist" (empty for SyntheticImages)
+  std::string dir;       // the data set's directory (empty for SyntheticImages)
+  std::string manifest;  // its manifest's CRC-32, 8 hex digits (empty for SyntheticImages)
+  bool synthetic() const { return dir.empty(); }
+  // "SyntheticImages" | "fashion-mnist (idx:/usr/share/datasets/fashion-mnist, manifest CRC-32 1a2b3c4d)"
+  std::string label() const;
+  template <class F>
+  void fields(F& f) {
+    f("name", name);
+    f.optional("source", source);
+    f.optional("dir", dir);
+    f.optional("manifest", manifest);
+  }
+};
+
+// The data a configuration trains on; reads the manifest of a data set on disk (throws Error naming
+// the directory when it has none).
+DataSource data_source_of(const DataConfig& data);
+DataSource data_source_of_dir(const std::string& dir);
+
+// A study's base pointed at a data set on disk (a study file's top-level `data:` key, a driver's
+// --data): the base's `data` set to `dir` and SyntheticImages' decode_cost stand-in dropped, since
+// the decoding is now real. An empty `dir` changes nothing.
+void use_data_set(KnobMap& base, const std::string& dir);
+
+}  // namespace trainlab::bench
