@@ -256,6 +256,12 @@ void real_data_part(const LadderRunRows& real, const LadderRunRows* synthetic, R
   if (synthetic != nullptr && !synthetic->rungs.empty()) {
     md << "Beside the SyntheticImages run (medians, min-max; data-wait as a share of the step and per step):\n\n"
        << side_by_side(*synthetic, real) << "\n";
+    ReportBlock block;
+    block.marker = "ladder-real";
+    block.intro = fmt::format("from run `{}` ({}) beside SyntheticImages run `{}`", real.run_id, data_words(first),
+                              synthetic->run_id);
+    block.table = side_by_side(*synthetic, real);
+    section.more_blocks.push_back(block);
   }
   md << "![samples/s per rung on real data](" << figure_name << ")\n";
   section.figures.emplace_back(figure_name,
