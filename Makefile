@@ -16,13 +16,15 @@ PRESET := portable
 TEST_PRESET := portable-avx2
 BUILD_DIR := build-portable
 export ONEDNN_MAX_CPU_ISA := AVX2
+# The PyTorch peers capped alike: their oneDNN by the line above, ATen's own kernels by this one.
+export ATEN_CPU_CAPABILITY := avx2
 LEDGER ?= results/avx2/ledger_cpu.jsonl
 else ifneq ($(CPU),)
 $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset for this machine's own)
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion fashion-data clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion fashion-data allreduce-variants clean format check-format fuzz
 
 all: build
 
@@ -141,6 +143,16 @@ verify: build
 	@$(BUILD_DIR)/bin/bench_report --verify --ledger $(LEDGER) --sample $(SAMPLE)
 	@if [ -f $(dir $(LEDGER))compare_torch.json ]; then \
 	  python3 bench/compare_torch.py --verify --out $(dir $(LEDGER))compare_torch.json --rounds 3; fi
+
+# The hand-written all-reduce against the strongest MPI, per size (issue 27): every Open MPI
+# all-reduce algorithm and its own decision, each under glibc's malloc and a tuned one, a process
+# each (bench/allreduce_variants.py), ROUNDS rounds interleaved, at NP ranks; rows in $(LEDGER),
+# REPORT.md regenerated (its all-reduce section names the strongest variant of each size).
+NP ?= 2
+ROUNDS ?= 3
+allreduce-variants: build
+	@python3 bench/allreduce_variants.py --np $(NP) --rounds $(ROUNDS) --ledger $(LEDGER)
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 # Seed 000's two studies (studies/), rows appended to results/ledger_cpu.jsonl, then REPORT.md.
 # `make accuracy RATE=0.35`: the cost to held-out accuracy of configs/cost_cpu.yaml's configurations

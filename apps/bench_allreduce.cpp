@@ -10,6 +10,10 @@
 // --comm nccl (a CUDA build, one GPU per rank) times ncclAllReduce on device buffers instead; the
 // ring's reduction runs on the host, so its column is skipped there (with the reason) when the
 // world has more than one rank. Each NCCL call returns once its stream has finished it.
+//
+// Over MPI the process records the MPI variant it runs under (Open MPI's forced all-reduce
+// algorithm, glibc's malloc tunables: mpi_variant_of_environment); bench/allreduce_variants.py
+// launches one process per variant, round after round, into one run.
 #include "apps/cli_parse.h"
 #include "comm/mpi_communicator.h"
 #include "studies/allreduce/allreduce_study.h"
@@ -35,6 +39,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<cpu|cuda>.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
+  app.add_option("--run-id", o.run_id,
+                 "the run the rows join (a variant sweep's processes share one: bench/allreduce_variants.py)");
+  app.add_option("--round", o.round, "the sweep's round this process is (recorded in its rows)")
+      ->check(FiniteRange(1, 100000));
   if (const auto status = parse_command_line(app, argc, argv, "bench_allreduce")) return *status;
   return bench::run_allreduce_study(o);
 }

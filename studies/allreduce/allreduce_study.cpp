@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -34,6 +35,15 @@ namespace {
 
 using comm::ReduceOp;
 
+// Open MPI 4.1's coll_tuned_allreduce_algorithm values (ompi_info --param coll tuned --level 9).
+constexpr const char* kOpenMpiAllreduce[] = {"decision", "basic_linear",   "nonoverlapping", "recursive_doubling",
+                                             "ring",     "segmented_ring", "rabenseifner"};
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
 // One run: what every size needs.
 struct AllreduceRun {
   const AllreduceOptions& o;
@@ -46,6 +56,7 @@ struct AllreduceRun {
   Environment env;
   std::string run_id;
   Ledger ledger;
+  MpiVariant variant;  // over MPI
 };
 
 // Integer-valued data (exact in every dtype at every rank count: the sum is too), each rank its own.
@@ -117,6 +128,9 @@ void print_header(const AllreduceRun& run) {
       run.world.size(), comm.backend(), comm.device_memory() ? " on " + comm.device_name() : std::string(),
       run.o.dtype_name_, human_bytes(static_cast<std::int64_t>(run.o.segment_bytes)), comm.library_version(),
       run.copy_rate);
+  if (comm.backend() == "mpi")
+    std::cout << fmt::format("# MPI variant: all-reduce algorithm {}, malloc {} ({})\n", run.variant.algorithm,
+                             run.variant.malloc, run.variant.settings);
   std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
                "GB/s = 1e9 bytes/s\n# ratio: ring time / native time; x floor: the ring's effect against native "
                "in units of the noise floor (native's even against its odd iterations, the same configuration "
@@ -153,9 +167,18 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, bo
     row.header.run_id = run.run_id;
     row.header.status = "ok";
     row.communicator = run.comm.backend();
-    row.config = {run.world.size(),  t.bytes, t.bytes / run.elem,
-                  run.o.dtype_name_, t.name,  static_cast<std::int64_t>(run.o.segment_bytes),
-                  run.comm.backend()};
+    row.config.ranks = run.world.size();
+    row.config.bytes = t.bytes;
+    row.config.count = t.bytes / run.elem;
+    row.config.dtype = run.o.dtype_name_;
+    row.config.algorithm = t.name;
+    row.config.segment_bytes = static_cast<std::int64_t>(run.o.segment_bytes);
+    row.config.communicator = run.comm.backend();
+    if (run.comm.backend() == "mpi") {
+      row.config.malloc = run.variant.malloc;
+      if (t.name == "native") row.config.mpi_algorithm = run.variant.algorithm;
+    }
+    if (run.o.round > 0) row.round = run.o.round;
     row.repeats = t.seconds;
     row.stats = t.stats;
     row.warmup_iterations_excluded = run.o.warmup;
@@ -222,8 +245,9 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
       comm::RingOptions{o.segment_bytes},
       setup.memcpy_gbps,
       env,
-      new_run_id(),
-      Ledger(o.ledger_path.empty() ? default_ledger_path(comm.device_memory() ? "cuda" : "cpu") : o.ledger_path)};
+      o.run_id.empty() ? new_run_id() : o.run_id,
+      Ledger(o.ledger_path.empty() ? default_ledger_path(comm.device_memory() ? "cuda" : "cpu") : o.ledger_path),
+      comm.backend() == "mpi" ? mpi_variant_of_environment() : MpiVariant{}};
   const int rank = world.rank();
   if (rank == 0) print_header(run);
   CommHarness harness(world, Collective::allreduce);
@@ -250,6 +274,36 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
 }
 
 }  // namespace
+
+MpiVariant mpi_variant_of_environment() {
+  MpiVariant v;
+  const std::string dynamic = env_or_empty("OMPI_MCA_coll_tuned_use_dynamic_rules");
+  const std::string forced = env_or_empty("OMPI_MCA_coll_tuned_allreduce_algorithm");
+  if (!forced.empty()) {
+    int n = -1;
+    try {
+      std::size_t used = 0;
+      n = std::stoi(forced, &used);
+      if (used != forced.size()) n = -1;
+    } catch (const std::exception&) {
+      n = -1;
+    }
+    TL_CHECK(n >= 0 && n <= 6, "OMPI_MCA_coll_tuned_allreduce_algorithm=" + forced +
+                                   " is not one of Open MPI 4.1's all-reduce algorithms (0 its own decision, 1 "
+                                   "basic_linear, 2 nonoverlapping, 3 recursive_doubling, 4 ring, 5 segmented_ring, 6 "
+                                   "rabenseifner)");
+    // Open MPI ignores a forced algorithm unless the dynamic rules are on: so does the record.
+    if (dynamic == "1" || dynamic == "true") v.algorithm = kOpenMpiAllreduce[n];
+    v.settings = "coll_tuned_use_dynamic_rules=" + (dynamic.empty() ? std::string("unset") : dynamic) +
+                 ", coll_tuned_allreduce_algorithm=" + forced;
+  } else {
+    v.settings = "Open MPI's own decision";
+  }
+  const std::string tunables = env_or_empty("GLIBC_TUNABLES");
+  if (tunables.find("glibc.malloc.mmap_threshold=") != std::string::npos) v.malloc = "tuned";
+  v.settings += "; GLIBC_TUNABLES=" + (tunables.empty() ? std::string("unset") : tunables);
+  return v;
+}
 
 int run_allreduce_study(const AllreduceOptions& options) {
   auto world = comm::MpiCommunicator::world();

@@ -17,7 +17,23 @@ struct AllreduceOptions {
   int warmup = 3, min_iters = 5, max_iters = 500;
   std::size_t segment_bytes = comm::RingOptions{}.segment_bytes;
   bool no_ledger = false;
+  // A process of a variant sweep (bench/allreduce_variants.py): the sweep's run id and round.
+  std::string run_id;
+  int round = 0;
 };
+
+// The MPI variant a process runs under, read from its environment as Open MPI and glibc read it:
+// the all-reduce algorithm forced through OMPI_MCA_coll_tuned_use_dynamic_rules=1 and
+// OMPI_MCA_coll_tuned_allreduce_algorithm=N ("decision" when none is: Open MPI's own choice per
+// size), and the malloc (GLIBC_TUNABLES raising glibc.malloc.mmap_threshold: "tuned", else
+// "default"). Throws Error naming a forced algorithm number Open MPI 4.1 does not have.
+struct MpiVariant {
+  std::string algorithm = "decision";  // decision | basic_linear | nonoverlapping | recursive_doubling | ring |
+                                       // segmented_ring | rabenseifner
+  std::string malloc = "default";      // default | tuned
+  std::string settings;                // what set them, for the header line
+};
+MpiVariant mpi_variant_of_environment();
 
 // Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.
 int run_allreduce_study(const AllreduceOptions& options);

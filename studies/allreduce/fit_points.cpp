@@ -1,6 +1,7 @@
 // collective-cost --fit's reader: the (bytes, median seconds) points of one all-reduce run.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "backends/error.h"
 #include "studies/allreduce/rows.h"
@@ -26,12 +27,17 @@ LedgerPoints allreduce_points(const std::string& path, const std::string& run, c
   TL_CHECK(
       std::find(runs.begin(), runs.end(), out.run_id) != runs.end(),
       "collective-cost: --run '" + run + "' has no all-reduce rows in '" + path + "' (latest: " + runs.back() + ")");
+  // A variant sweep (bench/allreduce_variants.py) has a row per size from each process: the point
+  // of a size is its fastest median (for native, the strongest MPI variant there).
+  std::map<std::int64_t, double> fastest;
   for (const auto& row : rows) {
     if (row.header.run_id != out.run_id || row.config.algorithm != algorithm) continue;
     out.ranks = row.config.ranks;
     out.dtype = row.config.dtype;
-    out.points.emplace_back(static_cast<double>(row.config.bytes), row.stats.median);
+    const auto [it, fresh] = fastest.emplace(row.config.bytes, row.stats.median);
+    if (!fresh) it->second = std::min(it->second, row.stats.median);
   }
+  for (const auto& [bytes, seconds] : fastest) out.points.emplace_back(static_cast<double>(bytes), seconds);
   TL_CHECK(out.points.size() >= 2, "collective-cost: --fit: run " + out.run_id + " has " +
                                        std::to_string(out.points.size()) + " '" + algorithm +
                                        "' sizes; a fit needs at least two");

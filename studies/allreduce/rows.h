@@ -21,6 +21,11 @@ struct AllreduceConfig {
   std::string algorithm;                      // "ring" | "native"
   std::optional<std::int64_t> segment_bytes;  // the ring's pipeline segment (bench_allreduce)
   std::optional<std::string> communicator;    // "mpi" | "nccl" (bench_allreduce)
+  // Over MPI (bench_allreduce): the library's all-reduce algorithm the process ran under ("decision":
+  // Open MPI's own choice per size; else the one forced through coll_tuned_allreduce_algorithm),
+  // and its malloc ("default": glibc's; "tuned": GLIBC_TUNABLES' mmap and trim thresholds raised).
+  std::optional<std::string> mpi_algorithm;  // native rows
+  std::optional<std::string> malloc;         // every row of the process
   template <class F>
   void fields(F& f) {
     f("ranks", ranks);
@@ -30,6 +35,8 @@ struct AllreduceConfig {
     f("algorithm", algorithm);
     f.optional("segment_bytes", segment_bytes);
     f.optional("communicator", communicator);
+    f.optional("mpi_algorithm", mpi_algorithm);
+    f.optional("malloc", malloc);
   }
 };
 
@@ -46,12 +53,19 @@ struct AllreduceRow {
   std::optional<double> memcpy_gbps;             // the single-core memcpy rate of the same run
   std::optional<bool> correct;                   // bench_allreduce: ring and native agreed bit for bit
   std::optional<double> noise_floor_percent;     // native's even against its odd iterations
+  std::optional<int> round;                      // a variant sweep's round (bench/allreduce_variants.py)
+  std::string error;                             // status failed: why (the variant's process failed)
   template <class F>
   void fields(F& f) {
     header.fields(f);
     f.optional("communicator", communicator);
     f.optional("tool", tool);
     f("config", config);
+    f.optional("round", round);
+    if (!header.ok() && !header.status.empty()) {
+      f.optional("error", error);
+      return;
+    }
     f.optional("repeats", repeats);
     f("stats", stats);
     f.optional("warmup_iterations_excluded", warmup_iterations_excluded);

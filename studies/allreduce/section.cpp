@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "bench/measure/comm_bench.h"
@@ -73,10 +74,198 @@ std::vector<std::vector<std::string>> ring_against_native(const std::map<std::st
   return table;
 }
 
+// ---- a variant sweep (bench/allreduce_variants.py): several processes, one per MPI variant
+
+std::string variant_name(const AllreduceConfig& c) {
+  return "mpi " + c.mpi_algorithm.value_or("?") + ", malloc " + c.malloc.value_or("?");
+}
+
+// Every measured iteration of one arm at one size, pooled over the sweep's rounds.
+struct Pooled {
+  std::vector<double> seconds;
+  int processes = 0;
+  Summary stats() const { return summarize(seconds); }
+};
+
+struct SweepSize {
+  std::map<std::string, Pooled> native;  // by variant name
+  std::map<std::string, Pooled> ring;    // by malloc
+  std::string best;                      // the native variant with the lowest median
+};
+
+bool is_variant_sweep(const std::vector<AllreduceRow>& rows) {
+  std::set<std::string> variants;
+  for (const auto& r : rows)
+    if (r.header.ok() && r.config.algorithm == "native" && r.config.mpi_algorithm)
+      variants.insert(variant_name(r.config));
+  return variants.size() > 1;
+}
+
+std::map<std::int64_t, SweepSize> pool_sweep(const std::vector<AllreduceRow>& rows) {
+  std::map<std::int64_t, SweepSize> sizes;
+  for (const auto& r : rows) {
+    if (!r.header.ok()) continue;
+    SweepSize& size = sizes[r.config.bytes];
+    Pooled& p =
+        r.config.algorithm == "native" ? size.native[variant_name(r.config)] : size.ring[r.config.malloc.value_or("?")];
+    p.seconds.insert(p.seconds.end(), r.repeats.begin(), r.repeats.end());
+    ++p.processes;
+  }
+  for (auto& [bytes, size] : sizes) {
+    double best = 0;
+    for (const auto& [name, p] : size.native) {
+      if (p.seconds.empty()) continue;
+      const double m = p.stats().median;
+      if (size.best.empty() || m < best) {
+        size.best = name;
+        best = m;
+      }
+    }
+  }
+  return sizes;
+}
+
+// The ring against the strongest MPI variant of each size (the ring measured in the same processes:
+// under the best variant's malloc), and against Open MPI as launched (its decision, glibc's malloc).
+std::vector<std::vector<std::string>> sweep_table(const std::map<std::int64_t, SweepSize>& sizes, double factor) {
+  std::vector<std::vector<std::string>> table;
+  const std::string as_launched = "mpi decision, malloc default";
+  for (const auto& [bytes, size] : sizes) {
+    if (size.best.empty()) continue;
+    const Pooled& best = size.native.at(size.best);
+    const std::string malloc = size.best.substr(size.best.rfind(' ') + 1);
+    if (!size.ring.count(malloc)) continue;
+    const Summary r = size.ring.at(malloc).stats(), n = best.stats();
+    const double b = static_cast<double>(bytes);
+    const auto busbw = [&](double seconds) { return fmt::format("{:.2f}", b / seconds * 1e-9 * factor); };
+    std::string launched = "-";
+    if (size.native.count(as_launched)) {
+      const Summary d = size.native.at(as_launched).stats();
+      launched = fmt::format("{} ({:.2f})", busbw(d.median), r.median / d.median);
+    }
+    table.push_back({human_bytes(bytes), busbw(r.median), "`" + size.best + "`", busbw(n.median),
+                     fmt::format("{:.2f} ({:.2f}-{:.2f})", r.median / n.median, r.min / n.max, r.max / n.min),
+                     separable(r, n) ? (r.median < n.median ? "yes, ring faster" : "yes, MPI faster") : "no",
+                     launched});
+  }
+  return table;
+}
+
+// Every variant's median at every size, in microseconds (the strongest of each size in bold).
+std::string variants_table(const std::map<std::int64_t, SweepSize>& sizes) {
+  std::set<std::string> names;
+  for (const auto& [bytes, size] : sizes)
+    for (const auto& [name, p] : size.native) names.insert(name);
+  std::vector<std::string> head = {"variant"};
+  for (const auto& [bytes, size] : sizes) head.push_back(human_bytes(bytes));
+  std::vector<std::vector<std::string>> table;
+  for (const std::string& name : names) {
+    std::vector<std::string> line = {"`" + name + "`"};
+    for (const auto& [bytes, size] : sizes) {
+      if (!size.native.count(name) || size.native.at(name).seconds.empty()) {
+        line.push_back("-");
+        continue;
+      }
+      const std::string cell = fmt::format("{:.1f}", size.native.at(name).stats().median * 1e6);
+      line.push_back(name == size.best ? "**" + cell + "**" : cell);
+    }
+    table.push_back(line);
+  }
+  for (const std::string malloc : {"default", "tuned"}) {
+    std::vector<std::string> line = {"ring (trainlab), malloc " + malloc};
+    bool any = false;
+    for (const auto& [bytes, size] : sizes) {
+      const bool has = size.ring.count(malloc) > 0 && !size.ring.at(malloc).seconds.empty();
+      any = any || has;
+      line.push_back(has ? fmt::format("{:.1f}", size.ring.at(malloc).stats().median * 1e6) : "-");
+    }
+    if (any) table.push_back(line);
+  }
+  return render_table(head, table, true);
+}
+
+std::optional<ReportSection> sweep_section(const std::string& run_id, const std::vector<AllreduceRow>& rows) {
+  const auto sizes = pool_sweep(rows);
+  const AllreduceRow* first = nullptr;
+  int ranks = 0, rounds = 0, failed = 0;
+  double memcpy_gbps = 0;
+  std::set<std::string> variants;
+  for (const auto& r : rows) {
+    if (!r.header.ok()) {
+      ++failed;
+      continue;
+    }
+    if (first == nullptr) first = &r;
+    ranks = r.config.ranks;
+    rounds = std::max(rounds, r.round.value_or(1));
+    memcpy_gbps = r.memcpy_gbps.value_or(memcpy_gbps);
+    if (r.config.algorithm == "native") variants.insert(variant_name(r.config));
+  }
+  if (first == nullptr) return std::nullopt;
+  const double factor = ranks > 0 ? busbw_factor(Collective::allreduce, ranks) : 1.0;
+  const auto table = sweep_table(sizes, factor);
+  const std::vector<std::string> head = {"size",
+                                         "ring busbw GB/s",
+                                         "strongest MPI variant",
+                                         "its busbw GB/s",
+                                         "time ratio ring / it (min-max)",
+                                         "separable",
+                                         "Open MPI as launched: busbw (time ratio)"};
+  ReportSection section =
+      section_of("allreduce", run_id, first->header.env,
+                 fmt::format(", {} ranks, {} MPI variants x {} rounds", ranks, variants.size(), rounds));
+  const std::string figure = figure_path("allreduce", run_id);
+  std::ostringstream md;
+  md << fmt::format(
+      "\n## All-reduce: the ring against the strongest MPI\n\nRun `{}` (`bench/allreduce_variants.py`) on {}, {} "
+      "ranks: {} MPI variants (Open MPI's all-reduce algorithms, its own decision among them, each under glibc's "
+      "malloc and under a tuned one), one process each, {} round(s) interleaved; every process also times the "
+      "ring. Per size the peer is the variant with the lowest median over its pooled iterations, and the ring is "
+      "timed in that variant's processes (the same malloc). Times are the slowest rank's; busbw = bytes / time x "
+      "2(P-1)/P; the time ratio's range is the ring's fastest over the peer's slowest to the reverse.{}\n\n",
+      run_id, measured_on(first->header.env), ranks, variants.size(), rounds,
+      failed > 0 ? fmt::format(" {} row(s) of failed variant processes are in the ledger.", failed) : "");
+  md << render_table(head, table, true);
+  md << "\nEvery variant's median time per size, microseconds (the strongest in bold):\n\n" << variants_table(sizes);
+  md << "\n![all-reduce busbw against size](" << figure << ")\n";
+  section.markdown = md.str();
+  section.readme_table = render_table(head, table, true);
+  // The figure: the ring, the strongest variant of each size, Open MPI as launched, memcpy.
+  chart::LineChart lines;
+  lines.x_label = "message size";
+  lines.y_label = "busbw GB/s";
+  lines.log_x = true;
+  lines.x_tick = bytes_tick;
+  chart::Series ring{"ring (trainlab)", chart::kBlue, {}, false};
+  chart::Series strongest{"the strongest MPI variant of each size", chart::kRed, {}, false};
+  chart::Series launched{"Open MPI as launched (its decision, glibc malloc)", chart::kGrey, {}, false};
+  chart::Series copy{fmt::format("single-core memcpy ({:.2f} GB/s)", memcpy_gbps), chart::kReference, {}, true};
+  for (const auto& [bytes, size] : sizes) {
+    if (size.best.empty()) continue;
+    const double b = static_cast<double>(bytes);
+    const auto point = [&](const Pooled& p) {
+      const Summary t = p.stats();
+      return chart::Point{b, b / t.median * 1e-9 * factor, b / t.max * 1e-9 * factor, b / t.min * 1e-9 * factor};
+    };
+    const std::string malloc = size.best.substr(size.best.rfind(' ') + 1);
+    if (size.ring.count(malloc)) ring.points.push_back(point(size.ring.at(malloc)));
+    strongest.points.push_back(point(size.native.at(size.best)));
+    if (size.native.count("mpi decision, malloc default"))
+      launched.points.push_back(point(size.native.at("mpi decision, malloc default")));
+    if (memcpy_gbps > 0) copy.points.push_back({b, memcpy_gbps, {}, {}});
+  }
+  lines.series = {ring, strongest, launched};
+  if (!copy.points.empty()) lines.series.push_back(copy);
+  section.figures.emplace_back(
+      figure, chart::render({"all-reduce bus bandwidth against the strongest MPI (run " + run_id + ")", {lines}, {}}));
+  return section;
+}
+
 std::optional<ReportSection> allreduce_section(const SectionInput& in) {
   const auto [run_id, rows] =
       latest_run(in.read<AllreduceRow>(), [](const AllreduceRow& row) { return !row.from_bench_buckets(); });
   if (run_id.empty()) return std::nullopt;
+  if (is_variant_sweep(rows)) return sweep_section(run_id, rows);
   // Per algorithm, per size.
   std::map<std::string, BySize> by;
   double memcpy_gbps = 0;

@@ -6,9 +6,11 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -23,6 +25,7 @@
 #include "engine/fileio.h"
 #include "engine/synthetic_images.h"
 #include "engine/trainer.h"
+#include "studies/allreduce/allreduce_study.h"
 #include "studies/compare_torch/compare_torch.h"
 #include "studies/cost_to_accuracy/cost_study.h"
 #include "studies/dataset/dataset_study.h"
@@ -363,6 +366,40 @@ TEST_CASE("the chart module draws a matrix of counts with each cell's count and 
   CHECK(svg.find(R"(fill="#3a7ca5" opacity="0.75")") != std::string::npos);  // 30 of the row's 40
   CHECK(svg.find(R"(fill="#d1495b" opacity="0.25")") != std::string::npos);  // the confusion, 10 of 40
   CHECK(svg.find(">shirt</text>") != std::string::npos);
+}
+
+TEST_CASE("the MPI variant a process runs under is read as Open MPI and glibc read it", "[bench]") {
+  // The environment is restored however the test ends.
+  struct Restore {
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+    explicit Restore(std::initializer_list<const char*> names) {
+      for (const char* n : names) {
+        const char* v = std::getenv(n);
+        saved.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
+      }
+    }
+    ~Restore() {
+      for (const auto& [n, v] : saved) v ? setenv(n.c_str(), v->c_str(), 1) : unsetenv(n.c_str());
+    }
+  } restore{"OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_allreduce_algorithm", "GLIBC_TUNABLES"};
+  unsetenv("OMPI_MCA_coll_tuned_use_dynamic_rules");
+  unsetenv("OMPI_MCA_coll_tuned_allreduce_algorithm");
+  unsetenv("GLIBC_TUNABLES");
+  CHECK(mpi_variant_of_environment().algorithm == "decision");
+  CHECK(mpi_variant_of_environment().malloc == "default");
+  setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 1);
+  CHECK(mpi_variant_of_environment().algorithm == "decision");  // ignored by Open MPI without the dynamic rules
+  setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 1);
+  CHECK(mpi_variant_of_environment().algorithm == "ring");
+  setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "6", 1);
+  CHECK(mpi_variant_of_environment().algorithm == "rabenseifner");
+  setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295", 1);
+  CHECK(mpi_variant_of_environment().malloc == "tuned");
+  for (const char* bad : {"7", "-1", "4x", "ring"}) {
+    setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", bad, 1);
+    CHECK_THROWS_WITH(mpi_variant_of_environment(),
+                      Catch::Contains(std::string("OMPI_MCA_coll_tuned_allreduce_algorithm=") + bad));
+  }
 }
 
 TEST_CASE("cost configs follow the declared LR rule", "[bench]") {
