@@ -7,7 +7,8 @@ namespace trainlab::bench {
 
 std::string DataSource::label() const {
   if (synthetic()) return name;
-  return name + " (" + (source.empty() ? dir : source) + ", manifest CRC-32 " + manifest + ")";
+  return name + " (" + (source.empty() ? dir : source) +
+         (content.empty() ? ", manifest CRC-32 " + manifest : ", data CRC-32 " + content) + ")";
 }
 
 DataSource data_source_of_dir(const std::string& dir) {
@@ -27,11 +28,22 @@ DataSource data_source_of_dir(const std::string& dir) {
   d.name = path.substr(path.find_last_of('/') + 1);
   if (d.name.empty()) d.name = dir;
   d.manifest = crc32_hex(info.files.back().crc32);
+  std::uint32_t content = 0;
+  for (std::size_t i = 0; i + 1 < info.files.size(); ++i) {  // the manifest is listed last
+    const DatasetFile& f = info.files[i];
+    const std::string entry = f.path + "\t" + std::to_string(f.bytes) + "\t" + crc32_hex(f.crc32) + "\n";
+    content = crc32(entry.data(), entry.size(), content);
+  }
+  d.content = crc32_hex(content);
   return d;
 }
 
 DataSource data_source_of(const DataConfig& data) {
-  if (data.dir.empty()) return DataSource{"SyntheticImages", "", "", ""};
+  if (data.dir.empty()) {
+    DataSource synthetic;
+    synthetic.name = "SyntheticImages";
+    return synthetic;
+  }
   return data_source_of_dir(data.dir);
 }
 

@@ -14,15 +14,17 @@ struct DataSource {
   std::string name;      // "SyntheticImages", or the source's last path component ("fashion-mnist")
   std::string source;    // "idx:/usr/share/datasets/fashion-mnist" (empty for SyntheticImages)
   std::string dir;       // the data set's directory (empty for SyntheticImages)
-  std::string manifest;  // its manifest's CRC-32, 8 hex digits (empty for SyntheticImages)
+  std::string content;   // the CRC-32 of its files' list, 8 hex digits (empty for SyntheticImages)
+  std::string manifest;  // its manifest's CRC-32 (rows of 2026-12-02 before `content` carry only this)
   bool synthetic() const { return dir.empty(); }
-  // "SyntheticImages" | "fashion-mnist (idx:/usr/share/datasets/fashion-mnist, manifest CRC-32 1a2b3c4d)"
+  // "SyntheticImages" | "fashion-mnist (idx:/usr/share/datasets/fashion-mnist, data CRC-32 1a2b3c4d)"
   std::string label() const;
   template <class F>
   void fields(F& f) {
     f("name", name);
     f.optional("source", source);
     f.optional("dir", dir);
+    f.optional("content", content);
     f.optional("manifest", manifest);
   }
 };

@@ -63,8 +63,8 @@ case $which in
     expect_error "target" --quick --rate 0.35 --no-ledger --data "$tmp/ds" --target 1.5
     "$driver" --quick --rate 0.35 --data "$tmp/ds" --target 0.3 --ledger "$ledger" >"$tmp/out" 2>&1 \
       || { cat "$tmp/out"; fail "quick run on the data set failed"; }
-    grep -q "^# data: idx (idx:.*, manifest CRC-32 [0-9a-f]\{8\})" "$tmp/out" || fail "the run does not name its data"
-    [ "$(grep '"kind":"cost_repeat"' "$ledger" | grep -c '"data":{"dir":"[^"]*","manifest":"[0-9a-f]\{8\}","name":"idx"')" -eq 5 ] \
+    grep -q "^# data: idx (idx:.*, data CRC-32 [0-9a-f]\{8\})" "$tmp/out" || fail "the run does not name its data"
+    [ "$(grep '"kind":"cost_repeat"' "$ledger" | grep -c '"data":{"content":"[0-9a-f]\{8\}","dir":"[^"]*","manifest":"[0-9a-f]\{8\}","name":"idx"')" -eq 5 ] \
       || fail "expected 5 cost_repeat rows recording the data set"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## Cost to accuracy$" "$tmp/REPORT.md" || fail "no cost section in the report"
@@ -83,8 +83,8 @@ case $which in
     "$driver" --quick --repeats 1 --config "$tmp/tiny.yaml" --ledger "$ledger" --no-report >"$tmp/out" 2>&1 \
       || { cat "$tmp/out"; fail "the ladder on the data set failed"; }
     cat "$tmp/out"
-    grep -q "^data: idx (idx:.*, manifest CRC-32 [0-9a-f]\{8\})" "$tmp/out" || fail "the ladder does not name its data"
-    [ "$(grep '"kind":"rung"' "$ledger" | grep -c '"data":{"dir":"[^"]*","manifest":"[0-9a-f]\{8\}","name":"idx"')" -eq 3 ] \
+    grep -q "^data: idx (idx:.*, data CRC-32 [0-9a-f]\{8\})" "$tmp/out" || fail "the ladder does not name its data"
+    [ "$(grep '"kind":"rung"' "$ledger" | grep -c '"data":{"content":"[0-9a-f]\{8\}","dir":"[^"]*","manifest":"[0-9a-f]\{8\}","name":"idx"')" -eq 3 ] \
       || fail "expected 3 rung rows recording the data set"
     grep -q '"decode_cost":"60"' "$ledger" && fail "decode_cost was kept beside a data set"
     grep -q '"status":"failed"' "$ledger" && fail "a rung failed"
