@@ -176,7 +176,7 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, bo
     row.config.communicator = run.comm.backend();
     if (run.comm.backend() == "mpi") {
       row.config.malloc = run.variant.malloc;
-      if (t.name == "native") row.config.mpi_algorithm = run.variant.algorithm;
+      row.config.mpi_algorithm = run.variant.algorithm;  // the process's (its ring rows too)
     }
     if (run.o.round > 0) row.round = run.o.round;
     row.repeats = t.seconds;

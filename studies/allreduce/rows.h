@@ -24,7 +24,7 @@ struct AllreduceConfig {
   // Over MPI (bench_allreduce): the library's all-reduce algorithm the process ran under ("decision":
   // Open MPI's own choice per size; else the one forced through coll_tuned_allreduce_algorithm),
   // and its malloc ("default": glibc's; "tuned": GLIBC_TUNABLES' mmap and trim thresholds raised).
-  std::optional<std::string> mpi_algorithm;  // native rows
+  std::optional<std::string> mpi_algorithm;  // every row of the process (the ring is timed beside it)
   std::optional<std::string> malloc;         // every row of the process
   template <class F>
   void fields(F& f) {

@@ -74,23 +74,35 @@ std::vector<std::vector<std::string>> ring_against_native(const std::map<std::st
   return table;
 }
 
-// ---- a variant sweep (bench/allreduce_variants.py): several processes, one per MPI variant
+// ---- a variant sweep (bench/allreduce_variants.py): several processes, one per MPI variant and round
 
 std::string variant_name(const AllreduceConfig& c) {
   return "mpi " + c.mpi_algorithm.value_or("?") + ", malloc " + c.malloc.value_or("?");
 }
 
-// Every measured iteration of one arm at one size, pooled over the sweep's rounds.
-struct Pooled {
-  std::vector<double> seconds;
-  int processes = 0;
-  Summary stats() const { return summarize(seconds); }
+// One variant at one size: each of its processes' medians (one per round), MPI's and the ring's
+// timed beside it in the same process.
+struct VariantAtSize {
+  std::map<int, double> native, ring;  // round -> median seconds
+  Summary native_stats() const { return summary_of(native); }
+  Summary ring_stats() const { return summary_of(ring); }
+  // The ring over MPI in each process, then their median and range.
+  Summary ratio() const {
+    std::vector<double> r;
+    for (const auto& [round, n] : native)
+      if (ring.count(round) && n > 0) r.push_back(ring.at(round) / n);
+    return summarize(r);
+  }
+  static Summary summary_of(const std::map<int, double>& m) {
+    std::vector<double> v;
+    for (const auto& [round, x] : m) v.push_back(x);
+    return summarize(v);
+  }
 };
 
 struct SweepSize {
-  std::map<std::string, Pooled> native;  // by variant name
-  std::map<std::string, Pooled> ring;    // by malloc
-  std::string best;                      // the native variant with the lowest median
+  std::map<std::string, VariantAtSize> variants;  // by variant name
+  std::string best;                               // the variant whose MPI median is lowest
 };
 
 bool is_variant_sweep(const std::vector<AllreduceRow>& rows) {
@@ -104,18 +116,15 @@ bool is_variant_sweep(const std::vector<AllreduceRow>& rows) {
 std::map<std::int64_t, SweepSize> pool_sweep(const std::vector<AllreduceRow>& rows) {
   std::map<std::int64_t, SweepSize> sizes;
   for (const auto& r : rows) {
-    if (!r.header.ok()) continue;
-    SweepSize& size = sizes[r.config.bytes];
-    Pooled& p =
-        r.config.algorithm == "native" ? size.native[variant_name(r.config)] : size.ring[r.config.malloc.value_or("?")];
-    p.seconds.insert(p.seconds.end(), r.repeats.begin(), r.repeats.end());
-    ++p.processes;
+    if (!r.header.ok() || !r.config.mpi_algorithm) continue;
+    VariantAtSize& v = sizes[r.config.bytes].variants[variant_name(r.config)];
+    (r.config.algorithm == "native" ? v.native : v.ring)[r.round.value_or(1)] = r.stats.median;
   }
   for (auto& [bytes, size] : sizes) {
     double best = 0;
-    for (const auto& [name, p] : size.native) {
-      if (p.seconds.empty()) continue;
-      const double m = p.stats().median;
+    for (const auto& [name, v] : size.variants) {
+      if (v.native.empty()) continue;
+      const double m = v.native_stats().median;
       if (size.best.empty() || m < best) {
         size.best = name;
         best = m;
@@ -125,59 +134,65 @@ std::map<std::int64_t, SweepSize> pool_sweep(const std::vector<AllreduceRow>& ro
   return sizes;
 }
 
-// The ring against the strongest MPI variant of each size (the ring measured in the same processes:
-// under the best variant's malloc), and against Open MPI as launched (its decision, glibc's malloc).
+constexpr const char* kAsLaunched = "mpi decision, malloc default";
+
+// The ring against the strongest MPI variant of each size, in that variant's processes (the same
+// malloc, the same process), and against Open MPI as launched (its decision, glibc's malloc).
 std::vector<std::vector<std::string>> sweep_table(const std::map<std::int64_t, SweepSize>& sizes, double factor) {
   std::vector<std::vector<std::string>> table;
-  const std::string as_launched = "mpi decision, malloc default";
   for (const auto& [bytes, size] : sizes) {
     if (size.best.empty()) continue;
-    const Pooled& best = size.native.at(size.best);
-    const std::string malloc = size.best.substr(size.best.rfind(' ') + 1);
-    if (!size.ring.count(malloc)) continue;
-    const Summary r = size.ring.at(malloc).stats(), n = best.stats();
+    const VariantAtSize& best = size.variants.at(size.best);
+    if (best.ring.empty()) continue;
+    const Summary r = best.ring_stats(), n = best.native_stats(), ratio = best.ratio();
     const double b = static_cast<double>(bytes);
     const auto busbw = [&](double seconds) { return fmt::format("{:.2f}", b / seconds * 1e-9 * factor); };
     std::string launched = "-";
-    if (size.native.count(as_launched)) {
-      const Summary d = size.native.at(as_launched).stats();
-      launched = fmt::format("{} ({:.2f})", busbw(d.median), r.median / d.median);
+    if (size.variants.count(kAsLaunched) && !size.variants.at(kAsLaunched).native.empty()) {
+      const VariantAtSize& d = size.variants.at(kAsLaunched);
+      const Summary dr = d.ratio();
+      launched = fmt::format("{} ({:.2f}, {:.2f}-{:.2f})", busbw(d.native_stats().median), dr.median, dr.min, dr.max);
     }
     table.push_back({human_bytes(bytes), busbw(r.median), "`" + size.best + "`", busbw(n.median),
-                     fmt::format("{:.2f} ({:.2f}-{:.2f})", r.median / n.median, r.min / n.max, r.max / n.min),
+                     fmt::format("{:.2f} ({:.2f}-{:.2f})", ratio.median, ratio.min, ratio.max),
                      separable(r, n) ? (r.median < n.median ? "yes, ring faster" : "yes, MPI faster") : "no",
                      launched});
   }
   return table;
 }
 
-// Every variant's median at every size, in microseconds (the strongest of each size in bold).
+// Every variant's median time at every size, microseconds (the strongest of each size in bold),
+// and the ring's over the processes of each malloc.
 std::string variants_table(const std::map<std::int64_t, SweepSize>& sizes) {
   std::set<std::string> names;
   for (const auto& [bytes, size] : sizes)
-    for (const auto& [name, p] : size.native) names.insert(name);
+    for (const auto& [name, v] : size.variants) names.insert(name);
   std::vector<std::string> head = {"variant"};
   for (const auto& [bytes, size] : sizes) head.push_back(human_bytes(bytes));
   std::vector<std::vector<std::string>> table;
   for (const std::string& name : names) {
     std::vector<std::string> line = {"`" + name + "`"};
     for (const auto& [bytes, size] : sizes) {
-      if (!size.native.count(name) || size.native.at(name).seconds.empty()) {
+      const auto it = size.variants.find(name);
+      if (it == size.variants.end() || it->second.native.empty()) {
         line.push_back("-");
         continue;
       }
-      const std::string cell = fmt::format("{:.1f}", size.native.at(name).stats().median * 1e6);
+      const std::string cell = fmt::format("{:.1f}", it->second.native_stats().median * 1e6);
       line.push_back(name == size.best ? "**" + cell + "**" : cell);
     }
     table.push_back(line);
   }
   for (const std::string malloc : {"default", "tuned"}) {
-    std::vector<std::string> line = {"ring (trainlab), malloc " + malloc};
+    std::vector<std::string> line = {"ring (trainlab), in the processes with malloc " + malloc};
     bool any = false;
     for (const auto& [bytes, size] : sizes) {
-      const bool has = size.ring.count(malloc) > 0 && !size.ring.at(malloc).seconds.empty();
-      any = any || has;
-      line.push_back(has ? fmt::format("{:.1f}", size.ring.at(malloc).stats().median * 1e6) : "-");
+      std::vector<double> medians;
+      for (const auto& [name, v] : size.variants)
+        if (name.size() >= malloc.size() && name.compare(name.size() - malloc.size(), malloc.size(), malloc) == 0)
+          for (const auto& [round, m] : v.ring) medians.push_back(m);
+      any = any || !medians.empty();
+      line.push_back(medians.empty() ? "-" : fmt::format("{:.1f}", summarize(medians).median * 1e6));
     }
     if (any) table.push_back(line);
   }
@@ -218,11 +233,13 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
   std::ostringstream md;
   md << fmt::format(
       "\n## All-reduce: the ring against the strongest MPI\n\nRun `{}` (`bench/allreduce_variants.py`) on {}, {} "
-      "ranks: {} MPI variants (Open MPI's all-reduce algorithms, its own decision among them, each under glibc's "
-      "malloc and under a tuned one), one process each, {} round(s) interleaved; every process also times the "
-      "ring. Per size the peer is the variant with the lowest median over its pooled iterations, and the ring is "
-      "timed in that variant's processes (the same malloc). Times are the slowest rank's; busbw = bytes / time x "
-      "2(P-1)/P; the time ratio's range is the ring's fastest over the peer's slowest to the reverse.{}\n\n",
+      "ranks: {} MPI variants (Open MPI's all-reduce algorithms and its own decision among them, each under glibc's "
+      "malloc and under a tuned one), a process each per round, {} round(s) interleaved; every process times the "
+      "ring beside MPI's all-reduce. A variant's figure at a size is the median of its processes' medians; the "
+      "peer of a size is the variant with the lowest, named; the ring's figure and the time ratio (its median and "
+      "range over the rounds) come from that variant's own processes, so both ran under the same malloc in the same "
+      "process. Choosing the lowest of many noisy medians favours the peer: a ratio above 1 that is not separable "
+      "is within the noise. Times are the slowest rank's; busbw = bytes / time x 2(P-1)/P.{}\n\n",
       run_id, measured_on(first->header.env), ranks, variants.size(), rounds,
       failed > 0 ? fmt::format(" {} row(s) of failed variant processes are in the ledger.", failed) : "");
   md << render_table(head, table, true);
@@ -236,22 +253,21 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
   lines.y_label = "busbw GB/s";
   lines.log_x = true;
   lines.x_tick = bytes_tick;
-  chart::Series ring{"ring (trainlab)", chart::kBlue, {}, false};
+  chart::Series ring{"ring (trainlab), in the strongest variant's processes", chart::kBlue, {}, false};
   chart::Series strongest{"the strongest MPI variant of each size", chart::kRed, {}, false};
   chart::Series launched{"Open MPI as launched (its decision, glibc malloc)", chart::kGrey, {}, false};
   chart::Series copy{fmt::format("single-core memcpy ({:.2f} GB/s)", memcpy_gbps), chart::kReference, {}, true};
   for (const auto& [bytes, size] : sizes) {
     if (size.best.empty()) continue;
     const double b = static_cast<double>(bytes);
-    const auto point = [&](const Pooled& p) {
-      const Summary t = p.stats();
+    const auto point = [&](const Summary& t) {
       return chart::Point{b, b / t.median * 1e-9 * factor, b / t.max * 1e-9 * factor, b / t.min * 1e-9 * factor};
     };
-    const std::string malloc = size.best.substr(size.best.rfind(' ') + 1);
-    if (size.ring.count(malloc)) ring.points.push_back(point(size.ring.at(malloc)));
-    strongest.points.push_back(point(size.native.at(size.best)));
-    if (size.native.count("mpi decision, malloc default"))
-      launched.points.push_back(point(size.native.at("mpi decision, malloc default")));
+    const VariantAtSize& best = size.variants.at(size.best);
+    if (!best.ring.empty()) ring.points.push_back(point(best.ring_stats()));
+    strongest.points.push_back(point(best.native_stats()));
+    if (size.variants.count(kAsLaunched) && !size.variants.at(kAsLaunched).native.empty())
+      launched.points.push_back(point(size.variants.at(kAsLaunched).native_stats()));
     if (memcpy_gbps > 0) copy.points.push_back({b, memcpy_gbps, {}, {}});
   }
   lines.series = {ring, strongest, launched};

@@ -16,16 +16,18 @@ python3 "$driver" --np 2 --sizes 4K,64K --rounds 2 --algorithms decision,ring --
   --bench "$bench" --ledger "$ledger" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "the sweep failed"; }
 cat "$tmp/out"
 [ "$(grep -c '^round [12]/2  mpi ' "$tmp/out")" -eq 8 ] || fail "expected 8 processes (4 variants x 2 rounds)"
-# Each process: a ring row and a native row per size, with its variant and round.
+# Each process: a ring row and a native row per size, each with its process's variant and round.
 [ "$(grep -c '"kind":"allreduce"' "$ledger")" -eq 32 ] || fail "expected 32 allreduce rows"
 for v in '"mpi_algorithm":"decision"' '"mpi_algorithm":"ring"'; do
-  [ "$(grep -c "$v" "$ledger")" -eq 8 ] || fail "expected 8 native rows with $v"
+  [ "$(grep '"algorithm":"native","bytes"' "$ledger" | grep -c "$v")" -eq 8 ] || fail "expected 8 native rows with $v"
+  [ "$(grep '"algorithm":"ring","bytes"' "$ledger" | grep -c "$v")" -eq 8 ] || fail "expected 8 ring rows with $v"
 done
+[ "$(grep -c '"round":2' "$ledger")" -eq 16 ] || fail "expected 16 rows of round 2"
 [ "$(grep '"algorithm":"ring","bytes"' "$ledger" | grep -c '"malloc":"tuned"')" -eq 8 ] || fail "expected 8 ring rows under the tuned malloc"
 [ "$(grep -o '"run_id":"[^"]*"' "$ledger" | sort -u | wc -l)" -eq 1 ] || fail "the processes wrote more than one run"
 "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
 grep -q "^## All-reduce: the ring against the strongest MPI" "$tmp/REPORT.md" || fail "no variant section"
-grep -Eq '^\| 4K \| [0-9.]+ \| `mpi (decision|ring), malloc (default|tuned)` \| [0-9.]+ \| [0-9.]+ \([0-9.]+-[0-9.]+\) \|' \
+grep -Eq '^\| 4K \| [0-9.]+ \| `mpi (decision|ring), malloc (default|tuned)` \| [0-9.]+ \| [0-9.]+ \([0-9.]+-[0-9.]+\) \| (no|yes, [a-zA-Z ]+) \| [0-9.]+ \([0-9.]+, [0-9.]+-[0-9.]+\) \|' \
   "$tmp/REPORT.md" || fail "no 4K row naming its strongest variant"
 grep -q '^| `mpi ring, malloc tuned` |' "$tmp/REPORT.md" || fail "no per-variant line"
 # Refusals: one line each, nothing run.
