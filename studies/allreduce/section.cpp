@@ -225,14 +225,15 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
                                          "its busbw GB/s",
                                          "time ratio ring / it (min-max)",
                                          "separable",
-                                         "Open MPI as launched: busbw (time ratio)"};
+                                         "Open MPI as launched: busbw (time ratio, min-max)"};
   ReportSection section =
       section_of("allreduce", run_id, first->header.env,
                  fmt::format(", {} ranks, {} MPI variants x {} rounds", ranks, variants.size(), rounds));
   const std::string figure = figure_path("allreduce", run_id);
   std::ostringstream md;
   md << fmt::format(
-      "\n## All-reduce: the ring against the strongest MPI\n\nRun `{}` (`bench/allreduce_variants.py`) on {}, {} "
+      "\n## All-reduce: the ring against the strongest MPI, {} ranks\n\nRun `{}` (`bench/allreduce_variants.py`) on "
+      "{}, {} "
       "ranks: {} MPI variants (Open MPI's all-reduce algorithms and its own decision among them, each under glibc's "
       "malloc and under a tuned one), a process each per round, {} round(s) interleaved; every process times the "
       "ring beside MPI's all-reduce. A variant's figure at a size is the median of its processes' medians; the "
@@ -240,7 +241,7 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
       "range over the rounds) come from that variant's own processes, so both ran under the same malloc in the same "
       "process. Choosing the lowest of many noisy medians favours the peer: a ratio above 1 that is not separable "
       "is within the noise. Times are the slowest rank's; busbw = bytes / time x 2(P-1)/P.{}\n\n",
-      run_id, measured_on(first->header.env), ranks, variants.size(), rounds,
+      ranks, run_id, measured_on(first->header.env), ranks, variants.size(), rounds,
       failed > 0 ? fmt::format(" {} row(s) of failed variant processes are in the ledger.", failed) : "");
   md << render_table(head, table, true);
   md << "\nEvery variant's median time per size, microseconds (the strongest in bold):\n\n" << variants_table(sizes);
@@ -277,11 +278,41 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
   return section;
 }
 
+// The latest variant sweep at each world size, the smallest world first: its section, with the
+// others' appended (each its own block, "allreduce-np<P>").
+std::optional<ReportSection> sweeps_section(const std::vector<AllreduceRow>& all) {
+  std::map<std::string, std::vector<AllreduceRow>> by_run;
+  std::vector<std::string> order;
+  for (const auto& row : all) {
+    if (row.from_bench_buckets()) continue;
+    if (!by_run.count(row.header.run_id)) order.push_back(row.header.run_id);
+    by_run[row.header.run_id].push_back(row);
+  }
+  std::map<int, std::string> latest;  // ranks -> run
+  for (const std::string& run : order) {
+    const auto& rows = by_run.at(run);
+    if (is_variant_sweep(rows)) latest[rows.front().config.ranks] = run;
+  }
+  std::optional<ReportSection> section;
+  for (const auto& [ranks, run] : latest) {
+    std::optional<ReportSection> part = sweep_section(run, by_run.at(run));
+    if (!part) continue;
+    if (!section) {
+      section = std::move(part);
+      continue;
+    }
+    section->markdown += part->markdown;
+    for (auto& figure : part->figures) section->figures.push_back(std::move(figure));
+    section->more_blocks.push_back({"allreduce-np" + std::to_string(ranks), part->readme_intro, part->readme_table});
+  }
+  return section;
+}
+
 std::optional<ReportSection> allreduce_section(const SectionInput& in) {
-  const auto [run_id, rows] =
-      latest_run(in.read<AllreduceRow>(), [](const AllreduceRow& row) { return !row.from_bench_buckets(); });
+  const std::vector<AllreduceRow> all = in.read<AllreduceRow>();
+  const auto [run_id, rows] = latest_run(all, [](const AllreduceRow& row) { return !row.from_bench_buckets(); });
   if (run_id.empty()) return std::nullopt;
-  if (is_variant_sweep(rows)) return sweep_section(run_id, rows);
+  if (is_variant_sweep(rows)) return sweeps_section(all);
   // Per algorithm, per size.
   std::map<std::string, BySize> by;
   double memcpy_gbps = 0;
