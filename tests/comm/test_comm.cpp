@@ -1,4 +1,5 @@
-// The comm layer under mpirun (np 2 and 4): the ring all-reduce against MPI_Allreduce, exactly on
+// The comm layer under mpirun (np 2 and 4; the latency-optimal algorithms at np 5 too): the ring
+// all-reduce, recursive doubling and halving-doubling against MPI_Allreduce and each other, exactly on
 // integer-valued data and within a tolerance on random data, uneven lengths, every dtype, sum and
 // average, sub-communicators, and bitwise identity of the result across ranks.
 #include <catch2/catch.hpp>
@@ -6,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/latency_allreduce.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
 #include "engine/rng.h"
@@ -170,6 +172,67 @@ TEST_CASE("reduce-scatter and all-gather, ring and native: chunk r at rank r, ex
     ring_allgather(*world, half16.data(), n, DType::bf16);
     CHECK(std::memcmp(half16.data(), whole16.data(), half16.size() * sizeof(bf16)) == 0);
   }
+}
+
+namespace {
+
+// The latency-optimal algorithms on integer-valued data: the ring's result bit for bit, the same
+// bits on every rank.
+template <typename T>
+void check_latency_exact(Communicator& comm, DType dtype, std::int64_t n, ReduceOp op, int bound) {
+  INFO("dtype " << dtype_name(dtype) << " n " << n << " op " << (op == ReduceOp::sum ? "sum" : "average") << " ranks "
+                << comm.size());
+  const auto values =
+      integers(n, 3000 + static_cast<std::uint64_t>(comm.rank()) * 13 + static_cast<std::uint64_t>(n), -bound, bound);
+  auto ring = make<T>(values), doubling = make<T>(values), halving = make<T>(values);
+  ring_allreduce(comm, ring.data(), n, dtype, op);
+  recursive_doubling_allreduce(comm, doubling.data(), n, dtype, op);
+  halving_doubling_allreduce(comm, halving.data(), n, dtype, op);
+  const std::size_t bytes = ring.size() * sizeof(T);
+  CHECK((bytes == 0 || std::memcmp(doubling.data(), ring.data(), bytes) == 0));
+  CHECK((bytes == 0 || std::memcmp(halving.data(), ring.data(), bytes) == 0));
+  CHECK(same_on_every_rank(comm, doubling.data(), bytes));
+  CHECK(same_on_every_rank(comm, halving.data(), bytes));
+}
+
+}  // namespace
+
+TEST_CASE("recursive doubling and halving-doubling equal the ring bit for bit at every group size", "[comm]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  // Every group of the first k ranks: powers of two and the folded sizes between them.
+  for (int k = 1; k <= P; ++k) {
+    auto group = world->split(world->rank() < k ? 0 : -1, world->rank());
+    if (group == nullptr) continue;
+    for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{k - 1}, std::int64_t{7}, std::int64_t{1001},
+                           std::int64_t{(1 << 16) + 3}}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+        check_latency_exact<float>(*group, DType::f32, n, op, 1000);
+        check_latency_exact<double>(*group, DType::f64, n, op, 1000);
+        check_latency_exact<bf16>(*group, DType::bf16, n, op, 256 / (2 * k));
+        check_latency_exact<f16>(*group, DType::f16, n, op, 2048 / (2 * k));
+      }
+    }
+    // Random data: not the ring's bits (another order of additions), but the same bits on every rank
+    // and the same sum within rounding.
+    const auto values = normals(4099, 91 + static_cast<std::uint64_t>(group->rank()));
+    std::vector<float> ring(values.begin(), values.end()), doubling = ring, halving = ring;
+    ring_allreduce(*group, ring.data(), 4099, DType::f32, ReduceOp::average);
+    recursive_doubling_allreduce(*group, doubling.data(), 4099, DType::f32, ReduceOp::average);
+    halving_doubling_allreduce(*group, halving.data(), 4099, DType::f32, ReduceOp::average);
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      REQUIRE(doubling[i] == Approx(ring[i]).margin(1e-5));
+      REQUIRE(halving[i] == Approx(ring[i]).margin(1e-5));
+    }
+    CHECK(same_on_every_rank(*group, doubling.data(), doubling.size() * sizeof(float)));
+    CHECK(same_on_every_rank(*group, halving.data(), halving.size() * sizeof(float)));
+    auto bf_doubling = make<bf16>(values), bf_halving = bf_doubling;
+    recursive_doubling_allreduce(*group, bf_doubling.data(), 4099, DType::bf16, ReduceOp::sum);
+    halving_doubling_allreduce(*group, bf_halving.data(), 4099, DType::bf16, ReduceOp::sum);
+    CHECK(same_on_every_rank(*group, bf_doubling.data(), bf_doubling.size() * sizeof(bf16)));
+    CHECK(same_on_every_rank(*group, bf_halving.data(), bf_halving.size() * sizeof(bf16)));
+  }
+  world->barrier();
 }
 
 TEST_CASE("ring on sub-communicators", "[comm]") {
