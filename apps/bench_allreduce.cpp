@@ -1,4 +1,5 @@
-// bench_allreduce: the hand-written ring against MPI_Allreduce, size by size, side by side.
+// bench_allreduce: the hand-written all-reduces (the ring; with --algorithms recursive doubling and
+// halving-doubling too) against MPI_Allreduce, size by size, side by side.
 //   scripts/mpirun -np 2 build/bin/bench_allreduce --sizes 4K..256M
 // Per size: a correctness check (ring and native on the same integer-valued data must agree bit
 // for bit), then iterations alternating ring and native (warm-up excluded); each iteration starts
@@ -32,6 +33,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "warm-up iterations per algorithm and size")->check(FiniteRange(0, 100));
   app.add_option("--min-iters", o.min_iters, "at least this many iterations")->check(FiniteRange(1, 100000));
   app.add_option("--max-iters", o.max_iters, "at most this many iterations")->check(FiniteRange(1, 100000));
+  app.add_option("--algorithms", o.algorithms,
+                 "the hand-written all-reduces timed beside MPI's, comma-separated: ring, recursive_doubling, "
+                 "halving_doubling")
+      ->capture_default_str();
   app.add_option("--segment-bytes", o.segment_bytes, "the ring's pipeline segment")->check(FiniteRange(256, 1 << 30));
   app.add_option("--comm-timeout", o.timeout, "seconds any wait may take before the job is ended")
       ->check(FiniteRange(0.1, 86400.0));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The hand-written all-reduce against the strongest MPI, per size, in one run.
+"""trainlab's hand-written all-reduces against the strongest MPI, per size, in one run.
 
     bench/allreduce_variants.py --np 2 --sizes 4K,64K,1M,16M,64M,256M --rounds 3 \
         --ledger bench/results/amd_epyc/ledger_cpu.jsonl
@@ -10,7 +10,8 @@ OMPI_MCA_coll_tuned_use_dynamic_rules=1 and OMPI_MCA_coll_tuned_allreduce_algori
 Open MPI's own decision), with glibc's default malloc or with its mmap and trim thresholds raised
 (GLIBC_TUNABLES, as the PyTorch peers run: Open MPI's large all-reduces allocate a temporary the size
 of the message on every call, and glibc's default hands each one fresh pages). Every process times
-the ring beside MPI's all-reduce under its own malloc, and writes its rows into one run (--run-id)
+trainlab's all-reduces (the ring, recursive doubling, halving-doubling: --hand-written) beside MPI's
+under its own malloc, and writes its rows into one run (--run-id)
 with its round. Rounds interleave the variants (A B C ... A B C ..., the order rotated each round).
 bench_report draws the run: per size, the variant with the lowest median is the peer, named.
 
@@ -33,6 +34,7 @@ from peer_malloc import TUNABLES  # noqa: E402  (the PyTorch peers' tuned malloc
 ALGORITHMS = {"decision": 0, "basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
               "segmented_ring": 5, "rabenseifner": 6}
 MALLOCS = ("default", "tuned")
+HAND_WRITTEN = ("ring", "recursive_doubling", "halving_doubling")
 
 
 def names(text, allowed, what):
@@ -99,6 +101,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each every variant once")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help="Open MPI's algorithms to run")
     parser.add_argument("--malloc", default=",".join(MALLOCS), help="default, tuned or both")
+    parser.add_argument("--hand-written", default=",".join(HAND_WRITTEN),
+                        help="trainlab's all-reduces every process times beside MPI's")
     parser.add_argument("--seconds-per-size", default="0.2", help="bench_allreduce's budget per arm and size")
     parser.add_argument("--mca", action="append", default=[], metavar="KEY=VALUE",
                         help="more Open MPI parameters for every process (btl=tcp,self for TCP alone)")
@@ -118,6 +122,7 @@ def main():
             raise SystemExit(f"allreduce_variants: error: --mca {kv!r}: write KEY=VALUE (btl=tcp,self)")
     algorithms = names(args.algorithms, ALGORITHMS, "algorithms")
     mallocs = names(args.malloc, MALLOCS, "malloc")
+    hand = names(args.hand_written, HAND_WRITTEN, "hand-written")
     variants = [(a, m) for a in algorithms for m in mallocs]
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     mca = [x for kv in args.mca for x in ("--mca",) + tuple(kv.split("=", 1))]
@@ -129,7 +134,8 @@ def main():
         shift = (round_ - 1) % len(variants)
         for algorithm, malloc in variants[shift:] + variants[:shift]:
             cmd = [os.path.join(ROOT, "scripts", "mpirun"), "-np", str(args.np), *mca, args.bench,
-                   "--sizes", args.sizes, "--seconds-per-size", args.seconds_per_size, "--run-id", run_id,
+                   "--sizes", args.sizes, "--algorithms", ",".join(hand), "--seconds-per-size", args.seconds_per_size,
+                   "--run-id", run_id,
                    "--round", str(round_), "--ledger", args.ledger]
             t0 = time.time()
             proc = subprocess.run(cmd, env=variant_env(algorithm, malloc), capture_output=True, text=True)

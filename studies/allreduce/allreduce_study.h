@@ -13,6 +13,8 @@ namespace trainlab::bench {
 
 struct AllreduceOptions {
   std::string sizes_spec = "4K..256M", dtype_name_ = "f32", ledger_path, comm_kind = "mpi";
+  // The hand-written all-reduces timed beside native: ring, recursive_doubling, halving_doubling.
+  std::string algorithms = "ring";
   double seconds_per_size = 0.4, timeout = 300;
   int warmup = 3, min_iters = 5, max_iters = 500;
   std::size_t segment_bytes = comm::RingOptions{}.segment_bytes;

@@ -80,17 +80,32 @@ std::string variant_name(const AllreduceConfig& c) {
   return "mpi " + c.mpi_algorithm.value_or("?") + ", malloc " + c.malloc.value_or("?");
 }
 
-// One variant at one size: each of its processes' medians (one per round), MPI's and the ring's
-// timed beside it in the same process.
+// One variant at one size: each of its processes' medians (one per round), MPI's and each
+// hand-written algorithm's timed beside it in the same process.
 struct VariantAtSize {
-  std::map<int, double> native, ring;  // round -> median seconds
+  std::map<int, double> native;                       // round -> median seconds
+  std::map<std::string, std::map<int, double>> hand;  // algorithm -> round -> median seconds
   Summary native_stats() const { return summary_of(native); }
-  Summary ring_stats() const { return summary_of(ring); }
-  // The ring over MPI in each process, then their median and range.
-  Summary ratio() const {
+  // The hand-written algorithm with the lowest median in these processes ("" when none ran).
+  std::string best_hand() const {
+    std::string best;
+    double m = 0;
+    for (const auto& [algorithm, rounds] : hand) {
+      const double x = summary_of(rounds).median;
+      if (best.empty() || x < m) {
+        best = algorithm;
+        m = x;
+      }
+    }
+    return best;
+  }
+  Summary hand_stats(const std::string& algorithm) const { return summary_of(hand.at(algorithm)); }
+  // The algorithm over MPI in each process, then their median and range.
+  Summary ratio(const std::string& algorithm) const {
     std::vector<double> r;
+    const auto& rounds = hand.at(algorithm);
     for (const auto& [round, n] : native)
-      if (ring.count(round) && n > 0) r.push_back(ring.at(round) / n);
+      if (rounds.count(round) && n > 0) r.push_back(rounds.at(round) / n);
     return summarize(r);
   }
   static Summary summary_of(const std::map<int, double>& m) {
@@ -118,7 +133,7 @@ std::map<std::int64_t, SweepSize> pool_sweep(const std::vector<AllreduceRow>& ro
   for (const auto& r : rows) {
     if (!r.header.ok() || !r.config.mpi_algorithm) continue;
     VariantAtSize& v = sizes[r.config.bytes].variants[variant_name(r.config)];
-    (r.config.algorithm == "native" ? v.native : v.ring)[r.round.value_or(1)] = r.stats.median;
+    (r.config.algorithm == "native" ? v.native : v.hand[r.config.algorithm])[r.round.value_or(1)] = r.stats.median;
   }
   for (auto& [bytes, size] : sizes) {
     double best = 0;
@@ -136,26 +151,29 @@ std::map<std::int64_t, SweepSize> pool_sweep(const std::vector<AllreduceRow>& ro
 
 constexpr const char* kAsLaunched = "mpi decision, malloc default";
 
-// The ring against the strongest MPI variant of each size, in that variant's processes (the same
-// malloc, the same process), and against Open MPI as launched (its decision, glibc's malloc).
+// The best hand-written algorithm against the strongest MPI variant of each size, in that variant's
+// processes (the same malloc, the same process), and against Open MPI as launched (its decision,
+// glibc's malloc).
 std::vector<std::vector<std::string>> sweep_table(const std::map<std::int64_t, SweepSize>& sizes, double factor) {
   std::vector<std::vector<std::string>> table;
   for (const auto& [bytes, size] : sizes) {
     if (size.best.empty()) continue;
     const VariantAtSize& best = size.variants.at(size.best);
-    if (best.ring.empty()) continue;
-    const Summary r = best.ring_stats(), n = best.native_stats(), ratio = best.ratio();
+    const std::string hand = best.best_hand();
+    if (hand.empty()) continue;
+    const Summary r = best.hand_stats(hand), n = best.native_stats(), ratio = best.ratio(hand);
     const double b = static_cast<double>(bytes);
     const auto busbw = [&](double seconds) { return fmt::format("{:.2f}", b / seconds * 1e-9 * factor); };
     std::string launched = "-";
-    if (size.variants.count(kAsLaunched) && !size.variants.at(kAsLaunched).native.empty()) {
+    if (size.variants.count(kAsLaunched) && !size.variants.at(kAsLaunched).native.empty() &&
+        size.variants.at(kAsLaunched).hand.count(hand)) {
       const VariantAtSize& d = size.variants.at(kAsLaunched);
-      const Summary dr = d.ratio();
+      const Summary dr = d.ratio(hand);
       launched = fmt::format("{} ({:.2f}, {:.2f}-{:.2f})", busbw(d.native_stats().median), dr.median, dr.min, dr.max);
     }
-    table.push_back({human_bytes(bytes), busbw(r.median), "`" + size.best + "`", busbw(n.median),
+    table.push_back({human_bytes(bytes), hand, busbw(r.median), "`" + size.best + "`", busbw(n.median),
                      fmt::format("{:.2f} ({:.2f}-{:.2f})", ratio.median, ratio.min, ratio.max),
-                     separable(r, n) ? (r.median < n.median ? "yes, ring faster" : "yes, MPI faster") : "no",
+                     separable(r, n) ? (r.median < n.median ? "yes, trainlab faster" : "yes, MPI faster") : "no",
                      launched});
   }
   return table;
@@ -183,18 +201,27 @@ std::string variants_table(const std::map<std::int64_t, SweepSize>& sizes) {
     }
     table.push_back(line);
   }
-  for (const std::string malloc : {"default", "tuned"}) {
-    std::vector<std::string> line = {"ring (trainlab), in the processes with malloc " + malloc};
-    bool any = false;
-    for (const auto& [bytes, size] : sizes) {
-      std::vector<double> medians;
-      for (const auto& [name, v] : size.variants)
-        if (name.size() >= malloc.size() && name.compare(name.size() - malloc.size(), malloc.size(), malloc) == 0)
-          for (const auto& [round, m] : v.ring) medians.push_back(m);
-      any = any || !medians.empty();
-      line.push_back(medians.empty() ? "-" : fmt::format("{:.1f}", summarize(medians).median * 1e6));
+  std::set<std::string> hands;
+  for (const auto& [bytes, size] : sizes)
+    for (const auto& [name, v] : size.variants)
+      for (const auto& [algorithm, rounds] : v.hand) hands.insert(algorithm);
+  for (const std::string& algorithm : hands) {
+    for (const std::string malloc : {"default", "tuned"}) {
+      std::vector<std::string> line = {algorithm + " (trainlab), in the processes with malloc " + malloc};
+      bool any = false;
+      for (const auto& [bytes, size] : sizes) {
+        std::vector<double> medians;
+        for (const auto& [name, v] : size.variants) {
+          const bool same_malloc =
+              name.size() >= malloc.size() && name.compare(name.size() - malloc.size(), malloc.size(), malloc) == 0;
+          if (!same_malloc || !v.hand.count(algorithm)) continue;
+          for (const auto& [round, m] : v.hand.at(algorithm)) medians.push_back(m);
+        }
+        any = any || !medians.empty();
+        line.push_back(medians.empty() ? "-" : fmt::format("{:.1f}", summarize(medians).median * 1e6));
+      }
+      if (any) table.push_back(line);
     }
-    if (any) table.push_back(line);
   }
   return render_table(head, table, true);
 }
@@ -219,27 +246,24 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
   if (first == nullptr) return std::nullopt;
   const double factor = ranks > 0 ? busbw_factor(Collective::allreduce, ranks) : 1.0;
   const auto table = sweep_table(sizes, factor);
-  const std::vector<std::string> head = {"size",
-                                         "ring busbw GB/s",
-                                         "strongest MPI variant",
-                                         "its busbw GB/s",
-                                         "time ratio ring / it (min-max)",
-                                         "separable",
-                                         "Open MPI as launched: busbw (time ratio, min-max)"};
+  const std::vector<std::string> head = {"size",           "best hand-written",
+                                         "its busbw GB/s", "strongest MPI variant",
+                                         "its busbw GB/s", "time ratio trainlab / MPI (min-max)",
+                                         "separable",      "Open MPI as launched: busbw (time ratio, min-max)"};
   ReportSection section =
       section_of("allreduce", run_id, first->header.env,
                  fmt::format(", {} ranks, {} MPI variants x {} rounds", ranks, variants.size(), rounds));
   const std::string figure = figure_path("allreduce", run_id);
   std::ostringstream md;
   md << fmt::format(
-      "\n## All-reduce: the ring against the strongest MPI, {} ranks\n\nRun `{}` (`bench/allreduce_variants.py`) on "
-      "{}, {} "
-      "ranks: {} MPI variants (Open MPI's all-reduce algorithms and its own decision among them, each under glibc's "
-      "malloc and under a tuned one), a process each per round, {} round(s) interleaved; every process times the "
-      "ring beside MPI's all-reduce. A variant's figure at a size is the median of its processes' medians; the "
-      "peer of a size is the variant with the lowest, named; the ring's figure and the time ratio (its median and "
-      "range over the rounds) come from that variant's own processes, so both ran under the same malloc in the same "
-      "process. Choosing the lowest of many noisy medians favours the peer: a ratio above 1 that is not separable "
+      "\n## All-reduce: trainlab's against the strongest MPI, {} ranks\n\nRun `{}` (`bench/allreduce_variants.py`) on "
+      "{}, {} ranks: {} MPI variants (Open MPI's all-reduce algorithms and its own decision among them, each under "
+      "glibc's malloc and under a tuned one), a process each per round, {} round(s) interleaved; every process times "
+      "the hand-written all-reduces beside MPI's. A figure at a size is the median of the processes' medians; the "
+      "peer of a size is the MPI variant with the lowest, named, and trainlab's is its best hand-written algorithm "
+      "in that variant's own processes (the same malloc, the same process), with the time ratio's median and range "
+      "over the rounds. Choosing the lowest of many noisy medians favours the peer: a ratio above 1 that is not "
+      "separable "
       "is within the noise. Times are the slowest rank's; busbw = bytes / time x 2(P-1)/P.{}\n\n",
       ranks, run_id, measured_on(first->header.env), ranks, variants.size(), rounds,
       failed > 0 ? fmt::format(" {} row(s) of failed variant processes are in the ledger.", failed) : "");
@@ -254,7 +278,8 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
   lines.y_label = "busbw GB/s";
   lines.log_x = true;
   lines.x_tick = bytes_tick;
-  chart::Series ring{"ring (trainlab), in the strongest variant's processes", chart::kBlue, {}, false};
+  chart::Series ring{
+      "the best hand-written all-reduce (trainlab), in the strongest variant's processes", chart::kBlue, {}, false};
   chart::Series strongest{"the strongest MPI variant of each size", chart::kRed, {}, false};
   chart::Series launched{"Open MPI as launched (its decision, glibc malloc)", chart::kGrey, {}, false};
   chart::Series copy{fmt::format("single-core memcpy ({:.2f} GB/s)", memcpy_gbps), chart::kReference, {}, true};
@@ -265,7 +290,7 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
       return chart::Point{b, b / t.median * 1e-9 * factor, b / t.max * 1e-9 * factor, b / t.min * 1e-9 * factor};
     };
     const VariantAtSize& best = size.variants.at(size.best);
-    if (!best.ring.empty()) ring.points.push_back(point(best.ring_stats()));
+    if (!best.best_hand().empty()) ring.points.push_back(point(best.hand_stats(best.best_hand())));
     strongest.points.push_back(point(best.native_stats()));
     if (size.variants.count(kAsLaunched) && !size.variants.at(kAsLaunched).native.empty())
       launched.points.push_back(point(size.variants.at(kAsLaunched).native_stats()));

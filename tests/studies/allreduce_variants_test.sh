@@ -12,30 +12,39 @@ fail() { echo "allreduce_variants_test: FAILED: $*"; exit 1; }
 cd "$src" || fail "no source dir $src"
 driver=bench/allreduce_variants.py
 ledger=$tmp/ledger.jsonl
-python3 "$driver" --np 2 --sizes 4K,64K --rounds 2 --algorithms decision,ring --seconds-per-size 0.02 \
-  --bench "$bench" --ledger "$ledger" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "the sweep failed"; }
+python3 "$driver" --np 2 --sizes 4K,64K --rounds 2 --algorithms decision,ring --hand-written ring,halving_doubling \
+  --seconds-per-size 0.02 --bench "$bench" --ledger "$ledger" >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "the sweep failed"; }
 cat "$tmp/out"
 [ "$(grep -c '^round [12]/2  mpi ' "$tmp/out")" -eq 8 ] || fail "expected 8 processes (4 variants x 2 rounds)"
-# Each process: a ring row and a native row per size, each with its process's variant and round.
-[ "$(grep -c '"kind":"allreduce"' "$ledger")" -eq 32 ] || fail "expected 32 allreduce rows"
+# Each process: a row per size for the ring, halving-doubling and native, each with its process's
+# variant and round.
+[ "$(grep -c '"kind":"allreduce"' "$ledger")" -eq 48 ] || fail "expected 48 allreduce rows"
+[ "$(grep -c '"algorithm":"halving_doubling","bytes"' "$ledger")" -eq 16 ] || fail "expected 16 halving-doubling rows"
 for v in '"mpi_algorithm":"decision"' '"mpi_algorithm":"ring"'; do
   [ "$(grep '"algorithm":"native","bytes"' "$ledger" | grep -c "$v")" -eq 8 ] || fail "expected 8 native rows with $v"
   [ "$(grep '"algorithm":"ring","bytes"' "$ledger" | grep -c "$v")" -eq 8 ] || fail "expected 8 ring rows with $v"
 done
-[ "$(grep -c '"round":2' "$ledger")" -eq 16 ] || fail "expected 16 rows of round 2"
+[ "$(grep -c '"round":2' "$ledger")" -eq 24 ] || fail "expected 24 rows of round 2"
 [ "$(grep '"algorithm":"ring","bytes"' "$ledger" | grep -c '"malloc":"tuned"')" -eq 8 ] || fail "expected 8 ring rows under the tuned malloc"
 [ "$(grep -o '"run_id":"[^"]*"' "$ledger" | sort -u | wc -l)" -eq 1 ] || fail "the processes wrote more than one run"
 "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
-grep -q "^## All-reduce: the ring against the strongest MPI" "$tmp/REPORT.md" || fail "no variant section"
-grep -Eq '^\| 4K \| [0-9.]+ \| `mpi (decision|ring), malloc (default|tuned)` \| [0-9.]+ \| [0-9.]+ \([0-9.]+-[0-9.]+\) \| (no|yes, [a-zA-Z ]+) \| [0-9.]+ \([0-9.]+, [0-9.]+-[0-9.]+\) \|' \
+grep -q "^## All-reduce: trainlab's against the strongest MPI, 2 ranks" "$tmp/REPORT.md" || fail "no variant section"
+grep -Eq '^\| 4K \| (ring|halving_doubling) \| [0-9.]+ \| `mpi (decision|ring), malloc (default|tuned)` \| [0-9.]+ \| [0-9.]+ \([0-9.]+-[0-9.]+\) \| (no|yes, [a-zA-Z ]+) \| [0-9.]+ \([0-9.]+, [0-9.]+-[0-9.]+\) \|' \
   "$tmp/REPORT.md" || fail "no 4K row naming its strongest variant"
 grep -q '^| `mpi ring, malloc tuned` |' "$tmp/REPORT.md" || fail "no per-variant line"
+grep -q '^| halving_doubling (trainlab), in the processes with malloc tuned |' "$tmp/REPORT.md" || fail "no halving-doubling line"
 # Refusals: one line each, nothing run.
-for args in "--np 1" "--rounds 0" "--algorithms decision,fastest" "--malloc jemalloc" "--mca btl"; do
+for args in "--np 1" "--rounds 0" "--algorithms decision,fastest" "--malloc jemalloc" "--mca btl" \
+  "--hand-written ring,tree"; do
   python3 "$driver" $args --ledger "$tmp/refused.jsonl" --bench "$bench" >"$tmp/r.out" 2>&1 && fail "'$args' was accepted"
   [ "$(wc -l <"$tmp/r.out")" -eq 1 ] || fail "'$args': not one line: $(cat "$tmp/r.out")"
 done
 [ ! -e "$tmp/refused.jsonl" ] || fail "a refused sweep wrote to its ledger"
+# bench_allreduce itself: an unknown or repeated hand-written algorithm, named.
+for spec in ring,tree ring,ring; do
+  scripts/mpirun -np 1 "$bench" --algorithms "$spec" --sizes 4K --no-ledger >"$tmp/b.out" 2>&1 && fail "--algorithms $spec was accepted"
+  grep -q "error: --algorithms '$spec'" "$tmp/b.out" || fail "--algorithms $spec: $(cat "$tmp/b.out")"
+done
 # Every process failing (a transport that does not exist): exit 1, said, no row.
 python3 "$driver" --np 2 --sizes 4K --rounds 1 --algorithms decision --malloc default --mca btl=nonexistent \
   --bench "$bench" --ledger "$tmp/failed.jsonl" >"$tmp/f.out" 2>&1 && fail "a sweep of failed processes exited 0"
