@@ -1,27 +1,69 @@
 #include "comm/communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <thread>
 
+#include <unistd.h>
+
 #include "backends/error.h"
+#include "comm/latency_allreduce.h"
 #include "comm/ring_allreduce.h"
+#include "engine/config.h"
 #include "engine/memory_usage.h"
 
 namespace trainlab::comm {
 
 Algorithm parse_algorithm(const std::string& name) {
-  if (name == "ring") return Algorithm::ring;
-  if (name == "native") return Algorithm::native;
-  throw Error("unknown all-reduce '" + name + "' (allowed: ring, native)");
+  std::string allowed;
+  for (Algorithm algorithm : {Algorithm::ring, Algorithm::recursive_doubling, Algorithm::halving_doubling,
+                              Algorithm::automatic, Algorithm::native}) {
+    if (name == algorithm_name(algorithm)) return algorithm;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(algorithm_name(algorithm));
+  }
+  throw Error("unknown all-reduce '" + name + "' (allowed: " + allowed + ")");
 }
 
-const char* algorithm_name(Algorithm algorithm) { return algorithm == Algorithm::ring ? "ring" : "native"; }
+const char* algorithm_name(Algorithm algorithm) { return allreduce_name(algorithm); }
+
+bool hand_written(Algorithm algorithm) {
+  return algorithm == Algorithm::ring || algorithm == Algorithm::recursive_doubling ||
+         algorithm == Algorithm::halving_doubling;
+}
+
+Algorithm choose_algorithm(Algorithm requested, std::int64_t bytes, const AlgorithmThresholds& thresholds) {
+  if (requested != Algorithm::automatic) return requested;
+  if (bytes < thresholds.recursive_doubling_below) return Algorithm::recursive_doubling;
+  if (bytes < thresholds.ring_from) return Algorithm::halving_doubling;
+  return Algorithm::ring;
+}
+
+std::string describe_thresholds(const AlgorithmThresholds& t) {
+  constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
+  const auto size = [](std::int64_t b) {
+    if (b % (1 << 20) == 0) return std::to_string(b >> 20) + "M";
+    if (b % (1 << 10) == 0) return std::to_string(b >> 10) + "K";
+    return std::to_string(b) + "B";
+  };
+  const std::int64_t lo = t.recursive_doubling_below, hi = std::max(t.ring_from, lo);
+  std::vector<std::string> parts;
+  if (lo > 0)
+    parts.push_back(lo == never ? "recursive doubling at every size" : "recursive doubling below " + size(lo));
+  if (lo < hi) {
+    const std::string from = lo == 0 ? "" : " from " + size(lo), below = hi == never ? "" : " below " + size(hi);
+    parts.push_back("halving-doubling" +
+                    (from.empty() && below.empty() ? std::string(" at every size") : from + below));
+  }
+  if (hi < never) parts.push_back(hi == 0 ? "ring at every size" : "ring from " + size(hi));
+  return fmt::format("{} ({})", fmt::join(parts, ", "), t.source);
+}
 
 void Communicator::set_timeout(double seconds) {
   TL_CHECK(std::isfinite(seconds) && seconds > 0, "comm timeout must be > 0 seconds, got " + std::to_string(seconds));
@@ -208,27 +250,97 @@ ChunkRange shard_chunk(std::int64_t count, int ranks, int chunk) {
   return {chunk * base + std::min<std::int64_t>(chunk, rem), base + (chunk < rem ? 1 : 0)};
 }
 
-void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm) {
-  if (algorithm == Algorithm::ring) {
-    ring_allreduce(comm, data, count, dtype, op);
-  } else {
-    comm.allreduce_native(data, count, dtype, op);
+std::vector<std::string> gather_host_names(Communicator& comm) {
+  constexpr std::size_t kName = 64;  // characters kept of each name
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const auto P = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
+  // Each rank's characters in its own slot, zeros elsewhere: the f64 sum is exact.
+  std::vector<double> slots(P * kName, 0.0);
+  for (std::size_t i = 0; i < kName && host[i] != '\0'; ++i) slots[r * kName + i] = static_cast<unsigned char>(host[i]);
+  const std::size_t bytes = slots.size() * sizeof(double);
+  auto memory = comm.allocate(bytes);
+  comm.copy_in(memory.get(), slots.data(), bytes);
+  comm.allreduce_native(memory.get(), static_cast<std::int64_t>(slots.size()), DType::f64, ReduceOp::sum);
+  comm.copy_out(slots.data(), memory.get(), bytes);
+  std::vector<std::string> names(P);
+  for (std::size_t q = 0; q < P; ++q)
+    for (std::size_t i = 0; i < kName && slots[q * kName + i] != 0; ++i)
+      names[q] += static_cast<char>(static_cast<unsigned char>(slots[q * kName + i]));
+  return names;
+}
+
+std::string hosts_summary(const std::vector<std::string>& names) {
+  std::vector<std::string> hosts;               // in order of first appearance
+  std::vector<std::vector<std::size_t>> ranks;  // per host
+  for (std::size_t r = 0; r < names.size(); ++r) {
+    const auto h = static_cast<std::size_t>(std::find(hosts.begin(), hosts.end(), names[r]) - hosts.begin());
+    if (h == hosts.size()) {
+      hosts.push_back(names[r]);
+      ranks.emplace_back();
+    }
+    ranks[h].push_back(r);
+  }
+  std::string out = fmt::format("{} rank{} on {} host{}:", names.size(), names.size() == 1 ? "" : "s", hosts.size(),
+                                hosts.size() == 1 ? "" : "s");
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    // Runs of consecutive ranks: "0-1,4-5".
+    std::vector<std::string> runs;
+    const auto& list = ranks[h];
+    for (std::size_t i = 0; i < list.size();) {
+      std::size_t j = i;
+      while (j + 1 < list.size() && list[j + 1] == list[j] + 1) ++j;
+      runs.push_back(j == i ? fmt::format("{}", list[i]) : fmt::format("{}-{}", list[i], list[j]));
+      i = j + 1;
+    }
+    out += fmt::format("{} {} (rank{} {})", h == 0 ? "" : ",", hosts[h], list.size() == 1 ? "" : "s",
+                       fmt::join(runs, ","));
+  }
+  return out;
+}
+
+namespace {
+std::int64_t bytes_of(std::int64_t count, DType dtype) { return count * static_cast<std::int64_t>(dtype_size(dtype)); }
+}  // namespace
+
+void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm,
+               const AlgorithmThresholds& thresholds) {
+  switch (choose_algorithm(algorithm, bytes_of(count, dtype), thresholds)) {
+    case Algorithm::ring:
+      return ring_allreduce(comm, data, count, dtype, op);
+    case Algorithm::recursive_doubling:
+      return recursive_doubling_allreduce(comm, data, count, dtype, op);
+    case Algorithm::halving_doubling:
+      return halving_doubling_allreduce(comm, data, count, dtype, op);
+    default:
+      return comm.allreduce_native(data, count, dtype, op);
   }
 }
 
-void reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm) {
-  if (algorithm == Algorithm::ring) {
-    ring_reduce_scatter(comm, data, count, dtype, op);
-  } else {
-    comm.reduce_scatter_native(data, count, dtype, op);
+void reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm,
+                    const AlgorithmThresholds& thresholds) {
+  switch (choose_algorithm(algorithm, bytes_of(count, dtype), thresholds)) {
+    case Algorithm::ring:
+      return ring_reduce_scatter(comm, data, count, dtype, op);
+    case Algorithm::recursive_doubling:
+      return recursive_doubling_allreduce(comm, data, count, dtype, op);
+    case Algorithm::halving_doubling:
+      return halving_doubling_reduce_scatter(comm, data, count, dtype, op);
+    default:
+      return comm.reduce_scatter_native(data, count, dtype, op);
   }
 }
 
-void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, Algorithm algorithm) {
-  if (algorithm == Algorithm::ring) {
-    ring_allgather(comm, data, count, dtype);
-  } else {
-    comm.allgather_native(data, count, dtype);
+void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, Algorithm algorithm,
+               const AlgorithmThresholds& thresholds) {
+  switch (choose_algorithm(algorithm, bytes_of(count, dtype), thresholds)) {
+    case Algorithm::ring:
+      return ring_allgather(comm, data, count, dtype);
+    case Algorithm::recursive_doubling:
+    case Algorithm::halving_doubling:
+      return recursive_doubling_allgather(comm, data, count, dtype);
+    default:
+      return comm.allgather_native(data, count, dtype);
   }
 }
 

@@ -16,9 +16,27 @@
 namespace trainlab::comm {
 
 enum class ReduceOp { sum, average };
-using Algorithm = AllreduceAlgorithm;                // the hand-written ring, or MPI_Allreduce / ncclAllReduce
-Algorithm parse_algorithm(const std::string& name);  // "ring" | "native"
+// ring | recursive_doubling | halving_doubling (hand-written), auto (one of those three by size), or
+// native (MPI_Allreduce / ncclAllReduce).
+using Algorithm = AllreduceAlgorithm;
+Algorithm parse_algorithm(const std::string& name);  // the names above; throws Error naming the allowed
 const char* algorithm_name(Algorithm algorithm);
+bool hand_written(Algorithm algorithm);  // ring, recursive doubling or halving-doubling
+
+// `auto`'s choice by message size (bytes per rank): recursive doubling below the first threshold
+// (a step's latency is the cost), halving-doubling below the second, the ring from there (its
+// 2(P-1) steps pipeline). The built-in values are the conventional shape, not a measurement of this
+// machine: bench_allreduce --tune measures them per world size and writes a file (comm/tuning.h)
+// that the config's `allreduce_tuning` names.
+struct AlgorithmThresholds {
+  std::int64_t recursive_doubling_below = 8 << 10;
+  std::int64_t ring_from = 32 << 20;
+  std::string source = "built-in";  // or "FILE (world N, run ID)"
+};
+// The algorithm that runs for a message of `bytes`: `requested` itself unless it is auto.
+Algorithm choose_algorithm(Algorithm requested, std::int64_t bytes, const AlgorithmThresholds& thresholds);
+// "recursive doubling below 8K, halving-doubling from 8K below 32M, ring from 32M (built-in)".
+std::string describe_thresholds(const AlgorithmThresholds& thresholds);
 
 // Chunk c of a buffer of `count` elements cut into `ranks` chunks, the first count % ranks of them
 // one element longer: what rank c owns after a reduce-scatter (ring or native alike).
@@ -140,11 +158,22 @@ class Communicator {
 std::vector<std::string> communicator_names();  // the ones this build offers
 std::unique_ptr<Communicator> make_world(const std::string& kind);
 
-// All-reduce in place with the chosen algorithm.
-void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm);
+// Every rank's host name, in rank order (a collective: every rank of `comm` calls it; the names
+// travel through allreduce_native, so it works on any communicator).
+std::vector<std::string> gather_host_names(Communicator& comm);
+// "4 ranks on 2 hosts: node1 (ranks 0-1), node2 (ranks 2-3)", from gather_host_names' list.
+std::string hosts_summary(const std::vector<std::string>& names);
+
+// All-reduce in place with the chosen algorithm (auto: by size, from `thresholds`).
+void allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm,
+               const AlgorithmThresholds& thresholds = {});
 // Its two halves, in place (sharded optimiser state): rank r owns chunk r afterwards, then every
-// rank gets every chunk.
-void reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm);
-void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, Algorithm algorithm);
+// rank gets every chunk. The ring's halves, halving-doubling's (recursive halving, recursive
+// doubling), or the library's; recursive doubling reduce-scatters with its whole all-reduce and
+// all-gathers by recursive doubling.
+void reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm algorithm,
+                    const AlgorithmThresholds& thresholds = {});
+void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, Algorithm algorithm,
+               const AlgorithmThresholds& thresholds = {});
 
 }  // namespace trainlab::comm

@@ -7,6 +7,7 @@
 
 #include "backends/error.h"
 #include "comm/ring_allreduce.h"
+#include "comm/tuning.h"
 #include "engine/autograd.h"
 #include "engine/memory_usage.h"
 #include "engine/profiler.h"
@@ -49,6 +50,13 @@ Ddp::Ddp(Communicator& comm, const DdpOptions& options) : comm_(comm), options_(
   TL_CHECK(
       options.zero == 0 || options.zero == 1,
       fmt::format("ddp: zero {} is not a stage DDP runs (0: replicated optimiser state, 1: sharded)", options.zero));
+  if (options.allreduce == Algorithm::automatic) {
+    thresholds_ = thresholds_for(options.allreduce_tuning, comm.size(), nullptr);
+  } else {
+    TL_CHECK(options.allreduce_tuning.empty(), "ddp: allreduce_tuning " + options.allreduce_tuning +
+                                                   " is read by allreduce auto only, and the all-reduce is " +
+                                                   algorithm_name(options.allreduce));
+  }
   thread_ = std::thread([this] { comm_loop(); });
 }
 
@@ -109,6 +117,8 @@ void Ddp::attach(const NamedTensors& parameters) {
     if (comm_.rank() != 0) note_parameter_write();  // low-precision working copies of it are stale
   }
   verify_replicas();
+  if (options_.allreduce == Algorithm::automatic) verify_thresholds();
+  hosts_ = hosts_summary(gather_host_names(comm_));
 
   const auto first_cap = static_cast<std::int64_t>(options_.first_bucket_mb * kMiB);
   const auto cap = static_cast<std::int64_t>(options_.bucket_cap_mb * kMiB);
@@ -219,6 +229,23 @@ void Ddp::verify_replicas() {
                                   " differ from rank 0's (checksum); the replicas would drift");
 }
 
+void Ddp::verify_thresholds() {
+  // Ranks that chose different algorithms for one bucket would wait on each other forever.
+  const auto below = gather(thresholds_.recursive_doubling_below), from = gather(thresholds_.ring_from);
+  std::string differing;
+  for (std::size_t r = 1; r < below.size(); ++r) {
+    if (below[r] != below[0] || from[r] != from[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  TL_CHECK(differing.empty(), "ddp: allreduce auto: rank(s) " + differing + " read other thresholds than rank 0 (" +
+                                  describe_thresholds(thresholds_) + " here): every rank must see the same " +
+                                  "allreduce_tuning file");
+}
+
+std::string Ddp::algorithms() const {
+  if (options_.allreduce != Algorithm::automatic) return algorithm_name(options_.allreduce);
+  return "auto (" + describe_thresholds(thresholds_) + ")";
+}
+
 void Ddp::begin_backward(bool sync) {
   TL_CHECK(!slots_.empty(), "ddp: begin_backward before attach");
   std::lock_guard lock(mutex_);
@@ -296,9 +323,9 @@ void Ddp::reduce_bucket(Bucket& bucket) {
   const bool zero = options_.zero == 1;
   if (options_.grad_compress == GradCompression::none) {
     if (zero) {
-      reduce_scatter(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.allreduce);
+      reduce_scatter(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.allreduce, thresholds_);
     } else {
-      allreduce(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.allreduce);
+      allreduce(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.allreduce, thresholds_);
     }
     return;
   }
@@ -307,14 +334,14 @@ void Ddp::reduce_bucket(Bucket& bucket) {
   const DType wire = wire_dtype();
   comm_.convert(dtype_, memory, wire, bucket.packed.get(), bucket.numel, 1.0 / comm_.size());
   if (zero) {
-    reduce_scatter(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.allreduce);
+    reduce_scatter(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.allreduce, thresholds_);
     const ChunkRange mine = shard_chunk(bucket.numel, comm_.size(), comm_.rank());
     const auto wire_elem = static_cast<std::int64_t>(dtype_size(wire)),
                elem = static_cast<std::int64_t>(dtype_size(dtype_));
     comm_.convert(wire, static_cast<unsigned char*>(bucket.packed.get()) + mine.begin * wire_elem, dtype_,
                   static_cast<unsigned char*>(memory) + mine.begin * elem, mine.count, 1.0);
   } else {
-    allreduce(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.allreduce);
+    allreduce(comm_, bucket.packed.get(), bucket.numel, wire, ReduceOp::sum, options_.allreduce, thresholds_);
     comm_.convert(wire, bucket.packed.get(), dtype_, memory, bucket.numel, 1.0);
   }
   comm_.wait_stream("the cast back from " + std::string(dtype_name(wire)));
@@ -570,7 +597,7 @@ void Ddp::finish_step() {
       }
     }
     stage_out(bucket);
-    allgather(comm_, comm_memory(bucket), bucket.numel, dtype_, options_.allreduce);
+    allgather(comm_, comm_memory(bucket), bucket.numel, dtype_, options_.allreduce, thresholds_);
     stage_in(bucket);
     for (int s : bucket.slots) {
       Slot& slot = slots_[static_cast<std::size_t>(s)];
@@ -633,9 +660,9 @@ std::string Ddp::gradient_reduction() const {
       options_.zero == 1 ? "reduce-scatter, then the updated parameters all-gathered" : "all-reduce";
   if (options_.grad_compress != GradCompression::none) {
     const std::string wire = dtype_name(wire_dtype());
-    const std::string summed = options_.allreduce == Algorithm::ring
-                                   ? "summed by the hand-written ring in f32 at each hop, rounded to " + wire +
-                                         " after each, in one fixed order"
+    const std::string summed = options_.allreduce != Algorithm::native
+                                   ? "summed by the hand-written " + algorithms() +
+                                         " in f32 at each step, rounded to " + wire + " after each, in one fixed order"
                                    : "summed in " + wire + " by " + comm_.backend() + "'s own collective";
     return fmt::format(
         "{} gradients compressed to {} (the 1/world scale in the cast), {}, cast back to {}; over {} "
@@ -643,9 +670,10 @@ std::string Ddp::gradient_reduction() const {
         dtype, wire, summed, dtype, comm_.size(), comm_.size() == 1 ? "" : "s", shape);
   }
   // The ring adds in the buffer's dtype (bf16/f16 through f32); MPI_SUM and NCCL on f32/f64 likewise.
-  const std::string summed = options_.allreduce == Algorithm::ring
-                                 ? "summed in " + dtype + " by the hand-written ring, in one fixed order"
-                                 : "summed in " + dtype + " by " + comm_.backend() + "'s own collective";
+  const std::string summed =
+      options_.allreduce != Algorithm::native
+          ? "summed in " + dtype + " by the hand-written " + algorithms() + ", in one fixed order"
+          : "summed in " + dtype + " by " + comm_.backend() + "'s own collective";
   return fmt::format("{} gradients, {}, averaged over {} rank{} ({}; the 1/world scale once, at the end)", dtype,
                      summed, comm_.size(), comm_.size() == 1 ? "" : "s", shape);
 }
@@ -672,11 +700,11 @@ std::string Ddp::describe() const {
           : ", staged through " + std::string(backend_ && backend_->pinned_uploads() ? "pinned " : "") + "host memory",
       options_.grad_compress == GradCompression::none ? ""
                                                       : std::string(", compressed to ") + dtype_name(wire_dtype()));
-  return fmt::format("DDP over {}, {} rank{}, {} {}, {} bucket{} ({}; cap {} MiB, first {} MiB; {}){}", comm_.backend(),
-                     comm_.size(), comm_.size() == 1 ? "" : "s", algorithm_name(options_.allreduce),
+  return fmt::format("DDP over {}, {} rank{}, {} {}, {} bucket{} ({}; cap {} MiB, first {} MiB; {}){}; {}",
+                     comm_.backend(), comm_.size(), comm_.size() == 1 ? "" : "s", algorithms(),
                      options_.zero == 1 ? "reduce-scatter + all-gather" : "all-reduce", buckets_.size(),
                      buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb, options_.first_bucket_mb, memory,
-                     zero);
+                     zero, hosts_);
 }
 
 }  // namespace trainlab::comm

@@ -15,18 +15,20 @@
 // bucket is ready, the hook records an event on the backend's compute stream (a GPU backend's;
 // CPU backends finish each call before returning) and hands the bucket to the communication
 // thread, which makes the communicator wait for that event (on the device for NCCL) and reduces
-// the bucket in place (average; ring or native) while backward goes on. A communicator that
+// the bucket in place (average; a hand-written all-reduce, auto's choice by the bucket's size, or
+// the library's) while backward goes on. A communicator that
 // cannot reach the backend's memory (MPI with the cuda backend) gets the bucket through a pinned
 // host buffer, copied on the communication thread. Buckets are launched and completed in order;
 // finish_backward waits for them in order.
 //
 // ZeRO-1 (zero = 1): each bucket is cut into world-size chunks (comm::shard_chunk) and rank r owns
 // chunk r of every bucket, so the shards are balanced by bytes whatever the parameter sizes. A
-// bucket is reduce-scattered instead of all-reduced (the ring's first half, or the library's
-// collective), the owned chunk's averaged gradient lands in the .grad of this rank's pieces (the
-// views its optimiser is built over), and after the optimiser's step every bucket's parameters
-// are all-gathered from their owners. The ring's reduce-scatter is bit for bit its all-reduce's
-// first half, so with the ring a sharded run's gradients are plain DDP's.
+// bucket is reduce-scattered instead of all-reduced (comm::reduce_scatter: the ring's first half,
+// halving-doubling's, recursive doubling's whole all-reduce, or the library's collective), the
+// owned chunk's averaged gradient lands in the .grad of this rank's pieces (the views its optimiser
+// is built over), and after the optimiser's step every bucket's parameters are all-gathered from
+// their owners. Each hand-written reduce-scatter is bit for bit its all-reduce's first half, so a
+// sharded run's gradients are plain DDP's with the same algorithm.
 //
 // Every parameter must receive a gradient in each synchronised backward (find_unused_parameters
 // is not supported): a missing one is an error naming it.
@@ -124,6 +126,9 @@ class Ddp final : public DataParallel {
   void launch_ready_buckets();  // in order; caller holds mutex_
   void comm_loop();
   void verify_replicas();
+  void verify_thresholds();  // allreduce auto: every rank chooses by the same thresholds
+  // The all-reduce by name; for auto, with its thresholds and where they came from.
+  std::string algorithms() const;
   struct OwnedPiece;
   // ZeRO-1: gives the piece its gradient: the averaged chunk from the bucket, or (null) the local
   // gradient's range when communication is off.
@@ -159,6 +164,8 @@ class Ddp final : public DataParallel {
 
   Communicator& comm_;
   DdpOptions options_;
+  std::string hosts_;               // where the ranks run (hosts_summary), for describe()
+  AlgorithmThresholds thresholds_;  // allreduce auto's (the source says when the file had no entry for this world)
   DType dtype_ = DType::f32;
   Backend* backend_ = nullptr;
   bool direct_ = true;  // the communicator reaches the backend's memory

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +68,89 @@ void fold_out(Communicator& comm, const Fold& f, unsigned char* bytes, std::size
   }
 }
 
+// The P chunks (shard_chunk's cut of the whole buffer) as the p ranks left after the fold hold
+// them: rank a owns chunk a and, when a < P - p, chunk p + a too (that of the rank folded into
+// it). So the reduce-scatter leaves every rank of the world its own chunk, as the ring's does. A
+// range of ranks [lo, hi) covers at most two runs of consecutive chunks.
+struct Span {
+  std::int64_t at = 0, n = 0;  // elements
+};
+using Spans = std::array<Span, 2>;
+struct Layout {
+  Fold f;
+  std::int64_t count = 0, elem = 0;
+  std::int64_t begin(int chunk) const { return chunk >= f.P ? count : shard_chunk(count, f.P, chunk).begin; }
+  Spans spans(int lo, int hi) const {
+    Spans s{};
+    s[0] = {begin(lo), begin(hi) - begin(lo)};
+    const int folded = f.P - f.p;
+    if (lo < folded) s[1] = {begin(f.p + lo), begin(f.p + std::min(hi, folded)) - begin(f.p + lo)};
+    return s;
+  }
+  std::size_t bytes(const Span& s) const { return static_cast<std::size_t>(s.n * elem); }
+};
+
+// One step over spans: `give` sent to `peer` and its `keep` received, span by span in the same
+// order on both sides (so each message meets its receive), into `in` back to back, or in place
+// when `in` is null.
+void exchange_spans(Communicator& comm, const Layout& l, unsigned char* data, const Spans& give, const Spans& keep,
+                    int peer, unsigned char* in, const char* what) {
+  std::vector<std::unique_ptr<Request>> step;
+  std::size_t offset = 0;
+  for (std::size_t j = 0; j < give.size(); ++j) {
+    unsigned char* to = in != nullptr ? in + offset : data + keep[j].at * l.elem;
+    step.push_back(comm.sendrecv(data + give[j].at * l.elem, l.bytes(give[j]), peer, to, l.bytes(keep[j]), peer, what));
+    offset += l.bytes(keep[j]);
+  }
+  if (!comm.stream_ordered()) comm.wait_all(step);
+}
+
+// Recursive halving among the p ranks (each holding the folded-in sum): the range of ranks whose
+// chunks this rank still reduces halves at each step, keeping the half with its own, until it is
+// its own alone; `last_scale` at the last step (an average's 1/P).
+void recursive_halving(Communicator& comm, const Layout& l, unsigned char* data, DType dtype, double last_scale) {
+  auto* in = static_cast<unsigned char*>(comm.scratch(static_cast<std::size_t>(l.count * l.elem)));
+  const int a = l.f.rank;
+  int lo = 0, hi = l.f.p;
+  for (int d = l.f.p / 2; d >= 1; d /= 2) {
+    const int mid = lo + (hi - lo) / 2;
+    const bool upper = (a & d) != 0;
+    const int keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
+    const Spans keep = l.spans(keep_lo, keep_hi), give = l.spans(upper ? lo : mid, upper ? mid : hi);
+    exchange_spans(comm, l, data, give, keep, a ^ d, in, "halving-doubling reduce-scatter");
+    std::size_t offset = 0;
+    for (const Span& s : keep) {
+      comm.reduce_local(dtype, data + s.at * l.elem, in + offset, s.n, d == 1 ? last_scale : 1.0);
+      offset += l.bytes(s);
+    }
+    lo = keep_lo;
+    hi = keep_hi;
+  }
+}
+
+// Recursive doubling all-gather among the p ranks: the range of complete chunks doubles each step.
+void recursive_doubling_gather(Communicator& comm, const Layout& l, unsigned char* data) {
+  const int a = l.f.rank;
+  for (int d = 1; d < l.f.p; d *= 2) {
+    const int own_lo = a & ~(d - 1), peer_lo = own_lo ^ d;
+    exchange_spans(comm, l, data, l.spans(own_lo, own_lo + d), l.spans(peer_lo, peer_lo + d), a ^ d, nullptr,
+                   "recursive doubling all-gather");
+  }
+}
+
+// A folded rank's own chunk, between it and the rank it is folded into: to it (after a
+// reduce-scatter) or from it (before an all-gather).
+void chunk_to_folded(Communicator& comm, const Layout& l, unsigned char* data, bool to_folded, const char* what) {
+  const bool folded = l.f.extra();
+  if (!folded && !l.f.partner()) return;
+  const int chunk = folded ? l.f.rank : l.f.rank + l.f.p, peer = folded ? l.f.rank - l.f.p : l.f.rank + l.f.p;
+  const ChunkRange c = shard_chunk(l.count, l.f.P, chunk);
+  unsigned char* at = data + c.begin * l.elem;
+  const auto n = static_cast<std::size_t>(c.count * l.elem);
+  const bool sends = to_folded != folded;  // the partner sends to the folded rank, or the folded rank to it
+  exchange(comm, sends ? at : nullptr, sends ? n : 0, peer, sends ? nullptr : at, sends ? 0 : n, peer, what);
+}
+
 }  // namespace
 
 void recursive_doubling_allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op) {
@@ -91,43 +176,39 @@ void recursive_doubling_allreduce(Communicator& comm, void* data, std::int64_t c
 void halving_doubling_allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op) {
   const char* name = "halving-doubling all-reduce";
   check_args(name, dtype, count);
-  const Fold f = fold_of(comm);
-  if (f.P == 1 || count == 0) return;
-  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
-  const std::size_t total = static_cast<std::size_t>(count * elem);
+  const Layout l{fold_of(comm), count, static_cast<std::int64_t>(dtype_size(dtype))};
+  if (l.f.P == 1 || count == 0) return;
+  const std::size_t total = static_cast<std::size_t>(count * l.elem);
   auto* bytes = static_cast<unsigned char*>(data);
-  const double average = op == ReduceOp::average ? 1.0 / f.P : 1.0;
-  if (fold_in(comm, f, bytes, total, dtype, count, "halving-doubling fold-in")) {
-    // The buffer in p chunks (shard_chunk's cut); this rank's range of chunks [lo, hi) halves at
-    // each step, keeping the half that holds chunk `rank`, until it is that chunk alone.
-    const auto chunk_begin = [&](int c) { return c == f.p ? count : shard_chunk(count, f.p, c).begin; };
-    auto* in = static_cast<unsigned char*>(comm.scratch(total));
-    int lo = 0, hi = f.p;
-    for (int d = f.p / 2; d >= 1; d /= 2) {
-      const int peer = f.rank ^ d, mid = lo + (hi - lo) / 2;
-      const bool upper = (f.rank & d) != 0;
-      const int keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
-      const int give_lo = upper ? lo : mid, give_hi = upper ? mid : hi;
-      const std::int64_t keep_at = chunk_begin(keep_lo), keep_n = chunk_begin(keep_hi) - keep_at;
-      const std::int64_t give_at = chunk_begin(give_lo), give_n = chunk_begin(give_hi) - give_at;
-      exchange(comm, bytes + give_at * elem, static_cast<std::size_t>(give_n * elem), peer, in,
-               static_cast<std::size_t>(keep_n * elem), peer, "halving-doubling reduce-scatter");
-      comm.reduce_local(dtype, bytes + keep_at * elem, in, keep_n, d == 1 ? average : 1.0);
-      lo = keep_lo;
-      hi = keep_hi;
-    }
-    // All-gather by recursive doubling: the owned range doubles at each step.
-    for (int d = 1; d < f.p; d *= 2) {
-      const int peer = f.rank ^ d;
-      const int own_lo = f.rank & ~(d - 1), own_hi = own_lo + d;  // chunks [own_lo, own_hi) are complete here
-      const int peer_lo = own_lo ^ d, peer_hi = peer_lo + d;
-      const std::int64_t own_at = chunk_begin(own_lo), own_n = chunk_begin(own_hi) - own_at;
-      const std::int64_t peer_at = chunk_begin(peer_lo), peer_n = chunk_begin(peer_hi) - peer_at;
-      exchange(comm, bytes + own_at * elem, static_cast<std::size_t>(own_n * elem), peer, bytes + peer_at * elem,
-               static_cast<std::size_t>(peer_n * elem), peer, "halving-doubling all-gather");
-    }
+  if (fold_in(comm, l.f, bytes, total, dtype, count, "halving-doubling fold-in")) {
+    recursive_halving(comm, l, bytes, dtype, op == ReduceOp::average ? 1.0 / l.f.P : 1.0);
+    recursive_doubling_gather(comm, l, bytes);
   }
-  fold_out(comm, f, bytes, total, "halving-doubling fold-out");
+  fold_out(comm, l.f, bytes, total, "halving-doubling fold-out");
+  if (comm.stream_ordered()) comm.wait_stream(name);
+}
+
+void halving_doubling_reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op) {
+  const char* name = "halving-doubling reduce-scatter";
+  check_args(name, dtype, count);
+  const Layout l{fold_of(comm), count, static_cast<std::int64_t>(dtype_size(dtype))};
+  if (l.f.P == 1 || count == 0) return;
+  auto* bytes = static_cast<unsigned char*>(data);
+  if (fold_in(comm, l.f, bytes, static_cast<std::size_t>(count * l.elem), dtype, count, "halving-doubling fold-in"))
+    recursive_halving(comm, l, bytes, dtype, op == ReduceOp::average ? 1.0 / l.f.P : 1.0);
+  chunk_to_folded(comm, l, bytes, true, "halving-doubling reduce-scatter fold-out");
+  if (comm.stream_ordered()) comm.wait_stream(name);
+}
+
+void recursive_doubling_allgather(Communicator& comm, void* data, std::int64_t count, DType dtype) {
+  const char* name = "recursive doubling all-gather";
+  check_args(name, dtype, count);
+  const Layout l{fold_of(comm), count, static_cast<std::int64_t>(dtype_size(dtype))};
+  if (l.f.P == 1 || count == 0) return;
+  auto* bytes = static_cast<unsigned char*>(data);
+  chunk_to_folded(comm, l, bytes, false, "recursive doubling all-gather fold-in");
+  if (!l.f.extra()) recursive_doubling_gather(comm, l, bytes);
+  fold_out(comm, l.f, bytes, static_cast<std::size_t>(count * l.elem), "recursive doubling all-gather fold-out");
   if (comm.stream_ordered()) comm.wait_stream(name);
 }
 

@@ -13,6 +13,13 @@
 // first sends its buffer to rank i, which adds it (its own first), the p ranks run the algorithm,
 // and rank i sends the result back to rank p + i (the standard fold-in and fold-out).
 //
+// Halving-doubling's halves run alone for sharded optimiser state (ZeRO-1), with the ring's
+// ownership: the buffer is cut into P chunks (shard_chunk), rank i of the p holding chunk i and,
+// when folded into, chunk p + i; the reduce-scatter leaves every rank r its chunk r reduced (bit for
+// bit what halving_doubling_allreduce leaves there) and the all-gather gives every rank every
+// rank's chunk. Recursive doubling has no reduce-scatter of its own: its all-reduce serves (more
+// bytes, the fewest steps), and its all-gather is the one here.
+//
 // Every element's sum is formed in one fixed order on one rank, or on two ranks as a + b and b + a
 // (IEEE addition commutes; bf16 and f16 add in f32 and round once per step, which commutes too),
 // and then copied: every rank ends with the same bits. On integer-valued data they equal the
@@ -29,5 +36,9 @@ namespace trainlab::comm {
 // In place; f32, f64, bf16 or f16; every rank passes the same count.
 void recursive_doubling_allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op);
 void halving_doubling_allreduce(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op);
+// Rank r ends with chunk r (shard_chunk(count, P, r)) reduced over every rank; the rest is scratch.
+void halving_doubling_reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dtype, ReduceOp op);
+// Every rank ends with every rank r's chunk r (taken from rank r's buffer).
+void recursive_doubling_allgather(Communicator& comm, void* data, std::int64_t count, DType dtype);
 
 }  // namespace trainlab::comm

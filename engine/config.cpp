@@ -180,7 +180,19 @@ constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
 const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::sgd ? "sgd" : "adamw"; }
 const char* schedule_name(ScheduleKind kind) { return kind == ScheduleKind::constant ? "constant" : "warmup_cosine"; }
 const char* allreduce_name(AllreduceAlgorithm algorithm) {
-  return algorithm == AllreduceAlgorithm::ring ? "ring" : "native";
+  switch (algorithm) {
+    case AllreduceAlgorithm::ring:
+      return "ring";
+    case AllreduceAlgorithm::recursive_doubling:
+      return "recursive_doubling";
+    case AllreduceAlgorithm::halving_doubling:
+      return "halving_doubling";
+    case AllreduceAlgorithm::automatic:
+      return "auto";
+    case AllreduceAlgorithm::native:
+      break;
+  }
+  return "native";
 }
 const char* comm_backend_name(CommBackend backend) { return backend == CommBackend::mpi ? "mpi" : "nccl"; }
 const char* nonfinite_policy_name(NonFinitePolicy policy) { return policy == NonFinitePolicy::stop ? "stop" : "skip"; }
@@ -268,8 +280,15 @@ const std::vector<ConfigField>& config_fields() {
           "DDP communication hook: gradients cast to bf16/fp16 for the reduction (half the "
           "bytes; the ring adds in f32 at each hop) and back"),
       enum_field<AllreduceAlgorithm>("allreduce", TL_KEY(parallel.allreduce),
-                                     {{"ring", AllreduceAlgorithm::ring}, {"native", AllreduceAlgorithm::native}},
-                                     "DDP all-reduce: the hand-written ring, or the library's own"),
+                                     {{"ring", AllreduceAlgorithm::ring},
+                                      {"recursive_doubling", AllreduceAlgorithm::recursive_doubling},
+                                      {"halving_doubling", AllreduceAlgorithm::halving_doubling},
+                                      {"auto", AllreduceAlgorithm::automatic},
+                                      {"native", AllreduceAlgorithm::native}},
+                                     "DDP all-reduce (and ZeRO-1's halves): a hand-written one, auto (one of them by "
+                                     "bucket size, from allreduce_tuning's thresholds), or the library's own"),
+      string_field("allreduce_tuning", TL_KEY(parallel.allreduce_tuning), "a file path",
+                   "allreduce auto: the thresholds bench_allreduce --tune wrote (empty: the built-in ones)"),
       int_field("zero", TL_KEY(parallel.zero), 0, 1,
                 "DDP optimiser state: 0 every rank holds all of it, 1 sharded over the ranks (ZeRO-1: reduce-scatter, "
                 "update the shard, all-gather)"),

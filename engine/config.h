@@ -85,8 +85,10 @@ struct ParallelConfig {
   double bucket_cap_mb = 25;            // bucket capacity, MiB
   double first_bucket_mb = 1;           // the first bucket's (PyTorch DDP's 1 MiB; bench_scaling sets it)
   bool gradient_as_bucket_view = true;  // gradients are views of the buckets (PyTorch's option)
-  AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;  // ring | native
-  GradCompression grad_compress = GradCompression::none;      // none | bf16 | fp16 (DDP's compress hook)
+  // ring | recursive_doubling | halving_doubling | auto | native
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;
+  std::string allreduce_tuning;  // auto's thresholds: a file bench_allreduce --tune wrote ("": built in)
+  GradCompression grad_compress = GradCompression::none;  // none | bf16 | fp16 (DDP's compress hook)
   std::int64_t zero = 0;                // ZeRO stage: 0 every rank holds the optimiser state, 1 sharded over the ranks
   CommBackend comm = CommBackend::mpi;  // mpi | nccl (a CUDA build, one GPU per rank)
   double comm_timeout = 300;            // seconds any communication may wait

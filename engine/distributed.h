@@ -12,9 +12,11 @@
 
 namespace trainlab {
 
-// The all-reduce data-parallel training uses (the config's `allreduce`): the hand-written ring, or
-// the communication library's own (MPI_Allreduce, ncclAllReduce). comm/ implements both.
-enum class AllreduceAlgorithm { ring, native };
+// The all-reduce data-parallel training uses (the config's `allreduce`): a hand-written one (the
+// ring; recursive doubling and halving-doubling, comm/latency_allreduce.h), `auto` (one of the
+// three chosen by message size, comm::AlgorithmThresholds), or the communication library's own
+// (MPI_Allreduce, ncclAllReduce). comm/ implements them all.
+enum class AllreduceAlgorithm { ring, native, recursive_doubling, halving_doubling, automatic };
 // DDP's communication hook (PyTorch's bf16/fp16_compress_hook): gradients cast to a 16-bit type
 // (the 1/world scale applied in the cast) before the reduction and cast back after; the ring adds
 // in f32 at each hop. Halves the bytes on the wire.

@@ -27,6 +27,8 @@
 #include "comm/latency_allreduce.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
+#include "comm/tuning.h"
+#include "engine/fileio.h"
 #include "engine/rng.h"
 #include "studies/allreduce/rows.h"
 
@@ -167,8 +169,8 @@ void print_header(const AllreduceRun& run) {
       run.o.dtype_name_, human_bytes(static_cast<std::int64_t>(run.o.segment_bytes)), comm.library_version(),
       run.copy_rate);
   if (comm.backend() == "mpi")
-    std::cout << fmt::format("# MPI variant: all-reduce algorithm {}, malloc {} ({})\n", run.variant.algorithm,
-                             run.variant.malloc, run.variant.settings);
+    std::cout << fmt::format("# MPI variant: all-reduce algorithm {}, malloc {}, transport {} ({})\n",
+                             run.variant.algorithm, run.variant.malloc, run.variant.transport, run.variant.settings);
   std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
                "GB/s = 1e9 bytes/s\n# ratio: the algorithm's time / native time; x floor: its effect against native "
                "in units of the noise floor (native's even against its odd iterations, the same configuration "
@@ -216,6 +218,7 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, bo
     if (run.comm.backend() == "mpi") {
       row.config.malloc = run.variant.malloc;
       row.config.mpi_algorithm = run.variant.algorithm;  // the process's (its ring rows too)
+      if (run.variant.transport != "default") row.config.mpi_transport = run.variant.transport;
     }
     if (run.o.round > 0) row.round = run.o.round;
     row.repeats = t.seconds;
@@ -271,7 +274,42 @@ Environment measured_environment(Environment env, const comm::Communicator& comm
   return env;
 }
 
+// --tune: the thresholds from this run's medians, printed and written (rank 0).
+void write_tuning(const AllreduceRun& run, const std::vector<SizeTiming>& sizes) {
+  std::vector<comm::TuningPoint> points;
+  for (const SizeTiming& s : sizes) {
+    comm::TuningPoint p;
+    p.bytes = s.arms.front().bytes;
+    for (const ArmTiming& arm : s.arms)
+      if (arm.name != "native") p.median_s[arm.name] = arm.stats.median;
+    points.push_back(p);
+  }
+  std::vector<std::string> disagreements;
+  comm::TuningEntry entry = comm::derive_thresholds(run.world.size(), points, &disagreements);
+  entry.run_id = run.run_id;
+  entry.communicator = run.comm.backend();
+  entry.library = run.comm.library_version();
+  comm::TuningFile file;
+  if (file_kind(run.o.tune_path) == "a regular file") file = comm::read_tuning(run.o.tune_path);
+  comm::merge_entry(file, entry);
+  comm::write_tuning(run.o.tune_path, file);
+  std::cout << fmt::format("tuning, world {}: {}\n", run.world.size(),
+                           comm::describe_thresholds(comm::thresholds_of(entry, run.o.tune_path)));
+  for (const std::string& d : disagreements) std::cout << "  tuning: " << d << "\n";
+}
+
+// --tune's file is checked before the run: a path it may write, and an existing file a tuning file.
+void check_tune_path(const AllreduceOptions& o) {
+  if (o.tune_path.empty()) return;
+  TL_CHECK(o.algorithms == "ring" || o.algorithms == "ring,recursive_doubling,halving_doubling",
+           "--tune times ring, recursive_doubling and halving_doubling; --algorithms " + o.algorithms +
+               " cannot go with it");
+  check_output_file(o.tune_path, "--tune");
+  if (file_kind(o.tune_path) == "a regular file") comm::read_tuning(o.tune_path);
+}
+
 int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
+  check_tune_path(o);
   std::unique_ptr<comm::Communicator> measured = comm::make_world(o.comm_kind);
   comm::Communicator& comm = *measured;
   comm.set_timeout(o.timeout);
@@ -294,7 +332,7 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
       o.run_id.empty() ? new_run_id() : o.run_id,
       Ledger(o.ledger_path.empty() ? default_ledger_path(comm.device_memory() ? "cuda" : "cpu") : o.ledger_path),
       comm.backend() == "mpi" ? mpi_variant_of_environment() : MpiVariant{},
-      parse_algorithms(o.algorithms)};
+      parse_algorithms(o.tune_path.empty() ? o.algorithms : "ring,recursive_doubling,halving_doubling")};
   const int rank = world.rank();
   if (rank == 0) print_header(run);
   CommHarness harness(world, Collective::allreduce);
@@ -315,6 +353,9 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
       });
   if (rank == 0) {
     print_targets(timings, world.size(), run.copy_rate, all_correct);
+    if (!o.tune_path.empty() && all_correct) write_tuning(run, timings);
+    if (!o.tune_path.empty() && !all_correct)
+      std::cout << "tuning: " << o.tune_path << " not written (a result mismatched)\n";
     if (!o.no_ledger) std::cout << "ledger: " << run.ledger.path() << " (run " << run.run_id << ")\n";
   }
   return all_correct ? 0 : 1;
@@ -346,6 +387,9 @@ MpiVariant mpi_variant_of_environment() {
   } else {
     v.settings = "Open MPI's own decision";
   }
+  const std::string btl = env_or_empty("OMPI_MCA_btl");
+  if (!btl.empty()) v.transport = btl;
+  v.settings += "; btl " + (btl.empty() ? std::string("Open MPI's default") : btl);
   const std::string tunables = env_or_empty("GLIBC_TUNABLES");
   if (tunables.find("glibc.malloc.mmap_threshold=") != std::string::npos) v.malloc = "tuned";
   v.settings += "; GLIBC_TUNABLES=" + (tunables.empty() ? std::string("unset") : tunables);

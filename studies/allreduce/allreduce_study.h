@@ -22,6 +22,10 @@ struct AllreduceOptions {
   // A process of a variant sweep (bench/allreduce_variants.py): the sweep's run id and round.
   std::string run_id;
   int round = 0;
+  // --tune FILE: time the three hand-written all-reduces, derive allreduce auto's thresholds for
+  // this world size from their medians (comm::derive_thresholds) and write them into FILE (its
+  // entries for other world sizes kept).
+  std::string tune_path;
 };
 
 // The MPI variant a process runs under, read from its environment as Open MPI and glibc read it:
@@ -33,7 +37,10 @@ struct MpiVariant {
   std::string algorithm = "decision";  // decision | basic_linear | nonoverlapping | recursive_doubling | ring |
                                        // segmented_ring | rabenseifner
   std::string malloc = "default";      // default | tuned
-  std::string settings;                // what set them, for the header line
+  // Open MPI's byte transfer layers as forced (OMPI_MCA_btl, which mpirun --mca btl sets: "tcp,self"
+  // is the wire between machines, even on one); "default" when not forced (shared memory on one host).
+  std::string transport = "default";
+  std::string settings;  // what set them, for the header line
 };
 MpiVariant mpi_variant_of_environment();
 

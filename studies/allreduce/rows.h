@@ -18,7 +18,7 @@ struct AllreduceConfig {
   std::int64_t bytes = 0;  // per rank
   std::int64_t count = 0;  // elements
   std::string dtype;
-  std::string algorithm;                      // "ring" | "native"
+  std::string algorithm;                      // "ring" | "recursive_doubling" | "halving_doubling" | "native"
   std::optional<std::int64_t> segment_bytes;  // the ring's pipeline segment (bench_allreduce)
   std::optional<std::string> communicator;    // "mpi" | "nccl" (bench_allreduce)
   // Over MPI (bench_allreduce): the library's all-reduce algorithm the process ran under ("decision":
@@ -26,6 +26,7 @@ struct AllreduceConfig {
   // and its malloc ("default": glibc's; "tuned": GLIBC_TUNABLES' mmap and trim thresholds raised).
   std::optional<std::string> mpi_algorithm;  // every row of the process (the ring is timed beside it)
   std::optional<std::string> malloc;         // every row of the process
+  std::optional<std::string> mpi_transport;  // OMPI_MCA_btl when forced ("tcp,self"); absent: the default
   template <class F>
   void fields(F& f) {
     f("ranks", ranks);
@@ -37,6 +38,7 @@ struct AllreduceConfig {
     f.optional("communicator", communicator);
     f.optional("mpi_algorithm", mpi_algorithm);
     f.optional("malloc", malloc);
+    f.optional("mpi_transport", mpi_transport);
   }
 };
 

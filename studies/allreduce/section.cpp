@@ -256,8 +256,9 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
   const std::string figure = figure_path("allreduce", run_id);
   std::ostringstream md;
   md << fmt::format(
-      "\n## All-reduce: trainlab's against the strongest MPI, {} ranks\n\nRun `{}` (`bench/allreduce_variants.py`) on "
-      "{}, {} ranks: {} MPI variants (Open MPI's all-reduce algorithms and its own decision among them, each under "
+      "\n## All-reduce: trainlab's against the strongest MPI, {} ranks{}\n\nRun `{}` (`bench/allreduce_variants.py`) "
+      "on {}, {} ranks{}: {} MPI variants (Open MPI's all-reduce algorithms and its own decision among them, each "
+      "under "
       "glibc's malloc and under a tuned one), a process each per round, {} round(s) interleaved; every process times "
       "the hand-written all-reduces beside MPI's. A figure at a size is the median of the processes' medians; the "
       "peer of a size is the MPI variant with the lowest, named, and trainlab's is its best hand-written algorithm "
@@ -265,7 +266,10 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
       "over the rounds. Choosing the lowest of many noisy medians favours the peer: a ratio above 1 that is not "
       "separable "
       "is within the noise. Times are the slowest rank's; busbw = bytes / time x 2(P-1)/P.{}\n\n",
-      ranks, run_id, measured_on(first->header.env), ranks, variants.size(), rounds,
+      ranks, first->config.mpi_transport ? ", over " + *first->config.mpi_transport : "", run_id,
+      measured_on(first->header.env), ranks,
+      first->config.mpi_transport ? " (Open MPI's transport forced: btl " + *first->config.mpi_transport + ")" : "",
+      variants.size(), rounds,
       failed > 0 ? fmt::format(" {} row(s) of failed variant processes are in the ledger.", failed) : "");
   md << render_table(head, table, true);
   md << "\nEvery variant's median time per size, microseconds (the strongest in bold):\n\n" << variants_table(sizes);
@@ -313,13 +317,16 @@ std::optional<ReportSection> sweeps_section(const std::vector<AllreduceRow>& all
     if (!by_run.count(row.header.run_id)) order.push_back(row.header.run_id);
     by_run[row.header.run_id].push_back(row);
   }
-  std::map<int, std::string> latest;  // ranks -> run
+  // (ranks, forced transport) -> run: a sweep over TCP does not stand in for one over shared memory.
+  std::map<std::pair<int, std::string>, std::string> latest;
   for (const std::string& run : order) {
     const auto& rows = by_run.at(run);
-    if (is_variant_sweep(rows)) latest[rows.front().config.ranks] = run;
+    if (is_variant_sweep(rows))
+      latest[{rows.front().config.ranks, rows.front().config.mpi_transport.value_or("")}] = run;
   }
   std::optional<ReportSection> section;
-  for (const auto& [ranks, run] : latest) {
+  for (const auto& [key, run] : latest) {
+    const auto& [ranks, transport] = key;
     std::optional<ReportSection> part = sweep_section(run, by_run.at(run));
     if (!part) continue;
     if (!section) {
@@ -328,7 +335,10 @@ std::optional<ReportSection> sweeps_section(const std::vector<AllreduceRow>& all
     }
     section->markdown += part->markdown;
     for (auto& figure : part->figures) section->figures.push_back(std::move(figure));
-    section->more_blocks.push_back({"allreduce-np" + std::to_string(ranks), part->readme_intro, part->readme_table});
+    // "tcp,self" -> "allreduce-np2-tcp"
+    const std::string suffix = transport.empty() ? "" : "-" + transport.substr(0, transport.find(','));
+    section->more_blocks.push_back(
+        {"allreduce-np" + std::to_string(ranks) + suffix, part->readme_intro, part->readme_table});
   }
   return section;
 }

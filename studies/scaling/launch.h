@@ -94,6 +94,7 @@ class Launch {
  private:
   std::unique_ptr<comm::Communicator> nccl_;
   comm::Communicator* ddp_world_ = nullptr;
+  std::string hosts_;                                        // where the launched ranks run (comm::hosts_summary)
   std::map<int, std::unique_ptr<comm::Communicator>> subs_;  // one per world size: the first w ranks
   Topology topology_;
   std::string launcher_cpus_;

@@ -134,6 +134,7 @@ TrainConfig train_config(const ScalingOptions& o, const Arm& arm) {
   }
   config.parallel.bucket_cap_mb = o.bucket_cap_mb;
   config.parallel.allreduce = comm::parse_algorithm(o.allreduce);
+  config.parallel.allreduce_tuning = o.allreduce_tuning;
   config.parallel.rendezvous = o.rendezvous;
   config.parallel.first_bucket_mb = o.first_bucket_mb;
   config.parallel.zero = arm.zero;
@@ -181,6 +182,7 @@ Launch::Launch(const ScalingOptions& options, comm::MpiCommunicator& world_, Pla
     nccl_->set_timeout(o.timeout);
   }
   ddp_world_ = nccl_ ? nccl_.get() : static_cast<comm::Communicator*>(&world);
+  hosts_ = comm::hosts_summary(comm::gather_host_names(world));
   for (int w : plan.worlds) {
     if (subs_.count(w) == 0) subs_[w] = ddp_world_->split(rank < w ? 0 : -1, rank);
   }
@@ -317,6 +319,7 @@ void Launch::print_header() const {
       o.bind_compare ? "compared (none, none again, core)" : o.bind, bound_cpus, launcher_cpus_);
   std::cout << "# LR rule: lr = " << o.base_lr << " x global batch / " << o.base_batch << "\n";
   std::cout << "# communicator " << ddp_world_->backend() << ": " << ddp_world_->interconnect() << "\n";
+  std::cout << "# hosts: " << hosts_ << "\n";
   std::cout.flush();
 }
 

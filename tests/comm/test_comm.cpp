@@ -193,11 +193,24 @@ void check_latency_exact(Communicator& comm, DType dtype, std::int64_t n, Reduce
   CHECK((bytes == 0 || std::memcmp(halving.data(), ring.data(), bytes) == 0));
   CHECK(same_on_every_rank(comm, doubling.data(), bytes));
   CHECK(same_on_every_rank(comm, halving.data(), bytes));
+  // The halves (ZeRO-1): the reduce-scatter leaves this rank its chunk as the ring does; the
+  // all-gather brings every rank's chunk, and what lies elsewhere in the buffer must not leak in.
+  const ChunkRange mine = shard_chunk(n, comm.size(), comm.rank());
+  auto halves = make<T>(values);
+  halving_doubling_reduce_scatter(comm, halves.data(), n, dtype, op);
+  const auto at = static_cast<std::size_t>(mine.begin);
+  CHECK((mine.count == 0 || std::memcmp(halves.data() + at, ring.data() + at, mine.count * sizeof(T)) == 0));
+  for (std::int64_t i = 0; i < n; ++i)
+    if (i < mine.begin || i >= mine.begin + mine.count) halves[static_cast<std::size_t>(i)] = T(-77.0f);
+  recursive_doubling_allgather(comm, halves.data(), n, dtype);
+  CHECK((bytes == 0 || std::memcmp(halves.data(), ring.data(), bytes) == 0));
 }
 
 }  // namespace
 
-TEST_CASE("recursive doubling and halving-doubling equal the ring bit for bit at every group size", "[comm]") {
+TEST_CASE(
+    "recursive doubling and halving-doubling equal the ring bit for bit at every group size and so do their halves",
+    "[comm]") {
   auto world = MpiCommunicator::world();
   const int P = world->size();
   // Every group of the first k ranks: powers of two and the folded sizes between them.
@@ -231,6 +244,23 @@ TEST_CASE("recursive doubling and halving-doubling equal the ring bit for bit at
     halving_doubling_allreduce(*group, bf_halving.data(), 4099, DType::bf16, ReduceOp::sum);
     CHECK(same_on_every_rank(*group, bf_doubling.data(), bf_doubling.size() * sizeof(bf16)));
     CHECK(same_on_every_rank(*group, bf_halving.data(), bf_halving.size() * sizeof(bf16)));
+    // On random data each algorithm's reduce-scatter then all-gather is bit for bit its all-reduce
+    // (what makes a ZeRO-1 run's gradients plain DDP's), auto's choice by size included.
+    AlgorithmThresholds thresholds;
+    thresholds.recursive_doubling_below = 4099 * 4;  // 4099 floats: halving-doubling; 4000: recursive doubling
+    thresholds.ring_from = 5000 * 4;                 // 5003: the ring
+    const auto more = normals(5003, 191 + static_cast<std::uint64_t>(group->rank()));
+    for (std::int64_t n : {std::int64_t{4000}, std::int64_t{4099}, std::int64_t{5003}}) {
+      for (Algorithm algorithm :
+           {Algorithm::ring, Algorithm::recursive_doubling, Algorithm::halving_doubling, Algorithm::automatic}) {
+        INFO(algorithm_name(algorithm) << " n " << n << " group " << k);
+        std::vector<float> whole(more.begin(), more.begin() + n), halves = whole;
+        allreduce(*group, whole.data(), n, DType::f32, ReduceOp::average, algorithm, thresholds);
+        reduce_scatter(*group, halves.data(), n, DType::f32, ReduceOp::average, algorithm, thresholds);
+        allgather(*group, halves.data(), n, DType::f32, algorithm, thresholds);
+        CHECK(std::memcmp(halves.data(), whole.data(), whole.size() * sizeof(float)) == 0);
+      }
+    }
   }
   world->barrier();
 }
