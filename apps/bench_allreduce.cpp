@@ -41,6 +41,11 @@ int main(int argc, char** argv) {
                  "the hand-written all-reduces timed beside MPI's, comma-separated: ring, recursive_doubling, "
                  "halving_doubling")
       ->capture_default_str();
+  app.add_option("--collective", o.collective,
+                 "all_reduce, or reduce_scatter (ring, halving_doubling against MPI's), all_gather (ring, "
+                 "recursive_doubling against MPI's), broadcast (MPI's alone)")
+      ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "broadcast"}))
+      ->capture_default_str();
   app.add_option("--segment-bytes", o.segment_bytes, "the ring's pipeline segment")->check(FiniteRange(256, 1 << 30));
   app.add_option("--comm-timeout", o.timeout, "seconds any wait may take before the job is ended")
       ->check(FiniteRange(0.1, 86400.0));

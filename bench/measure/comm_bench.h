@@ -63,6 +63,9 @@ CommSetup comm_setup(comm::MpiCommunicator& world);
 // ---- the harness
 
 enum class Collective { allreduce, reduce_scatter, allgather, broadcast };
+// nccl-tests' names: all_reduce, reduce_scatter, all_gather, broadcast (Error naming the allowed).
+const char* collective_name(Collective collective);
+Collective parse_collective(const std::string& name);
 // nccl-tests' bus-bandwidth factor at `ranks` ranks: all-reduce 2(P-1)/P, reduce-scatter and
 // all-gather (P-1)/P, broadcast 1.
 double busbw_factor(Collective collective, int ranks);
@@ -95,15 +98,17 @@ struct ArmTiming {
   double algbw_gbps = 0, busbw_gbps = 0;   // at the median
 };
 
-// One size of a sweep: its arms, and the check of their result (each rank's own answer; the buffers
-// the arms time are left as the timing wants them).
+// One size of a sweep: its arms, and the check of their result: the elements this rank found
+// wrong, over every arm (nccl-tests' #wrong; the buffers the arms time are left as the timing wants
+// them).
 struct SizeCase {
   std::vector<CommArm> arms;
-  std::function<bool()> check;
+  std::function<std::int64_t()> check;
 };
 struct SizeTiming {
   std::int64_t bytes = 0;  // as asked
-  bool correct = false;    // the check held on every rank
+  std::int64_t wrong = 0;  // wrong elements, summed over the ranks
+  bool correct = false;    // none
   std::vector<ArmTiming> arms;
 };
 
@@ -120,6 +125,8 @@ class CommHarness {
   double time_one(const std::function<void()>& call);
   // A result check each rank made: true where it held on every rank.
   bool on_every_rank(bool ok);
+  // A count each rank made, summed over the ranks.
+  std::int64_t sum_over_ranks(std::int64_t count);
   // The arms timed together, warm-up excluded, round-robin.
   std::vector<ArmTiming> time(const std::vector<CommArm>& arms, const CommSchedule& schedule);
   // Size by size: `prepare` gives the size's arms and check, the check runs on every rank, the arms

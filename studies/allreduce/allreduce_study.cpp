@@ -30,6 +30,7 @@
 #include "comm/tuning.h"
 #include "engine/fileio.h"
 #include "engine/rng.h"
+#include "studies/allreduce/collectives.h"
 #include "studies/allreduce/rows.h"
 
 namespace trainlab::bench {
@@ -77,32 +78,10 @@ struct AllreduceRun {
   Environment env;
   std::string run_id;
   Ledger ledger;
-  MpiVariant variant;                   // over MPI
-  std::vector<std::string> algorithms;  // the hand-written ones timed beside native (--algorithms)
+  Collective collective = Collective::allreduce;  // --collective
+  MpiVariant variant;                             // over MPI
+  std::vector<std::string> algorithms;            // the hand-written ones timed beside native (--algorithms)
 };
-
-// Integer-valued data (exact in every dtype at every rank count: the sum is too), each rank its own.
-void fill_integers(std::vector<unsigned char>& data, std::int64_t count, DType dtype, int rank, int ranks) {
-  Generator gen(static_cast<std::uint64_t>(rank) * 977 + 11);
-  const int bound = dtype == DType::bf16 ? 256 / (2 * ranks) : dtype == DType::f16 ? 2048 / (2 * ranks) : 1000;
-  for (std::int64_t i = 0; i < count; ++i) {
-    const float v = static_cast<float>(static_cast<int>(gen.below(static_cast<std::uint64_t>(2 * bound + 1))) - bound);
-    switch (dtype) {
-      case DType::f32:
-        reinterpret_cast<float*>(data.data())[i] = v;
-        break;
-      case DType::f64:
-        reinterpret_cast<double*>(data.data())[i] = v;
-        break;
-      case DType::bf16:
-        reinterpret_cast<bf16*>(data.data())[i] = bf16(v);
-        break;
-      default:
-        reinterpret_cast<f16*>(data.data())[i] = f16(v);
-        break;
-    }
-  }
-}
 
 // One hand-written algorithm, by name (--algorithms).
 void hand_written(const std::string& algorithm, comm::Communicator& comm, void* data, std::int64_t count, DType dtype,
@@ -136,14 +115,14 @@ SizeCase size_case(const AllreduceRun& run, std::int64_t bytes) {
     expected = data;
     run.world.allreduce_native(expected.data(), count, run.dtype, ReduceOp::sum);  // MPI on the host: exact
     comm.allreduce_native(memory.back().get(), count, run.dtype, ReduceOp::sum);
-    bool ok = true;
+    std::int64_t wrong = 0;
     for (const auto& m : memory) {
       comm.copy_out(result.data(), m.get(), actual);
-      ok = ok && result == expected;
+      wrong += count_wrong(result, expected, 0, count, run.elem);
     }
     std::fill(data.begin(), data.end(), 0);
     for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
-    return ok;
+    return wrong;
   };
   const auto dtype = run.dtype;
   for (std::size_t i = 0; i < run.algorithms.size(); ++i) {
@@ -163,26 +142,33 @@ SizeCase size_case(const AllreduceRun& run, std::int64_t bytes) {
 void print_header(const AllreduceRun& run) {
   const comm::Communicator& comm = run.comm;
   std::cout << fmt::format(
-      "# bench_allreduce: {} ranks, {} communicator{}, dtype {}, ring segment {}, {}; single-core memcpy {:.2f} "
+      "# bench_allreduce: {}, {} ranks, {} communicator{}, dtype {}, ring segment {}, {}; single-core memcpy {:.2f} "
       "GB/s\n",
-      run.world.size(), comm.backend(), comm.device_memory() ? " on " + comm.device_name() : std::string(),
-      run.o.dtype_name_, human_bytes(static_cast<std::int64_t>(run.o.segment_bytes)), comm.library_version(),
-      run.copy_rate);
+      collective_name(run.collective), run.world.size(), comm.backend(),
+      comm.device_memory() ? " on " + comm.device_name() : std::string(), run.o.dtype_name_,
+      human_bytes(static_cast<std::int64_t>(run.o.segment_bytes)), comm.library_version(), run.copy_rate);
   if (comm.backend() == "mpi")
     std::cout << fmt::format("# MPI variant: all-reduce algorithm {}, malloc {}, transport {} ({})\n",
                              run.variant.algorithm, run.variant.malloc, run.variant.transport, run.variant.settings);
-  std::cout << "# time: median (min-max) over iterations, each the slowest rank's; busbw = algbw * 2(P-1)/P; "
-               "GB/s = 1e9 bytes/s\n# ratio: the algorithm's time / native time; x floor: its effect against native "
+  const char* factor = run.collective == Collective::allreduce   ? "2(P-1)/P"
+                       : run.collective == Collective::broadcast ? "1"
+                                                                 : "(P-1)/P";
+  std::cout << "# time: median (min-max) over iterations, each the slowest rank's; size: the whole buffer; busbw = "
+               "algbw * "
+            << factor
+            << " (nccl-tests'); GB/s = 1e9 bytes/s; #wrong: elements that differ from the exact answer on "
+               "integer-valued data, over every arm and rank\n# ratio: the algorithm's time / native time; x floor: "
+               "its effect against native "
                "in units of the noise floor (native's even against its odd iterations, the same configuration "
                "interleaved), then separable or not\n";
   std::cout << fmt::format(
       "{:>7} {:>11} {:<18} | {:>27} {:>7} {:>7} {:>6} | {:>27} {:>7} {:>7} | {:>6} {:>7} {:>13} | {}\n", "size",
       "count", "algorithm", "time us", "algbw", "busbw", "%copy", "native time us", "algbw", "busbw", "ratio",
-      "x floor", "separable", "correct");
+      "x floor", "separable", "#wrong");
 }
 
 // One line of the table: a hand-written algorithm, native, their ratio in units of native's noise floor.
-void print_size(const AllreduceRun& run, const ArmTiming& ring, const ArmTiming& native, bool correct) {
+void print_size(const AllreduceRun& run, const ArmTiming& ring, const ArmTiming& native, std::int64_t wrong) {
   const Summary &r = ring.stats, &n = native.stats;
   const double ratio = r.median / n.median;
   const std::string ring_columns =
@@ -194,13 +180,23 @@ void print_size(const AllreduceRun& run, const ArmTiming& ring, const ArmTiming&
                   verdict_words(verdict(r, n, native.noise_floor)));
   std::cout << fmt::format("{:>7} {:>11} {:<18} | {} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} | {:>6} | {}\n",
                            human_bytes(ring.bytes), ring.bytes / run.elem, ring.name, ring_columns, n.median * 1e6,
-                           n.min * 1e6, n.max * 1e6, native.algbw_gbps, native.busbw_gbps, ratio_column,
-                           correct ? "ok" : "MISMATCH");
+                           n.min * 1e6, n.max * 1e6, native.algbw_gbps, native.busbw_gbps, ratio_column, wrong);
+  std::cout.flush();
+}
+
+// A collective with no hand-written arm (broadcast): native's columns alone.
+void print_native(const AllreduceRun& run, const ArmTiming& native, std::int64_t wrong) {
+  const Summary& n = native.stats;
+  std::cout << fmt::format(
+      "{:>7} {:>11} {:<18} | {:>56} | {:>9.1f} ({:>7.1f}-{:>8.1f}) {:>7.2f} {:>7.2f} | {:>29} | {}\n",
+      human_bytes(native.bytes), native.bytes / run.elem, "-", "", n.median * 1e6, n.min * 1e6, n.max * 1e6,
+      native.algbw_gbps, native.busbw_gbps, fmt::format("{:.0f}% of memcpy", 100 * native.busbw_gbps / run.copy_rate),
+      wrong);
   std::cout.flush();
 }
 
 // A row per algorithm; both carry native's noise floor.
-void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, bool correct) {
+void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, std::int64_t wrong) {
   for (const ArmTiming& t : arms) {
     AllreduceRow row;
     row.header.env = run.env;
@@ -213,6 +209,7 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, bo
     row.config.count = t.bytes / run.elem;
     row.config.dtype = run.o.dtype_name_;
     row.config.algorithm = t.name;
+    if (run.collective != Collective::allreduce) row.config.collective = collective_name(run.collective);
     row.config.segment_bytes = static_cast<std::int64_t>(run.o.segment_bytes);
     row.config.communicator = run.comm.backend();
     if (run.comm.backend() == "mpi") {
@@ -227,7 +224,8 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, bo
     row.algbw_gbps = t.algbw_gbps;
     row.busbw_gbps = t.busbw_gbps;
     row.memcpy_gbps = run.copy_rate;
-    row.correct = correct;
+    row.correct = wrong == 0;
+    row.wrong = wrong;
     if (arms.back().noise_floor) row.noise_floor_percent = arms.back().noise_floor->noise_floor_percent;
     run.ledger.append(row);
   }
@@ -298,9 +296,17 @@ void write_tuning(const AllreduceRun& run, const std::vector<SizeTiming>& sizes)
   for (const std::string& d : disagreements) std::cout << "  tuning: " << d << "\n";
 }
 
-// --tune's file is checked before the run: a path it may write, and an existing file a tuning file.
-void check_tune_path(const AllreduceOptions& o) {
+// Options that cannot go together, and --tune's file, are refused before the run: a path it may
+// write, and an existing file a tuning file.
+void check_options(const AllreduceOptions& o) {
+  std::string arms;
+  for (const std::string& a : hand_written_arms(parse_collective(o.collective))) arms += a + ", ";
+  TL_CHECK(
+      o.collective == "all_reduce" || o.algorithms == "ring",
+      "--algorithms chooses the all-reduce's arms; --collective " + o.collective + " has its own (" + arms + "native)");
   if (o.tune_path.empty()) return;
+  TL_CHECK(o.collective == "all_reduce",
+           "--tune tunes the all-reduce; --collective " + o.collective + " cannot go with it");
   TL_CHECK(o.algorithms == "ring" || o.algorithms == "ring,recursive_doubling,halving_doubling",
            "--tune times ring, recursive_doubling and halving_doubling; --algorithms " + o.algorithms +
                " cannot go with it");
@@ -309,7 +315,7 @@ void check_tune_path(const AllreduceOptions& o) {
 }
 
 int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
-  check_tune_path(o);
+  check_options(o);
   std::unique_ptr<comm::Communicator> measured = comm::make_world(o.comm_kind);
   comm::Communicator& comm = *measured;
   comm.set_timeout(o.timeout);
@@ -331,11 +337,18 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
       env,
       o.run_id.empty() ? new_run_id() : o.run_id,
       Ledger(o.ledger_path.empty() ? default_ledger_path(comm.device_memory() ? "cuda" : "cpu") : o.ledger_path),
+      parse_collective(o.collective),
       comm.backend() == "mpi" ? mpi_variant_of_environment() : MpiVariant{},
       parse_algorithms(o.tune_path.empty() ? o.algorithms : "ring,recursive_doubling,halving_doubling")};
   const int rank = world.rank();
   if (rank == 0) print_header(run);
-  CommHarness harness(world, Collective::allreduce);
+  CommHarness harness(world, run.collective);
+  const CaseInputs inputs{comm, world, dtype, elem, run.ring_options};
+  const auto prepare = [&](std::int64_t bytes) {
+    return run.collective == Collective::allreduce
+               ? size_case(run, bytes)
+               : collective_case(run.collective, inputs, std::max<std::int64_t>(1, bytes / elem));
+  };
   CommSchedule schedule;
   schedule.warmup = o.warmup;
   schedule.seconds_per_arm = o.seconds_per_size;
@@ -343,16 +356,17 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
   schedule.max_iters = o.max_iters;
   schedule.paired = true;
   bool all_correct = true;
-  const auto timings = harness.sweep(
-      sizes, [&](std::int64_t bytes) { return size_case(run, bytes); }, schedule,
-      [&](const SizeTiming& t) {
-        all_correct = all_correct && t.correct;
-        if (rank != 0) return;
-        for (std::size_t i = 0; i + 1 < t.arms.size(); ++i) print_size(run, t.arms[i], t.arms.back(), t.correct);
-        if (!o.no_ledger) append_rows(run, t.arms, t.correct);
-      });
+  const auto timings = harness.sweep(sizes, prepare, schedule, [&](const SizeTiming& t) {
+    all_correct = all_correct && t.correct;
+    if (rank != 0) return;
+    for (std::size_t i = 0; i + 1 < t.arms.size(); ++i) print_size(run, t.arms[i], t.arms.back(), t.wrong);
+    if (t.arms.size() == 1) print_native(run, t.arms.back(), t.wrong);
+    if (!o.no_ledger) append_rows(run, t.arms, t.wrong);
+  });
   if (rank == 0) {
-    print_targets(timings, world.size(), run.copy_rate, all_correct);
+    if (run.collective == Collective::allreduce) print_targets(timings, world.size(), run.copy_rate, all_correct);
+    if (run.collective != Collective::allreduce)
+      std::cout << fmt::format("results {}\n", all_correct ? "all correct" : "MISMATCHED");
     if (!o.tune_path.empty() && all_correct) write_tuning(run, timings);
     if (!o.tune_path.empty() && !all_correct)
       std::cout << "tuning: " << o.tune_path << " not written (a result mismatched)\n";

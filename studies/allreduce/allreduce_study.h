@@ -15,6 +15,9 @@ struct AllreduceOptions {
   std::string sizes_spec = "4K..256M", dtype_name_ = "f32", ledger_path, comm_kind = "mpi";
   // The hand-written all-reduces timed beside native: ring, recursive_doubling, halving_doubling.
   std::string algorithms = "ring";
+  // all_reduce, or one of the collectives beside it (studies/allreduce/collectives.h): reduce_scatter,
+  // all_gather, broadcast; each has its own hand-written arms (--algorithms is the all-reduce's).
+  std::string collective = "all_reduce";
   double seconds_per_size = 0.4, timeout = 300;
   int warmup = 3, min_iters = 5, max_iters = 500;
   std::size_t segment_bytes = comm::RingOptions{}.segment_bytes;
@@ -47,7 +50,9 @@ MpiVariant mpi_variant_of_environment();
 // Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.
 int run_allreduce_study(const AllreduceOptions& options);
 
-// The report's section for this study (studies/registry.h).
+// The report's sections for this study (studies/registry.h): the all-reduce, and the other
+// collectives (--collective).
 SectionDef allreduce_report_section();
+SectionDef collectives_report_section();
 
 }  // namespace trainlab::bench

@@ -16,7 +16,7 @@ LedgerPoints allreduce_points(const std::string& path, const std::string& run, c
   out.warnings = loaded.warnings;
   std::vector<AllreduceRow> rows;
   for (auto& row : loaded.read<AllreduceRow>(&out.warnings))
-    if (row.header.ok()) rows.push_back(std::move(row));
+    if (row.header.ok() && row.config.is_allreduce()) rows.push_back(std::move(row));
   std::vector<std::string> runs;
   for (const auto& row : rows)
     if (std::find(runs.begin(), runs.end(), row.header.run_id) == runs.end()) runs.push_back(row.header.run_id);

@@ -27,6 +27,9 @@ struct AllreduceConfig {
   std::optional<std::string> mpi_algorithm;  // every row of the process (the ring is timed beside it)
   std::optional<std::string> malloc;         // every row of the process
   std::optional<std::string> mpi_transport;  // OMPI_MCA_btl when forced ("tcp,self"); absent: the default
+  // bench_allreduce --collective: reduce_scatter | all_gather | broadcast; absent: the all-reduce.
+  std::optional<std::string> collective;
+  bool is_allreduce() const { return !collective || *collective == "all_reduce"; }
   template <class F>
   void fields(F& f) {
     f("ranks", ranks);
@@ -39,6 +42,7 @@ struct AllreduceConfig {
     f.optional("mpi_algorithm", mpi_algorithm);
     f.optional("malloc", malloc);
     f.optional("mpi_transport", mpi_transport);
+    f.optional("collective", collective);
   }
 };
 
@@ -53,7 +57,8 @@ struct AllreduceRow {
   int warmup_iterations_excluded = 0;
   std::optional<double> algbw_gbps, busbw_gbps;  // at the median (bench_allreduce)
   std::optional<double> memcpy_gbps;             // the single-core memcpy rate of the same run
-  std::optional<bool> correct;                   // bench_allreduce: ring and native agreed bit for bit
+  std::optional<bool> correct;                   // bench_allreduce: every arm's result exact
+  std::optional<std::int64_t> wrong;             // its #wrong: elements that differed, over arms and ranks
   std::optional<double> noise_floor_percent;     // native's even against its odd iterations
   std::optional<int> round;                      // a variant sweep's round (bench/allreduce_variants.py)
   std::string error;                             // status failed: why (the variant's process failed)
@@ -75,6 +80,7 @@ struct AllreduceRow {
     f.optional("busbw_gbps", busbw_gbps);
     f.optional("memcpy_gbps", memcpy_gbps);
     f.optional("correct", correct);
+    f.optional("wrong", wrong);
     f.optional("noise_floor_percent", noise_floor_percent);
   }
   bool from_bench_buckets() const { return tool && *tool == "bench_buckets"; }

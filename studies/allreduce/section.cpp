@@ -13,22 +13,20 @@
 #include "bench/report/table.h"
 #include "studies/allreduce/allreduce_study.h"
 #include "studies/allreduce/rows.h"
+#include "studies/allreduce/section_parts.h"
 
 namespace trainlab::bench {
 
-namespace {
 // A byte count read from a row as a double, clamped into int64's range (a damaged row is drawn, never UB).
-std::int64_t as_bytes(double x) { return std::isfinite(x) ? static_cast<std::int64_t>(std::clamp(x, 0.0, 4e18)) : 0; }
-std::string bytes_tick(double x) { return human_bytes(as_bytes(x)); }
+std::string bytes_tick(double x) {
+  return human_bytes(std::isfinite(x) ? static_cast<std::int64_t>(std::clamp(x, 0.0, 4e18)) : 0);
+}
 
-using BySize = std::map<std::int64_t, const AllreduceRow*>;
-
-// Per algorithm: busbw at the median, whiskers at the slowest and fastest iteration; the memcpy line.
 std::vector<chart::Series> busbw_series(const std::map<std::string, BySize>& by, double factor, double memcpy_gbps) {
   std::vector<chart::Series> series;
   const std::map<std::string, std::string> colours = {{"ring", chart::kBlue}, {"native", chart::kRed}};
   for (const auto& [algorithm, sizes] : by) {
-    chart::Series s{algorithm == "native" ? "native (the MPI library's all-reduce)" : algorithm + " (trainlab)",
+    chart::Series s{algorithm == "native" ? "native (the MPI library's own)" : algorithm + " (trainlab)",
                     colours.count(algorithm) ? colours.at(algorithm) : "#66a182",
                     {},
                     false};
@@ -48,6 +46,8 @@ std::vector<chart::Series> busbw_series(const std::map<std::string, BySize>& by,
   }
   return series;
 }
+
+namespace {
 
 // A line per size both algorithms measured: the ring against native in units of native's noise floor.
 std::vector<std::vector<std::string>> ring_against_native(const std::map<std::string, BySize>& by) {
@@ -344,7 +344,10 @@ std::optional<ReportSection> sweeps_section(const std::vector<AllreduceRow>& all
 }
 
 std::optional<ReportSection> allreduce_section(const SectionInput& in) {
-  const std::vector<AllreduceRow> all = in.read<AllreduceRow>();
+  std::vector<AllreduceRow> all = in.read<AllreduceRow>();
+  // The other collectives have their own section (collectives_section.cpp).
+  all.erase(std::remove_if(all.begin(), all.end(), [](const AllreduceRow& r) { return !r.config.is_allreduce(); }),
+            all.end());
   const auto [run_id, rows] = latest_run(all, [](const AllreduceRow& row) { return !row.from_bench_buckets(); });
   if (run_id.empty()) return std::nullopt;
   if (is_variant_sweep(rows)) return sweeps_section(all);

@@ -87,13 +87,15 @@ TEST_CASE("comm-bench harness: the slowest rank's time, the counts, the samples,
       [&](std::int64_t bytes) {
         SizeCase size;
         size.arms = {{"x", bytes, [](int) {}}};
-        size.check = [bytes, rank, P] { return !(bytes == 8 && rank == P - 1); };
+        size.check = [bytes, rank, P] { return std::int64_t{bytes == 8 && rank == P - 1 ? 3 : 0}; };
         return size;
       },
       schedule, [&](const SizeTiming& timing) { done.push_back(timing.bytes); });
   REQUIRE(sizes.size() == 2);
   CHECK(sizes[0].correct);
+  CHECK(sizes[0].wrong == 0);
   CHECK_FALSE(sizes[1].correct);
+  CHECK(sizes[1].wrong == 3);
   CHECK(sizes[1].arms.at(0).bytes == 8);
   CHECK(done == std::vector<std::int64_t>{4, 8});
 }
