@@ -324,21 +324,25 @@ std::optional<ReportSection> sweeps_section(const std::vector<AllreduceRow>& all
     if (is_variant_sweep(rows))
       latest[{rows.front().config.ranks, rows.front().config.mpi_transport.value_or("")}] = run;
   }
+  // Each sweep its own block: "allreduce" for 2 ranks over the default transport (the README's),
+  // else "allreduce-np<P>", and "-tcp" when the transport was forced to "tcp,self".
+  const auto block = [](int ranks, const std::string& transport) {
+    const std::string suffix = transport.empty() ? "" : "-" + transport.substr(0, transport.find(','));
+    return ranks == 2 && transport.empty() ? std::string("allreduce") : "allreduce-np" + std::to_string(ranks) + suffix;
+  };
   std::optional<ReportSection> section;
   for (const auto& [key, run] : latest) {
-    const auto& [ranks, transport] = key;
     std::optional<ReportSection> part = sweep_section(run, by_run.at(run));
     if (!part) continue;
+    const std::string name = block(key.first, key.second);
     if (!section) {
       section = std::move(part);
+      section->marker = name;
       continue;
     }
     section->markdown += part->markdown;
     for (auto& figure : part->figures) section->figures.push_back(std::move(figure));
-    // "tcp,self" -> "allreduce-np2-tcp"
-    const std::string suffix = transport.empty() ? "" : "-" + transport.substr(0, transport.find(','));
-    section->more_blocks.push_back(
-        {"allreduce-np" + std::to_string(ranks) + suffix, part->readme_intro, part->readme_table});
+    section->more_blocks.push_back({name, part->readme_intro, part->readme_table});
   }
   return section;
 }
