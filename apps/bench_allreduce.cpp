@@ -16,9 +16,11 @@
 // algorithm, glibc's malloc tunables: mpi_variant_of_environment); bench/allreduce_variants.py
 // launches one process per variant, round after round, into one run.
 //
-// --tune FILE times the three hand-written all-reduces and writes the thresholds `allreduce: auto`
+// --write-tuning FILE times the three hand-written all-reduces and writes the thresholds `allreduce: auto`
 // chooses by (comm/tuning.h) for this world size:
-//   scripts/mpirun -np 4 build/bin/bench_allreduce --tune results/allreduce_tuning.json
+//   scripts/mpirun -np 4 build/bin/bench_allreduce --write-tuning results/allreduce_tuning.json
+// (Not `--tune`: Open MPI's mpirun has a `--tune FILE` of its own, an MCA parameter file, and finds
+// it among the application's arguments too: given an existing file it parsed it as MCA parameters.)
 #include "apps/cli_parse.h"
 #include "comm/mpi_communicator.h"
 #include "studies/allreduce/allreduce_study.h"
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
                  "the run the rows join (a variant sweep's processes share one: bench/allreduce_variants.py)");
   app.add_option("--round", o.round, "the sweep's round this process is (recorded in its rows)")
       ->check(FiniteRange(1, 100000));
-  app.add_option("--tune", o.tune_path,
+  app.add_option("--write-tuning", o.tune_path,
                  "time ring, recursive_doubling and halving_doubling and write allreduce auto's thresholds for this "
                  "world size into this file (its other world sizes kept); the config's allreduce_tuning reads it");
   if (const auto status = parse_command_line(app, argc, argv, "bench_allreduce")) return *status;

@@ -36,8 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--allreduce", o.allreduce, "ring | recursive_doubling | halving_doubling | auto | native")
       ->check(CLI::IsMember({"ring", "recursive_doubling", "halving_doubling", "auto", "native"}));
-  app.add_option("--allreduce-tuning", o.allreduce_tuning,
-                 "--allreduce auto: the thresholds file bench_allreduce --tune wrote (default: built-in thresholds)");
+  app.add_option(
+      "--allreduce-tuning", o.allreduce_tuning,
+      "--allreduce auto: the thresholds file bench_allreduce --write-tuning wrote (default: built-in thresholds)");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "DDP bucket capacity (MiB)")->check(FiniteRange(0.001, 4096.0));
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "DDP's first bucket (MiB; PyTorch uses 1)")
       ->check(FiniteRange(0.001, 4096.0));

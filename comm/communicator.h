@@ -26,7 +26,7 @@ bool hand_written(Algorithm algorithm);  // ring, recursive doubling or halving-
 // `auto`'s choice by message size (bytes per rank): recursive doubling below the first threshold
 // (a step's latency is the cost), halving-doubling below the second, the ring from there (its
 // 2(P-1) steps pipeline). The built-in values are the conventional shape, not a measurement of this
-// machine: bench_allreduce --tune measures them per world size and writes a file (comm/tuning.h)
+// machine: bench_allreduce --write-tuning measures them per world size and writes a file (comm/tuning.h)
 // that the config's `allreduce_tuning` names.
 struct AlgorithmThresholds {
   std::int64_t recursive_doubling_below = 8 << 10;

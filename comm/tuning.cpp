@@ -148,7 +148,7 @@ TuningFile read_tuning(const std::string& path) {
   if (!root.is_object() || !root.contains("format") || root.at("format") != kTuningFormat)
     throw Error(fmt::format(
         "{}: not a trainlab all-reduce tuning file (format {}, expected \"{}\"; bench_allreduce "
-        "--tune writes one)",
+        "--write-tuning writes one)",
         where,
         root.is_object() && root.contains("format") ? one_line(root.at("format").dump()) : std::string("missing"),
         kTuningFormat));

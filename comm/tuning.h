@@ -1,6 +1,6 @@
 // The thresholds `allreduce: auto` chooses by (comm::AlgorithmThresholds), measured: bench_allreduce
-// --tune times the three hand-written all-reduces size by size, derives the thresholds from the
-// medians (derive_thresholds) and writes them to a JSON file, one entry per world size (a --tune at
+// --write-tuning times the three hand-written all-reduces size by size, derives the thresholds from the
+// medians (derive_thresholds) and writes them to a JSON file, one entry per world size (a --write-tuning at
 // another world size adds its entry; at the same size it replaces it). The config's
 // `allreduce_tuning` names the file; DDP reads the entry of its world size (thresholds_for).
 //

@@ -288,7 +288,7 @@ const std::vector<ConfigField>& config_fields() {
                                      "DDP all-reduce (and ZeRO-1's halves): a hand-written one, auto (one of them by "
                                      "bucket size, from allreduce_tuning's thresholds), or the library's own"),
       string_field("allreduce_tuning", TL_KEY(parallel.allreduce_tuning), "a file path",
-                   "allreduce auto: the thresholds bench_allreduce --tune wrote (empty: the built-in ones)"),
+                   "allreduce auto: the thresholds bench_allreduce --write-tuning wrote (empty: the built-in ones)"),
       int_field("zero", TL_KEY(parallel.zero), 0, 1,
                 "DDP optimiser state: 0 every rank holds all of it, 1 sharded over the ranks (ZeRO-1: reduce-scatter, "
                 "update the shard, all-gather)"),

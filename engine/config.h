@@ -87,7 +87,7 @@ struct ParallelConfig {
   bool gradient_as_bucket_view = true;  // gradients are views of the buckets (PyTorch's option)
   // ring | recursive_doubling | halving_doubling | auto | native
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;
-  std::string allreduce_tuning;  // auto's thresholds: a file bench_allreduce --tune wrote ("": built in)
+  std::string allreduce_tuning;  // auto's thresholds: a file bench_allreduce --write-tuning wrote ("": built in)
   GradCompression grad_compress = GradCompression::none;  // none | bf16 | fp16 (DDP's compress hook)
   std::int64_t zero = 0;                // ZeRO stage: 0 every rank holds the optimiser state, 1 sharded over the ranks
   CommBackend comm = CommBackend::mpi;  // mpi | nccl (a CUDA build, one GPU per rank)

@@ -272,7 +272,7 @@ Environment measured_environment(Environment env, const comm::Communicator& comm
   return env;
 }
 
-// --tune: the thresholds from this run's medians, printed and written (rank 0).
+// --write-tuning: the thresholds from this run's medians, printed and written (rank 0).
 void write_tuning(const AllreduceRun& run, const std::vector<SizeTiming>& sizes) {
   std::vector<comm::TuningPoint> points;
   for (const SizeTiming& s : sizes) {
@@ -296,7 +296,7 @@ void write_tuning(const AllreduceRun& run, const std::vector<SizeTiming>& sizes)
   for (const std::string& d : disagreements) std::cout << "  tuning: " << d << "\n";
 }
 
-// Options that cannot go together, and --tune's file, are refused before the run: a path it may
+// Options that cannot go together, and --write-tuning's file, are refused before the run: a path it may
 // write, and an existing file a tuning file.
 void check_options(const AllreduceOptions& o) {
   std::string arms;
@@ -306,11 +306,11 @@ void check_options(const AllreduceOptions& o) {
       "--algorithms chooses the all-reduce's arms; --collective " + o.collective + " has its own (" + arms + "native)");
   if (o.tune_path.empty()) return;
   TL_CHECK(o.collective == "all_reduce",
-           "--tune tunes the all-reduce; --collective " + o.collective + " cannot go with it");
+           "--write-tuning tunes the all-reduce; --collective " + o.collective + " cannot go with it");
   TL_CHECK(o.algorithms == "ring" || o.algorithms == "ring,recursive_doubling,halving_doubling",
-           "--tune times ring, recursive_doubling and halving_doubling; --algorithms " + o.algorithms +
+           "--write-tuning times ring, recursive_doubling and halving_doubling; --algorithms " + o.algorithms +
                " cannot go with it");
-  check_output_file(o.tune_path, "--tune");
+  check_output_file(o.tune_path, "--write-tuning");
   if (file_kind(o.tune_path) == "a regular file") comm::read_tuning(o.tune_path);
 }
 

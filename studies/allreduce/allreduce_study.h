@@ -25,7 +25,7 @@ struct AllreduceOptions {
   // A process of a variant sweep (bench/allreduce_variants.py): the sweep's run id and round.
   std::string run_id;
   int round = 0;
-  // --tune FILE: time the three hand-written all-reduces, derive allreduce auto's thresholds for
+  // --write-tuning FILE: time the three hand-written all-reduces, derive allreduce auto's thresholds for
   // this world size from their medians (comm::derive_thresholds) and write them into FILE (its
   // entries for other world sizes kept).
   std::string tune_path;

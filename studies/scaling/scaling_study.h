@@ -16,7 +16,7 @@ struct ScalingOptions {
   std::int64_t batch = 32, global_batch = 128, base_batch = 32, decode_cost = 60;
   double base_lr = 0.01, bucket_cap_mb = 25, first_bucket_mb = 1, timeout = 300;
   std::string backend, dtype = "f32", allreduce = "native", ledger_path, python = "/usr/bin/python3";
-  std::string allreduce_tuning;  // allreduce auto's thresholds (bench_allreduce --tune's file; "": built in)
+  std::string allreduce_tuning;  // allreduce auto's thresholds (bench_allreduce --write-tuning's file; "": built in)
   // The communicator DDP runs over: "mpi", or "nccl" (a CUDA build, --backend cuda, one GPU per
   // rank: world sizes up to the GPUs present). The PyTorch peer (gloo, on the CPU) is not run with nccl.
   std::string comm = "mpi";
