@@ -33,11 +33,6 @@ Algorithm parse_algorithm(const std::string& name) {
 
 const char* algorithm_name(Algorithm algorithm) { return allreduce_name(algorithm); }
 
-bool hand_written(Algorithm algorithm) {
-  return algorithm == Algorithm::ring || algorithm == Algorithm::recursive_doubling ||
-         algorithm == Algorithm::halving_doubling;
-}
-
 Algorithm choose_algorithm(Algorithm requested, std::int64_t bytes, const AlgorithmThresholds& thresholds) {
   if (requested != Algorithm::automatic) return requested;
   if (bytes < thresholds.recursive_doubling_below) return Algorithm::recursive_doubling;

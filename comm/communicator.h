@@ -21,7 +21,6 @@ enum class ReduceOp { sum, average };
 using Algorithm = AllreduceAlgorithm;
 Algorithm parse_algorithm(const std::string& name);  // the names above; throws Error naming the allowed
 const char* algorithm_name(Algorithm algorithm);
-bool hand_written(Algorithm algorithm);  // ring, recursive doubling or halving-doubling
 
 // `auto`'s choice by message size (bytes per rank): recursive doubling below the first threshold
 // (a step's latency is the cost), halving-doubling below the second, the ring from there (its
