@@ -43,6 +43,30 @@ void parallel_chunks(std::int64_t n, int threads, Fn&& fn) {
   for (std::int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
 }
 
+// A batch of 2-D transposes: for each of `outer` offsets pairs, rows x cols elements with
+// src[i + j * s_col] -> dst[i * d_row + j] (the source contiguous along i, the destination along j),
+// in 16 x 16 tiles so that both sides touch whole cache lines. An NCHW <-> NHWC reorder is one.
+template <typename E>
+void transpose_tiles(const unsigned char* s, unsigned char* d, const std::vector<std::int64_t>& s_outer,
+                     const std::vector<std::int64_t>& d_outer, std::int64_t rows, std::int64_t cols, std::int64_t s_col,
+                     std::int64_t d_row, int threads, bool parallel) {
+  constexpr std::int64_t tile = 16;
+  const std::int64_t row_tiles = (rows + tile - 1) / tile;
+  const auto count = static_cast<std::int64_t>(s_outer.size()) * row_tiles;
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+  for (std::int64_t t = 0; t < count; ++t) {
+    const auto o = static_cast<std::size_t>(t / row_tiles);
+    const std::int64_t i0 = (t % row_tiles) * tile, i1 = std::min(rows, i0 + tile);
+    const E* src = reinterpret_cast<const E*>(s) + s_outer[o];
+    E* dst = reinterpret_cast<E*>(d) + d_outer[o];
+    for (std::int64_t j0 = 0; j0 < cols; j0 += tile) {
+      const std::int64_t j1 = std::min(cols, j0 + tile);
+      for (std::int64_t i = i0; i < i1; ++i)
+        for (std::int64_t j = j0; j < j1; ++j) dst[i * d_row + j] = src[i + j * s_col];
+    }
+  }
+}
+
 template <typename E>
 void copy_elements(const unsigned char* s, std::int64_t s_stride, unsigned char* d, std::int64_t d_stride,
                    std::int64_t n) {
@@ -137,18 +161,35 @@ void CpuBackend::copy_strided(DType dtype, const void* src, const Layout& src_la
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return dst_layout.strides[a] > dst_layout.strides[b]; });
-  std::vector<std::int64_t> shape(rank), s_strides(rank), d_strides(rank);
+  // In that order, without the dimensions of size 1, and with neighbours that are contiguous with
+  // each other in both layouts merged into one (an NCHW <-> NHWC reorder becomes [N, HW, C]).
+  std::vector<std::int64_t> shape, s_strides, d_strides;
   for (std::size_t i = 0; i < rank; ++i) {
-    shape[i] = src_layout.shape[order[i]];
-    s_strides[i] = src_layout.strides[order[i]];
-    d_strides[i] = dst_layout.strides[order[i]];
+    const std::int64_t n = src_layout.shape[order[i]], ss = src_layout.strides[order[i]],
+                       ds = dst_layout.strides[order[i]];
+    if (n == 1) continue;
+    if (!shape.empty() && s_strides.back() == n * ss && d_strides.back() == n * ds) {
+      shape.back() *= n;
+      s_strides.back() = ss;
+      d_strides.back() = ds;
+      continue;
+    }
+    shape.push_back(n);
+    s_strides.push_back(ss);
+    d_strides.push_back(ds);
   }
-  const std::int64_t inner = shape[rank - 1];
-  const std::int64_t s_inner = s_strides[rank - 1], d_inner = d_strides[rank - 1];
+  if (shape.empty()) {
+    std::memcpy(d, s, static_cast<std::size_t>(elem));
+    return;
+  }
+  if (transpose_copy(elem, s, shape, s_strides, d, d_strides)) return;
+  const std::size_t rank_merged = shape.size();
+  const std::int64_t inner = shape[rank_merged - 1];
+  const std::int64_t s_inner = s_strides[rank_merged - 1], d_inner = d_strides[rank_merged - 1];
   const std::int64_t rows = numel / inner;
   auto copy_row = [&](std::int64_t row) {
     std::int64_t s_off = 0, d_off = 0, rest = row;
-    for (std::size_t k = rank - 1; k-- > 0;) {
+    for (std::size_t k = rank_merged - 1; k-- > 0;) {
       const std::int64_t i = rest % shape[k];
       rest /= shape[k];
       s_off += i * s_strides[k];
@@ -172,6 +213,45 @@ void CpuBackend::copy_strided(DType dtype, const void* src, const Layout& src_la
 #pragma omp parallel for num_threads(threads_) schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) copy_row(r);
   }
+}
+
+bool CpuBackend::transpose_copy(std::int64_t elem, const unsigned char* s, const std::vector<std::int64_t>& shape,
+                                const std::vector<std::int64_t>& s_strides, unsigned char* d,
+                                const std::vector<std::int64_t>& d_strides) {
+  // The destination contiguous along its last dimension, the source along another one (k).
+  const std::size_t last = shape.size() - 1;
+  if (d_strides[last] != 1 || s_strides[last] == 1) return false;
+  std::size_t k = last;
+  for (std::size_t i = 0; i < last; ++i)
+    if (s_strides[i] == 1) k = i;
+  if (k == last) return false;
+  // Every other dimension's offsets, in order.
+  std::vector<std::int64_t> s_outer{0}, d_outer{0};
+  for (std::size_t i = 0; i < last; ++i) {
+    if (i == k) continue;
+    std::vector<std::int64_t> s_next, d_next;
+    s_next.reserve(s_outer.size() * static_cast<std::size_t>(shape[i]));
+    d_next.reserve(s_next.capacity());
+    for (std::size_t o = 0; o < s_outer.size(); ++o)
+      for (std::int64_t x = 0; x < shape[i]; ++x) {
+        s_next.push_back(s_outer[o] + x * s_strides[i]);
+        d_next.push_back(d_outer[o] + x * d_strides[i]);
+      }
+    s_outer = std::move(s_next);
+    d_outer = std::move(d_next);
+  }
+  const bool parallel = static_cast<std::int64_t>(s_outer.size()) * shape[k] * shape[last] >= kChunk;
+  if (elem == 2) {
+    transpose_tiles<std::uint16_t>(s, d, s_outer, d_outer, shape[k], shape[last], s_strides[last], d_strides[k],
+                                   threads_, parallel);
+  } else if (elem == 4) {
+    transpose_tiles<std::uint32_t>(s, d, s_outer, d_outer, shape[k], shape[last], s_strides[last], d_strides[k],
+                                   threads_, parallel);
+  } else {
+    transpose_tiles<std::uint64_t>(s, d, s_outer, d_outer, shape[k], shape[last], s_strides[last], d_strides[k],
+                                   threads_, parallel);
+  }
+  return true;
 }
 
 void CpuBackend::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n) {

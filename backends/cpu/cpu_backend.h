@@ -102,6 +102,13 @@ class CpuBackend : public Backend {
     std::vector<std::pair<void*, std::size_t>> blocks_;
   };
 
+  // copy_strided's fast path: when its (merged) dimensions are a batch of 2-D transposes (the
+  // destination contiguous along its last one, the source along another, as in an NCHW <-> NHWC
+  // reorder), copies them in tiles and returns true; else false.
+  bool transpose_copy(std::int64_t elem, const unsigned char* s, const std::vector<std::int64_t>& shape,
+                      const std::vector<std::int64_t>& s_strides, unsigned char* d,
+                      const std::vector<std::int64_t>& d_strides);
+
   // linear and conv2d in `dtype` (one this backend supports()): the backend's own answer.
   virtual OpSupport matrix_op_support(BackendOp op, DType dtype, bool channels_last) const = 0;
   // The dtypes supports() accepts, for messages: "f32, bf16, f16".
