@@ -86,17 +86,17 @@ ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
     note_forward(i);
     live += op.out_bytes;
     note_forward(i);
+    if (op.block >= 0) {  // the block's own peak: before what this op's output replaces is freed
+      std::size_t last = i;
+      while (!last_of_block(last)) ++last;
+      block_transient[last] = std::max(block_transient[last], live - block_base);
+    }
     for (std::size_t j = 0; j < i; ++j) {
       if (lifetime[j] == ChainLifetime::next_op && j + static_cast<std::size_t>(std::max(1, ops[j].outlives)) == i)
         live -= ops[j].out_bytes;
     }
-    if (op.block >= 0) {
-      std::size_t last = i;
-      while (!last_of_block(last)) ++last;
-      block_transient[last] = std::max(block_transient[last], live - block_base);
-      if (last == i) {
-        for (std::size_t j = block_first; j <= i; ++j) live -= recomputed[j];
-      }
+    if (op.block >= 0 && last_of_block(i)) {
+      for (std::size_t j = block_first; j <= i; ++j) live -= recomputed[j];
     }
   }
   // The forward ends: what only it held goes (the last op's output is the loss, kept for backward).
@@ -125,8 +125,10 @@ ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
     const ChainOp& op = ops[k];
     if (last_of_block(k)) {
       // The block runs again: its forward's own peak on top of what is live, with the gradient
-      // into it waiting; then what it saves stays for its backward.
-      note_backward(acts + block_transient[k], received, op.name + " (recomputed)");
+      // into it waiting; then what it saves stays for its backward. Its result, when its last op
+      // saves it for itself, is released first and made again (engine/autograd.h, checkpoint).
+      const double result = lifetime[k] == ChainLifetime::saved_self ? op.out_bytes : 0.0;
+      note_backward(acts - result + block_transient[k], received, op.name + " (recomputed)");
       std::size_t first = k;
       while (first > 0 && in_block_with(first - 1, k)) --first;
       for (std::size_t j = first; j <= k; ++j) acts += recomputed[j];

@@ -33,10 +33,16 @@ Tensor SmallCNN::forward(const Tensor& x) {
            "SmallCNN: input must be [N, " + std::to_string(shape_.channels) + ", " + std::to_string(shape_.height) +
                ", " + std::to_string(shape_.width) + "], got " + shape_str(x.shape()));
   const Pool2dOptions pool = Pool2dOptions::square(2);
+  // Each block is conv, bias, ReLU, 2x2 max-pool, computed as conv, bias, pool, ReLU: max-pooling
+  // commutes with ReLU (both keep order; a NaN wins either way; a window of values <= 0 gives +0
+  // either way), and the gradient reaches the same element, or, where the window's maximum is
+  // <= 0, none: the same bits forward and backward for a quarter of the ReLU's work. Fused, the
+  // convolution does its bias in the same call and leaves no ReLU to fuse.
   auto conv_block = [this, pool](const Conv2d& conv) {
     return [this, pool, &conv](const Tensor& in) {
-      return fused_ ? max_pool2d(conv2d_fused(in, conv.weight, conv.bias, true, conv.options), pool)
-                    : max_pool2d(relu(conv2d(in, conv.weight, conv.bias, conv.options)), pool);
+      return relu(max_pool2d(fused_ ? conv2d_fused(in, conv.weight, conv.bias, false, conv.options)
+                                    : conv2d(in, conv.weight, conv.bias, conv.options),
+                             pool));
     };
   };
   auto classifier = [this](const Tensor& in) {
@@ -109,25 +115,31 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
   const double conv1_w = 32.0 * static_cast<double>(m.channels) * 9, conv2_w = 64 * 32 * 9, fc1_w = 256 * flat,
                fc2_w = classes * 256;
   // flatten(1) of a channels_last [N, 64, H/4, W/4] is a copy (a reorder; fc1 keeps it), and its
-  // gradient goes back to pool2 in NCHW order, which pool2 copies to channels_last again.
+  // gradient goes back to relu2 in NCHW order, which relu2 copies to channels_last again.
   auto flatten = [&] {
     if (shape.channels_last) add({"flatten.reorder", act(flat), ChainLifetime::saved_next, 0, 0, true});
   };
-  const double pool2_scratch = shape.channels_last ? act(flat) : 0.0;
+  const double relu2_scratch = shape.channels_last ? act(flat) : 0.0;
+  // A block's pool and ReLU (forward()'s order): the pool's output lives until the ReLU's exists;
+  // the ReLU's is saved for its backward, and is the next layer's input.
+  auto pool_relu = [&](const char* pool, const char* relu, double in, double out, std::int64_t channels,
+                       std::int64_t height, std::int64_t width, double relu_scratch) {
+    add({pool, act(out), ChainLifetime::next_op, pool_workspace(channels, height, width), act(in)});
+    add({relu, act(out), ChainLifetime::saved_self, 0, act(out), false, relu_scratch});
+  };
   // forward() below, one statement at a time: a temporary lives to the end of its statement.
   if (fused_) {
+    // relu(max_pool2d(conv2d_fused(...))): the convolution's output lives through the pool and ReLU.
     begin_block(0);
-    add({"conv1+bias+relu", act(out1), ChainLifetime::saved_self, in_cast, 0, false, act(out1), (conv1_w + 32) * a,
+    add({"conv1+bias", act(out1), ChainLifetime::next_op, in_cast, 0, false, 0, (conv1_w + 32) * a,
          (conv1_w + 32) * master});
-    add({"pool1", act(half1), ChainLifetime::saved_next, pool_workspace(32, m.height, m.width), act(out1)});
-    begin_block(1);
-    add({"conv2+bias+relu", act(out2), ChainLifetime::saved_self, 0, act(half1), false, act(out2), (conv2_w + 64) * a,
-         (conv2_w + 64) * master});
-    // h = linear_fused(h.flatten(1), ...): pool2's output is fc1's input, or the flatten's source
-    // (freed when the statement ends).
-    add({"pool2", act(flat), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
-         pool_workspace(64, m.height / 2, m.width / 2), act(out2), false, pool2_scratch});
     ops.back().outlives = 2;
+    pool_relu("pool1", "relu1", out1, half1, 32, m.height, m.width, 0);
+    begin_block(1);
+    add({"conv2+bias", act(out2), ChainLifetime::next_op, 0, act(half1), false, 0, (conv2_w + 64) * a,
+         (conv2_w + 64) * master});
+    ops.back().outlives = 2;
+    pool_relu("pool2", "relu2", out2, flat, 64, m.height / 2, m.width / 2, relu2_scratch);
     begin_block(2);
     flatten();
     add({"fc1+bias+relu", act(256), ChainLifetime::saved_self, 0, act(flat), false, act(256), (fc1_w + 256) * a,
@@ -136,8 +148,8 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
          (fc2_w + classes) * master});
   } else {
     // conv2d and linear with a bias are a node each and a bias_add (its bias cast by to(): an f32
-    // copy of the bias gradient on the way back). The bias_add's output is the ReLU's input, held
-    // to the end of the statement: through the pool for the convolutions.
+    // copy of the bias gradient on the way back). The bias_add's output is the pool's input (the
+    // ReLU's for fc1), held to the end of the statement: through the pool and the ReLU.
     auto layer = [&](const char* name, const char* bias, double out, double dx, double weights, double channels,
                      double saved, int bias_outlives) {
       add({name, act(out), ChainLifetime::next_op, saved, dx, false, 0, weights * a, weights * master});
@@ -146,15 +158,12 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
     };
     begin_block(0);
     layer("conv1", "conv1.bias", out1, 0, conv1_w, 32, in_cast, 2);
-    add({"relu1", act(out1), ChainLifetime::saved_self, 0, act(out1)});
-    add({"pool1", act(half1), ChainLifetime::saved_next, pool_workspace(32, m.height, m.width), act(out1)});
+    pool_relu("pool1", "relu1", out1, half1, 32, m.height, m.width, 0);
     begin_block(1);
     layer("conv2", "conv2.bias", out2, act(half1), conv2_w, 64, 0, 2);
-    add({"relu2", act(out2), ChainLifetime::saved_self, 0, act(out2)});
-    add({"pool2", act(flat), shape.channels_last ? ChainLifetime::next_op : ChainLifetime::saved_next,
-         pool_workspace(64, m.height / 2, m.width / 2), act(out2), false, pool2_scratch});
+    pool_relu("pool2", "relu2", out2, flat, 64, m.height / 2, m.width / 2, relu2_scratch);
     begin_block(2);
-    flatten();  // h = h.flatten(1): pool2's output goes with the assignment
+    flatten();  // h = h.flatten(1)
     layer("fc1", "fc1.bias", 256, act(flat), fc1_w, 256, 0, 1);
     add({"relu3", act(256), ChainLifetime::saved_self, 0, act(256)});  // fc2 reads it too; relu3 runs later
     layer("fc2", "fc2.bias", classes, act(256), fc2_w, classes, 0, 1);

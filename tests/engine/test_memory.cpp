@@ -117,10 +117,11 @@ TEST_CASE("memory: the chain estimate by hand", "[memory]") {
   // ends: -60 = 120; d 1 = 121.
   CHECK(r.forward_peak == 180);
   CHECK(r.saved == 121);
-  // Backward: d over 121 (21), then d's 1 goes; at c the block runs again: its forward's 80 above
-  // its start on top of 120, with c's 20 received = 220 (activations 200); then b's 60 is back
-  // (180): c's 78 = 258; c frees 70 (110): b's 150 = 260.
-  CHECK(r.activation_peak == 200);
+  // Backward: d over 121 (21), then d's 1 goes; at c the block runs again: c's output, the
+  // block's result, is released first (120 - 20) and its forward's 80 above its start made on top,
+  // with c's 20 received = 200 (activations 180); then b's 60 is back with c (180): c's 78 = 258; c
+  // frees 70 (110): b's 150 = 260.
+  CHECK(r.activation_peak == 180);
   CHECK(r.workspace_peak == 150);
   CHECK(r.backward_peak == 260);
   CHECK(r.backward_peak_at == "b");
@@ -176,7 +177,7 @@ TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every
   }
 }
 
-TEST_CASE("memory: recomputation holds less after the forward, and never more at the peak", "[memory]") {
+TEST_CASE("memory: recomputation holds less after the forward, and the estimate knows its peak", "[memory]") {
   TrainConfig config;
   config.batch = 128;
   config.data.train_samples = 512;
@@ -189,14 +190,19 @@ TEST_CASE("memory: recomputation holds less after the forward, and never more at
     config.execution.recompute = mode;
     const StepMemoryReport r = measure_step_memory(config, smallcnn_task(config));
     INFO(step_memory_table(r));
-    // The conv blocks keep only their inputs: pool1's and pool2's outputs and the classifier's;
-    // the estimate knows which.
-    CHECK(r.measured.activations_after_forward < plain.measured.activations_after_forward / 4);
+    // The conv blocks keep only their inputs (the image, relu1's output) and the classifier its
+    // own; the estimate knows which. With the ReLU after the pool the plain blocks save only their
+    // pooled outputs, so this is little less (6.13 against 7.63 MiB at batch 128, f32).
+    CHECK(r.measured.activations_after_forward < plain.measured.activations_after_forward);
     CHECK(std::abs(static_cast<double>(r.measured.activations_after_forward) - r.estimate.chain.saved) <=
           0.10 * r.estimate.chain.saved);
-    // SmallCNN's peak is conv1's block in backward, which recomputation brings back whole: the
-    // same peak, not a byte more (the recomputed block's output and its seed are released).
-    CHECK(r.measured.total_peak <= plain.measured.total_peak);
+    // And in backward conv1's block comes back whole (conv1's and its bias's outputs) with the
+    // gradient into it waiting: above the plain step's peak, which is in the forward. The
+    // estimate says so, where and by how much.
+    const double data = static_cast<double>(r.measured.at_peak[static_cast<std::size_t>(index(MemoryCategory::data))]);
+    CHECK(std::abs(r.estimate.peak() - (static_cast<double>(r.measured.total_peak) - data)) <=
+          0.10 * r.estimate.peak());
+    CHECK(std::string(memory_phase_name(r.measured.peak_phase)) == r.estimate.peak_phase());
     CHECK(step_memory_table(r).find("recompute " + std::string(recompute_name(mode))) != std::string::npos);
   }
 }
