@@ -172,6 +172,21 @@ class StreamEvents {
   virtual int device_index() const = 0;  // the GPU the stream is on
 };
 
+// Inference on constant weights (the frozen model of torch.jit.freeze): while frozen, every weight
+// given to a forward (conv2d_forward, linear_forward) holds the same values at the same address, so
+// the backend may keep what it derives from it (the onednn backend: the weight reordered once into
+// its inference primitive's layout, kept until thawed) and use inference primitives. The caller
+// promises it; the backend still compares a sample of each weight's elements on every use and
+// derives again where they differ (counted). thaw() drops everything kept; FrozenWeightsScope
+// (engine/step.h) pairs the two, and a training step refuses to run while frozen.
+class FrozenWeights {
+ public:
+  virtual ~FrozenWeights() = default;
+  virtual void freeze() = 0;
+  virtual void thaw() noexcept = 0;
+  virtual bool frozen() const = 0;
+};
+
 // Math modes beyond IEEE arithmetic: TF32 tensor-core math for f32 GEMMs and convolutions (off by
 // default).
 class MathModes {
@@ -212,6 +227,7 @@ class Backend {
   virtual PinnedUploads* pinned_uploads() { return nullptr; }
   virtual GraphCapture* graph_capture() { return nullptr; }
   virtual MathModes* math_modes() { return nullptr; }
+  virtual FrozenWeights* frozen_weights() { return nullptr; }
   virtual StreamEvents* stream_events() { return nullptr; }
 
   // ---- memory, transfers, synchronisation, timing ----

@@ -205,6 +205,11 @@ void StepRunner::stage_for_graph(const Batch& batch) {
 }
 
 StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
+  const FrozenWeights* frozen = backend_.frozen_weights();
+  TL_CHECK(frozen == nullptr || !frozen->frozen(),
+           "step: backend '" + backend_.name() +
+               "' holds the weights frozen for inference (FrozenWeightsScope); a "
+               "training step would change them under what it keeps: end the scope first");
   StepResult result;
   PhaseTimes& phases = result.phases;
   // What the step makes outside its phases (the loss read back) is a workspace too.
@@ -363,6 +368,14 @@ StepResult StepRunner::infer(const Batch& batch) {
   }
   result.seconds = result.phases.forward_s;
   return result;
+}
+
+FrozenWeightsScope::FrozenWeightsScope(Backend& backend) : frozen_(backend.frozen_weights()) {
+  if (frozen_ != nullptr) frozen_->freeze();
+}
+
+FrozenWeightsScope::~FrozenWeightsScope() {
+  if (frozen_ != nullptr) frozen_->thaw();
 }
 
 }  // namespace trainlab

@@ -141,4 +141,20 @@ class StepRunner {
   std::int64_t steps_ = 0;
 };
 
+// Inference on constant weights for as long as it lives (backends/backend.h, FrozenWeights): the
+// backend may keep each weight in its primitive's layout from the first forward on. A backend
+// without the capability runs as before. StepRunner::step refuses to run inside one (the update
+// would go unseen by what was kept).
+class FrozenWeightsScope {
+ public:
+  explicit FrozenWeightsScope(Backend& backend);
+  ~FrozenWeightsScope();
+  FrozenWeightsScope(const FrozenWeightsScope&) = delete;
+  FrozenWeightsScope& operator=(const FrozenWeightsScope&) = delete;
+  bool active() const { return frozen_ != nullptr; }  // whether the backend has the capability
+
+ private:
+  FrozenWeights* frozen_;
+};
+
 }  // namespace trainlab

@@ -2,8 +2,11 @@
 
 #include <sys/resource.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "backends/host_memory.h"
@@ -24,7 +27,7 @@ std::map<std::string, std::int64_t> deltas(const std::map<std::string, std::int6
                                            const std::map<std::string, std::int64_t>& after) {
   std::map<std::string, std::int64_t> out;
   for (const auto& [key, value] : after) {
-    if (key == "allocations" || key == "primitives_created") {
+    if (key == "allocations" || key == "primitives_created" || key == "weight_reorders") {
       auto it = before.find(key);
       out[key] = value - (it == before.end() ? 0 : it->second);
     }
@@ -95,12 +98,17 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   result.backend_name = backend.name();
   result.threads = backend.num_threads();
   result.flop_per_sample = SmallCNN::flop_per_sample(config.forward_only);
+  result.forward_flop_per_sample = SmallCNN::flop_per_sample(true);
 
   std::int64_t next = 0;
   auto one_step = [&] {
     const Batch& batch = batches[static_cast<std::size_t>(next++ % 4)];
     return config.forward_only ? runner.infer(batch) : runner.step([&] { return batch; });
   };
+  // Forward only is inference on a frozen model, as the PyTorch peer's frozen TorchScript is: the
+  // backend may keep each weight in its primitive's layout from the first forward on.
+  std::optional<FrozenWeightsScope> frozen;
+  if (config.forward_only) frozen.emplace(backend);
   for (std::int64_t i = 0; i < config.warmup; ++i) one_step();
   reset_memory_peaks(backend.device_type());
   Profiler& profiler = Profiler::instance();
@@ -129,13 +137,68 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
     }
   }
   result.samples_per_s = static_cast<double>(result.steps * config.batch) / result.seconds;
-  result.counter_deltas = deltas(before, backend.counters());
+  const auto after = backend.counters();
+  result.counter_deltas = deltas(before, after);
+  if (frozen && frozen->active()) {
+    const auto kept = after.find("frozen_weights_kept");
+    result.frozen_weights_kept = kept == after.end() ? 0 : kept->second;
+  }
   result.backend_describe = backend.describe();
+  frozen.reset();  // before the ceiling's products, whose weights are not the model's
   result.phase_timer = backend.make_timer()->kind();
   result.peak_rss_mb = peak_rss_mb();
   result.memory_device = backend.device_type();
   result.memory = memory_usage(result.memory_device);
+  // After the steps, so that it disturbs none of them; in the dtype the step's products ran in.
+  result.ceiling = measure_ceiling(backend, dtype, config.ceiling_seconds);
   return result;
+}
+
+double GemmCeiling::median() const {
+  if (gflops.empty()) return 0;
+  std::vector<double> sorted = gflops;
+  std::sort(sorted.begin(), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
+GemmCeiling measure_ceiling(Backend& backend, DType dtype, double seconds) {
+  GemmCeiling ceiling;
+  ceiling.dtype = dtype;
+  if (!(seconds > 0)) {
+    ceiling.skipped = "not measured (ceiling seconds 0)";
+    return ceiling;
+  }
+  const OpSupport support = backend.supports_op(BackendOp::linear, dtype, false);
+  if (!support.runs()) {
+    ceiling.skipped = "backend '" + backend.name() + "' has no " + dtype_name(dtype) + " linear: " + support.how;
+    return ceiling;
+  }
+  Generator gen(0);
+  using clock = std::chrono::steady_clock;
+  // One product of n x n matrices, timed (after its warm-up call when `warm`).
+  auto product_seconds = [&](std::int64_t n, bool warm) {
+    const Tensor x = Tensor::uniform({n, n}, -1, 1, gen, dtype, backend);
+    const Tensor w = Tensor::uniform({n, n}, -1, 1, gen, dtype, backend);
+    Tensor y = Tensor::empty({n, n}, dtype, backend);
+    auto call = [&] {
+      backend.linear_forward(dtype, x.raw_data(), w.raw_data(), nullptr, false, y.raw_data(), n, n, n);
+      backend.synchronize();
+    };
+    if (warm) call();
+    const auto t = clock::now();
+    call();
+    return std::chrono::duration<double>(clock::now() - t).count();
+  };
+  // The size: grow from 256 while the next size's product (8x the work) stays within a half.
+  std::int64_t n = 256;
+  double last = product_seconds(n, true);
+  while (n < 2048 && last * 8 <= seconds / 2) {
+    n *= 2;
+    last = product_seconds(n, true);
+  }
+  ceiling.n = n;
+  ceiling.gflops = measure_gemm_gflops(backend, dtype, n, std::max(seconds, 3 * last));
+  return ceiling;
 }
 
 std::vector<double> measure_gemm_gflops(const std::string& backend_name, DType dtype, std::int64_t n, int threads,
@@ -152,6 +215,10 @@ std::vector<double> measure_gemm_gflops(const std::string& backend_name, DType d
                                                       dtype_name_ + " matrices) on backend '" + backend.name() + "'; " +
                                                       human_size(available) + " is available (use a smaller --size)");
   if (threads > 0) backend.set_num_threads(threads);
+  return measure_gemm_gflops(backend, dtype, n, seconds);
+}
+
+std::vector<double> measure_gemm_gflops(Backend& backend, DType dtype, std::int64_t n, double seconds) {
   Generator gen(0);
   const Tensor x = Tensor::uniform({n, n}, -1, 1, gen, dtype, backend);
   const Tensor w = Tensor::uniform({n, n}, -1, 1, gen, dtype, backend);
@@ -196,13 +263,68 @@ nlohmann::json compute_json(const StepPlan& plan) {
 }
 }  // namespace
 
+namespace {
+// The step's GFLOP/s (over the wall clock) and each computing phase's (over its own time).
+struct PhaseRates {
+  double step = 0, forward = 0, backward = 0;
+};
+PhaseRates phase_rates(const ThroughputResult& r) {
+  const double samples = static_cast<double>(r.steps * r.config.batch);
+  const double backward_flop =
+      r.flop_per_sample - (r.config.forward_only ? r.flop_per_sample : r.forward_flop_per_sample);
+  const double forward_flop = r.flop_per_sample - backward_flop;
+  auto rate = [&](double flop, double seconds) { return seconds > 0 ? flop * samples / seconds * 1e-9 : 0.0; };
+  return {rate(r.flop_per_sample, r.seconds), rate(forward_flop, r.phases.forward_s),
+          rate(backward_flop, r.phases.backward_s)};
+}
+
+nlohmann::json ceiling_json(const ThroughputResult& r) {
+  const GemmCeiling& c = r.ceiling;
+  if (!c.skipped.empty()) return {{"skipped", c.skipped}};
+  const PhaseRates p = phase_rates(r);
+  const double ceiling = c.median();
+  auto share = [&](double rate) { return ceiling > 0 ? rate / ceiling : 0.0; };
+  nlohmann::json shares = {{"step", share(p.step)}, {"forward", share(p.forward)}};
+  if (!r.config.forward_only) shares["backward"] = share(p.backward);
+  return {{"gemm_gflop_per_s", ceiling},
+          {"gemm_gflop_per_s_each", c.gflops},
+          {"gemm_n", c.n},
+          {"dtype", dtype_name(c.dtype)},
+          {"share", shares},
+          {"what",
+           "GEMM: n x n x n products through this backend's linear kernel in this process, after the "
+           "steps (warm-up call excluded), median; share: GFLOP/s of the step (wall clock) and of each "
+           "phase (its own time) over it"}};
+}
+}  // namespace
+
+std::string throughput_summary(const ThroughputResult& r) {
+  const PhaseRates p = phase_rates(r);
+  std::string out = fmt::format("throughput: {:.0f} samples/s, step {:.1f} GFLOP/s (forward {:.1f}", r.samples_per_s,
+                                p.step, p.forward);
+  if (!r.config.forward_only) out += fmt::format(", backward {:.1f}", p.backward);
+  out += ")";
+  const double ceiling = r.ceiling.median();
+  if (!r.ceiling.skipped.empty() || ceiling <= 0) return out + "; GEMM ceiling " + r.ceiling.skipped;
+  out +=
+      fmt::format(" = {:.0f}% of this process's {} GEMM ceiling, {:.1f} GFLOP/s at n={} (forward {:.0f}%",
+                  100 * p.step / ceiling, dtype_name(r.ceiling.dtype), ceiling, r.ceiling.n, 100 * p.forward / ceiling);
+  if (!r.config.forward_only) out += fmt::format(", backward {:.0f}%", 100 * p.backward / ceiling);
+  return out + ")";
+}
+
 std::string throughput_json(const ThroughputResult& r) {
   const double total = r.phases.total();
   auto share = [&](double s) { return total > 0 ? s / total : 0.0; };
+  const PhaseRates rates = phase_rates(r);
+  nlohmann::json by_phase = {{"forward", rates.forward}};
+  if (!r.config.forward_only) by_phase["backward"] = rates.backward;
   nlohmann::json j = {{"tool", "trainlab throughput"},
                       {"samples_per_s", r.samples_per_s},
                       {"gflop_per_s", r.samples_per_s * r.flop_per_sample * 1e-9},
                       {"flop_per_sample", r.flop_per_sample},
+                      {"gflop_per_s_by_phase", by_phase},
+                      {"ceiling", ceiling_json(r)},
                       {"steps", r.steps},
                       {"seconds", r.seconds},
                       {"warmup_steps_excluded", r.config.warmup},
@@ -218,6 +340,7 @@ std::string throughput_json(const ThroughputResult& r) {
                         {"backward", share(r.phases.backward_s)},
                         {"optimizer", share(r.phases.optimizer_s)}}},
                       {"after_warmup", r.counter_deltas},
+                      {"frozen_weights_kept", r.frozen_weights_kept},
                       {"peak_rss_mb", r.peak_rss_mb},
                       {"memory", nlohmann::json::parse(memory_usage_json(r.memory, r.memory_device))},
                       {"op_seconds", r.op_seconds},

@@ -28,6 +28,18 @@ struct ThroughputConfig {
   std::int64_t min_steps = 3;
   std::uint64_t seed = 0;
   bool profile = false;  // record op spans over the measured steps (op_seconds in the result)
+  // The GEMM ceiling measured after the steps, in the run's dtype through the same backend's linear
+  // kernel, for `ceiling_seconds` (0: none): the step's and each phase's share of it.
+  double ceiling_seconds = 1.0;
+};
+
+// The same process's GEMM ceiling (measure_ceiling): what a step's GFLOP/s is a share of.
+struct GemmCeiling {
+  std::string skipped;  // why there is none (ceiling_seconds 0, a dtype the linear kernel lacks), else ""
+  DType dtype = DType::f32;
+  std::int64_t n = 0;          // the products' size: n x n x n
+  std::vector<double> gflops;  // each timed product's GFLOP/s (the first, warm-up, excluded)
+  double median() const;
 };
 
 struct ThroughputResult {
@@ -52,7 +64,12 @@ struct ThroughputResult {
   // With profile: per span name (conv2d.forward, reorder, ...), total seconds and calls over the
   // measured steps; spans nest (an op inside a phase), so they do not add up to the step.
   std::map<std::string, std::pair<double, std::int64_t>> op_seconds;
-  StepPlan plan;  // what the backend ran natively and what it emulated (engine/step.h)
+  StepPlan plan;                       // what the backend ran natively and what it emulated (engine/step.h)
+  double forward_flop_per_sample = 0;  // the forward's share of flop_per_sample (the rest: backward)
+  // Forward only: the weights the backend kept in its primitives' layouts (FrozenWeights); -1 where
+  // the backend has no such capability or the run trained.
+  std::int64_t frozen_weights_kept = -1;
+  GemmCeiling ceiling;
 };
 
 ThroughputResult measure_throughput(const ThroughputConfig& config);
@@ -61,7 +78,16 @@ ThroughputResult measure_throughput(const ThroughputConfig& config);
 // inner product), repeated for `seconds` after one warm-up call. Returns each call's GFLOP/s.
 std::vector<double> measure_gemm_gflops(const std::string& backend, DType dtype, std::int64_t n, int threads,
                                         double seconds);
+std::vector<double> measure_gemm_gflops(Backend& backend, DType dtype, std::int64_t n, double seconds);
+// The GEMM ceiling for a step's share: products of n x n matrices through the backend's linear
+// kernel in `dtype`, n the largest power of two from 256 to 2048 whose product takes at most half
+// of `seconds` (2048 on a fast backend, as `trainlab gemm` and make compare; smaller on the
+// reference one, which would take minutes), then timed for `seconds` (at least 3 products). skipped says why where the
+// backend's linear lacks `dtype`.
+GemmCeiling measure_ceiling(Backend& backend, DType dtype, double seconds);
 std::string throughput_json(const ThroughputResult& result);  // one line
+// One line for people: the step's GFLOP/s and each phase's, against the ceiling.
+std::string throughput_summary(const ThroughputResult& result);
 std::string gemm_json(Backend& backend, DType dtype, std::int64_t n, const std::vector<double>& gflops);
 double peak_rss_mb();
 

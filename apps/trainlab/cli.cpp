@@ -169,7 +169,9 @@ int run_verify_checkpoint(const std::string& dir) {
 
 int run_throughput(const ThroughputConfig& config) {
   check_backend_name(config.backend);
-  std::printf("%s\n", throughput_json(measure_throughput(config)).c_str());
+  const ThroughputResult result = measure_throughput(config);
+  std::printf("%s\n", throughput_json(result).c_str());
+  std::fprintf(stderr, "%s\n", throughput_summary(result).c_str());
   return 0;
 }
 
@@ -415,10 +417,17 @@ ThroughputCommand add_throughput(CLI::App& app) {
   c.command->add_option("--warmup", c.config.warmup, "warm-up steps excluded [0..10000]")->check(FiniteRange(0, 10000));
   c.command->add_option("--seed", c.config.seed, "seed for weights and data");
   c.command->add_flag("--fuse", c.config.fuse, "conv/linear with bias and ReLU fused");
-  c.command->add_flag("--forward-only", c.config.forward_only, "inference: forward passes without gradients");
+  c.command->add_flag("--forward-only", c.config.forward_only,
+                      "inference: forward passes without gradients on frozen weights (onednn: each weight reordered "
+                      "once into its inference primitive's layout and kept)");
   c.command->add_flag("--cuda-graph", c.config.cuda_graph,
                       "training steps replayed from CUDA graphs (forward and backward captured after the warm-up)");
   c.command->add_flag("--profile", c.config.profile, "add per-op seconds over the measured steps (op_seconds)");
+  c.command
+      ->add_option("--ceiling-seconds", c.config.ceiling_seconds,
+                   "seconds of GEMM products after the steps, the ceiling the step's GFLOP/s is a share of "
+                   "(0: none) [0..600]")
+      ->check(FiniteRange(0.0, 600.0));
   return c;
 }
 

@@ -19,10 +19,14 @@
 // activation lets oneDNN choose its preferred (blocked) layout and is reordered in and out inside
 // the op; that cost is counted in the op's time, which is what the layout knob measures. Weights
 // are [O, I, kH, kW] in the engine and reordered to the primitive's layout on every call (they
-// change every step).
+// change every step), except while frozen for inference (backends/backend.h, FrozenWeights): then
+// the forwards are oneDNN's inference primitives and each weight is reordered (and, emulated,
+// widened) once, into a buffer kept until thawed; counters() reports weight_reorders, so a frozen
+// forward's profile shows none after the first.
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -88,11 +92,12 @@ struct Operand {
   std::size_t inner_bytes = 0, staged_bytes = 0;
 };
 
-class OnednnBackend final : public cpu::CpuBackend {
+class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
  public:
   OnednnBackend() : CpuBackend("onednn", /*caching=*/true), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
     omp_set_num_threads(threads_);
   }
+  ~OnednnBackend() override { thaw(); }
 
   bool supports(DType dtype) const override {
     return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
@@ -105,6 +110,23 @@ class OnednnBackend final : public cpu::CpuBackend {
     const Family family = op == BackendOp::conv2d ? Family::conv : Family::inner_product;
     if (native(dtype, family)) return OpSupport::native(std::string("oneDNN ") + dtype_name(dtype) + " primitives");
     return OpSupport::emulated(emulation_reason(dtype, family));
+  }
+
+  FrozenWeights* frozen_weights() override { return this; }
+  // Nested scopes make the same promise: the kept weights go when the outermost one ends.
+  void freeze() override {
+    std::lock_guard lock(mutex_);
+    ++frozen_depth_;
+  }
+  void thaw() noexcept override {
+    std::lock_guard lock(mutex_);
+    if (frozen_depth_ > 0 && --frozen_depth_ > 0) return;
+    for (auto& [where, kept] : kept_) allocator_.deallocate(kept.data, kept.bytes);
+    kept_.clear();
+  }
+  bool frozen() const override {
+    std::lock_guard lock(mutex_);
+    return frozen_depth_ > 0;
   }
 
   void set_num_threads(int threads) override {
@@ -148,25 +170,24 @@ class OnednnBackend final : public cpu::CpuBackend {
     check(dtype, BackendOp::linear, false);
     guarded("linear_forward", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("ip_fwd", key(dtype, batch, in, out, bias != nullptr, relu), dtype, Family::inner_product,
-                       [&](Entry& fresh, dt c) {
-                         const auto d = data_type(dtype);
-                         const memory::desc src({batch, in}, c, tag::nc), dst({batch, out}, c, tag::nc);
-                         const memory::desc weights_any({out, in}, c, tag::any), bias_md({out}, c, tag::x);
-                         const auto desc = bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training,
-                                                                                    src, weights_any, bias_md, dst)
-                                                : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training,
-                                                                                    src, weights_any, dst);
-                         const dnnl::inner_product_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
-                         fresh.operands = {operand({{batch, in}, d, tag::nc}, src, true),
-                                           operand({{out, in}, d, tag::oi}, pd.weights_desc(), true),
-                                           operand({{out}, d, tag::x}, bias_md, true),
-                                           operand({{batch, out}, d, tag::nc}, dst, false)};
-                         fresh.primitive = dnnl::inner_product_forward(pd);
-                         note_impl(pd.impl_info_str(), dtype, c);
-                       });
+      const bool inference = frozen();
+      const auto prop = inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+      const std::string k = key(dtype, batch, in, out, bias != nullptr, relu);
+      Entry& e = entry(inference ? "ip_inference" : "ip_fwd", k, dtype, Family::inner_product, [&](Entry& fresh, dt c) {
+        const auto d = data_type(dtype);
+        const memory::desc src({batch, in}, c, tag::nc), dst({batch, out}, c, tag::nc);
+        const memory::desc weights_any({out, in}, c, tag::any), bias_md({out}, c, tag::x);
+        const auto desc = bias ? dnnl::inner_product_forward::desc(prop, src, weights_any, bias_md, dst)
+                               : dnnl::inner_product_forward::desc(prop, src, weights_any, dst);
+        const dnnl::inner_product_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
+        fresh.operands = {operand({{batch, in}, d, tag::nc}, src, true),
+                          operand({{out, in}, d, tag::oi}, pd.weights_desc(), true),
+                          operand({{out}, d, tag::x}, bias_md, true), operand({{batch, out}, d, tag::nc}, dst, false)};
+        fresh.primitive = dnnl::inner_product_forward(pd);
+        note_impl(pd.impl_info_str(), dtype, c);
+      });
       bind_in(e.operands[0], x, scratch);
-      bind_in(e.operands[1], weight, scratch);
+      bind_weights(e.operands[1], weight, inference ? "ip|" + k : "", scratch);
       if (bias) bind_in(e.operands[2], bias, scratch);
       bind_out(e.operands[3], y, scratch);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
@@ -255,14 +276,17 @@ class OnednnBackend final : public cpu::CpuBackend {
     check(dtype, BackendOp::conv2d, s.channels_last);
     guarded("conv2d_forward", [&] {
       Scratch scratch(*this);
-      Entry& e = entry("conv_fwd", key(dtype, s, bias != nullptr, relu), dtype, Family::conv, [&](Entry& fresh, dt c) {
+      const bool inference = frozen();
+      const auto prop = inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+      const std::string k = key(dtype, s, bias != nullptr, relu);
+      Entry& e = entry(inference ? "conv_inference" : "conv_fwd", k, dtype, Family::conv, [&](Entry& fresh, dt c) {
         const ConvDescs cd = conv_descs(dtype, c, s);
-        const auto desc = bias ? dnnl::convolution_forward::desc(
-                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, cd.src_any,
-                                     cd.weights_any, cd.bias_inner, cd.dst_any, cd.strides, cd.padding, cd.padding)
-                               : dnnl::convolution_forward::desc(
-                                     dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, cd.src_any,
-                                     cd.weights_any, cd.dst_any, cd.strides, cd.padding, cd.padding);
+        const auto desc =
+            bias
+                ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, cd.src_any, cd.weights_any,
+                                                  cd.bias_inner, cd.dst_any, cd.strides, cd.padding, cd.padding)
+                : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, cd.src_any, cd.weights_any,
+                                                  cd.dst_any, cd.strides, cd.padding, cd.padding);
         const dnnl::convolution_forward::primitive_desc pd(desc, relu_attr(relu), engine_);
         fresh.operands = {operand(cd.src, pd.src_desc(), true), operand(cd.weights, pd.weights_desc(), true),
                           operand(cd.bias, cd.bias_inner, true), operand(cd.dst, pd.dst_desc(), false)};
@@ -270,7 +294,7 @@ class OnednnBackend final : public cpu::CpuBackend {
         note_impl(pd.impl_info_str(), dtype, c);
       });
       bind_in(e.operands[0], x, scratch);
-      bind_in(e.operands[1], weight, scratch);
+      bind_weights(e.operands[1], weight, inference ? "conv|" + k : "", scratch);
       if (bias) bind_in(e.operands[2], bias, scratch);
       bind_out(e.operands[3], y, scratch);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
@@ -374,6 +398,7 @@ class OnednnBackend final : public cpu::CpuBackend {
                              : "emulated conv2d, native linear");
     }
     out += ", " + std::to_string(primitives_created_) + " primitives";
+    if (frozen_depth_ > 0) out += ", inference on frozen weights (" + std::to_string(kept_.size()) + " kept in layout)";
     if (shape_fallbacks_ > 0) out += " (" + std::to_string(shape_fallbacks_) + " emulated for want of a native one)";
     if (!impls.empty()) out += " (implementations: " + impls + ")";
     return out;
@@ -383,6 +408,9 @@ class OnednnBackend final : public cpu::CpuBackend {
     std::lock_guard lock(mutex_);
     auto out = CpuBackend::counters();
     out["primitives_created"] = primitives_created_;
+    out["weight_reorders"] = weight_reorders_;
+    out["frozen_weights_kept"] = static_cast<std::int64_t>(kept_.size());
+    out["frozen_weights_changed"] = frozen_weights_changed_;
     return out;
   }
 
@@ -597,6 +625,64 @@ class OnednnBackend final : public cpu::CpuBackend {
     op.to_inner.execute(stream_, op.widened ? op.staged : op.user, op.inner);
   }
 
+  // Binds a forward's weight. Unfrozen (`kept_key` empty) as any input, counted in weight_reorders
+  // when it is reordered or widened. Frozen: from the buffer kept for (this address, the primitive
+  // `kept_key`), derived on first use, and again (counted in frozen_weights_changed) when a sample of
+  // the weight's elements differs from the one taken then.
+  void bind_weights(Operand& op, const void* ptr, const std::string& kept_key, Scratch& scratch) {
+    if (!op.reordered && !op.widened) {
+      bind(op, ptr);
+      return;
+    }
+    if (kept_key.empty()) {
+      bind_in(op, ptr, scratch);
+      ++weight_reorders_;
+      return;
+    }
+    bind(op, ptr);
+    const std::size_t bytes = op.reordered ? op.inner_bytes : op.staged_bytes;
+    const std::string sample = weight_sample(ptr, op.user.get_desc().get_size());
+    Kept* kept = nullptr;
+    bool derive = false;
+    {
+      std::lock_guard lock(mutex_);
+      auto [it, fresh] = kept_.try_emplace({ptr, kept_key});
+      kept = &it->second;
+      if (fresh) {
+        kept->data = allocator_.allocate(bytes);
+        kept->bytes = bytes;
+      } else if (kept->sample != sample) {
+        ++frozen_weights_changed_;
+      }
+      derive = fresh || kept->sample != sample;
+      kept->sample = sample;
+    }
+    // The primitive reads the kept buffer: the reorder's target, or (widened only) the f32 copy.
+    (op.reordered ? op.inner : op.staged).set_data_handle(kept->data);
+    if (!derive) return;
+    ++weight_reorders_;
+    if (op.widened) {
+      void* staged = op.reordered ? scratch.get(op.staged_bytes) : kept->data;
+      op.staged.set_data_handle(staged);
+      CpuBackend::cast(op.storage, ptr, DType::f32, staged, op.elements);
+    }
+    if (op.reordered) {
+      op.to_inner.execute(stream_, op.widened ? op.staged : op.user, op.inner);
+      stream_.wait();
+    }
+  }
+
+  // 32 slices of 8 bytes spread over a weight's `bytes` (all of it when smaller): what a kept weight
+  // is compared by.
+  static std::string weight_sample(const void* ptr, std::size_t bytes) {
+    const auto* p = static_cast<const char*>(ptr);
+    if (bytes <= 256) return std::string(p, bytes);
+    std::string out;
+    out.reserve(256);
+    for (std::size_t i = 0; i < 32; ++i) out.append(p + (bytes - 8) * i / 31, 8);
+    return out;
+  }
+
   // Binds an output; when the primitive writes another layout or dtype it writes scratch, and
   // finish_out moves that back.
   void bind_out(Operand& op, void* ptr, Scratch& scratch) {
@@ -628,6 +714,16 @@ class OnednnBackend final : public cpu::CpuBackend {
   std::set<std::string> impls_;
   std::int64_t primitives_created_ = 0;
   std::int64_t shape_fallbacks_ = 0;
+  // Frozen weights (FrozenWeights): each weight in its inference primitive's layout, by (address,
+  // primitive), in blocks of the caching allocator until thawed.
+  struct Kept {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    std::string sample;  // weight_sample() of the weight it was derived from
+  };
+  int frozen_depth_ = 0;
+  std::map<std::pair<const void*, std::string>, Kept> kept_;
+  std::int64_t weight_reorders_ = 0, frozen_weights_changed_ = 0;
   mutable bool probed_ = false;
   mutable bool native_[4] = {};  // index(dtype, family)
 };

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "bench/measure/stats.h"
 #include "studies/allreduce/rows.h"
@@ -120,9 +121,24 @@ TEST_CASE("cli: throughput and grad-dump refuse bad input", "[cli]") {
                        (dir / "ckpt/model.safetensors").string() + " --out " + (dir / "g.safetensors").string() +
                        " --dtype bf16 --backend reference",
                    {"batch"});
-  const Run ok = run("throughput --backend reference --batch 4 --seconds 0.01 --warmup 1");
+  const Run ok = run("throughput --backend reference --batch 4 --seconds 0.01 --warmup 1 --ceiling-seconds 0.2");
   CHECK(ok.exit_code == 0);
   CHECK(ok.out.find("\"samples_per_s\"") != std::string::npos);
+  // The step against this process's GEMM ceiling: in the JSON (each phase's share) and on stderr.
+  const auto json = nlohmann::json::parse(ok.out.substr(0, ok.out.find('\n')));
+  const auto& ceiling = json.at("ceiling");
+  CHECK(ceiling.at("gemm_n").get<int>() >= 256);  // the smallest size; the reference is slow
+  CHECK(ceiling.at("gemm_gflop_per_s").get<double>() > 0);
+  for (const char* phase : {"step", "forward", "backward"}) {
+    INFO(phase);
+    CHECK(ceiling.at("share").at(phase).get<double>() > 0);
+  }
+  CHECK(json.at("gflop_per_s_by_phase").at("backward").get<double>() > 0);
+  CHECK(ok.err.find("of this process's f32 GEMM ceiling") != std::string::npos);
+  const Run none = run("throughput --backend reference --batch 4 --seconds 0.01 --warmup 1 --ceiling-seconds 0");
+  CHECK(none.exit_code == 0);
+  CHECK(none.out.find("\"skipped\":\"not measured (ceiling seconds 0)\"") != std::string::npos);
+  expect_bad_input("throughput --ceiling-seconds -1", {"--ceiling-seconds", "-1"});
   fs::remove_all(dir);
 }
 

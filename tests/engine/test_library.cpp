@@ -155,3 +155,28 @@ TEST_CASE("library: the step runner trains the same as the trainer, step by step
   }
   CHECK(runner.steps() == c.steps);
 }
+
+TEST_CASE("library: a training step refuses to run while the weights are frozen for inference", "[library]") {
+  // FrozenWeightsScope promises the backend constant weights; an update inside it would go unseen
+  // by the weights the backend keeps in its primitives' layouts, so the step refuses, in one line.
+  Backend& backend = get_backend("onednn");
+  REQUIRE(backend.frozen_weights() != nullptr);
+  TrainConfig c = quadrants_config();
+  Generator gen(c.seed);
+  const TrainTask task = quadrants_task();
+  auto model = task.make_model(InitOptions{&gen, DType::f32, &backend});
+  SGD optimizer(model->named_parameters(), SgdOptions{0.1, 0.0, 0.0, 0.0, false});
+  StepRunner runner(backend, *model, optimizer, StepOptions{});
+  DataLoaderOptions loader_options;
+  loader_options.batch_size = 8;
+  DataLoader loader(task.train_data, loader_options, backend);
+  const Batch batch = loader.next();
+  {
+    FrozenWeightsScope frozen(backend);
+    CHECK(runner.infer(batch).phases.forward_s >= 0);
+    CHECK_THROWS_WITH(runner.step([&] { return batch; }),
+                      Catch::Matchers::Contains("frozen for inference") && Catch::Matchers::Contains("onednn"));
+    CHECK(runner.steps() == 0);
+  }
+  CHECK(runner.step([&] { return batch; }).loss > 0);  // thawed: it trains
+}
