@@ -19,6 +19,8 @@ export ONEDNN_MAX_CPU_ISA := AVX2
 # The PyTorch peers capped alike: their oneDNN by the line above, ATen's own kernels by this one.
 export ATEN_CPU_CAPABILITY := avx2
 LEDGER ?= results/avx2/ledger_cpu.jsonl
+# docs/RESULTS.md's comparison blocks of this run are the _avx2 ones (the native run's stay).
+AVX2_BLOCKS := _avx2
 else ifneq ($(CPU),)
 $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset for this machine's own)
 endif
@@ -129,11 +131,13 @@ ladder-full: build $(if $(filter fashion,$(DATA)),fashion-data)
 # variant the peer defines, interleaved over 5 rounds; the best PyTorch variant per dtype in the run
 # is the peer. Appends the run to $(LEDGER), regenerates $(REPORT) (its figure of the ratios per
 # round) and, from the ledger, docs/RESULTS.md's three comparison blocks (bench_report is their one
-# writer).
+# writer). `make compare CPU=avx2` is the capped arm: the portable build under ONEDNN_MAX_CPU_ISA=AVX2
+# against PyTorch capped alike, its targets issue 28's AVX2 row, its blocks the _avx2 ones.
 compare: build
-	@python3 bench/compare_torch.py --ledger $(LEDGER) --out $(dir $(LEDGER))compare_torch.json
+	@python3 bench/compare_torch.py --trainlab $(TRAINLAB) --ledger $(LEDGER) --out $(dir $(LEDGER))compare_torch.json
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) --readme docs/RESULTS.md \
-	  --blocks torch_ratios,compare_torch,compare_torch_headline > /dev/null && echo "report: $(REPORT)"
+	  --blocks torch_ratios$(AVX2_BLOCKS),compare_torch$(AVX2_BLOCKS),compare_torch_headline$(AVX2_BLOCKS) > /dev/null \
+	  && echo "report: $(REPORT)"
 
 # Re-runs a sample of the latest ladder run's rungs in $(LEDGER) and says whether each lands within
 # its recorded spread (SAMPLE rungs, default 3); then, where make compare left its JSON beside the

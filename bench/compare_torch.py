@@ -64,9 +64,11 @@ def peer_variants():
     return json.loads(result.stdout)
 
 
-def trainlab_configs(threads):
+def trainlab_configs(threads, capped=False):
     """(key, label, kind, argv) of every trainlab configuration measured; kind picks the peer.
-    An argv may start with VAR=value environment settings."""
+    An argv may start with VAR=value environment settings. `capped`: the whole run is held to an ISA
+    by ONEDNN_MAX_CPU_ISA (make compare CPU=avx2), so the arm that caps bf16 below its native ISA
+    (by setting that variable itself, which would lift the run's cap) is left out."""
     def tl(key, label, kind, *flags, threads_override=None, env=()):
         dtype = "bf16" if kind == "bf16" else "f32"
         return (key, label, kind,
@@ -80,9 +82,10 @@ def trainlab_configs(threads):
         tl("tl_eigen_f32", "eigen f32 nchw", "f32", "--backend", "eigen"),
         tl("tl_onednn_bf16", "onednn bf16 nchw", "bf16", "--backend", "onednn"),
         tl("tl_onednn_bf16_best", "onednn bf16 nhwc fused", "bf16", "--backend", "onednn", "--layout", "nhwc", "--fuse"),
-        # What bf16 costs on a CPU without native bf16: oneDNN held to plain AVX-512 (its fallback).
-        tl("tl_onednn_bf16_no_native", "onednn bf16 nhwc fused, ISA capped at avx512_core", "bf16", "--backend",
-           "onednn", "--layout", "nhwc", "--fuse", env=("ONEDNN_MAX_CPU_ISA=AVX512_CORE",)),
+        *([] if capped else [
+            # What bf16 costs on a CPU without native bf16: oneDNN held to plain AVX-512 (its fallback).
+            tl("tl_onednn_bf16_no_native", "onednn bf16 nhwc fused, ISA capped at avx512_core", "bf16", "--backend",
+               "onednn", "--layout", "nhwc", "--fuse", env=("ONEDNN_MAX_CPU_ISA=AVX512_CORE",))]),
         tl("tl_onednn_f32_infer", "onednn f32 nhwc fused, forward only", "f32_infer", "--backend", "onednn", "--layout",
            "nhwc", "--fuse", "--forward-only"),
     ]
@@ -165,6 +168,44 @@ def render(doc):
             headline.append(f"| {config} | {fmt(row['samples_per_s'])} | {row['peer']} | "
                             f"{fmt(row['peer_samples_per_s'])} | {fmt(row['ratio'], 2)}x |")
     return "\n".join(lines), "\n".join(headline)
+
+
+# Issue 28's targets, by the ISA family trainlab ran with (the throughput rows' "isa"): the best
+# trainlab configuration of each dtype against the best PyTorch variant of the same dtype, per round;
+# the forward-only configuration against PyTorch's best inference variant (frozen TorchScript);
+# the best f32 configuration's GFLOP/s against the same round's GEMM ceiling.
+TARGETS = {
+    "avx512": {"f32": 1.5, "bf16": 1.5, "f32_infer": 1.2, "ceiling": 0.75},
+    "avx2": {"f32": 1.4, "bf16": 3.0, "f32_infer": 1.2, "ceiling": 0.60},
+}
+# Arms that show a handicap on purpose, never a contender for "the best trainlab configuration".
+NOT_CONTENDING = ("tl_onednn_f32_best_1t", "tl_onednn_bf16_no_native")
+
+
+def isa_family(isa):
+    """"avx512" for oneDNN's avx512_* ISAs, "avx2" for avx2 and avx2_vnni, None below (no targets)."""
+    return "avx512" if isa.startswith("avx512") else "avx2" if isa.startswith("avx2") else None
+
+
+def issue_targets(isa, samples, best, rows, ratio):
+    """(name, value summary, at_least, at_most) of each of the ISA's targets; rows: trainlab key -> its
+    row (samples_per_s, ceiling_share); ratio(a, b): the per-round ratio summary of two keys."""
+    family = isa_family(isa)
+    if family is None:
+        return []
+    goal = TARGETS[family]
+    out = []
+    for kind, what in (("f32", "f32 training"), ("bf16", "bf16 training"), ("f32_infer", "forward only (f32)")):
+        keys = [k for k, row in rows.items() if row["kind"] == kind and k not in NOT_CONTENDING]
+        if not keys or kind not in best:
+            continue
+        ours = best_variant(keys, samples)
+        out.append((f"{family} ({isa}): {what}, best trainlab ({rows[ours]['config']}) >= {goal[kind]}x "
+                    f"best PyTorch {kind}", ratio(ours, best[kind]), goal[kind], None))
+        if kind == "f32":
+            out.append((f"{family} ({isa}): f32 step / GEMM ceiling ({rows[ours]['config']}) >= "
+                        f"{goal['ceiling']:.0%}", rows[ours]["ceiling_share"], goal["ceiling"], None))
+    return out
 
 
 HEADLINE_KEYS = ("tl_onednn_f32_best", "tl_onednn_bf16_best", "tl_onednn_f32_infer")
@@ -250,12 +291,15 @@ def load_run(parser, path):
 
 
 def main():
+    global TRAINLAB
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per configuration and round")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare_torch.json"))
+    parser.add_argument("--trainlab", default=TRAINLAB,
+                        help="the trainlab binary (make compare CPU=avx2 passes the portable build's)")
     parser.add_argument("--ledger", default="",
                         help="also append the run to this ledger (a compare_torch row per trainlab configuration, a "
                              "compare_torch_peer row per PyTorch variant), which bench_report draws")
@@ -267,6 +311,7 @@ def main():
                              "recorded PyTorch peers, and say whether each ratio lands within its recorded per-round range")
     parser.add_argument("--sample", type=int, default=3, help="--verify: headline configurations re-run (1-3)")
     args = parser.parse_args()
+    TRAINLAB = os.path.abspath(args.trainlab)
     # Every value checked here, with what is allowed, before any process starts (trainlab's own
     # limits: --seconds (0, 3600], --batch 1..65536, --threads 1..1024).
     if not (math.isfinite(args.seconds) and 0 < args.seconds <= 3600):
@@ -317,7 +362,8 @@ def main():
                  "install Debian's python3-torch (scripts/install-deps.sh does)")
 
     variants = peer_variants()
-    configs = trainlab_configs(args.threads) + torch_configs(args.threads, variants)
+    capped = bool(os.environ.get("ONEDNN_MAX_CPU_ISA"))
+    configs = trainlab_configs(args.threads, capped) + torch_configs(args.threads, variants)
     samples = {key: [] for key, *_ in configs}
     rss = {key: [] for key, *_ in configs}
     gflops = {"f32": [], "bf16": []}
@@ -351,7 +397,7 @@ def main():
         return summary([x / y for x, y in zip(samples[a], samples[b])])
 
     rows = []
-    for key, label, kind, _ in trainlab_configs(args.threads):
+    for key, label, kind, _ in trainlab_configs(args.threads, capped):
         peer = best[kind]
         ceiling = gflops["bf16" if kind == "bf16" else "f32"]
         tput = summary(samples[key])
@@ -363,25 +409,27 @@ def main():
             "gflop_per_s": summary(gf),
             "ceiling_share": summary([g / c for g, c in zip(gf, ceiling)]),
             "rss_mb": summary(rss[key]), "peer_rss_mb": summary(rss[peer]),
+            "isa": next(x["result"].get("isa", "") for x in raw if x["key"] == key),
         })
 
-    targets = [
-        ("f32 training, onednn >= 1.0x best PyTorch f32 (stretch 1.3x)", ratio("tl_onednn_f32_best", best["f32"]), 1.0, 1.3),
-        ("bf16 training, onednn >= 1.0x best PyTorch bf16 (stretch 1.3x)", ratio("tl_onednn_bf16_best", best["bf16"]), 1.0, 1.3),
-        ("forward-only f32 >= 1.0x best PyTorch inference", ratio("tl_onednn_f32_infer", best["f32_infer"]), 1.0, None),
+    isa = next(x["result"].get("isa", "?") for x in raw if x["key"] == "tl_onednn_f32")
+    targets = issue_targets(isa, samples, best, {key: dict(row, kind=kind) for (key, _, kind, _), row in
+                                                 zip(trainlab_configs(args.threads, capped), rows)}, ratio)
+    targets += [
         ("2 threads over 1 thread, onednn, >= 1.7x", ratio("tl_onednn_f32_best", "tl_onednn_f32_best_1t"), 1.7, None),
         ("eigen f32 training >= 2x PyTorch as shipped", ratio("tl_eigen_f32", "torch_f32_shipped"), 2.0, None),
         ("(report) fusion's worth: onednn f32 nhwc fused over unfused", ratio("tl_onednn_f32_best", "tl_onednn_f32_nhwc"),
          None, None),
         ("(report) channels_last's worth: onednn f32 nhwc over nchw, both unfused",
          ratio("tl_onednn_f32_nhwc", "tl_onednn_f32"), None, None),
-        ("(report) bf16 without native bf16 instructions, relative to native", 
-         ratio("tl_onednn_bf16_no_native", "tl_onednn_bf16_best"), None, None),
         ("peak RSS, onednn f32 <= 0.5x PyTorch as shipped f32",
          summary([a / b for a, b in zip(rss["tl_onednn_f32"], rss["torch_f32_shipped"])]), None, 0.5),
         ("peak RSS, onednn bf16 <= 0.5x best PyTorch bf16",
          summary([a / b for a, b in zip(rss["tl_onednn_bf16_best"], rss[best["bf16"]])]), None, 0.5),
     ]
+    if not capped:
+        targets.append(("(report) bf16 without native bf16 instructions, relative to native",
+                        ratio("tl_onednn_bf16_no_native", "tl_onednn_bf16_best"), None, None))
 
     machine = {"cpu": platform.processor() or platform.machine(), "python": sys.version.split()[0],
                "torch": probe.stdout.strip(), "threads": args.threads, "batch": args.batch,
@@ -442,7 +490,7 @@ def append_ledger(path, doc, samples, labels, configs, best):
                       "samples_per_s": row["samples_per_s"], "peer_samples_per_s": row["peer_samples_per_s"],
                       "ratio": row["ratio"], "ratio_per_round": row["ratio_per_round"],
                       "gflop_per_s": row["gflop_per_s"], "ceiling_share": row["ceiling_share"],
-                      "rss_mb": row["rss_mb"], "peer_rss_mb": row["peer_rss_mb"]})
+                      "rss_mb": row["rss_mb"], "peer_rss_mb": row["peer_rss_mb"], "isa": row.get("isa", "")})
     # The run itself: what docs/RESULTS.md's comparison blocks need beside the rows (bench_report
     # --readme draws them from the ledger: the one writer of the generated blocks).
     lines.append({**common, "kind": "compare_torch_run", "date": machine["date"],

@@ -55,10 +55,14 @@ struct CompareTorchRow {
   // The step's GFLOP/s, its share of the same run's GEMM ceiling, and both processes' peak RSS (rows
   // written since the comparison's table is drawn from the ledger).
   std::optional<MedianRange> gflop_per_s, ceiling_share, rss_mb, peer_rss_mb;
+  // The ISA oneDNN ran trainlab with ("avx512_core_bf16"; "avx2" in a run capped by make compare
+  // CPU=avx2); "" in rows written before it was recorded.
+  std::string isa;
   template <class F>
   void fields(F& f) {
     header.fields(f);
     run.fields(f);
+    f.optional("isa", isa);
     f.optional("config_name", config_name);
     f.optional("peer", peer);
     f("samples_per_s", samples_per_s);

@@ -40,7 +40,7 @@ std::string spread(const MedianRange& s, int digits = 0) {
 // the targets) and the headline of three: the blocks docs/RESULTS.md quotes, from a run recorded
 // with its compare_torch_run row.
 std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::string& run_id,
-                                           const std::vector<CompareTorchRow>& configs) {
+                                           const std::vector<CompareTorchRow>& configs, const std::string& suffix) {
   std::optional<CompareTorchRunRow> run;
   for (auto& r : in.read<CompareTorchRunRow>())
     if (r.header.run_id == run_id) run = std::move(r);
@@ -94,8 +94,8 @@ std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::st
   const Environment& env = configs.front().header.env;
   const std::string when = fmt::format("from run `{}` (`{}`, {}, {} interleaved rounds) on {}", run_id,
                                        configs.front().run.command, run->date, run->rounds, measured_on(env));
-  return {{"compare_torch", when, t.str()},
-          {"compare_torch_headline",
+  return {{"compare_torch" + suffix, when, t.str()},
+          {"compare_torch_headline" + suffix,
            when + fmt::format(": SmallCNN training, batch {}, median (min-max) of the rounds; every configuration: "
                               "[the table](#against-pytorch)",
                               configs.front().run.batch),
@@ -143,7 +143,9 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
   }
   const CompareTorchRow& first = configs.front();
   const auto torch = first.header.env.versions.find("torch");
-  ReportSection section = section_of("torch_ratios", run_id, first.header.env);
+  // A run as an AVX2 machine runs it (make compare CPU=avx2, its own ledger) fills blocks of its own.
+  const std::string suffix = first.isa.rfind("avx2", 0) == 0 ? "_avx2" : "";
+  ReportSection section = section_of("torch_ratios" + suffix, run_id, first.header.env);
   const std::string figure = figure_path("compare_torch", run_id);
   std::ostringstream md;
   md << fmt::format(
@@ -159,7 +161,7 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
   section.readme_table = render_table(
       {"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"}, table, true);
   section.figures.emplace_back(figure, ratios_figure(configs, run_id));
-  section.more_blocks = comparison_blocks(in, run_id, configs);
+  section.more_blocks = comparison_blocks(in, run_id, configs, suffix);
   return section;
 }
 

@@ -130,6 +130,54 @@ class LedgerAndTables(unittest.TestCase):
         self.assertNotIn("old compare_torch\n", text)
 
 
+class IssueTargets(unittest.TestCase):
+    def rows(self):
+        s = compare_torch.summary
+        return {"tl_a": {"config": "a", "kind": "f32", "ceiling_share": s([0.5, 0.7])},
+                "tl_b": {"config": "b", "kind": "f32", "ceiling_share": s([0.8, 0.8])},
+                "tl_onednn_f32_best_1t": {"config": "one thread", "kind": "f32", "ceiling_share": s([0.9, 0.9])},
+                "tl_c": {"config": "c", "kind": "bf16", "ceiling_share": s([0.1, 0.1])},
+                "tl_onednn_bf16_no_native": {"config": "capped", "kind": "bf16", "ceiling_share": s([0.1, 0.1])},
+                "tl_d": {"config": "d", "kind": "f32_infer", "ceiling_share": s([0.1, 0.1])}}
+
+    def targets(self, isa):
+        samples = {"tl_a": [100, 100], "tl_b": [150, 150], "tl_onednn_f32_best_1t": [999, 999], "tl_c": [300, 300],
+                   "tl_onednn_bf16_no_native": [999, 999], "tl_d": [500, 500],
+                   "p_f32": [100, 100], "p_bf16": [100, 100], "p_inf": [400, 400]}
+        best = {"f32": "p_f32", "bf16": "p_bf16", "f32_infer": "p_inf"}
+
+        def ratio(a, b):
+            return compare_torch.summary([x / y for x, y in zip(samples[a], samples[b])])
+        return compare_torch.issue_targets(isa, samples, best, self.rows(), ratio)
+
+    def test_the_isa_family_picks_the_row_of_targets(self):
+        self.assertEqual(compare_torch.isa_family("avx512_core_bf16"), "avx512")
+        self.assertEqual(compare_torch.isa_family("avx2"), "avx2")
+        self.assertEqual(compare_torch.isa_family("avx2_vnni"), "avx2")
+        self.assertIsNone(compare_torch.isa_family("sse41"))
+        self.assertEqual(self.targets("sse41"), [])
+        wanted = {"avx512_core_bf16": [1.5, 0.75, 1.5, 1.2], "avx2": [1.4, 0.60, 3.0, 1.2]}
+        for isa, thresholds in wanted.items():
+            self.assertEqual([t[2] for t in self.targets(isa)], thresholds, isa)
+
+    def test_the_best_contending_configuration_is_judged_never_a_handicapped_arm(self):
+        by_name = {t[0].split(":")[1].split(",")[0].strip(): t for t in self.targets("avx2")}
+        f32 = by_name["f32 training"]
+        self.assertIn("best trainlab (b)", f32[0])  # b beats a; the one-thread arm does not contend
+        self.assertEqual(f32[1]["median"], 1.5)
+        self.assertIn("best trainlab (c)", by_name["bf16 training"][0])
+        self.assertEqual(by_name["forward only (f32)"][1]["median"], 1.25)
+        ceiling = by_name["f32 step / GEMM ceiling (b) >= 60%"]
+        self.assertEqual(ceiling[1]["median"], 0.8)
+
+    def test_a_capped_run_drops_the_arm_that_would_lift_the_cap(self):
+        keys = [k for k, *_ in compare_torch.trainlab_configs(2, capped=True)]
+        self.assertNotIn("tl_onednn_bf16_no_native", keys)
+        self.assertIn("tl_onednn_bf16_no_native", [k for k, *_ in compare_torch.trainlab_configs(2)])
+        for _, _, _, argv in compare_torch.trainlab_configs(2, capped=True):
+            self.assertFalse(any(a.startswith("ONEDNN_MAX_CPU_ISA=") for a in argv))
+
+
 class Verify(unittest.TestCase):
     def test_inside_the_recorded_range_passes_outside_is_named_with_how_far(self):
         recorded = {"a": [1.2, 1.3, 1.5], "b": [1.2, 1.3, 1.5], "c": [1.2, 1.3, 1.5]}
