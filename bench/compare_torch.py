@@ -376,7 +376,15 @@ def main():
             gflops[dtype].append(g["gflop_per_s"])
             raw.append({"round": r, "key": f"gemm_{dtype}", "result": g})
         for key, label, kind, argv in configs:
-            result = run_json(command_for(key, argv, common))
+            try:
+                result = run_json(command_for(key, argv, common))
+            except RuntimeError as error:
+                if not key.startswith("torch_"):
+                    raise
+                # A PyTorch variant this machine cannot run is recorded and passed over, never fatal.
+                raw.append({"round": r, "key": key, "error": str(error).splitlines()[-1]})
+                print(f"round {r + 1}/{args.rounds}  {label:42s} failed: {str(error).splitlines()[-1]}", flush=True)
+                continue
             samples[key].append(result["samples_per_s"])
             rss[key].append(result["peak_rss_mb"])
             raw.append({"round": r, "key": key, "result": result})
@@ -387,8 +395,14 @@ def main():
     best, variant_rows = {}, []
     for kind in ("f32", "bf16", "f32_infer"):
         keys = [k for k, _, kd, _ in torch_configs(args.threads, variants) if kd == kind]
-        best[kind] = best_variant(keys, samples)
+        try:
+            best[kind] = best_variant(keys, samples)
+        except ValueError:
+            errors = sorted({x["error"] for x in raw if x["key"] in keys and "error" in x})
+            sys.exit(f"compare_torch: no PyTorch {kind} variant ran here, so there is no peer: {'; '.join(errors)}")
         for k in keys:
+            if not samples[k]:  # failed every round: its error is in the JSON's raw entries
+                continue
             variant_rows.append({"kind": kind, "variant": next(l for kk, l, *_ in configs if kk == k),
                                  "samples_per_s": summary(samples[k]), "best": k == best[kind]})
     labels = {key: label for key, label, *_ in configs}

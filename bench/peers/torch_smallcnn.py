@@ -117,6 +117,18 @@ def flop_per_sample(forward_only: bool) -> float:
     return 2.0 * (forward if forward_only else forward + (conv2 + fc1 + fc2) + forward)
 
 
+# Under an instruction-set cap below AVX-512 (make compare CPU=avx2 sets ONEDNN_MAX_CPU_ISA=AVX2),
+# PyTorch still sees this CPU's AVX-512 and hands bf16 convolutions to oneDNN, which the cap leaves
+# without a bf16 kernel ("could not create a primitive descriptor iterator"). On a real AVX2 CPU
+# PyTorch never asks oneDNN for bf16 (its mkldnn_bf16_device_check wants AVX-512 BW/VL/DQ) and runs
+# its own kernels: so does this peer, and says so in its JSON ("bf16_kernels").
+CAPPED_BELOW_AVX512 = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
+
+
+def bf16_without_onednn(args):
+    return args.dtype == "bf16" and args.device == "cpu" and CAPPED_BELOW_AVX512
+
+
 def build_step(variant: str, args, device, batches):
     """The timed step of one variant (a closure over its own model and optimiser)."""
     import contextlib
@@ -128,7 +140,8 @@ def build_step(variant: str, args, device, batches):
     model = model_for(variant).to(device=device, memory_format=fmt)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
-    mkldnn = (lambda: torch.backends.mkldnn.flags(enabled=False)) if "no_mkldnn" in features else contextlib.nullcontext
+    without = "no_mkldnn" in features or bf16_without_onednn(args)
+    mkldnn = (lambda: torch.backends.mkldnn.flags(enabled=False)) if without else contextlib.nullcontext
     if "jit_freeze" in features:
         model.eval()
         with torch.no_grad(), autocast:
@@ -234,6 +247,8 @@ def main() -> int:
         "versions": {"torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
                      "python": sys.version.split()[0]},
         "malloc": MALLOC,
+        "bf16_kernels": ("PyTorch's own (oneDNN's bf16 needs AVX-512; ONEDNN_MAX_CPU_ISA caps below it, as an AVX2 "
+                         "CPU is)") if bf16_without_onednn(args) else "as PyTorch chooses",
         "timer": "perf_counter" + (" after torch.cuda.synchronize()" if args.device == "cuda" else ""),
     }
     if args.variant == "all":
