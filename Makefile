@@ -26,7 +26,7 @@ $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset 
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion fashion-data allreduce-variants clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion fashion-data allreduce-variants allreduce-two-level clean format check-format fuzz
 
 all: build
 
@@ -156,6 +156,13 @@ NP ?= 2
 ROUNDS ?= 3
 allreduce-variants: build
 	@python3 bench/allreduce_variants.py --np $(NP) --rounds $(ROUNDS) --ledger $(LEDGER)
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
+
+# The two-level all-reduce (issue 27): 2 "nodes" x 2 ranks on this host, every message over TCP and
+# shared memory inside a node, the hierarchical all-reduce against the flat ring and the model's
+# prediction from the two links measured in the same run; rows in $(LEDGER), REPORT.md regenerated.
+allreduce-two-level: build
+	@scripts/mpirun -np 4 --mca btl tcp,self $(BUILD_DIR)/bin/bench_allreduce --node-size 2 --ledger $(LEDGER)
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 # Seed 000's two studies (studies/), rows appended to results/ledger_cpu.jsonl, then REPORT.md.

@@ -19,6 +19,9 @@
 // --write-tuning FILE times the three hand-written all-reduces and writes the thresholds `allreduce: auto`
 // chooses by (comm/tuning.h) for this world size:
 //   scripts/mpirun -np 4 build/bin/bench_allreduce --write-tuning results/allreduce_tuning.json
+// --node-size N adds the two-level (hierarchical) all-reduce, N consecutive ranks per node; over
+// TCP on one host it is the stand-in for a cluster (shared memory inside a node, TCP between):
+//   scripts/mpirun -np 4 --mca btl tcp,self build/bin/bench_allreduce --node-size 2
 // (Not `--tune`: Open MPI's mpirun has a `--tune FILE` of its own, an MCA parameter file, and finds
 // it among the application's arguments too: given an existing file it parsed it as MCA parameters.)
 #include "apps/cli_parse.h"
@@ -62,6 +65,13 @@ int main(int argc, char** argv) {
   app.add_option("--write-tuning", o.tune_path,
                  "time ring, recursive_doubling and halving_doubling and write allreduce auto's thresholds for this "
                  "world size into this file (its other world sizes kept); the config's allreduce_tuning reads it");
+  app.add_option("--node-size", o.node_size,
+                 "time the hierarchical all-reduce with this many consecutive ranks per node (dividing the world), "
+                 "and the two links its prediction is fitted to; the run ends on prediction against measurement")
+      ->check(FiniteRange(1, 1 << 20));
+  app.add_option("--intra-node", o.intra_node, "with --node-size: shared_memory or point_to_point inside a node")
+      ->check(CLI::IsMember({"shared_memory", "point_to_point"}))
+      ->capture_default_str();
   if (const auto status = parse_command_line(app, argc, argv, "bench_allreduce")) return *status;
   return bench::run_allreduce_study(o);
 }

@@ -89,6 +89,10 @@ class PairRequest final : public Request {
     return !send_ && !recv_;
   }
   std::string describe() const override { return recv_ ? recv_->describe() : send_ ? send_->describe() : "done"; }
+  void parts(std::vector<Request*>& out) override {
+    if (send_) send_->parts(out);
+    if (recv_) recv_->parts(out);
+  }
 
  private:
   std::unique_ptr<Request> send_, recv_;
@@ -97,8 +101,10 @@ class PairRequest final : public Request {
 
 std::unique_ptr<Request> Communicator::sendrecv(const void* send, std::size_t send_bytes, int to, void* recv,
                                                 std::size_t recv_bytes, int from, const char* what) {
-  auto out = send_bytes > 0 ? isend(send, send_bytes, to, what) : nullptr;
+  // The receive first: a message that arrives before its receive is posted waits in MPI's queue of
+  // unexpected messages and is copied once more.
   auto in = recv_bytes > 0 ? irecv(recv, recv_bytes, from, what) : nullptr;
+  auto out = send_bytes > 0 ? isend(send, send_bytes, to, what) : nullptr;
   return std::make_unique<PairRequest>(std::move(out), std::move(in));
 }
 

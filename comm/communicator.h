@@ -44,12 +44,28 @@ struct ChunkRange {
 };
 ChunkRange shard_chunk(std::int64_t count, int ranks, int chunk);
 
+// Memory that every rank of a communicator maps (MPI's shared-memory window, when the ranks share a
+// host): collectives move data inside a node by loads and stores instead of messages. One segment
+// per rank, each `bytes` long.
+class SharedMemory {
+ public:
+  virtual ~SharedMemory() = default;
+  virtual void* segment(int rank) = 0;  // rank's segment, mapped in this process
+  virtual std::size_t bytes() const = 0;
+  // Every rank's stores before it are visible to every rank's loads after it: a barrier of the
+  // communicator (under its deadline) between two memory synchronisations.
+  virtual void fence() = 0;
+};
+
 // A non-blocking operation in flight.
 class Request {
  public:
   virtual ~Request() = default;
   virtual bool test() = 0;                   // completed?
   virtual std::string describe() const = 0;  // "receive from rank 1 (ring reduce-scatter)"
+  // The requests it is made of, still pending (sendrecv's pair: its send and its receive), so that a
+  // communicator can wait on its own kind all at once; a single request is itself.
+  virtual void parts(std::vector<Request*>& out) { out.push_back(this); }
 };
 
 class Communicator {
@@ -92,6 +108,12 @@ class Communicator {
   // The ranks with the same colour form a new communicator, ordered by key; a negative colour
   // takes no part and gets nullptr (MPI_Comm_split semantics).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // `bytes` of memory per rank that every rank maps (a collective: every rank asks for the same
+  // size); null on every rank when they do not all share a host, or the communicator cannot (NCCL).
+  virtual std::unique_ptr<SharedMemory> share_memory(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
   // Ends the whole job with a non-zero status after printing `message` (never returns).
   [[noreturn]] virtual void abort(const std::string& message, int status) = 0;
 

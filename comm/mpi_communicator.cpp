@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -209,17 +210,23 @@ std::unique_ptr<Request> MpiCommunicator::irecv(void* data, std::size_t bytes, i
 
 void MpiCommunicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) {
   if (requests.empty()) return;
-  // Our own requests: block in MPI_Waitall (MPI's progress engine, no polling loop of ours) under a
-  // deadline guard that names the first one if it expires.
+  // Our own requests (sendrecv's pairs taken apart): block in MPI_Waitall (MPI's progress engine, no
+  // polling loop of ours) under a deadline guard that names the first one if it expires.
+  thread_local std::vector<Request*> parts;
+  thread_local std::vector<MpiRequest*> mpi;
   thread_local std::vector<MPI_Request> handles;
+  parts.clear();
+  mpi.clear();
   handles.clear();
-  for (auto& request : requests) {
-    auto* mpi = dynamic_cast<MpiRequest*>(request.get());
-    if (!mpi) {
+  for (auto& request : requests) request->parts(parts);
+  for (Request* part : parts) {
+    auto* own = dynamic_cast<MpiRequest*>(part);
+    if (!own) {
       Communicator::wait_all(requests);
       return;
     }
-    handles.push_back(*mpi->handle());
+    mpi.push_back(own);
+    handles.push_back(*own->handle());
   }
   {
     DeadlineGuard guard(*this, [&requests] {
@@ -228,7 +235,7 @@ void MpiCommunicator::wait_all(std::vector<std::unique_ptr<Request>>& requests) 
     });
     MPI_CHECK(MPI_Waitall(static_cast<int>(handles.size()), handles.data(), MPI_STATUSES_IGNORE), rank_);
   }
-  for (std::size_t i = 0; i < requests.size(); ++i) *static_cast<MpiRequest*>(requests[i].get())->handle() = handles[i];
+  for (std::size_t i = 0; i < mpi.size(); ++i) *mpi[i]->handle() = handles[i];
   requests.clear();
 }
 
@@ -380,6 +387,66 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), rank_);
   if (sub == MPI_COMM_NULL) return nullptr;
   return std::unique_ptr<Communicator>(new MpiCommunicator(sub, true));
+}
+
+namespace {
+
+// One MPI shared-memory window, locked for the whole of its life (passive target, no checks): the
+// ranks synchronise through fence() alone.
+class MpiSharedMemory final : public SharedMemory {
+ public:
+  MpiSharedMemory(MpiCommunicator& comm, std::size_t bytes) : comm_(comm), bytes_(bytes) {
+    const int rank = comm.rank();
+    MPI_Info info = MPI_INFO_NULL;
+    MPI_CHECK(MPI_Info_create(&info), rank);
+    MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"), rank);  // each segment on its rank's pages
+    void* base = nullptr;
+    const int created = MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info, comm.handle(), &base, &win_);
+    MPI_Info_free(&info);
+    MPI_CHECK(created, rank);
+    MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), rank);
+    for (int r = 0; r < comm.size(); ++r) {
+      MPI_Aint size = 0;
+      int unit = 0;
+      void* segment = nullptr;
+      MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &unit, &segment), rank);
+      segments_.push_back(segment);
+    }
+  }
+  ~MpiSharedMemory() override {
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+  }
+  MpiSharedMemory(const MpiSharedMemory&) = delete;
+  MpiSharedMemory& operator=(const MpiSharedMemory&) = delete;
+  void* segment(int rank) override { return segments_.at(static_cast<std::size_t>(rank)); }
+  std::size_t bytes() const override { return bytes_; }
+  void fence() override {
+    MPI_CHECK(MPI_Win_sync(win_), comm_.rank());
+    comm_.barrier();
+    MPI_CHECK(MPI_Win_sync(win_), comm_.rank());
+  }
+
+ private:
+  MpiCommunicator& comm_;
+  std::size_t bytes_;
+  MPI_Win win_ = MPI_WIN_NULL;
+  std::vector<void*> segments_;
+};
+
+}  // namespace
+
+std::unique_ptr<SharedMemory> MpiCommunicator::share_memory(std::size_t bytes) {
+  // Every rank on one host, or none of them shares: the answer is the same on every rank.
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host), rank_);
+  int host_size = 0;
+  MPI_CHECK(MPI_Comm_size(host, &host_size), rank_);
+  MPI_CHECK(MPI_Comm_free(&host), rank_);
+  int together = host_size == size_ ? 1 : 0, all_together = 0;
+  MPI_CHECK(MPI_Allreduce(&together, &all_together, 1, MPI_INT, MPI_MIN, comm_), rank_);
+  if (all_together == 0) return nullptr;
+  return std::make_unique<MpiSharedMemory>(*this, bytes);
 }
 
 std::string MpiCommunicator::library_version() const { return mpi_library_version(); }

@@ -50,6 +50,10 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_native(void* data, std::int64_t count, DType dtype, ReduceOp op) override;
   void allgather_native(void* data, std::int64_t count, DType dtype) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // MPI_Win_allocate_shared over the communicator, when every rank is on one host (MPI_Comm_split_type
+  // with MPI_COMM_TYPE_SHARED keeps them all together); works whatever byte transfer layer carries
+  // the messages (a run forced onto TCP still shares memory inside a host).
+  std::unique_ptr<SharedMemory> share_memory(std::size_t bytes) override;
   void wait_all(std::vector<std::unique_ptr<Request>>& requests) override;
   [[noreturn]] void abort(const std::string& message, int status) override;
   std::string library_version() const override;

@@ -24,6 +24,8 @@
 #include "bench/measure/comm_bench.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
+#include "bench/report/table.h"
+#include "comm/hierarchical_allreduce.h"
 #include "comm/latency_allreduce.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
@@ -31,6 +33,7 @@
 #include "engine/fileio.h"
 #include "engine/rng.h"
 #include "studies/allreduce/collectives.h"
+#include "studies/allreduce/hierarchical.h"
 #include "studies/allreduce/rows.h"
 
 namespace trainlab::bench {
@@ -81,7 +84,12 @@ struct AllreduceRun {
   Collective collective = Collective::allreduce;  // --collective
   MpiVariant variant;                             // over MPI
   std::vector<std::string> algorithms;            // the hand-written ones timed beside native (--algorithms)
+  comm::Hierarchy* hierarchy = nullptr;           // --node-size: the two-level arms
 };
+
+// The arms of a two-level run (--node-size) that are not all-reduces of the whole world: the two
+// links the prediction is fitted to. Left out of the table's lines and of the targets.
+bool link_arm(const std::string& name) { return name == "within_nodes" || name == "across_nodes"; }
 
 // One hand-written algorithm, by name (--algorithms).
 void hand_written(const std::string& algorithm, comm::Communicator& comm, void* data, std::int64_t count, DType dtype,
@@ -95,6 +103,27 @@ void hand_written(const std::string& algorithm, comm::Communicator& comm, void* 
   }
 }
 
+// The flat arms of a size: each hand-written algorithm (--algorithms) on memory[i]; native on `last`.
+void add_hand_written_arms(SizeCase& size, const AllreduceRun& run, const std::vector<std::shared_ptr<void>>& memory,
+                           std::int64_t count) {
+  const auto dtype = run.dtype;
+  for (std::size_t i = 0; i < run.algorithms.size(); ++i) {
+    const std::string algorithm = run.algorithms[i];
+    std::shared_ptr<void> m = memory[i];
+    size.arms.push_back({algorithm, count * run.elem, [&run, m, count, dtype, algorithm](int) {
+                           hand_written(algorithm, run.comm, m.get(), count, dtype, run.ring_options);
+                         }});
+  }
+}
+void add_native_arm(SizeCase& size, const AllreduceRun& run, std::shared_ptr<void> last, std::int64_t count) {
+  const auto dtype = run.dtype;
+  size.arms.push_back({"native", count * run.elem, [&run, last, count, dtype](int) {
+                         run.comm.allreduce_native(last.get(), count, dtype, ReduceOp::sum);
+                       }});
+}
+
+SizeCase two_level_case(const AllreduceRun& run, std::int64_t count, std::vector<std::shared_ptr<void>> memory);
+
 // One size: each hand-written algorithm and native on the communicator's own memory, and the
 // check. The native result is checked against the host's exact sum (integer-valued data), each
 // hand-written result against it bit for bit; then every buffer holds zeros for the timing. The
@@ -104,6 +133,7 @@ SizeCase size_case(const AllreduceRun& run, std::int64_t bytes) {
   const auto actual = static_cast<std::size_t>(count * run.elem);
   std::vector<std::shared_ptr<void>> memory;
   for (std::size_t i = 0; i <= run.algorithms.size(); ++i) memory.push_back(run.comm.allocate(actual));
+  if (run.hierarchy != nullptr) return two_level_case(run, count, std::move(memory));
   SizeCase size;
   size.check = [&run, count, actual, memory] {
     comm::Communicator& comm = run.comm;
@@ -124,18 +154,70 @@ SizeCase size_case(const AllreduceRun& run, std::int64_t bytes) {
     for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
     return wrong;
   };
+  add_hand_written_arms(size, run, memory, count);
+  add_native_arm(size, run, memory.back(), count);
+  return size;
+}
+
+// --node-size: the hierarchical all-reduce beside the flat arms, and its two links (each node's
+// all-reduce inside; each local rank's all-reduce of its chunk across the nodes). The check: every
+// arm against its own exact answer (the world's sum, the node's, the chunk's across the nodes).
+SizeCase two_level_case(const AllreduceRun& run, std::int64_t count, std::vector<std::shared_ptr<void>> memory) {
+  const auto actual = static_cast<std::size_t>(count * run.elem);
+  comm::Hierarchy& h = *run.hierarchy;
+  for (int i = 0; i < 3; ++i) memory.push_back(run.comm.allocate(actual));
+  const std::size_t flat = run.algorithms.size() + 1, two = flat, within = flat + 1, across = flat + 2;
+  const comm::ChunkRange chunk = comm::node_chunk(h, count);
+  const std::size_t chunk_at = static_cast<std::size_t>(chunk.begin * run.elem);
+  SizeCase size;
+  size.check = [&run, &h, count, actual, memory, flat, two, within, across, chunk, chunk_at] {
+    comm::Communicator& comm = run.comm;
+    std::vector<unsigned char> data(actual), result(actual);
+    fill_integers(data, count, run.dtype, run.world.rank(), run.world.size());
+    for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
+    for (std::size_t i = 0; i + 1 < flat; ++i)
+      hand_written(run.algorithms[i], comm, memory[i].get(), count, run.dtype, run.ring_options);
+    comm.allreduce_native(memory[flat - 1].get(), count, run.dtype, ReduceOp::sum);
+    comm::hierarchical_allreduce(h, memory[two].get(), count, run.dtype, ReduceOp::sum);
+    h.reduce_scatter_inside(memory[within].get(), count, run.dtype, ReduceOp::sum);
+    h.allgather_inside(memory[within].get(), count, run.dtype);
+    comm::allreduce(h.across(), static_cast<unsigned char*>(memory[across].get()) + chunk_at, chunk.count, run.dtype,
+                    ReduceOp::sum, comm::Algorithm::ring);
+    // The exact answers, by MPI on the host: the world's, the node's, the chunk's across the nodes.
+    std::vector<unsigned char> world_sum = data, node_sum = data, chunk_sum = data;
+    run.world.allreduce_native(world_sum.data(), count, run.dtype, ReduceOp::sum);
+    h.node().allreduce_native(node_sum.data(), count, run.dtype, ReduceOp::sum);
+    h.across().allreduce_native(chunk_sum.data() + chunk_at, chunk.count, run.dtype, ReduceOp::sum);
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < memory.size(); ++i) {
+      comm.copy_out(result.data(), memory[i].get(), actual);
+      if (i == within) {
+        wrong += count_wrong(result, node_sum, 0, count, run.elem);
+      } else if (i == across) {
+        wrong += count_wrong(result, chunk_sum, chunk.begin, chunk.count, run.elem);
+      } else {
+        wrong += count_wrong(result, world_sum, 0, count, run.elem);
+      }
+    }
+    std::fill(data.begin(), data.end(), 0);
+    for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
+    return wrong;
+  };
   const auto dtype = run.dtype;
-  for (std::size_t i = 0; i < run.algorithms.size(); ++i) {
-    const std::string algorithm = run.algorithms[i];
-    std::shared_ptr<void> m = memory[i];
-    size.arms.push_back({algorithm, count * run.elem, [&run, m, count, dtype, algorithm](int) {
-                           hand_written(algorithm, run.comm, m.get(), count, dtype, run.ring_options);
-                         }});
-  }
-  std::shared_ptr<void> native_memory = memory.back();
-  size.arms.push_back({"native", count * run.elem, [&run, native_memory, count, dtype](int) {
-                         run.comm.allreduce_native(native_memory.get(), count, dtype, ReduceOp::sum);
+  add_hand_written_arms(size, run, memory, count);
+  std::shared_ptr<void> m_two = memory[two], m_within = memory[within], m_across = memory[across];
+  size.arms.push_back({"hierarchical", count * run.elem, [&h, m_two, count, dtype](int) {
+                         comm::hierarchical_allreduce(h, m_two.get(), count, dtype, ReduceOp::sum);
                        }});
+  size.arms.push_back({"within_nodes", count * run.elem, [&h, m_within, count, dtype](int) {
+                         h.reduce_scatter_inside(m_within.get(), count, dtype, ReduceOp::sum);
+                         h.allgather_inside(m_within.get(), count, dtype);
+                       }});
+  size.arms.push_back({"across_nodes", chunk.count * run.elem, [&h, m_across, chunk, chunk_at, dtype](int) {
+                         comm::allreduce(h.across(), static_cast<unsigned char*>(m_across.get()) + chunk_at,
+                                         chunk.count, dtype, ReduceOp::sum, comm::Algorithm::ring);
+                       }});
+  add_native_arm(size, run, memory[flat - 1], count);
   return size;
 }
 
@@ -150,6 +232,10 @@ void print_header(const AllreduceRun& run) {
   if (comm.backend() == "mpi")
     std::cout << fmt::format("# MPI variant: all-reduce algorithm {}, malloc {}, transport {} ({})\n",
                              run.variant.algorithm, run.variant.malloc, run.variant.transport, run.variant.settings);
+  if (run.hierarchy != nullptr)
+    std::cout << "# two levels: " << run.hierarchy->describe()
+              << "; the links within_nodes and across_nodes (its message S / node size) are timed too, for the "
+                 "prediction at the end\n";
   const char* factor = run.collective == Collective::allreduce   ? "2(P-1)/P"
                        : run.collective == Collective::broadcast ? "1"
                                                                  : "(P-1)/P";
@@ -217,6 +303,10 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, st
       row.config.mpi_algorithm = run.variant.algorithm;  // the process's (its ring rows too)
       if (run.variant.transport != "default") row.config.mpi_transport = run.variant.transport;
     }
+    if (run.hierarchy != nullptr) {
+      row.config.node_size = run.hierarchy->map().node_size;
+      row.config.intra_node = comm::intra_node_name(run.hierarchy->intra());
+    }
     if (run.o.round > 0) row.round = run.o.round;
     row.repeats = t.seconds;
     row.stats = t.stats;
@@ -231,32 +321,37 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, st
   }
 }
 
-// The targets of the comm layer issue, as measured here.
-void print_targets(const std::vector<SizeTiming>& sizes, int ranks, double copy_rate, bool all_correct) {
-  bool ok_small = true, ok_large = true, ok_bw = true, stretch = true;
+// Issue 27's targets, as measured here against the MPI library as this process runs it (the
+// variant sweep, bench/allreduce_variants.py, judges against the strongest variant of each size):
+// the best hand-written all-reduce at or below 1.0x native at every size from 4K to 256M, and its
+// busbw from 16M up at or above 0.5x the single-core memcpy of the same run.
+void print_targets(const std::vector<SizeTiming>& sizes, double copy_rate, bool all_correct) {
+  bool ok_time = true, ok_bw = true;
+  double worst_ratio = 0, worst_bw = 1e300;
   for (const SizeTiming& s : sizes) {
-    // The best hand-written algorithm of the size against native.
+    // The best hand-written all-reduce of the size against native (the links of a two-level run are not).
     const ArmTiming& native = s.arms.back();
     const ArmTiming* best = &s.arms.front();
     for (std::size_t i = 0; i + 1 < s.arms.size(); ++i)
-      if (s.arms[i].stats.median < best->stats.median) best = &s.arms[i];
-    const ArmTiming& ring = *best;
-    const std::int64_t bytes = ring.bytes;
-    const double r = ring.stats.median / native.stats.median, f = ring.busbw_gbps / copy_rate;
-    if (bytes == 4096) ok_small = ok_small && r <= 1.2;
-    if (bytes >= 64 * 1024 && bytes <= (256 << 20)) ok_large = ok_large && r <= 1.0;
-    if (ranks == 2 && bytes >= (16 << 20)) {
-      ok_bw = ok_bw && f >= 0.3;
-      stretch = stretch && f >= 0.45;
+      if (!link_arm(s.arms[i].name) && s.arms[i].stats.median < best->stats.median) best = &s.arms[i];
+    const std::int64_t bytes = best->bytes;
+    const double r = best->stats.median / native.stats.median, f = best->busbw_gbps / copy_rate;
+    if (bytes >= 4096 && bytes <= (std::int64_t{256} << 20)) {
+      ok_time = ok_time && r <= 1.0;
+      worst_ratio = std::max(worst_ratio, r);
+    }
+    if (bytes >= (16 << 20)) {
+      ok_bw = ok_bw && f >= 0.5;
+      worst_bw = std::min(worst_bw, f);
     }
   }
   std::cout << fmt::format(
-      "targets (the best hand-written algorithm of each size): best/native <= 1.2 at 4K: {}; <= "
-      "1.0 from 64K to 256M: {}",
-      ok_small ? "met" : "MISSED", ok_large ? "met" : "MISSED");
-  if (ranks == 2)
-    std::cout << fmt::format("; busbw >= 0.3x memcpy from 16M: {} (stretch 0.45x: {})", ok_bw ? "met" : "MISSED",
-                             stretch ? "met" : "missed");
+      "targets (the best hand-written all-reduce of each size): best/native <= 1.0 from 4K to "
+      "256M: {} (worst {:.2f})",
+      ok_time ? "met" : "MISSED", worst_ratio);
+  if (worst_bw < 1e300)
+    std::cout << fmt::format("; busbw >= 0.5x memcpy from 16M: {} (lowest {:.2f}x)", ok_bw ? "met" : "MISSED",
+                             worst_bw);
   std::cout << fmt::format("; results {}\n", all_correct ? "all correct" : "MISMATCHED");
 }
 
@@ -270,6 +365,35 @@ Environment measured_environment(Environment env, const comm::Communicator& comm
     env.timer = "steady_clock (slowest rank per iteration)";
   }
   return env;
+}
+
+// --node-size: the hierarchical all-reduce against the flat ring and the model's prediction from the
+// two links (studies/allreduce/hierarchical.h).
+void print_prediction(const comm::Hierarchy& h, const std::vector<SizeTiming>& sizes) {
+  std::vector<HierarchicalPoint> points;
+  for (const SizeTiming& s : sizes) {
+    HierarchicalPoint p;
+    for (const ArmTiming& arm : s.arms) {
+      if (arm.name == "ring") p.flat_s = arm.stats.median;
+      if (arm.name == "hierarchical") {
+        p.hierarchical_s = arm.stats.median;
+        p.bytes = arm.bytes;
+      }
+      if (arm.name == "within_nodes") p.within_s = arm.stats.median;
+      if (arm.name == "across_nodes") p.across_s = arm.stats.median;
+    }
+    points.push_back(p);
+  }
+  const comm::NodeMap& m = h.map();
+  if (m.nodes < 2 || m.node_size < 2 || points.size() < 2 || points.front().flat_s <= 0) {
+    std::cout << "prediction: none (it needs two levels, two sizes or more and the ring among --algorithms)\n";
+    return;
+  }
+  const HierarchicalPrediction p = predict_hierarchical(m.nodes, m.node_size, points);
+  std::cout << "\n# the two-level all-reduce against the flat ring and seed 001's model, fitted to the two links\n"
+            << render_table(hierarchical_head(), hierarchical_table(p), true) << hierarchical_fit_text(p)
+            << fmt::format("target: the prediction within 25% of the measured time at every size: {}\n",
+                           p.all_within(0.25) ? "met" : "MISSED");
 }
 
 // --write-tuning: the thresholds from this run's medians, printed and written (rank 0).
@@ -304,6 +428,12 @@ void check_options(const AllreduceOptions& o) {
   TL_CHECK(
       o.collective == "all_reduce" || o.algorithms == "ring",
       "--algorithms chooses the all-reduce's arms; --collective " + o.collective + " has its own (" + arms + "native)");
+  TL_CHECK(o.node_size == 0 || o.collective == "all_reduce",
+           "--node-size times the hierarchical all-reduce; --collective " + o.collective + " cannot go with it");
+  TL_CHECK(o.node_size == 0 || o.tune_path.empty(), "--node-size and --write-tuning cannot go together");
+  TL_CHECK(o.node_size == 0 || o.comm_kind == "mpi",
+           "--node-size runs over MPI (its links are host memory); --comm " + o.comm_kind + " cannot go with it");
+  comm::parse_intra_node(o.intra_node);
   if (o.tune_path.empty()) return;
   TL_CHECK(o.collective == "all_reduce",
            "--write-tuning tunes the all-reduce; --collective " + o.collective + " cannot go with it");
@@ -326,6 +456,10 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
   check_message_sizes(sizes, elem, o.dtype_name_, 4, "bench_allreduce: --sizes");
   const CommSetup setup = comm_setup(world);
   const Environment env = measured_environment(setup.env, comm);
+  std::unique_ptr<comm::Hierarchy> hierarchy;
+  if (o.node_size > 0)
+    hierarchy = std::make_unique<comm::Hierarchy>(comm, comm::node_map_by_size(comm, o.node_size),
+                                                  comm::parse_intra_node(o.intra_node));
   const AllreduceRun run{
       o,
       world,
@@ -339,7 +473,8 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
       Ledger(o.ledger_path.empty() ? default_ledger_path(comm.device_memory() ? "cuda" : "cpu") : o.ledger_path),
       parse_collective(o.collective),
       comm.backend() == "mpi" ? mpi_variant_of_environment() : MpiVariant{},
-      parse_algorithms(o.tune_path.empty() ? o.algorithms : "ring,recursive_doubling,halving_doubling")};
+      parse_algorithms(o.tune_path.empty() ? o.algorithms : "ring,recursive_doubling,halving_doubling"),
+      hierarchy.get()};
   const int rank = world.rank();
   if (rank == 0) print_header(run);
   CommHarness harness(world, run.collective);
@@ -359,12 +494,14 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
   const auto timings = harness.sweep(sizes, prepare, schedule, [&](const SizeTiming& t) {
     all_correct = all_correct && t.correct;
     if (rank != 0) return;
-    for (std::size_t i = 0; i + 1 < t.arms.size(); ++i) print_size(run, t.arms[i], t.arms.back(), t.wrong);
+    for (std::size_t i = 0; i + 1 < t.arms.size(); ++i)
+      if (!link_arm(t.arms[i].name)) print_size(run, t.arms[i], t.arms.back(), t.wrong);
     if (t.arms.size() == 1) print_native(run, t.arms.back(), t.wrong);
     if (!o.no_ledger) append_rows(run, t.arms, t.wrong);
   });
   if (rank == 0) {
-    if (run.collective == Collective::allreduce) print_targets(timings, world.size(), run.copy_rate, all_correct);
+    if (run.collective == Collective::allreduce) print_targets(timings, run.copy_rate, all_correct);
+    if (run.hierarchy != nullptr) print_prediction(*run.hierarchy, timings);
     if (run.collective != Collective::allreduce)
       std::cout << fmt::format("results {}\n", all_correct ? "all correct" : "MISMATCHED");
     if (!o.tune_path.empty() && all_correct) write_tuning(run, timings);

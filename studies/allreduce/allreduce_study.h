@@ -29,6 +29,12 @@ struct AllreduceOptions {
   // this world size from their medians (comm::derive_thresholds) and write them into FILE (its
   // entries for other world sizes kept).
   std::string tune_path;
+  // --node-size N (0: off): N consecutive ranks per "node"; the hierarchical all-reduce joins the
+  // arms, with the two links its prediction is fitted to (within_nodes, across_nodes), and the run
+  // ends on the prediction against the measurement (studies/allreduce/hierarchical.h). --intra-node:
+  // how data moves inside a node (shared_memory, point_to_point).
+  int node_size = 0;
+  std::string intra_node = "shared_memory";
 };
 
 // The MPI variant a process runs under, read from its environment as Open MPI and glibc read it:
@@ -50,9 +56,10 @@ MpiVariant mpi_variant_of_environment();
 // Runs it on the launched ranks (MPI is initialised by the caller); returns the exit status.
 int run_allreduce_study(const AllreduceOptions& options);
 
-// The report's sections for this study (studies/registry.h): the all-reduce, and the other
-// collectives (--collective).
+// The report's sections for this study (studies/registry.h): the all-reduce, the other
+// collectives (--collective) and the two-level run (--node-size).
 SectionDef allreduce_report_section();
 SectionDef collectives_report_section();
+SectionDef allreduce_hierarchical_report_section();  // --node-size (hierarchical_section.cpp)
 
 }  // namespace trainlab::bench

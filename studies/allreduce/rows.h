@@ -29,7 +29,14 @@ struct AllreduceConfig {
   std::optional<std::string> mpi_transport;  // OMPI_MCA_btl when forced ("tcp,self"); absent: the default
   // bench_allreduce --collective: reduce_scatter | all_gather | broadcast; absent: the all-reduce.
   std::optional<std::string> collective;
+  // bench_allreduce --node-size: the two-level run's rows (its flat arms too), the ranks per node and
+  // how data moved inside a node (shared_memory | point_to_point). The arms within_nodes and
+  // across_nodes are the two links the prediction is fitted to; across_nodes' bytes are its message,
+  // S / node_size.
+  std::optional<int> node_size;
+  std::optional<std::string> intra_node;
   bool is_allreduce() const { return !collective || *collective == "all_reduce"; }
+  bool two_level() const { return node_size.has_value(); }
   template <class F>
   void fields(F& f) {
     f("ranks", ranks);
@@ -43,6 +50,8 @@ struct AllreduceConfig {
     f.optional("malloc", malloc);
     f.optional("mpi_transport", mpi_transport);
     f.optional("collective", collective);
+    f.optional("node_size", node_size);
+    f.optional("intra_node", intra_node);
   }
 };
 

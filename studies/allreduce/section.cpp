@@ -179,6 +179,34 @@ std::vector<std::vector<std::string>> sweep_table(const std::map<std::int64_t, S
   return table;
 }
 
+// Issue 27's targets on a sweep: trainlab's best at or below 1.0x the strongest MPI variant at every
+// size (the ratio's median over the rounds), and its busbw from 16M up at or above 0.5x the
+// single-core memcpy of the same run; the sizes that miss, named.
+std::string sweep_verdict(const std::map<std::int64_t, SweepSize>& sizes, double factor, double memcpy_gbps) {
+  std::string over, under;
+  bool any_large = false;
+  for (const auto& [bytes, size] : sizes) {
+    if (size.best.empty()) continue;
+    const VariantAtSize& best = size.variants.at(size.best);
+    const std::string hand = best.best_hand();
+    if (hand.empty()) continue;
+    const double ratio = best.ratio(hand).median;
+    if (ratio > 1.0) over += fmt::format("{}{} {:.2f}", over.empty() ? "" : ", ", human_bytes(bytes), ratio);
+    if (bytes >= (16 << 20) && memcpy_gbps > 0) {
+      any_large = true;
+      const double f = static_cast<double>(bytes) / best.hand_stats(hand).median * 1e-9 * factor / memcpy_gbps;
+      if (f < 0.5) under += fmt::format("{}{} {:.2f}x", under.empty() ? "" : ", ", human_bytes(bytes), f);
+    }
+  }
+  std::string text =
+      fmt::format("Targets (issue 27): trainlab's best at or below 1.0x the strongest MPI variant at every size: {}",
+                  over.empty() ? "met" : "MISSED (" + over + ")");
+  if (any_large)
+    text += fmt::format("; its busbw from 16M at or above 0.5x memcpy ({:.2f} GB/s): {}", memcpy_gbps,
+                        under.empty() ? "met" : "MISSED (" + under + ")");
+  return text + ".\n";
+}
+
 // Every variant's median time at every size, microseconds (the strongest of each size in bold),
 // and the ring's over the processes of each malloc.
 std::string variants_table(const std::map<std::int64_t, SweepSize>& sizes) {
@@ -272,10 +300,12 @@ std::optional<ReportSection> sweep_section(const std::string& run_id, const std:
       variants.size(), rounds,
       failed > 0 ? fmt::format(" {} row(s) of failed variant processes are in the ledger.", failed) : "");
   md << render_table(head, table, true);
+  const std::string verdict = sweep_verdict(sizes, factor, memcpy_gbps);
+  md << "\n" << verdict;
   md << "\nEvery variant's median time per size, microseconds (the strongest in bold):\n\n" << variants_table(sizes);
   md << "\n![all-reduce busbw against size](" << figure << ")\n";
   section.markdown = md.str();
-  section.readme_table = render_table(head, table, true);
+  section.readme_table = render_table(head, table, true) + "\n" + verdict;
   // The figure: the ring, the strongest variant of each size, Open MPI as launched, memcpy.
   chart::LineChart lines;
   lines.x_label = "message size";
@@ -349,8 +379,10 @@ std::optional<ReportSection> sweeps_section(const std::vector<AllreduceRow>& all
 
 std::optional<ReportSection> allreduce_section(const SectionInput& in) {
   std::vector<AllreduceRow> all = in.read<AllreduceRow>();
-  // The other collectives have their own section (collectives_section.cpp).
-  all.erase(std::remove_if(all.begin(), all.end(), [](const AllreduceRow& r) { return !r.config.is_allreduce(); }),
+  // The other collectives have their own section (collectives_section.cpp), and so has the two-level
+  // run (hierarchical_section.cpp).
+  all.erase(std::remove_if(all.begin(), all.end(),
+                           [](const AllreduceRow& r) { return !r.config.is_allreduce() || r.config.two_level(); }),
             all.end());
   const auto [run_id, rows] = latest_run(all, [](const AllreduceRow& row) { return !row.from_bench_buckets(); });
   if (run_id.empty()) return std::nullopt;

@@ -1,5 +1,6 @@
-// The comm layer under mpirun (np 2 and 4; the latency-optimal algorithms at np 5 too): the ring
-// all-reduce, recursive doubling and halving-doubling against MPI_Allreduce and each other, exactly on
+// The comm layer under mpirun (np 2 and 4; the latency-optimal algorithms and the hierarchical one at
+// np 5 too): the ring all-reduce, recursive doubling, halving-doubling and the two-level all-reduce
+// against MPI_Allreduce and each other, exactly on
 // integer-valued data and within a tolerance on random data, uneven lengths, every dtype, sum and
 // average, sub-communicators, and bitwise identity of the result across ranks.
 #include <catch2/catch.hpp>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/hierarchical_allreduce.h"
 #include "comm/latency_allreduce.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
@@ -210,7 +212,7 @@ void check_latency_exact(Communicator& comm, DType dtype, std::int64_t n, Reduce
 
 TEST_CASE(
     "recursive doubling and halving-doubling equal the ring bit for bit at every group size and so do their halves",
-    "[comm]") {
+    "[comm][np5]") {
   auto world = MpiCommunicator::world();
   const int P = world->size();
   // Every group of the first k ranks: powers of two and the folded sizes between them.
@@ -292,4 +294,72 @@ TEST_CASE("broadcast and barrier", "[comm]") {
   world->barrier();
   CHECK(parse_algorithm("ring") == Algorithm::ring);
   CHECK_THROWS_WITH(parse_algorithm("tree"), Catch::Contains("unknown all-reduce 'tree'"));
+}
+
+namespace {
+
+// The hierarchical all-reduce on integer-valued data: the ring's result bit for bit, the same bits
+// on every rank; its phases alone: the node's sum.
+template <typename T>
+void check_hierarchical_exact(Communicator& world, Hierarchy& h, DType dtype, std::int64_t n, ReduceOp op, int bound) {
+  INFO("dtype " << dtype_name(dtype) << " n " << n << " op " << (op == ReduceOp::sum ? "sum" : "average") << " "
+                << h.describe());
+  const auto values =
+      integers(n, 5000 + static_cast<std::uint64_t>(world.rank()) * 17 + static_cast<std::uint64_t>(n), -bound, bound);
+  auto ring = make<T>(values), two = make<T>(values), node = make<T>(values), node_native = make<T>(values);
+  ring_allreduce(world, ring.data(), n, dtype, op);
+  hierarchical_allreduce(h, two.data(), n, dtype, op);
+  const std::size_t bytes = ring.size() * sizeof(T);
+  CHECK((bytes == 0 || std::memcmp(two.data(), ring.data(), bytes) == 0));
+  CHECK(same_on_every_rank(world, two.data(), bytes));
+  h.reduce_scatter_inside(node.data(), n, dtype, op);
+  h.allgather_inside(node.data(), n, dtype);
+  h.node().allreduce_native(node_native.data(), n, dtype, op);
+  CHECK((bytes == 0 || std::memcmp(node.data(), node_native.data(), bytes) == 0));
+}
+
+}  // namespace
+
+TEST_CASE("the hierarchical all-reduce equals the ring bit for bit at every node size and both ways inside a node",
+          "[comm][hierarchical][np5]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  for (int g = 1; g <= P; ++g) {
+    if (P % g != 0) {
+      CHECK_THROWS_WITH(node_map_by_size(*world, g),
+                        Catch::Contains("node size " + std::to_string(g) + " must divide the world's"));
+      continue;
+    }
+    const NodeMap map = node_map_by_size(*world, g);
+    CHECK(map.node == world->rank() / g);
+    CHECK(map.local == world->rank() % g);
+    for (IntraNode intra : {IntraNode::shared_memory, IntraNode::point_to_point}) {
+      Hierarchy h(*world, map, intra);
+      // One host: shared memory whenever it is asked for, whatever transport carries the messages.
+      CHECK(h.intra() == intra);
+      for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{g - 1}, std::int64_t{7}, std::int64_t{1001},
+                             std::int64_t{(1 << 16) + 3}}) {
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+          check_hierarchical_exact<float>(*world, h, DType::f32, n, op, 1000);
+          check_hierarchical_exact<double>(*world, h, DType::f64, n, op, 1000);
+          check_hierarchical_exact<bf16>(*world, h, DType::bf16, n, op, 256 / (4 * P));
+          check_hierarchical_exact<f16>(*world, h, DType::f16, n, op, 2048 / (4 * P));
+        }
+      }
+      // Random data: another order of additions than the ring's, the same bits on every rank, the
+      // same average within rounding; repeated calls (the shared buffers used by turns) agree.
+      const auto values = normals(4099, 77 + static_cast<std::uint64_t>(world->rank()));
+      std::vector<float> ring(values.begin(), values.end()), two = ring, again = ring;
+      ring_allreduce(*world, ring.data(), 4099, DType::f32, ReduceOp::average);
+      hierarchical_allreduce(h, two.data(), 4099, DType::f32, ReduceOp::average);
+      hierarchical_allreduce(h, again.data(), 4099, DType::f32, ReduceOp::average);
+      for (std::size_t i = 0; i < ring.size(); ++i) REQUIRE(two[i] == Approx(ring[i]).margin(1e-5));
+      CHECK(two == again);
+      CHECK(same_on_every_rank(*world, two.data(), two.size() * sizeof(float)));
+      auto bf = make<bf16>(values);
+      hierarchical_allreduce(h, bf.data(), 4099, DType::bf16, ReduceOp::sum, Algorithm::automatic);
+      CHECK(same_on_every_rank(*world, bf.data(), bf.size() * sizeof(bf16)));
+    }
+  }
+  world->barrier();
 }

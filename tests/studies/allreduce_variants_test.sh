@@ -32,6 +32,8 @@ grep -q "^## All-reduce: trainlab's against the strongest MPI, 2 ranks" "$tmp/RE
 grep -Eq '^\| 4K \| (ring|halving_doubling) \| [0-9.]+ \| `mpi (decision|ring), malloc (default|tuned)` \| [0-9.]+ \| [0-9.]+ \([0-9.]+-[0-9.]+\) \| (no|yes, [a-zA-Z ]+) \| [0-9.]+ \([0-9.]+, [0-9.]+-[0-9.]+\) \|' \
   "$tmp/REPORT.md" || fail "no 4K row naming its strongest variant"
 grep -q '^| `mpi ring, malloc tuned` |' "$tmp/REPORT.md" || fail "no per-variant line"
+grep -Eq "^Targets \(issue 27\): trainlab's best at or below 1.0x the strongest MPI variant at every size: (met|MISSED \(.+\))" \
+  "$tmp/REPORT.md" || fail "no verdict on the targets"
 grep -q '^| halving_doubling (trainlab), in the processes with malloc tuned |' "$tmp/REPORT.md" || fail "no halving-doubling line"
 # Refusals: one line each, nothing run.
 for args in "--np 1" "--rounds 0" "--algorithms decision,fastest" "--malloc jemalloc" "--mca btl" \
