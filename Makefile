@@ -162,7 +162,7 @@ allreduce-variants: build
 # shared memory inside a node, the hierarchical all-reduce against the flat ring and the model's
 # prediction from the two links measured in the same run; rows in $(LEDGER), REPORT.md regenerated.
 allreduce-two-level: build
-	@scripts/mpirun -np 4 --mca btl tcp,self $(BUILD_DIR)/bin/bench_allreduce --node-size 2 --ledger $(LEDGER)
+	@scripts/mpirun -np 4 --mca btl tcp,self $(BUILD_DIR)/bin/bench_allreduce --node-size 2 --min-iters 15 --ledger $(LEDGER)
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 # Seed 000's two studies (studies/), rows appended to results/ledger_cpu.jsonl, then REPORT.md.

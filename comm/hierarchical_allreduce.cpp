@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
@@ -159,18 +160,27 @@ void Hierarchy::allgather_inside(void* data, std::int64_t count, DType dtype) {
 }
 
 void hierarchical_allreduce(Hierarchy& h, void* data, std::int64_t count, DType dtype, ReduceOp op, Algorithm across,
-                            const AlgorithmThresholds& thresholds) {
+                            const AlgorithmThresholds& thresholds, HierarchicalPhases* phases) {
   TL_CHECK(
       dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16 || dtype == DType::f16,
       std::string("hierarchical all-reduce: dtype ") + dtype_name(dtype) + " is not supported (f32, f64, bf16, f16)");
   TL_CHECK(count >= 0, "hierarchical all-reduce: negative count " + std::to_string(count));
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   h.reduce_scatter_inside(data, count, dtype, op);
+  const auto t1 = clock::now();
   if (h.map().nodes > 1) {
     const ChunkRange c = node_chunk(h, count);
     auto* chunk = static_cast<unsigned char*>(data) + static_cast<std::size_t>(c.begin) * dtype_size(dtype);
     allreduce(h.across(), chunk, c.count, dtype, op, across, thresholds);
   }
+  const auto t2 = clock::now();
   h.allgather_inside(data, count, dtype);
+  if (phases != nullptr) {
+    phases->reduce_scatter_inside_s = std::chrono::duration<double>(t1 - t0).count();
+    phases->across_s = std::chrono::duration<double>(t2 - t1).count();
+    phases->allgather_inside_s = std::chrono::duration<double>(clock::now() - t2).count();
+  }
 }
 
 }  // namespace trainlab::comm

@@ -89,10 +89,16 @@ class Hierarchy {
   std::uint64_t turn_ = 0;  // which of the two segments this call uses
 };
 
+// Seconds this rank spent in each phase of one call (a profile: bench_allreduce --node-size).
+struct HierarchicalPhases {
+  double reduce_scatter_inside_s = 0, across_s = 0, allgather_inside_s = 0;
+};
 // The hierarchical all-reduce in place: the reduce-scatter inside, `across` (any algorithm, auto
-// by the size of the chunk) between the nodes, the all-gather inside.
+// by the size of the chunk) between the nodes, the all-gather inside; `phases`, when given, gets
+// this rank's time in each.
 void hierarchical_allreduce(Hierarchy& hierarchy, void* data, std::int64_t count, DType dtype, ReduceOp op,
-                            Algorithm across = Algorithm::ring, const AlgorithmThresholds& thresholds = {});
+                            Algorithm across = Algorithm::ring, const AlgorithmThresholds& thresholds = {},
+                            HierarchicalPhases* phases = nullptr);
 // The chunk of `count` elements local rank `local` owns inside a node.
 ChunkRange node_chunk(const Hierarchy& hierarchy, std::int64_t count);
 

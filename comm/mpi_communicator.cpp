@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -391,17 +392,22 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
 
 namespace {
 
-// One MPI shared-memory window, locked for the whole of its life (passive target, no checks): the
-// ranks synchronise through fence() alone.
+// One MPI shared-memory window, locked for the whole of its life (passive target, no checks). Each
+// rank's segment starts with a cache line of its own holding its fence count; fence() is a barrier
+// on those counts in the shared memory itself (a release store of this rank's count, acquire loads
+// of the others'), so the ranks of a node meet without a message: over a job forced onto TCP an MPI
+// barrier would cost a round trip of the wire per fence.
 class MpiSharedMemory final : public SharedMemory {
  public:
+  static constexpr std::size_t kHeader = 64;
   MpiSharedMemory(MpiCommunicator& comm, std::size_t bytes) : comm_(comm), bytes_(bytes) {
     const int rank = comm.rank();
     MPI_Info info = MPI_INFO_NULL;
     MPI_CHECK(MPI_Info_create(&info), rank);
     MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"), rank);  // each segment on its rank's pages
     void* base = nullptr;
-    const int created = MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info, comm.handle(), &base, &win_);
+    const int created =
+        MPI_Win_allocate_shared(static_cast<MPI_Aint>(kHeader + bytes), 1, info, comm.handle(), &base, &win_);
     MPI_Info_free(&info);
     MPI_CHECK(created, rank);
     MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), rank);
@@ -410,8 +416,11 @@ class MpiSharedMemory final : public SharedMemory {
       int unit = 0;
       void* segment = nullptr;
       MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &unit, &segment), rank);
-      segments_.push_back(segment);
+      bases_.push_back(static_cast<unsigned char*>(segment));
     }
+    count(rank).store(0, std::memory_order_relaxed);
+    MPI_CHECK(MPI_Win_sync(win_), rank);
+    comm.barrier();  // every count is 0 before anyone fences
   }
   ~MpiSharedMemory() override {
     MPI_Win_unlock_all(win_);
@@ -419,19 +428,37 @@ class MpiSharedMemory final : public SharedMemory {
   }
   MpiSharedMemory(const MpiSharedMemory&) = delete;
   MpiSharedMemory& operator=(const MpiSharedMemory&) = delete;
-  void* segment(int rank) override { return segments_.at(static_cast<std::size_t>(rank)); }
+  void* segment(int rank) override { return bases_.at(static_cast<std::size_t>(rank)) + kHeader; }
   std::size_t bytes() const override { return bytes_; }
   void fence() override {
-    MPI_CHECK(MPI_Win_sync(win_), comm_.rank());
-    comm_.barrier();
-    MPI_CHECK(MPI_Win_sync(win_), comm_.rank());
+    const std::uint64_t epoch = ++fences_;
+    count(comm_.rank()).store(epoch, std::memory_order_release);
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < comm_.size(); ++r) {
+      // Spin briefly, then yield: the ranks of a node may share a core.
+      for (std::uint64_t spins = 0; count(r).load(std::memory_order_acquire) < epoch; ++spins) {
+        if (spins < 64) continue;
+        std::this_thread::yield();
+        if (spins % 1024 != 0) continue;
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (waited > comm_.timeout())
+          comm_.abort(fmt::format("timed out after {:.1f} s at a shared-memory fence (rank {} of this node waits for "
+                                  "rank {}): that rank is stalled or dead; ending the job (--comm-timeout {})",
+                                  waited, comm_.rank(), r, comm_.timeout()),
+                      3);
+      }
+    }
   }
 
  private:
+  std::atomic_ref<std::uint64_t> count(int rank) {
+    return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(bases_.at(static_cast<std::size_t>(rank))));
+  }
   MpiCommunicator& comm_;
   std::size_t bytes_;
   MPI_Win win_ = MPI_WIN_NULL;
-  std::vector<void*> segments_;
+  std::vector<unsigned char*> bases_;
+  std::uint64_t fences_ = 0;
 };
 
 }  // namespace

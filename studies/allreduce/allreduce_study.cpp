@@ -367,9 +367,40 @@ Environment measured_environment(Environment env, const comm::Communicator& comm
   return env;
 }
 
+// --node-size: where the hierarchical all-reduce's time goes, phase by phase, at every size of the
+// sweep (a collective: every rank). Each phase's time is the slowest rank's, the median of 7 calls
+// after 2 warm-ups, each call after a barrier; the timing arms are not affected (this runs after).
+std::vector<comm::HierarchicalPhases> profile_phases(const AllreduceRun& run, const std::vector<SizeTiming>& sizes) {
+  std::vector<comm::HierarchicalPhases> out;
+  for (const SizeTiming& s : sizes) {
+    const std::int64_t count = std::max<std::int64_t>(1, s.arms.front().bytes / run.elem);
+    const auto actual = static_cast<std::size_t>(count * run.elem);
+    std::shared_ptr<void> m = run.comm.allocate(actual);
+    const std::vector<unsigned char> zeros(actual, 0);
+    run.comm.copy_in(m.get(), zeros.data(), actual);
+    std::vector<double> inside_rs, across, inside_ag;
+    for (int i = 0; i < 9; ++i) {
+      run.world.barrier();
+      comm::HierarchicalPhases p;
+      comm::hierarchical_allreduce(*run.hierarchy, m.get(), count, run.dtype, ReduceOp::sum, comm::Algorithm::ring, {},
+                                   &p);
+      const double a = run.world.max_over_ranks(p.reduce_scatter_inside_s);
+      const double b = run.world.max_over_ranks(p.across_s);
+      const double c = run.world.max_over_ranks(p.allgather_inside_s);
+      if (i < 2) continue;
+      inside_rs.push_back(a);
+      across.push_back(b);
+      inside_ag.push_back(c);
+    }
+    out.push_back({summarize(inside_rs).median, summarize(across).median, summarize(inside_ag).median});
+  }
+  return out;
+}
+
 // --node-size: the hierarchical all-reduce against the flat ring and the model's prediction from the
-// two links (studies/allreduce/hierarchical.h).
-void print_prediction(const comm::Hierarchy& h, const std::vector<SizeTiming>& sizes) {
+// two links (studies/allreduce/hierarchical.h), then each phase against the model's.
+void print_prediction(const comm::Hierarchy& h, const std::vector<SizeTiming>& sizes,
+                      const std::vector<comm::HierarchicalPhases>& phases) {
   std::vector<HierarchicalPoint> points;
   for (const SizeTiming& s : sizes) {
     HierarchicalPoint p;
@@ -394,6 +425,23 @@ void print_prediction(const comm::Hierarchy& h, const std::vector<SizeTiming>& s
             << render_table(hierarchical_head(), hierarchical_table(p), true) << hierarchical_fit_text(p)
             << fmt::format("target: the prediction within 25% of the measured time at every size: {}\n",
                            p.all_within(0.25) ? "met" : "MISSED");
+  // Phase by phase (the profile of a miss): measured inside the hierarchical all-reduce, against the model.
+  std::vector<std::vector<std::string>> table;
+  for (std::size_t i = 0; i < p.lines.size() && i < phases.size(); ++i) {
+    const auto& l = p.lines[i];
+    const comm::HierarchicalPhases& ph = phases[i];
+    const auto cell = [](double measured, double model) {
+      return fmt::format("{:.1f} ({:.1f}, {:+.0f}%)", measured * 1e6, model * 1e6, 100 * (model - measured) / measured);
+    };
+    table.push_back({human_bytes(l.bytes), cell(ph.reduce_scatter_inside_s, l.predicted.intra_reduce_scatter_s),
+                     cell(ph.across_s, l.predicted.inter_allreduce_s),
+                     cell(ph.allgather_inside_s, l.predicted.intra_all_gather_s),
+                     fmt::format("{:.1f}", (ph.reduce_scatter_inside_s + ph.across_s + ph.allgather_inside_s) * 1e6)});
+  }
+  std::cout << "\n# phase by phase: measured inside the hierarchical all-reduce (slowest rank, median of 7 calls), the "
+               "model's in brackets with its error\n"
+            << render_table({"size", "reduce-scatter inside us", "across us", "all-gather inside us", "sum us"}, table,
+                            true);
 }
 
 // --write-tuning: the thresholds from this run's medians, printed and written (rank 0).
@@ -499,9 +547,11 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
     if (t.arms.size() == 1) print_native(run, t.arms.back(), t.wrong);
     if (!o.no_ledger) append_rows(run, t.arms, t.wrong);
   });
+  std::vector<comm::HierarchicalPhases> phases;
+  if (run.hierarchy != nullptr && all_correct) phases = profile_phases(run, timings);
   if (rank == 0) {
     if (run.collective == Collective::allreduce) print_targets(timings, run.copy_rate, all_correct);
-    if (run.hierarchy != nullptr) print_prediction(*run.hierarchy, timings);
+    if (run.hierarchy != nullptr) print_prediction(*run.hierarchy, timings, phases);
     if (run.collective != Collective::allreduce)
       std::cout << fmt::format("results {}\n", all_correct ? "all correct" : "MISMATCHED");
     if (!o.tune_path.empty() && all_correct) write_tuning(run, timings);

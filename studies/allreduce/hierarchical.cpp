@@ -48,7 +48,8 @@ HierarchicalPrediction predict_hierarchical(int nodes, int node_size, const std:
     line.bytes = pt.bytes;
     line.flat_s = pt.flat_s;
     line.measured_s = pt.hierarchical_s;
-    line.predicted_s = comm::hierarchical_allreduce(q, static_cast<double>(pt.bytes)).total_s();
+    line.predicted = comm::hierarchical_allreduce(q, bytes);
+    line.predicted_s = line.predicted.total_s();
     p.lines.push_back(line);
   }
   return p;

@@ -35,6 +35,7 @@ struct HierarchicalPrediction {
   struct Line {
     std::int64_t bytes = 0;
     double flat_s = 0, measured_s = 0, predicted_s = 0;
+    comm::Hierarchical predicted;                                             // the model's three phases
     double error() const { return (predicted_s - measured_s) / measured_s; }  // + : the model is slower
   };
   std::vector<Line> lines;

@@ -29,6 +29,7 @@ echo "$out" | has "^| size | flat ring us | hierarchical us" || fail "no predict
 echo "$out" | has "^inside a node (within_nodes), as a ring of 2: one line alpha" || fail "no fit inside a node"
 echo "$out" | has "^across nodes (across_nodes, S / node size), as a ring of 2: one line alpha" || fail "no fit across nodes"
 echo "$out" | has -E "^target: the prediction within 25% of the measured time at every size: (met|MISSED)" || fail "no verdict"
+echo "$out" | has "^| size | reduce-scatter inside us | across us | all-gather inside us | sum us |" || fail "no phase profile"
 # 3 sizes x (ring, hierarchical, within_nodes, across_nodes, native), each with the node size.
 [ "$(grep -c '"node_size":2' "$ledger")" -eq 15 ] || fail "expected 15 rows with node_size 2"
 [ "$(grep -c '"intra_node":"shared_memory"' "$ledger")" -eq 15 ] || fail "expected the intra-node way on every row"
