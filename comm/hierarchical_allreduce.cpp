@@ -115,7 +115,7 @@ void Hierarchy::reserve(std::size_t bytes) {
 
 void Hierarchy::reduce_scatter_inside(void* data, std::int64_t count, DType dtype, ReduceOp op) {
   const int g = map_.node_size;
-  if (g == 1) return;
+  if (g == 1 || count == 0) return;  // every rank passes the same count: none of them fences
   if (intra_ == IntraNode::point_to_point) {
     ring_reduce_scatter(*node_, data, count, dtype, op);
     return;
@@ -138,7 +138,7 @@ void Hierarchy::reduce_scatter_inside(void* data, std::int64_t count, DType dtyp
 
 void Hierarchy::allgather_inside(void* data, std::int64_t count, DType dtype) {
   const int g = map_.node_size;
-  if (g == 1) return;
+  if (g == 1 || count == 0) return;
   if (intra_ == IntraNode::point_to_point) {
     ring_allgather(*node_, data, count, dtype);
     return;
