@@ -69,6 +69,9 @@ Hierarchy::Hierarchy(Communicator& world, const NodeMap& map, IntraNode intra) :
            fmt::format("node map of {} nodes x {} ranks for a world of {}", map.nodes, map.node_size, world.size()));
   node_ = world.split(map.node, world.rank());
   across_ = world.split(map.local, map.node);
+  // The world's deadline holds inside and across (a stalled rank ends the job as on the world).
+  if (node_) node_->set_timeout(world.timeout());
+  if (across_) across_->set_timeout(world.timeout());
   TL_CHECK(node_ && node_->size() == map.node_size && across_ && across_->size() == map.nodes,
            fmt::format("rank {}: the node map disagrees between ranks (node {} of {} ranks, local rank {} of {} nodes)",
                        world.rank(), map.node, map.node_size, map.local, map.nodes));
