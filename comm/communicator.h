@@ -114,6 +114,12 @@ class Communicator {
     (void)bytes;
     return nullptr;
   }
+  // The largest message, in bytes, that reaches `peer` without a rendezvous (a handshake before the
+  // data moves); 0 when none is known. The same on every rank of the communicator, and symmetric.
+  virtual std::size_t eager_limit(int peer) const {
+    (void)peer;
+    return 0;
+  }
   // Ends the whole job with a non-zero status after printing `message` (never returns).
   [[noreturn]] virtual void abort(const std::string& message, int status) = 0;
 

@@ -155,11 +155,68 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(MPI_COMM_WORLD, false));
 }
 
+namespace {
+
+// Open MPI's shared-memory transport's eager limit (the control variable btl_vader_eager_limit,
+// which exists only while that transport is open), 0 when there is none; read once per process.
+std::size_t shared_memory_eager_limit() {
+  static const std::size_t limit = [] {
+    int provided = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return std::size_t{0};
+    std::size_t value = 0;
+    int index = 0, count = 0;
+    MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+    if (MPI_T_cvar_get_index("btl_vader_eager_limit", &index) == MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      char name[256];
+      char description[1024];
+      int name_length = sizeof name, description_length = sizeof description, verbosity = 0, binding = 0, scope = 0;
+      MPI_Datatype type = MPI_DATATYPE_NULL;
+      MPI_T_enum values = MPI_T_ENUM_NULL;
+      unsigned long read = 0;  // Open MPI declares size_t variables as MPI_UNSIGNED_LONG
+      if (MPI_T_cvar_get_info(index, name, &name_length, &verbosity, &type, &values, description, &description_length,
+                              &binding, &scope) == MPI_SUCCESS &&
+          type == MPI_UNSIGNED_LONG && count == 1 && MPI_T_cvar_read(handle, &read) == MPI_SUCCESS)
+        value = read;
+      MPI_T_cvar_handle_free(&handle);
+    }
+    MPI_T_finalize();
+    return value;
+  }();
+  return limit;
+}
+
+// The eager limit counts Open MPI's match header (ob1's, 14-24 bytes) with the data: the payload
+// that travels eagerly is this much smaller, with room to spare.
+constexpr std::size_t kEagerHeaderBytes = 64;
+
+}  // namespace
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  // Which ranks share this one's host, and the shared-memory eager limit every rank agrees on (the
+  // smallest: the algorithms cut a message by it on both sides, so it must be the same everywhere).
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host), rank_);
+  std::vector<int> host_of(static_cast<std::size_t>(size_));
+  int leader = rank_;  // the host's lowest rank in this communicator names the host
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, host), rank_);
+  MPI_CHECK(MPI_Comm_free(&host), rank_);
+  MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, host_of.data(), 1, MPI_INT, comm_), rank_);
+  on_host_.resize(host_of.size());
+  for (std::size_t r = 0; r < host_of.size(); ++r) on_host_[r] = host_of[r] == leader ? 1 : 0;
+  const std::size_t own = shared_memory_eager_limit();
+  unsigned long limit = own > kEagerHeaderBytes ? own - kEagerHeaderBytes : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &limit, 1, MPI_UNSIGNED_LONG, MPI_MIN, comm_), rank_);
+  host_eager_limit_ = limit;
+}
+
+std::size_t MpiCommunicator::eager_limit(int peer) const {
+  return peer >= 0 && peer < size_ && peer != rank_ && on_host_[static_cast<std::size_t>(peer)] != 0 ? host_eager_limit_
+                                                                                                     : 0;
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -55,6 +56,10 @@ class MpiCommunicator final : public Communicator {
   // the messages (a run forced onto TCP still shares memory inside a host).
   std::unique_ptr<SharedMemory> share_memory(std::size_t bytes) override;
   void wait_all(std::vector<std::unique_ptr<Request>>& requests) override;
+  // To a peer on this host, Open MPI's shared-memory transport's eager limit (btl_vader_eager_limit,
+  // read through MPI_T, the smallest over the ranks) less its header; 0 to other peers, and when
+  // that transport is not in use (--mca btl tcp,self) or the library is not Open MPI.
+  std::size_t eager_limit(int peer) const override;
   [[noreturn]] void abort(const std::string& message, int status) override;
   std::string library_version() const override;
 
@@ -70,6 +75,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1, world_rank_ = 0;
+  std::size_t host_eager_limit_ = 0;  // see eager_limit()
+  std::vector<char> on_host_;         // per rank: shares this rank's host
 };
 
 // The MPI library's version line ("Open MPI v4.1.4").

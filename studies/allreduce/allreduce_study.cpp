@@ -232,6 +232,12 @@ void print_header(const AllreduceRun& run) {
   if (comm.backend() == "mpi")
     std::cout << fmt::format("# MPI variant: all-reduce algorithm {}, malloc {}, transport {} ({})\n",
                              run.variant.algorithm, run.variant.malloc, run.variant.transport, run.variant.settings);
+  if (const std::size_t eager = comm.size() > 1 ? comm.eager_limit((comm.rank() + 1) % comm.size()) : 0; eager > 0)
+    std::cout << fmt::format(
+        "# eager pieces: recursive doubling's and halving-doubling's messages to a rank on this host of {} to {} "
+        "bytes go as up to 4 pieces of at most {} (the transport's eager limit less its header), not through a "
+        "rendezvous\n",
+        eager + 1, 4 * eager, eager);
   if (run.hierarchy != nullptr)
     std::cout << "# two levels: " << run.hierarchy->describe()
               << "; the links within_nodes and across_nodes (its message S / node size) are timed too, for the "

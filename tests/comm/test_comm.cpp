@@ -5,6 +5,7 @@
 // average, sub-communicators, and bitwise identity of the result across ranks.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -219,8 +220,10 @@ TEST_CASE(
   for (int k = 1; k <= P; ++k) {
     auto group = world->split(world->rank() < k ? 0 : -1, world->rank());
     if (group == nullptr) continue;
+    // 1009 and 3001 elements: messages cut into 2-4 eager pieces over shared memory (uneven, some
+    // mid-element), 1001: one piece, 2^16 + 3: too many pieces, one message.
     for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{k - 1}, std::int64_t{7}, std::int64_t{1001},
-                           std::int64_t{(1 << 16) + 3}}) {
+                           std::int64_t{1009}, std::int64_t{3001}, std::int64_t{(1 << 16) + 3}}) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
         check_latency_exact<float>(*group, DType::f32, n, op, 1000);
         check_latency_exact<double>(*group, DType::f64, n, op, 1000);
@@ -284,6 +287,28 @@ TEST_CASE("ring on sub-communicators", "[comm]") {
     check_exact<float>(*group, DType::f32, 999, ReduceOp::sum, 100);
   }
   world->barrier();
+}
+
+TEST_CASE("the eager limit: the same on every rank and both ways, none to itself; shared memory's, or none over TCP",
+          "[comm]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  std::vector<double> mine(static_cast<std::size_t>(P)), all(static_cast<std::size_t>(P * P));
+  for (int q = 0; q < P; ++q) mine[static_cast<std::size_t>(q)] = static_cast<double>(world->eager_limit(q));
+  MPI_Allgather(mine.data(), P, MPI_DOUBLE, all.data(), P, MPI_DOUBLE, world->handle());
+  const auto at = [&](int r, int q) { return all[static_cast<std::size_t>(r * P + q)]; };
+  const char* btl = std::getenv("OMPI_MCA_btl");
+  const bool tcp_only = btl != nullptr && std::strstr(btl, "tcp") != nullptr && std::strstr(btl, "vader") == nullptr;
+  for (int r = 0; r < P; ++r) {
+    CHECK(at(r, r) == 0.0);
+    for (int q = 0; q < P; ++q) {
+      INFO("rank " << r << " to " << q << (tcp_only ? " over TCP" : ""));
+      CHECK(at(r, q) == at(q, r));
+      if (q != r) CHECK(at(r, q) == (tcp_only ? 0.0 : at(0, P - 1)));  // one host in these tests
+    }
+  }
+  // Open MPI's shared memory by default: btl_vader_eager_limit 4096, less the header's allowance.
+  if (!tcp_only && P > 1 && world->library_version().find("Open MPI") != std::string::npos) CHECK(at(0, 1) > 0.0);
 }
 
 TEST_CASE("broadcast and barrier", "[comm]") {
