@@ -17,15 +17,28 @@ namespace trainlab::bench {
 namespace {
 
 // The section's figures, linked from the README by their path relative to it.
-std::string figure_links(const ReportSection& s, const ReportOptions& options) {
+// Links to the figures `names` (paths relative to the report) from the README.
+std::string figure_links(const std::vector<std::string>& names, const ReportOptions& options) {
   std::string out;
   const std::filesystem::path readme_dir = std::filesystem::path(options.readme_path).parent_path();
   const std::filesystem::path out_dir = std::filesystem::path(options.out_path).parent_path();
-  for (const auto& [name, svg] : s.figures) {
+  for (const auto& name : names) {
     const auto relative = (out_dir / name).lexically_relative(readme_dir.empty() ? "." : readme_dir);
     out += fmt::format("\nFigure: [{}]({})\n", name, relative.generic_string());
   }
   return out;
+}
+
+// The section's own block's figures: every figure that none of its further blocks links.
+std::vector<std::string> own_figures(const ReportSection& s) {
+  std::vector<std::string> names;
+  for (const auto& [name, svg] : s.figures) {
+    const bool elsewhere = std::any_of(s.more_blocks.begin(), s.more_blocks.end(), [&](const ReportBlock& b) {
+      return std::find(b.figures.begin(), b.figures.end(), name) != b.figures.end();
+    });
+    if (!elsewhere) names.push_back(name);
+  }
+  return names;
 }
 
 }  // namespace
@@ -59,8 +72,8 @@ std::string readme_with_sections(const ReportOptions& options, const std::vector
     replaced = true;
   };
   for (const auto& s : sections) {
-    fill({s.marker, s.readme_intro, s.readme_table}, figure_links(s, options));
-    for (const auto& block : s.more_blocks) fill(block, "");
+    fill({s.marker, s.readme_intro, s.readme_table, {}}, figure_links(own_figures(s), options));
+    for (const auto& block : s.more_blocks) fill(block, figure_links(block.figures, options));
   }
   TL_CHECK(replaced, "report: '" + options.readme_path + "' has none of the <!-- " + markers +
                          ":begin --> ... <!-- ...:end --> markers for this ledger's runs" +

@@ -15,16 +15,19 @@
 namespace trainlab::bench {
 
 // A generated block of docs/RESULTS.md (or any file with its markers): the text between
-// <!-- marker:begin --> and <!-- marker:end -->, an intro ("from run X on ...") and a table.
+// <!-- marker:begin --> and <!-- marker:end -->, an intro ("from run X on ...") and a table; a
+// further block of a section may link some of the section's figures (their names), which its own
+// block then leaves out.
 struct ReportBlock {
   std::string marker, intro, table;
+  std::vector<std::string> figures;
 };
 
 struct ReportSection {
   Environment measured_on;  // where its run was measured (the report's header names the first section's)
   std::string markdown;
   std::vector<std::pair<std::string, std::string>> figures;  // path relative to the report, SVG text
-  // Its block (with its figures linked), and any further blocks it fills (without figures).
+  // Its block (with its figures linked, less those a further block links), and any further blocks.
   std::string marker, readme_intro, readme_table;
   std::vector<ReportBlock> more_blocks;
 };

@@ -371,8 +371,12 @@ std::optional<ReportSection> sweeps_section(const std::vector<AllreduceRow>& all
       continue;
     }
     section->markdown += part->markdown;
-    for (auto& figure : part->figures) section->figures.push_back(std::move(figure));
-    section->more_blocks.push_back({name, part->readme_intro, part->readme_table});
+    std::vector<std::string> names;
+    for (auto& figure : part->figures) {
+      names.push_back(figure.first);
+      section->figures.push_back(std::move(figure));
+    }
+    section->more_blocks.push_back({name, part->readme_intro, part->readme_table, std::move(names)});
   }
   return section;
 }

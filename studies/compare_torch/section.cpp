@@ -94,12 +94,13 @@ std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::st
   const Environment& env = configs.front().header.env;
   const std::string when = fmt::format("from run `{}` (`{}`, {}, {} interleaved rounds) on {}", run_id,
                                        configs.front().run.command, run->date, run->rounds, measured_on(env));
-  return {{"compare_torch" + suffix, when, t.str()},
+  return {{"compare_torch" + suffix, when, t.str(), {}},
           {"compare_torch_headline" + suffix,
            when + fmt::format(": SmallCNN training, batch {}, median (min-max) of the rounds; every configuration: "
                               "[the table](#against-pytorch)",
                               configs.front().run.batch),
-           h.str()}};
+           h.str(),
+           {}}};
 }
 
 // A bar per configuration: the median of its per-round ratios, whisker their min-max; parity dashed.
