@@ -172,6 +172,12 @@ class StreamEvents {
   virtual int device_index() const = 0;  // the GPU the stream is on
 };
 
+// A weight as a backend's kernels read it (see Backend::linear_forward_keeping_weight); opaque.
+class PreparedWeight {
+ public:
+  virtual ~PreparedWeight() = default;
+};
+
 // Inference on constant weights (the frozen model of torch.jit.freeze): while frozen, every weight
 // given to a forward (conv2d_forward, linear_forward) holds the same values at the same address, so
 // the backend may keep what it derives from it (the onednn backend: the weight reordered once into
@@ -284,6 +290,27 @@ class Backend {
                                     std::int64_t in_features, std::int64_t out_features) = 0;
   virtual void linear_backward_weights(DType dtype, const void* dy, const void* x, void* dweight, void* dbias,
                                        std::int64_t batch, std::int64_t in_features, std::int64_t out_features) = 0;
+  // linear_forward that also returns the weight as prepared for it, where the backend prepares
+  // weights (the onednn backend: reordered into its primitive's blocked layout; null elsewhere).
+  // linear's forward keeps it for its backward-data, which reads the same weight in the same layout:
+  // one reorder of the weight per step instead of two. The backward reads the values the forward
+  // read, those of the graph it differentiates, even if the weight was written in between.
+  virtual std::shared_ptr<const PreparedWeight> linear_forward_keeping_weight(DType dtype, const void* x,
+                                                                              const void* weight, const void* bias,
+                                                                              bool relu, void* y, std::int64_t batch,
+                                                                              std::int64_t in_features,
+                                                                              std::int64_t out_features) {
+    linear_forward(dtype, x, weight, bias, relu, y, batch, in_features, out_features);
+    return nullptr;
+  }
+  // linear_backward_data reading `prepared` (from linear_forward_keeping_weight on `weight`; may be
+  // null) where its layout is the one this primitive reads.
+  virtual void linear_backward_data_prepared(DType dtype, const void* dy, const void* weight,
+                                             const PreparedWeight* prepared, void* dx, std::int64_t batch,
+                                             std::int64_t in_features, std::int64_t out_features) {
+    (void)prepared;
+    linear_backward_data(dtype, dy, weight, dx, batch, in_features, out_features);
+  }
 
   // x: [N, C_in, H, W], weight: [C_out, C_in, kH, kW], y: [N, C_out, outH, outW] (see Conv2dShape
   // for the memory layout); y = conv(x, weight) (+ bias) (then ReLU when `relu`); bias may be null.

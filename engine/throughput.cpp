@@ -27,7 +27,7 @@ std::map<std::string, std::int64_t> deltas(const std::map<std::string, std::int6
                                            const std::map<std::string, std::int64_t>& after) {
   std::map<std::string, std::int64_t> out;
   for (const auto& [key, value] : after) {
-    if (key == "allocations" || key == "primitives_created" || key == "weight_reorders") {
+    if (key == "allocations" || key == "primitives_created" || key == "weight_reorders" || key == "kept_weight_reads") {
       auto it = before.find(key);
       out[key] = value - (it == before.end() ? 0 : it->second);
     }

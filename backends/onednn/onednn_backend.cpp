@@ -167,6 +167,22 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   // may differ in layout (weights) and, emulated, in dtype (f32): operand() adds the reorder.
   void linear_forward(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
                       std::int64_t batch, std::int64_t in, std::int64_t out) override {
+    linear_forward_into(dtype, x, weight, bias, relu, y, batch, in, out, nullptr);
+  }
+
+  std::shared_ptr<const PreparedWeight> linear_forward_keeping_weight(DType dtype, const void* x, const void* weight,
+                                                                      const void* bias, bool relu, void* y,
+                                                                      std::int64_t batch, std::int64_t in,
+                                                                      std::int64_t out) override {
+    std::shared_ptr<const PreparedWeight> kept;
+    linear_forward_into(dtype, x, weight, bias, relu, y, batch, in, out, &kept);
+    return kept;
+  }
+
+  // The forward; with `keep`, a weight it reorders goes into a buffer of its own, returned there.
+  void linear_forward_into(DType dtype, const void* x, const void* weight, const void* bias, bool relu, void* y,
+                           std::int64_t batch, std::int64_t in, std::int64_t out,
+                           std::shared_ptr<const PreparedWeight>* keep) {
     check(dtype, BackendOp::linear, false);
     guarded("linear_forward", [&] {
       Scratch scratch(*this);
@@ -187,7 +203,10 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
         note_impl(pd.impl_info_str(), dtype, c);
       });
       bind_in(e.operands[0], x, scratch);
-      bind_weights(e.operands[1], weight, inference ? "ip|" + k : "", scratch);
+      if (keep != nullptr && !inference && (e.operands[1].reordered || e.operands[1].widened))
+        *keep = prepare_weight(e.operands[1], weight);
+      else
+        bind_weights(e.operands[1], weight, inference ? "ip|" + k : "", scratch);
       if (bias) bind_in(e.operands[2], bias, scratch);
       bind_out(e.operands[3], y, scratch);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.operands[0].inner},
@@ -202,6 +221,11 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
 
   void linear_backward_data(DType dtype, const void* dy, const void* weight, void* dx, std::int64_t batch,
                             std::int64_t in, std::int64_t out) override {
+    linear_backward_data_prepared(dtype, dy, weight, nullptr, dx, batch, in, out);
+  }
+
+  void linear_backward_data_prepared(DType dtype, const void* dy, const void* weight, const PreparedWeight* prepared,
+                                     void* dx, std::int64_t batch, std::int64_t in, std::int64_t out) override {
     check(dtype, BackendOp::linear, false);
     guarded("linear_backward_data", [&] {
       Scratch scratch(*this);
@@ -221,7 +245,18 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
             note_impl(pd.impl_info_str(), dtype, c);
           });
       bind_in(e.operands[0], dy, scratch);
-      bind_in(e.operands[1], weight, scratch);
+      const auto* kept = dynamic_cast<const KeptWeight*>(prepared);
+      const void* copy = kept != nullptr && (e.operands[1].reordered || e.operands[1].widened)
+                             ? kept->find(e.operands[1].inner.get_desc())
+                             : nullptr;
+      if (copy != nullptr) {
+        bind(e.operands[1], weight);
+        e.operands[1].inner.set_data_handle(const_cast<void*>(copy));
+        ++kept_weight_reads_;
+      } else {
+        if (e.operands[1].reordered || e.operands[1].widened) ++backward_weight_reorders_;
+        bind_in(e.operands[1], weight, scratch);
+      }
       bind_out(e.operands[2], dx, scratch);
       e.primitive.execute(stream_, {{DNNL_ARG_DIFF_DST, e.operands[0].inner},
                                     {DNNL_ARG_WEIGHTS, e.operands[1].inner},
@@ -409,6 +444,8 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
     auto out = CpuBackend::counters();
     out["primitives_created"] = primitives_created_;
     out["weight_reorders"] = weight_reorders_;
+    out["kept_weight_reads"] = kept_weight_reads_;
+    out["backward_weight_reorders"] = backward_weight_reorders_;
     out["frozen_weights_kept"] = static_cast<std::int64_t>(kept_.size());
     out["frozen_weights_changed"] = frozen_weights_changed_;
     return out;
@@ -625,6 +662,52 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
     op.to_inner.execute(stream_, op.widened ? op.staged : op.user, op.inner);
   }
 
+  // A weight as a forward's primitive read it, in buffers of its own (linear's forward keeps it for
+  // its backward-data): the primitive's layout and, where an emulated dtype was widened to f32 and
+  // then reordered, the widened copy in the engine's layout too.
+  struct KeptWeight final : PreparedWeight {
+    explicit KeptWeight(cpu::HostAllocator& a) : allocator(a) {}
+    ~KeptWeight() override {
+      for (const auto& copy : copies) allocator.deallocate(copy.data, copy.bytes);
+    }
+    KeptWeight(const KeptWeight&) = delete;
+    KeptWeight& operator=(const KeptWeight&) = delete;
+    void* add(const memory::desc& layout) {
+      copies.push_back({layout, layout.get_size(), allocator.allocate(layout.get_size())});
+      return copies.back().data;
+    }
+    const void* find(const memory::desc& layout) const {
+      for (const auto& copy : copies)
+        if (copy.layout == layout) return copy.data;
+      return nullptr;
+    }
+    struct Copy {
+      memory::desc layout;
+      std::size_t bytes;
+      void* data;
+    };
+    cpu::HostAllocator& allocator;
+    std::vector<Copy> copies;
+  };
+
+  // Binds a forward's weight reordered (or, emulated, widened to f32 and perhaps reordered) into
+  // buffers of its own, and returns them.
+  std::shared_ptr<const PreparedWeight> prepare_weight(Operand& op, const void* ptr) {
+    auto kept = std::make_shared<KeptWeight>(allocator_);
+    bind(op, ptr);
+    if (op.widened) {  // `staged` is `inner` itself when there is no reorder
+      void* staged = kept->add(op.staged.get_desc());
+      op.staged.set_data_handle(staged);
+      CpuBackend::cast(op.storage, ptr, DType::f32, staged, op.elements);
+    }
+    if (op.reordered) {
+      op.inner.set_data_handle(kept->add(op.inner.get_desc()));
+      op.to_inner.execute(stream_, op.widened ? op.staged : op.user, op.inner);
+    }
+    ++weight_reorders_;
+    return kept;
+  }
+
   // Binds a forward's weight. Unfrozen (`kept_key` empty) as any input, counted in weight_reorders
   // when it is reordered or widened. Frozen: from the buffer kept for (this address, the primitive
   // `kept_key`), derived on first use, and again (counted in frozen_weights_changed) when a sample of
@@ -724,6 +807,8 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   int frozen_depth_ = 0;
   std::map<std::pair<const void*, std::string>, Kept> kept_;
   std::int64_t weight_reorders_ = 0, frozen_weights_changed_ = 0;
+  // Linear backward-data calls that read their forward's prepared weight, and those that prepared it again.
+  std::int64_t kept_weight_reads_ = 0, backward_weight_reorders_ = 0;
   mutable bool probed_ = false;
   mutable bool native_[4] = {};  // index(dtype, family)
 };

@@ -240,6 +240,40 @@ TEST_CASE("backends: linear, plain and fused", "[backends]") {
   }
 }
 
+TEST_CASE("backends: linear's backward-data reads the weight its forward prepared, never a second reorder",
+          "[backends]") {
+  for (const auto& name : fast_backends()) {
+    Backend& backend = get_backend(name);
+    if (backend.counters().count("kept_weight_reads") == 0) continue;
+    for (DType dtype : kDtypes) {
+      if (!runs_here(backend, BackendOp::linear, dtype, false)) continue;
+      INFO(name << " " << dtype_name(dtype));
+      Generator gen(61);
+      const auto on = [&](const Tensor& t, bool grad) {
+        Tensor out = t.to(backend).to(dtype).detach();
+        out.set_requires_grad(grad);
+        return out;
+      };
+      const Tensor x = on(random({8, 4096}, gen), true), w = on(random({256, 4096}, gen, -0.015, 0.015), true);
+      const Tensor b = on(random({256}, gen), true);
+      const auto counter = [&](const char* c) { return backend.counters().at(c); };
+      const auto reorders = counter("weight_reorders"), again = counter("backward_weight_reorders");
+      const Tensor y = linear_fused(x, w, b, true);
+      sum(y).backward();
+      // fc1's weight goes into the forward primitive's layout once (oneDNN's blocked one with
+      // AVX-512, transposed with AVX2; widened to f32 where the dtype is emulated); the backward-data
+      // reads that copy, or the weight as it is where its primitive takes the engine's layout.
+      CHECK(counter("weight_reorders") == reorders + 1);
+      CHECK(counter("backward_weight_reorders") == again);
+      // Without a gradient for x there is no backward-data, and nothing is kept.
+      const Tensor x_fixed = on(random({8, 4096}, gen), false);
+      const auto reads_before = counter("kept_weight_reads");
+      sum(linear_fused(x_fixed, w, b, true)).backward();
+      CHECK(counter("kept_weight_reads") == reads_before);
+    }
+  }
+}
+
 TEST_CASE("backends: max_pool2d, both layouts", "[backends]") {
   Generator gen(103);
   for (DType dtype : kDtypes) {
