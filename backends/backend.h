@@ -50,6 +50,9 @@ struct Pool2dShape {
   std::int64_t batch, channels, in_h, in_w;
   std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   bool channels_last = false;
+  // Then a ReLU, in the same pass (only for a backend whose fuses_pool_relu() says so): relu(max_pool2d(x))
+  // bit for bit, forward and backward (a window whose maximum is <= 0 gives +0 and no gradient).
+  bool relu = false;
   std::int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
   std::int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
 };
@@ -328,6 +331,9 @@ class Backend {
   virtual void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y, void* workspace) = 0;
   virtual void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const void* workspace,
                                    void* dx) = 0;
+  // Whether max_pool2d_forward and _backward honour Pool2dShape::relu (max_pool2d_relu composes
+  // the two ops elsewhere).
+  virtual bool fuses_pool_relu() const { return false; }
 
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
   // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.

@@ -65,6 +65,8 @@ struct Pool2dOptions {
 // x: [N, C, H, W] -> [N, C, outH, outW], in the input's memory format; the gradient goes to each
 // window's first maximum.
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {});
+// relu(max_pool2d(x)), bit for bit, in one pass where the backend fuses the two (CPU backends).
+Tensor max_pool2d_relu(const Tensor& x, const Pool2dOptions& options = {});
 
 // Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).
 // logits: [N, classes] floating; labels: [N] i64 in [0, classes). Returns a 0-d tensor.

@@ -37,12 +37,12 @@ Tensor SmallCNN::forward(const Tensor& x) {
   // commutes with ReLU (both keep order; a NaN wins either way; a window of values <= 0 gives +0
   // either way), and the gradient reaches the same element, or, where the window's maximum is
   // <= 0, none: the same bits forward and backward for a quarter of the ReLU's work. Fused, the
-  // convolution does its bias in the same call and leaves no ReLU to fuse.
+  // convolution does its bias in the same call, and the pool its ReLU (max_pool2d_relu, where the
+  // backend fuses them).
   auto conv_block = [this, pool](const Conv2d& conv) {
     return [this, pool, &conv](const Tensor& in) {
-      return relu(max_pool2d(fused_ ? conv2d_fused(in, conv.weight, conv.bias, false, conv.options)
-                                    : conv2d(in, conv.weight, conv.bias, conv.options),
-                             pool));
+      if (fused_) return max_pool2d_relu(conv2d_fused(in, conv.weight, conv.bias, false, conv.options), pool);
+      return relu(max_pool2d(conv2d(in, conv.weight, conv.bias, conv.options), pool));
     };
   };
   auto classifier = [this](const Tensor& in) {
@@ -129,17 +129,23 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
   };
   // forward() below, one statement at a time: a temporary lives to the end of its statement.
   if (fused_) {
-    // relu(max_pool2d(conv2d_fused(...))): the convolution's output lives through the pool and ReLU.
+    // max_pool2d_relu(conv2d_fused(...)): the convolution's output lives through the pool, whose
+    // output is the next layer's input (conv2 saves pool1's; pool2's is h, held to the end of the
+    // forward, and fc1's saved input where the flatten is a view). The pool's backward turns a
+    // gradient that arrives in NCHW order (from the flatten) into channels_last first.
+    auto pool_relu_fused = [&](const char* name, double in, double out, std::int64_t channels, std::int64_t height,
+                               std::int64_t width, ChainLifetime lifetime, double scratch) {
+      add({name, act(out), lifetime, pool_workspace(channels, height, width), act(in), false, scratch});
+    };
     begin_block(0);
     add({"conv1+bias", act(out1), ChainLifetime::next_op, in_cast, 0, false, 0, (conv1_w + 32) * a,
          (conv1_w + 32) * master});
-    ops.back().outlives = 2;
-    pool_relu("pool1", "relu1", out1, half1, 32, m.height, m.width, 0);
+    pool_relu_fused("pool1+relu1", out1, half1, 32, m.height, m.width, ChainLifetime::saved_next, 0);
     begin_block(1);
     add({"conv2+bias", act(out2), ChainLifetime::next_op, 0, act(half1), false, 0, (conv2_w + 64) * a,
          (conv2_w + 64) * master});
-    ops.back().outlives = 2;
-    pool_relu("pool2", "relu2", out2, flat, 64, m.height / 2, m.width / 2, relu2_scratch);
+    pool_relu_fused("pool2+relu2", out2, flat, 64, m.height / 2, m.width / 2,
+                    shape.channels_last ? ChainLifetime::forward : ChainLifetime::saved_next, relu2_scratch);
     begin_block(2);
     flatten();
     add({"fc1+bias+relu", act(256), ChainLifetime::saved_self, 0, act(flat), false, act(256), (fc1_w + 256) * a,

@@ -526,8 +526,9 @@ void CpuBackend::max_pool2d_forward(DType dtype, const Pool2dShape& s, const voi
           }
         }
       }
-      *result = store<S>(best);
-      *argmax = best_index;
+      const bool dead = s.relu && best <= C(0);  // the fused ReLU: +0 and no gradient (-1 is no winner)
+      *result = store<S>(dead ? C(0) : best);
+      *argmax = dead ? -1 : best_index;
     };
     if (is_two_by_two(s)) {  // max_pool_2x2.h
       auto* place = as<std::uint8_t>(workspace);
@@ -538,6 +539,7 @@ void CpuBackend::max_pool2d_forward(DType dtype, const Pool2dShape& s, const voi
           const std::int64_t n = cell / (oh_n * ow_n), oh = (cell / ow_n) % oh_n, ow = cell % ow_n;
           const S* a = in + (n * s.in_h * in_w + 2 * oh * in_w + 2 * ow) * ch;
           pool2x2::forward_run(a, a + ch, a + in_w * ch, a + in_w * ch + ch, out + cell * ch, place + cell * ch, ch);
+          if (s.relu) pool2x2::relu_after(out + cell * ch, place + cell * ch, ch);
         }
         return;
       }
@@ -552,6 +554,7 @@ void CpuBackend::max_pool2d_forward(DType dtype, const Pool2dShape& s, const voi
         for (std::int64_t plane = 0; plane < s.batch * ch; ++plane) {
           pool2x2::forward_plane(in + plane * s.in_h * in_w, in_w, oh_n, ow_n, planes, out + plane * out_plane,
                                  place + plane * out_plane);
+          if (s.relu) pool2x2::relu_after(out + plane * out_plane, place + plane * out_plane, out_plane);
         }
       }
       return;

@@ -62,6 +62,7 @@ class CpuBackend : public Backend {
   // the argmax's offset in its input plane (ih * W + iw), -1 when a window is all padding.
   std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& shape) override;
   void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y, void* workspace) override;
+  bool fuses_pool_relu() const override { return true; }
   void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const void* workspace,
                            void* dx) override;
 

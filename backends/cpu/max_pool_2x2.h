@@ -120,6 +120,26 @@ inline const bits_t<S>* bits_of(const S* p) {
   return reinterpret_cast<const bits_t<S>*>(p);
 }
 
+// The ReLU after the pool, fused (Pool2dShape::relu): the winners through this CPU's ReLU loop (a
+// window whose maximum is <= 0 gives +0, a NaN passes), then every window left at +0 has no winner
+// (its place gets 4 added: no place 0..3 matches it), so the backward gives its four elements +0:
+// relu(max_pool2d(x)) bit for bit, forward and backward.
+template <typename S>
+inline void relu_after(S* out, std::uint8_t* place, std::int64_t count) {
+  if constexpr (std::is_same_v<S, float>) {
+    simd().relu_f32(out, out, count);
+  } else if constexpr (std::is_same_v<S, bf16>) {
+    simd().relu_bf16(out, out, count);
+  } else if constexpr (std::is_same_v<S, f16>) {
+    simd().relu_f16(out, out, count);
+  } else {
+    for (std::int64_t q = 0; q < count; ++q) out[q] = out[q] <= S(0) ? S(0) : out[q];
+  }
+  const auto* bits = bits_of(static_cast<const S*>(out));
+  for (std::int64_t q = 0; q < count; ++q)
+    place[q] = static_cast<std::uint8_t>(place[q] | (bits[q] == 0 ? 4 : 0));  // +0 is all zero bits
+}
+
 template <typename S>
 inline void backward_run(const S* dy, const std::uint8_t* place, S* a, S* b, S* c, S* d, std::int64_t count) {
   if constexpr (sizeof(S) == 4) {

@@ -622,6 +622,7 @@ class CudaBackend final : public Backend,
     return sizeof(std::int32_t) * static_cast<std::size_t>(s.batch * s.channels * s.out_h() * s.out_w());
   }
   void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) override {
+    TL_CHECK(!s.relu, "cuda: max_pool2d_forward has no fused ReLU (fuses_pool_relu() is false)");
     kernels::max_pool2d_forward(dtype, pool_shape(s), x, y, static_cast<std::int32_t*>(workspace), stream_);
   }
   void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,

@@ -297,6 +297,61 @@ TEST_CASE("backends: max_pool2d, both layouts", "[backends]") {
   }
 }
 
+namespace {
+
+// The bytes of `t`, NCHW on the host: for comparisons bit for bit (-0 against +0, NaN payloads).
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const Tensor host = t.to(ref()).contiguous();
+  const auto* p = static_cast<const unsigned char*>(host.raw_data());
+  return std::vector<unsigned char>(p, p + host.numel() * static_cast<std::int64_t>(dtype_size(host.dtype())));
+}
+
+}  // namespace
+
+TEST_CASE("backends: max_pool2d_relu is relu(max_pool2d) bit for bit, forward and backward", "[backends]") {
+  Generator gen(105);
+  // Windows of negatives, zeros of both signs, ties and NaNs; gradients of every sign.
+  const float levels[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 3.0f, std::numeric_limits<float>::quiet_NaN()};
+  const auto input = [&](const Shape& shape) {
+    std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+    for (auto& x : v) x = levels[gen.below(8)];
+    return Tensor::from_vector(v, shape, ref());
+  };
+  std::vector<std::string> names = fast_backends();
+  names.push_back("reference");
+  for (const auto& name : names) {
+    Backend& backend = get_backend(name);
+    for (DType dtype : kDtypes) {
+      if (!runs_here(backend, BackendOp::max_pool2d, dtype, false)) continue;
+      for (bool nhwc : {false, true}) {
+        for (const auto& [shape, o] : {std::pair{Shape{2, 3, 8, 6}, Pool2dOptions::square(2)},
+                                       std::pair{Shape{1, 5, 7, 9}, Pool2dOptions::square(2)},
+                                       std::pair{Shape{2, 4, 9, 7}, Pool2dOptions::square(3, 2, 1)},
+                                       std::pair{Shape{2, 64, 8, 8}, Pool2dOptions::square(2)}}) {
+          INFO(name << " " << dtype_name(dtype) << " " << shape_str(shape) << (nhwc ? " nhwc" : " nchw") << " kernel "
+                    << o.kernel_h);
+          const Tensor host = input(shape);
+          const auto prepare = [&] {
+            Tensor x = host.to(backend).to(dtype);
+            if (nhwc) x = x.contiguous(MemoryFormat::channels_last);
+            x = x.detach();
+            x.set_requires_grad(true);
+            return x;
+          };
+          const Tensor a = prepare(), b = prepare();
+          const Tensor fused = max_pool2d_relu(a, o), composed = relu(max_pool2d(b, o));
+          CHECK(fused.memory_format() == composed.memory_format());
+          CHECK(bytes_of(fused) == bytes_of(composed));
+          const Tensor dy = Tensor::uniform(fused.shape(), -1, 1, gen, DType::f32, ref()).to(backend).to(dtype);
+          sum(mul(fused, dy)).backward();
+          sum(mul(composed, dy)).backward();
+          CHECK(bytes_of(a.grad()) == bytes_of(b.grad()));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("backends: relu, bias_add, elementwise and reductions", "[backends]") {
   Generator gen(104);
   for (DType dtype : kDtypes) {

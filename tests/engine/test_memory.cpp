@@ -169,7 +169,10 @@ TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every
             static_cast<double>(r.measured.at_peak[static_cast<std::size_t>(index(MemoryCategory::data))]);
         const double measured_peak = static_cast<double>(r.measured.total_peak) - data;
         CHECK(std::abs(e.peak() - measured_peak) <= 0.10 * measured_peak);
-        CHECK(std::string(memory_phase_name(r.measured.peak_phase)) == e.peak_phase());
+        // The phase of the peak, where the estimate tells them apart (the fused channels_last step's
+        // forward and backward peaks are equal, and a few bytes decide the measured one).
+        if (std::abs(e.chain.backward_peak - e.chain.forward_peak) > 0.01 * e.peak())
+          CHECK(std::string(memory_phase_name(r.measured.peak_phase)) == e.peak_phase());
         // Everything the step made is attributed: nothing of `other` came and went.
         CHECK(r.measured.peak_of(MemoryCategory::other) == r.measured.live_of(MemoryCategory::other));
       }
