@@ -296,8 +296,9 @@ class Backend {
   // linear_forward that also returns the weight as prepared for it, where the backend prepares
   // weights (the onednn backend: reordered into its primitive's blocked layout; null elsewhere).
   // linear's forward keeps it for its backward-data, which reads the same weight in the same layout:
-  // one reorder of the weight per step instead of two. The backward reads the values the forward
-  // read, those of the graph it differentiates, even if the weight was written in between.
+  // one reorder of the weight per step instead of two. A weight written between the forward and
+  // its backward (an error in PyTorch) is undefined here: the backward may read the kept copy or
+  // the weight as it is now, depending on the layouts the ISA's primitives chose.
   virtual std::shared_ptr<const PreparedWeight> linear_forward_keeping_weight(DType dtype, const void* x,
                                                                               const void* weight, const void* bias,
                                                                               bool relu, void* y, std::int64_t batch,

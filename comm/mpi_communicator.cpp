@@ -203,8 +203,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host), rank_);
   std::vector<int> host_of(static_cast<std::size_t>(size_));
   int leader = rank_;  // the host's lowest rank in this communicator names the host
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, host), rank_);
-  MPI_CHECK(MPI_Comm_free(&host), rank_);
+  const int reduced = MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, host);
+  MPI_Comm_free(&host);  // before any check can throw
+  mpi_check(reduced, "MPI_Allreduce(host leader)", rank_);
   MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, host_of.data(), 1, MPI_INT, comm_), rank_);
   on_host_.resize(host_of.size());
   for (std::size_t r = 0; r < host_of.size(); ++r) on_host_[r] = host_of[r] == leader ? 1 : 0;
