@@ -385,18 +385,7 @@ void CpuBackend::relu_forward(DType dtype, const void* x, void* y, std::int64_t 
     S* py = as<S>(y);
     // The pointers are captured by value: captured by reference, every store through py could
     // alias them, and the loop would reload them instead of vectorising.
-    parallel_chunks(n, threads_, [px, py](std::int64_t lo, std::int64_t hi) {
-      if constexpr (std::is_same_v<S, float>) {
-        simd().relu_f32(px + lo, py + lo, hi - lo);
-      } else if constexpr (std::is_same_v<S, bf16>) {
-        simd().relu_bf16(px + lo, py + lo, hi - lo);
-      } else if constexpr (std::is_same_v<S, f16>) {
-        simd().relu_f16(px + lo, py + lo, hi - lo);
-      } else {
-        // `<= 0` rather than `> 0`: a NaN is not <= 0, so it passes through (torch.relu).
-        for (std::int64_t i = lo; i < hi; ++i) py[i] = px[i] <= S(0) ? S(0) : px[i];
-      }
-    });
+    parallel_chunks(n, threads_, [px, py](std::int64_t lo, std::int64_t hi) { relu_run(px + lo, py + lo, hi - lo); });
   });
 }
 

@@ -126,15 +126,7 @@ inline const bits_t<S>* bits_of(const S* p) {
 // relu(max_pool2d(x)) bit for bit, forward and backward.
 template <typename S>
 inline void relu_after(S* out, std::uint8_t* place, std::int64_t count) {
-  if constexpr (std::is_same_v<S, float>) {
-    simd().relu_f32(out, out, count);
-  } else if constexpr (std::is_same_v<S, bf16>) {
-    simd().relu_bf16(out, out, count);
-  } else if constexpr (std::is_same_v<S, f16>) {
-    simd().relu_f16(out, out, count);
-  } else {
-    for (std::int64_t q = 0; q < count; ++q) out[q] = out[q] <= S(0) ? S(0) : out[q];
-  }
+  relu_run(static_cast<const S*>(out), out, count);
   const auto* bits = bits_of(static_cast<const S*>(out));
   for (std::int64_t q = 0; q < count; ++q)
     place[q] = static_cast<std::uint8_t>(place[q] | (bits[q] == 0 ? 4 : 0));  // +0 is all zero bits

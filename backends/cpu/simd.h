@@ -58,4 +58,19 @@ const SimdKernels& simd();
 // Throws Error when the CPU lacks `isa`.
 const SimdKernels& simd_for(CpuIsa isa);
 
+// ReLU over n elements of S through this CPU's table (x and y may be the same buffer); f64 and the
+// other types by the plain rule (`<= 0`: a NaN passes through, as torch.relu).
+template <typename S>
+inline void relu_run(const S* x, S* y, std::int64_t n) {
+  if constexpr (std::is_same_v<S, float>) {
+    simd().relu_f32(x, y, n);
+  } else if constexpr (std::is_same_v<S, bf16>) {
+    simd().relu_bf16(x, y, n);
+  } else if constexpr (std::is_same_v<S, f16>) {
+    simd().relu_f16(x, y, n);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] <= S(0) ? S(0) : x[i];
+  }
+}
+
 }  // namespace trainlab::cpu
