@@ -336,6 +336,21 @@ class Backend {
   // the two ops elsewhere).
   virtual bool fuses_pool_relu() const { return false; }
 
+  // Inference (nothing is saved, no backward follows): y = relu(max_pool2d(conv2d(x, weight) + bias))
+  // in one call, as conv2d_forward then max_pool2d_forward with Pool2dShape::relu compute it, up to
+  // the convolution's rounding (the backend may pick another implementation for the layouts it is
+  // free to choose here). x is in `conv`'s layout (conv.channels_last) and is read as it is; y is
+  // in `pool`'s (pool.channels_last), which may differ; the convolution's output lives only inside
+  // the call, in whatever layout the backend's convolution writes fastest. `pool` is over the
+  // convolution's output ([batch, out_channels, out_h, out_w]) with 2x2 windows, stride 2, no
+  // padding; bias may be null. Only where fuses_conv_pool_inference() says so.
+  virtual bool fuses_conv_pool_inference() const { return false; }
+  virtual void conv2d_relu_max_pool2d_inference(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
+                                                const void* x, const void* weight, const void* bias, void* y) {
+    (void)dtype, (void)conv, (void)pool, (void)x, (void)weight, (void)bias, (void)y;
+    throw Error(name() + ": conv2d_relu_max_pool2d_inference is not fused here (fuses_conv_pool_inference())");
+  }
+
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
   // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.
   virtual void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,

@@ -28,6 +28,10 @@ class Module {
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
+  // The forward of a batch as it was delivered, computed in `layout` (the step's --layout): the
+  // default reorders the batch to `layout` first. A model that can read it where it lies overrides
+  // this (SmallCNN's fused inference blocks read an NCHW batch as it is).
+  virtual Tensor forward_in(const Tensor& x, MemoryFormat layout) { return forward(x.contiguous(layout)); }
 
   // Every parameter, depth first in registration order, with dotted names ("conv1.weight").
   NamedTensors named_parameters() const;

@@ -68,6 +68,15 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {});
 // relu(max_pool2d(x)), bit for bit, in one pass where the backend fuses the two (CPU backends).
 Tensor max_pool2d_relu(const Tensor& x, const Pool2dOptions& options = {});
 
+// A convolution block, relu(max_pool2d(conv2d_fused(x, weight, bias))), its output in `format`
+// (which may differ from x's). Where no gradient is needed (grad mode off, or no input requires
+// one) and the backend fuses it (Backend::fuses_conv_pool_inference), one call that reads x where it
+// lies and keeps the convolution's output to itself, in the layout its convolution writes fastest:
+// the same values up to that convolution's rounding. Else the composed ops, then a reorder to
+// `format` when x's differs.
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& conv,
+                              const Pool2dOptions& pool, MemoryFormat format);
+
 // Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).
 // logits: [N, classes] floating; labels: [N] i64 in [0, classes). Returns a 0-d tensor.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);

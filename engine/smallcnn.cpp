@@ -28,7 +28,19 @@ SmallCNN::SmallCNN(const InitOptions& init, const SmallCNNShape& shape) : shape_
   fc2 = register_module("fc2", std::make_shared<Linear>(256, shape_.classes, init));
 }
 
+bool SmallCNN::inference_blocks(const Tensor& x) const {
+  return fused_ && !GradMode::enabled() && x.defined() && x.backend().fuses_conv_pool_inference();
+}
+
 Tensor SmallCNN::forward(const Tensor& x) {
+  return forward_layers(x, x.defined() ? x.memory_format() : MemoryFormat::contiguous);
+}
+
+Tensor SmallCNN::forward_in(const Tensor& x, MemoryFormat layout) {
+  return forward_layers(inference_blocks(x) ? x : x.contiguous(layout), layout);
+}
+
+Tensor SmallCNN::forward_layers(const Tensor& x, MemoryFormat layout) {
   TL_CHECK(x.dim() == 4 && x.size(1) == shape_.channels && x.size(2) == shape_.height && x.size(3) == shape_.width,
            "SmallCNN: input must be [N, " + std::to_string(shape_.channels) + ", " + std::to_string(shape_.height) +
                ", " + std::to_string(shape_.width) + "], got " + shape_str(x.shape()));
@@ -50,6 +62,13 @@ Tensor SmallCNN::forward(const Tensor& x) {
     if (fused_) return linear_fused(linear_fused(h, fc1->weight, fc1->bias, true), fc2->weight, fc2->bias, false);
     return fc2->forward(relu(fc1->forward(h)));
   };
+  if (inference_blocks(x)) {
+    // Inference: each block one call, its convolution's output never leaving the backend; pool2
+    // writes NCHW, so the flatten below is a view and fc1 reads it as it lies.
+    const Tensor h1 = conv2d_relu_max_pool2d(x, conv1->weight, conv1->bias, conv1->options, pool, layout);
+    return classifier(
+        conv2d_relu_max_pool2d(h1, conv2->weight, conv2->bias, conv2->options, pool, MemoryFormat::contiguous));
+  }
   // A block recomputed in backward keeps only its input (engine/autograd.h, checkpoint).
   auto run = [](bool recomputed, const char* name, const std::function<Tensor(const Tensor&)>& block, const Tensor& in,
                 const std::vector<Tensor>& parameters) {

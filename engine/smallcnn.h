@@ -29,12 +29,17 @@ struct SmallCNNShape {
 //   MaxPool2d(2) -> flatten -> fc1 Linear(64 * H/4 * W/4, 256) ReLU -> fc2 Linear(256, classes).
 // Parameters are initialised in the order conv1, conv2, fc1, fc2 (weight, then bias).
 // Activations follow the input's memory format (give it a channels_last input for NHWC). With
-// set_fused(true) each conv and linear does its bias and ReLU in the same kernel call.
+// set_fused(true) each conv and linear does its bias and ReLU in the same kernel call, and, without
+// gradients (inference), each conv block is one conv2d_relu_max_pool2d: the second writes NCHW, so
+// that fc1 reads it without the flatten's copy.
 class SmallCNN : public Module {
  public:
   static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;
   explicit SmallCNN(const InitOptions& init, const SmallCNNShape& shape = {});
   Tensor forward(const Tensor& x) override;
+  // Fused, without gradients, on a backend that fuses a conv block for inference
+  // (Backend::fuses_conv_pool_inference): the batch as delivered (conv1 reads NCHW where it lies).
+  Tensor forward_in(const Tensor& x, MemoryFormat layout) override;
   const SmallCNNShape& shape() const { return shape_; }
   void set_fused(bool fused) { fused_ = fused; }
   // convs: each conv block (conv, ReLU, pool) keeps only its input and is recomputed in backward;
@@ -59,6 +64,10 @@ class SmallCNN : public Module {
   }
 
  private:
+  // The forward with activations in `layout` (x is in it, or read where it lies by the fused
+  // inference blocks).
+  Tensor forward_layers(const Tensor& x, MemoryFormat layout);
+  bool inference_blocks(const Tensor& x) const;
   SmallCNNShape shape_;
   bool fused_ = false;
   Recompute recompute_ = Recompute::none;

@@ -169,10 +169,10 @@ Timer& StepRunner::timer(const char* phase) {
 DType StepRunner::autocast_dtype() const { return param_dtype_ != options_.dtype ? options_.dtype : DType::f32; }
 
 Tensor StepRunner::model_forward(const Tensor& images) {
-  // The reorder to channels_last is real work, done (and timed) inside the forward phase.
-  Tensor x = images.contiguous(options_.layout);
-  if (param_dtype_ != DType::f32) x = x.to(param_dtype_);
-  return model_.forward(x);
+  // The reorder to channels_last is real work, done (and timed) inside the forward phase, by the
+  // model where it can do without (Module::forward_in).
+  if (param_dtype_ != DType::f32) return model_.forward(images.contiguous(options_.layout).to(param_dtype_));
+  return model_.forward_in(images, options_.layout);
 }
 
 Tensor StepRunner::forward(const Tensor& images) {

@@ -9,6 +9,7 @@
 // this project's AMD machine runs an order of magnitude slower than whole-register loads and blends.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -71,6 +72,21 @@ inline void backward_run_scalar(const E* dy, const std::uint8_t* place, E* a, E*
   E* targets[4] = {a, b, c, d};
   for (std::int64_t q = 0; q < count; ++q) {
     for (int j = 0; j < 4; ++j) targets[j][q] = place[q] == j ? dy[q] : E(0);
+  }
+}
+
+// Inference's pool and ReLU over one output row of one channel block (SimdKernels::pool_relu_row_f32):
+// the winner as pick() chooses it, then torch.relu's rule (`<= 0` gives +0; a NaN passes).
+template <typename S>
+inline void pool_relu_row_scalar(const S* top, const S* bottom, std::int64_t block, std::int64_t ow_n, S* out,
+                                 std::int64_t out_stride) {
+  for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+    const S *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
+    for (std::int64_t q = 0; q < block; ++q) {
+      std::uint8_t place = 0;
+      const S v = pick(a[q], a[block + q], c[q], c[block + q], place);
+      out[ow * out_stride + q] = load<float>(v) <= 0.f ? store<S>(0.f) : v;
+    }
   }
 }
 
@@ -197,6 +213,73 @@ inline void backward_plane(const S* dy, const std::uint8_t* place, std::int64_t 
     S* r0 = dx + 2 * oh * in_w;
     merge_pairs(c.at[0] + oh * ow_n, c.at[1] + oh * ow_n, r0, ow_n);
     merge_pairs(c.at[2] + oh * ow_n, c.at[3] + oh * ow_n, r0 + in_w, ow_n);
+  }
+}
+
+// [rows][cols] -> [cols][rows], in 8 x 8 tiles (SimdKernels::transpose_f32's plain loops).
+template <typename S>
+inline void transpose_scalar(const S* __restrict in, S* __restrict out, std::int64_t rows, std::int64_t cols) {
+  constexpr std::int64_t tile = 8;
+  for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
+    const std::int64_t c1 = std::min(cols, c0 + tile);
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile) {
+      const std::int64_t r1 = std::min(rows, r0 + tile);
+      for (std::int64_t c = c0; c < c1; ++c)
+        for (std::int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
+    }
+  }
+}
+
+// Inference (Backend::conv2d_relu_max_pool2d_inference): relu(max_pool2d(x)) with no places kept,
+// from a layout of channel blocks, x as [batch][channels / block][in_h][in_w][block] (channels_last
+// is one block of every channel; oneDNN's nChw16c and nChw8c are blocks of 16 and 8), into y,
+// channels_last or NCHW: the same values as max_pool2d_forward with Pool2dShape::relu, bit for bit.
+// Into channels_last, one output row of one sample at a time, written in place; into NCHW, one
+// sample at a time, gathered channels-last in a buffer and stored a channel plane at a time.
+template <typename S>
+void forward_blocked_relu(const S* in, std::int64_t batch, std::int64_t channels, std::int64_t block, std::int64_t in_h,
+                          std::int64_t in_w, S* y, bool y_channels_last, int threads) {
+  const std::int64_t oh_n = in_h / 2, ow_n = in_w / 2, blocks = channels / block, cells = oh_n * ow_n;
+  const std::int64_t plane = in_h * in_w * block;  // one block of one sample
+  // Output row oh of sample n, channels-last, output `ow` at out + ow * channels. f32 by its own
+  // loop; the 16-bit types by the training forward's (its places to a scratch no one reads), then
+  // the ReLU over the row.
+  auto pool_row = [&](std::int64_t n, std::int64_t oh, S* out, std::uint8_t* place) {
+    for (std::int64_t cb = 0; cb < blocks; ++cb) {
+      const S* top = in + (n * blocks + cb) * plane + 2 * oh * in_w * block;
+      const S* bottom = top + in_w * block;
+      if constexpr (std::is_same_v<S, float>) {
+        simd().pool_relu_row_f32(top, bottom, block, ow_n, out + cb * block, channels);
+      } else {
+        for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+          const std::int64_t at = 2 * ow * block;
+          forward_run(top + at, top + at + block, bottom + at, bottom + at + block, out + ow * channels + cb * block,
+                      place, block);
+        }
+      }
+    }
+    if constexpr (!std::is_same_v<S, float>) relu_run(static_cast<const S*>(out), out, ow_n * channels);
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<std::uint8_t> place(static_cast<std::size_t>(block));
+    if (y_channels_last) {
+#pragma omp for schedule(static)
+      for (std::int64_t r = 0; r < batch * oh_n; ++r)
+        pool_row(r / oh_n, r % oh_n, y + r * ow_n * channels, place.data());
+    } else {
+      std::vector<S> sample(static_cast<std::size_t>(cells * channels));
+#pragma omp for schedule(static)
+      for (std::int64_t n = 0; n < batch; ++n) {
+        for (std::int64_t oh = 0; oh < oh_n; ++oh) pool_row(n, oh, sample.data() + oh * ow_n * channels, place.data());
+        S* out = y + n * channels * cells;
+        if constexpr (std::is_same_v<S, float>) {
+          simd().transpose_f32(sample.data(), out, cells, channels);
+        } else {
+          transpose_scalar(sample.data(), out, cells, channels);
+        }
+      }
+    }
   }
 }
 

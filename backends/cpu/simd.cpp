@@ -68,6 +68,8 @@ constexpr SimdKernels kTable{
     pool2x2::forward_run_scalar<f16>,
     pool2x2::backward_run_scalar<std::uint32_t>,
     pool2x2::backward_run_scalar<std::uint16_t>,
+    pool2x2::pool_relu_row_scalar<float>,
+    pool2x2::transpose_scalar<float>,
     pool2x2::split_pairs_scalar<std::uint32_t>,
     pool2x2::split_pairs_scalar<std::uint16_t>,
     pool2x2::merge_pairs_scalar<std::uint32_t>,
@@ -196,10 +198,65 @@ TL_TARGET_AVX2 void f16_to_f32(const f16* x, float* y, std::int64_t n) {
   generic::widen(x + i, y + i, n - i);
 }
 
-// The AVX2 loops where they are written; max-pool keeps the plain loops (auto-vectorised for the
-// build's baseline).
+TL_TARGET_AVX2 void pool_relu_row_f32(const float* top, const float* bottom, std::int64_t block, std::int64_t ow_n,
+                                      float* out, std::int64_t out_stride) {
+  for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+    const float *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
+    const float* rest[3] = {a + block, c, c + block};
+    float* o = out + ow * out_stride;
+    std::int64_t q = 0;
+    for (; q + 8 <= block; q += 8) {
+      __m256 best = _mm256_loadu_ps(a + q);
+      for (int j = 0; j < 3; ++j) {
+        const __m256 v = _mm256_loadu_ps(rest[j] + q);
+        const __m256 take =
+            _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                         _mm256_andnot_ps(_mm256_cmp_ps(best, best, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+        best = _mm256_blendv_ps(best, v, take);
+      }
+      _mm256_storeu_ps(o + q, _mm256_and_ps(_mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ), best));
+    }
+    for (; q < block; ++q) {
+      std::uint8_t place = 0;
+      const float v = pool2x2::pick(a[q], rest[0][q], rest[1][q], rest[2][q], place);
+      o[q] = v <= 0.f ? 0.f : v;
+    }
+  }
+}
+
+// 8 x 8 tiles through registers (the usual unpack, shuffle, permute); the edges by the plain loops.
+TL_TARGET_AVX2 void transpose_f32(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (std::int64_t r = 0; r < rows8; r += 8) {
+    for (std::int64_t c = 0; c < cols8; c += 8) {
+      __m256 v[8], t[8];
+      for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(in + (r + i) * cols + c);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        v[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+      }
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(out + (c + i) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
+        _mm256_storeu_ps(out + (c + i + 4) * rows + r, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+      }
+    }
+  }
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = r < rows8 ? cols8 : 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+}
+
+// The AVX2 loops where they are written; max-pool's training loops keep the plain loops
+// (auto-vectorised for the build's baseline).
 constexpr SimdKernels table() {
   SimdKernels t = generic::kTable;
+  t.pool_relu_row_f32 = pool_relu_row_f32;
+  t.transpose_f32 = transpose_f32;
   t.isa = CpuIsa::avx2;
   t.relu_f32 = relu_f32;
   t.relu_bf16 = relu_half<bf16>;
@@ -364,6 +421,31 @@ TL_TARGET_AVX512 void pool_forward_f32(const float* a, const float* b, const flo
   pool2x2::forward_run_scalar(a + q, b + q, c + q, d + q, out + q, place + q, count - q);
 }
 
+TL_TARGET_AVX512 void pool_relu_row_f32(const float* top, const float* bottom, std::int64_t block, std::int64_t ow_n,
+                                        float* out, std::int64_t out_stride) {
+  for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+    const float *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
+    const float* rest[3] = {a + block, c, c + block};
+    float* o = out + ow * out_stride;
+    std::int64_t q = 0;
+    for (; q + 16 <= block; q += 16) {
+      __m512 best = _mm512_loadu_ps(a + q);
+      for (int j = 0; j < 3; ++j) {
+        const __m512 v = _mm512_loadu_ps(rest[j] + q);
+        const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+                               (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & ~_mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q));
+        best = _mm512_mask_mov_ps(best, take, v);
+      }
+      _mm512_storeu_ps(o + q, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ), best));
+    }
+    for (; q < block; ++q) {
+      std::uint8_t place = 0;
+      const float v = pool2x2::pick(a[q], rest[0][q], rest[1][q], rest[2][q], place);
+      o[q] = v <= 0.f ? 0.f : v;
+    }
+  }
+}
+
 template <typename S>
 TL_TARGET_AVX512 void pool_forward_half(const S* a, const S* b, const S* c, const S* d, S* out, std::uint8_t* place,
                                         std::int64_t count) {
@@ -490,6 +572,8 @@ constexpr SimdKernels kTable{
     pool_forward_half<f16>,
     pool_backward_32,
     pool_backward_16,
+    pool_relu_row_f32,
+    avx2::transpose_f32,
     split_pairs_32,
     split_pairs_16,
     merge_pairs_32,

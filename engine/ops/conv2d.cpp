@@ -6,6 +6,7 @@
 //                     dW = correlate(x, dz), db = sum(dz) over N, H, W   (backward-weights)
 // The unfused conv2d(x, W, b) is conv2d(x, W) followed by a separate bias_add node.
 #include "engine/autocast.h"
+#include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/ops/common.h"
 
@@ -94,6 +95,55 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu,
                     const Conv2dOptions& options) {
   return conv2d_node(x, weight, bias, relu, options, relu ? "conv2d_bias_relu" : "conv2d_bias");
+}
+
+Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o,
+                              const Pool2dOptions& pool, MemoryFormat format) {
+  ops_detail::check_defined("conv2d_relu_max_pool2d", "input", x_in);
+  ops_detail::check_defined("conv2d_relu_max_pool2d", "weight", w_in);
+  const bool needs_grad =
+      GradMode::enabled() && (x_in.requires_grad() || w_in.requires_grad() || (b_in.defined() && b_in.requires_grad()));
+  const bool two_by_two = pool.kernel_h == 2 && pool.kernel_w == 2 && (pool.stride_h == 0 || pool.stride_h == 2) &&
+                          (pool.stride_w == 0 || pool.stride_w == 2) && pool.pad_h == 0 && pool.pad_w == 0;
+  Backend& be = x_in.backend();
+  if (needs_grad || !two_by_two || !be.fuses_conv_pool_inference() || x_in.dim() != 4 || w_in.dim() != 4) {
+    return max_pool2d_relu(conv2d_fused(x_in, w_in, b_in, false, o), pool).contiguous(format);
+  }
+  TL_SPAN("conv2d_relu_max_pool2d.forward");
+  const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
+  const Tensor b = b_in.defined() ? autocast_low(b_in) : Tensor();
+  ops_detail::check_compatible("conv2d_relu_max_pool2d", x, w);
+  if (b.defined()) ops_detail::check_compatible("conv2d_relu_max_pool2d", x, b);
+  ops_detail::check_floating("conv2d_relu_max_pool2d", x);
+  TL_CHECK(x.size(1) == w.size(1), "conv2d_relu_max_pool2d: input has " + std::to_string(x.size(1)) +
+                                       " channels but weight " + shape_str(w.shape()) + " expects " +
+                                       std::to_string(w.size(1)));
+  TL_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "conv2d_relu_max_pool2d: bias must be [" +
+                                                                         std::to_string(w.size(0)) + "], got " +
+                                                                         (b.defined() ? shape_str(b.shape()) : ""));
+  TL_CHECK(o.stride_h >= 1 && o.stride_w >= 1 && o.pad_h >= 0 && o.pad_w >= 0,
+           "conv2d_relu_max_pool2d: stride must be >= 1 and padding >= 0, got stride " + std::to_string(o.stride_h) +
+               "x" + std::to_string(o.stride_w) + ", padding " + std::to_string(o.pad_h) + "x" +
+               std::to_string(o.pad_w));
+  const MemoryFormat in_format = x.memory_format();
+  Conv2dShape s{x.size(0), x.size(1),  x.size(2),  x.size(3), w.size(0), w.size(2),
+                w.size(3), o.stride_h, o.stride_w, o.pad_h,   o.pad_w};
+  s.channels_last = in_format == MemoryFormat::channels_last;
+  TL_CHECK(x.size(2) + 2 * o.pad_h >= s.kernel_h && x.size(3) + 2 * o.pad_w >= s.kernel_w,
+           "conv2d_relu_max_pool2d: kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) +
+               " is larger than the padded input " + shape_str(x.shape()));
+  TL_CHECK(s.out_h() >= 2 && s.out_w() >= 2, "conv2d_relu_max_pool2d: the convolution's output " +
+                                                 std::to_string(s.out_h()) + "x" + std::to_string(s.out_w()) +
+                                                 " is smaller than the 2x2 pool");
+  Pool2dShape p{s.batch, s.out_channels, s.out_h(), s.out_w(), 2, 2, 2, 2, 0, 0};
+  p.channels_last = format == MemoryFormat::channels_last;
+  p.relu = true;
+  const Tensor sx = ops_detail::dense(x, in_format), sw = ops_detail::dense(w);
+  const Tensor sb = b.defined() ? ops_detail::dense(b) : Tensor();
+  Tensor y = Tensor::empty({p.batch, p.channels, p.out_h(), p.out_w()}, x.dtype(), be, format);
+  be.conv2d_relu_max_pool2d_inference(x.dtype(), s, p, sx.raw_data(), sw.raw_data(),
+                                      sb.defined() ? sb.raw_data() : nullptr, y.raw_data());
+  return y;
 }
 
 }  // namespace trainlab

@@ -17,7 +17,10 @@
 
 #include "backends/device_selection.h"
 #include "backends/registry.h"
+#include "engine/autocast.h"
 #include "engine/optim.h"
+#include "engine/smallcnn.h"
+#include "engine/step.h"
 #include "engine/throughput.h"
 #include "test_util.h"
 
@@ -348,6 +351,108 @@ TEST_CASE("backends: max_pool2d_relu is relu(max_pool2d) bit for bit, forward an
           CHECK(bytes_of(a.grad()) == bytes_of(b.grad()));
         }
       }
+    }
+  }
+}
+
+TEST_CASE("backends: conv2d_relu_max_pool2d, inference's one-call conv block, is the composed ops", "[backends]") {
+  // Where a backend fuses it (onednn: the convolution reads x where it lies and writes the layout it
+  // likes, blocks of 8 or 16 by ISA, in slices of the batch) against the composed ops on the same
+  // backend: the same values up to the convolution's rounding, NaN where they have NaN, in either
+  // output layout; elsewhere the composed ops themselves. With a gradient wanted, the composed ops.
+  Generator gen(106);
+  std::vector<std::string> names = fast_backends();
+  names.push_back("reference");
+  struct Case {
+    Shape x, w;
+    bool bias;
+  };
+  // SmallCNN's conv1 and conv2, channels a multiple of 8 but not 16, odd sizes, and a batch cut into
+  // slices of 2 (512 KiB of output per sample: 1 MiB slices).
+  const Case cases[] = {{{2, 3, 12, 10}, {32, 3, 3, 3}, true},
+                        {{3, 5, 9, 11}, {24, 5, 3, 3}, false},
+                        {{2, 32, 16, 16}, {64, 32, 3, 3}, true},
+                        {{5, 3, 64, 64}, {32, 3, 3, 3}, true}};
+  const Conv2dOptions o = Conv2dOptions::square(1, 1);
+  const Pool2dOptions pool = Pool2dOptions::square(2);
+  for (const auto& name : names) {
+    Backend& backend = get_backend(name);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      if (!runs_here(backend, BackendOp::conv2d, dtype, false)) continue;
+      for (const Case& c : cases) {
+        Tensor host_x = random(c.x, gen);
+        std::vector<float> xv = host_x.to_vector<float>();
+        xv[xv.size() / 3] = std::numeric_limits<float>::quiet_NaN();  // a NaN reaches a few windows
+        host_x = Tensor::from_vector(xv, c.x, ref());
+        const Tensor w = random(c.w, gen, -0.3, 0.3).to(backend).to(dtype);
+        const Tensor b = c.bias ? random({c.w[0]}, gen).to(backend).to(dtype) : Tensor();
+        for (bool in_nhwc : {false, true}) {
+          for (bool out_nhwc : {false, true}) {
+            INFO(name << " " << dtype_name(dtype) << " x " << shape_str(c.x) << " w " << shape_str(c.w)
+                      << (in_nhwc ? " nhwc" : " nchw") << " -> " << (out_nhwc ? "nhwc" : "nchw"));
+            const MemoryFormat out_format = out_nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+            Tensor x = host_x.to(backend).to(dtype);
+            if (in_nhwc) x = x.contiguous(MemoryFormat::channels_last);
+            NoGradGuard no_grad;
+            const Tensor got = conv2d_relu_max_pool2d(x, w, b, o, pool, out_format);
+            const Tensor want = max_pool2d_relu(conv2d_fused(x, w, b, false, o), pool);
+            REQUIRE(got.shape() == want.shape());
+            CHECK(got.is_contiguous(out_format));
+            const auto g = values(got), e = values(want);
+            double diff = 0, norm = 0;
+            std::int64_t nans = 0;
+            for (std::size_t i = 0; i < g.size(); ++i) {
+              CHECK(std::isnan(g[i]) == std::isnan(e[i]));
+              if (std::isnan(e[i])) {
+                ++nans;
+                continue;
+              }
+              CHECK(g[i] >= 0);  // the ReLU (+0 or more)
+              diff += (g[i] - e[i]) * (g[i] - e[i]);
+              norm += e[i] * e[i];
+            }
+            CHECK(nans > 0);
+            CHECK(std::sqrt(diff / norm) < tolerance(dtype));
+          }
+        }
+      }
+    }
+  }
+  // With a gradient wanted: the composed ops, recorded for backward.
+  Backend& backend = get_backend(fast_backends().front());
+  Tensor x = random({2, 3, 8, 8}, gen).to(backend).detach();
+  x.set_requires_grad(true);
+  const Tensor w = random({16, 3, 3, 3}, gen).to(backend), b = random({16}, gen).to(backend);
+  const Tensor y = conv2d_relu_max_pool2d(x, w, b, o, pool, MemoryFormat::channels_last);
+  CHECK(y.memory_format() == MemoryFormat::channels_last);
+  REQUIRE(y.grad_fn() != nullptr);
+  sum(y).backward();
+  CHECK(x.grad().defined());
+}
+
+TEST_CASE("backends: SmallCNN inference reads the NCHW batch where it lies and gives the training forward's logits",
+          "[backends]") {
+  for (const auto& name : fast_backends()) {
+    Backend& backend = get_backend(name);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      if (!runs_here(backend, BackendOp::conv2d, dtype, true)) continue;
+      INFO(name << " " << dtype_name(dtype));
+      Generator gen(107);
+      SmallCNN model(InitOptions{&gen, DType::f32, &backend});
+      model.set_fused(true);
+      const Tensor images = random({6, 3, 32, 32}, gen, 0, 1).to(backend);
+      AutocastGuard autocast(dtype == DType::f32 ? DType::f32 : dtype);
+      const Tensor trained = model.forward(images.contiguous(MemoryFormat::channels_last));  // grad mode on
+      NoGradGuard no_grad;
+      FrozenWeightsScope frozen(backend);
+      const Tensor inferred = model.forward_in(images, MemoryFormat::channels_last);
+      CHECK(relative_error(inferred, trained) < (dtype == DType::f32 ? 1e-5 : 2e-2));
+      // The same on a channels_last batch, and with NCHW activations.
+      CHECK(
+          relative_error(model.forward_in(images.contiguous(MemoryFormat::channels_last), MemoryFormat::channels_last),
+                         trained) < (dtype == DType::f32 ? 1e-5 : 2e-2));
+      CHECK(relative_error(model.forward_in(images, MemoryFormat::contiguous), trained) <
+            (dtype == DType::f32 ? 1e-5 : 2e-2));
     }
   }
 }

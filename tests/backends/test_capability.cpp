@@ -185,6 +185,41 @@ TEST_CASE("capability: every table of vector loops gives the plain loops' bits",
       plain.pool_backward_16(dy16.data(), want_place.data(), w16.data(), w16.data() + c, w16.data() + 2 * c,
                              w16.data() + 3 * c, c);
       CHECK(g16 == w16);
+      // Inference's pool+ReLU rows (blocks of 8, 16, 64 and an odd 27, two rows of windows each)
+      // against the training loops' winners and torch.relu's rule, and the transpose.
+      for (const std::int64_t block : {8, 16, 27, 64}) {
+        const std::int64_t ow_n = 3, width = 2 * ow_n * block;
+        INFO("block " << block);
+        std::vector<float> rows(static_cast<std::size_t>(2 * width)), got_row(static_cast<std::size_t>(ow_n * 70)),
+            want_row(got_row.size());
+        for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = f[(i * 7) % f.size()];
+        k.pool_relu_row_f32(rows.data(), rows.data() + width, block, ow_n, got_row.data(), 70);
+        plain.pool_relu_row_f32(rows.data(), rows.data() + width, block, ow_n, want_row.data(), 70);
+        CHECK(same_bits(got_row, want_row));
+        for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+          for (std::int64_t q = 0; q < block; ++q) {
+            const float* a = rows.data() + 2 * ow * block + q;
+            float win = 0;
+            std::uint8_t place = 0;
+            plain.pool_forward_f32(a, a + block, a + width, a + width + block, &win, &place, 1);
+            float relu_win = 0;
+            plain.relu_f32(&win, &relu_win, 1);
+            CHECK(float_bits(want_row[static_cast<std::size_t>(ow * 70 + q)]) == float_bits(relu_win));
+          }
+        }
+      }
+      for (const auto& [r, cols] :
+           {std::pair<std::int64_t, std::int64_t>{64, 64}, {13, 21}, {8, 8}, {9, 16}, {64, 3}}) {
+        std::vector<float> in(static_cast<std::size_t>(r * cols)), got_t(in.size()), want_t(in.size());
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = f[i % f.size()];
+        k.transpose_f32(in.data(), got_t.data(), r, cols);
+        plain.transpose_f32(in.data(), want_t.data(), r, cols);
+        CHECK(same_bits(got_t, want_t));
+        for (std::int64_t i = 0; i < r; ++i)
+          for (std::int64_t j = 0; j < cols; ++j)
+            CHECK(float_bits(want_t[static_cast<std::size_t>(j * r + i)]) ==
+                  float_bits(in[static_cast<std::size_t>(i * cols + j)]));
+      }
       // NCHW rows split into even and odd elements, and merged back.
       std::vector<std::uint32_t> row32(static_cast<std::size_t>(2 * c)), even32(static_cast<std::size_t>(c)),
           odd32(static_cast<std::size_t>(c)), back32(static_cast<std::size_t>(2 * c));
