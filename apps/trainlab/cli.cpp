@@ -419,7 +419,8 @@ ThroughputCommand add_throughput(CLI::App& app) {
   c.command->add_flag("--fuse", c.config.fuse, "conv/linear with bias and ReLU fused");
   c.command->add_flag("--forward-only", c.config.forward_only,
                       "inference: forward passes without gradients on frozen weights (onednn: each weight reordered "
-                      "once into its inference primitive's layout and kept)");
+                      "once into its inference primitive's layout and kept; with --fuse each conv block is one call, "
+                      "conv2d_relu_max_pool2d in --profile)");
   c.command->add_flag("--cuda-graph", c.config.cuda_graph,
                       "training steps replayed from CUDA graphs (forward and backward captured after the warm-up)");
   c.command->add_flag("--profile", c.config.profile, "add per-op seconds over the measured steps (op_seconds)");

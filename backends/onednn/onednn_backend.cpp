@@ -22,7 +22,9 @@
 // change every step), except while frozen for inference (backends/backend.h, FrozenWeights): then
 // the forwards are oneDNN's inference primitives and each weight is reordered (and, emulated,
 // widened) once, into a buffer kept until thawed; counters() reports weight_reorders, so a frozen
-// forward's profile shows none after the first.
+// forward's profile shows none after the first. Inference's conv blocks (conv2d_relu_max_pool2d_
+// inference) are one call: the convolution reads x in its own layout (NCHW too) and writes the one
+// oneDNN likes into scratch, a slice of the batch at a time, and the shared pool loops read it there.
 #include <omp.h>
 
 #include <algorithm>
