@@ -77,16 +77,24 @@ inline void backward_run_scalar(const E* dy, const std::uint8_t* place, E* a, E*
 
 // Inference's pool and ReLU over one output row of one channel block (SimdKernels::pool_relu_row_f32):
 // the winner as pick() chooses it, then torch.relu's rule (`<= 0` gives +0; a NaN passes).
+// Elements [from, block) of one window's candidates (a, b the top pair, c, d the bottom): also the
+// vector loops' tails.
+template <typename S>
+inline void pool_relu_window_scalar(const S* a, const S* b, const S* c, const S* d, S* out, std::int64_t from,
+                                    std::int64_t block) {
+  for (std::int64_t q = from; q < block; ++q) {
+    std::uint8_t place = 0;
+    const S v = pick(a[q], b[q], c[q], d[q], place);
+    out[q] = load<float>(v) <= 0.f ? store<S>(0.f) : v;
+  }
+}
+
 template <typename S>
 inline void pool_relu_row_scalar(const S* top, const S* bottom, std::int64_t block, std::int64_t ow_n, S* out,
                                  std::int64_t out_stride) {
   for (std::int64_t ow = 0; ow < ow_n; ++ow) {
     const S *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
-    for (std::int64_t q = 0; q < block; ++q) {
-      std::uint8_t place = 0;
-      const S v = pick(a[q], a[block + q], c[q], c[block + q], place);
-      out[ow * out_stride + q] = load<float>(v) <= 0.f ? store<S>(0.f) : v;
-    }
+    pool_relu_window_scalar(a, a + block, c, c + block, out + ow * out_stride, 0, block);
   }
 }
 

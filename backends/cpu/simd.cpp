@@ -216,11 +216,7 @@ TL_TARGET_AVX2 void pool_relu_row_f32(const float* top, const float* bottom, std
       }
       _mm256_storeu_ps(o + q, _mm256_and_ps(_mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ), best));
     }
-    for (; q < block; ++q) {
-      std::uint8_t place = 0;
-      const float v = pool2x2::pick(a[q], rest[0][q], rest[1][q], rest[2][q], place);
-      o[q] = v <= 0.f ? 0.f : v;
-    }
+    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, q, block);
   }
 }
 
@@ -438,11 +434,7 @@ TL_TARGET_AVX512 void pool_relu_row_f32(const float* top, const float* bottom, s
       }
       _mm512_storeu_ps(o + q, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ), best));
     }
-    for (; q < block; ++q) {
-      std::uint8_t place = 0;
-      const float v = pool2x2::pick(a[q], rest[0][q], rest[1][q], rest[2][q], place);
-      o[q] = v <= 0.f ? 0.f : v;
-    }
+    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, q, block);
   }
 }
 

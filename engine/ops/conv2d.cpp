@@ -14,6 +14,32 @@ namespace trainlab {
 
 namespace {
 
+// The checks every convolution's forward makes on its (autocast) operands, naming `op`, and the
+// shape they give, in x's layout.
+Conv2dShape checked_shape(const std::string& op, const Tensor& x, const Tensor& w, const Tensor& b,
+                          const Conv2dOptions& o) {
+  ops_detail::check_compatible(op.c_str(), x, w);
+  if (b.defined()) ops_detail::check_compatible(op.c_str(), x, b);
+  ops_detail::check_floating(op.c_str(), x);
+  ops_detail::check_rank(op.c_str(), "input", x, 4, "[N, C_in, H, W]");
+  ops_detail::check_rank(op.c_str(), "weight", w, 4, "[C_out, C_in, kH, kW]");
+  TL_CHECK(x.size(1) == w.size(1), op + ": input has " + std::to_string(x.size(1)) + " channels but weight " +
+                                       shape_str(w.shape()) + " expects " + std::to_string(w.size(1)));
+  TL_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)),
+           op + ": bias must be [" + std::to_string(w.size(0)) + "], got " + (b.defined() ? shape_str(b.shape()) : ""));
+  TL_CHECK(o.stride_h >= 1 && o.stride_w >= 1,
+           op + ": stride must be >= 1, got " + std::to_string(o.stride_h) + "x" + std::to_string(o.stride_w));
+  TL_CHECK(o.pad_h >= 0 && o.pad_w >= 0,
+           op + ": padding must be >= 0, got " + std::to_string(o.pad_h) + "x" + std::to_string(o.pad_w));
+  Conv2dShape s{x.size(0), x.size(1),  x.size(2),  x.size(3), w.size(0), w.size(2),
+                w.size(3), o.stride_h, o.stride_w, o.pad_h,   o.pad_w};
+  s.channels_last = x.memory_format() == MemoryFormat::channels_last;
+  TL_CHECK(x.size(2) + 2 * o.pad_h >= s.kernel_h && x.size(3) + 2 * o.pad_w >= s.kernel_w,
+           op + ": kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) +
+               " is larger than the padded input " + shape_str(x.shape()));
+  return s;
+}
+
 Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool relu, const Conv2dOptions& o,
                    const char* name) {
   TL_SPAN("conv2d.forward");
@@ -21,27 +47,8 @@ Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
   ops_detail::check_defined("conv2d", "weight", w_in);
   const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
   const Tensor b = b_in.defined() ? autocast_low(b_in) : Tensor();
-  ops_detail::check_compatible("conv2d", x, w);
-  if (b.defined()) ops_detail::check_compatible("conv2d", x, b);
-  ops_detail::check_floating("conv2d", x);
-  ops_detail::check_rank("conv2d", "input", x, 4, "[N, C_in, H, W]");
-  ops_detail::check_rank("conv2d", "weight", w, 4, "[C_out, C_in, kH, kW]");
-  TL_CHECK(x.size(1) == w.size(1), "conv2d: input has " + std::to_string(x.size(1)) + " channels but weight " +
-                                       shape_str(w.shape()) + " expects " + std::to_string(w.size(1)));
-  TL_CHECK(
-      !b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)),
-      "conv2d: bias must be [" + std::to_string(w.size(0)) + "], got " + (b.defined() ? shape_str(b.shape()) : ""));
-  TL_CHECK(o.stride_h >= 1 && o.stride_w >= 1,
-           "conv2d: stride must be >= 1, got " + std::to_string(o.stride_h) + "x" + std::to_string(o.stride_w));
-  TL_CHECK(o.pad_h >= 0 && o.pad_w >= 0,
-           "conv2d: padding must be >= 0, got " + std::to_string(o.pad_h) + "x" + std::to_string(o.pad_w));
+  const Conv2dShape s = checked_shape("conv2d", x, w, b, o);
   const MemoryFormat format = x.memory_format();
-  Conv2dShape s{x.size(0), x.size(1),  x.size(2),  x.size(3), w.size(0), w.size(2),
-                w.size(3), o.stride_h, o.stride_w, o.pad_h,   o.pad_w};
-  s.channels_last = format == MemoryFormat::channels_last;
-  TL_CHECK(x.size(2) + 2 * o.pad_h >= s.kernel_h && x.size(3) + 2 * o.pad_w >= s.kernel_w,
-           "conv2d: kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) +
-               " is larger than the padded input " + shape_str(x.shape()));
   const Tensor sx = ops_detail::dense(x, format), sw = ops_detail::dense(w);
   const Tensor sb = b.defined() ? ops_detail::dense(b) : Tensor();
   Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_h(), s.out_w()}, x.dtype(), x.backend(), format);
@@ -112,26 +119,8 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   TL_SPAN("conv2d_relu_max_pool2d.forward");
   const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
   const Tensor b = b_in.defined() ? autocast_low(b_in) : Tensor();
-  ops_detail::check_compatible("conv2d_relu_max_pool2d", x, w);
-  if (b.defined()) ops_detail::check_compatible("conv2d_relu_max_pool2d", x, b);
-  ops_detail::check_floating("conv2d_relu_max_pool2d", x);
-  TL_CHECK(x.size(1) == w.size(1), "conv2d_relu_max_pool2d: input has " + std::to_string(x.size(1)) +
-                                       " channels but weight " + shape_str(w.shape()) + " expects " +
-                                       std::to_string(w.size(1)));
-  TL_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "conv2d_relu_max_pool2d: bias must be [" +
-                                                                         std::to_string(w.size(0)) + "], got " +
-                                                                         (b.defined() ? shape_str(b.shape()) : ""));
-  TL_CHECK(o.stride_h >= 1 && o.stride_w >= 1 && o.pad_h >= 0 && o.pad_w >= 0,
-           "conv2d_relu_max_pool2d: stride must be >= 1 and padding >= 0, got stride " + std::to_string(o.stride_h) +
-               "x" + std::to_string(o.stride_w) + ", padding " + std::to_string(o.pad_h) + "x" +
-               std::to_string(o.pad_w));
+  const Conv2dShape s = checked_shape("conv2d_relu_max_pool2d", x, w, b, o);
   const MemoryFormat in_format = x.memory_format();
-  Conv2dShape s{x.size(0), x.size(1),  x.size(2),  x.size(3), w.size(0), w.size(2),
-                w.size(3), o.stride_h, o.stride_w, o.pad_h,   o.pad_w};
-  s.channels_last = in_format == MemoryFormat::channels_last;
-  TL_CHECK(x.size(2) + 2 * o.pad_h >= s.kernel_h && x.size(3) + 2 * o.pad_w >= s.kernel_w,
-           "conv2d_relu_max_pool2d: kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) +
-               " is larger than the padded input " + shape_str(x.shape()));
   TL_CHECK(s.out_h() >= 2 && s.out_w() >= 2, "conv2d_relu_max_pool2d: the convolution's output " +
                                                  std::to_string(s.out_h()) + "x" + std::to_string(s.out_w()) +
                                                  " is smaller than the 2x2 pool");
