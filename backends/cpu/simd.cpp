@@ -6,8 +6,12 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <string>
+#include <utility>
 
+#include "backends/cpu/conv_few_channels.h"
 #include "backends/cpu/max_pool_2x2.h"
 #include "backends/error.h"
 
@@ -74,6 +78,7 @@ constexpr SimdKernels kTable{
     pool2x2::split_pairs_scalar<std::uint16_t>,
     pool2x2::merge_pairs_scalar<std::uint32_t>,
     pool2x2::merge_pairs_scalar<std::uint16_t>,
+    conv_few::taps_scalar,
 };
 
 }  // namespace generic
@@ -247,6 +252,77 @@ TL_TARGET_AVX2 void transpose_f32(const float* in, float* out, std::int64_t rows
     for (std::int64_t c = r < rows8 ? cols8 : 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
 }
 
+// The convolution's taps (conv_few_channels.h): NT taps times NV registers of dy (8 lanes each)
+// kept in registers over all the pixels, one broadcast of the input per tap and pixel. acc and dy
+// point at the block's first tap and output channel.
+template <int NT, int NV>
+TL_TARGET_AVX2 void taps_block(const float* src, std::int64_t row_stride, std::int64_t col_stride,
+                               const std::int64_t* tap, const float* dy, std::int64_t rows, std::int64_t cols,
+                               std::int64_t oc, float* acc) {
+  __m256 a[NT][NV];
+  std::int64_t at[NT];
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) {
+    at[t] = tap[t];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) a[t][v] = _mm256_setzero_ps();
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * row_stride;
+    const float* g = dy + r * cols * oc;
+    for (std::int64_t c = 0; c < cols; ++c, s += col_stride, g += oc) {
+      __m256 gv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) gv[v] = _mm256_loadu_ps(g + 8 * v);
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        const __m256 b = _mm256_broadcast_ss(s + at[t]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) a[t][v] = _mm256_fmadd_ps(b, gv[v], a[t][v]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(acc + t * oc + 8 * v, a[t][v]);
+}
+
+using TapsBlock = void (*)(const float*, std::int64_t, std::int64_t, const std::int64_t*, const float*, std::int64_t,
+                           std::int64_t, std::int64_t, float*);
+
+template <int NV, std::size_t... I>
+constexpr std::array<TapsBlock, sizeof...(I)> taps_blocks(std::index_sequence<I...>) {
+  return {&taps_block<static_cast<int>(I) + 1, NV>...};
+}
+
+// The taps in as few blocks of at most blocks.size() as there can be, of near-equal size.
+template <std::size_t N>
+inline void taps_run(const std::array<TapsBlock, N>& blocks, const float* src, std::int64_t row_stride,
+                     std::int64_t col_stride, const std::int64_t* tap, std::int64_t taps, const float* dy,
+                     std::int64_t rows, std::int64_t cols, std::int64_t oc, float* acc) {
+  const std::int64_t max = static_cast<std::int64_t>(N);
+  std::int64_t left = (taps + max - 1) / max;
+  for (std::int64_t t0 = 0; t0 < taps; --left) {
+    const std::int64_t nt = (taps - t0 + left - 1) / left;
+    blocks[static_cast<std::size_t>(nt - 1)](src, row_stride, col_stride, tap + t0, dy, rows, cols, oc, acc + t0 * oc);
+    t0 += nt;
+  }
+}
+
+// 16 registers: 6 taps x 2 registers of dy (16 channels), or 12 taps x 1 (8 channels).
+constexpr auto kTaps16 = taps_blocks<2>(std::make_index_sequence<6>());
+constexpr auto kTaps8 = taps_blocks<1>(std::make_index_sequence<12>());
+
+void conv_taps_f32(const float* src, std::int64_t row_stride, std::int64_t col_stride, const std::int64_t* tap,
+                   std::int64_t taps, const float* dy, std::int64_t rows, std::int64_t cols, std::int64_t oc,
+                   float* acc) {
+  std::int64_t o = 0;
+  for (; o + 16 <= oc; o += 16)
+    taps_run(kTaps16, src, row_stride, col_stride, tap, taps, dy + o, rows, cols, oc, acc + o);
+  for (; o + 8 <= oc; o += 8) taps_run(kTaps8, src, row_stride, col_stride, tap, taps, dy + o, rows, cols, oc, acc + o);
+}
+
 // The AVX2 loops where they are written; max-pool's training loops keep the plain loops
 // (auto-vectorised for the build's baseline).
 constexpr SimdKernels table() {
@@ -264,6 +340,7 @@ constexpr SimdKernels table() {
   t.bf16_to_f32 = bf16_to_f32;
   t.f32_to_f16 = f32_to_f16;
   t.f16_to_f32 = f16_to_f32;
+  t.conv_taps_f32 = conv_taps_f32;
   return t;
 }
 constexpr SimdKernels kTable = table();
@@ -547,6 +624,61 @@ TL_TARGET_AVX512 void merge_pairs_16(const std::uint16_t* even, const std::uint1
   pool2x2::merge_pairs_scalar(even + i, odd + i, row + 2 * i, count - i);
 }
 
+// The convolution's taps, as avx2::taps_block with 16 lanes per register (32 of them: 12 taps x 2
+// registers of dy, 32 channels, or 12 x 1); 8 channels left over go to the AVX2 blocks.
+template <int NT, int NV>
+TL_TARGET_AVX512 void taps_block(const float* src, std::int64_t row_stride, std::int64_t col_stride,
+                                 const std::int64_t* tap, const float* dy, std::int64_t rows, std::int64_t cols,
+                                 std::int64_t oc, float* acc) {
+  __m512 a[NT][NV];
+  std::int64_t at[NT];
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) {
+    at[t] = tap[t];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) a[t][v] = _mm512_setzero_ps();
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * row_stride;
+    const float* g = dy + r * cols * oc;
+    for (std::int64_t c = 0; c < cols; ++c, s += col_stride, g += oc) {
+      __m512 gv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) gv[v] = _mm512_loadu_ps(g + 16 * v);
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        const __m512 b = _mm512_set1_ps(s[at[t]]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) a[t][v] = _mm512_fmadd_ps(b, gv[v], a[t][v]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(acc + t * oc + 16 * v, a[t][v]);
+}
+
+template <int NV, std::size_t... I>
+constexpr std::array<avx2::TapsBlock, sizeof...(I)> taps_blocks(std::index_sequence<I...>) {
+  return {&taps_block<static_cast<int>(I) + 1, NV>...};
+}
+
+constexpr auto kTaps32 = taps_blocks<2>(std::make_index_sequence<12>());
+constexpr auto kTaps16 = taps_blocks<1>(std::make_index_sequence<12>());
+
+void conv_taps_f32(const float* src, std::int64_t row_stride, std::int64_t col_stride, const std::int64_t* tap,
+                   std::int64_t taps, const float* dy, std::int64_t rows, std::int64_t cols, std::int64_t oc,
+                   float* acc) {
+  std::int64_t o = 0;
+  for (; o + 32 <= oc; o += 32)
+    avx2::taps_run(kTaps32, src, row_stride, col_stride, tap, taps, dy + o, rows, cols, oc, acc + o);
+  for (; o + 16 <= oc; o += 16)
+    avx2::taps_run(kTaps16, src, row_stride, col_stride, tap, taps, dy + o, rows, cols, oc, acc + o);
+  for (; o + 8 <= oc; o += 8)
+    avx2::taps_run(avx2::kTaps8, src, row_stride, col_stride, tap, taps, dy + o, rows, cols, oc, acc + o);
+}
+
 constexpr SimdKernels kTable{
     CpuIsa::avx512_core,
     relu_f32,
@@ -570,6 +702,7 @@ constexpr SimdKernels kTable{
     split_pairs_16,
     merge_pairs_32,
     merge_pairs_16,
+    conv_taps_f32,
 };
 
 }  // namespace avx512

@@ -57,6 +57,13 @@ struct SimdKernels {
   void (*split_pairs_16)(const std::uint16_t* row, std::uint16_t* even, std::uint16_t* odd, std::int64_t count);
   void (*merge_pairs_32)(const std::uint32_t* even, const std::uint32_t* odd, std::uint32_t* row, std::int64_t count);
   void (*merge_pairs_16)(const std::uint16_t* even, const std::uint16_t* odd, std::uint16_t* row, std::int64_t count);
+  // A convolution's weight-gradient taps over one image (backends/cpu/conv_few_channels.h):
+  // acc[t * oc + o] = sum over the pixels (r, c), rows x cols in row order, of
+  // src[r * row_stride + c * col_stride + tap[t]] * dy[(r * cols + c) * oc + o], from +0 with one
+  // fused multiply-add per term (oc a multiple of 8; the x86-64 entry calls std::fma).
+  void (*conv_taps_f32)(const float* src, std::int64_t row_stride, std::int64_t col_stride, const std::int64_t* tap,
+                        std::int64_t taps, const float* dy, std::int64_t rows, std::int64_t cols, std::int64_t oc,
+                        float* acc);
 };
 
 // The table for cpu_isa(), chosen on first use.

@@ -245,6 +245,44 @@ TEST_CASE("capability: every table of vector loops gives the plain loops' bits",
   if (cpu::detected_cpu_isa() < CpuIsa::avx512_core) CHECK_THROWS_AS(cpu::simd_for(CpuIsa::avx512_core), Error);
 }
 
+TEST_CASE("capability: the first-layer convolution's taps give the plain loop's bits at every ISA", "[capability]") {
+  // conv_taps_f32 (backends/cpu/conv_few_channels.h): output channels that use every register
+  // blocking (32, 16 and 8 at a time), tap counts that split into blocks of every size up to 12,
+  // strided rows and columns; values with every exponent class (NaN and inf propagate alike).
+  const cpu::SimdKernels& plain = cpu::simd_for(CpuIsa::x86_64);
+  const std::vector<float> f = special_floats();
+  Generator gen(12);
+  const std::int64_t rows = 3, cols = 5, col_stride = 4, row_stride = cols * col_stride + 7;
+  std::vector<float> src(static_cast<std::size_t>(rows * row_stride + 2 * row_stride)), dy_values(200 * 64);
+  for (auto& v : src) v = static_cast<float>(gen.uniform(-2, 2));
+  for (std::size_t i = 0; i < dy_values.size(); ++i)
+    dy_values[i] = i % 11 == 0 ? f[(i * 7) % f.size()] : static_cast<float>(gen.uniform(-1, 1));
+  for (CpuIsa isa : runnable_isas()) {
+    const cpu::SimdKernels& k = cpu::simd_for(isa);
+    for (const std::int64_t oc : {8, 16, 24, 32, 40, 56, 64}) {
+      for (const std::int64_t taps : {1, 5, 9, 12, 13, 28, 40}) {
+        INFO("the " << cpu::cpu_isa_name(isa) << " table, " << oc << " channels, " << taps << " taps");
+        std::vector<std::int64_t> tap(static_cast<std::size_t>(taps));
+        for (std::int64_t t = 0; t < taps; ++t) tap[static_cast<std::size_t>(t)] = (t * 5) % (2 * row_stride);
+        std::vector<float> got(static_cast<std::size_t>(taps * oc)), want(got.size());
+        k.conv_taps_f32(src.data(), row_stride, col_stride, tap.data(), taps, dy_values.data(), rows, cols, oc,
+                        got.data());
+        plain.conv_taps_f32(src.data(), row_stride, col_stride, tap.data(), taps, dy_values.data(), rows, cols, oc,
+                            want.data());
+        CHECK(same_bits(got, want));
+        // The plain loop is the sum it says it is.
+        const std::int64_t t = taps - 1, o = oc - 1;
+        float sum = 0;
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            sum = std::fma(src[static_cast<std::size_t>(r * row_stride + c * col_stride + tap.back())],
+                           dy_values[static_cast<std::size_t>((r * cols + c) * oc + o)], sum);
+        CHECK(float_bits(want[static_cast<std::size_t>(t * oc + o)]) == float_bits(sum));
+      }
+    }
+  }
+}
+
 TEST_CASE("capability: every backend answers for every op and dtype, and its kernels agree", "[capability]") {
   for (const auto& name : cpu_backends()) {
     Backend& backend = get_backend(name);

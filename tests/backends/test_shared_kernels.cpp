@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/cpu/conv_few_channels.h"
 #include "backends/registry.h"
 #include "test_util.h"
 
@@ -264,6 +265,89 @@ TEST_CASE("shared kernels: max-pool, the 2x2 fast path and the general loop, aga
       }
     }
   }
+}
+
+TEST_CASE("shared kernels: a first layer's weight gradient (few input channels) against double", "[backends]") {
+  // backends/cpu/conv_few_channels.h, which the onednn backend runs for 1..4 input channels: every
+  // weight and bias gradient against the sum in double, both layouts, f32 and bf16, paddings 0..k-1,
+  // kernels 1..5 and not square, output channels by 8, more than one group of 64 images; the same
+  // bits whatever the thread count.
+  const Conv2dShape base{2, 3, 8, 8, 16, 3, 3, 1, 1, 1, 1};
+  if (cpu::simd().isa < cpu::CpuIsa::avx2) {
+    // Below AVX2 the path is not taken: oneDNN's kernels compute these gradients.
+    CHECK_FALSE(cpu::conv_few::applies(DType::f32, base));
+    WARN("skipped: the first-layer weight gradient needs the AVX2 loops; this process runs the plain ones");
+    return;
+  }
+  Generator gen(16);
+  struct Case {
+    std::int64_t n, c, h, w, o, kh, kw, ph, pw;
+  };
+  const Case cases[] = {{2, 3, 9, 7, 32, 3, 3, 1, 1},
+                        {3, 1, 6, 6, 8, 5, 5, 2, 0},
+                        {2, 4, 5, 8, 24, 1, 3, 0, 2},
+                        {70, 2, 4, 4, 16, 3, 3, 1, 1},
+                        {1, 3, 32, 32, 40, 3, 3, 0, 1}};
+  for (DType dt : kDtypes) {
+    for (const Case& k : cases) {
+      for (bool nhwc : {false, true}) {
+        Conv2dShape s{k.n, k.c, k.h, k.w, k.o, k.kh, k.kw, 1, 1, k.ph, k.pw};
+        s.channels_last = nhwc;
+        INFO(dtype_name(dt) << " x [" << k.n << "," << k.c << "," << k.h << "," << k.w << "] " << k.o
+                            << " outputs, kernel " << k.kh << "x" << k.kw << " pad " << k.ph << "," << k.pw
+                            << (nhwc ? " nhwc" : " nchw"));
+        REQUIRE(cpu::conv_few::applies(dt, s));
+        const std::int64_t oh = s.out_h(), ow = s.out_w();
+        // Logical NCHW values, rounded to the dtype (the oracle's input), laid out as the layout says.
+        const Buffer x = make(ref(), dt, uniform(static_cast<std::size_t>(k.n * k.c * k.h * k.w), gen));
+        const Buffer dy = make(ref(), dt, uniform(static_cast<std::size_t>(k.n * k.o * oh * ow), gen, -1, 1));
+        const auto format = nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+        const Tensor xin = x.tensor.view({k.n, k.c, k.h, k.w}).contiguous(format);
+        const Tensor dyin = dy.tensor.view({k.n, k.o, oh, ow}).contiguous(format);
+        std::vector<double> want_w(static_cast<std::size_t>(k.o * k.c * k.kh * k.kw), 0.0),
+            want_b(static_cast<std::size_t>(k.o), 0.0);
+        for (std::int64_t n = 0; n < k.n; ++n)
+          for (std::int64_t o = 0; o < k.o; ++o)
+            for (std::int64_t y = 0; y < oh; ++y)
+              for (std::int64_t xx = 0; xx < ow; ++xx) {
+                const double g = dy.exact[static_cast<std::size_t>(((n * k.o + o) * oh + y) * ow + xx)];
+                want_b[static_cast<std::size_t>(o)] += g;
+                for (std::int64_t c = 0; c < k.c; ++c)
+                  for (std::int64_t i = 0; i < k.kh; ++i)
+                    for (std::int64_t j = 0; j < k.kw; ++j) {
+                      const std::int64_t h = y + i - k.ph, w = xx + j - k.pw;
+                      if (h < 0 || h >= k.h || w < 0 || w >= k.w) continue;
+                      want_w[static_cast<std::size_t>(((o * k.c + c) * k.kh + i) * k.kw + j)] +=
+                          g * x.exact[static_cast<std::size_t>(((n * k.c + c) * k.h + h) * k.w + w)];
+                    }
+              }
+        std::vector<Tensor> dw, db;
+        for (int threads : {1, 2}) {
+          dw.push_back(Tensor::empty({k.o, k.c, k.kh, k.kw}, dt, ref()));
+          db.push_back(Tensor::empty({k.o}, dt, ref()));
+          std::vector<float> workspace(cpu::conv_few::workspace_bytes(dt, s, threads) / sizeof(float), kNaN);
+          cpu::conv_few::backward_weights(dt, s, xin.raw_data(), dyin.raw_data(), dw.back().raw_data(),
+                                          db.back().raw_data(), threads, workspace.data());
+        }
+        // f32 sums of up to 70 x 32 x 32 terms of either sign: 1e-5 of the largest gradient.
+        double scale = 1;
+        for (double v : want_w) scale = std::max(scale, std::abs(v));
+        check_close(values(dw[0]), want_w, dt, "dweight", dt == DType::f32 ? 1e-5 * scale : 0);
+        check_close(values(db[0]), want_b, dt, "dbias", dt == DType::f32 ? 1e-5 * scale : 0);
+        CHECK(values(dw[0]) == values(dw[1]));
+        CHECK(values(db[0]) == values(db[1]));
+      }
+    }
+  }
+  // What it does not take: stride 2, 5 input channels, 12 outputs (not a multiple of 8), f16.
+  Conv2dShape strided = base, wide = base, odd = base;
+  strided.stride_h = 2;
+  wide.in_channels = 5;
+  odd.out_channels = 12;
+  CHECK_FALSE(cpu::conv_few::applies(DType::f32, strided));
+  CHECK_FALSE(cpu::conv_few::applies(DType::f32, wide));
+  CHECK_FALSE(cpu::conv_few::applies(DType::f32, odd));
+  CHECK_FALSE(cpu::conv_few::applies(DType::f16, base));
 }
 
 TEST_CASE("shared kernels: the whole-model SGD and AdamW steps, with working copies, against double", "[backends]") {
