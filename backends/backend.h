@@ -351,6 +351,29 @@ class Backend {
     throw Error(name() + ": conv2d_relu_max_pool2d_inference is not fused here (fuses_conv_pool_inference())");
   }
 
+  // Training, for a block whose input needs no gradient (a network's first layer): the same y, the
+  // pool's `places` kept (one byte per output in [batch, out_h, out_w, channels] order: the
+  // winner's place in its window, 0..3, plus 4 where the ReLU gave +0: backends/cpu/max_pool_2x2.h),
+  // and the backward's weight and bias gradients (dbias may be null) from y's gradient dy (in
+  // `pool`'s layout) and the places, the convolution's output and its gradient never in memory
+  // whole. Only for the dtypes and shapes fuses_conv_pool_training() says; `pool.relu` is set.
+  virtual bool fuses_conv_pool_training(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool) const {
+    (void)dtype, (void)conv, (void)pool;
+    return false;
+  }
+  virtual void conv2d_relu_max_pool2d_forward(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
+                                              const void* x, const void* weight, const void* bias, void* y,
+                                              std::uint8_t* places) {
+    (void)dtype, (void)conv, (void)pool, (void)x, (void)weight, (void)bias, (void)y, (void)places;
+    throw Error(name() + ": conv2d_relu_max_pool2d_forward is not fused here (fuses_conv_pool_training())");
+  }
+  virtual void conv2d_relu_max_pool2d_backward_weights(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
+                                                       const void* x, const void* dy, const std::uint8_t* places,
+                                                       void* dweight, void* dbias) {
+    (void)dtype, (void)conv, (void)pool, (void)x, (void)dy, (void)places, (void)dweight, (void)dbias;
+    throw Error(name() + ": conv2d_relu_max_pool2d_backward_weights is not fused here (fuses_conv_pool_training())");
+  }
+
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
   // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.
   virtual void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,

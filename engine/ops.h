@@ -72,8 +72,11 @@ Tensor max_pool2d_relu(const Tensor& x, const Pool2dOptions& options = {});
 // (which may differ from x's). Where no gradient is needed (grad mode off, or no input requires
 // one) and the backend fuses it (Backend::fuses_conv_pool_inference), one call that reads x where it
 // lies and keeps the convolution's output to itself, in the layout its convolution writes fastest:
-// the same values up to that convolution's rounding. Else the composed ops, then a reorder to
-// `format` when x's differs.
+// the same values up to that convolution's rounding. In training, where x needs no gradient (a
+// network's first layer) and the backend fuses the shape (Backend::fuses_conv_pool_training), the
+// same forward keeping the pool's places, and a backward that gives the weight and bias gradients
+// without the convolution's output or its gradient in memory. Else the composed ops, then a
+// reorder to `format` when x's differs.
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool, MemoryFormat format);
 

@@ -1,8 +1,10 @@
 #include "engine/smallcnn.h"
 
+#include <cmath>
 #include <functional>
 #include <vector>
 
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
 
@@ -36,8 +38,27 @@ Tensor SmallCNN::forward(const Tensor& x) {
   return forward_layers(x, x.defined() ? x.memory_format() : MemoryFormat::contiguous);
 }
 
+bool SmallCNN::first_block_fused(Backend& backend, DType dtype, std::int64_t batch, bool x_channels_last,
+                                 MemoryFormat layout) const {
+  if (!fused_ || recompute_ != Recompute::none) return false;
+  Conv2dShape c{batch, shape_.channels, shape_.height, shape_.width, 32, 3, 3, 1, 1, 1, 1};
+  c.channels_last = x_channels_last;
+  Pool2dShape p{batch, 32, c.out_h(), c.out_w(), 2, 2, 2, 2, 0, 0};
+  p.channels_last = layout == MemoryFormat::channels_last;
+  p.relu = true;
+  return backend.fuses_conv_pool_training(dtype, c, p);
+}
+
 Tensor SmallCNN::forward_in(const Tensor& x, MemoryFormat layout) {
-  return forward_layers(inference_blocks(x) ? x : x.contiguous(layout), layout);
+  // The batch as delivered where conv1 reads it there: inference's blocks, and training's first
+  // block (its input needs no gradient), whose convolution reads an NCHW batch faster than a
+  // channels_last copy of it would be made.
+  const bool as_delivered =
+      inference_blocks(x) ||
+      (x.defined() && x.dim() == 4 && GradMode::enabled() && !x.requires_grad() &&
+       first_block_fused(x.backend(), autocast_dtype() == DType::f32 ? x.dtype() : autocast_dtype(), x.size(0),
+                         x.memory_format() == MemoryFormat::channels_last, layout));
+  return forward_layers(as_delivered ? x : x.contiguous(layout), layout);
 }
 
 Tensor SmallCNN::forward_layers(const Tensor& x, MemoryFormat layout) {
@@ -75,7 +96,14 @@ Tensor SmallCNN::forward_layers(const Tensor& x, MemoryFormat layout) {
     return recomputed ? checkpoint(name, block, in, parameters) : block(in);
   };
   const bool convs = recompute_ != Recompute::none, all = recompute_ == Recompute::all;
-  Tensor h = run(convs, "recompute(conv1 block)", conv_block(*conv1), x, {conv1->weight, conv1->bias});
+  // Fused, the first block is one op: where its input needs no gradient and the backend fuses the
+  // shape (Backend::fuses_conv_pool_training) conv1's output and its gradient never reach memory.
+  auto first_block = [this, pool, layout](const Tensor& in) {
+    return conv2d_relu_max_pool2d(in, conv1->weight, conv1->bias, conv1->options, pool, layout);
+  };
+  Tensor h = run(convs, "recompute(conv1 block)",
+                 fused_ && !convs ? std::function<Tensor(const Tensor&)>(first_block) : conv_block(*conv1), x,
+                 {conv1->weight, conv1->bias});
   h = run(convs, "recompute(conv2 block)", conv_block(*conv2), h, {conv2->weight, conv2->bias});
   return run(all, "recompute(classifier)", classifier, h, {fc1->weight, fc1->bias, fc2->weight, fc2->bias});
 }
@@ -127,7 +155,12 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
   };
   // The reorder of the f32 batch to channels_last (the step's, timed in the forward): conv1 keeps
   // it as its input in f32; under autocast conv1 keeps its cast and the reorder lives to the end.
-  if (shape.channels_last) {
+  // Fused in training, conv1's block may be one op (first_block_fused): it reads the batch as
+  // delivered (no reorder) and keeps its places, one byte per output.
+  const bool first_block =
+      first_block_fused(backend, shape.dtype, shape.batch, false,
+                        shape.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous);
+  if (shape.channels_last && !first_block) {
     add({"input.reorder", input * n * 4, low ? ChainLifetime::forward : ChainLifetime::saved_next});
   }
   const double in_cast = low ? act(input) : 0.0;  // conv1's input cast to the compute dtype
@@ -157,9 +190,15 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
       add({name, act(out), lifetime, pool_workspace(channels, height, width), act(in), false, scratch});
     };
     begin_block(0);
-    add({"conv1+bias", act(out1), ChainLifetime::next_op, in_cast, 0, false, 0, (conv1_w + 32) * a,
-         (conv1_w + 32) * master});
-    pool_relu_fused("pool1+relu1", out1, half1, 32, m.height, m.width, ChainLifetime::saved_next, 0);
+    if (first_block) {
+      const double places = std::ceil(half1 * n / 8) * 8;
+      add({"conv1+bias+pool1+relu1", act(half1), ChainLifetime::saved_next, places, 0, false, 0, (conv1_w + 32) * a,
+           (conv1_w + 32) * master});
+    } else {
+      add({"conv1+bias", act(out1), ChainLifetime::next_op, in_cast, 0, false, 0, (conv1_w + 32) * a,
+           (conv1_w + 32) * master});
+      pool_relu_fused("pool1+relu1", out1, half1, 32, m.height, m.width, ChainLifetime::saved_next, 0);
+    }
     begin_block(1);
     add({"conv2+bias", act(out2), ChainLifetime::next_op, 0, act(half1), false, 0, (conv2_w + 64) * a,
          (conv2_w + 64) * master});

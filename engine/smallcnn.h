@@ -29,9 +29,10 @@ struct SmallCNNShape {
 //   MaxPool2d(2) -> flatten -> fc1 Linear(64 * H/4 * W/4, 256) ReLU -> fc2 Linear(256, classes).
 // Parameters are initialised in the order conv1, conv2, fc1, fc2 (weight, then bias).
 // Activations follow the input's memory format (give it a channels_last input for NHWC). With
-// set_fused(true) each conv and linear does its bias and ReLU in the same kernel call, and, without
-// gradients (inference), each conv block is one conv2d_relu_max_pool2d: the second writes NCHW, so
-// that fc1 reads it without the flatten's copy.
+// set_fused(true) each conv and linear does its bias and ReLU in the same kernel call; without
+// gradients (inference) each conv block is one conv2d_relu_max_pool2d (the second writes NCHW, so
+// that fc1 reads it without the flatten's copy), and in training the first one is, where the
+// backend fuses it (its input needs no gradient: conv1's output and its gradient stay out of memory).
 class SmallCNN : public Module {
  public:
   static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32, kClasses = 10;
@@ -39,6 +40,8 @@ class SmallCNN : public Module {
   Tensor forward(const Tensor& x) override;
   // Fused, without gradients, on a backend that fuses a conv block for inference
   // (Backend::fuses_conv_pool_inference): the batch as delivered (conv1 reads NCHW where it lies).
+  // In training, where conv1's block is one op (Backend::fuses_conv_pool_training: fused, no
+  // recomputation), the batch as delivered too.
   Tensor forward_in(const Tensor& x, MemoryFormat layout) override;
   const SmallCNNShape& shape() const { return shape_; }
   void set_fused(bool fused) { fused_ = fused; }
@@ -54,6 +57,11 @@ class SmallCNN : public Module {
   // The forward as the memory estimate sees it (fused or not, as set): every tensor each op
   // allocates and saves, and what its backward allocates.
   std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const override;
+  // Whether training runs conv1's block as one op (conv2d_relu_max_pool2d with the pool's places:
+  // fused, no recomputation, and the backend fuses the shape in `dtype`) for a batch of `batch` in
+  // x's layout, the activations in `layout`.
+  bool first_block_fused(Backend& backend, DType dtype, std::int64_t batch, bool x_channels_last,
+                         MemoryFormat layout) const;
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<Linear> fc1, fc2;
 

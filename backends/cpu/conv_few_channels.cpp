@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/max_pool_2x2.h"
 #include "backends/error.h"
 
 namespace trainlab::cpu::conv_few {
@@ -46,6 +47,14 @@ struct Plan {
   std::int64_t stride, taps, per_image, group;
   std::int64_t dy_buffer, dy_planes;  // per thread: dy channels-last in f32, and bf16's widened planes
   std::int64_t per_thread, threads;
+
+  // With a pool after the convolution (backward_weights_pooled): the convolution's dy is always
+  // made in the buffer, and the pooled dy, where it is not channels-last f32 already, in the planes.
+  Plan(DType dtype, const Conv2dShape& s, const Pool2dShape& p, int thread_count) : Plan(dtype, s, thread_count) {
+    dy_buffer = pixels * oc;
+    dy_planes = dtype == DType::f32 && p.channels_last ? 0 : 2 * p.channels * p.out_h() * p.out_w();
+    per_thread = hp * wp * stride + dy_buffer + dy_planes;
+  }
 
   Plan(DType dtype, const Conv2dShape& s, int thread_count)
       : ic(s.in_channels),
@@ -100,10 +109,44 @@ const float* dy_channels_last(const Conv2dShape& s, const Plan& p, const S* g, f
   return buffer;
 }
 
+// The convolution's dy for one image, as the pool's backward makes it from the pooled dy and the
+// places (max_pool_2x2.h's rule: dy to the winner, +0 to the other three and to every window the
+// ReLU zeroed); outputs in no window (an odd last row or column) get +0.
 template <typename S>
-void backward_weights_as(const Conv2dShape& s, const S* x, const S* dy, S* dweight, S* dbias, int threads,
-                         float* workspace) {
-  const Plan p(std::is_same_v<S, float> ? DType::f32 : DType::bf16, s, threads);
+const float* unpooled_channels_last(const Conv2dShape& s, const Pool2dShape& pool, const Plan& p, const S* g,
+                                    const std::uint8_t* places, float* buffer, float* planes) {
+  const std::int64_t c = pool.channels, ph = pool.out_h(), pw = pool.out_w(), cells = ph * pw;
+  const float* pooled = nullptr;
+  if constexpr (std::is_same_v<S, float>) {
+    if (pool.channels_last) {
+      pooled = g;
+    } else {
+      simd().transpose_f32(g, planes, c, cells);
+      pooled = planes;
+    }
+  } else if (pool.channels_last) {
+    simd().bf16_to_f32(g, planes, c * cells);
+    pooled = planes;
+  } else {
+    simd().bf16_to_f32(g, planes + c * cells, c * cells);
+    simd().transpose_f32(planes + c * cells, planes, c, cells);
+    pooled = planes;
+  }
+  if (s.out_h() != 2 * ph || s.out_w() != 2 * pw) std::fill(buffer, buffer + p.pixels * p.oc, 0.f);
+  for (std::int64_t oh = 0; oh < ph; ++oh)
+    for (std::int64_t ow = 0; ow < pw; ++ow) {
+      float* a = buffer + (2 * oh * p.ow + 2 * ow) * p.oc;
+      float* below = a + p.ow * p.oc;
+      const std::int64_t at = (oh * pw + ow) * c;
+      pool2x2::backward_run(pooled + at, places + at, a, a + p.oc, below, below + p.oc, c);
+    }
+  return buffer;
+}
+
+// The weight and bias gradients from each image's channels-last f32 dy, dy_of(n, buffer, planes).
+template <typename S, typename DyOf>
+void backward_weights_as(const Conv2dShape& s, const Plan& p, const S* x, const DyOf& dy_of, S* dweight, S* dbias,
+                         int threads, float* workspace) {
   // Tap t = (kh * KW + kw) * C + c reads the padded channels-last image at (oh + kh, ow + kw, c).
   std::vector<std::int64_t> tap(static_cast<std::size_t>(p.taps));
   for (std::int64_t kh = 0; kh < s.kernel_h; ++kh)
@@ -127,7 +170,7 @@ void backward_weights_as(const Conv2dShape& s, const S* x, const S* dy, S* dweig
       for (std::int64_t i = 0; i < images; ++i) {
         const std::int64_t n = n0 + i;
         pad_image(s, p, x + n * p.ic * s.in_h * s.in_w, padded);
-        const float* grad = dy_channels_last(s, p, dy + n * p.oc * p.pixels, buffer, buffer + p.dy_buffer);
+        const float* grad = dy_of(n, buffer, buffer + p.dy_buffer);
         simd().conv_taps_f32(padded, p.wp * p.stride, p.stride, tap.data(), p.taps, grad, p.oh, p.ow, p.oc,
                              partial + i * p.per_image);
       }
@@ -146,6 +189,33 @@ void backward_weights_as(const Conv2dShape& s, const S* x, const S* dy, S* dweig
     for (std::int64_t o = 0; o < p.oc; ++o) dbias[o] = S(total[(p.taps - 1) * p.oc + o]);
 }
 
+template <typename S>
+void backward_weights_typed(const Conv2dShape& s, const S* x, const S* dy, S* dweight, S* dbias, int threads,
+                            float* workspace) {
+  const Plan p(std::is_same_v<S, float> ? DType::f32 : DType::bf16, s, threads);
+  auto dy_of = [&](std::int64_t n, float* buffer, float* planes) {
+    return dy_channels_last(s, p, dy + n * p.oc * p.pixels, buffer, planes);
+  };
+  backward_weights_as(s, p, x, dy_of, dweight, dbias, threads, workspace);
+}
+
+template <typename S>
+void backward_weights_pooled_typed(const Conv2dShape& s, const Pool2dShape& pool, const S* x, const S* dy,
+                                   const std::uint8_t* places, S* dweight, S* dbias, int threads, float* workspace) {
+  const Plan p(std::is_same_v<S, float> ? DType::f32 : DType::bf16, s, pool, threads);
+  const std::int64_t cells = pool.channels * pool.out_h() * pool.out_w();
+  auto dy_of = [&](std::int64_t n, float* buffer, float* planes) {
+    return unpooled_channels_last(s, pool, p, dy + n * cells, places + n * cells, buffer, planes);
+  };
+  backward_weights_as(s, p, x, dy_of, dweight, dbias, threads, workspace);
+}
+
+bool pools_2x2(const Conv2dShape& s, const Pool2dShape& p) {
+  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0 &&
+         p.batch == s.batch && p.channels == s.out_channels && p.in_h == s.out_h() && p.in_w == s.out_w() &&
+         p.out_h() >= 1 && p.out_w() >= 1;
+}
+
 }  // namespace
 
 std::size_t workspace_bytes(DType dtype, const Conv2dShape& s, int threads) {
@@ -158,11 +228,30 @@ void backward_weights(DType dtype, const Conv2dShape& s, const void* x, const vo
                                   " convolution (applies() says which it takes)");
   float* w = static_cast<float*>(workspace);
   if (dtype == DType::f32) {
-    backward_weights_as(s, static_cast<const float*>(x), static_cast<const float*>(dy), static_cast<float*>(dweight),
-                        static_cast<float*>(dbias), threads, w);
+    backward_weights_typed(s, static_cast<const float*>(x), static_cast<const float*>(dy), static_cast<float*>(dweight),
+                           static_cast<float*>(dbias), threads, w);
   } else {
-    backward_weights_as(s, static_cast<const bf16*>(x), static_cast<const bf16*>(dy), static_cast<bf16*>(dweight),
-                        static_cast<bf16*>(dbias), threads, w);
+    backward_weights_typed(s, static_cast<const bf16*>(x), static_cast<const bf16*>(dy), static_cast<bf16*>(dweight),
+                           static_cast<bf16*>(dbias), threads, w);
+  }
+}
+
+std::size_t pooled_workspace_bytes(DType dtype, const Conv2dShape& s, const Pool2dShape& pool, int threads) {
+  return static_cast<std::size_t>(Plan(dtype, s, pool, threads).floats()) * sizeof(float);
+}
+
+void backward_weights_pooled(DType dtype, const Conv2dShape& s, const Pool2dShape& pool, const void* x, const void* dy,
+                             const std::uint8_t* places, void* dweight, void* dbias, int threads, void* workspace) {
+  TL_CHECK(applies(dtype, s) && pools_2x2(s, pool),
+           std::string("conv_few::backward_weights_pooled cannot take this ") + dtype_name(dtype) +
+               " convolution and pool (applies() and a 2x2 pool of stride 2 over the whole output)");
+  float* w = static_cast<float*>(workspace);
+  if (dtype == DType::f32) {
+    backward_weights_pooled_typed(s, pool, static_cast<const float*>(x), static_cast<const float*>(dy), places,
+                                  static_cast<float*>(dweight), static_cast<float*>(dbias), threads, w);
+  } else {
+    backward_weights_pooled_typed(s, pool, static_cast<const bf16*>(x), static_cast<const bf16*>(dy), places,
+                                  static_cast<bf16*>(dweight), static_cast<bf16*>(dbias), threads, w);
   }
 }
 

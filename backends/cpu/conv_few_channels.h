@@ -46,4 +46,12 @@ std::size_t workspace_bytes(DType dtype, const Conv2dShape& s, int threads);
 void backward_weights(DType dtype, const Conv2dShape& s, const void* x, const void* dy, void* dweight, void* dbias,
                       int threads, void* workspace);
 
+// The same after a 2x2 max-pool of stride 2 with its ReLU (Backend::conv2d_relu_max_pool2d_backward_weights):
+// dy is the pool's [N, C, OH / 2, OW / 2] (NCHW, or NHWC when pool.channels_last), places its
+// forward's (max_pool_2x2.h's, [N, OH / 2, OW / 2, C] order); each image's convolution dy is made
+// from them in the workspace, never in memory whole.
+std::size_t pooled_workspace_bytes(DType dtype, const Conv2dShape& s, const Pool2dShape& pool, int threads);
+void backward_weights_pooled(DType dtype, const Conv2dShape& s, const Pool2dShape& pool, const void* x, const void* dy,
+                             const std::uint8_t* places, void* dweight, void* dbias, int threads, void* workspace);
+
 }  // namespace trainlab::cpu::conv_few

@@ -75,26 +75,30 @@ inline void backward_run_scalar(const E* dy, const std::uint8_t* place, E* a, E*
   }
 }
 
-// Inference's pool and ReLU over one output row of one channel block (SimdKernels::pool_relu_row_f32):
-// the winner as pick() chooses it, then torch.relu's rule (`<= 0` gives +0; a NaN passes).
-// Elements [from, block) of one window's candidates (a, b the top pair, c, d the bottom): also the
-// vector loops' tails.
+// The conv blocks' pool and ReLU over one output row of one channel block
+// (SimdKernels::pool_relu_row_f32): the winner as pick() chooses it, then torch.relu's rule (`<= 0`
+// gives +0; a NaN passes); with `place` (training), each output's place as relu_after() leaves it
+// (the winner's, plus 4 where the ReLU gave +0), at the output's index. Elements [from, block) of
+// one window's candidates (a, b the top pair, c, d the bottom): also the vector loops' tails.
 template <typename S>
-inline void pool_relu_window_scalar(const S* a, const S* b, const S* c, const S* d, S* out, std::int64_t from,
-                                    std::int64_t block) {
+inline void pool_relu_window_scalar(const S* a, const S* b, const S* c, const S* d, S* out, std::uint8_t* place,
+                                    std::int64_t from, std::int64_t block) {
   for (std::int64_t q = from; q < block; ++q) {
-    std::uint8_t place = 0;
-    const S v = pick(a[q], b[q], c[q], d[q], place);
-    out[q] = load<float>(v) <= 0.f ? store<S>(0.f) : v;
+    std::uint8_t where = 0;
+    const S v = pick(a[q], b[q], c[q], d[q], where);
+    const bool zero = load<float>(v) <= 0.f;
+    out[q] = zero ? store<S>(0.f) : v;
+    if (place != nullptr) place[q] = static_cast<std::uint8_t>(where | (zero ? 4 : 0));
   }
 }
 
 template <typename S>
 inline void pool_relu_row_scalar(const S* top, const S* bottom, std::int64_t block, std::int64_t ow_n, S* out,
-                                 std::int64_t out_stride) {
+                                 std::int64_t out_stride, std::uint8_t* place) {
   for (std::int64_t ow = 0; ow < ow_n; ++ow) {
     const S *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
-    pool_relu_window_scalar(a, a + block, c, c + block, out + ow * out_stride, 0, block);
+    pool_relu_window_scalar(a, a + block, c, c + block, out + ow * out_stride,
+                            place != nullptr ? place + ow * out_stride : nullptr, 0, block);
   }
 }
 
@@ -238,48 +242,55 @@ inline void transpose_scalar(const S* __restrict in, S* __restrict out, std::int
   }
 }
 
-// Inference (Backend::conv2d_relu_max_pool2d_inference): relu(max_pool2d(x)) with no places kept,
-// from a layout of channel blocks, x as [batch][channels / block][in_h][in_w][block] (channels_last
-// is one block of every channel; oneDNN's nChw16c and nChw8c are blocks of 16 and 8), into y,
-// channels_last or NCHW: the same values as max_pool2d_forward with Pool2dShape::relu, bit for bit.
+// The conv blocks in one call (Backend::conv2d_relu_max_pool2d_inference and _forward):
+// relu(max_pool2d(x)) from a layout of channel blocks, x as [batch][channels / block][in_h][in_w]
+// [block] (channels_last is one block of every channel; oneDNN's nChw16c and nChw8c are blocks of
+// 16 and 8), into y, channels_last or NCHW: the same values as max_pool2d_forward with
+// Pool2dShape::relu, bit for bit. With `places` (training), each output's place as that forward
+// keeps it (relu_after's rule), in [batch][out_h][out_w][channels] order; without (inference), none.
 // Into channels_last, one output row of one sample at a time, written in place; into NCHW, one
 // sample at a time, gathered channels-last in a buffer and stored a channel plane at a time.
 template <typename S>
 void forward_blocked_relu(const S* in, std::int64_t batch, std::int64_t channels, std::int64_t block, std::int64_t in_h,
-                          std::int64_t in_w, S* y, bool y_channels_last, int threads) {
+                          std::int64_t in_w, S* y, bool y_channels_last, std::uint8_t* places, int threads) {
   const std::int64_t oh_n = in_h / 2, ow_n = in_w / 2, blocks = channels / block, cells = oh_n * ow_n;
   const std::int64_t plane = in_h * in_w * block;  // one block of one sample
-  // Output row oh of sample n, channels-last, output `ow` at out + ow * channels. f32 by its own
-  // loop; the 16-bit types by the training forward's (its places to a scratch no one reads), then
-  // the ReLU over the row.
+  // Output row oh of sample n, channels-last, output `ow` at out + ow * channels, its places at
+  // `place` in the same order. f32 by its own loop; the 16-bit types by the training forward's (in
+  // inference the places to a scratch row no one reads), then the ReLU over the row.
   auto pool_row = [&](std::int64_t n, std::int64_t oh, S* out, std::uint8_t* place) {
     for (std::int64_t cb = 0; cb < blocks; ++cb) {
       const S* top = in + (n * blocks + cb) * plane + 2 * oh * in_w * block;
       const S* bottom = top + in_w * block;
       if constexpr (std::is_same_v<S, float>) {
-        simd().pool_relu_row_f32(top, bottom, block, ow_n, out + cb * block, channels);
+        simd().pool_relu_row_f32(top, bottom, block, ow_n, out + cb * block, channels,
+                                 places != nullptr ? place + cb * block : nullptr);
       } else {
         for (std::int64_t ow = 0; ow < ow_n; ++ow) {
-          const std::int64_t at = 2 * ow * block;
-          forward_run(top + at, top + at + block, bottom + at, bottom + at + block, out + ow * channels + cb * block,
-                      place, block);
+          const std::int64_t at = 2 * ow * block, to = ow * channels + cb * block;
+          forward_run(top + at, top + at + block, bottom + at, bottom + at + block, out + to, place + to, block);
         }
       }
     }
-    if constexpr (!std::is_same_v<S, float>) relu_run(static_cast<const S*>(out), out, ow_n * channels);
+    if constexpr (!std::is_same_v<S, float>) relu_after(out, place, ow_n * channels);
   };
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<std::uint8_t> place(static_cast<std::size_t>(block));
+    std::vector<std::uint8_t> scratch_places(
+        places != nullptr || std::is_same_v<S, float> ? 0 : static_cast<std::size_t>(ow_n * channels));
+    auto place_row = [&](std::int64_t n, std::int64_t oh) {
+      return places != nullptr ? places + (n * oh_n + oh) * ow_n * channels : scratch_places.data();
+    };
     if (y_channels_last) {
 #pragma omp for schedule(static)
       for (std::int64_t r = 0; r < batch * oh_n; ++r)
-        pool_row(r / oh_n, r % oh_n, y + r * ow_n * channels, place.data());
+        pool_row(r / oh_n, r % oh_n, y + r * ow_n * channels, place_row(r / oh_n, r % oh_n));
     } else {
       std::vector<S> sample(static_cast<std::size_t>(cells * channels));
 #pragma omp for schedule(static)
       for (std::int64_t n = 0; n < batch; ++n) {
-        for (std::int64_t oh = 0; oh < oh_n; ++oh) pool_row(n, oh, sample.data() + oh * ow_n * channels, place.data());
+        for (std::int64_t oh = 0; oh < oh_n; ++oh)
+          pool_row(n, oh, sample.data() + oh * ow_n * channels, place_row(n, oh));
         S* out = y + n * channels * cells;
         if constexpr (std::is_same_v<S, float>) {
           simd().transpose_f32(sample.data(), out, cells, channels);

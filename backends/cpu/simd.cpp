@@ -204,24 +204,33 @@ TL_TARGET_AVX2 void f16_to_f32(const f16* x, float* y, std::int64_t n) {
 }
 
 TL_TARGET_AVX2 void pool_relu_row_f32(const float* top, const float* bottom, std::int64_t block, std::int64_t ow_n,
-                                      float* out, std::int64_t out_stride) {
+                                      float* out, std::int64_t out_stride, std::uint8_t* place) {
   for (std::int64_t ow = 0; ow < ow_n; ++ow) {
     const float *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
     const float* rest[3] = {a + block, c, c + block};
     float* o = out + ow * out_stride;
+    std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
     std::int64_t q = 0;
     for (; q + 8 <= block; q += 8) {
       __m256 best = _mm256_loadu_ps(a + q);
+      __m256i where = _mm256_setzero_si256();
       for (int j = 0; j < 3; ++j) {
         const __m256 v = _mm256_loadu_ps(rest[j] + q);
         const __m256 take =
             _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
                          _mm256_andnot_ps(_mm256_cmp_ps(best, best, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
         best = _mm256_blendv_ps(best, v, take);
+        where = _mm256_blendv_epi8(where, _mm256_set1_epi32(j + 1), _mm256_castps_si256(take));
       }
-      _mm256_storeu_ps(o + q, _mm256_and_ps(_mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ), best));
+      const __m256 positive = _mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ);
+      _mm256_storeu_ps(o + q, _mm256_and_ps(positive, best));
+      if (at != nullptr) {
+        where = _mm256_or_si256(where, _mm256_andnot_si256(_mm256_castps_si256(positive), _mm256_set1_epi32(4)));
+        const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(at + q), _mm_packus_epi16(w16, w16));
+      }
     }
-    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, q, block);
+    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, at, q, block);
   }
 }
 
@@ -495,23 +504,31 @@ TL_TARGET_AVX512 void pool_forward_f32(const float* a, const float* b, const flo
 }
 
 TL_TARGET_AVX512 void pool_relu_row_f32(const float* top, const float* bottom, std::int64_t block, std::int64_t ow_n,
-                                        float* out, std::int64_t out_stride) {
+                                        float* out, std::int64_t out_stride, std::uint8_t* place) {
   for (std::int64_t ow = 0; ow < ow_n; ++ow) {
     const float *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
     const float* rest[3] = {a + block, c, c + block};
     float* o = out + ow * out_stride;
+    std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
     std::int64_t q = 0;
     for (; q + 16 <= block; q += 16) {
       __m512 best = _mm512_loadu_ps(a + q);
+      __m512i where = _mm512_setzero_si512();
       for (int j = 0; j < 3; ++j) {
         const __m512 v = _mm512_loadu_ps(rest[j] + q);
         const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
                                (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & ~_mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q));
         best = _mm512_mask_mov_ps(best, take, v);
+        where = _mm512_mask_mov_epi32(where, take, _mm512_set1_epi32(j + 1));
       }
-      _mm512_storeu_ps(o + q, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ), best));
+      const __mmask16 positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ);
+      _mm512_storeu_ps(o + q, _mm512_maskz_mov_ps(positive, best));
+      if (at != nullptr) {
+        where = _mm512_mask_or_epi32(where, static_cast<__mmask16>(~positive), where, _mm512_set1_epi32(4));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(at + q), _mm512_cvtepi32_epi8(where));
+      }
     }
-    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, q, block);
+    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, at, q, block);
   }
 }
 

@@ -45,11 +45,12 @@ struct SimdKernels {
                            std::uint32_t* c, std::uint32_t* d, std::int64_t count);
   void (*pool_backward_16)(const std::uint16_t* dy, const std::uint8_t* place, std::uint16_t* a, std::uint16_t* b,
                            std::uint16_t* c, std::uint16_t* d, std::int64_t count);
-  // ...inference's pool and ReLU with no places kept (pool2x2::forward_blocked_relu): one output
-  // row of one block of `block` channels, its windows' candidates in the input rows `top` and
-  // `bottom` ([2 * ow_n][block]), output `ow` at out + ow * out_stride...
+  // ...the conv blocks' pool and ReLU (pool2x2::forward_blocked_relu): one output row of one block
+  // of `block` channels, its windows' candidates in the input rows `top` and `bottom`
+  // ([2 * ow_n][block]), output `ow` at out + ow * out_stride, and, unless `place` is null
+  // (inference), its place at place + ow * out_stride (pool2x2::relu_after's rule)...
   void (*pool_relu_row_f32)(const float* top, const float* bottom, std::int64_t block, std::int64_t ow_n, float* out,
-                            std::int64_t out_stride);
+                            std::int64_t out_stride, std::uint8_t* place);
   // ...[rows][cols] f32 -> [cols][rows] (out[c * rows + r] = in[r * cols + c]), for the pool's NCHW output...
   void (*transpose_f32)(const float* in, float* out, std::int64_t rows, std::int64_t cols);
   // ...and NCHW rows split into their even and odd elements (2 * count of them), and back.

@@ -359,31 +359,71 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
 
   void conv2d_relu_max_pool2d_inference(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x,
                                         const void* weight, const void* bias, void* y) override {
+    conv_pool(dtype, s, p, x, weight, bias, y, nullptr);
+  }
+
+  // Training's first block (conv_few_channels.h's shapes; f32, and bf16 where the convolution is
+  // native: emulated, the pool would pick its winners before the rounding): the inference blocks'
+  // forward with the places kept, and a backward that unpools dy an image at a time into the weight
+  // gradient's loop: conv1's output and its gradient (16 MiB each at batch 128, f32) never reach memory.
+  bool fuses_conv_pool_training(DType dtype, const Conv2dShape& s, const Pool2dShape& p) const override {
+    return (dtype == DType::f32 || (dtype == DType::bf16 && native(dtype, Family::conv))) &&
+           cpu::conv_few::applies(dtype, s) && pool_2x2_of(s, p) && p.relu;
+  }
+
+  void conv2d_relu_max_pool2d_forward(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x,
+                                      const void* weight, const void* bias, void* y, std::uint8_t* places) override {
+    TL_CHECK(fuses_conv_pool_training(dtype, s, p),
+             "onednn: conv2d_relu_max_pool2d_forward takes what fuses_conv_pool_training() does");
+    conv_pool(dtype, s, p, x, weight, bias, y, places);
+  }
+
+  void conv2d_relu_max_pool2d_backward_weights(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x,
+                                               const void* dy, const std::uint8_t* places, void* dweight,
+                                               void* dbias) override {
+    TL_CHECK(fuses_conv_pool_training(dtype, s, p),
+             "onednn: conv2d_relu_max_pool2d_backward_weights takes what fuses_conv_pool_training() does");
+    guarded("conv2d_relu_max_pool2d_backward_weights", [&] {
+      Scratch scratch(*this);
+      void* workspace = scratch.get(cpu::conv_few::pooled_workspace_bytes(dtype, s, p, threads_));
+      cpu::conv_few::backward_weights_pooled(dtype, s, p, x, dy, places, dweight, dbias, threads_, workspace);
+    });
+  }
+
+  static bool pool_2x2_of(const Conv2dShape& s, const Pool2dShape& p) {
+    return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0 &&
+           p.batch == s.batch && p.channels == s.out_channels && p.in_h == s.out_h() && p.in_w == s.out_w();
+  }
+
+  // The conv blocks, inference's (places null) and training's.
+  void conv_pool(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x, const void* weight,
+                 const void* bias, void* y, std::uint8_t* places) {
     check(dtype, BackendOp::conv2d, s.channels_last);
-    TL_CHECK(p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0 &&
-                 p.batch == s.batch && p.channels == s.out_channels && p.in_h == s.out_h() && p.in_w == s.out_w(),
-             "onednn: conv2d_relu_max_pool2d_inference pools the convolution's output with 2x2 windows, stride 2, "
-             "no padding");
+    TL_CHECK(pool_2x2_of(s, p),
+             "onednn: conv2d_relu_max_pool2d pools the convolution's output with 2x2 windows, "
+             "stride 2, no padding");
     // A slice of the batch at a time, so that the convolution's output is still in this core's
     // cache when the pool reads it: slices of about kSliceBytes of it (the last one shorter).
     const auto per_sample =
         static_cast<std::int64_t>(s.out_channels * s.out_h() * s.out_w()) * static_cast<std::int64_t>(sizeof(float));
     const std::int64_t slice = std::clamp<std::int64_t>(kSliceBytes / per_sample, 1, s.batch);
     const std::size_t x_sample = dtype_size(dtype) * static_cast<std::size_t>(s.in_channels * s.in_h * s.in_w);
-    const std::size_t y_sample = dtype_size(dtype) * static_cast<std::size_t>(p.channels * p.out_h() * p.out_w());
+    const std::int64_t y_cells = p.channels * p.out_h() * p.out_w();
+    const std::size_t y_sample = dtype_size(dtype) * static_cast<std::size_t>(y_cells);
     for (std::int64_t n0 = 0; n0 < s.batch; n0 += slice) {
       Conv2dShape cs = s;
       Pool2dShape ps = p;
       cs.batch = ps.batch = std::min(slice, s.batch - n0);
       conv_pool_slice(dtype, cs, ps, static_cast<const char*>(x) + static_cast<std::size_t>(n0) * x_sample, weight,
-                      bias, static_cast<char*>(y) + static_cast<std::size_t>(n0) * y_sample);
+                      bias, static_cast<char*>(y) + static_cast<std::size_t>(n0) * y_sample,
+                      places != nullptr ? places + n0 * y_cells : nullptr);
     }
   }
 
-  // conv2d_relu_max_pool2d_inference over one slice of the batch.
+  // conv_pool over one slice of the batch.
   void conv_pool_slice(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x, const void* weight,
-                       const void* bias, void* y) {
-    guarded("conv2d_relu_max_pool2d_inference", [&] {
+                       const void* bias, void* y, std::uint8_t* places) {
+    guarded(places != nullptr ? "conv2d_relu_max_pool2d_forward" : "conv2d_relu_max_pool2d_inference", [&] {
       Scratch scratch(*this);
       const std::string k = key(dtype, s, bias != nullptr, p.channels_last);
       Entry& e = entry("conv_pool_inference", k, dtype, Family::conv, [&](Entry& fresh, dt c) {
@@ -444,7 +484,7 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
       auto pool = [&](auto* in) {
         using S = std::remove_const_t<std::remove_pointer_t<decltype(in)>>;
         cpu::pool2x2::forward_blocked_relu(in, s.batch, s.out_channels, e.dst_block, s.out_h(), s.out_w(),
-                                           static_cast<S*>(out), p.channels_last, threads_);
+                                           static_cast<S*>(out), p.channels_last, places, threads_);
       };
       if (c == dt::bf16) {
         pool(static_cast<const bf16*>(dst.get_data_handle()));

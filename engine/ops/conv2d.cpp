@@ -89,6 +89,37 @@ Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
   });
 }
 
+// Training's one-call block (Backend::fuses_conv_pool_training): y and the pool's places; the
+// backward gives the weight and bias gradients from them and the input (which needs none).
+Tensor conv_pool_training_node(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dShape& s,
+                               const Pool2dShape& p, MemoryFormat format) {
+  TL_SPAN("conv2d_relu_max_pool2d.forward");
+  Backend& be = x.backend();
+  const Tensor sx = ops_detail::dense(x, x.memory_format()), sw = ops_detail::dense(w);
+  const Tensor sb = b.defined() ? ops_detail::dense(b) : Tensor();
+  Tensor y = Tensor::empty({p.batch, p.channels, p.out_h(), p.out_w()}, x.dtype(), be, format);
+  const std::int64_t place_bytes = p.batch * p.channels * p.out_h() * p.out_w();
+  const Tensor places = Tensor::empty({(place_bytes + 7) / 8}, DType::i64, be);  // bytes, 8-aligned
+  be.conv2d_relu_max_pool2d_forward(x.dtype(), s, p, sx.raw_data(), sw.raw_data(),
+                                    sb.defined() ? sb.raw_data() : nullptr, y.raw_data(),
+                                    static_cast<std::uint8_t*>(places.raw_data()));
+  const bool has_bias = b.defined();
+  std::vector<Tensor> inputs{w};
+  if (has_bias) inputs.push_back(b);
+  return record(y, "conv2d_relu_max_pool2d", inputs, [=](const Tensor& g, const std::vector<bool>& needs) {
+    const Tensor dy = ops_detail::dense(g, format);
+    Backend& backend = dy.backend();
+    Tensor dw = Tensor::empty(sw.shape(), dy.dtype(), backend);
+    Tensor db = has_bias && needs[1] ? Tensor::empty({s.out_channels}, dy.dtype(), backend) : Tensor();
+    backend.conv2d_relu_max_pool2d_backward_weights(dy.dtype(), s, p, sx.raw_data(), dy.raw_data(),
+                                                    static_cast<const std::uint8_t*>(places.raw_data()), dw.raw_data(),
+                                                    db.defined() ? db.raw_data() : nullptr);
+    std::vector<Tensor> grads{needs[0] ? dw : Tensor()};
+    if (has_bias) grads.push_back(db);
+    return grads;
+  });
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dOptions& options) {
@@ -108,25 +139,32 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
                               const Pool2dOptions& pool, MemoryFormat format) {
   ops_detail::check_defined("conv2d_relu_max_pool2d", "input", x_in);
   ops_detail::check_defined("conv2d_relu_max_pool2d", "weight", w_in);
-  const bool needs_grad =
-      GradMode::enabled() && (x_in.requires_grad() || w_in.requires_grad() || (b_in.defined() && b_in.requires_grad()));
+  auto composed = [&] { return max_pool2d_relu(conv2d_fused(x_in, w_in, b_in, false, o), pool).contiguous(format); };
+  const bool grad = GradMode::enabled();
+  const bool x_grad = grad && x_in.requires_grad();
+  const bool needs_grad = x_grad || (grad && (w_in.requires_grad() || (b_in.defined() && b_in.requires_grad())));
   const bool two_by_two = pool.kernel_h == 2 && pool.kernel_w == 2 && (pool.stride_h == 0 || pool.stride_h == 2) &&
                           (pool.stride_w == 0 || pool.stride_w == 2) && pool.pad_h == 0 && pool.pad_w == 0;
   Backend& be = x_in.backend();
-  if (needs_grad || !two_by_two || !be.fuses_conv_pool_inference() || x_in.dim() != 4 || w_in.dim() != 4) {
-    return max_pool2d_relu(conv2d_fused(x_in, w_in, b_in, false, o), pool).contiguous(format);
-  }
-  TL_SPAN("conv2d_relu_max_pool2d.forward");
+  // Training fuses where the input needs no gradient and the backend takes the shape; inference
+  // wherever the backend fuses at all.
+  if (x_grad || !two_by_two || x_in.dim() != 4 || w_in.dim() != 4 || !(needs_grad || be.fuses_conv_pool_inference()))
+    return composed();
   const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
   const Tensor b = b_in.defined() ? autocast_low(b_in) : Tensor();
   const Conv2dShape s = checked_shape("conv2d_relu_max_pool2d", x, w, b, o);
-  const MemoryFormat in_format = x.memory_format();
   TL_CHECK(s.out_h() >= 2 && s.out_w() >= 2, "conv2d_relu_max_pool2d: the convolution's output " +
                                                  std::to_string(s.out_h()) + "x" + std::to_string(s.out_w()) +
                                                  " is smaller than the 2x2 pool");
   Pool2dShape p{s.batch, s.out_channels, s.out_h(), s.out_w(), 2, 2, 2, 2, 0, 0};
   p.channels_last = format == MemoryFormat::channels_last;
   p.relu = true;
+  if (needs_grad) {
+    if (!be.fuses_conv_pool_training(x.dtype(), s, p)) return composed();
+    return conv_pool_training_node(x, w, b, s, p, format);
+  }
+  TL_SPAN("conv2d_relu_max_pool2d.forward");
+  const MemoryFormat in_format = x.memory_format();
   const Tensor sx = ops_detail::dense(x, in_format), sw = ops_detail::dense(w);
   const Tensor sb = b.defined() ? ops_detail::dense(b) : Tensor();
   Tensor y = Tensor::empty({p.batch, p.channels, p.out_h(), p.out_w()}, x.dtype(), be, format);

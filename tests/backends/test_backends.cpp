@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 
+#include "backends/cpu/simd.h"
 #include "backends/device_selection.h"
 #include "backends/registry.h"
 #include "engine/autocast.h"
@@ -428,6 +429,84 @@ TEST_CASE("backends: conv2d_relu_max_pool2d, inference's one-call conv block, is
   REQUIRE(y.grad_fn() != nullptr);
   sum(y).backward();
   CHECK(x.grad().defined());
+}
+
+TEST_CASE("backends: conv2d_relu_max_pool2d in training, a first layer's block in one op, is the composed ops",
+          "[backends]") {
+  // Where the backend fuses it (Backend::fuses_conv_pool_training: onednn, f32 and native bf16,
+  // 1..4 input channels) the output, the weight and the bias gradients against the composed ops on the same
+  // backend (y's gradient a random R; NaN-free so that the norms compare), every pair of layouts,
+  // an odd convolution output (its last row and column in no window: no gradient from them), a
+  // batch cut into slices, and a window whose maximum is <= 0 (no gradient through it); elsewhere
+  // the composed ops. An input that needs a gradient gets the composed ops.
+  Generator gen(107);
+  struct Case {
+    Shape x, w;
+    std::int64_t pad;
+  };
+  const Case cases[] = {{{2, 3, 12, 10}, {32, 3, 3, 3}, 1},
+                        {{3, 1, 9, 11}, {8, 1, 3, 3}, 1},
+                        {{2, 4, 11, 9}, {16, 4, 3, 3}, 0},
+                        {{5, 3, 64, 64}, {32, 3, 3, 3}, 1}};
+  const Pool2dOptions pool = Pool2dOptions::square(2);
+  std::int64_t fused_cases = 0;
+  for (const auto& name : fast_backends()) {
+    Backend& backend = get_backend(name);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      if (!runs_here(backend, BackendOp::conv2d, dtype, false)) continue;
+      for (const Case& c : cases) {
+        const Conv2dOptions o = Conv2dOptions::square(1, c.pad);
+        const Tensor host_x = random(c.x, gen), host_w = random(c.w, gen, -0.3, 0.3), host_b = random({c.w[0]}, gen);
+        for (bool in_nhwc : {false, true}) {
+          for (bool out_nhwc : {false, true}) {
+            INFO(name << " " << dtype_name(dtype) << " x " << shape_str(c.x) << " w " << shape_str(c.w) << " pad "
+                      << c.pad << (in_nhwc ? " nhwc" : " nchw") << " -> " << (out_nhwc ? "nhwc" : "nchw"));
+            const MemoryFormat out_format = out_nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+            Tensor x = host_x.to(backend).to(dtype);
+            if (in_nhwc) x = x.contiguous(MemoryFormat::channels_last);
+            std::vector<Tensor> w, b, y;
+            for (int fused = 0; fused < 2; ++fused) {
+              w.push_back(host_w.to(backend).to(dtype).detach());
+              b.push_back(host_b.to(backend).to(dtype).detach());
+              w.back().set_requires_grad(true);
+              b.back().set_requires_grad(true);
+              y.push_back(fused ? conv2d_relu_max_pool2d(x, w.back(), b.back(), o, pool, out_format)
+                                : max_pool2d_relu(conv2d_fused(x, w.back(), b.back(), false, o), pool));
+            }
+            REQUIRE(y[1].shape() == y[0].shape());
+            CHECK(y[1].is_contiguous(out_format));
+            const bool one_op = std::string(y[1].grad_fn()->name) == "conv2d_relu_max_pool2d";
+            fused_cases += one_op ? 1 : 0;
+            Conv2dShape cs{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], 3, 3, 1, 1, c.pad, c.pad};
+            cs.channels_last = in_nhwc;
+            Pool2dShape ps{c.x[0], c.w[0], cs.out_h(), cs.out_w(), 2, 2, 2, 2, 0, 0};
+            ps.channels_last = out_nhwc;
+            ps.relu = true;
+            CHECK(one_op == backend.fuses_conv_pool_training(dtype, cs, ps));
+            const Tensor r = random(y[0].shape(), gen).to(backend).to(dtype);
+            for (int fused = 0; fused < 2; ++fused) sum(mul(y[static_cast<std::size_t>(fused)], r)).backward();
+            CHECK(relative_error(y[1], y[0]) < tolerance(dtype));
+            CHECK(relative_error(w[1].grad(), w[0].grad()) < tolerance(dtype));
+            CHECK(relative_error(b[1].grad(), b[0].grad()) < tolerance(dtype));
+          }
+        }
+      }
+    }
+  }
+  const auto fast = fast_backends();
+  if (std::find(fast.begin(), fast.end(), "onednn") != fast.end() && cpu::simd().isa >= cpu::CpuIsa::avx2)
+    CHECK(fused_cases > 0);
+  // An input that needs a gradient: the composed ops, and the gradient reaches it.
+  Backend& backend = get_backend(fast_backends().front());
+  Tensor x = random({2, 3, 8, 8}, gen).to(backend).detach();
+  x.set_requires_grad(true);
+  Tensor w = random({16, 3, 3, 3}, gen).to(backend).detach();
+  w.set_requires_grad(true);
+  const Tensor y = conv2d_relu_max_pool2d(x, w, Tensor(), Conv2dOptions::square(1, 1), pool, MemoryFormat::contiguous);
+  CHECK(std::string(y.grad_fn()->name) != "conv2d_relu_max_pool2d");
+  sum(y).backward();
+  CHECK(x.grad().defined());
+  CHECK(w.grad().defined());
 }
 
 TEST_CASE("backends: SmallCNN inference reads the NCHW batch where it lies and gives the training forward's logits",

@@ -193,9 +193,14 @@ TEST_CASE("capability: every table of vector loops gives the plain loops' bits",
         std::vector<float> rows(static_cast<std::size_t>(2 * width)), got_row(static_cast<std::size_t>(ow_n * 70)),
             want_row(got_row.size());
         for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = f[(i * 7) % f.size()];
-        k.pool_relu_row_f32(rows.data(), rows.data() + width, block, ow_n, got_row.data(), 70);
-        plain.pool_relu_row_f32(rows.data(), rows.data() + width, block, ow_n, want_row.data(), 70);
+        k.pool_relu_row_f32(rows.data(), rows.data() + width, block, ow_n, got_row.data(), 70, nullptr);
+        plain.pool_relu_row_f32(rows.data(), rows.data() + width, block, ow_n, want_row.data(), 70, nullptr);
         CHECK(same_bits(got_row, want_row));
+        // Training's: the same outputs, and the places the training pool and relu_after() keep.
+        std::vector<float> got_train(got_row.size());
+        std::vector<std::uint8_t> got_places(got_row.size(), 0xff), want_places(got_row.size(), 0xff);
+        k.pool_relu_row_f32(rows.data(), rows.data() + width, block, ow_n, got_train.data(), 70, got_places.data());
+        CHECK(same_bits(got_train, want_row));
         for (std::int64_t ow = 0; ow < ow_n; ++ow) {
           for (std::int64_t q = 0; q < block; ++q) {
             const float* a = rows.data() + 2 * ow * block + q;
@@ -205,6 +210,8 @@ TEST_CASE("capability: every table of vector loops gives the plain loops' bits",
             float relu_win = 0;
             plain.relu_f32(&win, &relu_win, 1);
             CHECK(float_bits(want_row[static_cast<std::size_t>(ow * 70 + q)]) == float_bits(relu_win));
+            // relu_after's rule: the winner's place, plus 4 where the ReLU gave +0.
+            CHECK(got_places[static_cast<std::size_t>(ow * 70 + q)] == (place | (float_bits(relu_win) == 0 ? 4 : 0)));
           }
         }
       }
