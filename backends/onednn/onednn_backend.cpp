@@ -430,10 +430,11 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
         const ConvDescs cd = conv_descs(dtype, c, s);
         const memory::dims dst_dims{s.batch, s.out_channels, s.out_h(), s.out_w()};
         // The block size of a layout the pool reads (channels_last: one block of them all), 0 for
-        // others. Blocks of 8 or 16 only in f32: the 16-bit pool loops take 32 channels at a time.
-        auto block_of = [&](const memory::desc& d) -> std::int64_t {
+        // others. Blocks of 8 or 16 in f32, and in the 16-bit types only where no nhwc output has a
+        // kernel (`lenient`: their vector pool loops take 32 channels at a time).
+        auto block_of = [&](const memory::desc& d, bool lenient) -> std::int64_t {
           if (d == memory::desc(dst_dims, c, tag::nhwc)) return s.out_channels;
-          if (c != dt::f32) return 0;
+          if (c != dt::f32 && !lenient) return 0;
           if (s.out_channels % 16 == 0 && d == memory::desc(dst_dims, c, tag::nChw16c)) return 16;
           if (s.out_channels % 8 == 0 && d == memory::desc(dst_dims, c, tag::nChw8c)) return 8;
           return 0;
@@ -443,28 +444,44 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
         // pool reads.
         const memory::desc src_here(cd.src.dims(), c, s.channels_last ? tag::nhwc : tag::nchw);
         const memory::desc dst_nhwc(dst_dims, c, tag::nhwc);
-        const std::pair<memory::desc, memory::desc> tries[] = {
-            {src_here, cd.dst_any}, {src_here, dst_nhwc}, {cd.src_any, dst_nhwc}};
-        for (std::size_t i = 0; i < std::size(tries); ++i) {
-          const auto& [src, dst] = tries[i];
-          const auto desc = bias ? dnnl::convolution_forward::desc(
-                                       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                       cd.weights_any, cd.bias_inner, dst, cd.strides, cd.padding, cd.padding)
-                                 : dnnl::convolution_forward::desc(
-                                       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                       cd.weights_any, dst, cd.strides, cd.padding, cd.padding);
-          const dnnl::convolution_forward::primitive_desc pd(desc, engine_);
-          const std::string impl = pd.impl_info_str();
-          const std::int64_t block = block_of(pd.dst_desc());
-          if (i + 1 < std::size(tries) && (impl.rfind("ref", 0) == 0 || block == 0)) continue;
+        // Each as an inference primitive, then as a training one (the same values: oneDNN 2.6 has
+        // some kernels only for training, bf16's first layer on avx512_core among them).
+        struct Try {
+          dnnl::prop_kind prop;
+          memory::desc src, dst;
+        };
+        const auto inference = dnnl::prop_kind::forward_inference, training = dnnl::prop_kind::forward_training;
+        const Try tries[] = {{inference, src_here, cd.dst_any}, {inference, src_here, dst_nhwc},
+                             {inference, cd.src_any, dst_nhwc}, {training, src_here, cd.dst_any},
+                             {training, src_here, dst_nhwc},    {training, cd.src_any, dst_nhwc}};
+        auto pd_of = [&](const Try& t) {
+          const auto desc =
+              bias ? dnnl::convolution_forward::desc(t.prop, dnnl::algorithm::convolution_direct, t.src,
+                                                     cd.weights_any, cd.bias_inner, t.dst, cd.strides, cd.padding,
+                                                     cd.padding)
+                   : dnnl::convolution_forward::desc(t.prop, dnnl::algorithm::convolution_direct, t.src,
+                                                     cd.weights_any, t.dst, cd.strides, cd.padding, cd.padding);
+          return dnnl::convolution_forward::primitive_desc(desc, engine_);
+        };
+        auto take = [&](const dnnl::convolution_forward::primitive_desc& pd, std::int64_t block) {
           fresh.operands = {operand(cd.src, pd.src_desc(), true), operand(cd.weights, pd.weights_desc(), true),
                             operand(cd.bias, cd.bias_inner, true)};
           fresh.dst_inner = pd.dst_desc();
           fresh.dst_block = block;
           fresh.primitive = dnnl::convolution_forward(pd);
           note_impl(pd.impl_info_str(), dtype, c);
-          return;
+        };
+        for (bool lenient : {false, true}) {
+          for (const Try& t : tries) {
+            const auto pd = pd_of(t);
+            const std::int64_t block = block_of(pd.dst_desc(), lenient);
+            if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 || block == 0) continue;
+            take(pd, block);
+            return;
+          }
         }
+        const auto pd = pd_of(tries[std::size(tries) - 1]);  // oneDNN's reference loops, nhwc out
+        take(pd, block_of(pd.dst_desc(), true));
       });
       const bool inference = frozen();
       bind_in(e.operands[0], x, scratch);
