@@ -456,11 +456,10 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
                              {training, src_here, dst_nhwc},    {training, cd.src_any, dst_nhwc}};
         auto pd_of = [&](const Try& t) {
           const auto desc =
-              bias ? dnnl::convolution_forward::desc(t.prop, dnnl::algorithm::convolution_direct, t.src,
-                                                     cd.weights_any, cd.bias_inner, t.dst, cd.strides, cd.padding,
-                                                     cd.padding)
-                   : dnnl::convolution_forward::desc(t.prop, dnnl::algorithm::convolution_direct, t.src,
-                                                     cd.weights_any, t.dst, cd.strides, cd.padding, cd.padding);
+              bias ? dnnl::convolution_forward::desc(t.prop, dnnl::algorithm::convolution_direct, t.src, cd.weights_any,
+                                                     cd.bias_inner, t.dst, cd.strides, cd.padding, cd.padding)
+                   : dnnl::convolution_forward::desc(t.prop, dnnl::algorithm::convolution_direct, t.src, cd.weights_any,
+                                                     t.dst, cd.strides, cd.padding, cd.padding);
           return dnnl::convolution_forward::primitive_desc(desc, engine_);
         };
         auto take = [&](const dnnl::convolution_forward::primitive_desc& pd, std::int64_t block) {
