@@ -210,13 +210,13 @@ void backward_weights_pooled_typed(const Conv2dShape& s, const Pool2dShape& pool
   backward_weights_as(s, p, x, dy_of, dweight, dbias, threads, workspace);
 }
 
+}  // namespace
+
 bool pools_2x2(const Conv2dShape& s, const Pool2dShape& p) {
   return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0 &&
          p.batch == s.batch && p.channels == s.out_channels && p.in_h == s.out_h() && p.in_w == s.out_w() &&
          p.out_h() >= 1 && p.out_w() >= 1;
 }
-
-}  // namespace
 
 std::size_t workspace_bytes(DType dtype, const Conv2dShape& s, int threads) {
   return static_cast<std::size_t>(Plan(dtype, s, threads).floats()) * sizeof(float);

@@ -46,6 +46,9 @@ std::size_t workspace_bytes(DType dtype, const Conv2dShape& s, int threads);
 void backward_weights(DType dtype, const Conv2dShape& s, const void* x, const void* dy, void* dweight, void* dbias,
                       int threads, void* workspace);
 
+// Whether `pool` is 2x2 windows of stride 2, no padding, over the whole of the convolution's output.
+bool pools_2x2(const Conv2dShape& s, const Pool2dShape& pool);
+
 // The same after a 2x2 max-pool of stride 2 with its ReLU (Backend::conv2d_relu_max_pool2d_backward_weights):
 // dy is the pool's [N, C, OH / 2, OW / 2] (NCHW, or NHWC when pool.channels_last), places its
 // forward's (max_pool_2x2.h's, [N, OH / 2, OW / 2, C] order); each image's convolution dy is made

@@ -368,7 +368,7 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   // gradient's loop: conv1's output and its gradient (16 MiB each at batch 128, f32) never reach memory.
   bool fuses_conv_pool_training(DType dtype, const Conv2dShape& s, const Pool2dShape& p) const override {
     return (dtype == DType::f32 || (dtype == DType::bf16 && native(dtype, Family::conv))) &&
-           cpu::conv_few::applies(dtype, s) && pool_2x2_of(s, p) && p.relu;
+           cpu::conv_few::applies(dtype, s) && cpu::conv_few::pools_2x2(s, p) && p.relu;
   }
 
   void conv2d_relu_max_pool2d_forward(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x,
@@ -390,16 +390,11 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
     });
   }
 
-  static bool pool_2x2_of(const Conv2dShape& s, const Pool2dShape& p) {
-    return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0 &&
-           p.batch == s.batch && p.channels == s.out_channels && p.in_h == s.out_h() && p.in_w == s.out_w();
-  }
-
   // The conv blocks, inference's (places null) and training's.
   void conv_pool(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x, const void* weight,
                  const void* bias, void* y, std::uint8_t* places) {
     check(dtype, BackendOp::conv2d, s.channels_last);
-    TL_CHECK(pool_2x2_of(s, p),
+    TL_CHECK(cpu::conv_few::pools_2x2(s, p),
              "onednn: conv2d_relu_max_pool2d pools the convolution's output with 2x2 windows, "
              "stride 2, no padding");
     // A slice of the batch at a time, so that the convolution's output is still in this core's
