@@ -234,6 +234,95 @@ TL_TARGET_AVX2 void pool_relu_row_f32(const float* top, const float* bottom, std
   }
 }
 
+// Max-pool's training loops (max_pool_2x2.h) with whole-register loads and blends: the plain
+// loops' selects compile to masked stores here, which AMD's cores run microcoded.
+TL_TARGET_AVX2 void pool_forward_f32(const float* a, const float* b, const float* c, const float* d, float* out,
+                                     std::uint8_t* place, std::int64_t count) {
+  std::int64_t q = 0;
+  const float* rest[3] = {b, c, d};
+  for (; q + 8 <= count; q += 8) {
+    __m256 best = _mm256_loadu_ps(a + q);
+    __m256i where = _mm256_setzero_si256();
+    for (int j = 0; j < 3; ++j) {
+      const __m256 v = _mm256_loadu_ps(rest[j] + q);
+      const __m256 take =
+          _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                       _mm256_andnot_ps(_mm256_cmp_ps(best, best, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+      best = _mm256_blendv_ps(best, v, take);
+      where = _mm256_blendv_epi8(where, _mm256_set1_epi32(j + 1), _mm256_castps_si256(take));
+    }
+    _mm256_storeu_ps(out + q, best);
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(place + q), _mm_packus_epi16(w16, w16));
+  }
+  pool2x2::forward_run_scalar(a + q, b + q, c + q, d + q, out + q, place + q, count - q);
+}
+
+// 16 bf16/f16 keys at once as signed 16-bit integers (max_pool_2x2.h's half_key with its top bit
+// flipped, so that the signed compares order them): v where the sign is clear, v ^ 0x7fff where it
+// is set, 0 for -0 (as +0), 0x7fff for a NaN.
+template <typename S>
+TL_TARGET_AVX2 inline __m256i half_signed_keys(__m256i v) {
+  const __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7fff)),
+                                         _mm256_set1_epi16(static_cast<short>(half_inf<S>())));
+  const __m256i negative_zero = _mm256_cmpeq_epi16(v, _mm256_set1_epi16(static_cast<short>(0x8000)));
+  __m256i key = _mm256_xor_si256(v, _mm256_and_si256(_mm256_srai_epi16(v, 15), _mm256_set1_epi16(0x7fff)));
+  key = _mm256_andnot_si256(negative_zero, key);
+  return _mm256_or_si256(_mm256_andnot_si256(nan, key), _mm256_and_si256(nan, _mm256_set1_epi16(0x7fff)));
+}
+
+template <typename S>
+TL_TARGET_AVX2 void pool_forward_half(const S* a, const S* b, const S* c, const S* d, S* out, std::uint8_t* place,
+                                      std::int64_t count) {
+  std::int64_t q = 0;
+  const S* rest[3] = {b, c, d};
+  for (; q + 16 <= count; q += 16) {
+    __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + q));
+    __m256i best_key = half_signed_keys<S>(best);
+    __m256i where = _mm256_setzero_si256();
+    for (int j = 0; j < 3; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest[j] + q));
+      const __m256i key = half_signed_keys<S>(v);
+      const __m256i take = _mm256_cmpgt_epi16(key, best_key);
+      best = _mm256_blendv_epi8(best, v, take);
+      best_key = _mm256_blendv_epi8(best_key, key, take);
+      where = _mm256_blendv_epi8(where, _mm256_set1_epi16(static_cast<short>(j + 1)), take);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q), best);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(place + q),
+                     _mm_packus_epi16(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1)));
+  }
+  pool2x2::forward_run_scalar(a + q, b + q, c + q, d + q, out + q, place + q, count - q);
+}
+
+TL_TARGET_AVX2 void pool_backward_32(const std::uint32_t* dy, const std::uint8_t* place, std::uint32_t* a,
+                                     std::uint32_t* b, std::uint32_t* c, std::uint32_t* d, std::int64_t count) {
+  std::int64_t q = 0;
+  std::uint32_t* targets[4] = {a, b, c, d};
+  for (; q + 8 <= count; q += 8) {
+    const __m256i g = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dy + q));
+    const __m256i where = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(place + q)));
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(targets[j] + q),
+                          _mm256_and_si256(_mm256_cmpeq_epi32(where, _mm256_set1_epi32(j)), g));
+  }
+  pool2x2::backward_run_scalar(dy + q, place + q, a + q, b + q, c + q, d + q, count - q);
+}
+
+TL_TARGET_AVX2 void pool_backward_16(const std::uint16_t* dy, const std::uint8_t* place, std::uint16_t* a,
+                                     std::uint16_t* b, std::uint16_t* c, std::uint16_t* d, std::int64_t count) {
+  std::int64_t q = 0;
+  std::uint16_t* targets[4] = {a, b, c, d};
+  for (; q + 16 <= count; q += 16) {
+    const __m256i g = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dy + q));
+    const __m256i where = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(place + q)));
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(targets[j] + q),
+                          _mm256_and_si256(_mm256_cmpeq_epi16(where, _mm256_set1_epi16(static_cast<short>(j))), g));
+  }
+  pool2x2::backward_run_scalar(dy + q, place + q, a + q, b + q, c + q, d + q, count - q);
+}
+
 // 8 x 8 tiles through registers (the usual unpack, shuffle, permute); the edges by the plain loops.
 TL_TARGET_AVX2 void transpose_f32(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
   const std::int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
@@ -332,10 +421,14 @@ void conv_taps_f32(const float* src, std::int64_t row_stride, std::int64_t col_s
   for (; o + 8 <= oc; o += 8) taps_run(kTaps8, src, row_stride, col_stride, tap, taps, dy + o, rows, cols, oc, acc + o);
 }
 
-// The AVX2 loops where they are written; max-pool's training loops keep the plain loops
-// (auto-vectorised for the build's baseline).
+// The AVX2 loops where they are written (the pairs' splits and merges stay the plain loops).
 constexpr SimdKernels table() {
   SimdKernels t = generic::kTable;
+  t.pool_forward_f32 = pool_forward_f32;
+  t.pool_forward_bf16 = pool_forward_half<bf16>;
+  t.pool_forward_f16 = pool_forward_half<f16>;
+  t.pool_backward_32 = pool_backward_32;
+  t.pool_backward_16 = pool_backward_16;
   t.pool_relu_row_f32 = pool_relu_row_f32;
   t.transpose_f32 = transpose_f32;
   t.isa = CpuIsa::avx2;

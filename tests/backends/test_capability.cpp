@@ -169,6 +169,55 @@ TEST_CASE("capability: every table of vector loops gives the plain loops' bits",
                              want_place.data(), c);
       CHECK(same_bits(gh, wh));
       CHECK(got_place == want_place);
+      // Every window of four drawn from ten specials (ties, -0 against +0, NaNs of both signs
+      // against each other and against infinity): the first maximum in window order wins.
+      {
+        const std::uint32_t f_bits[10] = {0x00000000, 0x80000000, 0x3f800000, 0xbf800000, 0x7f800000,
+                                          0xff800000, 0x7fc00000, 0xffc00001, 0x00000001, 0x7f7fffff};
+        const std::uint16_t b_bits[10] = {0x0000, 0x8000, 0x3f80, 0xbf80, 0x7f80,
+                                          0xff80, 0x7fc0, 0xffc1, 0x0001, 0x7f7f};
+        const std::uint16_t h_bits[10] = {0x0000, 0x8000, 0x3c00, 0xbc00, 0x7c00,
+                                          0xfc00, 0x7e00, 0xfe01, 0x0001, 0x7bff};
+        const std::int64_t windows = 10000;
+        std::vector<float> wf(static_cast<std::size_t>(4 * windows));
+        std::vector<bf16> wbf(wf.size());
+        std::vector<f16> whf(wf.size());
+        for (std::int64_t w = 0; w < windows; ++w) {
+          for (std::int64_t j = 0, rest = w; j < 4; ++j, rest /= 10) {
+            const auto at = static_cast<std::size_t>(j * windows + w);
+            const auto pick = static_cast<std::size_t>(rest % 10);
+            std::memcpy(&wf[at], &f_bits[pick], sizeof(float));
+            wbf[at].bits = b_bits[pick];
+            whf[at].bits = h_bits[pick];
+          }
+        }
+        std::vector<std::uint8_t> gp(static_cast<std::size_t>(windows)), wp(gp.size());
+        std::vector<float> gf(gp.size()), wfo(gp.size());
+        k.pool_forward_f32(wf.data(), wf.data() + windows, wf.data() + 2 * windows, wf.data() + 3 * windows, gf.data(),
+                           gp.data(), windows);
+        plain.pool_forward_f32(wf.data(), wf.data() + windows, wf.data() + 2 * windows, wf.data() + 3 * windows,
+                               wfo.data(), wp.data(), windows);
+        CHECK(same_bits(gf, wfo));
+        CHECK(gp == wp);
+        std::vector<bf16> gbo(gp.size()), wbo(gp.size());
+        k.pool_forward_bf16(wbf.data(), wbf.data() + windows, wbf.data() + 2 * windows, wbf.data() + 3 * windows,
+                            gbo.data(), gp.data(), windows);
+        plain.pool_forward_bf16(wbf.data(), wbf.data() + windows, wbf.data() + 2 * windows, wbf.data() + 3 * windows,
+                                wbo.data(), wp.data(), windows);
+        CHECK(same_bits(gbo, wbo));
+        CHECK(gp == wp);
+        std::vector<f16> gho(gp.size()), who(gp.size());
+        k.pool_forward_f16(whf.data(), whf.data() + windows, whf.data() + 2 * windows, whf.data() + 3 * windows,
+                           gho.data(), gp.data(), windows);
+        plain.pool_forward_f16(whf.data(), whf.data() + windows, whf.data() + 2 * windows, whf.data() + 3 * windows,
+                               who.data(), wp.data(), windows);
+        CHECK(same_bits(gho, who));
+        CHECK(gp == wp);
+        // The plain rule itself on a few: -0 then +0 keeps -0 (place 0); a NaN beats infinity.
+        CHECK(wp[1] == 0);   // window 1: (-0, +0, +0, +0)
+        CHECK(wp[64] == 1);  // window 64: (inf, nan, +0, +0)
+        CHECK(wp[46] == 0);  // window 46: (nan, inf, +0, +0)
+      }
       std::vector<std::uint32_t> dy32(static_cast<std::size_t>(c)), g32(static_cast<std::size_t>(4 * c)),
           w32(static_cast<std::size_t>(4 * c));
       for (std::size_t i = 0; i < dy32.size(); ++i) dy32[i] = 0x3f800000u + static_cast<std::uint32_t>(i);
