@@ -75,6 +75,10 @@ class CpuBackend : public Backend {
                 const SgdStep& step) override;
   void adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                   const AdamWStep& step) override;
+  // f32 parameters: every slot's update in one parallel pass, each chunk cast into its working
+  // copy while it is in cache (the same bits as the update then the cast).
+  void sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& step) override;
+  void adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& step) override;
 
  protected:
   // Blocks borrowed from this backend's allocator for the life of one op (im2col columns,

@@ -350,12 +350,23 @@ TEST_CASE("shared kernels: a first layer's weight gradient (few input channels) 
   CHECK_FALSE(cpu::conv_few::applies(DType::f16, base));
 }
 
+namespace {
+// Whether a bf16 working copy is its f32 parameter rounded once, bit for bit (CPU memory).
+bool working_is_cast(const Tensor& param, const Tensor& working) {
+  const auto* f = static_cast<const float*>(param.raw_data());
+  const auto* b = static_cast<const bf16*>(working.raw_data());
+  for (std::int64_t i = 0; i < param.numel(); ++i)
+    if (b[i].bits != f32_to_bf16_bits(f[i])) return false;
+  return true;
+}
+}  // namespace
+
 TEST_CASE("shared kernels: the whole-model SGD and AdamW steps, with working copies, against double", "[backends]") {
   Generator gen(14);
   for (const auto& name : cpu_backends()) {
     Backend& be = get_backend(name);
     INFO(name);
-    const std::size_t sizes[] = {37, 1000, 5};
+    const std::size_t sizes[] = {37, 70000, 5};  // the middle one spans three of the CPU loops' chunks
     std::vector<Buffer> params, grads, m, v;
     std::vector<Tensor> working;
     std::vector<OptimizerSlot> slots;
@@ -384,6 +395,7 @@ TEST_CASE("shared kernels: the whole-model SGD and AdamW steps, with working cop
         check_close(values(m[i].tensor), want_buf, DType::f32, "sgd momentum buffer");
         for (auto& w : want) w = rounded(w, DType::bf16);
         check_close(values(working[i]), want, DType::bf16, "sgd working copy");
+        CHECK(working_is_cast(params[i].tensor, working[i]));
       }
     }
     SECTION("AdamW at different steps per parameter") {
@@ -407,6 +419,7 @@ TEST_CASE("shared kernels: the whole-model SGD and AdamW steps, with working cop
         check_close(values(params[i].tensor), want, DType::f32, "adamw param");
         for (auto& w : want) w = rounded(w, DType::bf16);
         check_close(values(working[i]), want, DType::bf16, "adamw working copy");
+        CHECK(working_is_cast(params[i].tensor, working[i]));
       }
     }
   }
