@@ -50,6 +50,10 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
+// Linear weights of at least this many elements get their gradient in the parameter's layout
+// (linear_backward_weights).
+constexpr std::int64_t kPlainGradientElements = 1 << 16;
+
 const char* isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
     case dnnl::cpu_isa::sse41:
@@ -284,9 +288,24 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
             const dnnl::inner_product_forward::primitive_desc hint(
                 dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights_any, bias_md, dst),
                 engine_);
-            const auto desc = dbias ? dnnl::inner_product_backward_weights::desc(src, weights_any, bias_md, dst)
-                                    : dnnl::inner_product_backward_weights::desc(src, weights_any, dst);
-            const dnnl::inner_product_backward_weights::primitive_desc pd(desc, engine_, hint);
+            // A large weight's gradient in the parameter's own layout (oi) where a kernel writes it:
+            // a blocked one costs a reorder back every step (fc1, 256x4096 f32 on AVX-512: brgemm
+            // 1.39-1.42 ms + 0.59-0.63 reorder against gemm 1.39-1.68; docs/RESULTS.md). A small one
+            // keeps the primitive's choice (fc2, 10x256: gemm 0.38-0.51 ms against 0.04 in all).
+            const bool plain_gradient = out * in >= kPlainGradientElements;
+            auto make_pd = [&](const memory::desc& weights) {
+              const auto desc = dbias ? dnnl::inner_product_backward_weights::desc(src, weights, bias_md, dst)
+                                      : dnnl::inner_product_backward_weights::desc(src, weights, dst);
+              return dnnl::inner_product_backward_weights::primitive_desc(desc, engine_, hint);
+            };
+            dnnl::inner_product_backward_weights::primitive_desc pd;
+            try {
+              pd = make_pd(plain_gradient ? memory::desc({out, in}, c, tag::oi) : weights_any);
+              if (plain_gradient && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) pd = make_pd(weights_any);
+            } catch (const dnnl::error&) {
+              if (!plain_gradient) throw;
+              pd = make_pd(weights_any);
+            }
             fresh.operands = {operand({{batch, in}, d, tag::nc}, src, true),
                               operand({{batch, out}, d, tag::nc}, dst, true),
                               operand({{out, in}, d, tag::oi}, pd.diff_weights_desc(), false),
