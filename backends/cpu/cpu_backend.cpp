@@ -241,6 +241,17 @@ bool CpuBackend::transpose_copy(std::int64_t elem, const unsigned char* s, const
     d_outer = std::move(d_next);
   }
   const bool parallel = static_cast<std::int64_t>(s_outer.size()) * shape[k] * shape[last] >= kChunk;
+  if (elem == 4 && s_strides[last] == shape[k] && d_strides[k] == shape[last]) {
+    // Dense blocks (an NCHW <-> NHWC reorder of a whole tensor): this CPU's register transposes,
+    // a block per sample (moves, bit for bit).
+    const auto blocks = static_cast<std::int64_t>(s_outer.size());
+#pragma omp parallel for num_threads(threads_) schedule(static) if (parallel)
+    for (std::int64_t o = 0; o < blocks; ++o) {
+      simd().transpose_f32(reinterpret_cast<const float*>(s) + s_outer[static_cast<std::size_t>(o)],
+                           reinterpret_cast<float*>(d) + d_outer[static_cast<std::size_t>(o)], shape[last], shape[k]);
+    }
+    return true;
+  }
   if (elem == 2) {
     transpose_tiles<std::uint16_t>(s, d, s_outer, d_outer, shape[k], shape[last], s_strides[last], d_strides[k],
                                    threads_, parallel);
