@@ -111,6 +111,22 @@ TEST_CASE("shared kernels: elementwise, reductions, casts and strided copies aga
         for (std::int64_t c = 0; c < cols; ++c)
           transposed[static_cast<std::size_t>(c * rows + r)] = m.exact[static_cast<std::size_t>(r * cols + c)];
       check_close(values(t.tensor), transposed, dt, "copy_strided");
+      // NCHW -> NHWC and back, a block per sample (the flatten of a channels_last pool output).
+      const std::int64_t nn = 3, ch = 24, hh = 5, ww = 9, plane = hh * ww, all = nn * ch * plane;
+      const Buffer nchw = make(be, dt, uniform(static_cast<std::size_t>(all), gen));
+      Buffer nhwc = zeros(be, dt, static_cast<std::size_t>(all)), back = zeros(be, dt, static_cast<std::size_t>(all));
+      const Layout contiguous{{nn, ch, hh, ww}, {ch * plane, plane, ww, 1}, 0};
+      const Layout channels_last{{nn, ch, hh, ww}, {ch * plane, 1, ww * ch, ch}, 0};
+      be.copy_strided(dt, nchw.tensor.raw_data(), contiguous, nhwc.tensor.raw_data(), channels_last);
+      std::vector<double> want_nhwc(static_cast<std::size_t>(all));
+      for (std::int64_t img = 0; img < nn; ++img)
+        for (std::int64_t c = 0; c < ch; ++c)
+          for (std::int64_t q = 0; q < plane; ++q)
+            want_nhwc[static_cast<std::size_t>((img * plane + q) * ch + c)] =
+                nchw.exact[static_cast<std::size_t>((img * ch + c) * plane + q)];
+      check_close(values(nhwc.tensor), want_nhwc, dt, "copy_strided to channels_last");
+      be.copy_strided(dt, nhwc.tensor.raw_data(), channels_last, back.tensor.raw_data(), contiguous);
+      check_close(values(back.tensor), nchw.exact, dt, "copy_strided back to NCHW");
     }
   }
 }
