@@ -566,19 +566,21 @@ void CpuBackend::max_pool2d_forward(DType dtype, const Pool2dShape& s, const voi
     if (is_two_by_two(s)) {  // max_pool_2x2.h
       auto* place = as<std::uint8_t>(workspace);
       const std::int64_t in_w = s.in_w;
-      if (s.channels_last) {
-        // Blocks of cells (their outputs are contiguous), so that the fused ReLU runs over a block.
-        constexpr std::int64_t kBlock = 64;
-        const std::int64_t cells = s.batch * oh_n * ow_n, blocks = (cells + kBlock - 1) / kBlock;
+      if (s.channels_last && s.relu) {  // a row of windows at a time, the ReLU in the same pass
 #pragma omp parallel for num_threads(threads_) schedule(static)
-        for (std::int64_t block = 0; block < blocks; ++block) {
-          const std::int64_t first = block * kBlock, last = std::min(cells, first + kBlock);
-          for (std::int64_t cell = first; cell < last; ++cell) {
-            const std::int64_t n = cell / (oh_n * ow_n), oh = (cell / ow_n) % oh_n, ow = cell % ow_n;
-            const S* a = in + (n * s.in_h * in_w + 2 * oh * in_w + 2 * ow) * ch;
-            pool2x2::forward_run(a, a + ch, a + in_w * ch, a + in_w * ch + ch, out + cell * ch, place + cell * ch, ch);
-          }
-          if (s.relu) pool2x2::relu_after(out + first * ch, place + first * ch, (last - first) * ch);
+        for (std::int64_t row = 0; row < s.batch * oh_n; ++row) {
+          const std::int64_t n = row / oh_n, oh = row % oh_n;
+          const S* top = in + (n * s.in_h + 2 * oh) * in_w * ch;
+          pool2x2::pool_relu_row(top, top + in_w * ch, ch, ow_n, out + row * ow_n * ch, ch, place + row * ow_n * ch);
+        }
+        return;
+      }
+      if (s.channels_last) {
+#pragma omp parallel for num_threads(threads_) schedule(static)
+        for (std::int64_t cell = 0; cell < s.batch * oh_n * ow_n; ++cell) {
+          const std::int64_t n = cell / (oh_n * ow_n), oh = (cell / ow_n) % oh_n, ow = cell % ow_n;
+          const S* a = in + (n * s.in_h * in_w + 2 * oh * in_w + 2 * ow) * ch;
+          pool2x2::forward_run(a, a + ch, a + in_w * ch, a + in_w * ch + ch, out + cell * ch, place + cell * ch, ch);
         }
         return;
       }

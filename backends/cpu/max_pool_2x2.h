@@ -86,7 +86,12 @@ inline void pool_relu_window_scalar(const S* a, const S* b, const S* c, const S*
   for (std::int64_t q = from; q < block; ++q) {
     std::uint8_t where = 0;
     const S v = pick(a[q], b[q], c[q], d[q], where);
-    const bool zero = load<float>(v) <= 0.f;
+    bool zero = false;
+    if constexpr (is_half<S>) {
+      zero = load<float>(v) <= 0.f;  // exact
+    } else {
+      zero = v <= S(0);
+    }
     out[q] = zero ? store<S>(0.f) : v;
     if (place != nullptr) place[q] = static_cast<std::uint8_t>(where | (zero ? 4 : 0));
   }
@@ -132,6 +137,22 @@ inline void forward_run(const S* a, const S* b, const S* c, const S* d, S* out, 
     simd().pool_forward_f16(a, b, c, d, out, place, count);
   } else {
     forward_run_scalar(a, b, c, d, out, place, count);
+  }
+}
+
+// One output row of the conv blocks' pool and ReLU (pool_relu_row_scalar's rule) through this CPU's
+// table for f32, bf16 and f16; f64 runs the plain loop.
+template <typename S>
+inline void pool_relu_row(const S* top, const S* bottom, std::int64_t block, std::int64_t ow_n, S* out,
+                          std::int64_t out_stride, std::uint8_t* place) {
+  if constexpr (std::is_same_v<S, float>) {
+    simd().pool_relu_row_f32(top, bottom, block, ow_n, out, out_stride, place);
+  } else if constexpr (std::is_same_v<S, bf16>) {
+    simd().pool_relu_row_bf16(top, bottom, block, ow_n, out, out_stride, place);
+  } else if constexpr (std::is_same_v<S, f16>) {
+    simd().pool_relu_row_f16(top, bottom, block, ow_n, out, out_stride, place);
+  } else {
+    pool_relu_row_scalar(top, bottom, block, ow_n, out, out_stride, place);
   }
 }
 
@@ -255,31 +276,19 @@ void forward_blocked_relu(const S* in, std::int64_t batch, std::int64_t channels
                           std::int64_t in_w, S* y, bool y_channels_last, std::uint8_t* places, int threads) {
   const std::int64_t oh_n = in_h / 2, ow_n = in_w / 2, blocks = channels / block, cells = oh_n * ow_n;
   const std::int64_t plane = in_h * in_w * block;  // one block of one sample
-  // Output row oh of sample n, channels-last, output `ow` at out + ow * channels, its places at
-  // `place` in the same order. f32 by its own loop; the 16-bit types by the training forward's (in
-  // inference the places to a scratch row no one reads), then the ReLU over the row.
+  // Output row oh of sample n, channels-last, output `ow` at out + ow * channels, its places (or
+  // none: null) at `place` in the same order.
   auto pool_row = [&](std::int64_t n, std::int64_t oh, S* out, std::uint8_t* place) {
     for (std::int64_t cb = 0; cb < blocks; ++cb) {
       const S* top = in + (n * blocks + cb) * plane + 2 * oh * in_w * block;
-      const S* bottom = top + in_w * block;
-      if constexpr (std::is_same_v<S, float>) {
-        simd().pool_relu_row_f32(top, bottom, block, ow_n, out + cb * block, channels,
-                                 places != nullptr ? place + cb * block : nullptr);
-      } else {
-        for (std::int64_t ow = 0; ow < ow_n; ++ow) {
-          const std::int64_t at = 2 * ow * block, to = ow * channels + cb * block;
-          forward_run(top + at, top + at + block, bottom + at, bottom + at + block, out + to, place + to, block);
-        }
-      }
+      pool_relu_row(top, top + in_w * block, block, ow_n, out + cb * block, channels,
+                    place != nullptr ? place + cb * block : nullptr);
     }
-    if constexpr (!std::is_same_v<S, float>) relu_after(out, place, ow_n * channels);
   };
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<std::uint8_t> scratch_places(
-        places != nullptr || std::is_same_v<S, float> ? 0 : static_cast<std::size_t>(ow_n * channels));
     auto place_row = [&](std::int64_t n, std::int64_t oh) {
-      return places != nullptr ? places + (n * oh_n + oh) * ow_n * channels : scratch_places.data();
+      return places != nullptr ? places + (n * oh_n + oh) * ow_n * channels : nullptr;
     };
     if (y_channels_last) {
 #pragma omp for schedule(static)

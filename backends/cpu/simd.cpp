@@ -73,6 +73,8 @@ constexpr SimdKernels kTable{
     pool2x2::backward_run_scalar<std::uint32_t>,
     pool2x2::backward_run_scalar<std::uint16_t>,
     pool2x2::pool_relu_row_scalar<float>,
+    pool2x2::pool_relu_row_scalar<bf16>,
+    pool2x2::pool_relu_row_scalar<f16>,
     pool2x2::transpose_scalar<float>,
     pool2x2::split_pairs_scalar<std::uint32_t>,
     pool2x2::split_pairs_scalar<std::uint16_t>,
@@ -323,6 +325,41 @@ TL_TARGET_AVX2 void pool_backward_16(const std::uint16_t* dy, const std::uint8_t
   pool2x2::backward_run_scalar(dy + q, place + q, a + q, b + q, c + q, d + q, count - q);
 }
 
+// The conv blocks' pool and ReLU over one output row of 16-bit values (pool_relu_row_f32's rule):
+// the winner by half_signed_keys, +0 where it is <= 0, its place plus 4 there.
+template <typename S>
+TL_TARGET_AVX2 void pool_relu_row_half(const S* top, const S* bottom, std::int64_t block, std::int64_t ow_n, S* out,
+                                       std::int64_t out_stride, std::uint8_t* place) {
+  for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+    const S *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
+    const S* rest[3] = {a + block, c, c + block};
+    S* o = out + ow * out_stride;
+    std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
+    std::int64_t q = 0;
+    for (; q + 16 <= block; q += 16) {
+      __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + q));
+      __m256i best_key = half_signed_keys<S>(best);
+      __m256i where = _mm256_setzero_si256();
+      for (int j = 0; j < 3; ++j) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest[j] + q));
+        const __m256i key = half_signed_keys<S>(v);
+        const __m256i take = _mm256_cmpgt_epi16(key, best_key);
+        best = _mm256_blendv_epi8(best, v, take);
+        best_key = _mm256_blendv_epi8(best_key, key, take);
+        where = _mm256_blendv_epi8(where, _mm256_set1_epi16(static_cast<short>(j + 1)), take);
+      }
+      const __m256i keep = half_not_at_most_zero<S>(best);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + q), _mm256_and_si256(keep, best));
+      if (at != nullptr) {
+        where = _mm256_or_si256(where, _mm256_andnot_si256(keep, _mm256_set1_epi16(4)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(at + q),
+                         _mm_packus_epi16(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1)));
+      }
+    }
+    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, at, q, block);
+  }
+}
+
 // 8 x 8 tiles through registers (the usual unpack, shuffle, permute); the edges by the plain loops.
 TL_TARGET_AVX2 void transpose_f32(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
   const std::int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
@@ -430,6 +467,8 @@ constexpr SimdKernels table() {
   t.pool_backward_32 = pool_backward_32;
   t.pool_backward_16 = pool_backward_16;
   t.pool_relu_row_f32 = pool_relu_row_f32;
+  t.pool_relu_row_bf16 = pool_relu_row_half<bf16>;
+  t.pool_relu_row_f16 = pool_relu_row_half<f16>;
   t.transpose_f32 = transpose_f32;
   t.isa = CpuIsa::avx2;
   t.relu_f32 = relu_f32;
@@ -625,6 +664,41 @@ TL_TARGET_AVX512 void pool_relu_row_f32(const float* top, const float* bottom, s
   }
 }
 
+// pool_relu_row_f32's rule over 16-bit values (avx2::pool_relu_row_half, 32 lanes).
+template <typename S>
+TL_TARGET_AVX512 void pool_relu_row_half(const S* top, const S* bottom, std::int64_t block, std::int64_t ow_n, S* out,
+                                         std::int64_t out_stride, std::uint8_t* place) {
+  const __m512i inf = _mm512_set1_epi16(static_cast<short>(half_inf<S>()));
+  for (std::int64_t ow = 0; ow < ow_n; ++ow) {
+    const S *a = top + 2 * ow * block, *c = bottom + 2 * ow * block;
+    const S* rest[3] = {a + block, c, c + block};
+    S* o = out + ow * out_stride;
+    std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
+    std::int64_t q = 0;
+    for (; q + 32 <= block; q += 32) {
+      __m512i best = _mm512_loadu_si512(a + q);
+      __m512i best_key = half_keys<S>(best);
+      __m512i where = _mm512_setzero_si512();
+      for (int j = 0; j < 3; ++j) {
+        const __m512i v = _mm512_loadu_si512(rest[j] + q);
+        const __m512i key = half_keys<S>(v);
+        const __mmask32 take = _mm512_cmpgt_epu16_mask(key, best_key);
+        best = _mm512_mask_mov_epi16(best, take, v);
+        best_key = _mm512_mask_mov_epi16(best_key, take, key);
+        where = _mm512_mask_mov_epi16(where, take, _mm512_set1_epi16(static_cast<short>(j + 1)));
+      }
+      const __mmask32 keep = _mm512_cmpgt_epi16_mask(best, _mm512_setzero_si512()) |
+                             _mm512_cmpgt_epu16_mask(_mm512_and_si512(best, _mm512_set1_epi16(0x7fff)), inf);
+      _mm512_storeu_si512(o + q, _mm512_maskz_mov_epi16(keep, best));
+      if (at != nullptr) {
+        where = _mm512_mask_mov_epi16(_mm512_or_si512(where, _mm512_set1_epi16(4)), keep, where);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + q), _mm512_cvtepi16_epi8(where));
+      }
+    }
+    pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, at, q, block);
+  }
+}
+
 template <typename S>
 TL_TARGET_AVX512 void pool_forward_half(const S* a, const S* b, const S* c, const S* d, S* out, std::uint8_t* place,
                                         std::int64_t count) {
@@ -807,6 +881,8 @@ constexpr SimdKernels kTable{
     pool_backward_32,
     pool_backward_16,
     pool_relu_row_f32,
+    pool_relu_row_half<bf16>,
+    pool_relu_row_half<f16>,
     avx2::transpose_f32,
     split_pairs_32,
     split_pairs_16,

@@ -51,6 +51,10 @@ struct SimdKernels {
   // (inference), its place at place + ow * out_stride (pool2x2::relu_after's rule)...
   void (*pool_relu_row_f32)(const float* top, const float* bottom, std::int64_t block, std::int64_t ow_n, float* out,
                             std::int64_t out_stride, std::uint8_t* place);
+  void (*pool_relu_row_bf16)(const bf16* top, const bf16* bottom, std::int64_t block, std::int64_t ow_n, bf16* out,
+                             std::int64_t out_stride, std::uint8_t* place);
+  void (*pool_relu_row_f16)(const f16* top, const f16* bottom, std::int64_t block, std::int64_t ow_n, f16* out,
+                            std::int64_t out_stride, std::uint8_t* place);
   // ...[rows][cols] f32 -> [cols][rows] (out[c * rows + r] = in[r * cols + c]), for the pool's NCHW output...
   void (*transpose_f32)(const float* in, float* out, std::int64_t rows, std::int64_t cols);
   // ...and NCHW rows split into their even and odd elements (2 * count of them), and back.

@@ -61,6 +61,43 @@ std::vector<H> every_half() {
   return out;
 }
 
+// A table's 16-bit pool+ReLU rows (blocks of 8 to 64 and an odd 27, three windows a row) against
+// the plain table's, with and without places, and the plain rows against the training pool's
+// winners, the ReLU and relu_after's places. `patterns` fill the candidates.
+template <typename H, typename Row, typename Forward, typename Relu>
+void check_half_pool_relu_rows(const cpu::SimdKernels& k, const cpu::SimdKernels& plain, const std::vector<H>& patterns,
+                               Row row_of, Forward forward_of, Relu relu_of) {
+  std::size_t next = 0;
+  for (const std::int64_t block : {8, 16, 27, 32, 64}) {
+    INFO("16-bit rows, block " << block);
+    const std::int64_t ow_n = 3, width = 2 * ow_n * block, stride = 70;
+    for (int fill = 0; fill < 40; ++fill) {  // 70,560 candidates: every pattern
+      std::vector<H> rows(static_cast<std::size_t>(2 * width));
+      for (auto& v : rows) v = patterns[next++ % patterns.size()];
+      const auto outs = static_cast<std::size_t>(ow_n * stride);
+      std::vector<H> got(outs), want(outs), got_nop(outs);
+      std::vector<std::uint8_t> got_places(outs, 0xff), want_places(outs, 0xff);
+      (k.*row_of)(rows.data(), rows.data() + width, block, ow_n, got.data(), stride, got_places.data());
+      (plain.*row_of)(rows.data(), rows.data() + width, block, ow_n, want.data(), stride, want_places.data());
+      (k.*row_of)(rows.data(), rows.data() + width, block, ow_n, got_nop.data(), stride, nullptr);
+      CHECK(same_bits(got, want));
+      CHECK(same_bits(got_nop, want));
+      CHECK(got_places == want_places);
+      for (std::int64_t ow = 0; ow < ow_n; ++ow)
+        for (std::int64_t q = 0; q < block; ++q) {
+          const H* a = rows.data() + 2 * ow * block + q;
+          H win{}, relu_win{};
+          std::uint8_t place = 0;
+          (plain.*forward_of)(a, a + block, a + width, a + width + block, &win, &place, 1);
+          (plain.*relu_of)(&win, &relu_win, 1);
+          const auto at = static_cast<std::size_t>(ow * stride + q);
+          CHECK(want[at].bits == relu_win.bits);
+          CHECK(want_places[at] == (place | (relu_win.bits == 0 ? 4 : 0)));
+        }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("capability: the instruction-set cap reads oneDNN's names and refuses others", "[capability]") {
@@ -264,6 +301,11 @@ TEST_CASE("capability: every table of vector loops gives the plain loops' bits",
           }
         }
       }
+      // The same rows over bf16 and f16 (every bit pattern among the candidates).
+      check_half_pool_relu_rows(k, plain, b, &cpu::SimdKernels::pool_relu_row_bf16,
+                                &cpu::SimdKernels::pool_forward_bf16, &cpu::SimdKernels::relu_bf16);
+      check_half_pool_relu_rows(k, plain, h, &cpu::SimdKernels::pool_relu_row_f16, &cpu::SimdKernels::pool_forward_f16,
+                                &cpu::SimdKernels::relu_f16);
       for (const auto& [r, cols] :
            {std::pair<std::int64_t, std::int64_t>{64, 64}, {13, 21}, {8, 8}, {9, 16}, {64, 3}}) {
         std::vector<float> in(static_cast<std::size_t>(r * cols)), got_t(in.size()), want_t(in.size());
