@@ -205,6 +205,28 @@ TL_TARGET_AVX2 void f16_to_f32(const f16* x, float* y, std::int64_t n) {
   generic::widen(x + i, y + i, n - i);
 }
 
+// The winners of 8 f32 windows at q (candidates a, then rest[0..2] in window order; a NaN beats a
+// number, the first maximum stays) and their places in `where` (32-bit lanes).
+TL_TARGET_AVX2 inline __m256 winner_f32(const float* a, const float* const* rest, std::int64_t q, __m256i& where) {
+  __m256 best = _mm256_loadu_ps(a + q);
+  where = _mm256_setzero_si256();
+  for (int j = 0; j < 3; ++j) {
+    const __m256 v = _mm256_loadu_ps(rest[j] + q);
+    const __m256 take =
+        _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                     _mm256_andnot_ps(_mm256_cmp_ps(best, best, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    best = _mm256_blendv_ps(best, v, take);
+    where = _mm256_blendv_epi8(where, _mm256_set1_epi32(j + 1), _mm256_castps_si256(take));
+  }
+  return best;
+}
+
+// 8 places in 32-bit lanes as bytes at `to`.
+TL_TARGET_AVX2 inline void store_places_32(__m256i where, std::uint8_t* to) {
+  const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(to), _mm_packus_epi16(w16, w16));
+}
+
 TL_TARGET_AVX2 void pool_relu_row_f32(const float* top, const float* bottom, std::int64_t block, std::int64_t ow_n,
                                       float* out, std::int64_t out_stride, std::uint8_t* place) {
   for (std::int64_t ow = 0; ow < ow_n; ++ow) {
@@ -214,23 +236,13 @@ TL_TARGET_AVX2 void pool_relu_row_f32(const float* top, const float* bottom, std
     std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
     std::int64_t q = 0;
     for (; q + 8 <= block; q += 8) {
-      __m256 best = _mm256_loadu_ps(a + q);
-      __m256i where = _mm256_setzero_si256();
-      for (int j = 0; j < 3; ++j) {
-        const __m256 v = _mm256_loadu_ps(rest[j] + q);
-        const __m256 take =
-            _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
-                         _mm256_andnot_ps(_mm256_cmp_ps(best, best, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-        best = _mm256_blendv_ps(best, v, take);
-        where = _mm256_blendv_epi8(where, _mm256_set1_epi32(j + 1), _mm256_castps_si256(take));
-      }
+      __m256i where;
+      const __m256 best = winner_f32(a, rest, q, where);
       const __m256 positive = _mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ);
       _mm256_storeu_ps(o + q, _mm256_and_ps(positive, best));
-      if (at != nullptr) {
-        where = _mm256_or_si256(where, _mm256_andnot_si256(_mm256_castps_si256(positive), _mm256_set1_epi32(4)));
-        const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(at + q), _mm_packus_epi16(w16, w16));
-      }
+      if (at != nullptr)
+        store_places_32(
+            _mm256_or_si256(where, _mm256_andnot_si256(_mm256_castps_si256(positive), _mm256_set1_epi32(4))), at + q);
     }
     pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, at, q, block);
   }
@@ -243,19 +255,9 @@ TL_TARGET_AVX2 void pool_forward_f32(const float* a, const float* b, const float
   std::int64_t q = 0;
   const float* rest[3] = {b, c, d};
   for (; q + 8 <= count; q += 8) {
-    __m256 best = _mm256_loadu_ps(a + q);
-    __m256i where = _mm256_setzero_si256();
-    for (int j = 0; j < 3; ++j) {
-      const __m256 v = _mm256_loadu_ps(rest[j] + q);
-      const __m256 take =
-          _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
-                       _mm256_andnot_ps(_mm256_cmp_ps(best, best, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-      best = _mm256_blendv_ps(best, v, take);
-      where = _mm256_blendv_epi8(where, _mm256_set1_epi32(j + 1), _mm256_castps_si256(take));
-    }
-    _mm256_storeu_ps(out + q, best);
-    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(place + q), _mm_packus_epi16(w16, w16));
+    __m256i where;
+    _mm256_storeu_ps(out + q, winner_f32(a, rest, q, where));
+    store_places_32(where, place + q);
   }
   pool2x2::forward_run_scalar(a + q, b + q, c + q, d + q, out + q, place + q, count - q);
 }
@@ -273,26 +275,38 @@ TL_TARGET_AVX2 inline __m256i half_signed_keys(__m256i v) {
   return _mm256_or_si256(_mm256_andnot_si256(nan, key), _mm256_and_si256(nan, _mm256_set1_epi16(0x7fff)));
 }
 
+// The winners of 16 bf16/f16 windows at q and their places in `where` (16-bit lanes).
+template <typename S>
+TL_TARGET_AVX2 inline __m256i winner_half(const S* a, const S* const* rest, std::int64_t q, __m256i& where) {
+  __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + q));
+  __m256i best_key = half_signed_keys<S>(best);
+  where = _mm256_setzero_si256();
+  for (int j = 0; j < 3; ++j) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest[j] + q));
+    const __m256i key = half_signed_keys<S>(v);
+    const __m256i take = _mm256_cmpgt_epi16(key, best_key);
+    best = _mm256_blendv_epi8(best, v, take);
+    best_key = _mm256_blendv_epi8(best_key, key, take);
+    where = _mm256_blendv_epi8(where, _mm256_set1_epi16(static_cast<short>(j + 1)), take);
+  }
+  return best;
+}
+
+// 16 places in 16-bit lanes as bytes at `to`.
+TL_TARGET_AVX2 inline void store_places_16(__m256i where, std::uint8_t* to) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(to),
+                   _mm_packus_epi16(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1)));
+}
+
 template <typename S>
 TL_TARGET_AVX2 void pool_forward_half(const S* a, const S* b, const S* c, const S* d, S* out, std::uint8_t* place,
                                       std::int64_t count) {
   std::int64_t q = 0;
   const S* rest[3] = {b, c, d};
   for (; q + 16 <= count; q += 16) {
-    __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + q));
-    __m256i best_key = half_signed_keys<S>(best);
-    __m256i where = _mm256_setzero_si256();
-    for (int j = 0; j < 3; ++j) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest[j] + q));
-      const __m256i key = half_signed_keys<S>(v);
-      const __m256i take = _mm256_cmpgt_epi16(key, best_key);
-      best = _mm256_blendv_epi8(best, v, take);
-      best_key = _mm256_blendv_epi8(best_key, key, take);
-      where = _mm256_blendv_epi8(where, _mm256_set1_epi16(static_cast<short>(j + 1)), take);
-    }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q), best);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(place + q),
-                     _mm_packus_epi16(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1)));
+    __m256i where;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q), winner_half(a, rest, q, where));
+    store_places_16(where, place + q);
   }
   pool2x2::forward_run_scalar(a + q, b + q, c + q, d + q, out + q, place + q, count - q);
 }
@@ -337,24 +351,12 @@ TL_TARGET_AVX2 void pool_relu_row_half(const S* top, const S* bottom, std::int64
     std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
     std::int64_t q = 0;
     for (; q + 16 <= block; q += 16) {
-      __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + q));
-      __m256i best_key = half_signed_keys<S>(best);
-      __m256i where = _mm256_setzero_si256();
-      for (int j = 0; j < 3; ++j) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest[j] + q));
-        const __m256i key = half_signed_keys<S>(v);
-        const __m256i take = _mm256_cmpgt_epi16(key, best_key);
-        best = _mm256_blendv_epi8(best, v, take);
-        best_key = _mm256_blendv_epi8(best_key, key, take);
-        where = _mm256_blendv_epi8(where, _mm256_set1_epi16(static_cast<short>(j + 1)), take);
-      }
+      __m256i where;
+      const __m256i best = winner_half(a, rest, q, where);
       const __m256i keep = half_not_at_most_zero<S>(best);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + q), _mm256_and_si256(keep, best));
-      if (at != nullptr) {
-        where = _mm256_or_si256(where, _mm256_andnot_si256(keep, _mm256_set1_epi16(4)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(at + q),
-                         _mm_packus_epi16(_mm256_castsi256_si128(where), _mm256_extracti128_si256(where, 1)));
-      }
+      if (at != nullptr)
+        store_places_16(_mm256_or_si256(where, _mm256_andnot_si256(keep, _mm256_set1_epi16(4))), at + q);
     }
     pool2x2::pool_relu_window_scalar(a, rest[0], rest[1], rest[2], o, at, q, block);
   }
@@ -615,21 +617,44 @@ TL_TARGET_AVX512 inline __m512i half_keys(__m512i v) {
   return _mm512_mask_mov_epi16(key, nan, _mm512_set1_epi16(-1));
 }
 
+// The winners of 16 f32 windows at q (avx2::winner_f32's rule) and their places in `where`.
+TL_TARGET_AVX512 inline __m512 winner_f32(const float* a, const float* const* rest, std::int64_t q, __m512i& where) {
+  __m512 best = _mm512_loadu_ps(a + q);
+  where = _mm512_setzero_si512();
+  for (int j = 0; j < 3; ++j) {
+    const __m512 v = _mm512_loadu_ps(rest[j] + q);
+    const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+                           (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & ~_mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q));
+    best = _mm512_mask_mov_ps(best, take, v);
+    where = _mm512_mask_mov_epi32(where, take, _mm512_set1_epi32(j + 1));
+  }
+  return best;
+}
+
+// The winners of 32 bf16/f16 windows at q and their places in `where` (16-bit lanes).
+template <typename S>
+TL_TARGET_AVX512 inline __m512i winner_half(const S* a, const S* const* rest, std::int64_t q, __m512i& where) {
+  __m512i best = _mm512_loadu_si512(a + q);
+  __m512i best_key = half_keys<S>(best);
+  where = _mm512_setzero_si512();
+  for (int j = 0; j < 3; ++j) {
+    const __m512i v = _mm512_loadu_si512(rest[j] + q);
+    const __m512i key = half_keys<S>(v);
+    const __mmask32 take = _mm512_cmpgt_epu16_mask(key, best_key);
+    best = _mm512_mask_mov_epi16(best, take, v);
+    best_key = _mm512_mask_mov_epi16(best_key, take, key);
+    where = _mm512_mask_mov_epi16(where, take, _mm512_set1_epi16(static_cast<short>(j + 1)));
+  }
+  return best;
+}
+
 TL_TARGET_AVX512 void pool_forward_f32(const float* a, const float* b, const float* c, const float* d, float* out,
                                        std::uint8_t* place, std::int64_t count) {
   std::int64_t q = 0;
   const float* rest[3] = {b, c, d};
   for (; q + 16 <= count; q += 16) {
-    __m512 best = _mm512_loadu_ps(a + q);
-    __m512i where = _mm512_setzero_si512();
-    for (int j = 0; j < 3; ++j) {
-      const __m512 v = _mm512_loadu_ps(rest[j] + q);
-      const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
-                             (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & ~_mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q));
-      best = _mm512_mask_mov_ps(best, take, v);
-      where = _mm512_mask_mov_epi32(where, take, _mm512_set1_epi32(j + 1));
-    }
-    _mm512_storeu_ps(out + q, best);
+    __m512i where;
+    _mm512_storeu_ps(out + q, winner_f32(a, rest, q, where));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(place + q), _mm512_cvtepi32_epi8(where));
   }
   pool2x2::forward_run_scalar(a + q, b + q, c + q, d + q, out + q, place + q, count - q);
@@ -644,15 +669,8 @@ TL_TARGET_AVX512 void pool_relu_row_f32(const float* top, const float* bottom, s
     std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
     std::int64_t q = 0;
     for (; q + 16 <= block; q += 16) {
-      __m512 best = _mm512_loadu_ps(a + q);
-      __m512i where = _mm512_setzero_si512();
-      for (int j = 0; j < 3; ++j) {
-        const __m512 v = _mm512_loadu_ps(rest[j] + q);
-        const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
-                               (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & ~_mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q));
-        best = _mm512_mask_mov_ps(best, take, v);
-        where = _mm512_mask_mov_epi32(where, take, _mm512_set1_epi32(j + 1));
-      }
+      __m512i where;
+      const __m512 best = winner_f32(a, rest, q, where);
       const __mmask16 positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ);
       _mm512_storeu_ps(o + q, _mm512_maskz_mov_ps(positive, best));
       if (at != nullptr) {
@@ -676,17 +694,8 @@ TL_TARGET_AVX512 void pool_relu_row_half(const S* top, const S* bottom, std::int
     std::uint8_t* at = place != nullptr ? place + ow * out_stride : nullptr;
     std::int64_t q = 0;
     for (; q + 32 <= block; q += 32) {
-      __m512i best = _mm512_loadu_si512(a + q);
-      __m512i best_key = half_keys<S>(best);
-      __m512i where = _mm512_setzero_si512();
-      for (int j = 0; j < 3; ++j) {
-        const __m512i v = _mm512_loadu_si512(rest[j] + q);
-        const __m512i key = half_keys<S>(v);
-        const __mmask32 take = _mm512_cmpgt_epu16_mask(key, best_key);
-        best = _mm512_mask_mov_epi16(best, take, v);
-        best_key = _mm512_mask_mov_epi16(best_key, take, key);
-        where = _mm512_mask_mov_epi16(where, take, _mm512_set1_epi16(static_cast<short>(j + 1)));
-      }
+      __m512i where;
+      const __m512i best = winner_half(a, rest, q, where);
       const __mmask32 keep = _mm512_cmpgt_epi16_mask(best, _mm512_setzero_si512()) |
                              _mm512_cmpgt_epu16_mask(_mm512_and_si512(best, _mm512_set1_epi16(0x7fff)), inf);
       _mm512_storeu_si512(o + q, _mm512_maskz_mov_epi16(keep, best));
@@ -705,18 +714,8 @@ TL_TARGET_AVX512 void pool_forward_half(const S* a, const S* b, const S* c, cons
   std::int64_t q = 0;
   const S* rest[3] = {b, c, d};
   for (; q + 32 <= count; q += 32) {
-    __m512i best = _mm512_loadu_si512(a + q);
-    __m512i best_key = half_keys<S>(best);
-    __m512i where = _mm512_setzero_si512();
-    for (int j = 0; j < 3; ++j) {
-      const __m512i v = _mm512_loadu_si512(rest[j] + q);
-      const __m512i key = half_keys<S>(v);
-      const __mmask32 take = _mm512_cmpgt_epu16_mask(key, best_key);
-      best = _mm512_mask_mov_epi16(best, take, v);
-      best_key = _mm512_mask_mov_epi16(best_key, take, key);
-      where = _mm512_mask_mov_epi16(where, take, _mm512_set1_epi16(static_cast<short>(j + 1)));
-    }
-    _mm512_storeu_si512(out + q, best);
+    __m512i where;
+    _mm512_storeu_si512(out + q, winner_half(a, rest, q, where));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(place + q), _mm512_cvtepi16_epi8(where));
   }
   pool2x2::forward_run_scalar(a + q, b + q, c + q, d + q, out + q, place + q, count - q);
