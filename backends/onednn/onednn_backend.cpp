@@ -1,7 +1,7 @@
 // The onednn backend: oneDNN primitives for convolution (forward, backward-data,
-// backward-weights), inner product (each with bias and ReLU fused when asked) and the f32 <-> bf16
-// casts, in f32, bf16 and f16. ReLU and max-pool on their own are the shared CPU loops: oneDNN's
-// versions drop NaN, which PyTorch (and the reference) carry.
+// backward-weights) and inner product (each with bias and ReLU fused when asked), in f32, bf16 and
+// f16. ReLU, max-pool and the casts are the shared CPU loops: oneDNN's ReLU and pool drop NaN,
+// which PyTorch (and the reference) carry, and its bf16 cast flushes subnormals.
 //
 // bf16 and f16 on every CPU. oneDNN 2.6 has bf16 convolutions and inner products only from
 // avx512_core, and f16 ones only on avx512_core_fp16. Which this CPU has is probed once (a primitive
@@ -207,30 +207,11 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
     omp_set_num_threads(threads);  // oneDNN (Debian's build) runs on OpenMP
   }
 
-  // ---- casts between f32 and bf16 through oneDNN's reorder where oneDNN has bf16 (its jit
-  // conversion, one vcvtneps2bf16 on avx512_core_bf16); elsewhere its bf16 reorder is scalar
-  // reference code (an AVX2 step spent 60% of its time in it), and the shared vector casts run. ----
-  void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n) override {
-    const bool bf16_pair =
-        (src_dtype == DType::f32 && dst_dtype == DType::bf16) || (src_dtype == DType::bf16 && dst_dtype == DType::f32);
-    if (!bf16_pair || n == 0 || !native(DType::bf16, Family::conv)) {
-      CpuBackend::cast(src_dtype, src, dst_dtype, dst, n);
-      return;
-    }
-    guarded("cast", [&] {
-      Entry& e = entry("cast", key(src_dtype, dst_dtype, n), DType::f32, Family::conv, [&](Entry& fresh, dt) {
-        const memory::desc in({n}, data_type(src_dtype), tag::a), out({n}, data_type(dst_dtype), tag::a);
-        fresh.operands.resize(2);
-        fresh.operands[0].user = memory(in, engine_, DNNL_MEMORY_NONE);
-        fresh.operands[1].user = memory(out, engine_, DNNL_MEMORY_NONE);
-        fresh.primitive = dnnl::reorder(fresh.operands[0].user, fresh.operands[1].user);
-      });
-      bind(e.operands[0], src);
-      bind(e.operands[1], dst);
-      e.primitive.execute(stream_, {{DNNL_ARG_FROM, e.operands[0].user}, {DNNL_ARG_TO, e.operands[1].user}});
-      stream_.wait();
-    });
-  }
+  // ---- casts: the shared vector loops (backends/cpu/simd.h) at every ISA, dtype.h's rounding.
+  // oneDNN's bf16 reorder is one vcvtneps2bf16 on avx512_core_bf16, which flushes subnormals, and
+  // scalar reference code below avx512_core (an AVX2 step spent 60% of its time in it): one rule
+  // everywhere keeps the capped and native runs, and the optimiser's fused working copies
+  // (CpuBackend::sgd_step_all), the same bits as a cast. ----
 
   // ---- ReLU: the shared CPU loops (cpu_backend.cpp). oneDNN's eltwise_relu computes
   // max(x, 0), which turns NaN into 0; PyTorch's relu carries it, and so must we. ----

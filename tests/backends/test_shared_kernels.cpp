@@ -5,6 +5,7 @@
 // backend, in f32 and bf16, with sizes that leave vector tails, ties, and NaN where it matters.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backends/cpu/conv_few_channels.h"
@@ -101,6 +102,21 @@ TEST_CASE("shared kernels: elementwise, reductions, casts and strided copies aga
       Buffer wide = zeros(be, DType::f32, n);
       be.cast(dt, a.tensor.raw_data(), DType::f32, wide.tensor.raw_data(), static_cast<std::int64_t>(n));
       check_close(values(wide.tensor), a.exact, DType::f32, "cast");
+      {  // narrowing by dtype.h's rule on every backend and ISA: subnormals kept, ties to even
+        const std::vector<std::uint32_t> bits = {0x00010000u, 0x007fffffu, 0x80000001u, 0x00418000u,
+                                                 0x00408000u, 0x3f808000u, 0xff7fffffu, 0x00000000u};
+        const auto count = static_cast<std::int64_t>(bits.size());
+        Tensor from = Tensor::empty({count}, DType::f32, be), to = Tensor::empty({count}, DType::bf16, be);
+        std::memcpy(from.raw_data(), bits.data(), bits.size() * sizeof(float));
+        be.cast(DType::f32, from.raw_data(), DType::bf16, to.raw_data(), count);
+        const auto* narrowed = static_cast<const bf16*>(to.raw_data());
+        for (std::size_t i = 0; i < bits.size(); ++i) {
+          float v = 0;
+          std::memcpy(&v, &bits[i], sizeof(float));
+          INFO("f32 bits " << std::hex << bits[i]);
+          CHECK(narrowed[i].bits == f32_to_bf16_bits(v));
+        }
+      }
       const std::int64_t rows = 13, cols = 29;
       const Buffer m = make(be, dt, uniform(static_cast<std::size_t>(rows * cols), gen));
       Buffer t = zeros(be, dt, static_cast<std::size_t>(rows * cols));
