@@ -566,8 +566,8 @@ TEST_CASE("the seed studies' rows: the committed ledger reads into their structs
   CHECK(reads_back_unchanged<PinningRepeatRow>(loaded) == 70);
   CHECK(reads_back_unchanged<MemoryRepeatRow>(loaded) == 266);
   CHECK(reads_back_unchanged<DatasetRepeatRow>(loaded) == 56);  // half of them from before files were recorded
-  CHECK(reads_back_unchanged<CompareTorchRow>(loaded) == 72);   // eight runs of 9 (12-01, 12-01, 12-02, 12-03 x 5)
-  CHECK(reads_back_unchanged<CompareTorchPeerRow>(loaded) == 160);
+  CHECK(reads_back_unchanged<CompareTorchRow>(loaded) == 81);   // nine runs of 9 (12-01, 12-01, 12-02, 12-03 x 6)
+  CHECK(reads_back_unchanged<CompareTorchPeerRow>(loaded) == 180);
   // A child's report is read back the same way (its read-back masks null until every worker exists).
   PinningChildReport child;
   child.samples_per_s = 1234.5;
