@@ -28,6 +28,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -895,7 +896,9 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   // An input from the engine's layout (or its widened copy) into the primitive's, both bound.
   void reorder_in(Operand& op) {
     memory& from = op.widened ? op.staged : op.user;
-    if (op.pack.rows > 0) {
+    // The pack reads 32-bit words: a bf16 view starting at an odd element takes oneDNN's reorder.
+    const bool aligned = reinterpret_cast<std::uintptr_t>(from.get_data_handle()) % alignof(std::uint32_t) == 0;
+    if (op.pack.rows > 0 && aligned) {
       pack_weight_blocks(op.pack, from.get_data_handle(), op.inner.get_data_handle(), threads_);
     } else {
       op.to_inner.execute(stream_, from, op.inner);
