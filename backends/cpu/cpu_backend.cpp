@@ -776,20 +776,11 @@ void adamw_range(T* w, const T* g, T* m, T* v, std::int64_t lo, std::int64_t hi,
   }
 }
 
-// f32 master weights [lo, hi) into their bf16/f16 working copy (the cast's loops: the same bits).
-void narrow_range(const float* w, const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
-  if (slot.working_dtype == DType::bf16) {
-    simd().f32_to_bf16(w + lo, static_cast<bf16*>(slot.working) + lo, hi - lo);
-  } else {
-    simd().f32_to_f16(w + lo, static_cast<f16*>(slot.working) + lo, hi - lo);
-  }
-}
-
 // Every slot's elements in kChunk pieces over one parallel region, fn(slot, lo, hi) per piece,
-// each piece's working copy written right after it (still in cache): one pass over the weights,
-// and the same bits as an update then a cast.
-template <typename Fn>
-void each_slot_chunk(const std::vector<OptimizerSlot>& slots, int threads, Fn&& fn) {
+// then narrow(slot, lo, hi) where the slot has a working copy, while the piece is in cache: one
+// pass over the weights, and the same bits as an update then a cast.
+template <typename Fn, typename Narrow>
+void each_slot_chunk(const std::vector<OptimizerSlot>& slots, int threads, Fn&& fn, Narrow&& narrow) {
   std::int64_t pieces = 0;
   for (const OptimizerSlot& slot : slots) pieces += (slot.n + kChunk - 1) / kChunk;
 #pragma omp parallel for num_threads(threads) schedule(static) if (pieces > 1)
@@ -800,18 +791,12 @@ void each_slot_chunk(const std::vector<OptimizerSlot>& slots, int threads, Fn&& 
       if (p < first + count) {
         const std::int64_t lo = (p - first) * kChunk, hi = std::min(slot.n, lo + kChunk);
         fn(slot, lo, hi);
-        if (slot.working != nullptr) narrow_range(static_cast<const float*>(slot.param), slot, lo, hi);
+        if (slot.working != nullptr) narrow(slot, lo, hi);
         break;
       }
       first += count;
     }
   }
-}
-
-bool narrows_from_f32(DType dtype, const std::vector<OptimizerSlot>& slots) {
-  return dtype == DType::f32 && std::all_of(slots.begin(), slots.end(), [](const OptimizerSlot& s) {
-           return s.working == nullptr || s.working_dtype == DType::bf16 || s.working_dtype == DType::f16;
-         });
 }
 
 }  // namespace
@@ -836,24 +821,39 @@ void CpuBackend::adamw_step(DType dtype, std::int64_t n, void* param, const void
   });
 }
 
+// One piece's working copy through this class's cast (a piece is at most one chunk: no nested
+// parallel region).
+void CpuBackend::narrow_piece(const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
+  CpuBackend::cast(
+      DType::f32, static_cast<const float*>(slot.param) + lo, slot.working_dtype,
+      static_cast<unsigned char*>(slot.working) + lo * static_cast<std::int64_t>(dtype_size(slot.working_dtype)),
+      hi - lo);
+}
+
 void CpuBackend::sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& step) {
-  if (!narrows_from_f32(dtype, slots)) return Backend::sgd_step_all(dtype, slots, step);
-  each_slot_chunk(slots, threads_, [&](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
-    SgdStep one = step;
-    one.first_step = slot.first_step;
-    sgd_range(static_cast<float*>(slot.param), static_cast<const float*>(slot.grad), static_cast<float*>(slot.state1),
-              lo, hi, one);
-  });
+  if (dtype != DType::f32) return Backend::sgd_step_all(dtype, slots, step);
+  each_slot_chunk(
+      slots, threads_,
+      [&](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
+        SgdStep one = step;
+        one.first_step = slot.first_step;
+        sgd_range(static_cast<float*>(slot.param), static_cast<const float*>(slot.grad),
+                  static_cast<float*>(slot.state1), lo, hi, one);
+      },
+      [this](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) { narrow_piece(slot, lo, hi); });
 }
 
 void CpuBackend::adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& step) {
-  if (!narrows_from_f32(dtype, slots)) return Backend::adamw_step_all(dtype, slots, step);
-  each_slot_chunk(slots, threads_, [&](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
-    AdamWStep one = step;
-    one.step = slot.step;
-    adamw_range(static_cast<float*>(slot.param), static_cast<const float*>(slot.grad), static_cast<float*>(slot.state1),
-                static_cast<float*>(slot.state2), lo, hi, one);
-  });
+  if (dtype != DType::f32) return Backend::adamw_step_all(dtype, slots, step);
+  each_slot_chunk(
+      slots, threads_,
+      [&](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
+        AdamWStep one = step;
+        one.step = slot.step;
+        adamw_range(static_cast<float*>(slot.param), static_cast<const float*>(slot.grad),
+                    static_cast<float*>(slot.state1), static_cast<float*>(slot.state2), lo, hi, one);
+      },
+      [this](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) { narrow_piece(slot, lo, hi); });
 }
 
 }  // namespace trainlab::cpu

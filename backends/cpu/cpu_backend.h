@@ -81,6 +81,8 @@ class CpuBackend : public Backend {
   void adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& step) override;
 
  protected:
+  // Elements [lo, hi) of a slot's updated f32 weight into its working copy (the fused optimiser steps).
+  void narrow_piece(const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi);
   // Blocks borrowed from this backend's allocator for the life of one op (im2col columns,
   // reorder targets, per-thread partial sums) and returned when it ends. With the caching
   // allocator they are the same blocks every step: a steady-state step makes no system allocation.
