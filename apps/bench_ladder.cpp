@@ -11,7 +11,7 @@
 #include "bench/measure/data_source.h"
 #include "bench/measure/ledger.h"
 #include "bench/report/report.h"
-#include "engine/fileio.h"
+#include "engine/io/fileio.h"
 #include "studies/ladder/ladder.h"
 #include "studies/registry.h"
 

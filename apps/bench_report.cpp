@@ -9,7 +9,7 @@
 #include "backends/error.h"
 #include "bench/measure/ledger.h"
 #include "bench/report/report.h"
-#include "engine/version.h"
+#include "engine/io/version.h"
 #include "studies/ladder/verify.h"
 #include "studies/registry.h"
 

@@ -6,7 +6,7 @@
 //
 // Every arm (batch x recompute x zero) is a short DDP training run over the launched ranks: warm-up
 // steps excluded, then the measured steps, the tensor memory of each rank by category (the engine's
-// accounting: engine/memory_usage.h) and the median step time of the slowest rank. The repeats are
+// accounting: engine/instrument/memory_usage.h) and the median step time of the slowest rank. The repeats are
 // interleaved across arms; the control arm (the middle batch, recompute none, zero 0) runs twice per
 // round, and the gap between its two copies is the noise floor. Every repeat is a ledger row
 // ("memory_repeat"); the tables come from those rows (studies/memory/memory_study.h), here and in

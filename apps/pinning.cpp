@@ -16,7 +16,7 @@
 #include <exception>
 
 #include "apps/cli_parse.h"
-#include "engine/fileio.h"
+#include "engine/io/fileio.h"
 #include "studies/pinning/driver.h"
 
 using namespace trainlab;

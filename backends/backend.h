@@ -187,7 +187,7 @@ class PreparedWeight {
 // its inference primitive's layout, kept until thawed) and use inference primitives. The caller
 // promises it; the backend still compares a sample of each weight's elements on every use and
 // derives again where they differ (counted). thaw() drops everything kept; FrozenWeightsScope
-// (engine/step.h) pairs the two, and a training step refuses to run while frozen.
+// (engine/train/step.h) pairs the two, and a training step refuses to run while frozen.
 class FrozenWeights {
  public:
   virtual ~FrozenWeights() = default;

@@ -1,5 +1,5 @@
 // What a backend can run, asked per op, dtype and layout before any work (ggml's supports_op): the
-// planner (engine/step.cpp) asks for every op a model uses before the first step, the engine's ops
+// planner (engine/train/step.cpp) asks for every op a model uses before the first step, the engine's ops
 // ask again before each kernel call, and the cross-backend harness asks which cases to check.
 //
 //   native     the backend's kernel reads and writes the dtype itself (a oneDNN bf16 primitive, a

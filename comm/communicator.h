@@ -11,7 +11,7 @@
 
 #include "backends/backend.h"
 #include "backends/dtype.h"
-#include "engine/distributed.h"
+#include "engine/train/distributed.h"
 
 namespace trainlab::comm {
 

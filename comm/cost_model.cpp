@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "backends/error.h"
-#include "engine/memory_model.h"
+#include "engine/instrument/memory_model.h"
 
 namespace trainlab::comm {
 

@@ -8,9 +8,9 @@
 #include "backends/error.h"
 #include "comm/ring_allreduce.h"
 #include "comm/tuning.h"
-#include "engine/autograd.h"
-#include "engine/memory_usage.h"
-#include "engine/profiler.h"
+#include "engine/core/autograd.h"
+#include "engine/instrument/memory_usage.h"
+#include "engine/instrument/profiler.h"
 
 namespace trainlab::comm {
 

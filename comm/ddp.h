@@ -1,5 +1,5 @@
 // DDP: data-parallel training over a Communicator, attached to the engine through its
-// gradient-ready hooks (engine/distributed.h).
+// gradient-ready hooks (engine/train/distributed.h).
 //
 // Buckets, as in PyTorch DDP: parameters are taken in reverse registration order (the order
 // backward finishes them) and packed into buckets; the first bucket closes at 1 MiB
@@ -45,14 +45,14 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/config.h"
-#include "engine/distributed.h"
-#include "engine/sharded_state.h"
-#include "engine/tensor.h"
+#include "engine/train/config.h"
+#include "engine/train/distributed.h"
+#include "engine/optim/sharded_state.h"
+#include "engine/core/tensor.h"
 
 namespace trainlab::comm {
 
-// DDP's options are the run's ParallelConfig (engine/config.h), handed over whole: bucket_cap_mb,
+// DDP's options are the run's ParallelConfig (engine/train/config.h), handed over whole: bucket_cap_mb,
 // first_bucket_mb, allreduce (ring | native), rendezvous, zero, gradient_as_bucket_view and
 // grad_compress (the communication hook: the buckets cast to bf16/f16 for the reduction, the
 // 1/world scale in the cast; the ring adds in f32 at each hop, and back).

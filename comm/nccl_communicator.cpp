@@ -10,7 +10,7 @@
 
 #include "backends/device_selection.h"
 #include "backends/error.h"
-#include "engine/memory_usage.h"
+#include "engine/instrument/memory_usage.h"
 #include "kernels/kernels.h"
 
 namespace trainlab::comm {

@@ -3,7 +3,7 @@
 // trainer over DDP. `trainlab train`, bench_scaling and the memory study all come through here.
 //
 //   return comm::run_training(config, [&](comm::Replica& replica) {
-//     auto trainer = replica.trainer(config, smallcnn_task(config));
+//     auto trainer = replica.trainer(config, model_task(config));
 //     const TrainResult result = trainer->train(replica.rank() == 0 ? &std::cout : nullptr);
 //     return 0;
 //   });
@@ -15,9 +15,9 @@
 
 #include "comm/communicator.h"
 #include "comm/ddp.h"
-#include "engine/config.h"
-#include "engine/task.h"
-#include "engine/trainer.h"
+#include "engine/train/config.h"
+#include "engine/train/task.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab::comm {
 

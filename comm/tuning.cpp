@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/error.h"
-#include "engine/fileio.h"
+#include "engine/io/fileio.h"
 
 namespace trainlab::comm {
 

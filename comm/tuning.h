@@ -59,7 +59,7 @@ TuningEntry derive_thresholds(int world, const std::vector<TuningPoint>& points,
 TuningFile read_tuning(const std::string& path);
 // The entry replacing any of the same world size, entries kept sorted by world.
 void merge_entry(TuningFile& file, const TuningEntry& entry);
-// Writes the file (engine/fileio.h's atomic rule). An existing regular file is replaced only if it
+// Writes the file (engine/io/fileio.h's atomic rule). An existing regular file is replaced only if it
 // is a tuning file itself (read_tuning): never a file that was not ours.
 void write_tuning(const std::string& path, const TuningFile& file);
 

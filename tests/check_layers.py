@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """The layers point down: a file may include headers from its own layer and the layers below it.
 
-    kernels/  <  backends/  <  engine/  <  comm/  <  bench/  <  studies/  <  apps/ (every executable)
+    kernels/  <  backends/  <  engine/  <  models/  <  comm/  <  bench/  <  studies/  <  apps/ (every executable)
 
 examples/ are drivers a user writes against an installed trainlab: they include only the installed
-headers (backends/, engine/).
+headers (backends/, engine/, models/).
 
 The vocabulary every layer shares, backends/dtype.h (DType, bf16, f16) and backends/error.h (Error,
 TL_CHECK), may be included from anywhere, kernels/ included. Third-party headers stay where they belong: CUDA only in kernels/, backends/cuda/ and the NCCL
 communicator; MPI only in comm/; oneDNN only in backends/onednn/; Eigen only in backends/eigen/.
 Inside engine/, the core (tensor, autograd, autocast, the ops) includes only itself, the event
-interface its observers subscribe to (engine/observer.h) and the random generator: never memory
+interface its observers subscribe to (engine/core/observer.h) and the random generator: never memory
 accounting, the precision audit, the profiler or anything else that watches or drives it.
 
 Prints every violation (file, line, the include and why) and exits 1 when there is one.
@@ -23,8 +23,8 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["kernels", "backends", "engine", "comm", "bench", "studies", "apps"]
-INSTALLED = {"backends", "engine"}  # what examples/ may include
+LAYERS = ["kernels", "backends", "engine", "models", "comm", "bench", "studies", "apps"]
+INSTALLED = {"backends", "engine", "models"}  # what examples/ may include
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SHARED = {"backends/dtype.h", "backends/error.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
@@ -38,9 +38,25 @@ THIRD_PARTY = [
 ]
 
 
-# The engine's core, and what it may include from engine/.
-CORE = re.compile(r"^engine/(tensor|autograd|autocast|ops)\.(h|cpp)$|^engine/ops/")
-CORE_MAY_INCLUDE = re.compile(r"^engine/(tensor|autograd|autocast|ops|observer|rng)\.h$|^engine/ops/")
+# The engine's rooms and their floors: a room includes its own and lower floors; rooms on one floor
+# (nn, optim, data) do not include each other.
+ROOMS = {"core": 0, "io": 1, "instrument": 2, "nn": 3, "optim": 3, "data": 3, "train": 4}
+ROOM_ORDER = "core < io < instrument < nn | optim | data < train"
+
+
+def room_problem(rel, target):
+    """Why engine file `rel` may not include engine header `target` ("" when it may)."""
+    here, there = rel.parts[1], pathlib.PurePosixPath(target).parts[1]
+    if there not in ROOMS:
+        return f"engine/{there} is not a room of the engine ({', '.join(ROOMS)})"
+    if here == there or ROOMS[there] < ROOMS[here]:
+        return ""
+    if here == "core":
+        return ("the engine core (tensor, autograd, autocast, ops) includes only itself; what watches it "
+                "subscribes through engine/core/observer.h")
+    if ROOMS[there] == ROOMS[here]:
+        return f"engine/{here}/ and engine/{there}/ stand side by side: neither includes the other ({ROOM_ORDER})"
+    return f"engine/{there}/ is above engine/{here}/ ({ROOM_ORDER})"
 
 
 def layer_of(path):
@@ -57,6 +73,10 @@ def check(root):
         layer = layer_of(rel)
         if layer is None or "build" in rel.parts[0]:
             continue
+        if layer == "engine" and (len(rel.parts) < 3 or rel.parts[1] not in ROOMS):
+            problems.append(f"{rel}: every engine file lives in one of its rooms ({', '.join(ROOMS)}), "
+                            f"not at engine/ itself or in another folder")
+            continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             m = INCLUDE.match(line)
             if not m:
@@ -70,11 +90,10 @@ def check(root):
             elif m.group(1) == '"' and head in RANK and RANK[head] > RANK[layer] and target not in SHARED:
                 problems.append(f'{rel}:{number}: includes "{target}": {head}/ is above {layer}/ '
                                 f'(a layer may include only its own and the ones below: {" < ".join(LAYERS)})')
-            if (m.group(1) == '"' and CORE.match(str(rel)) and target.startswith("engine/")
-                    and not CORE_MAY_INCLUDE.match(target)):
-                problems.append(f'{rel}:{number}: includes "{target}": the engine core (tensor, autograd, autocast, '
-                                f'ops) includes only itself, engine/observer.h and engine/rng.h; what watches it '
-                                f'subscribes through engine/observer.h')
+            if m.group(1) == '"' and layer == "engine" and target.startswith("engine/") and len(rel.parts) > 2:
+                why = room_problem(rel, target)
+                if why:
+                    problems.append(f'{rel}:{number}: includes "{target}": {why}')
             for prefixes, allowed in THIRD_PARTY:
                 if target.startswith(prefixes) and not str(rel).startswith(allowed):
                     problems.append(f"{rel}:{number}: includes <{target}>, which only {', '.join(allowed)} may include")
@@ -83,13 +102,21 @@ def check(root):
 
 PLANTED = {
     # the engine's core including what watches it
-    "engine/autograd.cpp": '#include "engine/profiler.h"\n',
+    "engine/core/autograd.cpp": '#include "engine/instrument/profiler.h"\n',
+    # a room including one above it
+    "engine/io/fileio.cpp": '#include "engine/train/step.h"\n',
+    # two rooms of one floor including each other
+    "engine/nn/module.cpp": '#include "engine/data/loader.h"\n',
+    # an engine file outside the rooms
+    "engine/stray.cpp": "int stray;\n",
+    # the engine including a model (models/ is above it)
+    "engine/train/task.cpp": '#include "models/smallcnn/smallcnn.h"\n',
     # a layer including one above it
     "bench/measure/ledger.cpp": '#include "studies/ladder/ladder.h"\n',
     # an example including more than the installed headers
     "examples/own/main.cpp": '#include "bench/measure/ledger.h"\n',
     # a third-party header outside its folder
-    "engine/tensor.cpp": "#include <mpi.h>\n",
+    "engine/core/tensor.cpp": "#include <mpi.h>\n",
 }
 
 

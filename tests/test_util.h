@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "backends/registry.h"
-#include "engine/autograd.h"
-#include "engine/ops.h"
-#include "engine/rng.h"
-#include "engine/smallcnn.h"
-#include "engine/synthetic_images.h"
-#include "engine/tensor.h"
+#include "engine/core/autograd.h"
+#include "engine/core/ops.h"
+#include "engine/core/rng.h"
+#include "models/smallcnn/smallcnn.h"
+#include "engine/data/synthetic_images.h"
+#include "engine/core/tensor.h"
 
 namespace trainlab::test {
 

@@ -19,21 +19,26 @@
 #include "bench/measure/run_record.h"
 #include "comm/cost_model.h"
 #include "comm/run_training.h"
-#include "engine/checkpoint.h"
-#include "engine/config.h"
-#include "engine/fileio.h"
-#include "engine/grad_dump.h"
-#include "engine/memory_model.h"
-#include "engine/memory_report.h"
-#include "engine/resume.h"
-#include "engine/throughput.h"
-#include "engine/trainer.h"
-#include "engine/version.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/config.h"
+#include "engine/io/fileio.h"
+#include "bench/measure/grad_dump.h"
+#include "engine/instrument/memory_model.h"
+#include "bench/measure/memory_report.h"
+#include "engine/train/resume.h"
+#include "bench/measure/throughput.h"
+#include "engine/train/trainer.h"
+#include "engine/io/version.h"
 #include "studies/allreduce/rows.h"
 
 namespace trainlab {
 
 namespace {
+
+using bench::GradDumpOptions;
+using bench::StepMemoryReport;
+using bench::ThroughputConfig;
+using bench::ThroughputResult;
 
 // Exit status: 0 done, 1 an internal error or a run that ended early, 2 bad input (one line
 // naming it), 3 the run diverged (a NaN or inf loss or gradient; nothing was saved).
@@ -78,7 +83,7 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
     if (!config.checkpoint.save.empty()) check_checkpoint_dir(config.checkpoint.save);
     // The data: a data set on disk is opened as the run would open it (its manifest, the index and
     // every file's size), so a truncated or foreign one is refused here too.
-    if (!config.data.dir.empty()) (void)smallcnn_task(config);
+    if (!config.data.dir.empty()) (void)model_task(config);
     std::printf("config: %s\ndry run: the configuration is valid; nothing was trained or written\n",
                 config_summary(config).c_str());
     return 0;
@@ -92,7 +97,7 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
       bench::Ledger(config.reporting.ledger).load();  // a bad path fails before the run
     bench::RunRecorder recorder(config.reporting.ledger, config, replica.rank(), replica.world_size());
     try {
-      TrainTask task = smallcnn_task(config);
+      TrainTask task = model_task(config);
       recorder.watch_loader(task.train_data);
       auto trainer = replica.trainer(config, task);
       trainer->set_callbacks(TrainCallbacks{[&](const StepReport& r) { recorder.on_step(r); }, {}, {}, {}});
@@ -124,7 +129,7 @@ int run_train(const std::string& config_path, const std::map<std::string, CLI::O
         } else {
           if (lead) std::cout << "audit: the f32 reference run (same seed and steps)...\n" << std::flush;
           const TrainConfig f32_config = audit_reference(config);
-          auto reference = replica.trainer(f32_config, smallcnn_task(f32_config));
+          auto reference = replica.trainer(f32_config, model_task(f32_config));
           const TrainResult f32 = reference->train(nullptr);
           audit = trainer->precision_audit(result, f32);
         }
@@ -169,9 +174,10 @@ int run_verify_checkpoint(const std::string& dir) {
 
 int run_throughput(const ThroughputConfig& config) {
   check_backend_name(config.backend);
-  const ThroughputResult result = measure_throughput(config);
-  std::printf("%s\n", throughput_json(result).c_str());
-  std::fprintf(stderr, "%s\n", throughput_summary(result).c_str());
+  (void)find_model(config.model);
+  const ThroughputResult result = bench::measure_throughput(config);
+  std::printf("%s\n", bench::throughput_json(result).c_str());
+  std::fprintf(stderr, "%s\n", bench::throughput_summary(result).c_str());
   return 0;
 }
 
@@ -330,8 +336,8 @@ int run_memory_step(const MemoryOptions& o, const CLI::App& cmd) {
   if (cmd.count("--optimizer") > 0) apply_config_value(config, "optimizer", o.optimizer, "--optimizer");
   if (cmd.count("--momentum") > 0) apply_config_value(config, "momentum", fmt::format("{}", o.momentum), "--momentum");
   validate_config(config);
-  const StepMemoryReport report = measure_step_memory(config, smallcnn_task(config));
-  std::printf("%s", step_memory_table(report).c_str());
+  const StepMemoryReport report = bench::measure_step_memory(config, model_task(config));
+  std::printf("%s", bench::step_memory_table(report).c_str());
   std::printf("%s\n", memory_summary_line(report.measured, report.device).c_str());
   return 0;
 }
@@ -374,6 +380,13 @@ int run_memory(MemoryOptions& o, const CLI::App& cmd) {
   return 0;
 }
 
+// --model and --model-options, as the train config's keys of the same names read them.
+void add_model_options(CLI::App& command, std::string& model, std::string& options) {
+  command.add_option("--model", model, config_field("model").help + " [" + registered_model_names() + "]")
+      ->capture_default_str();
+  command.add_option("--model-options", options, config_field("model_options").help);
+}
+
 // Each subcommand: its options, the function that declares them on the command line, and (in
 // dispatch below) the call it makes.
 struct TrainCommand {
@@ -385,7 +398,9 @@ struct TrainCommand {
 };
 TrainCommand add_train(CLI::App& app) {
   TrainCommand c;
-  c.command = app.add_subcommand("train", "train SmallCNN on SyntheticImages or a data set on disk (--data)");
+  c.command = app.add_subcommand("train",
+                                 "train a registered model (--model; SmallCNN by default) on SyntheticImages or a "
+                                 "data set on disk (--data)");
   c.command->add_option("--config", c.config_path, "YAML config file (flags override its keys)");
   c.command->add_flag("--dry-run", c.dry_run, "check the configuration and the outputs, print it, and train nothing");
   for (const auto& field : config_fields()) {
@@ -400,12 +415,15 @@ TrainCommand add_train(CLI::App& app) {
 struct ThroughputCommand {
   CLI::App* command = nullptr;
   ThroughputConfig config;
-  std::string dtype = "f32", layout = "nchw";  // parsed into config once the command line is read
+  std::string dtype = "f32", layout = "nchw", model_options;  // parsed into config once the command line is read
 };
 ThroughputCommand add_throughput(CLI::App& app) {
   ThroughputCommand c;
   c.command = app.add_subcommand(
-      "throughput", "time SmallCNN training steps on in-memory batches; prints one JSON line (warm-up excluded)");
+      "throughput",
+      "time a model's training steps on in-memory batches of SyntheticImages; prints one JSON line (warm-up "
+      "excluded)");
+  add_model_options(*c.command, c.config.model, c.model_options);
   c.command->add_option("--backend", c.config.backend, "backend (default: the best CPU backend)");
   c.command->add_option("--dtype", c.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
   c.command->add_option("--layout", c.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
@@ -436,17 +454,18 @@ struct GradDumpCommand {
   CLI::App* command = nullptr;
   std::string weights, batch, out;
   GradDumpOptions options;
-  std::string dtype = "f32", layout = "nchw";
+  std::string dtype = "f32", layout = "nchw", model_options;
 };
 GradDumpCommand add_grad_dump(CLI::App& app) {
   GradDumpCommand c;
   c.command = app.add_subcommand("grad-dump",
-                                 "SmallCNN's loss and every parameter gradient for given weights and "
+                                 "a model's loss and every parameter gradient for given weights and "
                                  "batch (safetensors in, safetensors out)");
-  c.command->add_option("--weights", c.weights, "SmallCNN state dict (conv1.weight, ...), f32")
+  add_model_options(*c.command, c.options.model, c.model_options);
+  c.command->add_option("--weights", c.weights, "the model's state dict (SmallCNN: conv1.weight, ...), f32")
       ->required()
       ->check(CLI::ExistingFile);
-  c.command->add_option("--batch", c.batch, "tensors 'images' f32 [N, 3, 32, 32] and 'labels' i64 [N]")
+  c.command->add_option("--batch", c.batch, "tensors 'images' f32 [N, C, H, W] and 'labels' i64 [N]")
       ->required()
       ->check(CLI::ExistingFile);
   c.command->add_option("--out", c.out, "output: 'loss' and one gradient per parameter")->required();
@@ -546,7 +565,8 @@ MemoryCommand add_memory(CLI::App& app) {
       "one training step measured by category next to the estimate");
   c.command->add_option("--config", c.options.config, "a train config (YAML) whose step to measure")
       ->check(CLI::ExistingFile);
-  for (const char* key : {"batch", "dtype", "layout", "fuse", "recompute", "backend", "threads"}) {
+  for (const char* key : {"model", "model_options", "batch", "dtype", "layout", "fuse", "recompute", "backend",
+                          "threads"}) {
     const ConfigField& field = config_field(key);
     auto* option = c.command->add_option(field.flag, c.options.overrides[key],
                                          "with --config: " + field.help + " [" + field.allowed + "]");
@@ -581,8 +601,22 @@ MemoryCommand add_memory(CLI::App& app) {
   return c;
 }
 
+// `trainlab models`: every registered model, its parameter count at its default input, and its keys.
+int list_models() {
+  for (const ModelDef* model : registered_models()) {
+    std::printf("%-10s %-10s %11lld parameters (%s)  %s\n", model->name.c_str(), model->title.c_str(),
+                static_cast<long long>(model_parameter_count(*model)), model->default_input.str().c_str(),
+                model->description.c_str());
+    for (const ModelKey& key : model->keys) {
+      std::printf("    %-12s default %-8s [%s] %s\n", key.name.c_str(), key.default_value.c_str(), key.allowed.c_str(),
+                  key.help.c_str());
+    }
+  }
+  return 0;
+}
+
 struct InfoCommands {
-  CLI::App *backends = nullptr, *reference = nullptr, *verify = nullptr, *version = nullptr;
+  CLI::App *backends = nullptr, *models = nullptr, *reference = nullptr, *verify = nullptr, *version = nullptr;
   bool backends_ops = false;
   std::string backends_only, verify_dir;
 };
@@ -595,6 +629,9 @@ InfoCommands add_info_commands(CLI::App& app) {
                        "each backend's capability table on this machine (ISA, per op and dtype: native, emulated, "
                        "unsupported, and why)");
   c.backends->add_option("--backend", c.backends_only, "only this backend");
+  c.models = app.add_subcommand("models",
+                                "list the registered models (--model NAME): parameters at their default input, "
+                                "what each is, and its own keys (--model-options key=value,...)");
   c.reference = app.add_subcommand("config-reference",
                                    "print every train config key (flag, default, allowed values, meaning) as markdown");
   c.verify = app.add_subcommand("verify-checkpoint",
@@ -643,27 +680,34 @@ int cli_main(int argc, char** argv) {
     if (*throughput.command) {
       throughput.config.dtype = parse_dtype(throughput.dtype);
       throughput.config.layout = parse_memory_format(throughput.layout);
+      throughput.config.model = find_model(throughput.config.model).name;
+      throughput.config.model_options = parse_model_options(throughput.model_options);
+      check_model_keys(find_model(throughput.config.model), throughput.config.model_options);
       return run_throughput(throughput.config);
     }
     if (*gemm.command) {
       check_backend_name(gemm.backend);
       const DType dtype = parse_dtype(gemm.dtype);
-      const auto gflops = measure_gemm_gflops(gemm.backend, dtype, gemm.n, gemm.threads, gemm.seconds);
+      const auto gflops = bench::measure_gemm_gflops(gemm.backend, dtype, gemm.n, gemm.threads, gemm.seconds);
       Backend& be = get_backend(gemm.backend.empty() ? default_backend_name() : gemm.backend);
-      std::printf("%s\n", gemm_json(be, dtype, gemm.n, gflops).c_str());
+      std::printf("%s\n", bench::gemm_json(be, dtype, gemm.n, gflops).c_str());
       return 0;
     }
     if (*grad.command) {
       check_backend_name(grad.options.backend);
       grad.options.dtype = parse_dtype(grad.dtype);
       grad.options.layout = parse_memory_format(grad.layout);
-      const std::size_t written = grad_dump(grad.weights, grad.batch, grad.out, grad.options);
+      grad.options.model = find_model(grad.options.model).name;
+      grad.options.model_options = parse_model_options(grad.model_options);
+      check_model_keys(find_model(grad.options.model), grad.options.model_options);
+      const std::size_t written = bench::grad_dump(grad.weights, grad.batch, grad.out, grad.options);
       std::printf("grad-dump: loss and %zu gradients written to %s\n", written, grad.out.c_str());
       return 0;
     }
     if (*cost.command) return run_collective_cost(cost.options, *cost.command);
     if (*memory.command) return run_memory(memory.options, *memory.command);
     if (*info.backends) return list_backends(info.backends_ops, info.backends_only);
+    if (*info.models) return list_models();
     if (*info.reference) {
       std::printf("%s", config_reference_markdown().c_str());
       return 0;

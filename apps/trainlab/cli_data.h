@@ -1,5 +1,5 @@
 // trainlab's data set and diagnosis commands: make-dataset (a data set on disk from SyntheticImages,
-// or imported from a user's images: engine/dataset_import.h),
+// or imported from a user's images: engine/data/dataset_import.h),
 // verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h),
 // throughput-budget, inspect and diagnose (bench/diagnosis.h). Registered on the trainlab app by cli.cpp.
 #pragma once
@@ -11,8 +11,8 @@
 
 #include "bench/measure/diagnosis.h"
 #include "bench/measure/loader_bench.h"
-#include "engine/dataset_import.h"
-#include "engine/disk_dataset.h"
+#include "engine/data/dataset_import.h"
+#include "engine/data/disk_dataset.h"
 
 namespace trainlab {
 

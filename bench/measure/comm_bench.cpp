@@ -12,7 +12,7 @@
 #include "backends/registry.h"
 #include "bench/measure/stats.h"
 #include "comm/mpi_communicator.h"
-#include "engine/fileio.h"
+#include "engine/io/fileio.h"
 
 namespace trainlab::bench {
 

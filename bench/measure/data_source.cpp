@@ -1,7 +1,7 @@
 #include "bench/measure/data_source.h"
 
-#include "engine/disk_dataset.h"
-#include "engine/fileio.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/io/fileio.h"
 
 namespace trainlab::bench {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "bench/measure/knobs.h"
-#include "engine/config.h"
+#include "engine/train/config.h"
 
 namespace trainlab::bench {
 

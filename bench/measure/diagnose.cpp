@@ -15,8 +15,8 @@
 #include "bench/measure/ledger.h"
 #include "bench/measure/loader_bench.h"
 #include "bench/measure/run_record.h"
-#include "engine/disk_dataset.h"
-#include "engine/fileio.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/io/fileio.h"
 
 namespace trainlab::bench {
 

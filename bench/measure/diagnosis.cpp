@@ -7,10 +7,10 @@
 
 #include "backends/error.h"
 #include "backends/registry.h"
-#include "engine/checkpoint.h"
-#include "engine/data.h"
-#include "engine/optim.h"
-#include "engine/resume.h"
+#include "engine/train/checkpoint.h"
+#include "engine/data/loader.h"
+#include "engine/optim/optim.h"
+#include "engine/train/resume.h"
 
 namespace trainlab::bench {
 

@@ -52,7 +52,7 @@ struct CheckpointInspection {
   double visited_fraction = -1;  // of the training data, at least once (-1: no loader position)
   std::int64_t samples_drawn = -1;
   std::map<std::string, std::string> config;  // the run's config keys, as saved
-  // Why --resume refuses this checkpoint, in its words (engine/resume.h: one validation for
+  // Why --resume refuses this checkpoint, in its words (engine/train/resume.h: one validation for
   // resume, verify-checkpoint, inspect and diagnose); empty when it takes it. A refused
   // checkpoint's step and position are not reported as fact.
   std::string refused;

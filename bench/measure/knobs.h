@@ -1,6 +1,6 @@
 // A configuration as text: config keys to values in their own words (a ladder's base and rungs, a
 // cost study's base and configurations, a ledger row's record of what ran). Parsed through the
-// config table (engine/config.h), so errors name where the text came from, the key and the value.
+// config table (engine/train/config.h), so errors name where the text came from, the key and the value.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "engine/config.h"
+#include "engine/train/config.h"
 
 namespace trainlab::bench {
 

@@ -16,8 +16,8 @@
 #include "backends/cpu/isa.h"
 #include "backends/device_selection.h"
 #include "backends/error.h"
-#include "engine/fileio.h"
-#include "engine/version.h"
+#include "engine/io/fileio.h"
+#include "engine/io/version.h"
 
 namespace trainlab::bench {
 

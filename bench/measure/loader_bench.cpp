@@ -8,9 +8,9 @@
 #include "backends/registry.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
-#include "engine/data.h"
-#include "engine/disk_dataset.h"
-#include "engine/trainer.h"
+#include "engine/data/loader.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab::bench {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/measure/ledger.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab::bench {
 

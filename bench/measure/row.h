@@ -1,4 +1,4 @@
-// Typed ledger rows: a row kind is a struct that lists its fields once (engine/fields.h), e.g.
+// Typed ledger rows: a row kind is a struct that lists its fields once (engine/io/fields.h), e.g.
 //
 //   struct AllreduceRow {
 //     static constexpr const char* kKind = "allreduce";
@@ -18,7 +18,7 @@
 // compile error in every reader, not a silently empty report column.
 #pragma once
 
-#include "engine/fields.h"
+#include "engine/io/fields.h"
 
 namespace trainlab::bench {
 

@@ -14,7 +14,7 @@
 
 #include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab::bench {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "backends/error.h"
-#include "engine/fileio.h"
+#include "engine/io/fileio.h"
 
 namespace trainlab::bench {
 

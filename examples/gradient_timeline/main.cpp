@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/profiler.h"
-#include "engine/trainer.h"
+#include "engine/instrument/profiler.h"
+#include "engine/train/trainer.h"
 
 using namespace trainlab;
 

@@ -18,8 +18,8 @@
 #include <numbers>
 #include <string>
 
-#include "engine/rng.h"
-#include "engine/trainer.h"
+#include "engine/core/rng.h"
+#include "engine/train/trainer.h"
 
 using namespace trainlab;
 

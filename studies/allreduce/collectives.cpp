@@ -5,7 +5,7 @@
 
 #include "backends/error.h"
 #include "comm/latency_allreduce.h"
-#include "engine/rng.h"
+#include "engine/core/rng.h"
 
 namespace trainlab::bench {
 

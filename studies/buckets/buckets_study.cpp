@@ -24,9 +24,9 @@
 #include "bench/measure/stats.h"
 #include "comm/cost_model.h"
 #include "comm/mpi_communicator.h"
-#include "engine/nn.h"
-#include "engine/rng.h"
-#include "engine/smallcnn.h"
+#include "engine/nn/module.h"
+#include "engine/core/rng.h"
+#include "models/smallcnn/smallcnn.h"
 #include "studies/allreduce/rows.h"
 #include "studies/buckets/rows.h"
 

@@ -17,7 +17,7 @@
 #include "backends/registry.h"
 #include "bench/measure/data_source.h"
 #include "bench/measure/ledger.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "studies/cost_to_accuracy/cost_study.h"
 #include "studies/cost_to_accuracy/rows.h"
 
@@ -152,7 +152,7 @@ CostRepeat train_repeat(const CostRun& run, std::size_t c, int r, const CostConf
   row.quick = run.o.quick;
   CostRepeat rep;
   try {
-    Trainer trainer(config, smallcnn_task(config));
+    Trainer trainer(config, model_task(config));
     TrainCallbacks callbacks;
     callbacks.stop_rule = accuracy_at_least(run.target, run.spec.consecutive);
     trainer.set_callbacks(callbacks);

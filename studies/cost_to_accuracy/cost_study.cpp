@@ -13,7 +13,7 @@
 #include "bench/measure/knobs.h"
 #include "bench/report/chart.h"
 #include "bench/report/table.h"
-#include "engine/yaml_file.h"
+#include "engine/io/yaml_file.h"
 #include "studies/cost_to_accuracy/rows.h"
 #include "studies/scaling/rows.h"
 

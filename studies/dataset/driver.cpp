@@ -11,8 +11,8 @@
 #include "backends/registry.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/loader_bench.h"
-#include "engine/disk_dataset.h"
-#include "engine/synthetic_images.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/data/synthetic_images.h"
 #include "studies/dataset/dataset_study.h"
 
 namespace trainlab::bench {

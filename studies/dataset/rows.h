@@ -38,7 +38,7 @@ struct DatasetRepeatRow {
   std::string arm;           // "shards-raw", "shards-raw (again)", ...
   bool calibration = false;  // the control measured again: its gap to the control is the noise floor
   int round = 0;
-  std::string layout, codec;  // engine/disk_dataset.h's names
+  std::string layout, codec;  // engine/data/disk_dataset.h's names
   int image_size = 0;
   std::int64_t samples = 0;
   int workers = 0;

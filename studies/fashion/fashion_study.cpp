@@ -12,12 +12,12 @@
 #include "backends/registry.h"
 #include "bench/measure/data_source.h"
 #include "bench/measure/stats.h"
-#include "engine/dataset_import.h"
-#include "engine/disk_dataset.h"
-#include "engine/fileio.h"
-#include "engine/image_codec.h"
-#include "engine/task.h"
-#include "engine/trainer.h"
+#include "engine/data/dataset_import.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/io/fileio.h"
+#include "engine/data/image_codec.h"
+#include "engine/train/task.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab::bench {
 
@@ -97,7 +97,7 @@ FashionRunRow train_trainlab(const FashionStudyOptions& o, const RowHeader& head
   c.reporting.log_every = std::max<std::int64_t>(1, steps / 4);
   try {
     validate_config(c);
-    Trainer trainer(c, smallcnn_task(c));
+    Trainer trainer(c, model_task(c));
     const TrainResult r = trainer.train(&std::cout);
     row.variant = trainer.step_plan().backend + " f32 nchw";
     row.header.status = "ok";

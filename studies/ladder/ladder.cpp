@@ -13,10 +13,10 @@
 #include "backends/registry.h"
 #include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
-#include "engine/config.h"
-#include "engine/profiler.h"
-#include "engine/trainer.h"
-#include "engine/yaml_file.h"
+#include "engine/train/config.h"
+#include "engine/instrument/profiler.h"
+#include "engine/train/trainer.h"
+#include "engine/io/yaml_file.h"
 
 namespace trainlab::bench {
 
@@ -192,7 +192,7 @@ struct Arm {
   std::string error;
   std::optional<double> accuracy;  // held-out accuracy after the first repeat's training
   std::optional<TrainConfig> ran;  // as it ran (the runner's steps, warm-up and evaluation settings, the backend)
-  // What the backend ran natively and what it emulated (the planner's answer, engine/step.h).
+  // What the backend ran natively and what it emulated (the planner's answer, engine/train/step.h).
   std::map<std::string, std::string> compute;
   std::string emulated;
   std::vector<double> values;

@@ -15,7 +15,7 @@
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
 #include "bench/report/section.h"
-#include "engine/config.h"
+#include "engine/train/config.h"
 #include "studies/ladder/rows.h"
 
 namespace trainlab::bench {

@@ -58,7 +58,7 @@ struct LadderArmFields {
   std::optional<DataSource> data;  // what it trained on (rows before 2026-12-02 lack it: SyntheticImages)
   std::optional<Change> changed;
   std::string note;
-  // What the backend ran natively and what it emulated (the planner's answer, engine/step.h).
+  // What the backend ran natively and what it emulated (the planner's answer, engine/train/step.h).
   std::map<std::string, std::string> compute;
   std::string emulated;
   std::string reason;  // skipped: why
@@ -94,7 +94,7 @@ struct LadderRepeatRow {
   LadderArmFields arm;
   int repeat = 0;
   std::optional<double> value;  // samples/s
-  json memory;                  // tensor memory by category (engine/memory_usage.h's JSON)
+  json memory;                  // tensor memory by category (engine/instrument/memory_usage.h's JSON)
   template <class F>
   void fields(F& f) {
     header.fields(f);

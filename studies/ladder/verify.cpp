@@ -7,7 +7,7 @@
 
 #include "backends/error.h"
 #include "bench/measure/stats.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "studies/ladder/ladder.h"
 
 namespace trainlab::bench {

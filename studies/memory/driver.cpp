@@ -13,7 +13,7 @@
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
 #include "comm/run_training.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "studies/memory/memory_study.h"
 
 namespace trainlab::bench {
@@ -129,7 +129,7 @@ std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const M
                                            int repeat, const RunHeader& run) {
   const TrainConfig config = arm_config(o, arm);
   comm::Replica replica(world);
-  auto trainer = replica.trainer(config, smallcnn_task(config));
+  auto trainer = replica.trainer(config, model_task(config));
   comm::Ddp& ddp = *replica.ddp();
   const TrainResult trained = trainer->train(nullptr);
   std::vector<double> steps = trained.step_seconds;

@@ -15,7 +15,7 @@
 #include "bench/measure/stats.h"
 #include "bench/report/chart.h"
 #include "bench/report/section.h"
-#include "engine/memory_usage.h"
+#include "engine/instrument/memory_usage.h"
 #include "studies/memory/rows.h"
 
 namespace trainlab::bench {

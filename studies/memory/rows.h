@@ -37,7 +37,7 @@ struct MemoryConfig {
   }
 };
 
-// Tensor bytes by category (engine/memory_usage.h's names; a category absent is 0), the largest
+// Tensor bytes by category (engine/instrument/memory_usage.h's names; a category absent is 0), the largest
 // rank's: each category's own peak over the ranks, and the breakdown when the largest rank's total
 // peaked.
 struct MemoryPerRank {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "backends/error.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab::bench {
 

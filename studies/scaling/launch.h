@@ -14,7 +14,7 @@
 #include "bench/measure/affinity.h"
 #include "bench/measure/ledger.h"
 #include "comm/mpi_communicator.h"
-#include "engine/distributed.h"
+#include "engine/train/distributed.h"
 #include "studies/scaling/scaling_study.h"
 
 namespace trainlab::bench::scaling {

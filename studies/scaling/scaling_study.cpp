@@ -22,7 +22,7 @@
 #include "bench/measure/comm_bench.h"
 #include "comm/ddp.h"
 #include "comm/run_training.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "studies/scaling/launch.h"
 #include "studies/scaling/rows.h"
 
@@ -219,7 +219,7 @@ Trained Launch::train(const Arm& arm) {
     TL_CHECK(sub != subs_.end(),
              fmt::format("bench_scaling: world {} is not in --worlds {}", w, quote_value(o.worlds)));
     comm::Replica replica(*sub->second);
-    auto trainer = replica.trainer(config, smallcnn_task(config));
+    auto trainer = replica.trainer(config, model_task(config));
     comm::Ddp& ddp = *replica.ddp();
     ddp.set_communication(arm.communicate);
     const TrainResult trained = trainer->train(nullptr);

@@ -11,8 +11,9 @@ trap 'rm -rf "$work"' EXIT
 
 cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
 test -f "$work/prefix/lib/cmake/trainlab/trainlabConfig.cmake"
-test -f "$work/prefix/include/trainlab/engine/trainer.h"
-test ! -e "$work/prefix/include/trainlab/engine/yaml_file.h"
+test -f "$work/prefix/include/trainlab/engine/train/trainer.h"
+test -f "$work/prefix/include/trainlab/models/smallcnn/smallcnn.h"
+test ! -e "$work/prefix/include/trainlab/engine/io/yaml_file.h"
 for driver in own_model_and_data gradient_timeline; do
   cmake -S "$source_dir/examples/$driver" -B "$work/$driver" -G "$generator" \
         -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/$driver-configure.log"

@@ -18,14 +18,17 @@
 #include "backends/cpu/simd.h"
 #include "backends/device_selection.h"
 #include "backends/registry.h"
-#include "engine/autocast.h"
-#include "engine/optim.h"
-#include "engine/smallcnn.h"
-#include "engine/step.h"
-#include "engine/throughput.h"
+#include "engine/core/autocast.h"
+#include "engine/optim/optim.h"
+#include "models/smallcnn/smallcnn.h"
+#include "engine/train/step.h"
+#include "bench/measure/throughput.h"
 #include "test_util.h"
 
 using namespace trainlab;
+using trainlab::bench::measure_throughput;
+using trainlab::bench::ThroughputConfig;
+using trainlab::bench::ThroughputResult;
 using namespace trainlab::test;
 
 namespace {

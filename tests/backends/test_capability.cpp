@@ -1,5 +1,5 @@
 // What each backend runs, asked before any work (backends/capability.h, the planner in
-// engine/step.h), and the CPU's instruction-set dispatch beneath it (backends/cpu/isa.h, simd.h):
+// engine/train/step.h), and the CPU's instruction-set dispatch beneath it (backends/cpu/isa.h, simd.h):
 // every table of vector loops this CPU can run gives the plain loops' bits; an unsupported
 // combination is one line, before any step, naming the op, the dtype, the backend, its ISA and what
 // would work; the plan says what runs emulated, as each backend's table says.
@@ -12,10 +12,10 @@
 #include "backends/cpu/isa.h"
 #include "backends/cpu/simd.h"
 #include "backends/registry.h"
-#include "engine/optim.h"
-#include "engine/smallcnn.h"
-#include "engine/step.h"
-#include "engine/trainer.h"
+#include "engine/optim/optim.h"
+#include "models/smallcnn/smallcnn.h"
+#include "engine/train/step.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;

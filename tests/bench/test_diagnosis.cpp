@@ -10,9 +10,9 @@
 #include "bench/measure/diagnosis.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/run_record.h"
-#include "engine/checkpoint.h"
-#include "engine/resume.h"
-#include "engine/trainer.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/resume.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;

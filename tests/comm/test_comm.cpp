@@ -13,7 +13,7 @@
 #include "comm/latency_allreduce.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
-#include "engine/rng.h"
+#include "engine/core/rng.h"
 
 using namespace trainlab;
 using namespace trainlab::comm;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "comm/cost_model.h"
-#include "engine/memory_model.h"
+#include "engine/instrument/memory_model.h"
 
 using namespace trainlab::comm;
 
@@ -190,7 +190,7 @@ TEST_CASE("cost model: a latency the sizes cannot resolve is held at zero, not f
   CHECK(fit.max_abs_relative_residual < 0.02);
 }
 
-// ---- seed 003's persistent-state accounting (engine/memory_model.h) ------------------------------
+// ---- seed 003's persistent-state accounting (engine/instrument/memory_model.h) ------------------------------
 
 TEST_CASE("persistent state per worker: seed 003's figures and seed 001's ZeRO-2 case", "[cost]") {
   using trainlab::persistent_state;

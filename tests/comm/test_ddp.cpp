@@ -12,9 +12,9 @@
 #include "backends/registry.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
-#include "engine/autograd.h"
-#include "engine/ops.h"
-#include "engine/trainer.h"
+#include "engine/core/autograd.h"
+#include "engine/core/ops.h"
+#include "engine/train/trainer.h"
 
 using namespace trainlab;
 using namespace trainlab::comm;

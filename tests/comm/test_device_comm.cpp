@@ -19,7 +19,7 @@
 #include "comm/ring_allreduce.h"
 #include "device_communicator.h"
 #include "emulated_device.h"
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #ifdef TRAINLAB_HAVE_NCCL
 #include "comm/nccl_communicator.h"
 #endif
@@ -251,7 +251,7 @@ TEST_CASE("DDP over a device communicator: no gradient or bucket through the hos
     for (const auto& [what, count] : counting.counted) {
       INFO(what);
       // The step's own phase timer waits for the device once at the end of each backward (its
-      // timing rule, engine/step.cpp), after every hook has run; DDP adds no wait of its own.
+      // timing rule, engine/train/step.cpp), after every hook has run; DDP adds no wait of its own.
       CHECK(count == (what == "backend host waits" ? counting.backwards : 0));
     }
     // Each bucket's collective waited for its event, on the "device".

@@ -2,7 +2,7 @@
 // gradient-ready hooks (fired once, when final, in reverse order), and error cases.
 #include <set>
 
-#include "engine/nn.h"
+#include "engine/nn/module.h"
 #include "test_util.h"
 
 using namespace trainlab;

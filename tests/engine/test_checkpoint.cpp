@@ -3,10 +3,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/checkpoint.h"
-#include "engine/fileio.h"
-#include "engine/safetensors.h"
-#include "engine/trainer.h"
+#include "engine/train/checkpoint.h"
+#include "engine/io/fileio.h"
+#include "engine/io/safetensors.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;

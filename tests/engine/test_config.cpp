@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/config.h"
+#include "engine/train/config.h"
 #include "test_util.h"
 
 using namespace trainlab;

@@ -1,6 +1,6 @@
 // SyntheticImages and the DataLoader: determinism per (seed, index), the decode cost, batch order
 // independent of workers, epochs, positions, and errors.
-#include "engine/data.h"
+#include "engine/data/loader.h"
 #include "test_util.h"
 #include "tests/emulated_device.h"
 

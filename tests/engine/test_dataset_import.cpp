@@ -1,4 +1,4 @@
-// Real data sets in (engine/dataset_import.h): IDX and CIFAR-10 files and a folder of class folders
+// Real data sets in (engine/data/dataset_import.h): IDX and CIFAR-10 files and a folder of class folders
 // imported, written and read back exactly (bytes / 255, standardised by the manifest's statistics),
 // the same images as IDX or as an imagefolder giving the same data set, SmallCNN built for the
 // data set's shape, and every bad input refused with one line naming the file.
@@ -11,13 +11,13 @@
 #include <map>
 #include <set>
 
-#include "engine/dataset_import.h"
-#include "engine/disk_dataset.h"
-#include "engine/fileio.h"
-#include "engine/image_codec.h"
-#include "engine/smallcnn.h"
-#include "engine/task.h"
-#include "engine/trainer.h"
+#include "engine/data/dataset_import.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/io/fileio.h"
+#include "engine/data/image_codec.h"
+#include "models/smallcnn/smallcnn.h"
+#include "engine/train/task.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;
@@ -365,7 +365,7 @@ TEST_CASE("SmallCNN is built for the data set's shape: a 1x12x12 import with 3 c
   config.batch = 8;
   config.data.eval_samples = 12;
   config.reporting.log_every = 1000;
-  const TrainTask task = smallcnn_task(config);
+  const TrainTask task = model_task(config);
   InitOptions init;
   Generator gen(1);
   init.generator = &gen;

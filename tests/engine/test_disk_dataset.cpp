@@ -1,4 +1,4 @@
-// Data sets on disk (engine/image_codec.h, engine/disk_dataset.h): codec round trips against the raw
+// Data sets on disk (engine/data/image_codec.h, engine/data/disk_dataset.h): codec round trips against the raw
 // pixels, corruption and truncation named by file and sample, the manifest's checksums, the
 // distributed sampler over files, augmentation on the fly.
 #include <sys/stat.h>
@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/data.h"
-#include "engine/disk_dataset.h"
-#include "engine/fileio.h"
-#include "engine/image_codec.h"
+#include "engine/data/loader.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/io/fileio.h"
+#include "engine/data/image_codec.h"
 #include "test_util.h"
 
 using namespace trainlab;

@@ -6,8 +6,8 @@
 #include <limits>
 #include <string>
 
-#include "engine/grad_scaler.h"
-#include "engine/trainer.h"
+#include "engine/optim/grad_scaler.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;

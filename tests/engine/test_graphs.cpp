@@ -17,11 +17,14 @@
 
 #include "backends/graph_pool.h"
 #include "backends/registry.h"
-#include "engine/throughput.h"
-#include "engine/trainer.h"
+#include "bench/measure/throughput.h"
+#include "engine/train/trainer.h"
 #include "tests/emulated_device.h"
 
 using namespace trainlab;
+using trainlab::bench::measure_throughput;
+using trainlab::bench::ThroughputConfig;
+using trainlab::bench::ThroughputResult;
 
 namespace {
 

@@ -2,7 +2,7 @@
 // each step and evaluation, stop rules, and what the step reports.
 #include <memory>
 
-#include "engine/trainer.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;

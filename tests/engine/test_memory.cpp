@@ -8,11 +8,18 @@
 #include <sstream>
 
 #include "backends/registry.h"
-#include "engine/memory_report.h"
-#include "engine/throughput.h"
-#include "engine/trainer.h"
+#include "bench/measure/memory_report.h"
+#include "bench/measure/throughput.h"
+#include "engine/train/trainer.h"
 
 using namespace trainlab;
+using trainlab::bench::measure_throughput;
+using trainlab::bench::ThroughputConfig;
+using trainlab::bench::ThroughputResult;
+using trainlab::bench::measure_step_memory;
+using trainlab::bench::step_memory_table;
+using trainlab::bench::StepMemoryReport;
+using trainlab::bench::throughput_json;
 
 namespace {
 
@@ -144,7 +151,7 @@ TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every
         config.execution.layout = fused_nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
         config.execution.recompute = variant == 2 ? Recompute::convs : variant == 3 ? Recompute::all : Recompute::none;
         config.data.train_samples = 4 * batch;
-        const StepMemoryReport r = measure_step_memory(config, smallcnn_task(config));
+        const StepMemoryReport r = measure_step_memory(config, model_task(config));
         INFO(step_memory_table(r));
         REQUIRE(r.described);
         const TrainingMemoryEstimate& e = r.estimate;
@@ -184,14 +191,14 @@ TEST_CASE("memory: recomputation holds less after the forward, and the estimate 
   TrainConfig config;
   config.batch = 128;
   config.data.train_samples = 512;
-  const StepMemoryReport plain = measure_step_memory(config, smallcnn_task(config));
+  const StepMemoryReport plain = measure_step_memory(config, model_task(config));
   // The estimate's "saved for backward when the forward ends" is what the plain run holds.
   CHECK(std::abs(static_cast<double>(plain.measured.activations_after_forward) - plain.estimate.chain.saved) <=
         0.10 * plain.estimate.chain.saved);
   for (const Recompute mode : {Recompute::convs, Recompute::all}) {
     INFO(recompute_name(mode));
     config.execution.recompute = mode;
-    const StepMemoryReport r = measure_step_memory(config, smallcnn_task(config));
+    const StepMemoryReport r = measure_step_memory(config, model_task(config));
     INFO(step_memory_table(r));
     // The conv blocks keep only their inputs (the image, relu1's output) and the classifier its
     // own; the estimate knows which. With the ReLU after the pool the plain blocks save only their
@@ -215,7 +222,7 @@ TEST_CASE("memory: AdamW keeps two moments; a model that does not describe itsel
   config.batch = 32;
   config.data.train_samples = 128;
   config.optimizer.kind = OptimizerKind::adamw;
-  const StepMemoryReport adamw = measure_step_memory(config, smallcnn_task(config));
+  const StepMemoryReport adamw = measure_step_memory(config, model_task(config));
   CHECK(adamw.measured.peak_of(MemoryCategory::optimizer_state) ==
         2 * adamw.measured.peak_of(MemoryCategory::parameters));
   CHECK(adamw.estimate.optimizer_state == Approx(2 * adamw.estimate.parameters));

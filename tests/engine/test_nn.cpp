@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "backends/registry.h"
-#include "engine/autocast.h"
-#include "engine/nn.h"
+#include "engine/core/autocast.h"
+#include "engine/nn/module.h"
 #include "test_util.h"
 
 using namespace trainlab;

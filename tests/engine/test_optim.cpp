@@ -3,13 +3,13 @@
 #include <cmath>
 #include <numbers>
 
-#include "engine/autocast.h"
-#include "engine/autograd.h"
-#include "engine/nn.h"
-#include "engine/ops.h"
-#include "engine/optim.h"
-#include "engine/rng.h"
-#include "engine/sharded_state.h"
+#include "engine/core/autocast.h"
+#include "engine/core/autograd.h"
+#include "engine/nn/module.h"
+#include "engine/core/ops.h"
+#include "engine/optim/optim.h"
+#include "engine/core/rng.h"
+#include "engine/optim/sharded_state.h"
 #include "test_util.h"
 
 using namespace trainlab;

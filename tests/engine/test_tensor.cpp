@@ -1,5 +1,5 @@
 // Tensors: shapes, strides, views, copies, conversions, the RNG and its saved state, and errors.
-#include "engine/rng.h"
+#include "engine/core/rng.h"
 #include "test_util.h"
 
 using namespace trainlab;

@@ -6,9 +6,9 @@
 #include <set>
 
 #include "backends/registry.h"
-#include "engine/checkpoint.h"
-#include "engine/profiler.h"
-#include "engine/trainer.h"
+#include "engine/train/checkpoint.h"
+#include "engine/instrument/profiler.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;

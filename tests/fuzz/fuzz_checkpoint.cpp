@@ -9,10 +9,10 @@
 #include <memory>
 
 #include "backends/registry.h"
-#include "engine/checkpoint.h"
-#include "engine/fileio.h"
-#include "engine/resume.h"
-#include "engine/trainer.h"
+#include "engine/train/checkpoint.h"
+#include "engine/io/fileio.h"
+#include "engine/train/resume.h"
+#include "engine/train/trainer.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -104,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (data[1] % 2 == 1 && std::string(replaced) != "COMPLETE") reseal(fixture.work);
   static Backend& host = get_backend("reference");
   fuzz::expect_error_or_success([&] { load_checkpoint(fixture.work.string(), host); });
-  // The one validation verify-checkpoint, inspect and diagnose share with resume (engine/resume.h).
+  // The one validation verify-checkpoint, inspect and diagnose share with resume (engine/train/resume.h).
   fuzz::expect_error_or_success(
       [&] { validate_checkpoint(load_checkpoint(fixture.work.string(), host), fixture.work.string()); });
   fuzz::expect_error_or_success([&] { fixture.trainer->resume(fixture.work.string()); });

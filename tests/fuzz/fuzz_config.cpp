@@ -3,7 +3,7 @@
 // the file.
 #include <string>
 
-#include "engine/config.h"
+#include "engine/train/config.h"
 #include "fuzz_util.h"
 #include "studies/cost_to_accuracy/cost_study.h"
 #include "studies/ladder/ladder.h"

@@ -11,9 +11,9 @@
 #include <fstream>
 #include <vector>
 
-#include "engine/disk_dataset.h"
-#include "engine/fileio.h"
-#include "engine/synthetic_images.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/io/fileio.h"
+#include "engine/data/synthetic_images.h"
 #include "fuzz_util.h"
 
 namespace {

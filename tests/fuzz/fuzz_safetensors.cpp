@@ -1,6 +1,6 @@
 // Fuzz target: the safetensors reader (model weights, optimiser state, grad-dump's inputs).
 #include "backends/registry.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

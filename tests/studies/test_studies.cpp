@@ -21,10 +21,10 @@
 #include "bench/report/chart.h"
 #include "bench/report/report.h"
 #include "bench/report/table.h"
-#include "engine/data.h"
-#include "engine/fileio.h"
-#include "engine/synthetic_images.h"
-#include "engine/trainer.h"
+#include "engine/data/loader.h"
+#include "engine/io/fileio.h"
+#include "engine/data/synthetic_images.h"
+#include "engine/train/trainer.h"
 #include "studies/allreduce/allreduce_study.h"
 #include "studies/compare_torch/compare_torch.h"
 #include "studies/cost_to_accuracy/cost_study.h"
@@ -133,7 +133,7 @@ TEST_CASE("a configuration that never reaches the target is a row that says so",
   config.data.eval_samples = 50;
   config.reporting.log_every = 1 << 30;
   config.reporting.warmup = 2;
-  Trainer trainer(config, smallcnn_task(config));
+  Trainer trainer(config, model_task(config));
   TrainCallbacks callbacks;
   callbacks.stop_rule = accuracy_at_least(0.999, 2);
   trainer.set_callbacks(callbacks);

@@ -1,0 +1,162 @@
+#include "engine/instrument/memory_model.h"
+
+#include <fmt/format.h>
+#include <cmath>
+
+#include "backends/error.h"
+
+namespace trainlab {
+
+PersistentState persistent_state(double parameters, int workers, int zero_stage, const StateBytes& bytes) {
+  TL_CHECK(parameters > 0 && std::isfinite(parameters),
+           fmt::format("memory: parameters must be > 0, got {}", parameters));
+  TL_CHECK(workers >= 1, fmt::format("memory: workers must be >= 1, got {}", workers));
+  TL_CHECK(zero_stage >= 0 && zero_stage <= 3,
+           fmt::format("memory: ZeRO stage must be 0, 1, 2 or 3, got {}", zero_stage));
+  for (double b : {bytes.param, bytes.grad, bytes.master, bytes.moments})
+    TL_CHECK(b >= 0 && std::isfinite(b), fmt::format("memory: bytes per parameter must be >= 0, got {}", b));
+  const double w = workers;
+  PersistentState s;
+  s.params = parameters * bytes.param / (zero_stage >= 3 ? w : 1.0);
+  s.grads = parameters * bytes.grad / (zero_stage >= 2 ? w : 1.0);
+  s.optimizer = parameters * bytes.optimizer() / (zero_stage >= 1 ? w : 1.0);
+  return s;
+}
+
+StateBytes trainlab_state_bytes(const std::string& optimizer, double momentum) {
+  TL_CHECK(optimizer == "sgd" || optimizer == "adamw",
+           "memory: optimizer must be sgd or adamw, got '" + optimizer + "'");
+  StateBytes b;
+  b.param = 4;
+  b.grad = 4;
+  b.master = 0;
+  b.moments = optimizer == "adamw" ? 8 : (momentum > 0 ? 4 : 0);
+  return b;
+}
+
+ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
+  ChainEstimate e;
+  const std::size_t n = ops.size();
+  // What op i's backward frees: what it saved, its output when saved for itself, the previous
+  // op's output when saved for it. `recomputed[i]`: the part of that a recomputed block drops
+  // after its forward and makes again in backward (all of it, but the block's input).
+  std::vector<double> saved_for(n, 0.0), recomputed(n, 0.0);
+  auto in_block_with = [&](std::size_t i, std::size_t j) { return ops[i].block >= 0 && ops[i].block == ops[j].block; };
+  auto last_of_block = [&](std::size_t i) { return ops[i].block >= 0 && (i + 1 == n || !in_block_with(i, i + 1)); };
+  // A recomputed block's input is held by the block until its backward: saved for the next op.
+  std::vector<ChainLifetime> lifetime(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    lifetime[i] = ops[i].out_lifetime;
+    const bool feeds_block = i + 1 < n && ops[i + 1].block >= 0 && !in_block_with(i + 1, i);
+    if (feeds_block && lifetime[i] != ChainLifetime::saved_self) lifetime[i] = ChainLifetime::saved_next;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    saved_for[i] += ops[i].saved_bytes;
+    if (lifetime[i] == ChainLifetime::saved_self) saved_for[i] += ops[i].out_bytes;
+    if (lifetime[i] == ChainLifetime::saved_next) saved_for[std::min(i + 1, n - 1)] += ops[i].out_bytes;
+    if (ops[i].block < 0) continue;
+    recomputed[i] += ops[i].saved_bytes;
+    // The block's output stays (it is the block's result) even when its last op saves it.
+    if (lifetime[i] == ChainLifetime::saved_self && !last_of_block(i)) recomputed[i] += ops[i].out_bytes;
+    if (lifetime[i] == ChainLifetime::saved_next && !last_of_block(i) && i + 1 < n)
+      recomputed[i + 1] += ops[i].out_bytes;
+  }
+  // Forward: each op allocates what it saves, then its output; the previous op's output goes once
+  // it has been consumed; a recomputed block's saved tensors go when it ends. Each block's own
+  // peak above what was live when it began is what its recomputation adds in backward.
+  double live = 0, block_base = 0;
+  std::vector<double> block_transient(n, 0.0);  // by the block's last op
+  std::size_t block_first = 0;
+  auto note_forward = [&](std::size_t i) {
+    if (live > e.forward_peak) {
+      e.forward_peak = live;
+      e.forward_peak_at = ops[i].name;
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const ChainOp& op = ops[i];
+    TL_CHECK(op.out_bytes >= 0 && op.saved_bytes >= 0 && op.dx_bytes >= 0 && op.scratch_bytes >= 0 &&
+                 op.dw_bytes >= 0 && op.dw_master_bytes >= 0,
+             "memory chain: op '" + op.name + "' has a negative size");
+    if (op.block >= 0 && (i == 0 || !in_block_with(i, i - 1))) {
+      block_base = live;
+      block_first = i;
+    }
+    live += op.saved_bytes;
+    note_forward(i);
+    live += op.out_bytes;
+    note_forward(i);
+    if (op.block >= 0) {  // the block's own peak: before what this op's output replaces is freed
+      std::size_t last = i;
+      while (!last_of_block(last)) ++last;
+      block_transient[last] = std::max(block_transient[last], live - block_base);
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (lifetime[j] == ChainLifetime::next_op && j + static_cast<std::size_t>(std::max(1, ops[j].outlives)) == i)
+        live -= ops[j].out_bytes;
+    }
+    if (op.block >= 0 && last_of_block(i)) {
+      for (std::size_t j = block_first; j <= i; ++j) live -= recomputed[j];
+    }
+  }
+  // The forward ends: what only it held goes (the last op's output is the loss, kept for backward).
+  for (std::size_t i = 0; i < n; ++i) {
+    if (lifetime[i] == ChainLifetime::forward) live -= ops[i].out_bytes;
+  }
+  e.saved = live;
+  e.activation_peak = e.forward_peak;
+  // Backward, last op first: while op i runs, the tensors saved for ops 0..i are alive (a
+  // recomputed block's made again when backward reaches its last op).
+  double acts = 0;
+  for (std::size_t i = 0; i < n; ++i) acts += saved_for[i] - recomputed[i];
+  double received = n > 0 ? ops[n - 1].out_bytes : 0;  // the seed gradient, the size of the loss
+  auto note_backward = [&](double activations, double ws, const std::string& at) {
+    if (ws > e.workspace_peak) {
+      e.workspace_peak = ws;
+      e.workspace_peak_at = at;
+    }
+    e.activation_peak = std::max(e.activation_peak, activations);
+    if (activations + ws > e.backward_peak) {
+      e.backward_peak = activations + ws;
+      e.backward_peak_at = at;
+    }
+  };
+  for (std::size_t k = n; k-- > 0;) {
+    const ChainOp& op = ops[k];
+    if (last_of_block(k)) {
+      // The block runs again: its forward's own peak on top of what is live, with the gradient
+      // into it waiting; then what it saves stays for its backward. Its result, when its last op
+      // saves it for itself, is released first and made again (engine/core/autograd.h, checkpoint).
+      const double result = lifetime[k] == ChainLifetime::saved_self ? op.out_bytes : 0.0;
+      note_backward(acts - result + block_transient[k], received, op.name + " (recomputed)");
+      std::size_t first = k;
+      while (first > 0 && in_block_with(first - 1, k)) --first;
+      for (std::size_t j = first; j <= k; ++j) acts += recomputed[j];
+    }
+    // The op's own backward, then the casts of its weight gradients to the f32 masters.
+    const double during = received + op.scratch_bytes + op.dx_bytes + op.dw_bytes;
+    const double casting = op.dx_bytes + op.dw_bytes + op.dw_master_bytes;
+    for (double ws : {during, casting}) note_backward(acts, ws, op.name);
+    acts -= saved_for[k];
+    if (!op.passes_gradient) received = op.dx_bytes;
+    if (received == 0) break;  // nothing flows further back
+  }
+  return e;
+}
+
+TrainingMemoryEstimate estimate_training_memory(std::int64_t parameters, DType param_dtype, DType compute_dtype,
+                                                const std::string& optimizer, double momentum,
+                                                const std::vector<ChainOp>& chain) {
+  TL_CHECK(parameters > 0, fmt::format("memory: parameters must be > 0, got {}", parameters));
+  const StateBytes per = trainlab_state_bytes(optimizer, momentum);
+  const double p = static_cast<double>(parameters), scale = static_cast<double>(dtype_size(param_dtype)) / 4.0;
+  TrainingMemoryEstimate m;
+  m.parameters = p * per.param * scale;
+  m.gradients = p * per.grad * scale;
+  m.optimizer_state = p * per.moments * scale;
+  m.working_copies = compute_dtype != param_dtype ? p * static_cast<double>(dtype_size(compute_dtype)) : 0.0;
+  m.chain = estimate_chain(chain);
+  return m;
+}
+
+}  // namespace trainlab

@@ -1,0 +1,108 @@
+// Training memory, estimated (seed 003's accounting; issue 13's estimator, first part): persistent
+// model state per worker under ZeRO stages 0-3, from bytes per parameter for the parameters (q_p),
+// the gradients (q_g), a master copy and the optimiser's moments (q_o = master + moments).
+//
+//   stage 0: P (q_p + q_g + q_o)            every worker holds everything
+//   stage 1: P (q_p + q_g) + P q_o / W      optimiser state sharded
+//   stage 2: P q_p + P (q_g + q_o) / W      gradients too
+//   stage 3: P (q_p + q_g + q_o) / W        parameters too
+//
+// Activations, workspaces, gathered parameters, communication buffers and fragmentation are not in
+// it: it is one term of a peak-memory estimate, not a promise that a run fits.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/dtype.h"
+
+namespace trainlab {
+
+struct StateBytes {  // bytes per parameter; the defaults are seed 003's mixed-precision Adam
+  double param = 2, grad = 2, master = 4, moments = 8;
+  double optimizer() const { return master + moments; }
+};
+
+struct PersistentState {  // bytes per worker
+  double params = 0, grads = 0, optimizer = 0;
+  double total() const { return params + grads + optimizer; }
+};
+
+// Throws Error for parameters <= 0, workers < 1 or a stage outside 0..3, naming the value.
+PersistentState persistent_state(double parameters, int workers, int zero_stage, const StateBytes& bytes);
+
+// The bytes per parameter trainlab itself keeps for an optimiser ("sgd" with momentum, "adamw") at a
+// compute dtype: f32 parameters and gradients (under bf16/f16 autocast they are the f32 masters; the
+// low-precision working copies are transient and not counted here), no separate master, and the
+// optimiser's f32 moments (one for SGD with momentum > 0, two for AdamW).
+StateBytes trainlab_state_bytes(const std::string& optimizer, double momentum);
+
+// ---- activations and backward workspaces: a model's forward as a chain of ops ----
+//
+// A model that can describe itself (Module::memory_chain) lists the ops of its forward in order,
+// each with the tensors it allocates and how long they live, and what its backward allocates. The
+// estimate walks the chain: the forward's live activations after each allocation, then the
+// backward in reverse, where an op's saved tensors are freed once it has run and its workspace is
+// the gradient it received, the input gradient it makes and its transient weight gradients.
+enum class ChainLifetime {
+  next_op,     // freed once the next `outlives` ops' outputs exist (a C++ temporary lives to the
+               // end of its full expression: max_pool2d(relu(x)) holds relu's input through the pool)
+  saved_self,  // saved for this op's backward
+  saved_next,  // saved for the next op's backward (its input)
+  forward,     // held until the forward ends, then freed
+};
+
+struct ChainOp {
+  std::string name;
+  double out_bytes = 0;  // the output it allocates
+  ChainLifetime out_lifetime = ChainLifetime::next_op;
+  double saved_bytes = 0;  // other tensors it allocates and keeps for its backward (a pool's
+                           // workspace, an input cast to the compute dtype)
+  // Backward: the gradient it allocates for its input (0: the input needs none, or it passes the
+  // gradient it received on unchanged, as a bias add does: passes_gradient), other temporaries (a
+  // fused ReLU's masked gradient), the weight gradients it allocates (accumulated into the leaves
+  // and freed), and their f32 copies when the weights are cast from f32 masters.
+  double dx_bytes = 0;
+  bool passes_gradient = false;
+  double scratch_bytes = 0, dw_bytes = 0, dw_master_bytes = 0;
+  int outlives = 1;  // next_op: how many of the following ops' outputs appear before it is freed
+  // Recomputation (engine/core/autograd.h, checkpoint): consecutive ops with the same block >= 0 are one
+  // recomputed block. What they save is dropped when the block ends (its output and its input
+  // stay) and made again when backward reaches the block's last op.
+  int block = -1;
+};
+
+struct ChainEstimate {
+  double forward_peak = 0;     // activations, at most live at once during the forward
+  double activation_peak = 0;  // activations at most live at once in the step (recomputation in backward too)
+  double saved = 0;            // activations live when the forward ends (what backward needs)
+  double workspace_peak = 0;   // backward temporaries, at most live at once
+  double backward_peak = 0;    // activations + workspaces, at most live at once during backward
+  std::string forward_peak_at, workspace_peak_at, backward_peak_at;  // the op where each occurred
+};
+ChainEstimate estimate_chain(const std::vector<ChainOp>& ops);
+
+// What the estimate needs to know about a step.
+struct ChainShape {
+  std::int64_t batch = 0;
+  DType dtype = DType::f32;  // compute dtype (bf16/f16: autocast over f32 masters)
+  bool channels_last = false;
+};
+
+// The estimate of a training step's tensor memory by category (engine/instrument/memory_usage.h's names),
+// in bytes, from the parameter count, the optimiser and the model's chain.
+struct TrainingMemoryEstimate {
+  double parameters = 0, gradients = 0, optimizer_state = 0, working_copies = 0;
+  ChainEstimate chain;
+  double persistent() const { return parameters + gradients + optimizer_state + working_copies; }
+  // The step's peak: the persistent state plus the larger of the forward's and the backward's.
+  double peak() const { return persistent() + std::max(chain.forward_peak, chain.backward_peak); }
+  const char* peak_phase() const { return chain.backward_peak > chain.forward_peak ? "backward" : "forward"; }
+};
+TrainingMemoryEstimate estimate_training_memory(std::int64_t parameters, DType param_dtype, DType compute_dtype,
+                                                const std::string& optimizer, double momentum,
+                                                const std::vector<ChainOp>& chain);
+
+}  // namespace trainlab

@@ -1,0 +1,165 @@
+// Modules: named parameters with PyTorch state-dict names, the layers (Conv2d, Linear, ReLU,
+// MaxPool2d, Flatten) and Sequential. A model is a Module; SmallCNN (models/smallcnn/smallcnn.h) is one, and
+// a driver builds its own from these layers (studies/own_model_and_data).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/instrument/memory_model.h"
+#include "engine/core/ops.h"
+#include "engine/core/rng.h"
+#include "engine/core/state_dict.h"
+#include "engine/core/tensor.h"
+
+namespace trainlab {
+
+// Activation recomputation (`recompute`): none; the convolution blocks; every block. A model
+// marks its blocks with checkpoint() (engine/core/autograd.h); which blocks a level covers is its own.
+enum class Recompute { none, convs, all };
+const char* recompute_name(Recompute mode);  // "none", "convs", "all"
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  // The forward of a batch as it was delivered, computed in `layout` (the step's --layout): the
+  // default reorders the batch to `layout` first. A model that can read it where it lies overrides
+  // this (SmallCNN's fused inference blocks read an NCHW batch as it is).
+  virtual Tensor forward_in(const Tensor& x, MemoryFormat layout) { return forward(x.contiguous(layout)); }
+
+  // Every parameter, depth first in registration order, with dotted names ("conv1.weight").
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::int64_t num_parameters() const;
+  // The parameters, as PyTorch's state_dict() names them (SmallCNN has no buffers).
+  NamedTensors state_dict() const { return named_parameters(); }
+  // Copies values in. Strict: the names must match exactly, and each shape and dtype; the error
+  // names the offending tensor.
+  void load_state_dict(const NamedTensors& state);
+  void zero_grad(bool set_to_none = false);
+  void train(bool training = true);
+  // This model's forward as a chain of ops at a batch size, compute dtype and layout, for the
+  // memory estimate (engine/instrument/memory_model.h); the backend sizes its workspaces. Empty (the
+  // default): the model does not describe itself, and only its persistent state is estimated.
+  virtual std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const {
+    (void)shape;
+    (void)backend;
+    return {};
+  }
+  // The backend ops this model's forward runs (and so its backward), for the planner that asks the
+  // backend about each before the first step (engine/train/step.h): its own (declare_ops) and its
+  // children's, depth first.
+  std::set<BackendOp> ops_used() const;
+  void eval() { train(false); }
+  // The recomputation level. The default supports only none: a model without blocks marked for
+  // recomputation refuses the others, naming them.
+  virtual void set_recompute(Recompute mode);
+  virtual Recompute recompute() const { return Recompute::none; }
+  // Fusion (--fuse): each conv and linear with its bias and activation in one kernel call, and the
+  // backend's fused patterns (backends/fusion.h) wherever it runs them. The default hands it to
+  // every child; a model with a forward of its own keeps it too.
+  virtual void set_fused(bool fused);
+  // Analytic floating-point operations per sample (2 x the multiply-adds of the convolutions and
+  // matmuls): the forward, and for training the backward too, for GFLOP/s figures. 0: not said.
+  virtual double flop_per_sample(bool forward_only) const {
+    (void)forward_only;
+    return 0;
+  }
+  bool is_training() const { return training_; }
+
+ protected:
+  // The ops this module runs itself, beyond its children's: a layer's own, or the relu, add and
+  // pooling a custom forward calls directly. An op left undeclared is still refused by its kernel,
+  // with the same message, but only when the step reaches it.
+  virtual void declare_ops(std::set<BackendOp>& ops) const { (void)ops; }
+  Tensor& register_parameter(const std::string& name, Tensor tensor);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    children_.emplace_back(name, module);
+    return module;
+  }
+
+ private:
+  void collect(const std::string& prefix, NamedTensors& out) const;
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Where a layer's parameters live and how they are drawn.
+struct InitOptions {
+  Generator* generator;  // required
+  DType dtype = DType::f32;
+  Backend* backend = nullptr;  // nullptr: default_backend()
+};
+
+// PyTorch's default init for Conv2d and Linear: weight ~ kaiming_uniform(a = sqrt(5)), which is
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)); drawn
+// weight first, then bias, from the given generator.
+class Conv2d : public Module {
+ public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, std::int64_t stride,
+         std::int64_t padding, const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Conv2dOptions options;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::conv2d, BackendOp::bias_add}); }
+};
+
+class Linear : public Module {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::linear, BackendOp::bias_add}); }
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::relu); }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(std::int64_t kernel_size, std::int64_t stride = 0)
+      : options(Pool2dOptions::square(kernel_size, stride)) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
+  Pool2dOptions options;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::max_pool2d); }
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::elementwise); }  // the copy
+};
+
+// Children named "0", "1", ... as torch.nn.Sequential names them.
+class Sequential : public Module {
+ public:
+  Sequential& add(std::shared_ptr<Module> module);
+  Tensor forward(const Tensor& x) override;
+  std::size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+}  // namespace trainlab

@@ -1,0 +1,16 @@
+// The models `--model NAME` finds (engine/nn/model_registry.h): one line each. A new model is a
+// folder of its own under models/ (its Module, its ModelDef, a CMakeLists.txt naming its sources)
+// and its line here.
+#include "models/mlp/mlp.h"
+#include "models/smallcnn/smallcnn.h"
+
+namespace trainlab {
+namespace {
+
+const ModelRegistration registration{{
+    smallcnn_model(),
+    mlp_model(),
+}};
+
+}  // namespace
+}  // namespace trainlab
