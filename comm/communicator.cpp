@@ -16,8 +16,8 @@
 #include "backends/error.h"
 #include "comm/latency_allreduce.h"
 #include "comm/ring_allreduce.h"
-#include "engine/train/config.h"
 #include "engine/instrument/memory_usage.h"
+#include "engine/train/config.h"
 
 namespace trainlab::comm {
 

@@ -45,10 +45,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/core/tensor.h"
+#include "engine/optim/sharded_state.h"
 #include "engine/train/config.h"
 #include "engine/train/distributed.h"
-#include "engine/optim/sharded_state.h"
-#include "engine/core/tensor.h"
 
 namespace trainlab::comm {
 

@@ -14,9 +14,9 @@
 #include "engine/core/autograd.h"
 #include "engine/core/ops.h"
 #include "engine/core/rng.h"
-#include "models/smallcnn/smallcnn.h"
-#include "engine/data/synthetic_images.h"
 #include "engine/core/tensor.h"
+#include "engine/data/synthetic_images.h"
+#include "models/smallcnn/smallcnn.h"
 
 namespace trainlab::test {
 

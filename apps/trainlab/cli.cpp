@@ -15,20 +15,20 @@
 
 #include "backends/cpu/isa.h"
 #include "backends/registry.h"
+#include "bench/measure/grad_dump.h"
 #include "bench/measure/ledger.h"
+#include "bench/measure/memory_report.h"
 #include "bench/measure/run_record.h"
+#include "bench/measure/throughput.h"
 #include "comm/cost_model.h"
 #include "comm/run_training.h"
+#include "engine/instrument/memory_model.h"
+#include "engine/io/fileio.h"
+#include "engine/io/version.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
-#include "engine/io/fileio.h"
-#include "bench/measure/grad_dump.h"
-#include "engine/instrument/memory_model.h"
-#include "bench/measure/memory_report.h"
 #include "engine/train/resume.h"
-#include "bench/measure/throughput.h"
 #include "engine/train/trainer.h"
-#include "engine/io/version.h"
 #include "studies/allreduce/rows.h"
 
 namespace trainlab {
@@ -565,8 +565,8 @@ MemoryCommand add_memory(CLI::App& app) {
       "one training step measured by category next to the estimate");
   c.command->add_option("--config", c.options.config, "a train config (YAML) whose step to measure")
       ->check(CLI::ExistingFile);
-  for (const char* key : {"model", "model_options", "batch", "dtype", "layout", "fuse", "recompute", "backend",
-                          "threads"}) {
+  for (const char* key :
+       {"model", "model_options", "batch", "dtype", "layout", "fuse", "recompute", "backend", "threads"}) {
     const ConfigField& field = config_field(key);
     auto* option = c.command->add_option(field.flag, c.options.overrides[key],
                                          "with --config: " + field.help + " [" + field.allowed + "]");

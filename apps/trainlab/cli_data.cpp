@@ -9,8 +9,8 @@
 
 #include "backends/host_memory.h"
 #include "bench/measure/ledger.h"
-#include "engine/train/config.h"
 #include "engine/data/synthetic_images.h"
+#include "engine/train/config.h"
 
 namespace trainlab {
 

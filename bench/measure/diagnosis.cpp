@@ -7,9 +7,9 @@
 
 #include "backends/error.h"
 #include "backends/registry.h"
-#include "engine/train/checkpoint.h"
 #include "engine/data/loader.h"
 #include "engine/optim/optim.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/resume.h"
 
 namespace trainlab::bench {

@@ -18,7 +18,7 @@ const Tensor& find(const NamedTensors& tensors, const std::string& name, const s
 }  // namespace
 
 NamedTensors model_gradients(const NamedTensors& weights, const NamedTensors& batch, const GradDumpOptions& options,
-                                StepPlan* plan) {
+                             StepPlan* plan) {
   Backend& backend = get_backend(options.backend.empty() ? default_backend_name() : options.backend);
   const DType dtype = options.dtype;
   const std::string dtype_text = dtype_name(dtype);
@@ -28,9 +28,9 @@ NamedTensors model_gradients(const NamedTensors& weights, const NamedTensors& ba
 
   const Tensor& images = find(batch, "images", "batch");
   const Tensor& labels = find(batch, "labels", "batch");
-  TL_CHECK(images.dtype() == DType::f32 && images.dim() >= 2,
-           "batch: 'images' must be f32 [N, ...sample], got " + std::string(dtype_name(images.dtype())) + " " +
-               shape_str(images.shape()));
+  TL_CHECK(images.dtype() == DType::f32 && images.dim() >= 2, "batch: 'images' must be f32 [N, ...sample], got " +
+                                                                  std::string(dtype_name(images.dtype())) + " " +
+                                                                  shape_str(images.shape()));
   TL_CHECK(labels.dtype() == DType::i64 && labels.dim() == 1 && labels.size(0) == images.size(0),
            "batch: 'labels' must be i64 [" + std::to_string(images.size(0)) + "], got " +
                std::string(dtype_name(labels.dtype())) + " " + shape_str(labels.shape()));
@@ -43,8 +43,8 @@ NamedTensors model_gradients(const NamedTensors& weights, const NamedTensors& ba
   }
   input.sample = Shape(images.shape().begin() + 1, images.shape().end());
   Generator unused(0);  // the weights are loaded, not drawn
-  std::shared_ptr<Module> built = build_model(def, InitOptions{&unused, param_dtype, &backend}, input,
-                                              options.model_options);
+  std::shared_ptr<Module> built =
+      build_model(def, InitOptions{&unused, param_dtype, &backend}, input, options.model_options);
   Module& model = *built;
   model.set_fused(options.fuse);
   StepOptions planned;

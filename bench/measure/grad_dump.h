@@ -5,9 +5,9 @@
 #include <string>
 
 #include "engine/core/state_dict.h"
+#include "engine/core/tensor.h"
 #include "engine/nn/model_registry.h"
 #include "engine/train/step.h"
-#include "engine/core/tensor.h"
 
 namespace trainlab::bench {
 
@@ -27,7 +27,7 @@ struct GradDumpOptions {
 // combination the backend cannot run is refused before any work (the planner, engine/train/step.h), and
 // `plan`, when given, receives what ran natively and what was emulated.
 NamedTensors model_gradients(const NamedTensors& weights, const NamedTensors& batch, const GradDumpOptions& options,
-                                StepPlan* plan = nullptr);
+                             StepPlan* plan = nullptr);
 
 // The same, reading and writing safetensors files (the output is written atomically; its metadata
 // says what was emulated, under "emulated", "" when nothing was).

@@ -8,8 +8,8 @@
 #include "backends/registry.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
-#include "engine/data/loader.h"
 #include "engine/data/disk_dataset.h"
+#include "engine/data/loader.h"
 #include "engine/train/trainer.h"
 
 namespace trainlab::bench {

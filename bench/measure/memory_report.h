@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/train/config.h"
 #include "engine/instrument/memory_model.h"
 #include "engine/instrument/memory_usage.h"
+#include "engine/train/config.h"
 #include "engine/train/task.h"
 
 namespace trainlab::bench {

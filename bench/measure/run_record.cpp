@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "backends/registry.h"
-#include "engine/train/config.h"
 #include "engine/data/disk_dataset.h"
+#include "engine/train/config.h"
 
 namespace trainlab::bench {
 

@@ -11,12 +11,12 @@
 
 #include "backends/host_memory.h"
 #include "backends/registry.h"
+#include "engine/data/synthetic_images.h"
 #include "engine/instrument/profiler.h"
+#include "engine/io/version.h"
 #include "engine/train/run.h"
 #include "engine/train/step.h"
-#include "engine/data/synthetic_images.h"
 #include "engine/train/task.h"
-#include "engine/io/version.h"
 
 namespace trainlab::bench {
 

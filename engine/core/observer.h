@@ -1,7 +1,7 @@
 // The engine core (tensor, autograd, autocast, the ops) and what watches it. The core emits
-// events; memory accounting (engine/instrument/memory_usage.h), the precision audit (engine/instrument/precision_audit.h)
-// and the profiler (engine/instrument/profiler.h) subscribe to them, so the core includes none of them
-// (tests/check_layers.py checks it). A subscriber registers once for the process's lifetime (the
+// events; memory accounting (engine/instrument/memory_usage.h), the precision audit
+// (engine/instrument/precision_audit.h) and the profiler (engine/instrument/profiler.h) subscribe to them, so the core
+// includes none of them (tests/check_layers.py checks it). A subscriber registers once for the process's lifetime (the
 // three above do when libtrainlab loads); with nothing to do it costs a virtual call per event.
 //
 //   allocation  a storage was allocated, freed, or given a role the core knows (a gradient, a

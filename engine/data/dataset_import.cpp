@@ -11,8 +11,8 @@
 #include <set>
 
 #include "backends/error.h"
-#include "engine/io/fileio.h"
 #include "engine/data/image_codec.h"
+#include "engine/io/fileio.h"
 
 namespace trainlab {
 

@@ -18,9 +18,9 @@
 #include <optional>
 #include <set>
 
+#include "engine/core/rng.h"
 #include "engine/io/fields.h"
 #include "engine/io/fileio.h"
-#include "engine/core/rng.h"
 #include "engine/io/version.h"
 
 namespace trainlab {

@@ -6,9 +6,9 @@
 #include <numbers>
 #include <utility>
 
+#include "engine/core/rng.h"
 #include "engine/instrument/memory_usage.h"
 #include "engine/instrument/profiler.h"
-#include "engine/core/rng.h"
 
 namespace trainlab {
 

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/data/dataset.h"
 #include "engine/core/state_dict.h"
 #include "engine/core/tensor.h"
+#include "engine/data/dataset.h"
 
 namespace trainlab {
 

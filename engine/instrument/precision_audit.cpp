@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/instrument/memory_usage.h"
 #include "engine/core/observer.h"
+#include "engine/instrument/memory_usage.h"
 
 namespace trainlab {
 

@@ -103,8 +103,8 @@ std::string model_options_text(const ModelOptions& options) {
 
 void check_model_keys(const ModelDef& model, const ModelOptions& options) {
   for (const auto& [key, value] : options) {
-    TL_CHECK(find_key(model, key) != nullptr, "model '" + model.name + "' has no key '" + key +
-                                                  "' (its keys: " + keys_text(model) + ")");
+    TL_CHECK(find_key(model, key) != nullptr,
+             "model '" + model.name + "' has no key '" + key + "' (its keys: " + keys_text(model) + ")");
   }
 }
 
@@ -115,8 +115,8 @@ std::int64_t model_option_int(const ModelDef& model, const ModelOptions& options
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   TL_CHECK(ec == std::errc() && ptr == end && !text.empty() && value >= lo && value <= hi,
-           "invalid value " + quote_value(text) + " for model key " + key + " (allowed: " + std::to_string(lo) +
-               ".." + std::to_string(hi) + ")");
+           "invalid value " + quote_value(text) + " for model key " + key + " (allowed: " + std::to_string(lo) + ".." +
+               std::to_string(hi) + ")");
   return value;
 }
 

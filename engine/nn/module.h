@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/instrument/memory_model.h"
 #include "engine/core/ops.h"
 #include "engine/core/rng.h"
 #include "engine/core/state_dict.h"
 #include "engine/core/tensor.h"
+#include "engine/instrument/memory_model.h"
 
 namespace trainlab {
 

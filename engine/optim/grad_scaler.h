@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "engine/optim/optim.h"
 #include "engine/core/state_dict.h"
 #include "engine/core/tensor.h"
+#include "engine/optim/optim.h"
 
 namespace trainlab {
 

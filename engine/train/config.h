@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "backends/dtype.h"
-#include "engine/data/disk_dataset.h"
-#include "engine/train/distributed.h"
-#include "engine/nn/model_registry.h"
-#include "engine/nn/module.h"
 #include "engine/core/state_dict.h"
 #include "engine/core/tensor.h"
+#include "engine/data/disk_dataset.h"
+#include "engine/nn/model_registry.h"
+#include "engine/nn/module.h"
+#include "engine/train/distributed.h"
 
 namespace trainlab {
 

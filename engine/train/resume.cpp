@@ -121,7 +121,8 @@ void validate_checkpoint(const Checkpoint& checkpoint, const std::string& dir) {
   TrainTask task;
   const ModelDef* def = nullptr;
   for (const ModelDef* registered : registered_models()) {
-    if (model.empty() ? registered->name == config.model.name : (registered->title == model || registered->name == model))
+    if (model.empty() ? registered->name == config.model.name
+                      : (registered->title == model || registered->name == model))
       def = registered;
   }
   if (def != nullptr) {

@@ -11,12 +11,12 @@
 
 #include <memory>
 
+#include "engine/core/rng.h"
+#include "engine/nn/module.h"
+#include "engine/optim/grad_scaler.h"
+#include "engine/optim/optim.h"
 #include "engine/train/config.h"
 #include "engine/train/distributed.h"
-#include "engine/optim/grad_scaler.h"
-#include "engine/nn/module.h"
-#include "engine/optim/optim.h"
-#include "engine/core/rng.h"
 #include "engine/train/step.h"
 #include "engine/train/task.h"
 

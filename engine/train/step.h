@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "engine/data/loader.h"
-#include "engine/train/distributed.h"
-#include "engine/optim/grad_scaler.h"
 #include "engine/nn/module.h"
+#include "engine/optim/grad_scaler.h"
 #include "engine/optim/optim.h"
+#include "engine/train/distributed.h"
 #include "engine/train/step_graph.h"
 
 namespace trainlab {

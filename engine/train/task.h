@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
-#include "engine/train/config.h"
 #include "engine/data/dataset.h"
 #include "engine/nn/module.h"
+#include "engine/train/config.h"
 
 namespace trainlab {
 

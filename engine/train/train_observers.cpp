@@ -11,8 +11,8 @@
 #include "engine/instrument/precision_audit.h"
 #include "engine/instrument/profiler.h"
 #include "engine/instrument/trace.h"
-#include "engine/train/trainer.h"
 #include "engine/io/version.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab {
 

@@ -9,13 +9,13 @@
 #include "backends/device_selection.h"
 #include "backends/registry.h"
 #include "engine/core/autograd.h"
-#include "engine/train/checkpoint.h"
-#include "engine/io/fileio.h"
 #include "engine/instrument/profiler.h"
-#include "engine/train/resume.h"
 #include "engine/instrument/trace.h"
-#include "engine/train/train_observers.h"
+#include "engine/io/fileio.h"
 #include "engine/io/version.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/resume.h"
+#include "engine/train/train_observers.h"
 
 namespace trainlab {
 
@@ -95,8 +95,7 @@ StopRule accuracy_at_least(double target, int consecutive) {
   return rule;
 }
 
-Trainer::Trainer(const TrainConfig& config, DataParallel* parallel)
-    : Trainer(config, model_task(config), parallel) {}
+Trainer::Trainer(const TrainConfig& config, DataParallel* parallel) : Trainer(config, model_task(config), parallel) {}
 
 Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parallel)
     : config_(config), task_(std::move(task)), parallel_(parallel), generator_(config.seed) {

@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/train/config.h"
 #include "engine/data/loader.h"
-#include "engine/train/distributed.h"
-#include "engine/optim/grad_scaler.h"
 #include "engine/instrument/memory_usage.h"
-#include "engine/nn/module.h"
-#include "engine/optim/optim.h"
 #include "engine/instrument/precision_audit.h"
+#include "engine/nn/module.h"
+#include "engine/optim/grad_scaler.h"
+#include "engine/optim/optim.h"
+#include "engine/train/config.h"
+#include "engine/train/distributed.h"
 #include "engine/train/run.h"
 #include "engine/train/step.h"
 #include "engine/train/task.h"

@@ -1,8 +1,8 @@
 #include "models/smallcnn/smallcnn.h"
 
 #include <cmath>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "engine/core/autocast.h"
@@ -246,8 +246,8 @@ namespace trainlab {
 namespace {
 
 SmallCNNShape shape_for(const ModelInput& input) {
-  TL_CHECK(input.sample.size() == 3, "SmallCNN takes images [C, H, W], not samples of shape " +
-                                         shape_str(input.sample));
+  TL_CHECK(input.sample.size() == 3,
+           "SmallCNN takes images [C, H, W], not samples of shape " + shape_str(input.sample));
   return SmallCNNShape{input.sample[0], input.sample[1], input.sample[2], input.classes};
 }
 

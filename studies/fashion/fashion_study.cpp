@@ -14,8 +14,8 @@
 #include "bench/measure/stats.h"
 #include "engine/data/dataset_import.h"
 #include "engine/data/disk_dataset.h"
-#include "engine/io/fileio.h"
 #include "engine/data/image_codec.h"
+#include "engine/io/fileio.h"
 #include "engine/train/task.h"
 #include "engine/train/trainer.h"
 

@@ -13,10 +13,10 @@
 #include "backends/registry.h"
 #include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
-#include "engine/train/config.h"
 #include "engine/instrument/profiler.h"
-#include "engine/train/trainer.h"
 #include "engine/io/yaml_file.h"
+#include "engine/train/config.h"
+#include "engine/train/trainer.h"
 
 namespace trainlab::bench {
 

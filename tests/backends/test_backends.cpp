@@ -18,11 +18,11 @@
 #include "backends/cpu/simd.h"
 #include "backends/device_selection.h"
 #include "backends/registry.h"
+#include "bench/measure/throughput.h"
 #include "engine/core/autocast.h"
 #include "engine/optim/optim.h"
-#include "models/smallcnn/smallcnn.h"
 #include "engine/train/step.h"
-#include "bench/measure/throughput.h"
+#include "models/smallcnn/smallcnn.h"
 #include "test_util.h"
 
 using namespace trainlab;

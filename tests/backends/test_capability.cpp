@@ -13,9 +13,9 @@
 #include "backends/cpu/simd.h"
 #include "backends/registry.h"
 #include "engine/optim/optim.h"
-#include "models/smallcnn/smallcnn.h"
 #include "engine/train/step.h"
 #include "engine/train/trainer.h"
+#include "models/smallcnn/smallcnn.h"
 #include "test_util.h"
 
 using namespace trainlab;

@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/train/checkpoint.h"
 #include "engine/io/fileio.h"
 #include "engine/io/safetensors.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "test_util.h"
 

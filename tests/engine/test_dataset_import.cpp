@@ -13,11 +13,11 @@
 
 #include "engine/data/dataset_import.h"
 #include "engine/data/disk_dataset.h"
-#include "engine/io/fileio.h"
 #include "engine/data/image_codec.h"
-#include "models/smallcnn/smallcnn.h"
+#include "engine/io/fileio.h"
 #include "engine/train/task.h"
 #include "engine/train/trainer.h"
+#include "models/smallcnn/smallcnn.h"
 #include "test_util.h"
 
 using namespace trainlab;

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/data/loader.h"
 #include "engine/data/disk_dataset.h"
-#include "engine/io/fileio.h"
 #include "engine/data/image_codec.h"
+#include "engine/data/loader.h"
+#include "engine/io/fileio.h"
 #include "test_util.h"
 
 using namespace trainlab;

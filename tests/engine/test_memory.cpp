@@ -13,13 +13,13 @@
 #include "engine/train/trainer.h"
 
 using namespace trainlab;
-using trainlab::bench::measure_throughput;
-using trainlab::bench::ThroughputConfig;
-using trainlab::bench::ThroughputResult;
 using trainlab::bench::measure_step_memory;
+using trainlab::bench::measure_throughput;
 using trainlab::bench::step_memory_table;
 using trainlab::bench::StepMemoryReport;
 using trainlab::bench::throughput_json;
+using trainlab::bench::ThroughputConfig;
+using trainlab::bench::ThroughputResult;
 
 namespace {
 

@@ -59,14 +59,17 @@ TEST_CASE("models: options are key=value, each key the model's own, each value i
   CHECK(error_of([] { parse_model_options("hidden"); }).find("'hidden' is not key=value") != std::string::npos);
   CHECK(error_of([] { parse_model_options("a=1,a=2"); }).find("'a' given twice") != std::string::npos);
   CHECK(error_of([] { parse_model_options("=3"); }).find("not key=value") != std::string::npos);
-  CHECK(error_of([] { check_model_keys(find_model("smallcnn"), {{"depth", "3"}}); })
-            .find("model 'smallcnn' has no key 'depth' (its keys: none)") != std::string::npos);
+  CHECK(error_of([] {
+          check_model_keys(find_model("smallcnn"), {{"depth", "3"}});
+        }).find("model 'smallcnn' has no key 'depth' (its keys: none)") != std::string::npos);
   const ModelDef& mlp = find_model("mlp");
   CHECK(model_option_int(mlp, {}, "hidden", 1, 65536) == 128);
-  CHECK(error_of([&] { model_option_int(mlp, {{"hidden", "0"}}, "hidden", 1, 65536); })
-            .find("invalid value '0' for model key hidden (allowed: 1..65536)") != std::string::npos);
-  CHECK(error_of([&] { model_option_int(mlp, {{"hidden", "8x"}}, "hidden", 1, 65536); }).find("'8x'") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          model_option_int(mlp, {{"hidden", "0"}}, "hidden", 1, 65536);
+        }).find("invalid value '0' for model key hidden (allowed: 1..65536)") != std::string::npos);
+  CHECK(error_of([&] {
+          model_option_int(mlp, {{"hidden", "8x"}}, "hidden", 1, 65536);
+        }).find("'8x'") != std::string::npos);
 }
 
 TEST_CASE("models: a model that cannot take the data's shape is refused before any work", "[models]") {
@@ -76,8 +79,7 @@ TEST_CASE("models: a model that cannot take the data's shape is refused before a
   const std::string small = error_of([&] { build_model(cnn, init, ModelInput{{3, 2, 2}, 10}, {}); });
   CHECK(small.find("model 'smallcnn' for input 3x2x2, 10 classes") != std::string::npos);
   CHECK(small.find("height and width 4..4096") != std::string::npos);
-  CHECK(error_of([&] { build_model(cnn, init, ModelInput{{32, 32}, 10}, {}); }).find("[C, H, W]") !=
-        std::string::npos);
+  CHECK(error_of([&] { build_model(cnn, init, ModelInput{{32, 32}, 10}, {}); }).find("[C, H, W]") != std::string::npos);
   TrainConfig c = mlp_config();
   c.model.options = {{"hidden", "-1"}};
   CHECK(error_of([&] { (void)model_task(c); }).find("SyntheticImages: model 'mlp'") != std::string::npos);
@@ -93,8 +95,9 @@ TEST_CASE("models: the config keys model and model_options round-trip through te
   apply_config_value(c, "model_options", "hidden=64", "--model-options");
   CHECK(c.model.options == ModelOptions{{"hidden", "64"}});
   CHECK(config_field("model_options").get(c) == "hidden=64");
-  CHECK(error_of([&] { apply_config_value(c, "model", "vgg", "--model"); })
-            .find("--model: invalid value 'vgg' for model (allowed: smallcnn | mlp)") != std::string::npos);
+  CHECK(error_of([&] {
+          apply_config_value(c, "model", "vgg", "--model");
+        }).find("--model: invalid value 'vgg' for model (allowed: smallcnn | mlp)") != std::string::npos);
 }
 
 TEST_CASE("models: a registered model trains, checkpoints and resumes by name", "[models]") {

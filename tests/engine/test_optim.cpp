@@ -5,10 +5,10 @@
 
 #include "engine/core/autocast.h"
 #include "engine/core/autograd.h"
-#include "engine/nn/module.h"
 #include "engine/core/ops.h"
-#include "engine/optim/optim.h"
 #include "engine/core/rng.h"
+#include "engine/nn/module.h"
+#include "engine/optim/optim.h"
 #include "engine/optim/sharded_state.h"
 #include "test_util.h"
 

@@ -13,12 +13,12 @@
 #include <limits>
 #include <thread>
 
-#include "engine/train/checkpoint.h"
-#include "engine/train/config.h"
 #include "engine/io/fileio.h"
 #include "engine/io/safetensors.h"
-#include "engine/train/trainer.h"
 #include "engine/io/yaml_file.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/config.h"
+#include "engine/train/trainer.h"
 #include "test_util.h"
 
 using namespace trainlab;

@@ -6,8 +6,8 @@
 #include <set>
 
 #include "backends/registry.h"
-#include "engine/train/checkpoint.h"
 #include "engine/instrument/profiler.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "test_util.h"
 

@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "backends/registry.h"
-#include "engine/train/checkpoint.h"
 #include "engine/io/fileio.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/resume.h"
 #include "engine/train/trainer.h"
 #include "fuzz_util.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "engine/data/disk_dataset.h"
-#include "engine/io/fileio.h"
 #include "engine/data/synthetic_images.h"
+#include "engine/io/fileio.h"
 #include "fuzz_util.h"
 
 namespace {
