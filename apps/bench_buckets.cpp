@@ -1,6 +1,7 @@
 // bench_buckets: a gradient buffer all-reduced in buckets, for each bucket size of a sweep,
 // measured beside the alpha-beta model fitted in the same run (seed 001, part f).
 //   scripts/mpirun -np 2 build/bin/bench_buckets                 # SmallCNN's gradient (~4.3 MB)
+//   scripts/mpirun -np 2 build/bin/bench_buckets --model mlp     # a registered model's gradient
 //   scripts/mpirun -np 4 build/bin/bench_buckets --params 25e6   # a larger model
 // First the fit: single all-reduces at every bucket size and at the whole buffer, fitted with
 // T(S) = 2(P-1) alpha + 2(P-1)/P S/B (one line, or two regimes when one line fits poorly). Then the
@@ -10,6 +11,7 @@
 // excluded. The ideal is the fitted bandwidth term of the whole buffer (no latency at all); the
 // seed's rule picks the smallest bucket within 15% of it.
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "comm/mpi_communicator.h"
 #include "studies/buckets/buckets_study.h"
 
@@ -20,9 +22,14 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_buckets: a gradient buffer all-reduced in buckets, measured beside the fitted alpha-beta model",
                "bench_buckets"};
   bench::BucketsOptions o;
+  const ModelFlags model_flags = add_model_options(
+      app, o.model, "the model whose gradient is all-reduced: its parameter count at its default input");
   app.add_option("--params", o.params,
-                 "gradient elements (e.g. 25e6; default: SmallCNN's parameter count, about 4.3 MB in f32)")
-      ->check(FiniteRange(1.0, 4e9));
+                 "gradient elements (e.g. 25e6), instead of --model's parameter count (SmallCNN's by default, about "
+                 "4.3 MB in f32)")
+      ->check(FiniteRange(1.0, 4e9))
+      ->excludes(model_flags.model)
+      ->excludes(model_flags.options);
   app.add_option("--buckets", o.buckets_spec, "bucket sizes in bytes: LO..HI in powers of two, or a list (64K,1M)")
       ->capture_default_str();
   app.add_option("--dtype", o.dtype_name, "f32 | bf16 | f16")

@@ -1,17 +1,21 @@
 // bench_ladder: the optimisation ladder (a thin main over the bench library).
 //   bench_ladder --plan                      the baseline's profile and which rung it points to
-//   bench_ladder --device cpu --repeats 3 [--calibrate] [--quick] [--trace] [--data DIR]
+//   bench_ladder --device cpu --repeats 3 [--calibrate] [--quick] [--trace] [--data DIR] [--model NAME]
 // Rows go to results/ledger_<device>.jsonl; REPORT.md is regenerated from the ledger afterwards.
+// --model (and --model-options) replace the ladder file's model for every rung; a rung whose knob does
+// nothing for that model (channels_last for an MLP) is skipped with the reason, never failed.
 #include <cstdio>
 #include <iostream>
 
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/measure/data_source.h"
 #include "bench/measure/ledger.h"
 #include "bench/report/report.h"
 #include "engine/io/fileio.h"
+#include "engine/train/task.h"
 #include "studies/ladder/ladder.h"
 #include "studies/registry.h"
 
@@ -31,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--data", data,
                  "a data set on disk (trainlab make-dataset) for every rung instead of the ladder file's (its data: "
                  "key, else SyntheticImages with decode_cost); its decoding is then the data wait");
+  ModelConfig model;
+  const ModelFlags model_flags = add_model_options(
+      app, model, "the model every rung trains, in place of the ladder file's (its model: key, else smallcnn)");
   app.add_option("--ledger", ledger_path, "ledger file (default results/ledger_<device>.jsonl)");
   app.add_option("--report", report_path, "REPORT.md to regenerate after the run");
   app.add_flag("--no-report", no_report, "do not regenerate the report");
@@ -38,11 +45,14 @@ int main(int argc, char** argv) {
   try {
     if (config_path.empty()) config_path = "configs/ladder_" + device + ".yaml";
     bench::LadderSpec spec = bench::load_ladder(config_path);
+    if (model_flags.given()) bench::use_model(spec.base, model);
     if (!data.empty()) {
       bench::use_data_set(spec.base, data);
       bench::data_source_of_dir(data);  // a directory that is not a data set is named now
-      bench::rung_configs(spec);        // every rung still a valid config
     }
+    // Every rung still a valid config, and the model built for the data (its keys' values, the data's
+    // sample shape), refused now rather than as a failed row per rung.
+    if (model_flags.given() || !data.empty()) (void)model_task(bench::rung_configs(spec).front());
     TL_CHECK(spec.device == device, config_path + " is the '" + spec.device + "' ladder, not '" + device + "'");
     if (device == "cuda") {
       bool any = false;

@@ -5,8 +5,10 @@
 // each run's time the slowest rank's. Prints seed 000's two tables, the communication fraction by
 // the paired no_sync comparison (repeated, with its spread, flagged when unusable), the
 // decode-cost-0 ablation, DDP's overlap, the per-rank step-time distribution naming the slowest
-// rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's. Every run is a ledger row.
+// rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's (SmallCNN only: the peer's model).
+// --model NAME trains another registered model in every run. Every run is a ledger row.
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "comm/mpi_communicator.h"
 #include "studies/scaling/scaling_study.h"
 
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_scaling: weak and strong scaling of DDP training at world sizes 1, 2 and 4", "bench_scaling"};
   bench::ScalingOptions o;
   o.peer_script = std::string(TRAINLAB_SOURCE_DIR) + "/bench/peers/torch_ddp.py";
+  add_model_options(app, o.model, "the model every run trains (the PyTorch DDP peer runs beside SmallCNN only)");
   app.add_option("--worlds", o.worlds, "world sizes, at most the launched ranks")->capture_default_str();
   app.add_option("--repeats", o.repeats, "repeats per configuration, interleaved")->check(FiniteRange(1, 100));
   app.add_option("--batch", o.batch, "weak scaling: per-worker batch")->check(FiniteRange(1, 65536));

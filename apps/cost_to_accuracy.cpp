@@ -1,6 +1,6 @@
 // cost_to_accuracy: the cost-to-accuracy study (seed 000), what it costs to reach a model this good.
 //
-//   build/bin/cost_to_accuracy --rate 0.35 [--config configs/cost_cpu.yaml] [--quick]
+//   build/bin/cost_to_accuracy --rate 0.35 [--config configs/cost_cpu.yaml] [--quick] [--model NAME]
 //                              [--data DIR] [--target 0.87] [--scaling-ledger results/ledger_cpu.jsonl]
 //
 // The study is studies/cost_to_accuracy/ (cost_driver.cpp: each configuration trained from scratch
@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "studies/cost_to_accuracy/cost_study.h"
 
 using namespace trainlab;
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
                  "the held-out accuracy to reach, in (0, 1] (default: the study file's; a real data set needs its own, "
                  "chosen from a pilot run)")
       ->check(FiniteRange(1e-9, 1.0));
+  const ModelFlags model_flags = add_model_options(
+      app, o.model,
+      "the model every configuration trains, in place of the study file's (its model: key, else smallcnn); a "
+      "target is a property of the model too");
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<device>.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   app.add_option("--scaling-ledger", o.scaling_ledger,
@@ -48,5 +53,6 @@ int main(int argc, char** argv) {
                  "There is no default: a made-up price would make up the cost this study exists to measure\n");
     return 2;
   }
+  o.model_given = model_flags.given();
   return bench::run_cost_study(o);
 }

@@ -10,13 +10,15 @@
 //   shards-png          the same shards with an expensive codec (zlib inflate in every sample)
 //   files-raw           one small file per sample (an open, a read and a close per sample)
 // Every round measures every arm in turn (interleaved): the loader alone (cold page cache unless
-// --warm), then SmallCNN trained on it for the measured steps after a warm-up. Each measurement
+// --warm), then the model (--model; SmallCNN by default) trained on it for the measured steps after a
+// warm-up. Each measurement
 // is a ledger row ("dataset_study_repeat"); the table gives medians (min-max), each arm's effect
 // against shards-raw in percent and in units of the noise floor, and whether it is separable.
 #include <filesystem>
 #include <iostream>
 
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "backends/error.h"
 #include "studies/dataset/driver.h"
 
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--loader-samples", o.loader_samples, "samples the loader alone is timed over [64..10000000]")
       ->capture_default_str()
       ->check(FiniteRange(std::int64_t{64}, std::int64_t{10000000}));
+  add_model_options(app, o.model, "the model the training steps train on each arm");
   app.add_option("--backend", o.backend, "the training step's backend (default: the best CPU backend)");
   app.add_option("--threads", o.threads, "the training step's compute threads (0: all cores)")
       ->check(FiniteRange(0, 1024));

@@ -1,20 +1,23 @@
-// The Fashion-MNIST study (issue 26, `make fashion`): SmallCNN trained on real data by trainlab and
-// by PyTorch, side by side, against the published two-convolution baselines.
+// The Fashion-MNIST study (issue 26, `make fashion`): SmallCNN (or --model's model) trained on real
+// data by trainlab and by PyTorch, side by side, against the published two-convolution baselines.
 //
 //   build/bin/fashion_study [--source DIR] [--data DIR] [--epochs 3] [--seeds 3] [--batch 64]
 //                           [--lr 0.05] [--momentum 0.9] [--threads 2] [--workers 1] [--no-peer]
-//                           [--ledger FILE | --no-ledger]
+//                           [--model NAME] [--ledger FILE | --no-ledger]
 //
 // The IDX files (Debian's dataset-fashion-mnist: /usr/share/datasets/fashion-mnist) are imported
 // once into --data (raw pixels; reused while it is an import of --source). Then for each seed,
-// trainlab trains SmallCNN (built for 1x28x28, 10 classes) and bench/peers/torch_fashion.py trains
+// trainlab trains the model (built for 1x28x28, 10 classes) and bench/peers/torch_fashion.py trains
 // the same model in PyTorch (its fastest layout, probed first) with the same hyperparameters,
-// initialisation scheme, batch rule and epochs; each run is a ledger row ("fashion_run"). The table:
-// test accuracy (median, min-max over seeds) and samples/s for both, the published baselines.
+// initialisation scheme, batch rule and epochs; each run is a ledger row ("fashion_run"). The peer's
+// model is SmallCNN: with another --model, trainlab runs alone and the study says the peer was
+// skipped and why. The table: test accuracy (median, min-max over seeds) and samples/s for both, the
+// published baselines.
 #include <filesystem>
 #include <iostream>
 
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "backends/error.h"
 #include "studies/fashion/fashion_study.h"
 
@@ -22,8 +25,12 @@ using namespace trainlab;
 using namespace trainlab::bench;
 
 int main(int argc, char** argv) {
-  CLI::App app{"fashion_study: SmallCNN on Fashion-MNIST, trainlab and PyTorch side by side", "fashion_study"};
+  CLI::App app{"fashion_study: SmallCNN (or --model's model) on Fashion-MNIST, trainlab and PyTorch side by side",
+               "fashion_study"};
   FashionStudyOptions o;
+  add_model_options(app, o.model,
+                    "the model trainlab trains (the PyTorch peer trains SmallCNN only: with another model, trainlab "
+                    "runs alone)");
   app.add_option("--source", o.source, "the IDX files' directory")->capture_default_str();
   app.add_option("--data", o.data, "the imported data set (made when missing)")->capture_default_str();
   app.add_option("--readme", o.readme, "Fashion-MNIST's README, for the published baselines")->capture_default_str();
@@ -51,7 +58,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "trainlab's backend (default: the best CPU backend)");
   app.add_option("--python", o.python, "the interpreter with PyTorch")->capture_default_str();
   app.add_option("--peer", o.peer_script, "the PyTorch peer script")->capture_default_str();
-  app.add_flag("--no-peer", o.no_peer, "trainlab only");
+  app.add_flag("--no-peer", o.no_peer, "trainlab only (as with any --model but SmallCNN)");
   app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "write no ledger rows");
   if (const auto status = parse_command_line(app, argc, argv, "fashion_study")) return *status;

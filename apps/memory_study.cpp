@@ -2,7 +2,7 @@
 // rank, and what it costs in step time.
 //
 //   scripts/mpirun -np 2 build/bin/memory_study [--batches 32,128,512] [--recompute none,convs,all]
-//                                               [--zero 0,1] [--repeats 7] [--quick]
+//                                               [--zero 0,1] [--repeats 7] [--quick] [--model NAME]
 //
 // Every arm (batch x recompute x zero) is a short DDP training run over the launched ranks: warm-up
 // steps excluded, then the measured steps, the tensor memory of each rank by category (the engine's
@@ -10,8 +10,10 @@
 // interleaved across arms; the control arm (the middle batch, recompute none, zero 0) runs twice per
 // round, and the gap between its two copies is the noise floor. Every repeat is a ledger row
 // ("memory_repeat"); the tables come from those rows (studies/memory/memory_study.h), here and in
-// bench_report.
+// bench_report. Every arm trains --model (SmallCNN by default); the recompute levels the model marks no
+// blocks for are left out of the default list (and refused when --recompute names them).
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "comm/mpi_communicator.h"
 #include "studies/memory/driver.h"
 
@@ -23,8 +25,10 @@ int main(int argc, char** argv) {
   CLI::App app{"memory_study: batch x recompute x ZeRO stage, memory per rank by category and step time, interleaved",
                "memory_study"};
   MemoryOptions o;
+  add_model_options(app, o.model, "the model every arm trains");
   app.add_option("--batches", o.batches, "global batch sizes (each split over the ranks)")->capture_default_str();
-  app.add_option("--recompute", o.recompute, "recompute levels: none, convs, all")->capture_default_str();
+  app.add_option("--recompute", o.recompute, "recompute levels: none, convs, all (by default, those the model takes)")
+      ->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stages: 0, 1")->capture_default_str();
   app.add_option("--repeats", o.repeats, "repeats per arm, interleaved")
       ->capture_default_str()
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "memory_study")) return *status;
+  o.recompute_given = app.count("--recompute") > 0;
   if (o.quick) {  // the smoke run's sizes, where not given explicitly
     if (app.count("--batches") == 0) o.batches = "32,128";
     if (app.count("--recompute") == 0) o.recompute = "none,convs";

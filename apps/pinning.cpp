@@ -1,7 +1,7 @@
 // The CPU pinning study (seed 000): does confining training and its loader workers to cores help,
 // and does the effect survive its own noise floor?
 //
-//   build/bin/pinning [--repeats 7] [--contend N] [--quick]
+//   build/bin/pinning [--repeats 7] [--contend N] [--quick] [--model NAME]
 //
 // Five arms (studies/pinning/pinning_study.h): default twice (calibration A and B), threads_capped,
 // pinned_split and pinned_half_shared, on a workload where loader work competes with compute
@@ -11,11 +11,13 @@
 // the loader workers are confined by the trainer's worker hook, and every thread's mask is read
 // back during the measured steps and recorded. With --contend N the same rounds also run with N
 // busy threads of unpinned background load, so one command shows the quiet and the contended
-// machine side by side, each with its own noise floor.
+// machine side by side, each with its own noise floor. The workload trains --model (SmallCNN by
+// default); each child is started with the same --model and --model-options.
 #include <cstdio>
 #include <exception>
 
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "engine/io/fileio.h"
 #include "studies/pinning/driver.h"
 
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--contend", o.contend, "also run every round with N busy threads of unpinned background load")
       ->check(FiniteRange(0, 1024));
   app.add_flag("--quick", o.quick, "3 repeats of 10 measured steps (make test's form)");
+  add_model_options(app, o.workload.model, "the model the workload trains (each repeat's child is given it)");
   app.add_option("--batch", o.workload.batch, "batch size")->check(FiniteRange(1, 65536))->capture_default_str();
   app.add_option("--decode-cost", o.workload.decode_cost, "per-sample loader work")
       ->check(FiniteRange(0, 100000))

@@ -21,6 +21,7 @@
 
 #include "backends/capability.h"
 #include "backends/dtype.h"
+#include "backends/fusion.h"
 
 namespace trainlab {
 
@@ -50,7 +51,7 @@ struct Pool2dShape {
   std::int64_t batch, channels, in_h, in_w;
   std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
   bool channels_last = false;
-  // Then a ReLU, in the same pass (only for a backend whose fuses_pool_relu() says so): relu(max_pool2d(x))
+  // Then a ReLU, in the same pass (only where supports_fused(FusedPattern::pool_relu()) runs): relu(max_pool2d(x))
   // bit for bit, forward and backward (a window whose maximum is <= 0 gives +0 and no gradient).
   bool relu = false;
   std::int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
@@ -226,6 +227,13 @@ class Backend {
   // before the first step, by the engine's ops before each kernel, and by the cross-backend
   // harness. The default: every op natively in each dtype supports() accepts.
   virtual OpSupport supports_op(BackendOp op, DType dtype, bool channels_last) const;
+  // Whether this backend computes a run of ops in one call (backends/fusion.h), per dtype and
+  // layout, and for the shapes given (null: in general): native where it has the fused kernel,
+  // unsupported (saying why) where the caller should compose the ops. The default: a conv2d or
+  // linear with its bias and ReLU (conv2d_forward's and linear_forward's arguments) wherever the
+  // op runs; nothing else.
+  virtual OpSupport supports_fused(const FusedPattern& pattern, DType dtype, bool channels_last,
+                                   const FusedShapes& shapes = {}) const;
   // The instruction set (CPU: "avx2", "avx512_core_bf16") or device ("sm_90") the kernels were
   // chosen for; "" when it does not apply.
   virtual std::string isa() const { return ""; }
@@ -332,47 +340,27 @@ class Backend {
   virtual void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y, void* workspace) = 0;
   virtual void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const void* workspace,
                                    void* dx) = 0;
-  // Whether max_pool2d_forward and _backward honour Pool2dShape::relu (max_pool2d_relu composes
-  // the two ops elsewhere).
-  virtual bool fuses_pool_relu() const { return false; }
 
-  // Inference (nothing is saved, no backward follows): y = relu(max_pool2d(conv2d(x, weight) + bias))
-  // in one call, as conv2d_forward then max_pool2d_forward with Pool2dShape::relu compute it, up to
-  // the convolution's rounding (the backend may pick another implementation for the layouts it is
-  // free to choose here). x is in `conv`'s layout (conv.channels_last) and is read as it is; y is
-  // in `pool`'s (pool.channels_last), which may differ; the convolution's output lives only inside
-  // the call, in whatever layout the backend's convolution writes fastest. `pool` is over the
-  // convolution's output ([batch, out_channels, out_h, out_w]) with 2x2 windows, stride 2, no
-  // padding; bias may be null. Only where fuses_conv_pool_inference() says so.
-  virtual bool fuses_conv_pool_inference() const { return false; }
-  virtual void conv2d_relu_max_pool2d_inference(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
-                                                const void* x, const void* weight, const void* bias, void* y) {
-    (void)dtype, (void)conv, (void)pool, (void)x, (void)weight, (void)bias, (void)y;
-    throw Error(name() + ": conv2d_relu_max_pool2d_inference is not fused here (fuses_conv_pool_inference())");
-  }
-
-  // Training, for a block whose input needs no gradient (a network's first layer): the same y, the
-  // pool's `places` kept (one byte per output in [batch, out_h, out_w, channels] order: the
-  // winner's place in its window, 0..3, plus 4 where the ReLU gave +0: backends/cpu/max_pool_2x2.h),
-  // and the backward's weight and bias gradients (dbias may be null) from y's gradient dy (in
-  // `pool`'s layout) and the places, the convolution's output and its gradient never in memory
-  // whole. Only for the dtypes and shapes fuses_conv_pool_training() says; `pool.relu` is set.
-  virtual bool fuses_conv_pool_training(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool) const {
-    (void)dtype, (void)conv, (void)pool;
-    return false;
-  }
-  virtual void conv2d_relu_max_pool2d_forward(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
-                                              const void* x, const void* weight, const void* bias, void* y,
-                                              std::uint8_t* places) {
-    (void)dtype, (void)conv, (void)pool, (void)x, (void)weight, (void)bias, (void)y, (void)places;
-    throw Error(name() + ": conv2d_relu_max_pool2d_forward is not fused here (fuses_conv_pool_training())");
-  }
-  virtual void conv2d_relu_max_pool2d_backward_weights(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
-                                                       const void* x, const void* dy, const std::uint8_t* places,
-                                                       void* dweight, void* dbias) {
-    (void)dtype, (void)conv, (void)pool, (void)x, (void)dy, (void)places, (void)dweight, (void)dbias;
-    throw Error(name() + ": conv2d_relu_max_pool2d_backward_weights is not fused here (fuses_conv_pool_training())");
-  }
+  // The convolution block in one call (FusedPattern::conv_block): y = relu(max_pool2d(conv2d(x,
+  // weight) + bias)), as conv2d_forward then max_pool2d_forward with Pool2dShape::relu compute it,
+  // up to the convolution's rounding (the backend may pick another implementation for the layouts
+  // it is free to choose here). x is in `conv`'s layout (conv.channels_last) and is read as it is;
+  // y is in `pool`'s (pool.channels_last), which may differ; the convolution's output lives only
+  // inside the call. `pool` is over the convolution's output ([batch, out_channels, out_h, out_w])
+  // with 2x2 windows, stride 2, no padding, `pool.relu` set; bias may be null.
+  //  - places null: inference (supports_fused(conv_block(false))); nothing is kept.
+  //  - places not null: training, for a block whose input needs no gradient (a network's first
+  //    layer; supports_fused(conv_block(true)) for these shapes): the pool's places kept, one byte
+  //    per output in [batch, out_h, out_w, channels] order (the winner's place in its window, 0..3,
+  //    plus 4 where the ReLU gave +0: backends/cpu/max_pool_2x2.h), which
+  //    conv2d_pool_backward_weights reads with y's gradient dy (in `pool`'s layout) for the weight
+  //    and bias gradients (dbias may be null): the convolution's output and its gradient never in
+  //    memory whole.
+  virtual void conv2d_pool_forward(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool, const void* x,
+                                   const void* weight, const void* bias, void* y, std::uint8_t* places);
+  virtual void conv2d_pool_backward_weights(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
+                                            const void* x, const void* dy, const std::uint8_t* places, void* dweight,
+                                            void* dbias);
 
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
   // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.

@@ -49,6 +49,39 @@ OpSupport Backend::supports_op(BackendOp, DType dtype, bool) const {
   return OpSupport::unsupported("backend '" + name() + "' has no " + dtype_name(dtype) + " kernels");
 }
 
+std::string FusedPattern::str() const {
+  static const char* const anchors[] = {"conv2d", "linear", "max_pool2d"};
+  std::string out = anchors[static_cast<int>(anchor)];
+  if (bias) out += "+bias";
+  if (activation == Activation::relu) out += "+relu";
+  if (max_pool) out += "+max_pool2x2";
+  return out + (training ? " (training)" : " (inference)");
+}
+
+OpSupport Backend::supports_fused(const FusedPattern& pattern, DType dtype, bool channels_last,
+                                  const FusedShapes&) const {
+  const bool layer = pattern.anchor == FusedAnchor::conv2d || pattern.anchor == FusedAnchor::linear;
+  if (layer && !pattern.max_pool) {
+    const OpSupport op = supports_op(pattern.anchor == FusedAnchor::conv2d ? BackendOp::conv2d : BackendOp::linear,
+                                     dtype, channels_last);
+    if (!op.runs()) return op;
+    return op.level == Support::native ? OpSupport::native("the bias and ReLU in the layer's own call") : op;
+  }
+  return OpSupport::unsupported("backend '" + name() + "' has no fused " + pattern.str() + ": the ops run composed");
+}
+
+void Backend::conv2d_pool_forward(DType dtype, const Conv2dShape&, const Pool2dShape&, const void*, const void*,
+                                  const void*, void*, std::uint8_t* places) {
+  const FusedPattern pattern = FusedPattern::conv_block(places != nullptr);
+  throw Unsupported(name() + ": conv2d_pool_forward: " + supports_fused(pattern, dtype, false).how);
+}
+
+void Backend::conv2d_pool_backward_weights(DType dtype, const Conv2dShape&, const Pool2dShape&, const void*,
+                                           const void*, const std::uint8_t*, void*, void*) {
+  throw Unsupported(
+      name() + ": conv2d_pool_backward_weights: " + supports_fused(FusedPattern::conv_block(true), dtype, false).how);
+}
+
 std::string unsupported_message(const Backend& backend, BackendOp op, DType dtype, bool channels_last,
                                 const OpSupport& support) {
   const char* layout = channels_last ? "channels_last" : "NCHW";

@@ -112,6 +112,72 @@ void fixes_report(const CostQuestion& q, double S, double T, std::ostringstream&
   }
 }
 
+// Part (f)'s table: each listed bucket size's count and time against the ideal, and the smallest
+// within 15% of it.
+void bucket_report(const CostQuestion& q, double S, double lat, double bw, double s_star, std::ostringstream& out) {
+  const RingModel& m = q.model;
+  if (q.buckets_mib.empty()) return;
+  out << fmt::format("\n{:>10} {:>7} {:>10} {:>11} {:>10} {:>9} {:>17}\n", "bucket MiB", "count", "time ms",
+                     "over ideal", "latency %", "overlap?", "bandwidth-bound?");
+  for (double mib : q.buckets_mib) {
+    const double bucket = mib * kMiB;
+    const std::int64_t count = m.bucket_count(S, bucket);
+    const double t = m.bucketed_time_s(S, bucket);
+    out << fmt::format("{:>10g} {:>7} {:>10.1f} {:>+10.1f}% {:>10.1f} {:>9} {:>17}\n", mib, count, t * 1e3,
+                       100 * (t / bw - 1), 100 * static_cast<double>(count) * lat / t, count >= 2 ? "yes" : "no",
+                       bucket >= s_star ? "yes" : "no");
+  }
+  out << fmt::format(
+      "  ideal = the bandwidth term alone ({:.1f} ms); overlap?: two or more buckets, so reduction can "
+      "start before backward ends; bandwidth-bound?: the bucket is at least S*\n",
+      bw * 1e3);
+  double best = -1;
+  for (double mib : q.buckets_mib) {
+    if (best < 0 && m.bucketed_time_s(S, mib * kMiB) <= 1.15 * bw) best = mib;
+  }
+  // The rule solved exactly: count * latency <= 0.15 * bandwidth term.
+  const auto max_count = static_cast<std::int64_t>(std::floor(0.15 * bw / std::max(lat, 1e-300)));
+  if (best > 0) {
+    out << fmt::format("  smallest listed bucket within 15% of the ideal: {:g} MiB", best);
+  } else {
+    out << "  no listed bucket is within 15% of the ideal";
+  }
+  if (max_count >= 1) {
+    out << fmt::format("; the rule solved exactly: at most {} buckets, each >= {:.1f} MiB\n", max_count,
+                       S / static_cast<double>(max_count) / kMiB);
+  } else {
+    out << "; even one bucket exceeds it (the latency term alone is over 15% of the ideal)\n";
+  }
+}
+
+// Part (g): the same all-reduce at q.scale_to ranks, term by term.
+void scaling_report(const CostQuestion& q, double S, double lat, double bw, double s_star, std::ostringstream& out) {
+  const RingModel& m = q.model;
+  if (q.scale_to <= 0) return;
+  const double step_ms = q.step_s * 1e3;
+  RingModel big = m;
+  big.ranks = q.scale_to;
+  const double big_bw = big.bandwidth_term_s(S), big_lat = big.latency_term_s();
+  out << fmt::format(
+      "\n(g) scaling to {} ranks: the all-reduce of {:.0f} MiB takes {:.1f} ms, {:.1f}% of a {:g} ms step\n", big.ranks,
+      S / kMiB, big.time_s(S) * 1e3, 100 * big.time_s(S) / q.step_s, step_ms);
+  out << fmt::format("{:<34} {:>12} {:>12} {:>10}\n", "term", fmt::format("at P={}", m.ranks),
+                     fmt::format("at P={}", big.ranks), "change");
+  out << fmt::format("{:<34} {:>9.1f} ms {:>9.1f} ms {:>+9.1f}%\n", "bandwidth 2(P-1)/P * S/B", bw * 1e3, big_bw * 1e3,
+                     100 * (big_bw / bw - 1));
+  out << fmt::format("{:<34} {:>9.2f} ms {:>9.2f} ms {:>9.1f}x\n", "latency 2(P-1) alpha", lat * 1e3, big_lat * 1e3,
+                     lat > 0 ? big_lat / lat : INFINITY);
+  out << fmt::format("{:<34} {:>8.2f} MiB {:>8.2f} MiB {:>9.1f}x\n", "crossover S* = P alpha B", s_star / kMiB,
+                     big.crossover_bytes() / kMiB, big.crossover_bytes() / s_star);
+  out << fmt::format("{:<34} {:>12} {:>12} {:>9.1f}x\n", "global batch (per-rank units)", m.ranks, big.ranks,
+                     static_cast<double>(big.ranks) / m.ranks);
+  for (double mib : q.buckets_mib) {
+    out << fmt::format("  {:g} MiB buckets: {:.1f} ms at P={}, {:.1f} ms at P={}{}\n", mib,
+                       m.bucketed_time_s(S, mib * kMiB) * 1e3, m.ranks, big.bucketed_time_s(S, mib * kMiB) * 1e3,
+                       big.ranks, mib * kMiB < big.crossover_bytes() ? " (now below S*: latency-bound)" : "");
+  }
+}
+
 }  // namespace
 
 std::string collective_cost_report(const CostQuestion& q) {
@@ -167,62 +233,8 @@ std::string collective_cost_report(const CostQuestion& q) {
          "algorithms)\n";
   fixes_report(q, S, total, out);
   out << fmt::format("(f) crossover         S* = P alpha B = {:.4g} bytes = {:.2f} MiB\n", s_star, s_star / kMiB);
-  if (!q.buckets_mib.empty()) {
-    out << fmt::format("\n{:>10} {:>7} {:>10} {:>11} {:>10} {:>9} {:>17}\n", "bucket MiB", "count", "time ms",
-                       "over ideal", "latency %", "overlap?", "bandwidth-bound?");
-    for (double mib : q.buckets_mib) {
-      const double bucket = mib * kMiB;
-      const std::int64_t count = m.bucket_count(S, bucket);
-      const double t = m.bucketed_time_s(S, bucket);
-      out << fmt::format("{:>10g} {:>7} {:>10.1f} {:>+10.1f}% {:>10.1f} {:>9} {:>17}\n", mib, count, t * 1e3,
-                         100 * (t / bw - 1), 100 * static_cast<double>(count) * lat / t, count >= 2 ? "yes" : "no",
-                         bucket >= s_star ? "yes" : "no");
-    }
-    out << fmt::format(
-        "  ideal = the bandwidth term alone ({:.1f} ms); overlap?: two or more buckets, so reduction can "
-        "start before backward ends; bandwidth-bound?: the bucket is at least S*\n",
-        bw * 1e3);
-    double best = -1;
-    for (double mib : q.buckets_mib) {
-      if (best < 0 && m.bucketed_time_s(S, mib * kMiB) <= 1.15 * bw) best = mib;
-    }
-    // The rule solved exactly: count * latency <= 0.15 * bandwidth term.
-    const auto max_count = static_cast<std::int64_t>(std::floor(0.15 * bw / std::max(lat, 1e-300)));
-    if (best > 0) {
-      out << fmt::format("  smallest listed bucket within 15% of the ideal: {:g} MiB", best);
-    } else {
-      out << "  no listed bucket is within 15% of the ideal";
-    }
-    if (max_count >= 1) {
-      out << fmt::format("; the rule solved exactly: at most {} buckets, each >= {:.1f} MiB\n", max_count,
-                         S / static_cast<double>(max_count) / kMiB);
-    } else {
-      out << "; even one bucket exceeds it (the latency term alone is over 15% of the ideal)\n";
-    }
-  }
-  if (q.scale_to > 0) {
-    RingModel big = m;
-    big.ranks = q.scale_to;
-    const double big_bw = big.bandwidth_term_s(S), big_lat = big.latency_term_s();
-    out << fmt::format(
-        "\n(g) scaling to {} ranks: the all-reduce of {:.0f} MiB takes {:.1f} ms, {:.1f}% of a {:g} ms step\n",
-        big.ranks, S / kMiB, big.time_s(S) * 1e3, 100 * big.time_s(S) / q.step_s, step_ms);
-    out << fmt::format("{:<34} {:>12} {:>12} {:>10}\n", "term", fmt::format("at P={}", m.ranks),
-                       fmt::format("at P={}", big.ranks), "change");
-    out << fmt::format("{:<34} {:>9.1f} ms {:>9.1f} ms {:>+9.1f}%\n", "bandwidth 2(P-1)/P * S/B", bw * 1e3,
-                       big_bw * 1e3, 100 * (big_bw / bw - 1));
-    out << fmt::format("{:<34} {:>9.2f} ms {:>9.2f} ms {:>9.1f}x\n", "latency 2(P-1) alpha", lat * 1e3, big_lat * 1e3,
-                       lat > 0 ? big_lat / lat : INFINITY);
-    out << fmt::format("{:<34} {:>8.2f} MiB {:>8.2f} MiB {:>9.1f}x\n", "crossover S* = P alpha B", s_star / kMiB,
-                       big.crossover_bytes() / kMiB, big.crossover_bytes() / s_star);
-    out << fmt::format("{:<34} {:>12} {:>12} {:>9.1f}x\n", "global batch (per-rank units)", m.ranks, big.ranks,
-                       static_cast<double>(big.ranks) / m.ranks);
-    for (double mib : q.buckets_mib) {
-      out << fmt::format("  {:g} MiB buckets: {:.1f} ms at P={}, {:.1f} ms at P={}{}\n", mib,
-                         m.bucketed_time_s(S, mib * kMiB) * 1e3, m.ranks, big.bucketed_time_s(S, mib * kMiB) * 1e3,
-                         big.ranks, mib * kMiB < big.crossover_bytes() ? " (now below S*: latency-bound)" : "");
-    }
-  }
+  bucket_report(q, S, lat, bw, s_star, out);
+  scaling_report(q, S, lat, bw, s_star, out);
   return out.str();
 }
 

@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <string>
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 #include "apps/trainlab/cli_data.h"
 
 #include "backends/cpu/isa.h"
@@ -203,20 +205,27 @@ int list_backends(bool ops, const std::string& only) {
     }
     std::printf("%s%s (ISA %s)\n", info.name.c_str(), info.name == fallback ? " (default)" : "",
                 backend->isa().empty() ? "-" : backend->isa().c_str());
-    std::printf("  %-14s %-12s %-12s %-12s %-12s\n", "op", "f32", "f64", "bf16", "f16");
     std::map<std::string, std::string> why;  // "emulated: how" or "unsupported: why" -> the entries it explains
-    for (BackendOp op : kAllBackendOps) {
-      std::printf("  %-14s", backend_op_name(op));
+    // One row: the answer per dtype, each one not native explained below the table.
+    auto row = [&](const std::string& label, const std::function<OpSupport(DType)>& ask) {
+      std::printf("  %-40s", label.c_str());
       for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
-        const OpSupport s = backend->supports_op(op, dtype, false);
+        const OpSupport s = ask(dtype);
         std::printf(" %-12s", support_name(s.level));
         if (s.level != Support::native) {
           std::string& entries = why[std::string(support_name(s.level)) + ": " + s.how];
-          entries += (entries.empty() ? "" : ", ") + std::string(backend_op_name(op)) + " " + dtype_name(dtype);
+          entries += (entries.empty() ? "" : ", ") + label + " " + dtype_name(dtype);
         }
       }
       std::printf("\n");
-    }
+    };
+    std::printf("  %-40s %-12s %-12s %-12s %-12s\n", "op", "f32", "f64", "bf16", "f16");
+    for (BackendOp op : kAllBackendOps)
+      row(backend_op_name(op), [&](DType dtype) { return backend->supports_op(op, dtype, false); });
+    // The fused patterns (backends/fusion.h), asked in general: a pattern may take only some shapes.
+    std::printf("  %-40s\n", "fused pattern");
+    for (const FusedPattern& pattern : kFusedPatterns)
+      row(pattern.str(), [&](DType dtype) { return backend->supports_fused(pattern, dtype, false); });
     for (const auto& [reason, entries] : why) std::printf("  %s (%s)\n", reason.c_str(), entries.c_str());
     std::printf("\n");
   }
@@ -380,13 +389,6 @@ int run_memory(MemoryOptions& o, const CLI::App& cmd) {
   return 0;
 }
 
-// --model and --model-options, as the train config's keys of the same names read them.
-void add_model_options(CLI::App& command, std::string& model, std::string& options) {
-  command.add_option("--model", model, config_field("model").help + " [" + registered_model_names() + "]")
-      ->capture_default_str();
-  command.add_option("--model-options", options, config_field("model_options").help);
-}
-
 // Each subcommand: its options, the function that declares them on the command line, and (in
 // dispatch below) the call it makes.
 struct TrainCommand {
@@ -415,7 +417,7 @@ TrainCommand add_train(CLI::App& app) {
 struct ThroughputCommand {
   CLI::App* command = nullptr;
   ThroughputConfig config;
-  std::string dtype = "f32", layout = "nchw", model_options;  // parsed into config once the command line is read
+  std::string dtype = "f32", layout = "nchw";  // parsed into config once the command line is read
 };
 ThroughputCommand add_throughput(CLI::App& app) {
   ThroughputCommand c;
@@ -423,7 +425,7 @@ ThroughputCommand add_throughput(CLI::App& app) {
       "throughput",
       "time a model's training steps on in-memory batches of SyntheticImages; prints one JSON line (warm-up "
       "excluded)");
-  add_model_options(*c.command, c.config.model, c.model_options);
+  add_model_options(*c.command, c.config.model, c.config.model_options);
   c.command->add_option("--backend", c.config.backend, "backend (default: the best CPU backend)");
   c.command->add_option("--dtype", c.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
   c.command->add_option("--layout", c.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));
@@ -454,14 +456,14 @@ struct GradDumpCommand {
   CLI::App* command = nullptr;
   std::string weights, batch, out;
   GradDumpOptions options;
-  std::string dtype = "f32", layout = "nchw", model_options;
+  std::string dtype = "f32", layout = "nchw";
 };
 GradDumpCommand add_grad_dump(CLI::App& app) {
   GradDumpCommand c;
   c.command = app.add_subcommand("grad-dump",
                                  "a model's loss and every parameter gradient for given weights and "
                                  "batch (safetensors in, safetensors out)");
-  add_model_options(*c.command, c.options.model, c.model_options);
+  add_model_options(*c.command, c.options.model, c.options.model_options);
   c.command->add_option("--weights", c.weights, "the model's state dict (SmallCNN: conv1.weight, ...), f32")
       ->required()
       ->check(CLI::ExistingFile);
@@ -680,9 +682,6 @@ int cli_main(int argc, char** argv) {
     if (*throughput.command) {
       throughput.config.dtype = parse_dtype(throughput.dtype);
       throughput.config.layout = parse_memory_format(throughput.layout);
-      throughput.config.model = find_model(throughput.config.model).name;
-      throughput.config.model_options = parse_model_options(throughput.model_options);
-      check_model_keys(find_model(throughput.config.model), throughput.config.model_options);
       return run_throughput(throughput.config);
     }
     if (*gemm.command) {
@@ -697,9 +696,6 @@ int cli_main(int argc, char** argv) {
       check_backend_name(grad.options.backend);
       grad.options.dtype = parse_dtype(grad.dtype);
       grad.options.layout = parse_memory_format(grad.layout);
-      grad.options.model = find_model(grad.options.model).name;
-      grad.options.model_options = parse_model_options(grad.model_options);
-      check_model_keys(find_model(grad.options.model), grad.options.model_options);
       const std::size_t written = bench::grad_dump(grad.weights, grad.batch, grad.out, grad.options);
       std::printf("grad-dump: loss and %zu gradients written to %s\n", written, grad.out.c_str());
       return 0;

@@ -1,6 +1,7 @@
 #include "apps/trainlab/cli_data.h"
 
 #include "apps/cli_parse.h"
+#include "apps/model_option.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -106,6 +107,7 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
   c.loader->add_option("--repeats", b.repeats, "rounds, worker counts interleaved in each [1..100]")
       ->capture_default_str()
       ->check(FiniteRange(1, 100));
+  add_model_options(*c.loader, b.model, "the model the training steps train (built for the data set's samples)");
   c.loader->add_option("--backend", b.backend, "the training step's backend (default: the best CPU backend)");
   c.loader->add_option("--threads", b.threads, "the training step's compute threads (0: all cores) [0..1024]")
       ->check(FiniteRange(0, 1024));

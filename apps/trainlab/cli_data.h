@@ -1,7 +1,7 @@
 // trainlab's data set and diagnosis commands: make-dataset (a data set on disk from SyntheticImages,
 // or imported from a user's images: engine/data/dataset_import.h),
-// verify-dataset (every file against the manifest), loader-bench (bench/loader_bench.h),
-// throughput-budget, inspect and diagnose (bench/diagnosis.h). Registered on the trainlab app by cli.cpp.
+// verify-dataset (every file against the manifest), loader-bench (bench/measure/loader_bench.h),
+// throughput-budget, inspect and diagnose (bench/measure/diagnosis.h). Registered on the trainlab app by cli.cpp.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/max_pool_2x2.h"
+#include "backends/cpu/parallel_chunks.h"
 #include "backends/cpu/simd.h"
 
 namespace trainlab::cpu {
@@ -28,21 +28,6 @@ class SteadyTimer final : public Timer {
  private:
   std::chrono::steady_clock::time_point start_{}, stop_{};
 };
-
-// Elementwise loops split into fixed chunks so that small tensors stay on one thread and every
-// element is computed the same way at any thread count.
-constexpr std::int64_t kChunk = 1 << 15;
-
-template <typename Fn>
-void parallel_chunks(std::int64_t n, int threads, Fn&& fn) {
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (chunks <= 1) {
-    if (n > 0) fn(std::int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
-}
 
 // A batch of 2-D transposes: for each of `outer` offsets pairs, rows x cols elements with
 // src[i + j * s_col] -> dst[i * d_row + j] (the source contiguous along i, the destination along j),
@@ -130,6 +115,17 @@ std::string CpuBackend::supported_dtypes() const {
     if (supports(d)) out += (out.empty() ? "" : ", ") + std::string(dtype_name(d));
   }
   return out;
+}
+
+OpSupport CpuBackend::supports_fused(const FusedPattern& pattern, DType dtype, bool channels_last,
+                                     const FusedShapes& shapes) const {
+  if (pattern == FusedPattern::pool_relu()) {
+    const OpSupport pool = supports_op(BackendOp::max_pool2d, dtype, channels_last);
+    if (!pool.runs()) return pool;
+    return pool.level == Support::native ? OpSupport::native("the ReLU in the pool's own pass (shared CPU loops)")
+                                         : pool;
+  }
+  return Backend::supports_fused(pattern, dtype, channels_last, shapes);
 }
 
 OpSupport CpuBackend::supports_op(BackendOp op, DType dtype, bool channels_last) const {
@@ -518,173 +514,6 @@ void CpuBackend::bias_add_backward(DType dtype, const void* dy, void* dbias, std
   });
 }
 
-// ---- max-pool ----
-
-namespace {
-// 2x2 windows, stride 2, no padding (SmallCNN's pools): windows do not overlap, so the workspace is
-// one byte per output (the winner's place in its window, 0..3) and the backward writes, never adds.
-bool is_two_by_two(const Pool2dShape& s) {
-  return s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0;
-}
-}  // namespace
-
-std::size_t CpuBackend::max_pool2d_workspace_bytes(DType, const Pool2dShape& s) {
-  const auto outputs = static_cast<std::size_t>(s.batch * s.channels * s.out_h() * s.out_w());
-  return outputs * (is_two_by_two(s) ? sizeof(std::uint8_t) : sizeof(std::int64_t));
-}
-
-void CpuBackend::max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, void* workspace) {
-  dispatch_floating(dtype, op_name("max_pool2d_forward").c_str(), [&](auto tag) {
-    using S = decltype(tag);
-    using C = compute_t<S>;
-    const S* in = as<S>(x);
-    S* out = as<S>(y);
-    auto* idx = as<std::int64_t>(workspace);
-    const std::int64_t oh_n = s.out_h(), ow_n = s.out_w(), ch = s.channels;
-    // One output: the first maximum of its window wins; a NaN wins over any number (it propagates,
-    // as in PyTorch). `at(ih, iw)` reads the window's element in this layout.
-    auto pool_one = [&](std::int64_t oh, std::int64_t ow, auto at, S* result, std::int64_t* argmax) {
-      C best = -std::numeric_limits<C>::infinity();
-      std::int64_t best_index = -1;
-      for (std::int64_t kh = 0; kh < s.kernel_h; ++kh) {
-        const std::int64_t ih = oh * s.stride_h - s.pad_h + kh;
-        if (ih < 0 || ih >= s.in_h) continue;
-        for (std::int64_t kw = 0; kw < s.kernel_w; ++kw) {
-          const std::int64_t iw = ow * s.stride_w - s.pad_w + kw;
-          if (iw < 0 || iw >= s.in_w) continue;
-          const C value = load<C>(at(ih, iw));
-          if (best_index < 0 || value > best || (std::isnan(value) && !std::isnan(best))) {
-            best = value;
-            best_index = ih * s.in_w + iw;
-          }
-        }
-      }
-      const bool dead = s.relu && best <= C(0);  // the fused ReLU: +0 and no gradient (-1 is no winner)
-      *result = store<S>(dead ? C(0) : best);
-      *argmax = dead ? -1 : best_index;
-    };
-    if (is_two_by_two(s)) {  // max_pool_2x2.h
-      auto* place = as<std::uint8_t>(workspace);
-      const std::int64_t in_w = s.in_w;
-      if (s.channels_last && s.relu) {  // a row of windows at a time, the ReLU in the same pass
-#pragma omp parallel for num_threads(threads_) schedule(static)
-        for (std::int64_t row = 0; row < s.batch * oh_n; ++row) {
-          const std::int64_t n = row / oh_n, oh = row % oh_n;
-          const S* top = in + (n * s.in_h + 2 * oh) * in_w * ch;
-          pool2x2::pool_relu_row(top, top + in_w * ch, ch, ow_n, out + row * ow_n * ch, ch, place + row * ow_n * ch);
-        }
-        return;
-      }
-      if (s.channels_last) {
-#pragma omp parallel for num_threads(threads_) schedule(static)
-        for (std::int64_t cell = 0; cell < s.batch * oh_n * ow_n; ++cell) {
-          const std::int64_t n = cell / (oh_n * ow_n), oh = (cell / ow_n) % oh_n, ow = cell % ow_n;
-          const S* a = in + (n * s.in_h * in_w + 2 * oh * in_w + 2 * ow) * ch;
-          pool2x2::forward_run(a, a + ch, a + in_w * ch, a + in_w * ch + ch, out + cell * ch, place + cell * ch, ch);
-        }
-        return;
-      }
-      // NCHW: a window's candidates are interleaved along its two rows; split a plane's rows into
-      // its four candidate planes first (a whole plane, so that the vector loops have work), then
-      // pick as for channels_last.
-      const std::int64_t out_plane = oh_n * ow_n;
-#pragma omp parallel num_threads(threads_)
-      {
-        pool2x2::CandidatePlanes<S> planes(out_plane);
-#pragma omp for schedule(static)
-        for (std::int64_t plane = 0; plane < s.batch * ch; ++plane) {
-          pool2x2::forward_plane(in + plane * s.in_h * in_w, in_w, oh_n, ow_n, planes, out + plane * out_plane,
-                                 place + plane * out_plane);
-          if (s.relu) pool2x2::relu_after(out + plane * out_plane, place + plane * out_plane, out_plane);
-        }
-      }
-      return;
-    }
-    if (!s.channels_last) {
-#pragma omp parallel for num_threads(threads_) schedule(static)
-      for (std::int64_t plane = 0; plane < s.batch * ch; ++plane) {
-        const S* src = in + plane * s.in_h * s.in_w;
-        for (std::int64_t oh = 0; oh < oh_n; ++oh)
-          for (std::int64_t ow = 0; ow < ow_n; ++ow) {
-            const std::int64_t o = (plane * oh_n + oh) * ow_n + ow;
-            pool_one(
-                oh, ow, [&](std::int64_t ih, std::int64_t iw) { return src[ih * s.in_w + iw]; }, out + o, idx + o);
-          }
-      }
-      return;
-    }
-#pragma omp parallel for num_threads(threads_) schedule(static)
-    for (std::int64_t row = 0; row < s.batch * oh_n; ++row) {
-      const std::int64_t n = row / oh_n, oh = row % oh_n;
-      const S* src = in + n * s.in_h * s.in_w * ch;
-      for (std::int64_t ow = 0; ow < ow_n; ++ow)
-        for (std::int64_t c = 0; c < ch; ++c) {
-          const std::int64_t o = ((n * oh_n + oh) * ow_n + ow) * ch + c;
-          pool_one(
-              oh, ow, [&](std::int64_t ih, std::int64_t iw) { return src[(ih * s.in_w + iw) * ch + c]; }, out + o,
-              idx + o);
-        }
-    }
-  });
-}
-
-void CpuBackend::max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
-                                     void* dx) {
-  dispatch_floating(dtype, op_name("max_pool2d_backward").c_str(), [&](auto tag) {
-    using S = decltype(tag);
-    using C = compute_t<S>;
-    const S* g = as<S>(dy);
-    S* out = as<S>(dx);
-    const std::int64_t out_plane = s.out_h() * s.out_w(), in_plane = s.in_h * s.in_w, ch = s.channels;
-    if (is_two_by_two(s)) {  // max_pool_2x2.h; a last odd row or column is in no window: 0
-      const auto* place = as<std::uint8_t>(workspace);
-      const std::int64_t oh_n = s.out_h(), ow_n = s.out_w(), in_w = s.in_w;
-      if (s.in_h % 2 != 0 || s.in_w % 2 != 0) std::fill(out, out + s.batch * in_plane * ch, store<S>(C(0)));
-      if (s.channels_last) {
-#pragma omp parallel for num_threads(threads_) schedule(static)
-        for (std::int64_t cell = 0; cell < s.batch * oh_n * ow_n; ++cell) {
-          const std::int64_t n = cell / (oh_n * ow_n), oh = (cell / ow_n) % oh_n, ow = cell % ow_n;
-          S* a = out + (n * in_plane + 2 * oh * in_w + 2 * ow) * ch;
-          pool2x2::backward_run(g + cell * ch, place + cell * ch, a, a + ch, a + in_w * ch, a + in_w * ch + ch, ch);
-        }
-        return;
-      }
-#pragma omp parallel num_threads(threads_)
-      {
-        pool2x2::CandidatePlanes<S> planes(out_plane);
-#pragma omp for schedule(static)
-        for (std::int64_t plane = 0; plane < s.batch * ch; ++plane) {
-          pool2x2::backward_plane(g + plane * out_plane, place + plane * out_plane, in_w, oh_n, ow_n, planes,
-                                  out + plane * in_plane);
-        }
-      }
-      return;
-    }
-    const auto* idx = as<std::int64_t>(workspace);
-    // Per image: windows may overlap, so each image's gradient is accumulated in f32/f64 by one
-    // thread, in output order, then stored.
-#pragma omp parallel num_threads(threads_)
-    {
-      std::vector<C> acc(static_cast<std::size_t>(in_plane * ch));
-#pragma omp for schedule(static)
-      for (std::int64_t n = 0; n < s.batch; ++n) {
-        std::fill(acc.begin(), acc.end(), C(0));
-        const std::int64_t base_out = n * out_plane * ch;
-        for (std::int64_t i = 0; i < out_plane * ch; ++i) {
-          const std::int64_t o = base_out + i;
-          if (idx[o] < 0) continue;
-          // NCHW: i = c * out_plane + q; channels_last: i = q * ch + c.
-          const std::int64_t c = s.channels_last ? i % ch : i / out_plane;
-          const std::int64_t target = s.channels_last ? idx[o] * ch + c : c * in_plane + idx[o];
-          acc[static_cast<std::size_t>(target)] += load<C>(g[o]);
-        }
-        S* dst = out + n * in_plane * ch;
-        for (std::int64_t i = 0; i < in_plane * ch; ++i) dst[i] = store<S>(acc[static_cast<std::size_t>(i)]);
-      }
-    }
-  });
-}
-
 // ---- softmax cross-entropy ----
 
 void CpuBackend::softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels,
@@ -735,125 +564,6 @@ void CpuBackend::softmax_cross_entropy_backward(DType dtype, const void* probs, 
     }
     st.finish();
   });
-}
-
-// ---- optimisers ----
-
-namespace {
-
-// SGD over elements [lo, hi) of one parameter (torch.optim.SGD's update, element by element).
-template <typename T>
-void sgd_range(T* w, const T* g, T* buf, std::int64_t lo, std::int64_t hi, const SgdStep& st) {
-  const T lr = static_cast<T>(st.lr), mom = static_cast<T>(st.momentum), wd = static_cast<T>(st.weight_decay);
-  const T damp = static_cast<T>(1.0 - st.dampening);
-  for (std::int64_t i = lo; i < hi; ++i) {
-    T d = g[i];
-    if (st.weight_decay != 0) d += wd * w[i];
-    if (st.momentum != 0) {
-      buf[i] = st.first_step ? d : mom * buf[i] + damp * d;
-      d = st.nesterov ? d + mom * buf[i] : buf[i];
-    }
-    w[i] -= lr * d;
-  }
-}
-
-// AdamW over elements [lo, hi) of one parameter (torch.optim.AdamW's update).
-template <typename T>
-void adamw_range(T* w, const T* g, T* m, T* v, std::int64_t lo, std::int64_t hi, const AdamWStep& st) {
-  const double bias1 = 1.0 - std::pow(st.beta1, static_cast<double>(st.step));
-  const double bias2 = 1.0 - std::pow(st.beta2, static_cast<double>(st.step));
-  const T decay = static_cast<T>(1.0 - st.lr * st.weight_decay);
-  const T b1 = static_cast<T>(st.beta1), b2 = static_cast<T>(st.beta2);
-  const T step_size = static_cast<T>(st.lr / bias1);
-  const T bias2_sqrt = static_cast<T>(std::sqrt(bias2));
-  const T eps = static_cast<T>(st.eps);
-  for (std::int64_t i = lo; i < hi; ++i) {
-    w[i] *= decay;
-    m[i] = b1 * m[i] + (T(1) - b1) * g[i];
-    v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
-    const T denom = std::sqrt(v[i]) / bias2_sqrt + eps;
-    w[i] -= step_size * m[i] / denom;
-  }
-}
-
-// Every slot's elements in kChunk pieces over one parallel region, fn(slot, lo, hi) per piece,
-// then narrow(slot, lo, hi) where the slot has a working copy, while the piece is in cache: one
-// pass over the weights, and the same bits as an update then a cast.
-template <typename Fn, typename Narrow>
-void each_slot_chunk(const std::vector<OptimizerSlot>& slots, int threads, Fn&& fn, Narrow&& narrow) {
-  std::int64_t pieces = 0;
-  for (const OptimizerSlot& slot : slots) pieces += (slot.n + kChunk - 1) / kChunk;
-#pragma omp parallel for num_threads(threads) schedule(static) if (pieces > 1)
-  for (std::int64_t p = 0; p < pieces; ++p) {
-    std::int64_t first = 0;
-    for (const OptimizerSlot& slot : slots) {
-      const std::int64_t count = (slot.n + kChunk - 1) / kChunk;
-      if (p < first + count) {
-        const std::int64_t lo = (p - first) * kChunk, hi = std::min(slot.n, lo + kChunk);
-        fn(slot, lo, hi);
-        if (slot.working != nullptr) narrow(slot, lo, hi);
-        break;
-      }
-      first += count;
-    }
-  }
-}
-
-}  // namespace
-
-void CpuBackend::sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
-                          const SgdStep& st) {
-  dispatch_full(dtype, op_name("sgd_step").c_str(), [&](auto tag) {
-    using T = decltype(tag);
-    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
-      sgd_range(as<T>(param), as<T>(grad), as<T>(momentum_buffer), lo, hi, st);
-    });
-  });
-}
-
-void CpuBackend::adamw_step(DType dtype, std::int64_t n, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
-                            const AdamWStep& st) {
-  dispatch_full(dtype, op_name("adamw_step").c_str(), [&](auto tag) {
-    using T = decltype(tag);
-    parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
-      adamw_range(as<T>(param), as<T>(grad), as<T>(exp_avg), as<T>(exp_avg_sq), lo, hi, st);
-    });
-  });
-}
-
-// One piece's working copy through this class's cast (a piece is at most one chunk: no nested
-// parallel region).
-void CpuBackend::narrow_piece(const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
-  CpuBackend::cast(
-      DType::f32, static_cast<const float*>(slot.param) + lo, slot.working_dtype,
-      static_cast<unsigned char*>(slot.working) + lo * static_cast<std::int64_t>(dtype_size(slot.working_dtype)),
-      hi - lo);
-}
-
-void CpuBackend::sgd_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& step) {
-  if (dtype != DType::f32) return Backend::sgd_step_all(dtype, slots, step);
-  each_slot_chunk(
-      slots, threads_,
-      [&](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
-        SgdStep one = step;
-        one.first_step = slot.first_step;
-        sgd_range(static_cast<float*>(slot.param), static_cast<const float*>(slot.grad),
-                  static_cast<float*>(slot.state1), lo, hi, one);
-      },
-      [this](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) { narrow_piece(slot, lo, hi); });
-}
-
-void CpuBackend::adamw_step_all(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamWStep& step) {
-  if (dtype != DType::f32) return Backend::adamw_step_all(dtype, slots, step);
-  each_slot_chunk(
-      slots, threads_,
-      [&](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) {
-        AdamWStep one = step;
-        one.step = slot.step;
-        adamw_range(static_cast<float*>(slot.param), static_cast<const float*>(slot.grad),
-                    static_cast<float*>(slot.state1), static_cast<float*>(slot.state2), lo, hi, one);
-      },
-      [this](const OptimizerSlot& slot, std::int64_t lo, std::int64_t hi) { narrow_piece(slot, lo, hi); });
 }
 
 }  // namespace trainlab::cpu

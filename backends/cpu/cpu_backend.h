@@ -28,6 +28,9 @@ class CpuBackend : public Backend {
   // arithmetic for bf16/f16); cross-entropy widens bf16/f16 to f32 (emulated); the optimisers keep
   // f32 or f64 state. linear and conv2d are each backend's own: matrix_op_support().
   OpSupport supports_op(BackendOp op, DType dtype, bool channels_last) const override;
+  // Beyond the default: the max-pool with its ReLU (the shared pool loops), wherever max_pool2d runs.
+  OpSupport supports_fused(const FusedPattern& pattern, DType dtype, bool channels_last,
+                           const FusedShapes& shapes = {}) const override;
   // The ISA family of the hand-written loops (backends/cpu/isa.h).
   std::string isa() const override;
   void set_num_threads(int threads) override;
@@ -62,7 +65,6 @@ class CpuBackend : public Backend {
   // the argmax's offset in its input plane (ih * W + iw), -1 when a window is all padding.
   std::size_t max_pool2d_workspace_bytes(DType dtype, const Pool2dShape& shape) override;
   void max_pool2d_forward(DType dtype, const Pool2dShape& shape, const void* x, void* y, void* workspace) override;
-  bool fuses_pool_relu() const override { return true; }
   void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const void* workspace,
                            void* dx) override;
 

@@ -263,7 +263,7 @@ inline void transpose_scalar(const S* __restrict in, S* __restrict out, std::int
   }
 }
 
-// The conv blocks in one call (Backend::conv2d_relu_max_pool2d_inference and _forward):
+// The conv blocks in one call (Backend::conv2d_pool_forward, backends/fusion.h):
 // relu(max_pool2d(x)) from a layout of channel blocks, x as [batch][channels / block][in_h][in_w]
 // [block] (channels_last is one block of every channel; oneDNN's nChw16c and nChw8c are blocks of
 // 16 and 8), into y, channels_last or NCHW: the same values as max_pool2d_forward with

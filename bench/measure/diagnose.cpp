@@ -1,6 +1,6 @@
 // trainlab diagnose: seed 002's ordered checks (liveness -> shape -> distribution -> change history)
 // over what a run left behind. Each check reads only artifacts: the run's ledger rows
-// (train_progress, train_run; bench/run_record.h), its Chrome trace, its data set's manifest, its
+// (train_progress, train_run; bench/measure/run_record.h), its Chrome trace, its data set's manifest, its
 // checkpoint, and an earlier run's rows for the comparisons.
 #include <fmt/format.h>
 #include <unistd.h>

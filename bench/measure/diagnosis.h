@@ -2,7 +2,7 @@
 // against supplied samples/s, and the straggler tail of a synchronous step), the inspection of a
 // checkpoint (what it holds, where a resume would start, how much of the data set has been seen),
 // and diagnose: the seed's eight ordered checks applied to what a run left (its ledger rows, trace,
-// checkpoint and data set; bench/run_record.h), each with its verdict and evidence.
+// checkpoint and data set; bench/measure/run_record.h), each with its verdict and evidence.
 #pragma once
 
 #include <cstdint>

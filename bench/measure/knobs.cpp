@@ -1,6 +1,8 @@
 #include "bench/measure/knobs.h"
 
 #include "backends/error.h"
+#include "backends/registry.h"
+#include "engine/core/rng.h"
 
 namespace trainlab::bench {
 
@@ -26,6 +28,33 @@ TrainConfig config_from(const KnobMap& knobs, const std::string& origin) {
   TrainConfig config;
   for (const auto& [key, value] : knobs) apply_config_value(config, key, value, origin);
   return config;
+}
+
+void use_model(KnobMap& knobs, const ModelConfig& model) {
+  knobs["model"] = model.name;
+  knobs["model_options"] = model_options_text(model.options);
+}
+
+std::string model_label(const std::string& name, const std::string& options_text) {
+  std::string title = name;
+  for (const ModelDef* model : registered_models()) {
+    if (model->name == name || model->title == name) title = model->title;
+  }
+  return options_text.empty() ? title : title + " (" + options_text + ")";
+}
+
+std::string model_label(const ModelConfig& model) { return model_label(model.name, model_options_text(model.options)); }
+
+std::shared_ptr<Module> probe_model(const ModelConfig& model) {
+  const ModelDef& def = find_model(model.name);
+  Generator generator(0);
+  const InitOptions init{&generator, DType::f32, &get_backend("reference")};
+  return build_model(def, init, def.default_input, model.options);
+}
+
+std::string smallcnn_peer_mismatch(const ModelConfig& model) {
+  if (find_model(model.name).torch_twin == "smallcnn" && model.options.empty()) return "";
+  return "the PyTorch peer trains SmallCNN only, and this run's model is " + model_label(model);
 }
 
 }  // namespace trainlab::bench

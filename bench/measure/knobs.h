@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "engine/train/config.h"
@@ -19,5 +20,19 @@ TrainConfig config_from(const KnobMap& knobs, const std::string& origin);
 KnobMap knobs_of(const TrainConfig& config);
 // A YAML map of config keys to values (errors name `where`).
 KnobMap yaml_map(const YAML::Node& node, const std::string& where);
+
+// The model of a tool's --model and --model-options on top of a file's configuration (a ladder's or
+// a cost study's base): both keys replace the file's.
+void use_model(KnobMap& knobs, const ModelConfig& model);
+// A model as printouts and reports name it: its registered title and its own keys, "SmallCNN",
+// "MLP (hidden=64)" (a name no longer registered, from an old row, as it is).
+std::string model_label(const std::string& name, const std::string& options_text = "");
+std::string model_label(const ModelConfig& model);
+// The model built for its default input on the reference backend, from a fixed seed: a probe of what
+// it is (the ops it runs, the recompute levels it takes), never trained. Throws Error as build_model.
+std::shared_ptr<Module> probe_model(const ModelConfig& model);
+// Why a PyTorch peer that trains SmallCNN (bench/peers/torch_smallcnn.py's model, which
+// torch_ddp.py and torch_fashion.py train) cannot stand beside a run of `model`; "" when it can.
+std::string smallcnn_peer_mismatch(const ModelConfig& model);
 
 }  // namespace trainlab::bench

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "backends/registry.h"
+#include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
 #include "engine/data/disk_dataset.h"
@@ -43,8 +44,9 @@ LoaderMeasurement measure_loader(const LoaderRun& run) {
 }
 
 TrainResult train_on_data(const LoaderRun& run, std::int64_t steps, std::int64_t warmup, const std::string& backend,
-                          int threads) {
+                          int threads, const ModelConfig& model) {
   TrainConfig config;
+  config.model = model;
   config.data.dir = run.data;
   config.data.cold_cache = run.cold;
   config.data.workers = run.workers;
@@ -79,6 +81,14 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
   TL_CHECK(o.batch >= 1 && o.batch <= data->size(), "loader-bench: --batch " + std::to_string(o.batch) +
                                                         " must be in 1.." + std::to_string(data->size()) +
                                                         " (the data set's training samples)");
+  if (o.train_steps > 0) {
+    // The model is built for the data set (its keys' values, the data's sample shape): refused here,
+    // before any measurement, rather than as a failed row per round.
+    TrainConfig config;
+    config.data.dir = o.data;
+    config.model = o.model;
+    (void)model_task(config);
+  }
   Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
   const Environment env = current_environment(backend);
   const Ledger ledger(o.ledger.empty() ? default_ledger_path(env.device.type) : o.ledger);
@@ -97,6 +107,7 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
       fmt::join(o.workers, ","), o.cold ? "cold (pages dropped before each measurement)" : "warm");
   log << fmt::format("# device: {}, backend {}, timer steady_clock (loader) and the trainer's step timer; run {}\n",
                      env.device.name, env.backend, result.run_id);
+  if (o.train_steps > 0) log << fmt::format("# training steps: {}\n", model_label(o.model));
   for (int w : o.workers) result.arms.push_back(LoaderBenchArm{w, {}, {}, {}, {}, {}, {}, {}});
   for (int round = 0; round < o.repeats; ++round) {
     for (auto& arm : result.arms) {
@@ -108,6 +119,8 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
       row.workers = arm.workers;
       row.batch = o.batch;
       row.cold = o.cold;
+      row.model = o.model.name;
+      row.model_options = model_options_text(o.model.options);
       row.dataset = {o.data,
                      disk_layout_name(info.layout),
                      image_codec_name(info.codec),
@@ -128,7 +141,7 @@ LoaderBenchResult run_loader_bench(const LoaderBenchOptions& o, std::ostream& lo
         row.decode_cpu_us_per_sample = m.decode_us;
         row.page_cache_resident = m.resident;
         if (o.train_steps > 0) {
-          const TrainResult t = train_on_data(run, o.train_steps, o.train_warmup, o.backend, o.threads);
+          const TrainResult t = train_on_data(run, o.train_steps, o.train_warmup, o.backend, o.threads, o.model);
           const double wait_ms =
               t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
           arm.train_samples_per_s.push_back(t.samples_per_s);

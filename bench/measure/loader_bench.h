@@ -1,9 +1,10 @@
 // The loader benchmark (trainlab loader-bench): how fast a data set on disk can be loaded, at each
 // worker count, and what that means for a training step. For each worker count, interleaved in
 // every round: the loader alone (samples/s, the readers' CPU seconds per sample for reading and for
-// decoding), then training SmallCNN at that worker count (samples/s and the data wait per step,
-// warm-up excluded). The loader's cap is the best worker count's median. Cold runs drop the data
-// set's pages from the page cache before each measurement and record how much stayed cached.
+// decoding), then training the model (--model; SmallCNN by default) at that worker count (samples/s
+// and the data wait per step, warm-up excluded). The loader's cap is the best worker count's median.
+// Cold runs drop the data set's pages from the page cache before each measurement and record how
+// much stayed cached.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +34,10 @@ struct LoaderMeasurement {
 };
 // The loader alone over run.data's training split.
 LoaderMeasurement measure_loader(const LoaderRun& run);
-// SmallCNN trained on run.data at run.workers: `warmup` steps excluded, then `steps` measured.
+// `model` (built for the data set's sample shape and classes) trained on run.data at run.workers:
+// `warmup` steps excluded, then `steps` measured.
 TrainResult train_on_data(const LoaderRun& run, std::int64_t steps, std::int64_t warmup, const std::string& backend,
-                          int threads);
+                          int threads, const ModelConfig& model = {});
 
 // One loader-bench measurement: a worker count in a round, the loader alone and, with training
 // steps, the training step on it.
@@ -65,6 +67,8 @@ struct LoaderRepeatRow {
   std::optional<double> train_samples_per_s, data_wait_ms_per_step;
   std::int64_t train_steps = 0, warmup_steps = 0;
   std::vector<double> step_seconds;
+  std::string model = "smallcnn";  // the registered model the training steps ran (rows before --model: SmallCNN)
+  std::string model_options;       // its keys, "hidden=64" ("" none)
   std::string error;
   template <class F>
   void fields(F& f) {
@@ -83,6 +87,8 @@ struct LoaderRepeatRow {
     f.optional("train_steps", train_steps);
     f.optional("warmup_steps", warmup_steps);
     f.optional("step_seconds", step_seconds);
+    f.optional("model", model);
+    f.optional("model_options", model_options);
     f.optional("error", error);
     if (header.ok() && !loader_samples_per_s) throw RowError("no loader_samples_per_s");
   }
@@ -101,6 +107,7 @@ struct LoaderBenchOptions {
   int threads = 0;      // the training step's compute threads (0: the backend's default)
   std::uint64_t seed = 0;
   std::string ledger;  // empty: results/ledger_cpu.jsonl
+  ModelConfig model;   // what the training steps train
 };
 
 struct LoaderBenchArm {

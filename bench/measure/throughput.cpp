@@ -42,7 +42,9 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-ThroughputResult measure_throughput(const ThroughputConfig& config) {
+namespace {
+
+void check_throughput_config(const ThroughputConfig& config) {
   TL_CHECK(config.batch >= 1, "throughput: batch must be >= 1, got " + std::to_string(config.batch));
   TL_CHECK(config.seconds > 0, "throughput: seconds must be > 0");
   TL_CHECK(config.warmup >= 0 && config.min_steps >= 1, "throughput: warmup must be >= 0 and min_steps >= 1");
@@ -53,13 +55,16 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
            "throughput: cuda_graph times training steps, not --forward-only");
   TL_CHECK(!config.cuda_graph || config.warmup >= 2,
            "throughput: cuda_graph needs a warm-up of at least 2 eager steps before the capture");
-  // The trainer's run (engine/train/run.h) of the model with SGD at the defaults; its data are the
-  // in-memory batches below (SyntheticImages').
+}
+
+// The trainer's run (engine/train/run.h) of the model with SGD at the defaults; its data are the
+// in-memory batches of throughput_batches (SyntheticImages').
+TrainConfig throughput_run_config(const ThroughputConfig& config) {
   TrainConfig run_config;
   run_config.model.name = config.model;
   run_config.model.options = config.model_options;
   run_config.execution.backend = config.backend;
-  run_config.execution.dtype = dtype;
+  run_config.execution.dtype = config.dtype;
   run_config.execution.layout = config.layout;
   run_config.execution.fuse = config.fuse;
   run_config.execution.cuda_graph = config.cuda_graph;
@@ -67,15 +72,11 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   run_config.batch = config.batch;
   run_config.seed = config.seed;
   run_config.data.train_samples = 4 * config.batch;
-  Generator generator(config.seed);
-  // Captured on the last warm-up step (after at least one eager step) and replayed from there on,
-  // so neither the capture nor the first replay is measured.
-  RunParts run =
-      make_run(run_config, model_task(run_config), generator, nullptr, std::max<std::int64_t>(1, config.warmup - 1));
-  Backend& backend = *run.backend;
-  StepRunner& runner = *run.runner;
+  return run_config;
+}
 
-  // A few distinct batches, made before any timing.
+// A few distinct batches, made before any timing.
+std::vector<Batch> throughput_batches(const ThroughputConfig& config, Backend& backend) {
   const SyntheticImages data(config.seed, Split::train, 4 * config.batch);
   std::vector<Batch> batches;
   for (std::int64_t b = 0; b < 4; ++b) {
@@ -92,6 +93,24 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
     batch.labels = Tensor::from_vector(y, {config.batch}, backend);
     batches.push_back(std::move(batch));
   }
+  return batches;
+}
+
+}  // namespace
+
+ThroughputResult measure_throughput(const ThroughputConfig& config) {
+  check_throughput_config(config);
+  const DType dtype = config.dtype;
+  const TrainConfig run_config = throughput_run_config(config);
+  Generator generator(config.seed);
+  // Captured on the last warm-up step (after at least one eager step) and replayed from there on,
+  // so neither the capture nor the first replay is measured.
+  RunParts run =
+      make_run(run_config, model_task(run_config), generator, nullptr, std::max<std::int64_t>(1, config.warmup - 1));
+  Backend& backend = *run.backend;
+  StepRunner& runner = *run.runner;
+
+  const std::vector<Batch> batches = throughput_batches(config, backend);
 
   ThroughputResult result;
   result.config = config;

@@ -70,13 +70,12 @@ Tensor max_pool2d_relu(const Tensor& x, const Pool2dOptions& options = {});
 
 // A convolution block, relu(max_pool2d(conv2d_fused(x, weight, bias))), its output in `format`
 // (which may differ from x's). Where no gradient is needed (grad mode off, or no input requires
-// one) and the backend fuses it (Backend::fuses_conv_pool_inference), one call that reads x where it
-// lies and keeps the convolution's output to itself, in the layout its convolution writes fastest:
-// the same values up to that convolution's rounding. In training, where x needs no gradient (a
-// network's first layer) and the backend fuses the shape (Backend::fuses_conv_pool_training), the
-// same forward keeping the pool's places, and a backward that gives the weight and bias gradients
-// without the convolution's output or its gradient in memory. Else the composed ops, then a
-// reorder to `format` when x's differs.
+// one) and the backend fuses it (Backend::supports_fused(FusedPattern::conv_block(false))), one call that reads x where
+// it lies and keeps the convolution's output to itself, in the layout its convolution writes fastest: the same values
+// up to that convolution's rounding. In training, where x needs no gradient (a network's first layer) and the backend
+// fuses the shape (FusedPattern::conv_block(true)), the same forward keeping the pool's places, and a backward that
+// gives the weight and bias gradients without the convolution's output or its gradient in memory. Else the composed
+// ops, then a reorder to `format` when x's differs.
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool, MemoryFormat format);
 

@@ -1,7 +1,7 @@
 // A data set: what a study brings to train on. Fixed-shape f32 samples with integer labels; the
 // loader, the distributed sampler, pinned staging and evaluation need nothing more. SyntheticImages
 // (engine/data/synthetic_images.h) is the one the trainlab command uses; a driver defines its own by
-// implementing these five calls (studies/own_model_and_data shows one).
+// implementing these five calls (examples/own_model_and_data shows one).
 #pragma once
 
 #include <cstdint>

@@ -34,36 +34,52 @@ StateBytes trainlab_state_bytes(const std::string& optimizer, double momentum) {
   return b;
 }
 
-ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
-  ChainEstimate e;
-  const std::size_t n = ops.size();
+namespace {
+
+// A chain's blocks, each tensor's lifetime and what each op's backward frees, for both passes.
+struct ChainPlan {
+  const std::vector<ChainOp>& ops;
+  std::size_t n;
+  std::vector<ChainLifetime> lifetime;
   // What op i's backward frees: what it saved, its output when saved for itself, the previous
   // op's output when saved for it. `recomputed[i]`: the part of that a recomputed block drops
   // after its forward and makes again in backward (all of it, but the block's input).
-  std::vector<double> saved_for(n, 0.0), recomputed(n, 0.0);
-  auto in_block_with = [&](std::size_t i, std::size_t j) { return ops[i].block >= 0 && ops[i].block == ops[j].block; };
-  auto last_of_block = [&](std::size_t i) { return ops[i].block >= 0 && (i + 1 == n || !in_block_with(i, i + 1)); };
+  std::vector<double> saved_for, recomputed;
+  bool in_block_with(std::size_t i, std::size_t j) const { return ops[i].block >= 0 && ops[i].block == ops[j].block; }
+  bool last_of_block(std::size_t i) const { return ops[i].block >= 0 && (i + 1 == n || !in_block_with(i, i + 1)); }
+};
+
+ChainPlan plan_chain(const std::vector<ChainOp>& ops) {
+  const std::size_t n = ops.size();
+  ChainPlan p{ops, n, std::vector<ChainLifetime>(n), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  std::vector<ChainLifetime>& lifetime = p.lifetime;
   // A recomputed block's input is held by the block until its backward: saved for the next op.
-  std::vector<ChainLifetime> lifetime(n);
   for (std::size_t i = 0; i < n; ++i) {
     lifetime[i] = ops[i].out_lifetime;
-    const bool feeds_block = i + 1 < n && ops[i + 1].block >= 0 && !in_block_with(i + 1, i);
+    const bool feeds_block = i + 1 < n && ops[i + 1].block >= 0 && !p.in_block_with(i + 1, i);
     if (feeds_block && lifetime[i] != ChainLifetime::saved_self) lifetime[i] = ChainLifetime::saved_next;
   }
   for (std::size_t i = 0; i < n; ++i) {
-    saved_for[i] += ops[i].saved_bytes;
-    if (lifetime[i] == ChainLifetime::saved_self) saved_for[i] += ops[i].out_bytes;
-    if (lifetime[i] == ChainLifetime::saved_next) saved_for[std::min(i + 1, n - 1)] += ops[i].out_bytes;
+    p.saved_for[i] += ops[i].saved_bytes;
+    if (lifetime[i] == ChainLifetime::saved_self) p.saved_for[i] += ops[i].out_bytes;
+    if (lifetime[i] == ChainLifetime::saved_next) p.saved_for[std::min(i + 1, n - 1)] += ops[i].out_bytes;
     if (ops[i].block < 0) continue;
-    recomputed[i] += ops[i].saved_bytes;
+    p.recomputed[i] += ops[i].saved_bytes;
     // The block's output stays (it is the block's result) even when its last op saves it.
-    if (lifetime[i] == ChainLifetime::saved_self && !last_of_block(i)) recomputed[i] += ops[i].out_bytes;
-    if (lifetime[i] == ChainLifetime::saved_next && !last_of_block(i) && i + 1 < n)
-      recomputed[i + 1] += ops[i].out_bytes;
+    if (lifetime[i] == ChainLifetime::saved_self && !p.last_of_block(i)) p.recomputed[i] += ops[i].out_bytes;
+    if (lifetime[i] == ChainLifetime::saved_next && !p.last_of_block(i) && i + 1 < n)
+      p.recomputed[i + 1] += ops[i].out_bytes;
   }
-  // Forward: each op allocates what it saves, then its output; the previous op's output goes once
-  // it has been consumed; a recomputed block's saved tensors go when it ends. Each block's own
-  // peak above what was live when it began is what its recomputation adds in backward.
+  return p;
+}
+
+// Forward: each op allocates what it saves, then its output; the previous op's output goes once
+// it has been consumed; a recomputed block's saved tensors go when it ends. Each block's own
+// peak above what was live when it began is what its recomputation adds in backward: returned by
+// the block's last op. Sets the forward peak and what is saved for backward.
+std::vector<double> forward_pass(const ChainPlan& p, ChainEstimate& e) {
+  const std::vector<ChainOp>& ops = p.ops;
+  const std::size_t n = p.n;
   double live = 0, block_base = 0;
   std::vector<double> block_transient(n, 0.0);  // by the block's last op
   std::size_t block_first = 0;
@@ -78,7 +94,7 @@ ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
     TL_CHECK(op.out_bytes >= 0 && op.saved_bytes >= 0 && op.dx_bytes >= 0 && op.scratch_bytes >= 0 &&
                  op.dw_bytes >= 0 && op.dw_master_bytes >= 0,
              "memory chain: op '" + op.name + "' has a negative size");
-    if (op.block >= 0 && (i == 0 || !in_block_with(i, i - 1))) {
+    if (op.block >= 0 && (i == 0 || !p.in_block_with(i, i - 1))) {
       block_base = live;
       block_first = i;
     }
@@ -88,27 +104,33 @@ ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
     note_forward(i);
     if (op.block >= 0) {  // the block's own peak: before what this op's output replaces is freed
       std::size_t last = i;
-      while (!last_of_block(last)) ++last;
+      while (!p.last_of_block(last)) ++last;
       block_transient[last] = std::max(block_transient[last], live - block_base);
     }
     for (std::size_t j = 0; j < i; ++j) {
-      if (lifetime[j] == ChainLifetime::next_op && j + static_cast<std::size_t>(std::max(1, ops[j].outlives)) == i)
+      if (p.lifetime[j] == ChainLifetime::next_op && j + static_cast<std::size_t>(std::max(1, ops[j].outlives)) == i)
         live -= ops[j].out_bytes;
     }
-    if (op.block >= 0 && last_of_block(i)) {
-      for (std::size_t j = block_first; j <= i; ++j) live -= recomputed[j];
+    if (op.block >= 0 && p.last_of_block(i)) {
+      for (std::size_t j = block_first; j <= i; ++j) live -= p.recomputed[j];
     }
   }
   // The forward ends: what only it held goes (the last op's output is the loss, kept for backward).
   for (std::size_t i = 0; i < n; ++i) {
-    if (lifetime[i] == ChainLifetime::forward) live -= ops[i].out_bytes;
+    if (p.lifetime[i] == ChainLifetime::forward) live -= ops[i].out_bytes;
   }
   e.saved = live;
   e.activation_peak = e.forward_peak;
-  // Backward, last op first: while op i runs, the tensors saved for ops 0..i are alive (a
-  // recomputed block's made again when backward reaches its last op).
+  return block_transient;
+}
+
+// Backward, last op first: while op i runs, the tensors saved for ops 0..i are alive (a
+// recomputed block's made again when backward reaches its last op).
+void backward_pass(const ChainPlan& p, const std::vector<double>& block_transient, ChainEstimate& e) {
+  const std::vector<ChainOp>& ops = p.ops;
+  const std::size_t n = p.n;
   double acts = 0;
-  for (std::size_t i = 0; i < n; ++i) acts += saved_for[i] - recomputed[i];
+  for (std::size_t i = 0; i < n; ++i) acts += p.saved_for[i] - p.recomputed[i];
   double received = n > 0 ? ops[n - 1].out_bytes : 0;  // the seed gradient, the size of the loss
   auto note_backward = [&](double activations, double ws, const std::string& at) {
     if (ws > e.workspace_peak) {
@@ -123,24 +145,33 @@ ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
   };
   for (std::size_t k = n; k-- > 0;) {
     const ChainOp& op = ops[k];
-    if (last_of_block(k)) {
+    if (p.last_of_block(k)) {
       // The block runs again: its forward's own peak on top of what is live, with the gradient
       // into it waiting; then what it saves stays for its backward. Its result, when its last op
       // saves it for itself, is released first and made again (engine/core/autograd.h, checkpoint).
-      const double result = lifetime[k] == ChainLifetime::saved_self ? op.out_bytes : 0.0;
+      const double result = p.lifetime[k] == ChainLifetime::saved_self ? op.out_bytes : 0.0;
       note_backward(acts - result + block_transient[k], received, op.name + " (recomputed)");
       std::size_t first = k;
-      while (first > 0 && in_block_with(first - 1, k)) --first;
-      for (std::size_t j = first; j <= k; ++j) acts += recomputed[j];
+      while (first > 0 && p.in_block_with(first - 1, k)) --first;
+      for (std::size_t j = first; j <= k; ++j) acts += p.recomputed[j];
     }
     // The op's own backward, then the casts of its weight gradients to the f32 masters.
     const double during = received + op.scratch_bytes + op.dx_bytes + op.dw_bytes;
     const double casting = op.dx_bytes + op.dw_bytes + op.dw_master_bytes;
     for (double ws : {during, casting}) note_backward(acts, ws, op.name);
-    acts -= saved_for[k];
+    acts -= p.saved_for[k];
     if (!op.passes_gradient) received = op.dx_bytes;
     if (received == 0) break;  // nothing flows further back
   }
+}
+
+}  // namespace
+
+ChainEstimate estimate_chain(const std::vector<ChainOp>& ops) {
+  ChainEstimate e;
+  const ChainPlan plan = plan_chain(ops);
+  const std::vector<double> block_transient = forward_pass(plan, e);
+  backward_pass(plan, block_transient, e);
   return e;
 }
 

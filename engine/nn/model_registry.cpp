@@ -44,8 +44,9 @@ std::string option_value(const ModelDef& model, const ModelOptions& options, con
 
 std::string ModelInput::str() const {
   std::string text;
-  for (std::int64_t d : sample) text += (text.empty() ? "" : "x") + std::to_string(d);
-  return text + ", " + std::to_string(classes) + " classes";
+  // Appended piece by piece: `"x" + std::to_string(d)` trips GCC 12's -Wrestrict (a false positive).
+  for (std::int64_t d : sample) text.append(text.empty() ? "" : "x").append(std::to_string(d));
+  return text.append(", ").append(std::to_string(classes)).append(" classes");
 }
 
 ModelRegistration::ModelRegistration(std::vector<ModelDef> models) {

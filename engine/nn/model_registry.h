@@ -56,7 +56,8 @@ struct ModelDef {
   // The input a checkpoint's tensors were built for (its first layer's channels, its head's classes),
   // or nothing where they do not say (the default input is then tried, and loading names what differs).
   std::function<std::optional<ModelInput>(const NamedTensors& tensors, const ModelOptions& options)> input_of;
-  std::string torch_twin;  // the peers' name for the same model (bench/peers/torch_models.py), "" if none
+  std::string
+      torch_twin;  // the peers' name for the same model (bench/peers/: torch_smallcnn.py is smallcnn), "" if none
 };
 
 // Registers a model at load time (one static object per model list: models/registry.cpp).

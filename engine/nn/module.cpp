@@ -149,15 +149,61 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const InitOp
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
-Sequential& Sequential::add(std::shared_ptr<Module> module) {
-  register_module(std::to_string(layers_.size()), module);
+Sequential& Sequential::add(std::shared_ptr<Module> module) { return add(std::to_string(layers_.size()), module); }
+
+Sequential& Sequential::add(const std::string& name, std::shared_ptr<Module> module) {
+  TL_CHECK(module != nullptr, "Sequential::add: layer '" + name + "' is null");
+  register_module(name, module);
   layers_.push_back(std::move(module));
   return *this;
 }
 
+void Sequential::set_fused(bool fused) {
+  fused_ = fused;
+  Module::set_fused(fused);
+}
+
+std::size_t Sequential::forward_fused(std::size_t i, const Tensor& h, Tensor& out) const {
+  auto layer = [this, i](std::size_t k) { return i + k < layers_.size() ? layers_[i + k].get() : nullptr; };
+  const bool relu_next = dynamic_cast<const ReLU*>(layer(1)) != nullptr;
+  if (const auto* conv = dynamic_cast<const Conv2d*>(layer(0))) {
+    const auto* pool = dynamic_cast<const MaxPool2d*>(layer(2));
+    const Pool2dOptions& po = pool != nullptr ? pool->options : Pool2dOptions{};
+    const bool two_by_two = pool != nullptr && po.kernel_h == 2 && po.kernel_w == 2 && po.pad_h == 0 && po.pad_w == 0 &&
+                            (po.stride_h == 0 || po.stride_h == 2) && (po.stride_w == 0 || po.stride_w == 2);
+    if (relu_next && two_by_two && h.dim() == 4) {
+      // conv -> ReLU -> pool is conv -> pool -> ReLU bit for bit (max-pooling commutes with the
+      // ReLU: models/smallcnn/smallcnn.cpp), which is what the fused block and its composed form compute.
+      out = conv2d_relu_max_pool2d(h, conv->weight, conv->bias, conv->options, po, h.memory_format());
+      return 3;
+    }
+    out = conv2d_fused(h, conv->weight, conv->bias, relu_next, conv->options);
+    return relu_next ? 2 : 1;
+  }
+  if (const auto* fc = dynamic_cast<const Linear*>(layer(0))) {
+    out = linear_fused(h, fc->weight, fc->bias, relu_next);
+    return relu_next ? 2 : 1;
+  }
+  if (const auto* pool = dynamic_cast<const MaxPool2d*>(layer(0)); pool != nullptr && relu_next) {
+    out = max_pool2d_relu(h, pool->options);
+    return 2;
+  }
+  return 0;
+}
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h);
+  for (std::size_t i = 0; i < layers_.size();) {
+    Tensor out;
+    const std::size_t took = fused_ ? forward_fused(i, h, out) : 0;
+    if (took == 0) {
+      h = layers_[i]->forward(h);
+      ++i;
+    } else {
+      h = out;
+      i += took;
+    }
+  }
   return h;
 }
 

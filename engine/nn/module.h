@@ -1,6 +1,6 @@
 // Modules: named parameters with PyTorch state-dict names, the layers (Conv2d, Linear, ReLU,
 // MaxPool2d, Flatten) and Sequential. A model is a Module; SmallCNN (models/smallcnn/smallcnn.h) is one, and
-// a driver builds its own from these layers (studies/own_model_and_data).
+// a driver builds its own from these layers (examples/own_model_and_data).
 #pragma once
 
 #include <cstdint>
@@ -151,15 +151,29 @@ class Flatten : public Module {
   void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::elementwise); }  // the copy
 };
 
-// Children named "0", "1", ... as torch.nn.Sequential names them.
+// Layers in order, named "0", "1", ... as torch.nn.Sequential names them, or as given. Fused
+// (set_fused(true)), its forward takes the runs of layers that form a pattern of backends/fusion.h
+// in one op each, wherever the backend runs it (Backend::supports_fused), and composes the rest:
+//   Conv2d ReLU MaxPool2d(2x2, stride 2)  conv2d_relu_max_pool2d (the block in one call where fused)
+//   Conv2d [ReLU]                         conv2d_fused: the bias and ReLU in the convolution's call
+//   Linear [ReLU]                         linear_fused
+//   MaxPool2d ReLU                        max_pool2d_relu
+// Any model built of these layers gets the backend's fusions with no code of its own.
 class Sequential : public Module {
  public:
   Sequential& add(std::shared_ptr<Module> module);
+  Sequential& add(const std::string& name, std::shared_ptr<Module> module);
   Tensor forward(const Tensor& x) override;
+  void set_fused(bool fused) override;
+  bool fused() const { return fused_; }
   std::size_t size() const { return layers_.size(); }
 
  private:
+  // The fused op for the run of layers starting at `i` where one applies: the layers it took (0:
+  // none, compose layer i).
+  std::size_t forward_fused(std::size_t i, const Tensor& h, Tensor& out) const;
   std::vector<std::shared_ptr<Module>> layers_;
+  bool fused_ = false;
 };
 
 }  // namespace trainlab

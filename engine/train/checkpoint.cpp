@@ -209,24 +209,28 @@ void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
   fs::remove_all(staging, ec);  // after an exchange it holds the previous checkpoint
 }
 
-Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
+namespace {
+// The error for a checkpoint directory that is not there. A save interrupted between its two
+// renames (filesystems without an atomic exchange) leaves complete copies beside the target: name
+// them rather than just "missing".
+[[noreturn]] void throw_missing_checkpoint(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    // A save interrupted between its two renames (filesystems without an atomic exchange) leaves
-    // complete copies beside the target: name them rather than just "missing".
-    std::string beside;
-    const fs::path target = normalized(dir);
-    for (const auto& entry : fs::directory_iterator(target.parent_path(), ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind(sibling_name(target, ""), 0) == 0 && fs::exists(entry.path() / kMarkerFile, ec)) {
-        beside += (beside.empty() ? "" : ", ") + entry.path().string();
-      }
+  std::string beside;
+  const fs::path target = normalized(dir);
+  for (const auto& entry : fs::directory_iterator(target.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(sibling_name(target, ""), 0) == 0 && fs::exists(entry.path() / kMarkerFile, ec)) {
+      beside += (beside.empty() ? "" : ", ") + entry.path().string();
     }
-    throw Error(
-        "checkpoint directory '" + dir + "' does not exist" +
-        (beside.empty() ? std::string() : " (an interrupted save left complete checkpoints at: " + beside + ")"));
   }
-  const std::string marker_path = join(dir, kMarkerFile);
+  throw Error("checkpoint directory '" + dir + "' does not exist" +
+              (beside.empty() ? std::string() : " (an interrupted save left complete checkpoints at: " + beside + ")"));
+}
+
+// The COMPLETE marker of checkpoint `dir`, read and checked: a trainlab marker of a version this
+// build reads, its own checksum (version 2 on), and only the checkpoint's files listed.
+json read_checkpoint_marker(const std::string& dir, const std::string& marker_path) {
+  std::error_code ec;
   TL_CHECK(fs::exists(marker_path, ec), "checkpoint '" + dir + "' is incomplete: no " + kMarkerFile +
                                             " marker (the save was interrupted, or this is not a checkpoint)");
   json marker;
@@ -268,37 +272,52 @@ Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
              "checkpoint marker '" + marker_path + "' lists " + quote_value(name) + ", not a checkpoint file (" +
                  kModelFile + ", " + kOptimizerFile + ", " + kStateFile + ")");
   }
+  return marker;
+}
+
+// One of the checkpoint's files, read and checked against its entry in the marker.
+std::vector<unsigned char> read_checkpoint_file(const std::string& dir, const json& marker,
+                                                const std::string& marker_path, const char* file) {
+  std::error_code ec;
+  const std::string path = join(dir, file);
+  TL_CHECK(marker["files"].contains(file), "checkpoint marker '" + marker_path + "' does not list " + file);
+  const json& entry = marker["files"][file];
+  TL_CHECK(entry.is_object() && entry.contains("bytes") && entry["bytes"].is_number_unsigned() &&
+               entry.contains("crc32") && entry["crc32"].is_string(),
+           "checkpoint marker '" + marker_path + "' has a malformed entry for " + file);
+  TL_CHECK(fs::exists(path, ec) || fs::is_symlink(path, ec), "checkpoint file '" + path + "' is missing");
+  const auto expected_bytes = entry["bytes"].get<std::uint64_t>();
+  std::uint64_t actual_bytes = 0;
+  try {
+    actual_bytes = regular_file_size(path);
+  } catch (const Error& e) {
+    throw Error("checkpoint file " + std::string(e.what()));
+  }
+  TL_CHECK(actual_bytes == expected_bytes, "checkpoint file '" + path + "' is " +
+                                               (actual_bytes < expected_bytes ? "truncated" : "longer than recorded") +
+                                               ": " + std::to_string(actual_bytes) + " bytes, the marker records " +
+                                               std::to_string(expected_bytes));
+  const std::uint64_t limit = std::string(file) == kStateFile ? kMaxStateBytes : host_memory_total_bytes();
+  check_host_memory(actual_bytes, "checkpoint file '" + path + "'", "");
+  auto bytes = read_file(path, limit > 0 ? limit : actual_bytes);
+  TL_CHECK(bytes.size() == expected_bytes, "checkpoint file '" + path + "' changed while it was read");
+  const std::string crc = crc32_hex(crc32(bytes.data(), bytes.size()));
+  TL_CHECK(crc == entry["crc32"].get<std::string>(), "checkpoint file '" + path + "' is corrupted: CRC-32 " + crc +
+                                                         " does not match the recorded " +
+                                                         entry["crc32"].get<std::string>());
+  return bytes;
+}
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw_missing_checkpoint(dir);
+  const std::string marker_path = join(dir, kMarkerFile);
+  const json marker = read_checkpoint_marker(dir, marker_path);
   // Every file: a regular file of the recorded size (checked before a byte is read), then the CRC.
   std::map<std::string, std::vector<unsigned char>> files;
-  for (const char* file : {kModelFile, kOptimizerFile, kStateFile}) {
-    const std::string path = join(dir, file);
-    TL_CHECK(marker["files"].contains(file), "checkpoint marker '" + marker_path + "' does not list " + file);
-    const json& entry = marker["files"][file];
-    TL_CHECK(entry.is_object() && entry.contains("bytes") && entry["bytes"].is_number_unsigned() &&
-                 entry.contains("crc32") && entry["crc32"].is_string(),
-             "checkpoint marker '" + marker_path + "' has a malformed entry for " + file);
-    TL_CHECK(fs::exists(path, ec) || fs::is_symlink(path, ec), "checkpoint file '" + path + "' is missing");
-    const auto expected_bytes = entry["bytes"].get<std::uint64_t>();
-    std::uint64_t actual_bytes = 0;
-    try {
-      actual_bytes = regular_file_size(path);
-    } catch (const Error& e) {
-      throw Error("checkpoint file " + std::string(e.what()));
-    }
-    TL_CHECK(actual_bytes == expected_bytes,
-             "checkpoint file '" + path + "' is " +
-                 (actual_bytes < expected_bytes ? "truncated" : "longer than recorded") + ": " +
-                 std::to_string(actual_bytes) + " bytes, the marker records " + std::to_string(expected_bytes));
-    const std::uint64_t limit = std::string(file) == kStateFile ? kMaxStateBytes : host_memory_total_bytes();
-    check_host_memory(actual_bytes, "checkpoint file '" + path + "'", "");
-    auto bytes = read_file(path, limit > 0 ? limit : actual_bytes);
-    TL_CHECK(bytes.size() == expected_bytes, "checkpoint file '" + path + "' changed while it was read");
-    const std::string crc = crc32_hex(crc32(bytes.data(), bytes.size()));
-    TL_CHECK(crc == entry["crc32"].get<std::string>(), "checkpoint file '" + path + "' is corrupted: CRC-32 " + crc +
-                                                           " does not match the recorded " +
-                                                           entry["crc32"].get<std::string>());
-    files[file] = std::move(bytes);
-  }
+  for (const char* file : {kModelFile, kOptimizerFile, kStateFile})
+    files[file] = read_checkpoint_file(dir, marker, marker_path, file);
 
   Checkpoint checkpoint;
   const auto& model_bytes = files[kModelFile];

@@ -209,30 +209,9 @@ ConfigField model_options_field() {
 
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
 
-}  // namespace
-
-const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::sgd ? "sgd" : "adamw"; }
-const char* schedule_name(ScheduleKind kind) { return kind == ScheduleKind::constant ? "constant" : "warmup_cosine"; }
-const char* allreduce_name(AllreduceAlgorithm algorithm) {
-  switch (algorithm) {
-    case AllreduceAlgorithm::ring:
-      return "ring";
-    case AllreduceAlgorithm::recursive_doubling:
-      return "recursive_doubling";
-    case AllreduceAlgorithm::halving_doubling:
-      return "halving_doubling";
-    case AllreduceAlgorithm::automatic:
-      return "auto";
-    case AllreduceAlgorithm::native:
-      break;
-  }
-  return "native";
-}
-const char* comm_backend_name(CommBackend backend) { return backend == CommBackend::mpi ? "mpi" : "nccl"; }
-const char* nonfinite_policy_name(NonFinitePolicy policy) { return policy == NonFinitePolicy::stop ? "stop" : "skip"; }
-
-const std::vector<ConfigField>& config_fields() {
-  static const std::vector<ConfigField> fields = {
+// The model, the run's length and batch, the optimiser and its schedule, the seed.
+std::vector<ConfigField> model_and_optimizer_fields() {
+  return {
       model_field(),
       model_options_field(),
       int_field("steps", TL_KEY(steps), 1, kMaxInt, "total optimiser steps (a resumed run continues up to this)"),
@@ -251,6 +230,12 @@ const std::vector<ConfigField>& config_fields() {
       int_field("warmup_steps", TL_KEY(optimizer.warmup_steps), 0, kMaxInt, "linear warm-up steps (warmup_cosine)"),
       double_field("min_lr", TL_KEY(optimizer.min_lr), 0.0, 10.0, false, "final learning rate (warmup_cosine)"),
       seed_field(),
+  };
+}
+
+// How the step runs: the backend, dtype, layout, fusion, recomputation, pinned memory, TF32, graphs, threads.
+std::vector<ConfigField> execution_fields() {
+  return {
       string_field("backend", TL_KEY(execution.backend), "a registered backend",
                    "compute backend (default: the best CPU one)"),
       enum_field<DType>("dtype", TL_KEY(execution.dtype),
@@ -272,6 +257,12 @@ const std::vector<ConfigField>& config_fields() {
                  "capture forward and backward as CUDA graphs after two eager steps, then replay them (cuda "
                  "backend; f32/bf16, one process)"),
       int_field("threads", TL_KEY(execution.threads), 0, 1024, "compute threads (0: the backend's default)"),
+  };
+}
+
+// The data: SyntheticImages' splits or a data set on disk, and the loader.
+std::vector<ConfigField> data_fields() {
+  return {
       int_field("train_samples", TL_KEY(data.train_samples), 1, kMaxInt,
                 "SyntheticImages training split size (with data: at most this many of its training samples)"),
       int_field("eval_samples", TL_KEY(data.eval_samples), 1, kMaxInt,
@@ -289,6 +280,12 @@ const std::vector<ConfigField>& config_fields() {
                           "per epoch"),
       bool_field("cold_cache", TL_KEY(data.cold_cache),
                  "with data: drop the data set's files from the page cache before the run (reads come from storage)"),
+  };
+}
+
+// Evaluation, progress, checkpoints, the trace, the ledger and the precision audit.
+std::vector<ConfigField> reporting_and_checkpoint_fields() {
+  return {
       int_field("eval_every", TL_KEY(reporting.eval_every), 0, kMaxInt, "evaluate every K steps (0: only at the end)"),
       int_field("log_every", TL_KEY(reporting.log_every), 1, kMaxInt, "progress line every K steps"),
       int_field("warmup", TL_KEY(reporting.warmup), 0, kMaxInt, "steps excluded from throughput"),
@@ -304,6 +301,12 @@ const std::vector<ConfigField>& config_fields() {
                  "the loss scaler, the finiteness checks, and an f32 run of the same seed beside it"),
       string_field("audit_file", TL_KEY(reporting.audit_file), "a file path",
                    "with audit: also write the audit here as JSON"),
+  };
+}
+
+// Gradient accumulation, DDP and its communication, the f16 loss scale, non-finite steps.
+std::vector<ConfigField> parallel_and_numerics_fields() {
+  return {
       int_field("accumulate", TL_KEY(execution.accumulate), 1, 4096,
                 "micro-steps per optimiser step (gradient accumulation; DDP communicates on the last only)"),
       double_field("bucket_cap_mb", TL_KEY(parallel.bucket_cap_mb), 0.0, 4096.0, true,
@@ -343,6 +346,39 @@ const std::vector<ConfigField>& config_fields() {
       bool_field("allow_nonfinite_checkpoint", TL_KEY(checkpoint.allow_nonfinite_checkpoint),
                  "resume from a checkpoint whose tensors hold NaN or inf (refused otherwise)"),
   };
+}
+
+}  // namespace
+
+const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::sgd ? "sgd" : "adamw"; }
+const char* schedule_name(ScheduleKind kind) { return kind == ScheduleKind::constant ? "constant" : "warmup_cosine"; }
+const char* allreduce_name(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::ring:
+      return "ring";
+    case AllreduceAlgorithm::recursive_doubling:
+      return "recursive_doubling";
+    case AllreduceAlgorithm::halving_doubling:
+      return "halving_doubling";
+    case AllreduceAlgorithm::automatic:
+      return "auto";
+    case AllreduceAlgorithm::native:
+      break;
+  }
+  return "native";
+}
+const char* comm_backend_name(CommBackend backend) { return backend == CommBackend::mpi ? "mpi" : "nccl"; }
+const char* nonfinite_policy_name(NonFinitePolicy policy) { return policy == NonFinitePolicy::stop ? "stop" : "skip"; }
+
+const std::vector<ConfigField>& config_fields() {
+  // One list, its parts in sequence: the order is the one docs/CONFIG.md shows (generated from it).
+  static const std::vector<ConfigField> fields = [] {
+    std::vector<ConfigField> all;
+    for (const auto& part : {model_and_optimizer_fields(), execution_fields(), data_fields(),
+                             reporting_and_checkpoint_fields(), parallel_and_numerics_fields()})
+      all.insert(all.end(), part.begin(), part.end());
+    return all;
+  }();
   return fields;
 }
 

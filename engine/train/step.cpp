@@ -204,12 +204,38 @@ void StepRunner::stage_for_graph(const Batch& batch) {
   graph_->inputs()[1].copy_(batch.labels);
 }
 
-StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
-  const FrozenWeights* frozen = backend_.frozen_weights();
+namespace {
+
+void check_weights_not_frozen(Backend& backend) {
+  const FrozenWeights* frozen = backend.frozen_weights();
   TL_CHECK(frozen == nullptr || !frozen->frozen(),
-           "step: backend '" + backend_.name() +
+           "step: backend '" + backend.name() +
                "' holds the weights frozen for inference (FrozenWeightsScope); a "
                "training step would change them under what it keeps: end the scope first");
+}
+
+// The optimiser's update, or none when the step found a non-finite value (result.nonfinite, here
+// or, with sharded optimiser state, on another rank); the gradients are cleared either way.
+void apply_or_skip_update(Optimizer& optimizer, GradScaler* scaler, DataParallel* parallel, StepResult& result) {
+  if (parallel != nullptr && parallel->shards_optimizer_state()) {
+    // Each rank checked only its shard of the gradient: the ranks skip together or not at all.
+    const bool here = !result.nonfinite.empty();
+    if (parallel->max_over_ranks(here ? 1.0 : 0.0) > 0 && !here) result.nonfinite = "a gradient on another rank";
+  }
+  if (!result.nonfinite.empty()) {
+    result.skipped = true;  // never apply a non-finite update
+  } else if (scaler) {
+    result.skipped = !scaler->step(optimizer);
+  } else {
+    optimizer.step();
+  }
+  optimizer.zero_grad();
+}
+
+}  // namespace
+
+StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
+  check_weights_not_frozen(backend_);
   StepResult result;
   PhaseTimes& phases = result.phases;
   // What the step makes outside its phases (the loss read back) is a workspace too.
@@ -289,19 +315,7 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
         result.nonfinite = "the gradient of " + name;
       }
     }
-    if (parallel_ != nullptr && parallel_->shards_optimizer_state()) {
-      // Each rank checked only its shard of the gradient: the ranks skip together or not at all.
-      const bool here = !result.nonfinite.empty();
-      if (parallel_->max_over_ranks(here ? 1.0 : 0.0) > 0 && !here) result.nonfinite = "a gradient on another rank";
-    }
-    if (!result.nonfinite.empty()) {
-      result.skipped = true;  // never apply a non-finite update
-    } else if (scaler_) {
-      result.skipped = !scaler_->step(optimizer_);
-    } else {
-      optimizer_.step();
-    }
-    optimizer_.zero_grad();
+    apply_or_skip_update(optimizer_, scaler_, parallel_, result);
   }
   if (parallel_ != nullptr && parallel_->shards_optimizer_state()) {
     // ZeRO-1: every rank updated its pieces; the parameters are gathered from their owners.

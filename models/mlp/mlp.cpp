@@ -7,8 +7,12 @@
 namespace trainlab {
 
 Mlp::Mlp(const InitOptions& init, std::int64_t inputs, std::int64_t hidden, std::int64_t classes) {
-  fc1 = register_module("fc1", std::make_shared<Linear>(inputs, hidden, init));
-  fc2 = register_module("fc2", std::make_shared<Linear>(hidden, classes, init));
+  fc1 = std::make_shared<Linear>(inputs, hidden, init);
+  fc2 = std::make_shared<Linear>(hidden, classes, init);
+  add("flatten", std::make_shared<Flatten>());
+  add("fc1", fc1);
+  add("relu", std::make_shared<ReLU>());
+  add("fc2", fc2);
 }
 
 Tensor Mlp::forward(const Tensor& x) {

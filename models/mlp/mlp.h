@@ -12,16 +12,15 @@
 
 namespace trainlab {
 
-//   flatten -> fc1 Linear(prod(sample), hidden) ReLU -> fc2 Linear(hidden, classes)
-class Mlp : public Module {
+//   flatten -> fc1 Linear(prod(sample), hidden) -> relu ReLU -> fc2 Linear(hidden, classes)
+// A Sequential of the engine's layers: fused (--fuse), fc1 and its ReLU are one linear_fused call on
+// every backend, with no code here (engine/nn/module.h).
+class Mlp : public Sequential {
  public:
   Mlp(const InitOptions& init, std::int64_t inputs, std::int64_t hidden, std::int64_t classes);
   Tensor forward(const Tensor& x) override;
   double flop_per_sample(bool forward_only) const override;
   std::shared_ptr<Linear> fc1, fc2;
-
- protected:
-  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::relu, BackendOp::elementwise}); }
 };
 
 // The registry's entry: key `hidden` (1..65536, default 128).

@@ -32,7 +32,11 @@ SmallCNN::SmallCNN(const InitOptions& init, const SmallCNNShape& shape) : shape_
 }
 
 bool SmallCNN::inference_blocks(const Tensor& x) const {
-  return fused_ && !GradMode::enabled() && x.defined() && x.backend().fuses_conv_pool_inference();
+  if (!fused_ || GradMode::enabled() || !x.defined()) return false;
+  const DType dtype = autocast_dtype() == DType::f32 ? x.dtype() : autocast_dtype();
+  return x.backend()
+      .supports_fused(FusedPattern::conv_block(false), dtype, x.memory_format() == MemoryFormat::channels_last)
+      .runs();
 }
 
 Tensor SmallCNN::forward(const Tensor& x) {
@@ -47,7 +51,7 @@ bool SmallCNN::first_block_fused(Backend& backend, DType dtype, std::int64_t bat
   Pool2dShape p{batch, 32, c.out_h(), c.out_w(), 2, 2, 2, 2, 0, 0};
   p.channels_last = layout == MemoryFormat::channels_last;
   p.relu = true;
-  return backend.fuses_conv_pool_training(dtype, c, p);
+  return backend.supports_fused(FusedPattern::conv_block(true), dtype, c.channels_last, {&c, &p}).runs();
 }
 
 Tensor SmallCNN::forward_in(const Tensor& x, MemoryFormat layout) {
@@ -98,7 +102,7 @@ Tensor SmallCNN::forward_layers(const Tensor& x, MemoryFormat layout) {
   };
   const bool convs = recompute_ != Recompute::none, all = recompute_ == Recompute::all;
   // Fused, the first block is one op: where its input needs no gradient and the backend fuses the
-  // shape (Backend::fuses_conv_pool_training) conv1's output and its gradient never reach memory.
+  // shape (FusedPattern::conv_block(true)) conv1's output and its gradient never reach memory.
   auto first_block = [this, pool, layout](const Tensor& in) {
     return conv2d_relu_max_pool2d(in, conv1->weight, conv1->bias, conv1->options, pool, layout);
   };
@@ -122,38 +126,145 @@ double SmallCNN::flops(bool forward_only, const SmallCNNShape& shape) {
 
 namespace trainlab {
 
-std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& backend) const {
-  TL_CHECK(shape.batch > 0, "SmallCNN memory chain: batch must be > 0, got " + std::to_string(shape.batch));
-  const double n = static_cast<double>(shape.batch);
-  const bool low = shape.dtype == DType::bf16 || shape.dtype == DType::f16;
-  const double a = static_cast<double>(dtype_size(shape.dtype));  // activations and their gradients
-  const double master = low ? 4.0 : 0.0;                          // a weight gradient's f32 copy
-  auto act = [&](double per_sample) { return per_sample * n * a; };
-  auto pool_workspace = [&](std::int64_t channels, std::int64_t height, std::int64_t width) {
+namespace {
+
+// The chain as memory_chain builds it: the step's shape, the ops so far and the block they are in.
+struct ChainBuilder {
+  const ChainShape& shape;
+  Backend& backend;
+  Recompute recompute;
+  double n, a, master;
+  bool low;
+  std::vector<ChainOp> ops;
+  int block = -1;
+
+  double act(double per_sample) const { return per_sample * n * a; }
+  double pool_workspace(std::int64_t channels, std::int64_t height, std::int64_t width) const {
     Pool2dShape s{shape.batch, channels, height, width, 2, 2, 2, 2, 0, 0};
     s.channels_last = shape.channels_last;
     return static_cast<double>((backend.max_pool2d_workspace_bytes(shape.dtype, s) + 7) / 8 * 8);
-  };
-  // The activations' elements per sample: conv1's output, pool1's (conv2's input), conv2's, pool2's
-  // (fc1's input), for the shape the model was built for (32768, 8192, 16384, 4096 at 3x32x32).
-  const SmallCNNShape& m = shape_;
-  const double input = static_cast<double>(m.channels * m.height * m.width);
-  const double out1 = 32.0 * static_cast<double>(m.height * m.width);
-  const double half1 = 32.0 * static_cast<double>((m.height / 2) * (m.width / 2));
-  const double out2 = 64.0 * static_cast<double>((m.height / 2) * (m.width / 2));
-  const double flat = static_cast<double>(m.flat()), classes = static_cast<double>(m.classes);
-  std::vector<ChainOp> ops;
+  }
   // Recomputation: forward() checkpoints each conv block (conv, bias, ReLU, pool) and with `all`
   // the classifier (flatten, fc1, ReLU, fc2); the ops of one block carry its number.
-  int block = -1;
-  auto begin_block = [&](int b) {
-    const bool on = b >= 0 && (b < 2 ? recompute_ != Recompute::none : recompute_ == Recompute::all);
+  void begin_block(int b) {
+    const bool on = b >= 0 && (b < 2 ? recompute != Recompute::none : recompute == Recompute::all);
     block = on ? b : -1;
-  };
-  auto add = [&](ChainOp op) {
+  }
+  void add(ChainOp op) {
     op.block = block;
     ops.push_back(std::move(op));
+  }
+  // flatten(1) of a channels_last [N, 64, H/4, W/4] is a copy (a reorder; fc1 keeps it), and its
+  // gradient goes back to relu2 in NCHW order, which relu2 copies to channels_last again.
+  void flatten(double flat) {
+    if (shape.channels_last) add({"flatten.reorder", act(flat), ChainLifetime::saved_next, 0, 0, true});
+  }
+};
+
+// The activations' elements per sample: conv1's output, pool1's (conv2's input), conv2's, pool2's
+// (fc1's input), for the shape the model was built for (32768, 8192, 16384, 4096 at 3x32x32), and
+// the layers' weights.
+struct ChainSizes {
+  std::int64_t height, width;
+  double input, out1, half1, out2, flat, classes;
+  double conv1_w, conv2_w, fc1_w, fc2_w;
+  double in_cast;        // conv1's input cast to the compute dtype
+  double relu2_scratch;  // relu2's copy of its NCHW-order gradient to channels_last
+};
+
+// forward() fused, one statement at a time: a temporary lives to the end of its statement.
+// max_pool2d_relu(conv2d_fused(...)): the convolution's output lives through the pool, whose
+// output is the next layer's input (conv2 saves pool1's; pool2's is h, held to the end of the
+// forward, and fc1's saved input where the flatten is a view). The pool's backward turns a
+// gradient that arrives in NCHW order (from the flatten) into channels_last first.
+void fused_chain(ChainBuilder& c, const ChainSizes& z, bool first_block) {
+  auto pool_relu_fused = [&](const char* name, double in, double out, std::int64_t channels, std::int64_t height,
+                             std::int64_t width, ChainLifetime lifetime, double scratch) {
+    c.add({name, c.act(out), lifetime, c.pool_workspace(channels, height, width), c.act(in), false, scratch});
   };
+  const double a = c.a, master = c.master;
+  c.begin_block(0);
+  if (first_block) {
+    const double places = std::ceil(z.half1 * c.n / 8) * 8;
+    c.add({"conv1+bias+pool1+relu1", c.act(z.half1), ChainLifetime::saved_next, places, 0, false, 0,
+           (z.conv1_w + 32) * a, (z.conv1_w + 32) * master});
+  } else {
+    c.add({"conv1+bias", c.act(z.out1), ChainLifetime::next_op, z.in_cast, 0, false, 0, (z.conv1_w + 32) * a,
+           (z.conv1_w + 32) * master});
+    pool_relu_fused("pool1+relu1", z.out1, z.half1, 32, z.height, z.width, ChainLifetime::saved_next, 0);
+  }
+  c.begin_block(1);
+  c.add({"conv2+bias", c.act(z.out2), ChainLifetime::next_op, 0, c.act(z.half1), false, 0, (z.conv2_w + 64) * a,
+         (z.conv2_w + 64) * master});
+  pool_relu_fused("pool2+relu2", z.out2, z.flat, 64, z.height / 2, z.width / 2,
+                  c.shape.channels_last ? ChainLifetime::forward : ChainLifetime::saved_next, z.relu2_scratch);
+  c.begin_block(2);
+  c.flatten(z.flat);
+  c.add({"fc1+bias+relu", c.act(256), ChainLifetime::saved_self, 0, c.act(z.flat), false, c.act(256),
+         (z.fc1_w + 256) * a, (z.fc1_w + 256) * master});
+  c.add({"fc2+bias", c.act(z.classes), ChainLifetime::next_op, 0, c.act(256), false, 0, (z.fc2_w + z.classes) * a,
+         (z.fc2_w + z.classes) * master});
+}
+
+// forward() composed: conv2d and linear with a bias are a node each and a bias_add (its bias cast
+// by to(): an f32 copy of the bias gradient on the way back). The bias_add's output is the pool's
+// input (the ReLU's for fc1), held to the end of the statement: through the pool and the ReLU.
+void composed_chain(ChainBuilder& c, const ChainSizes& z) {
+  auto layer = [&](const char* name, const char* bias, double out, double dx, double weights, double channels,
+                   double saved, int bias_outlives) {
+    c.add({name, c.act(out), ChainLifetime::next_op, saved, dx, false, 0, weights * c.a, weights * c.master});
+    c.add({bias, c.act(out), ChainLifetime::next_op, 0, 0, true, 0, channels * c.a, channels * c.master});
+    c.ops.back().outlives = bias_outlives;
+  };
+  // A block's pool and ReLU (forward()'s order): the pool's output lives until the ReLU's exists;
+  // the ReLU's is saved for its backward, and is the next layer's input.
+  auto pool_relu = [&](const char* pool, const char* relu, double in, double out, std::int64_t channels,
+                       std::int64_t height, std::int64_t width, double relu_scratch) {
+    c.add({pool, c.act(out), ChainLifetime::next_op, c.pool_workspace(channels, height, width), c.act(in)});
+    c.add({relu, c.act(out), ChainLifetime::saved_self, 0, c.act(out), false, relu_scratch});
+  };
+  c.begin_block(0);
+  layer("conv1", "conv1.bias", z.out1, 0, z.conv1_w, 32, z.in_cast, 2);
+  pool_relu("pool1", "relu1", z.out1, z.half1, 32, z.height, z.width, 0);
+  c.begin_block(1);
+  layer("conv2", "conv2.bias", z.out2, c.act(z.half1), z.conv2_w, 64, 0, 2);
+  pool_relu("pool2", "relu2", z.out2, z.flat, 64, z.height / 2, z.width / 2, z.relu2_scratch);
+  c.begin_block(2);
+  c.flatten(z.flat);  // h = h.flatten(1)
+  layer("fc1", "fc1.bias", 256, c.act(z.flat), z.fc1_w, 256, 0, 1);
+  c.add({"relu3", c.act(256), ChainLifetime::saved_self, 0, c.act(256)});  // fc2 reads it too; relu3 runs later
+  layer("fc2", "fc2.bias", z.classes, c.act(256), z.fc2_w, z.classes, 0, 1);
+}
+
+}  // namespace
+
+std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& backend) const {
+  TL_CHECK(shape.batch > 0, "SmallCNN memory chain: batch must be > 0, got " + std::to_string(shape.batch));
+  const bool low = shape.dtype == DType::bf16 || shape.dtype == DType::f16;
+  ChainBuilder c{shape,
+                 backend,
+                 recompute_,
+                 static_cast<double>(shape.batch),
+                 static_cast<double>(dtype_size(shape.dtype)),  // activations and their gradients
+                 low ? 4.0 : 0.0,                               // a weight gradient's f32 copy
+                 low,
+                 {}};
+  const SmallCNNShape& m = shape_;
+  ChainSizes z{};
+  z.height = m.height;
+  z.width = m.width;
+  z.input = static_cast<double>(m.channels * m.height * m.width);
+  z.out1 = 32.0 * static_cast<double>(m.height * m.width);
+  z.half1 = 32.0 * static_cast<double>((m.height / 2) * (m.width / 2));
+  z.out2 = 64.0 * static_cast<double>((m.height / 2) * (m.width / 2));
+  z.flat = static_cast<double>(m.flat());
+  z.classes = static_cast<double>(m.classes);
+  z.conv1_w = 32.0 * static_cast<double>(m.channels) * 9;
+  z.conv2_w = 64 * 32 * 9;
+  z.fc1_w = 256 * z.flat;
+  z.fc2_w = z.classes * 256;
+  z.in_cast = low ? c.act(z.input) : 0.0;
+  z.relu2_scratch = shape.channels_last ? c.act(z.flat) : 0.0;
   // The reorder of the f32 batch to channels_last (the step's, timed in the forward): conv1 keeps
   // it as its input in f32; under autocast conv1 keeps its cast and the reorder lives to the end.
   // Fused in training, conv1's block may be one op (first_block_fused): it reads the batch as
@@ -162,81 +273,16 @@ std::vector<ChainOp> SmallCNN::memory_chain(const ChainShape& shape, Backend& ba
       first_block_fused(backend, shape.dtype, shape.batch, false,
                         shape.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous);
   if (shape.channels_last && !first_block) {
-    add({"input.reorder", input * n * 4, low ? ChainLifetime::forward : ChainLifetime::saved_next});
+    c.add({"input.reorder", z.input * c.n * 4, low ? ChainLifetime::forward : ChainLifetime::saved_next});
   }
-  const double in_cast = low ? act(input) : 0.0;  // conv1's input cast to the compute dtype
-  const double conv1_w = 32.0 * static_cast<double>(m.channels) * 9, conv2_w = 64 * 32 * 9, fc1_w = 256 * flat,
-               fc2_w = classes * 256;
-  // flatten(1) of a channels_last [N, 64, H/4, W/4] is a copy (a reorder; fc1 keeps it), and its
-  // gradient goes back to relu2 in NCHW order, which relu2 copies to channels_last again.
-  auto flatten = [&] {
-    if (shape.channels_last) add({"flatten.reorder", act(flat), ChainLifetime::saved_next, 0, 0, true});
-  };
-  const double relu2_scratch = shape.channels_last ? act(flat) : 0.0;
-  // A block's pool and ReLU (forward()'s order): the pool's output lives until the ReLU's exists;
-  // the ReLU's is saved for its backward, and is the next layer's input.
-  auto pool_relu = [&](const char* pool, const char* relu, double in, double out, std::int64_t channels,
-                       std::int64_t height, std::int64_t width, double relu_scratch) {
-    add({pool, act(out), ChainLifetime::next_op, pool_workspace(channels, height, width), act(in)});
-    add({relu, act(out), ChainLifetime::saved_self, 0, act(out), false, relu_scratch});
-  };
-  // forward() below, one statement at a time: a temporary lives to the end of its statement.
-  if (fused_) {
-    // max_pool2d_relu(conv2d_fused(...)): the convolution's output lives through the pool, whose
-    // output is the next layer's input (conv2 saves pool1's; pool2's is h, held to the end of the
-    // forward, and fc1's saved input where the flatten is a view). The pool's backward turns a
-    // gradient that arrives in NCHW order (from the flatten) into channels_last first.
-    auto pool_relu_fused = [&](const char* name, double in, double out, std::int64_t channels, std::int64_t height,
-                               std::int64_t width, ChainLifetime lifetime, double scratch) {
-      add({name, act(out), lifetime, pool_workspace(channels, height, width), act(in), false, scratch});
-    };
-    begin_block(0);
-    if (first_block) {
-      const double places = std::ceil(half1 * n / 8) * 8;
-      add({"conv1+bias+pool1+relu1", act(half1), ChainLifetime::saved_next, places, 0, false, 0, (conv1_w + 32) * a,
-           (conv1_w + 32) * master});
-    } else {
-      add({"conv1+bias", act(out1), ChainLifetime::next_op, in_cast, 0, false, 0, (conv1_w + 32) * a,
-           (conv1_w + 32) * master});
-      pool_relu_fused("pool1+relu1", out1, half1, 32, m.height, m.width, ChainLifetime::saved_next, 0);
-    }
-    begin_block(1);
-    add({"conv2+bias", act(out2), ChainLifetime::next_op, 0, act(half1), false, 0, (conv2_w + 64) * a,
-         (conv2_w + 64) * master});
-    pool_relu_fused("pool2+relu2", out2, flat, 64, m.height / 2, m.width / 2,
-                    shape.channels_last ? ChainLifetime::forward : ChainLifetime::saved_next, relu2_scratch);
-    begin_block(2);
-    flatten();
-    add({"fc1+bias+relu", act(256), ChainLifetime::saved_self, 0, act(flat), false, act(256), (fc1_w + 256) * a,
-         (fc1_w + 256) * master});
-    add({"fc2+bias", act(classes), ChainLifetime::next_op, 0, act(256), false, 0, (fc2_w + classes) * a,
-         (fc2_w + classes) * master});
-  } else {
-    // conv2d and linear with a bias are a node each and a bias_add (its bias cast by to(): an f32
-    // copy of the bias gradient on the way back). The bias_add's output is the pool's input (the
-    // ReLU's for fc1), held to the end of the statement: through the pool and the ReLU.
-    auto layer = [&](const char* name, const char* bias, double out, double dx, double weights, double channels,
-                     double saved, int bias_outlives) {
-      add({name, act(out), ChainLifetime::next_op, saved, dx, false, 0, weights * a, weights * master});
-      add({bias, act(out), ChainLifetime::next_op, 0, 0, true, 0, channels * a, channels * master});
-      ops.back().outlives = bias_outlives;
-    };
-    begin_block(0);
-    layer("conv1", "conv1.bias", out1, 0, conv1_w, 32, in_cast, 2);
-    pool_relu("pool1", "relu1", out1, half1, 32, m.height, m.width, 0);
-    begin_block(1);
-    layer("conv2", "conv2.bias", out2, act(half1), conv2_w, 64, 0, 2);
-    pool_relu("pool2", "relu2", out2, flat, 64, m.height / 2, m.width / 2, relu2_scratch);
-    begin_block(2);
-    flatten();  // h = h.flatten(1)
-    layer("fc1", "fc1.bias", 256, act(flat), fc1_w, 256, 0, 1);
-    add({"relu3", act(256), ChainLifetime::saved_self, 0, act(256)});  // fc2 reads it too; relu3 runs later
-    layer("fc2", "fc2.bias", classes, act(256), fc2_w, classes, 0, 1);
-  }
-  begin_block(-1);
+  if (fused_)
+    fused_chain(c, z, first_block);
+  else
+    composed_chain(c, z);
+  c.begin_block(-1);
   // The loss in f32 (autocast leaves it there): the softmax probabilities kept, the loss itself.
-  add({"cross_entropy", 4, ChainLifetime::saved_self, classes * n * 4, classes * n * 4});
-  return ops;
+  c.add({"cross_entropy", 4, ChainLifetime::saved_self, z.classes * c.n * 4, z.classes * c.n * 4});
+  return c.ops;
 }
 
 }  // namespace trainlab

@@ -40,9 +40,9 @@ class SmallCNN : public Module {
   explicit SmallCNN(const InitOptions& init, const SmallCNNShape& shape = {});
   Tensor forward(const Tensor& x) override;
   // Fused, without gradients, on a backend that fuses a conv block for inference
-  // (Backend::fuses_conv_pool_inference): the batch as delivered (conv1 reads NCHW where it lies).
-  // In training, where conv1's block is one op (Backend::fuses_conv_pool_training: fused, no
-  // recomputation), the batch as delivered too.
+  // (Backend::supports_fused, FusedPattern::conv_block(false)): the batch as delivered (conv1 reads NCHW where it
+  // lies). In training, where conv1's block is one op (FusedPattern::conv_block(true): fused, no recomputation), the
+  // batch as delivered too.
   Tensor forward_in(const Tensor& x, MemoryFormat layout) override;
   const SmallCNNShape& shape() const { return shape_; }
   void set_fused(bool fused) override { fused_ = fused; }

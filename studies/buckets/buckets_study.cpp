@@ -1,6 +1,7 @@
 // bench_buckets: a gradient buffer all-reduced in buckets, for each bucket size of a sweep,
 // measured beside the alpha-beta model fitted in the same run (seed 001, part f).
 //   scripts/mpirun -np 2 build/bin/bench_buckets                 # SmallCNN's gradient (~4.3 MB)
+//   scripts/mpirun -np 2 build/bin/bench_buckets --model mlp     # a registered model's gradient
 //   scripts/mpirun -np 4 build/bin/bench_buckets --params 25e6   # a larger model
 // First the fit: single all-reduces at every bucket size and at the whole buffer, fitted with
 // T(S) = 2(P-1) alpha + 2(P-1)/P S/B (one line, or two regimes when one line fits poorly). Then the
@@ -20,13 +21,12 @@
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/measure/comm_bench.h"
+#include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
 #include "comm/cost_model.h"
 #include "comm/mpi_communicator.h"
-#include "engine/core/rng.h"
-#include "engine/nn/module.h"
-#include "models/smallcnn/smallcnn.h"
+#include "engine/nn/model_registry.h"
 #include "studies/allreduce/rows.h"
 #include "studies/buckets/rows.h"
 
@@ -37,13 +37,6 @@ namespace {
 using comm::Algorithm;
 using comm::FitAnalysis;
 using comm::ReduceOp;
-
-std::int64_t smallcnn_parameters() {
-  Generator gen(0);
-  InitOptions init{&gen};
-  init.backend = &get_backend("reference");
-  return SmallCNN(init).num_parameters();
-}
 
 // The buffer [0, total) cut into buckets of `bucket` elements (the last one shorter).
 std::vector<std::pair<std::int64_t, std::int64_t>> cut(std::int64_t total, std::int64_t bucket) {
@@ -67,7 +60,7 @@ struct BucketsRun {
   DType dtype = DType::f32;
   Algorithm algorithm = Algorithm::ring;
   std::int64_t elem = 4, count = 0, total_bytes = 0;
-  bool smallcnn = true;
+  std::string gradient;                     // whose: the model's label ("SmallCNN"), or "--params"
   std::vector<std::int64_t> bucket_counts;  // elements per bucket, ascending
   std::vector<unsigned char> buffer;        // the gradient (zeros while timed: the sums stay finite)
   double copy_rate = 0;
@@ -93,8 +86,10 @@ void plan(BucketsRun& run) {
   run.dtype = parse_dtype(o.dtype_name);
   run.algorithm = comm::parse_algorithm(o.algorithm_name_);
   run.elem = static_cast<std::int64_t>(dtype_size(run.dtype));
-  run.smallcnn = o.params == 0;
-  run.count = run.smallcnn ? smallcnn_parameters() : static_cast<std::int64_t>(o.params);
+  // The model's gradient: its parameter count at its default input (the gradient DDP all-reduces).
+  run.gradient = o.params == 0 ? model_label(o.model) : "--params";
+  run.count = o.params == 0 ? model_parameter_count(find_model(o.model.name), o.model.options)
+                            : static_cast<std::int64_t>(o.params);
   run.total_bytes = run.count * run.elem;
   const auto bucket_sizes = parse_byte_sizes(o.buckets_spec, "bench_buckets: --buckets");
   check_message_sizes(bucket_sizes, run.elem, o.dtype_name, 0, "bench_buckets: --buckets");
@@ -252,7 +247,7 @@ bool report_sweep(const BucketsRun& run, const std::vector<Config>& configs, con
                   static_cast<std::int64_t>(pieces.size()),
                   run.o.dtype_name,
                   comm::algorithm_name(run.algorithm),
-                  run.smallcnn ? "SmallCNN" : "--params"};
+                  run.gradient};
     row.repeats = timings[i].seconds;
     row.stats = s;
     row.warmup_iterations_excluded = timings[i].warmup_calls;
@@ -288,7 +283,7 @@ int run_sweep(const BucketsOptions& o, comm::MpiCommunicator& world) {
         "# bench_buckets: {} ranks, {} all-reduce, {} gradient of {} elements = {:.2f} MB ({}), {}; memcpy {:.2f} "
         "GB/s\n",
         world.size(), comm::algorithm_name(run.algorithm), o.dtype_name, run.count,
-        static_cast<double>(run.total_bytes) / 1e6, run.smallcnn ? "SmallCNN's parameters" : "--params",
+        static_cast<double>(run.total_bytes) / 1e6, o.params == 0 ? run.gradient + "'s parameters" : run.gradient,
         comm::mpi_library_version(), run.copy_rate);
     std::cout << fmt::format("# {} configurations timed round-robin; each sample the slowest rank's\n", configs.size());
     std::cout.flush();

@@ -7,11 +7,15 @@
 #include <string>
 
 #include "bench/report/section.h"
+#include "engine/train/config.h"
 
 namespace trainlab::bench {
 
 struct BucketsOptions {
   std::string buckets_spec = "16K..4M", dtype_name = "f32", algorithm_name_ = "ring", ledger_path;
+  // The gradient's elements: `params` when given (> 0), else the model's parameter count at its
+  // default input (model_parameter_count; SmallCNN's by default).
+  ModelConfig model;
   double params = 0, seconds_per_config = 0.3, timeout = 300;
   int warmup = 2, min_iters = 5, max_iters = 200;
   bool no_ledger = false;

@@ -19,7 +19,7 @@ struct BucketsConfig {
   std::int64_t buckets = 0;       // ceil(total / bucket)
   std::string dtype;
   std::string algorithm;  // "ring" | "native"
-  std::string gradient;   // "SmallCNN" | "--params"
+  std::string gradient;   // whose gradient: the model's label ("SmallCNN", "MLP (hidden=64)") | "--params"
   template <class F>
   void fields(F& f) {
     f.optional("ranks", ranks);

@@ -3,7 +3,8 @@
 //   build/bin/cost_to_accuracy --rate 0.35 [--config configs/cost_cpu.yaml] [--quick]
 //                              [--scaling-ledger results/ledger_cpu.jsonl]
 //
-// Each configuration of the study file trains SmallCNN on SyntheticImages from scratch until
+// Each configuration of the study file trains the model (the file's, or --model's; SmallCNN by
+// default) on SyntheticImages (or --data) from scratch until
 // held-out accuracy reaches the target on `consecutive` evaluations in a row (the trainer's stop
 // rule; evaluation outside the timing), R repeats interleaved across configurations (A B C ... A B
 // C ...). Each repeat is a ledger row as soon as it ends. The table ranks the configurations by
@@ -16,6 +17,7 @@
 
 #include "backends/registry.h"
 #include "bench/measure/data_source.h"
+#include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "engine/train/trainer.h"
 #include "studies/cost_to_accuracy/cost_study.h"
@@ -68,8 +70,12 @@ CostRun prepare(CostOptions o) {
                        "{}'s target {:g} was chosen for SyntheticImages",
                        o.data, o.config_path, o.quick ? run.spec.quick_target : run.spec.target));
   use_data_set(run.spec.base, o.data);
+  if (o.model_given) use_model(run.spec.base, o.model);
   run.configs = cost_configs(run.spec, o.quick);
   run.data = data_source_of(run.configs.front().data);  // a directory that is not a data set is named now
+  // The model is built for the data (its keys' values, the data's sample shape): refused now, not
+  // as a failed row per repeat.
+  (void)model_task(run.configs.front());
   run.repeats = o.repeats > 0 ? o.repeats : (o.quick ? run.spec.quick_repeats : run.spec.repeats);
   run.target = o.target > 0 ? o.target : o.quick ? run.spec.quick_target : run.spec.target;
   run.step_cap = o.quick ? run.spec.quick_step_cap : run.spec.step_cap;
@@ -103,8 +109,8 @@ CostRun prepare(CostOptions o) {
   // The scaling ledger is read before any training: a missing or empty one is named now.
   if (!o.scaling_ledger.empty()) {
     std::vector<std::string> warnings;
-    run.scaling_points =
-        weak_scaling_points(o.scaling_ledger, configs.front().data.decode_cost, &run.scaling_run, &warnings);
+    run.scaling_points = weak_scaling_points(o.scaling_ledger, configs.front().data.decode_cost, &run.scaling_run,
+                                             &warnings, configs.front().model);
     for (const auto& warning : warnings) std::fprintf(stderr, "cost_to_accuracy: warning: %s\n", warning.c_str());
   }
   run.o = std::move(o);
@@ -121,6 +127,7 @@ void print_header(const CostRun& run) {
                            run.env.device.type, run.env.backend, run.env.timer, run.env.engine(), run.run_id);
   std::cout << fmt::format("# data: {}; held-out accuracy over {} samples of its held-out split\n", run.data.label(),
                            run.configs.front().data.eval_samples);
+  std::cout << fmt::format("# model: {}\n", model_label(run.configs.front().model));
   std::cout.flush();
 }
 

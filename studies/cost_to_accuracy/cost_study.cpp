@@ -352,20 +352,32 @@ std::string cost_findings(const CostAnalysis& a) {
 }
 
 std::vector<ScalingPoint> weak_scaling_points(const std::string& ledger_path, std::int64_t decode_cost,
-                                              std::string* run_id, std::vector<std::string>* warnings) {
+                                              std::string* run_id, std::vector<std::string>* warnings,
+                                              const ModelConfig& model) {
   std::error_code ec;
   TL_CHECK(std::filesystem::exists(ledger_path, ec),
            "cost study: --scaling-ledger '" + ledger_path + "' does not exist (run bench_scaling first)");
   const auto loaded = Ledger(ledger_path).load();
   if (warnings) warnings->insert(warnings->end(), loaded.warnings.begin(), loaded.warnings.end());
-  // The latest run with weak-scaling rows that communicate (a --bind-compare run has none).
+  // The latest run of this model with weak-scaling rows that communicate (a --bind-compare run has
+  // none): another model's samples/s would price this model's samples to target at its speed.
+  const std::string wanted = model_label(model);
   std::vector<ScalingRow> weak;
+  std::set<std::string> others;
   for (auto& row : loaded.read<ScalingRow>(warnings)) {
     const ScalingConfig& c = row.config;
-    if (row.header.ok() && c.mode == "weak" && !c.no_sync && !c.bind_compare) weak.push_back(std::move(row));
+    if (!row.header.ok() || c.mode != "weak" || c.no_sync || c.bind_compare) continue;
+    if (const std::string theirs = model_label(c.model, c.model_options); theirs != wanted) {
+      others.insert(theirs);
+      continue;
+    }
+    weak.push_back(std::move(row));
   }
   const auto [run, rows] = latest_run(weak);
-  TL_CHECK(!run.empty(), "cost study: --scaling-ledger '" + ledger_path + "' holds no bench_scaling run");
+  std::string trained;
+  for (const auto& other : others) trained += (trained.empty() ? "" : ", ") + other;
+  TL_CHECK(!run.empty(), "cost study: --scaling-ledger '" + ledger_path + "' holds no bench_scaling run of " + wanted +
+                             (trained.empty() ? std::string() : " (its runs trained " + trained + ")"));
   std::map<int, std::pair<std::int64_t, std::vector<double>>> by_world;
   std::set<std::int64_t> decode_costs;
   for (const auto& row : rows) {

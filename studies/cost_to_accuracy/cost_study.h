@@ -37,6 +37,10 @@ struct CostOptions {
   double target = 0;  // 0: the study file's (its quick one with --quick)
   std::string ledger_path, scaling_ledger;
   bool no_ledger = false;
+  // --model and --model-options: in place of the study file's model (its base's model: key, else
+  // SmallCNN) for every configuration, when given.
+  ModelConfig model;
+  bool model_given = false;
 };
 // Runs the study; returns the exit status: 0, 1 when every repeat of every configuration failed,
 // 2 on an error (said on stderr).
@@ -158,11 +162,12 @@ struct BreakEvenRow {
   bool saves_time = false;            // faster than world 1 to the target
   std::string note;                   // why a figure is missing
 };
-// The weak-scaling points of the latest bench_scaling run in `ledger_path` (no_sync runs excluded)
-// at `decode_cost`; `run_id` receives the run, `warnings` the ledger's (a row that does not fit its
-// kind is skipped). Throws Error naming what is missing.
+// The weak-scaling points of the latest bench_scaling run of `model` in `ledger_path` (no_sync runs
+// excluded) at `decode_cost`; `run_id` receives the run, `warnings` the ledger's (a row that does not
+// fit its kind is skipped). Throws Error naming what is missing.
 std::vector<ScalingPoint> weak_scaling_points(const std::string& ledger_path, std::int64_t decode_cost,
-                                              std::string* run_id, std::vector<std::string>* warnings = nullptr);
+                                              std::string* run_id, std::vector<std::string>* warnings = nullptr,
+                                              const ModelConfig& model = {});
 std::vector<BreakEvenRow> break_even(const std::vector<ScalingPoint>& points, const CostAnalysis& analysis,
                                      double rate);
 std::string break_even_table(const std::vector<BreakEvenRow>& rows, bool markdown);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/registry.h"
+#include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/loader_bench.h"
 #include "engine/data/disk_dataset.h"
@@ -96,11 +97,13 @@ DatasetRepeatRow measure_arm(const DatasetStudyOptions& o, const Arm& arm, int r
   row.workers = o.workers;
   row.batch = o.batch;
   row.cold = !o.warm;
+  row.model = o.model.name;
+  row.model_options = model_options_text(o.model.options);
   row.files = arm.files;
   row.bytes_per_sample = static_cast<double>(arm.bytes) / static_cast<double>(o.samples);
   try {
     const LoaderMeasurement m = measure_loader(run);
-    const TrainResult t = train_on_data(run, o.steps, o.warmup, o.backend, o.threads);
+    const TrainResult t = train_on_data(run, o.steps, o.warmup, o.backend, o.threads, o.model);
     const double wait = t.measured.data_wait_s / static_cast<double>(std::max<std::int64_t>(t.measured_steps, 1)) * 1e3;
     row.header.status = "ok";
     row.measurement = {.loader_samples_per_s = m.samples_per_s,
@@ -127,6 +130,13 @@ DatasetRepeatRow measure_arm(const DatasetStudyOptions& o, const Arm& arm, int r
 }  // namespace
 
 int run_dataset_study(const DatasetStudyOptions& o) {
+  {
+    // The model takes the arms' samples (SyntheticImages' shape, whatever --image-size stores) and its
+    // keys' values: refused here, before any data set is written.
+    TrainConfig config;
+    config.model = o.model;
+    (void)model_task(config);
+  }
   prepare_work_directory(o.work);
   check_backend_name(o.backend);
   Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
@@ -141,9 +151,9 @@ int run_dataset_study(const DatasetStudyOptions& o) {
   const std::vector<Arm> arms = export_arms(o);
   std::cout << fmt::format(
       "# dataset_study: {} samples of SyntheticImages at {} px; {} rounds of {} arms interleaved; loader {} workers, "
-      "batch {}, {} samples timed, {} cache; training {} steps after {} warm-up\n",
+      "batch {}, {} samples timed, {} cache; training {} {} steps after {} warm-up\n",
       o.samples, o.image_size, o.repeats, arms.size(), o.workers, o.batch, o.loader_samples, o.warm ? "warm" : "cold",
-      o.steps, o.warmup);
+      model_label(o.model), o.steps, o.warmup);
   std::cout << fmt::format(
       "# device: {}, backend {}, timer steady_clock (loader) and the trainer's step timer; run {}\n",
       header.env.device.name, header.env.backend, header.run_id);

@@ -43,7 +43,9 @@ struct DatasetRepeatRow {
   std::int64_t samples = 0;
   int workers = 0;
   std::int64_t batch = 0;
-  bool cold = true;  // the page cache dropped before each loader measurement
+  bool cold = true;                // the page cache dropped before each loader measurement
+  std::string model = "smallcnn";  // the registered model trained on it (rows before --model: SmallCNN)
+  std::string model_options;       // its keys, "hidden=64" ("" none)
   // The data set's files and bytes per sample (absent from rows written before they were recorded).
   std::optional<std::int64_t> files;
   std::optional<double> bytes_per_sample;
@@ -62,6 +64,8 @@ struct DatasetRepeatRow {
     f.optional("workers", workers);
     f.optional("batch", batch);
     f.optional("cold", cold);
+    f.optional("model", model);
+    f.optional("model_options", model_options);
     f.optional("files", files);
     f.optional("bytes_per_sample", bytes_per_sample);
     // The header is read first: its status says which of the two a row holds.

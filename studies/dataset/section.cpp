@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "bench/measure/knobs.h"
 #include "bench/report/section.h"
 #include "studies/dataset/dataset_study.h"
 
@@ -16,9 +17,9 @@ std::optional<ReportSection> dataset_section(const SectionInput& in) {
   const auto arms = dataset_arms_from_rows(rows);
   const std::string intro = fmt::format(
       "{} samples of SyntheticImages at {} px, {} loader workers, batch {}, {} page cache; every arm measured in "
-      "each of {} rounds (the loader alone, then SmallCNN trained on it)",
+      "each of {} rounds (the loader alone, then {} trained on it)",
       first.samples, first.image_size, first.workers, first.batch, first.cold ? "cold" : "warm",
-      arms.empty() ? 0 : arms.front().loader.size());
+      arms.empty() ? 0 : arms.front().loader.size(), model_label(first.model, first.model_options));
   ReportSection section = section_of("dataset", run_id, first.header.env, ": " + intro);
   section.markdown =
       fmt::format("\n## Data on disk: the re-export regression\n\nRun `{}` of `studies/dataset` on {}: {}.\n\n", run_id,

@@ -11,6 +11,7 @@
 
 #include "backends/registry.h"
 #include "bench/measure/data_source.h"
+#include "bench/measure/knobs.h"
 #include "bench/measure/stats.h"
 #include "engine/data/dataset_import.h"
 #include "engine/data/disk_dataset.h"
@@ -72,6 +73,8 @@ FashionRunRow row_for(const FashionStudyOptions& o, const RowHeader& header, con
   row.momentum = o.momentum;
   row.schedule = "warmup_cosine (no warm-up, to 0)";
   row.dataset = data_source_of_dir(info.dir).label();
+  row.model = o.model.name;
+  row.model_options = model_options_text(o.model.options);
   return row;
 }
 
@@ -80,6 +83,7 @@ FashionRunRow train_trainlab(const FashionStudyOptions& o, const RowHeader& head
   const std::int64_t steps = o.epochs * (train_size / o.batch);
   FashionRunRow row = row_for(o, header, "trainlab", seed, steps, info);
   TrainConfig c;
+  c.model = o.model;
   c.data.dir = o.data;
   c.data.train_samples = train_size;
   c.data.eval_samples = test_size;
@@ -222,9 +226,10 @@ std::string fashion_report(const std::vector<FashionRunRow>& rows, const std::ve
   const FashionRunRow* any = rows.empty() ? nullptr : &rows.front();
   if (any)
     out += fmt::format(
-        "SmallCNN on Fashion-MNIST ({}), {} epochs of batch {} ({} steps), SGD lr {} momentum {}, {}; test accuracy on "
+        "{} on Fashion-MNIST ({}), {} epochs of batch {} ({} steps), SGD lr {} momentum {}, {}; test accuracy on "
         "the whole test split\n\n",
-        any->dataset, any->epochs, any->batch, any->steps, any->lr, any->momentum, any->schedule);
+        model_label(any->model, any->model_options), any->dataset, any->epochs, any->batch, any->steps, any->lr,
+        any->momentum, any->schedule);
   out += "| framework | what ran | seeds | test accuracy, median (min-max) | samples/s, median (min-max) |\n";
   out += "|---|---|---|---|---|\n";
   std::map<std::string, Summary> accuracy, speed;
@@ -273,6 +278,17 @@ int run_fashion_study(const FashionStudyOptions& o) {
   TL_CHECK(o.epochs >= 1 && o.epochs <= 1000, "--epochs " + std::to_string(o.epochs) + " is outside 1..1000");
   TL_CHECK(o.seeds >= 1 && o.seeds <= 100, "--seeds " + std::to_string(o.seeds) + " is outside 1..100");
   check_backend_name(o.backend);
+  {
+    // The model takes Fashion-MNIST's samples (its keys' values too): refused here, before the import.
+    const ModelDef& def = find_model(o.model.name);
+    const ModelInput input{{1, 28, 28}, 10};
+    check_model_keys(def, o.model.options);
+    try {
+      def.check(input, o.model.options);
+    } catch (const Error& e) {
+      throw Error("model '" + def.name + "' for Fashion-MNIST's " + input.str() + ": " + e.what());
+    }
+  }
   Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
   RowHeader header;
   header.env = current_environment(backend);
@@ -289,8 +305,14 @@ int run_fashion_study(const FashionStudyOptions& o) {
                                       " training samples are fewer than "
                                       "--batch " +
                                       std::to_string(o.batch));
-  std::cout << fmt::format("# fashion_study: {} seeds, trainlab then PyTorch for each; device {}, run {}\n", o.seeds,
-                           header.env.device.name, header.run_id);
+  // The peer trains SmallCNN: beside another model it would compare two models, so trainlab runs alone.
+  const std::string peer_mismatch = smallcnn_peer_mismatch(o.model);
+  const bool peer = !o.no_peer && peer_mismatch.empty();
+  std::cout << fmt::format("# fashion_study: {}, {} seeds, {}; device {}, run {}\n", model_label(o.model), o.seeds,
+                           peer ? "trainlab then PyTorch for each" : "trainlab only", header.env.device.name,
+                           header.run_id);
+  if (!o.no_peer && !peer_mismatch.empty())
+    std::cout << "# PyTorch peer skipped: " << peer_mismatch << " (" << o.peer_script << ")\n";
   std::vector<FashionRunRow> rows;
   bool all_ok = true;
   const auto keep = [&](FashionRunRow row) {
@@ -306,7 +328,7 @@ int run_fashion_study(const FashionStudyOptions& o) {
   };
   for (std::int64_t seed = 0; seed < o.seeds; ++seed) {
     keep(train_trainlab(o, header, seed, info, train_size, test_size));
-    if (!o.no_peer) keep(train_pytorch(o, header, seed, info, train_size));
+    if (peer) keep(train_pytorch(o, header, seed, info, train_size));
   }
   std::cout << "\n" << fashion_report(rows, fashion_baselines(o.readme));
   if (ledger) std::cout << "ledger: " << ledger->path() << " (run " << header.run_id << ")\n";

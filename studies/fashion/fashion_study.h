@@ -1,11 +1,12 @@
-// The Fashion-MNIST study (`make fashion`; apps/fashion_study.cpp is its command line): SmallCNN on
-// real data, trainlab against PyTorch. The four IDX files of Debian's dataset-fashion-mnist are
-// imported once (cached: `data`), then for each seed trainlab trains SmallCNN on them and the
-// PyTorch peer (bench/peers/torch_fashion.py, its fastest layout) trains the same architecture with
-// the same hyperparameters, initialisation scheme, batch rule and epochs on the same files, one
-// after the other (interleaved by seed). Each run is a ledger row (studies/fashion/rows.h); the
-// table puts both test accuracies (median, min-max over seeds) and both samples/s side by side, with
-// the published two-convolution baselines from the package's own README.
+// The Fashion-MNIST study (`make fashion`; apps/fashion_study.cpp is its command line): a model
+// (SmallCNN by default) on real data, trainlab against PyTorch. The four IDX files of Debian's
+// dataset-fashion-mnist are imported once (cached: `data`), then for each seed trainlab trains the
+// model on them and the PyTorch peer (bench/peers/torch_fashion.py, its fastest layout) trains the
+// same architecture with the same hyperparameters, initialisation scheme, batch rule and epochs on
+// the same files, one after the other (interleaved by seed). The peer's model is SmallCNN: for any
+// other model trainlab runs alone, and the study says the peer was skipped and why. Each run is a ledger row
+// (studies/fashion/rows.h); the table puts both test accuracies (median, min-max over seeds) and both samples/s side by
+// side, with the published two-convolution baselines from the package's own README.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +14,13 @@
 #include <vector>
 
 #include "bench/report/section.h"
+#include "engine/train/config.h"
 #include "studies/fashion/rows.h"
 
 namespace trainlab::bench {
 
 struct FashionStudyOptions {
+  ModelConfig model;  // what trainlab trains (built for 1x28x28, 10 classes); the peer only beside SmallCNN
   std::string source = "/usr/share/datasets/fashion-mnist";  // the IDX files
   std::string data = "build/fashion-mnist";                  // the imported data set (made when missing)
   std::string readme = "/usr/share/doc/dataset-fashion-mnist/README.md.gz";  // the published baselines

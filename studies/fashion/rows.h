@@ -20,7 +20,9 @@ struct FashionRunRow {
   std::int64_t seed = 0, epochs = 0, steps = 0, batch = 0;
   double lr = 0, momentum = 0;
   std::string schedule;
-  std::string dataset;  // the data set: its source and its manifest's CRC-32
+  std::string dataset;             // the data set: its source and its manifest's CRC-32
+  std::string model = "smallcnn";  // the registered model trained (rows before --model: SmallCNN)
+  std::string model_options;       // its keys, "hidden=64" ("" none)
   // ok rows
   double test_accuracy = 0;
   std::int64_t test_samples = 0;
@@ -42,6 +44,8 @@ struct FashionRunRow {
     f.optional("momentum", momentum);
     f.optional("schedule", schedule);
     f.optional("dataset", dataset);
+    f.optional("model", model);
+    f.optional("model_options", model_options);
     if (header.ok()) {
       f("test_accuracy", test_accuracy);
       f.optional("test_samples", test_samples);

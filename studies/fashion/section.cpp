@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "bench/measure/knobs.h"
 #include "bench/measure/stats.h"
 #include "bench/report/chart.h"
 #include "bench/report/section.h"
@@ -91,9 +92,12 @@ std::optional<ReportSection> fashion_section(const SectionInput& in) {
       fashion_report(rows, fashion_baselines("/usr/share/doc/dataset-fashion-mnist/README.md.gz"));
   ReportSection section = section_of("fashion", run_id, first.header.env);
   const std::string figure = figure_path("fashion", run_id);
+  // The peer trains SmallCNN only: a run of another model is trainlab's alone.
+  const bool peer = first.model == "smallcnn" && first.model_options.empty();
   section.markdown = fmt::format(
-      "\n## Real data: SmallCNN on Fashion-MNIST, trainlab and PyTorch\n\nRun `{}` of `studies/fashion` (`make "
-      "fashion`) on {}.\n\n{}\n![per-class test accuracy]({})\n",
+      "\n## Real data: {} on Fashion-MNIST, trainlab{}\n\nRun `{}` of `studies/fashion` (`make fashion`) on "
+      "{}.\n\n{}\n![per-class test accuracy]({})\n",
+      model_label(first.model, first.model_options), peer ? " and PyTorch" : " (the PyTorch peer trains SmallCNN only)",
       run_id, measured_on(first.header.env), table, figure);
   section.figures.push_back({figure, per_class_figure(rows)});
   if (std::string confusion = confusion_figure(rows); !confusion.empty()) {

@@ -120,6 +120,42 @@ bool rung_runs_on(const Rung& rung, const std::string& device_type) {
   return rung.needs.empty() || rung.needs == device_type;
 }
 
+std::string rung_model_skip_reason(const Rung& rung, const ModelConfig& model) {
+  // Only these knobs act on what the model runs; every other one (the loader, the batch, the dtype,
+  // CUDA graphs) applies to any model, and no probe is built for it.
+  static const std::set<std::string> model_knobs = {"layout", "recompute", "fuse", "tf32"};
+  TrainConfig knobs;
+  bool any = false;
+  for (const auto& [key, value] : rung.set) {
+    if (model_knobs.count(key) == 0) continue;
+    apply_config_value(knobs, key, value, "rung '" + rung.name + "'");
+    any = true;
+  }
+  if (!any) return "";
+  const std::shared_ptr<Module> probe = probe_model(model);
+  const std::set<BackendOp> ops = probe->ops_used();
+  const bool four_d = ops.count(BackendOp::conv2d) > 0 || ops.count(BackendOp::max_pool2d) > 0;
+  const bool matmuls = ops.count(BackendOp::conv2d) > 0 || ops.count(BackendOp::linear) > 0;
+  const std::string name = model_label(model);
+  const ExecutionConfig& x = knobs.execution;
+  if (x.layout == MemoryFormat::channels_last && !four_d)
+    return name +
+           " runs no 4-D op (conv2d, max_pool2d): layout nhwc would only reorder each input batch before its first "
+           "layer, so the rung does not apply to this model";
+  if (x.recompute != Recompute::none) {
+    try {
+      probe->set_recompute(x.recompute);
+    } catch (const Error& e) {
+      return name + " takes no recompute " + recompute_name(x.recompute) + " (" + e.what() +
+             "), so the rung does not apply to this model";
+    }
+  }
+  if ((x.fuse || x.tf32) && !matmuls)
+    return name + " has no convolution or linear layer (what " + (x.fuse ? "fusion" : "TF32") +
+           " acts on), so the rung does not apply to this model";
+  return "";
+}
+
 std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string& device_type) {
   const std::string origin = "ladder '" + spec.name + "'";
   TrainConfig current = config_from(spec.base, origin + " base");
@@ -129,7 +165,8 @@ std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string&
   LrRule rule = spec.lr_rule;
   rule.base_lr = current.optimizer.lr * static_cast<double>(rule.base_batch) / static_cast<double>(current.batch);
   for (const auto& rung : spec.rungs) {
-    if (!device_type.empty() && !rung_runs_on(rung, device_type)) {
+    if (!device_type.empty() &&
+        (!rung_runs_on(rung, device_type) || !rung_model_skip_reason(rung, current.model).empty())) {
       out.push_back(current);  // skipped here: nothing changes
       continue;
     }
@@ -251,9 +288,14 @@ LadderPlan plan_arms(const LadderSpec& spec, bool calibrate) {
     arm.name = spec.rungs[i].name;
     arm.index = i;
     arm.rung = &spec.rungs[i];
-    const bool runs = rung_runs_on(spec.rungs[i], device_type);
+    // Skipped where it needs another device, or where its knob does nothing for the model (the
+    // model of the config it would be applied to, as rung_configs asks).
+    const bool on_device = rung_runs_on(spec.rungs[i], device_type);
+    const std::string model_reason =
+        on_device ? rung_model_skip_reason(spec.rungs[i], configs[i == 0 ? 0 : i - 1].model) : "";
+    const bool runs = on_device && model_reason.empty();
     const auto& chain = runs ? configs : declared;  // a skipped rung: what it would have run
-    if (!runs) arm.skip_reason = spec.rungs[i].skip_reason;
+    if (!runs) arm.skip_reason = on_device ? model_reason : spec.rungs[i].skip_reason;
     arm.config = chain[i];
     if (i > 0) arm.change = single_change(chain[i - 1], chain[i], spec.lr_rule, arm.name);
     arm.env = environment_for(arm.config);
@@ -357,9 +399,10 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
   const Ledger ledger(run.ledger_path);
   std::ostream* log = options.log;
   if (log) {
-    *log << fmt::format("ladder '{}' on {} ({}), {} repeats of {} measured steps after {} warm-up steps, run {}\n",
-                        spec.name, arms[0].env.device.name, arms[0].env.backend_describe, options.repeats,
-                        options.quick ? spec.quick_steps : spec.full_steps, spec.warmup, run.run_id);
+    *log << fmt::format(
+        "ladder '{}' of {} on {} ({}), {} repeats of {} measured steps after {} warm-up steps, run {}\n", spec.name,
+        model_label(arms[0].config.model), arms[0].env.device.name, arms[0].env.backend_describe, options.repeats,
+        options.quick ? spec.quick_steps : spec.full_steps, spec.warmup, run.run_id);
     *log << fmt::format("data: {}\nledger: {}\n", data_source_of(arms[0].config.data).label(), run.ledger_path);
   }
   // Skipped rungs are recorded before anything runs.
@@ -448,8 +491,9 @@ std::string plan_ladder(const LadderSpec& spec, bool quick) {
   std::ostringstream out;
   const PhaseTimes& m = result.measured;
   const double total = m.total();
-  out << fmt::format("baseline '{}' ({} measured steps, {} warm-up excluded): {:.1f} samples/s\n", spec.rungs[0].name,
-                     result.measured_steps, result.warmup_steps, result.samples_per_s);
+  out << fmt::format("baseline '{}' of {} ({} measured steps, {} warm-up excluded): {:.1f} samples/s\n",
+                     spec.rungs[0].name, model_label(config.model), result.measured_steps, result.warmup_steps,
+                     result.samples_per_s);
   const std::pair<const char*, double> phases[] = {
       {"data_wait", m.data_wait_s}, {"forward", m.forward_s}, {"backward", m.backward_s}, {"optimizer", m.optimizer_s}};
   out << "step breakdown:\n";

@@ -51,11 +51,18 @@ LadderSpec load_ladder_text(const std::string& text, const std::string& source);
 
 // Each rung's complete config, typed: the base with every earlier rung's `set` applied, the LR from
 // the rule. Keys are TrainConfig keys (trainlab train --help, docs/CONFIG.md). Given a device type, rungs that need
-// another device are skipped there and their knobs are not applied to later rungs (a skipped rung
-// is a no-op on that device); without one, the declared chain.
+// another device, or do not apply to the base's model (rung_model_skip_reason), are skipped there
+// and their knobs are not applied to later rungs (a skipped rung is a no-op); without one, the
+// declared chain.
 std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string& device_type = "");
 // Whether `rung` runs on `device_type`.
 bool rung_runs_on(const Rung& rung, const std::string& device_type);
+// Why `rung` does not apply to `model` ("" where it does): a knob that changes nothing the model
+// runs, so measuring it would measure nothing (or fail): the layout of a model with no 4-D op (an
+// MLP flattens its input first), a recompute level the model marks no blocks for, fusing or TF32 in
+// a model with no convolution or linear layer. Such a rung is skipped with this reason, as a rung
+// that needs another device is.
+std::string rung_model_skip_reason(const Rung& rung, const ModelConfig& model);
 
 // The single knob `after` changes against `before`; throws Error naming every changed knob when
 // there is more than one (batch plus an LR that follows the rule counts as one). Bookkeeping keys

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/registry.h"
+#include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
@@ -38,7 +39,34 @@ struct Arm {
 struct Plan {
   std::vector<Arm> arms;
   std::int64_t control_batch = 0;
+  std::string left_out;  // the default recompute levels the model does not take, and why ("" none)
 };
+
+// The recompute levels the model takes: each asked of a probe of it, as the trainer asks the model it
+// builds (Module::set_recompute). A level it refuses is an error when --recompute named it, and left
+// out (said in `left_out`) when it came from the default list.
+std::vector<Recompute> levels_the_model_takes(const MemoryOptions& o, const std::vector<Recompute>& levels,
+                                              std::string& left_out) {
+  const std::shared_ptr<Module> probe = probe_model(o.model);
+  std::vector<Recompute> kept;
+  for (Recompute level : levels) {
+    try {
+      probe->set_recompute(level);
+      kept.push_back(level);
+    } catch (const Error& e) {
+      TL_CHECK(!o.recompute_given, fmt::format("memory_study: --recompute {}: {} does not take it ({})",
+                                               recompute_name(level), model_label(o.model), e.what()));
+      left_out += fmt::format("{}{}", left_out.empty() ? "" : ", ", recompute_name(level));
+    }
+  }
+  if (!left_out.empty()) {
+    std::string taken;
+    for (Recompute level : kept) taken += (taken.empty() ? "" : ", ") + std::string(recompute_name(level));
+    left_out = fmt::format("recompute {} left out of the default levels: {} takes only {}", left_out,
+                           model_label(o.model), taken);
+  }
+  return kept;
+}
 
 // The lists of --batches, --recompute and --zero, checked, as the arms they make: every
 // combination, and the control (the middle batch, none, zero 0) twice: the calibration pair.
@@ -64,6 +92,8 @@ Plan plan_arms(const MemoryOptions& o, int world) {
     field.set(probe, r, "--recompute");
     levels.push_back(probe.execution.recompute);
   }
+  std::string left_out;
+  levels = levels_the_model_takes(o, levels, left_out);
   std::vector<int> stages;
   for (const std::string& z : split(o.zero)) {
     TL_CHECK(z == "0" || z == "1", "memory_study: --zero: " + quote_value(z) + " is not a stage DDP runs (0 or 1)");
@@ -76,6 +106,7 @@ Plan plan_arms(const MemoryOptions& o, int world) {
   TL_CHECK(world >= 2 || std::find(stages.begin(), stages.end(), 1) == stages.end(),
            "memory_study: zero 1 shards over the ranks: launch at least 2 (scripts/mpirun -np 2 ...)");
   Plan plan;
+  plan.left_out = left_out;
   plan.control_batch = batches[batches.size() / 2];
   for (std::int64_t batch : batches) {
     for (Recompute level : levels) {
@@ -92,6 +123,7 @@ Plan plan_arms(const MemoryOptions& o, int world) {
 
 TrainConfig arm_config(const MemoryOptions& o, const Arm& arm) {
   TrainConfig config;
+  config.model = o.model;
   config.execution.backend = o.backend;
   config.execution.dtype = parse_dtype(o.dtype);
   config.execution.threads = o.threads;
@@ -166,7 +198,9 @@ std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const M
                 .optimizer = o.optimizer,
                 .steps = config.steps,
                 .warmup_steps_excluded = o.warmup,
-                .allreduce = "native"};
+                .allreduce = "native",
+                .model = o.model.name,
+                .model_options = model_options_text(o.model.options)};
   row.step_s_median = *std::max_element(medians.begin(), medians.end());
   row.step_s_median_per_rank = medians;
   row.step_seconds_rank0 = trained.step_seconds;
@@ -191,6 +225,8 @@ int run_memory_study(const MemoryOptions& o) {
     check_backend_name(o.backend);
     const Plan plan = plan_arms(o, run.world);
     const std::vector<Arm>& arms = plan.arms;
+    // The model takes SyntheticImages (its keys' values too): refused here, before any arm runs.
+    (void)model_task(arm_config(o, arms.front()));
     Backend& host = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
     run.env = current_environment(host);
     run.env.versions["mpi"] = comm::mpi_library_version();
@@ -200,10 +236,11 @@ int run_memory_study(const MemoryOptions& o) {
     const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
     if (run.rank == 0) {
       std::cout << fmt::format(
-          "# memory_study: {} arms x {} repeats interleaved over {} ranks, {} warm-up + {} measured steps each, {} "
+          "# memory_study: {}, {} arms x {} repeats interleaved over {} ranks, {} warm-up + {} measured steps each, {} "
           "thread(s) per rank, backend {}, {}, optimizer {}; control {} (twice: the calibration pair)\n",
-          arms.size(), o.repeats, run.world, o.warmup, o.steps, o.threads, host.name(), o.dtype, o.optimizer,
-          fmt::format("b{} none z0", plan.control_batch));
+          model_label(o.model), arms.size(), o.repeats, run.world, o.warmup, o.steps, o.threads, host.name(), o.dtype,
+          o.optimizer, fmt::format("b{} none z0", plan.control_batch));
+      if (!plan.left_out.empty()) std::cout << "# " << plan.left_out << "\n";
       std::cout.flush();
     }
     std::vector<MemoryRepeatRow> rows;

@@ -6,10 +6,16 @@
 
 #include <string>
 
+#include "engine/train/config.h"
+
 namespace trainlab::bench {
 
 struct MemoryOptions {
+  ModelConfig model;                                                               // what every arm trains
   std::string batches = "32,128,512", recompute = "none,convs,all", zero = "0,1";  // comma-separated
+  // --recompute given: a level the model takes no blocks for is refused; by default such levels
+  // are left out (an MLP marks no blocks to recompute), and the header says so.
+  bool recompute_given = false;
   int repeats = 7, steps = 10, warmup = 3, threads = 1;
   std::string backend, dtype = "f32", optimizer = "sgd", ledger_path;
   bool quick = false, no_ledger = false;

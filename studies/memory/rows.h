@@ -22,6 +22,8 @@ struct MemoryConfig {
   std::int64_t steps = 0;  // warm-up included
   int warmup_steps_excluded = 0;
   std::string allreduce;
+  std::string model = "smallcnn";  // the registered model trained (rows before --model: SmallCNN)
+  std::string model_options;       // its keys, "hidden=64" ("" none)
   template <class F>
   void fields(F& f) {
     f("batch", batch);
@@ -34,6 +36,8 @@ struct MemoryConfig {
     f.optional("steps", steps);
     f.optional("warmup_steps_excluded", warmup_steps_excluded);
     f.optional("allreduce", allreduce);
+    f.optional("model", model);
+    f.optional("model_options", model_options);
   }
 };
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <sstream>
 
+#include "bench/measure/knobs.h"
 #include "bench/report/chart.h"
 #include "bench/report/section.h"
 #include "studies/memory/memory_study.h"
@@ -21,11 +22,13 @@ std::optional<ReportSection> memory_section(const SectionInput& in) {
   const std::string figure = figure_path("memory", run_id);
   std::ostringstream md;
   md << fmt::format(
-      "\n## Memory: batch x recompute x ZeRO\n\nRun `{}` of `studies/memory` on {}: DDP over {} ranks, {}, optimizer "
-      "{}; each arm {} steps of which {} warm-up excluded, {} repeats interleaved. Memory: tensor bytes by category "
-      "(the engine's accounting), the largest rank's; step: the slowest rank's median measured step.\n\n",
-      run_id, measured_on(first.header.env), config.world, config.dtype, config.optimizer, config.steps,
-      config.warmup_steps_excluded, analysis.arms.empty() ? 0 : analysis.arms.front().step_ms.size());
+      "\n## Memory: batch x recompute x ZeRO\n\nRun `{}` of `studies/memory` on {}: {}DDP over {} ranks, {}, "
+      "optimizer {}; each arm {} steps of which {} warm-up excluded, {} repeats interleaved. Memory: tensor bytes by "
+      "category (the engine's accounting), the largest rank's; step: the slowest rank's median measured step.\n\n",
+      run_id, measured_on(first.header.env),
+      config.model == "smallcnn" ? "" : model_label(config.model, config.model_options) + " trained by ", config.world,
+      config.dtype, config.optimizer, config.steps, config.warmup_steps_excluded,
+      analysis.arms.empty() ? 0 : analysis.arms.front().step_ms.size());
   md << memory_table(analysis, true) << "\n" << memory_findings(analysis);
   md << "\n![peak bytes by category, and peak against step time](" << figure << ")\n";
   section.markdown = md.str();

@@ -40,6 +40,7 @@ std::string joined(const std::set<std::string>& items) {
 
 TrainConfig child_config(const PinningOptions& o) {
   TrainConfig config;
+  config.model = o.workload.model;
   config.execution.backend = o.backend;
   config.batch = o.workload.batch;
   config.data.decode_cost = o.workload.decode_cost;
@@ -94,7 +95,11 @@ std::vector<std::string> child_args(const PinningOptions& o, const ArmPlan& arm,
                                    "--steps",
                                    std::to_string(o.workload.steps),
                                    "--warmup",
-                                   std::to_string(o.workload.warmup)};
+                                   std::to_string(o.workload.warmup),
+                                   "--model",
+                                   o.workload.model.name};
+  if (!o.workload.model.options.empty())
+    args.insert(args.end(), {"--model-options", model_options_text(o.workload.model.options)});
   if (!o.backend.empty()) args.insert(args.end(), {"--backend", o.backend});
   if (!trace.empty()) args.insert(args.end(), {"--trace", trace});
   return args;

@@ -10,7 +10,9 @@
 
 #include "backends/registry.h"
 #include "bench/measure/affinity.h"
+#include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
+#include "engine/train/task.h"
 #include "studies/pinning/arm_process.h"
 #include "studies/pinning/pinning_study.h"
 
@@ -58,11 +60,12 @@ PinningPlan plan_pinning(const PinningOptions& o) {
 void print_plan(const PinningOptions& o, const PinningPlan& plan) {
   std::cout << fmt::format(
       "# pinning: {} physical cores ({} logical CPUs: {}), halves {} | {} (hwloc); {} arms x {} repeats interleaved, "
-      "each repeat its own process; workload: batch {}, decode cost {}, {} loader worker(s), {} warm-up + {} measured "
-      "steps; conditions: {}\n",
+      "each repeat its own process; workload: {}, batch {}, decode cost {}, {} loader worker(s), {} warm-up + {} "
+      "measured steps; conditions: {}\n",
       plan.topology.physical_cores(), plan.all.size(), cpu_list(plan.all), cpu_list(plan.half_a), cpu_list(plan.half_b),
-      plan.arms.size(), o.repeats, o.workload.batch, o.workload.decode_cost, plan.workers, o.workload.warmup,
-      o.workload.steps, o.contend > 0 ? "quiet and contended, alternating each round" : "quiet");
+      plan.arms.size(), o.repeats, model_label(o.workload.model), o.workload.batch, o.workload.decode_cost,
+      plan.workers, o.workload.warmup, o.workload.steps,
+      o.contend > 0 ? "quiet and contended, alternating each round" : "quiet");
   const Environment& env = plan.env;
   std::cout << fmt::format("# device: {}, backend {}, timer {}, engine {}; run {}\n", env.device.name, env.backend,
                            env.timer, env.engine(), plan.run_id);
@@ -89,6 +92,8 @@ PinningRepeatRow repeat_row(const PinningOptions& o, const PinningPlan& plan, st
   row.workers = plan.workers;
   row.batch = o.workload.batch;
   row.decode_cost = o.workload.decode_cost;
+  row.model = o.workload.model.name;
+  row.model_options = model_options_text(o.workload.model.options);
   row.capped_equals_default = plan.capped_equals_default;
   row.default_threads = plan.env.threads;
   row.physical_cores = plan.topology.physical_cores();
@@ -161,6 +166,12 @@ std::vector<std::vector<PinningArm>> run_rounds(const PinningOptions& o, const P
 }  // namespace
 
 int run_pinning(const PinningOptions& o) {
+  {
+    // The model takes SyntheticImages (its keys' values too): refused here, before any child runs.
+    TrainConfig config;
+    config.model = o.workload.model;
+    (void)model_task(config);
+  }
   PinningPlan plan = plan_pinning(o);
   Backend& backend = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
   plan.env = current_environment(backend);

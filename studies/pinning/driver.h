@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/train/config.h"
+
 namespace trainlab::bench {
 
 struct PinningWorkload {
+  ModelConfig model;  // what every repeat trains (each child is given it on its command line)
   std::int64_t batch = 32, decode_cost = 60, steps = 40, warmup = 5;
   int workers = 0;  // 0: the physical cores of the workers' half
 };

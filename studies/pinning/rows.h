@@ -72,6 +72,8 @@ struct PinningRepeatRow {
   int round = 0;
   int workers = 0;  // loader workers
   std::int64_t batch = 0, decode_cost = 0;
+  std::string model = "smallcnn";      // the registered model trained (rows before --model: SmallCNN)
+  std::string model_options;           // its keys, "hidden=64" ("" none)
   bool capped_equals_default = false;  // threads_capped is default's configuration on this machine
   int default_threads = 0, physical_cores = 0;
   PinningRequest requested;
@@ -89,6 +91,8 @@ struct PinningRepeatRow {
     f("workers", workers);
     f.optional("batch", batch);
     f.optional("decode_cost", decode_cost);
+    f.optional("model", model);
+    f.optional("model_options", model_options);
     f.optional("capped_equals_default", capped_equals_default);
     f.optional("default_threads", default_threads);
     f.optional("physical_cores", physical_cores);

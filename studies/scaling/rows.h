@@ -33,6 +33,8 @@ struct ScalingConfig {
   int zero = 0;
   std::string grad_compress = "none";
   bool bucket_view = true;
+  std::string model = "smallcnn";  // the registered model trained (rows before --model: SmallCNN)
+  std::string model_options;       // its keys, "hidden=64" ("" none)
   template <class F>
   void fields(F& f) {
     f("mode", mode);
@@ -55,6 +57,8 @@ struct ScalingConfig {
     f.optional("zero", zero);
     f.optional("grad_compress", grad_compress);
     f.optional("bucket_view", bucket_view);
+    f.optional("model", model);
+    f.optional("model_options", model_options);
   }
 };
 

@@ -5,7 +5,8 @@
 // each run's time the slowest rank's. Prints seed 000's two tables, the communication fraction by
 // the paired no_sync comparison (repeated, with its spread, flagged when unusable), the
 // decode-cost-0 ablation, DDP's overlap, the per-rank step-time distribution naming the slowest
-// rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's. Every run is a ledger row.
+// rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's (when the model is SmallCNN, the
+// peer's). Every run trains options.model and is a ledger row.
 //
 // This file: the command line's lists, the launch's set-up (shared with the other communication
 // studies: bench/measure/comm_bench.h's environment), one training run and its row.
@@ -20,6 +21,7 @@
 #include "backends/error.h"
 #include "backends/registry.h"
 #include "bench/measure/comm_bench.h"
+#include "bench/measure/knobs.h"
 #include "comm/ddp.h"
 #include "comm/run_training.h"
 #include "engine/train/trainer.h"
@@ -113,6 +115,7 @@ std::vector<GradCompression> parse_compressions(const ScalingOptions& o, const s
 // The configuration of one training run of the launch.
 TrainConfig train_config(const ScalingOptions& o, const Arm& arm) {
   TrainConfig config;
+  config.model = o.model;
   config.execution.backend = o.backend;
   config.execution.dtype = parse_dtype(o.dtype);
   config.execution.threads = o.threads;
@@ -290,6 +293,8 @@ void Launch::record(const std::string& mode, const Arm& arm, const Trained& r) c
   c.zero = arm.zero;
   c.grad_compress = compression_name(arm.compression);
   c.bucket_view = o.bucket_view;
+  c.model = o.model.name;
+  c.model_options = model_options_text(o.model.options);
   row.samples_per_s = r.samples_per_s;
   if (mode == "compress_accuracy") {
     row.held_out_accuracy = r.accuracy;
@@ -309,13 +314,14 @@ void Launch::record(const std::string& mode, const Arm& arm, const Trained& r) c
 
 void Launch::print_header() const {
   std::cout << fmt::format(
-      "# bench_scaling: {} launched ranks on {} cores ({} ranks per core), worlds {}, {} repeats interleaved, {} "
-      "warm-up + {} measured steps, {} thread(s) per rank, backend {}, {}, {} all-reduce{}, buckets {} MiB (first "
+      "# bench_scaling: {} on {} launched ranks on {} cores ({} ranks per core), worlds {}, {} repeats interleaved, "
+      "{} warm-up + {} measured steps, {} thread(s) per rank, backend {}, {}, {} all-reduce{}, buckets {} MiB (first "
       "{}); "
       "decode cost {}{}; binding {} (rank 0 on CPUs {}; the launcher had given it {})\n",
-      launched, cores, ranks_per_core_text(launched, cores), o.worlds, o.repeats, o.warmup, o.steps, o.threads,
-      host_->name(), o.dtype, o.allreduce, o.rendezvous ? " (sleeping rendezvous before each bucket)" : "",
-      o.bucket_cap_mb, o.first_bucket_mb, o.decode_cost, o.ablation && !o.bind_compare ? " (and the 0 ablation)" : "",
+      model_label(o.model), launched, cores, ranks_per_core_text(launched, cores), o.worlds, o.repeats, o.warmup,
+      o.steps, o.threads, host_->name(), o.dtype, o.allreduce,
+      o.rendezvous ? " (sleeping rendezvous before each bucket)" : "", o.bucket_cap_mb, o.first_bucket_mb,
+      o.decode_cost, o.ablation && !o.bind_compare ? " (and the 0 ablation)" : "",
       o.bind_compare ? "compared (none, none again, core)" : o.bind, bound_cpus, launcher_cpus_);
   std::cout << "# LR rule: lr = " << o.base_lr << " x global batch / " << o.base_batch << "\n";
   std::cout << "# communicator " << ddp_world_->backend() << ": " << ddp_world_->interconnect() << "\n";
@@ -334,6 +340,8 @@ int run_scaling_study(const ScalingOptions& options) {
   try {
     world->set_timeout(options.timeout);
     check_backend_name(options.backend);
+    // The model takes SyntheticImages (its keys' values too): refused here, before any run.
+    (void)model_task(scaling::train_config(options, scaling::Arm{}));
     scaling::Launch launch(options, *world, scaling::plan_of(options, world->size()));
     if (launch.rank == 0) launch.print_header();
     if (launch.plan.zeros.size() > 1 || launch.plan.compressions.size() > 1) return scaling::compare_arms(launch);

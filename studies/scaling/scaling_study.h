@@ -7,10 +7,12 @@
 #include <string>
 
 #include "bench/report/section.h"
+#include "engine/train/config.h"
 
 namespace trainlab::bench {
 
 struct ScalingOptions {
+  ModelConfig model;  // what every run trains (the PyTorch peer only beside SmallCNN)
   std::string worlds = "1,2,4";
   int repeats = 3, trials = 7, steps = 15, warmup = 3, trial_steps = 10, threads = 1;
   std::int64_t batch = 32, global_batch = 128, base_batch = 32, decode_cost = 60;

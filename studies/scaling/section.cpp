@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "bench/measure/knobs.h"
 #include "bench/measure/stats.h"
 #include "bench/report/chart.h"
 #include "bench/report/table.h"
@@ -124,10 +125,13 @@ std::optional<ReportSection> scaling_section(const SectionInput& in) {
   const std::vector<std::string> head = {"what", "world", "samples/s median (min-max)", "efficiency median (min-max)"};
   std::ostringstream md;
   md << fmt::format(
-      "\n## Weak and strong scaling efficiency\n\nRun `{}` of `bench_scaling` on {}, decode cost {}, unbound: "
+      "\n## Weak and strong scaling efficiency\n\nRun `{}` of `bench_scaling` on {}{}, decode cost {}, unbound: "
       "efficiency = samples/s at world W / (W x samples/s at world 1), per round (each round measures every world), "
       "median (min-max) over rounds.{}\n\n",
-      run_id, measured_on(first->header.env), decode, peer_note);
+      run_id, measured_on(first->header.env),
+      first->config.model == "smallcnn" ? ""
+                                        : " training " + model_label(first->config.model, first->config.model_options),
+      decode, peer_note);
   md << render_table(head, table, true);
   md << "\n![efficiency against world size](" << figure << ")\n";
   section.markdown = md.str();

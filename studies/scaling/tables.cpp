@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include "bench/measure/knobs.h"
 #include "bench/measure/stats.h"
 #include "studies/scaling/launch.h"
 #include "studies/scaling/rows.h"
@@ -61,20 +62,23 @@ Tables plan_tables(const Launch& l) {
   }
   t.runs.resize(t.configs.size());
   Peer& peer = t.peer;
-  peer.wanted = o.peer && o.comm == "mpi";
+  // torch_ddp.py trains SmallCNN: beside another model its numbers would compare two models.
+  const std::string other_model = smallcnn_peer_mismatch(o.model);
+  peer.wanted = o.peer && o.comm == "mpi" && other_model.empty();
   peer.possible =
       peer.wanted && l.rank == 0 && access(o.python.c_str(), X_OK) == 0 && access(o.peer_script.c_str(), R_OK) == 0;
   // The peer is compared at decode cost 0 only: without a trainlab run there (--no-ablation with a
   // decode cost), there is nothing to set beside it.
   for (int w : l.plan.worlds)
     if (w <= 2 && t.at_decode0()) peer.worlds.push_back(w);
-  peer.note = !o.peer           ? "skipped (--no-peer)"
-              : o.comm != "mpi" ? "not run: the peer is PyTorch DDP over gloo on the CPU, this run is over nccl"
-              : t.at_decode0()  ? ""
-                                : fmt::format(
-                                      "not measured: the comparison is at decode cost 0, and --no-ablation "
-                                       "with --decode-cost {} runs trainlab at {} only",
-                                      o.decode_cost, o.decode_cost);
+  peer.note = !o.peer                ? "skipped (--no-peer)"
+              : o.comm != "mpi"      ? "not run: the peer is PyTorch DDP over gloo on the CPU, this run is over nccl"
+              : !other_model.empty() ? "not run: " + other_model + " (torch_ddp.py)"
+              : t.at_decode0()       ? ""
+                                     : fmt::format(
+                                           "not measured: the comparison is at decode cost 0, and --no-ablation "
+                                                 "with --decode-cost {} runs trainlab at {} only",
+                                           o.decode_cost, o.decode_cost);
   return t;
 }
 

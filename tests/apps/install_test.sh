@@ -14,6 +14,7 @@ test -f "$work/prefix/lib/cmake/trainlab/trainlabConfig.cmake"
 test -f "$work/prefix/include/trainlab/engine/train/trainer.h"
 test -f "$work/prefix/include/trainlab/models/smallcnn/smallcnn.h"
 test ! -e "$work/prefix/include/trainlab/engine/io/yaml_file.h"
+test ! -e "$work/prefix/include/trainlab/backends/onednn/onednn_backend.h"  # a backend's internals (oneDNN) stay out
 for driver in own_model_and_data gradient_timeline; do
   cmake -S "$source_dir/examples/$driver" -B "$work/$driver" -G "$generator" \
         -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/$driver-configure.log"

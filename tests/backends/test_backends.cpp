@@ -436,7 +436,7 @@ TEST_CASE("backends: conv2d_relu_max_pool2d, inference's one-call conv block, is
 
 TEST_CASE("backends: conv2d_relu_max_pool2d in training, a first layer's block in one op, is the composed ops",
           "[backends]") {
-  // Where the backend fuses it (Backend::fuses_conv_pool_training: onednn, f32 and native bf16,
+  // Where the backend fuses it (supports_fused(FusedPattern::conv_block(true)): onednn, f32 and native bf16,
   // 1..4 input channels) the output, the weight and the bias gradients against the composed ops on the same
   // backend (y's gradient a random R; NaN-free so that the norms compare), every pair of layouts,
   // an odd convolution output (its last row and column in no window: no gradient from them), a
@@ -485,7 +485,7 @@ TEST_CASE("backends: conv2d_relu_max_pool2d in training, a first layer's block i
             Pool2dShape ps{c.x[0], c.w[0], cs.out_h(), cs.out_w(), 2, 2, 2, 2, 0, 0};
             ps.channels_last = out_nhwc;
             ps.relu = true;
-            CHECK(one_op == backend.fuses_conv_pool_training(dtype, cs, ps));
+            CHECK(one_op == backend.supports_fused(FusedPattern::conv_block(true), dtype, in_nhwc, {&cs, &ps}).runs());
             const Tensor r = random(y[0].shape(), gen).to(backend).to(dtype);
             for (int fused = 0; fused < 2; ++fused) sum(mul(y[static_cast<std::size_t>(fused)], r)).backward();
             CHECK(relative_error(y[1], y[0]) < tolerance(dtype));
@@ -510,6 +510,66 @@ TEST_CASE("backends: conv2d_relu_max_pool2d in training, a first layer's block i
   sum(y).backward();
   CHECK(x.grad().defined());
   CHECK(w.grad().defined());
+}
+
+TEST_CASE("backends: a fused Sequential takes the backend's patterns and gives the composed layers' values and grads",
+          "[backends]") {
+  // Any model of the engine's layers gets the fusions (engine/nn/module.h): conv ReLU pool as one
+  // block (conv1), a conv alone with its bias (conv2), pool ReLU, linear ReLU, each where the backend runs it, on every
+  // CPU backend, in f32 and under bf16 autocast, against the same network composed; the fused graph records the fused
+  // ops (its last op is the head's linear_bias, its first conv block one op where the backend fuses it for an input
+  // that needs no gradient).
+  auto network = [](Backend& backend, std::uint64_t seed) {
+    Generator gen(seed);
+    const InitOptions init{&gen, DType::f32, &backend};
+    auto net = std::make_shared<Sequential>();
+    net->add("conv1", std::make_shared<Conv2d>(3, 16, 3, 1, 1, init)).add(std::make_shared<ReLU>());
+    net->add(std::make_shared<MaxPool2d>(2)).add("conv2", std::make_shared<Conv2d>(16, 8, 3, 1, 1, init));
+    net->add(std::make_shared<MaxPool2d>(2)).add(std::make_shared<ReLU>()).add(std::make_shared<Flatten>());
+    net->add("fc1", std::make_shared<Linear>(8 * 2 * 2, 16, init));
+    net->add(std::make_shared<ReLU>()).add("fc2", std::make_shared<Linear>(16, 4, init));
+    return net;
+  };
+  Generator data(108);
+  const Tensor host_x = random({3, 3, 8, 8}, data), host_r = random({3, 4}, data);
+  std::vector<std::string> names = fast_backends();
+  names.push_back("reference");
+  for (const auto& name : names) {
+    Backend& backend = get_backend(name);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      if (!runs_here(backend, BackendOp::conv2d, dtype, false)) continue;
+      INFO(name << " " << dtype_name(dtype));
+      // Composed and fused in `dtype`, and composed in f32: in bf16 the two forms round at different
+      // places (the composed bias_add rounds the convolution's output once more), so each is held
+      // to the f32 result and the fused one may not be worse than twice the composed one's error.
+      std::vector<std::shared_ptr<Sequential>> nets{network(backend, 5), network(backend, 5), network(backend, 5)};
+      nets[1]->set_fused(true);
+      CHECK(nets[1]->fused());
+      CHECK(nets[1]->named_parameters().front().first == "conv1.weight");
+      std::vector<Tensor> y;
+      for (std::size_t k = 0; k < nets.size(); ++k) {
+        AutocastGuard autocast(k == 2 ? DType::f32 : dtype);
+        y.push_back(nets[k]->forward(host_x.to(backend)));
+        sum(mul(y.back(), host_r.to(backend).to(y.back().dtype()))).backward();
+      }
+      CHECK(std::string(y[1].grad_fn()->name) == "linear_bias");
+      CHECK(std::string(y[0].grad_fn()->name) != "linear_bias");
+      auto close = [&](const Tensor& fused, const Tensor& composed, const Tensor& f32) {
+        if (dtype == DType::f32) return relative_error(fused, composed) < tolerance(dtype);
+        const double fused_error = relative_error(fused, f32), composed_error = relative_error(composed, f32);
+        INFO("fused " << fused_error << ", composed " << composed_error << " against f32");
+        return fused_error <= 2 * composed_error + tolerance(dtype);
+      };
+      CHECK(close(y[1], y[0], y[2]));
+      const auto p0 = nets[0]->named_parameters(), p1 = nets[1]->named_parameters(), p2 = nets[2]->named_parameters();
+      REQUIRE(p0.size() == p1.size());
+      for (std::size_t i = 0; i < p0.size(); ++i) {
+        INFO(p0[i].first);
+        REQUIRE(p1[i].second.grad().defined());
+        CHECK(close(p1[i].second.grad(), p0[i].second.grad(), p2[i].second.grad()));
+      }
+    }
+  }
 }
 
 TEST_CASE("backends: SmallCNN inference reads the NCHW batch where it lies and gives the training forward's logits",

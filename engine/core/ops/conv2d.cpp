@@ -89,8 +89,8 @@ Tensor conv2d_node(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
   });
 }
 
-// Training's one-call block (Backend::fuses_conv_pool_training): y and the pool's places; the
-// backward gives the weight and bias gradients from them and the input (which needs none).
+// Training's one-call block (FusedPattern::conv_block(true), Backend::conv2d_pool_forward): y and the pool's places;
+// the backward gives the weight and bias gradients from them and the input (which needs none).
 Tensor conv_pool_training_node(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dShape& s,
                                const Pool2dShape& p, MemoryFormat format) {
   TL_SPAN("conv2d_relu_max_pool2d.forward");
@@ -100,9 +100,8 @@ Tensor conv_pool_training_node(const Tensor& x, const Tensor& w, const Tensor& b
   Tensor y = Tensor::empty({p.batch, p.channels, p.out_h(), p.out_w()}, x.dtype(), be, format);
   const std::int64_t place_bytes = p.batch * p.channels * p.out_h() * p.out_w();
   const Tensor places = Tensor::empty({(place_bytes + 7) / 8}, DType::i64, be);  // bytes, 8-aligned
-  be.conv2d_relu_max_pool2d_forward(x.dtype(), s, p, sx.raw_data(), sw.raw_data(),
-                                    sb.defined() ? sb.raw_data() : nullptr, y.raw_data(),
-                                    static_cast<std::uint8_t*>(places.raw_data()));
+  be.conv2d_pool_forward(x.dtype(), s, p, sx.raw_data(), sw.raw_data(), sb.defined() ? sb.raw_data() : nullptr,
+                         y.raw_data(), static_cast<std::uint8_t*>(places.raw_data()));
   const bool has_bias = b.defined();
   std::vector<Tensor> inputs{w};
   if (has_bias) inputs.push_back(b);
@@ -111,9 +110,9 @@ Tensor conv_pool_training_node(const Tensor& x, const Tensor& w, const Tensor& b
     Backend& backend = dy.backend();
     Tensor dw = Tensor::empty(sw.shape(), dy.dtype(), backend);
     Tensor db = has_bias && needs[1] ? Tensor::empty({s.out_channels}, dy.dtype(), backend) : Tensor();
-    backend.conv2d_relu_max_pool2d_backward_weights(dy.dtype(), s, p, sx.raw_data(), dy.raw_data(),
-                                                    static_cast<const std::uint8_t*>(places.raw_data()), dw.raw_data(),
-                                                    db.defined() ? db.raw_data() : nullptr);
+    backend.conv2d_pool_backward_weights(dy.dtype(), s, p, sx.raw_data(), dy.raw_data(),
+                                         static_cast<const std::uint8_t*>(places.raw_data()), dw.raw_data(),
+                                         db.defined() ? db.raw_data() : nullptr);
     std::vector<Tensor> grads{needs[0] ? dw : Tensor()};
     if (has_bias) grads.push_back(db);
     return grads;
@@ -146,10 +145,11 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   const bool two_by_two = pool.kernel_h == 2 && pool.kernel_w == 2 && (pool.stride_h == 0 || pool.stride_h == 2) &&
                           (pool.stride_w == 0 || pool.stride_w == 2) && pool.pad_h == 0 && pool.pad_w == 0;
   Backend& be = x_in.backend();
-  // Training fuses where the input needs no gradient and the backend takes the shape; inference
-  // wherever the backend fuses at all.
-  if (x_grad || !two_by_two || x_in.dim() != 4 || w_in.dim() != 4 || !(needs_grad || be.fuses_conv_pool_inference()))
-    return composed();
+  if (x_grad || !two_by_two || x_in.dim() != 4 || w_in.dim() != 4) return composed();
+  // A backend without the fused block at all composes before any cast or shape check.
+  const DType low = autocast_dtype() != DType::f32 && x_in.dtype() == DType::f32 ? autocast_dtype() : x_in.dtype();
+  const bool x_channels_last = x_in.memory_format() == MemoryFormat::channels_last;
+  if (!be.supports_fused(FusedPattern::conv_block(needs_grad), low, x_channels_last).runs()) return composed();
   const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
   const Tensor b = b_in.defined() ? autocast_low(b_in) : Tensor();
   const Conv2dShape s = checked_shape("conv2d_relu_max_pool2d", x, w, b, o);
@@ -159,17 +159,18 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   Pool2dShape p{s.batch, s.out_channels, s.out_h(), s.out_w(), 2, 2, 2, 2, 0, 0};
   p.channels_last = format == MemoryFormat::channels_last;
   p.relu = true;
-  if (needs_grad) {
-    if (!be.fuses_conv_pool_training(x.dtype(), s, p)) return composed();
-    return conv_pool_training_node(x, w, b, s, p, format);
-  }
+  // Fused where the backend runs the block for these shapes: in training only where the input
+  // needs no gradient (above), in inference wherever it fuses at all.
+  if (!be.supports_fused(FusedPattern::conv_block(needs_grad), x.dtype(), s.channels_last, {&s, &p}).runs())
+    return composed();
+  if (needs_grad) return conv_pool_training_node(x, w, b, s, p, format);
   TL_SPAN("conv2d_relu_max_pool2d.forward");
   const MemoryFormat in_format = x.memory_format();
   const Tensor sx = ops_detail::dense(x, in_format), sw = ops_detail::dense(w);
   const Tensor sb = b.defined() ? ops_detail::dense(b) : Tensor();
   Tensor y = Tensor::empty({p.batch, p.channels, p.out_h(), p.out_w()}, x.dtype(), be, format);
-  be.conv2d_relu_max_pool2d_inference(x.dtype(), s, p, sx.raw_data(), sw.raw_data(),
-                                      sb.defined() ? sb.raw_data() : nullptr, y.raw_data());
+  be.conv2d_pool_forward(x.dtype(), s, p, sx.raw_data(), sw.raw_data(), sb.defined() ? sb.raw_data() : nullptr,
+                         y.raw_data(), nullptr);
   return y;
 }
 

@@ -53,7 +53,11 @@ Tensor max_pool2d_node(const Tensor& x, const Pool2dOptions& o, bool relu) {
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return max_pool2d_node(x, o, false); }
 
 Tensor max_pool2d_relu(const Tensor& x, const Pool2dOptions& o) {
-  if (x.defined() && !x.backend().fuses_pool_relu()) return relu(max_pool2d_node(x, o, false));
+  if (x.defined() &&
+      !x.backend()
+           .supports_fused(FusedPattern::pool_relu(), x.dtype(), x.memory_format() == MemoryFormat::channels_last)
+           .runs())
+    return relu(max_pool2d_node(x, o, false));
   return max_pool2d_node(x, o, true);
 }
 
