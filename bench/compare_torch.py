@@ -10,6 +10,7 @@ variant for that dtype (chosen by its median), then summarised the same way.
     python3 bench/compare_torch.py [--rounds 5] [--seconds 3] [--batch 128] [--threads 2]
                                    [--ledger L] [--out bench/results/compare_torch.json]
     python3 bench/compare_torch.py --render-only   # the tables again, from the JSON
+    python3 bench/compare_torch.py --ab OLD/bin/trainlab [--rounds 5]   # this build against another, no peer
 
 With --ledger the run is appended as rows (a compare_torch row per trainlab configuration, a
 compare_torch_peer row per PyTorch variant, a compare_torch_run row), from which bench_report draws
@@ -264,6 +265,43 @@ def command_for(key, argv, common):
     return [TORCH_PYTHON, PEER, *argv, *common]
 
 
+def ab_builds(baseline, rounds, threads, common):
+    """This build against another trainlab build (`baseline`: its binary; its libtrainlab beside it in
+    ../lib), the headline configurations only, interleaved within each round (the order of the arms
+    turning from round to round): this build twice (the calibration pair, whose gap is the noise
+    floor) and the baseline. A change is within its noise
+    floor when |effect| of the medians is at most the floor (the larger of the pair's two gaps: the
+    medians' and the per-round maximum)."""
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(baseline))), "lib")
+    arms = (("new", TRAINLAB, ()), ("new again", TRAINLAB, ()), ("baseline", baseline, (f"LD_LIBRARY_PATH={lib}",)))
+    configs = [c for c in trainlab_configs(threads) if c[0] in HEADLINE_KEYS]
+    samples = {(key, arm): [] for key, *_ in configs for arm, *_ in arms}
+    for r in range(rounds):
+        for key, label, kind, argv in configs:
+            # The arms' order turns each round, so that none always runs first (or after the same one).
+            for arm, binary, env in arms[r % len(arms):] + arms[:r % len(arms)]:
+                result = run_json([*env, binary, *argv, *common])
+                samples[(key, arm)].append(result["samples_per_s"])
+                print(f"round {r + 1}/{rounds}  {label:34s} {arm:10s} {result['samples_per_s']:10.1f} samples/s",
+                      flush=True)
+    print(f"\nthis build ({TRAINLAB}) against the baseline ({baseline}), {rounds} interleaved rounds, samples/s "
+          "median (min-max); noise floor: this build against itself in the same rounds")
+    print("| configuration | this build | again (calibration) | baseline | this vs baseline | noise floor | verdict |")
+    print("|---|---|---|---|---|---|---|")
+    verdicts = []
+    for key, label, kind, argv in configs:
+        new, again, base = (samples[(key, arm)] for arm in ("new", "new again", "baseline"))
+        effect = (statistics.median(new) / statistics.median(base) - 1) * 100
+        floor = max(abs(statistics.median(new) / statistics.median(again) - 1),
+                    max(abs(a / b - 1) for a, b in zip(new, again))) * 100
+        within = abs(effect) <= floor
+        verdicts.append(within)
+        print(f"| {label} | {fmt(summary(new))} | {fmt(summary(again))} | {fmt(summary(base))} | {effect:+.1f}% | "
+              f"{floor:.1f}% | {'within the noise floor' if within else 'OUTSIDE the noise floor'} |")
+    print(f"\n{sum(verdicts)} of {len(verdicts)} configurations within their noise floor")
+    return 0
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Bad input is one line on stderr and exit 2, as for every trainlab tool (not a usage dump)."""
 
@@ -310,6 +348,10 @@ def main():
                         help="measure nothing new: re-run the headline configurations of --out's run and their "
                              "recorded PyTorch peers, and say whether each ratio lands within its recorded per-round range")
     parser.add_argument("--sample", type=int, default=3, help="--verify: headline configurations re-run (1-3)")
+    parser.add_argument("--ab", metavar="BASELINE_TRAINLAB", default="",
+                        help="measure no peer: the headline configurations of this build against another build's "
+                             "trainlab binary (a change's before and after), interleaved, with this build's own "
+                             "calibration pair as the noise floor; nothing is written")
     args = parser.parse_args()
     TRAINLAB = os.path.abspath(args.trainlab)
     # Every value checked here, with what is allowed, before any process starts (trainlab's own
@@ -346,6 +388,11 @@ def main():
                   f"{v['rerun']['max']:.2f}): {v['verdict']}")
         print(f"verify: {sum(v['within'] for v in results)} of {len(results)} re-run ratios within their recorded range")
         return 0
+    if args.ab:
+        if not (os.access(args.ab, os.X_OK) and os.access(TRAINLAB, os.X_OK)):
+            parser.error(f"--ab {args.ab!r} or --trainlab {TRAINLAB!r} is not an executable trainlab")
+        return ab_builds(os.path.abspath(args.ab), args.rounds, args.threads,
+                         ["--batch", str(args.batch), "--seconds", str(args.seconds)])
     if args.render_only:
         doc = load_run(parser, args.out)
         try:
