@@ -58,6 +58,35 @@ struct Pool2dShape {
   std::int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
 };
 
+// Batch norm's operands, viewed as [outer, channels, inner] (bias_add's view): an NCHW activation
+// is outer N and inner H*W, a channels_last one outer N*H*W and inner 1, a [N, C] one outer N and
+// inner 1. Per channel c the statistics run over the outer x inner elements of that channel.
+// The activations (x, y, residual and their gradients) are in the kernel's dtype; the affine
+// parameters, the statistics and the running statistics in batch_norm_stat_dtype(dtype): f32 for
+// f32, bf16 and f16 (as oneDNN and cuDNN keep them), f64 for f64.
+struct BatchNormShape {
+  std::int64_t outer, channels, inner;
+  double eps = 1e-5;
+  std::int64_t count() const { return outer * inner; }  // elements per channel
+};
+inline DType batch_norm_stat_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+// What follows batch norm's affine in the same pass (FusedPattern's batch_norm anchor): a residual
+// added (the same shape and layout as x; null: none), then a ReLU. A backward given `y` (the
+// forward's output) masks the gradient by y > 0 first; given `dresidual`, writes that masked gradient there.
+struct BatchNormEpilogue {
+  const void* residual = nullptr;
+  bool relu = false;
+};
+
+// Dropout's keep decision for element i of a call: a counter-based hash of (seed, offset + i)
+// (backends/counter_rng.h), so every backend draws the same mask for the same call, a resumed run
+// draws the next call's, and nothing but (seed, offset) is state.
+struct DropoutDraw {
+  double p;  // the probability of dropping, in [0, 1)
+  std::uint64_t seed, offset;
+};
+
 enum class BinaryOp { add, sub, mul, div };
 
 // One SGD update with PyTorch's semantics (torch.optim.SGD):
@@ -361,6 +390,47 @@ class Backend {
   virtual void conv2d_pool_backward_weights(DType dtype, const Conv2dShape& conv, const Pool2dShape& pool,
                                             const void* x, const void* dy, const std::uint8_t* places, void* dweight,
                                             void* dbias);
+
+  // ---- batch norm (BatchNormShape: the view, the dtypes), forward next to backward ----
+  // Training: per channel mean and biased variance of x over the batch; y = (x - mean) * invstd *
+  // gamma + beta (gamma, beta may be null: 1 and 0), then the epilogue. save_mean and save_invstd
+  // (1 / sqrt(var + eps)) keep what the backward needs. When running_mean is not null the running
+  // statistics move as PyTorch's do: r = (1 - momentum) r + momentum * batch value, the variance
+  // unbiased (x count / (count - 1)).
+  virtual void batch_norm_forward_training(DType dtype, const BatchNormShape& shape, const void* x, const void* gamma,
+                                           const void* beta, const BatchNormEpilogue& epilogue, void* y,
+                                           void* save_mean, void* save_invstd, void* running_mean, void* running_var,
+                                           double momentum) = 0;
+  // Inference: the running statistics in place of the batch's, then the epilogue. When save_mean
+  // is not null, the running mean and 1 / sqrt(running_var + eps) are written to save_mean and
+  // save_invstd, for a backward in eval mode.
+  virtual void batch_norm_forward_inference(DType dtype, const BatchNormShape& shape, const void* x, const void* gamma,
+                                            const void* beta, const void* running_mean, const void* running_var,
+                                            const BatchNormEpilogue& epilogue, void* y, void* save_mean,
+                                            void* save_invstd) = 0;
+  // dz = y ? dy * (y > 0) : dy (the epilogue's ReLU, from the forward's output); dresidual = dz
+  // when not null; with xhat = (x - mean) * invstd: dbeta = sum dz, dgamma = sum dz * xhat (each
+  // written when not null), and dx (when not null) = gamma * invstd * (dz - dbeta / count - xhat *
+  // dgamma / count) where the statistics were the batch's (batch_stats), gamma * invstd * dz
+  // where they were the running ones.
+  virtual void batch_norm_backward(DType dtype, const BatchNormShape& shape, const void* x, const void* dy,
+                                   const void* y, const void* gamma, const void* save_mean, const void* save_invstd,
+                                   bool batch_stats, void* dx, void* dgamma, void* dbeta, void* dresidual) = 0;
+
+  // ---- global average pooling: x [N, C, H, W] (NCHW or channels_last) -> y [N, C] ----
+  virtual void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                         bool channels_last, const void* x, void* y) = 0;
+  // dx[n, c, h, w] = dy[n, c] / spatial
+  virtual void global_avg_pool2d_backward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                          bool channels_last, const void* dy, void* dx) = 0;
+
+  // ---- dropout over n elements: mask[i] = 1 where element i is kept (DropoutDraw), else 0;
+  // y = x * mask / (1 - p) (in f32 for bf16/f16, rounded once) ----
+  virtual void dropout_forward(DType dtype, const void* x, void* y, std::uint8_t* mask, std::int64_t n,
+                               const DropoutDraw& draw) = 0;
+  // dx = dy * mask * scale (scale: 1 / (1 - p))
+  virtual void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
+                                double scale) = 0;
 
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
   // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.

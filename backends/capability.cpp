@@ -28,6 +28,12 @@ const char* backend_op_name(BackendOp op) {
       return "unscale";
     case BackendOp::optimizer:
       return "optimizer";
+    case BackendOp::batch_norm:
+      return "batch_norm";
+    case BackendOp::avg_pool:
+      return "avg_pool";
+    case BackendOp::dropout:
+      return "dropout";
   }
   return "invalid";
 }
@@ -50,9 +56,10 @@ OpSupport Backend::supports_op(BackendOp, DType dtype, bool) const {
 }
 
 std::string FusedPattern::str() const {
-  static const char* const anchors[] = {"conv2d", "linear", "max_pool2d"};
+  static const char* const anchors[] = {"conv2d", "linear", "max_pool2d", "batch_norm"};
   std::string out = anchors[static_cast<int>(anchor)];
   if (bias) out += "+bias";
+  if (residual) out += "+add";
   if (activation == Activation::relu) out += "+relu";
   if (max_pool) out += "+max_pool2x2";
   return out + (training ? " (training)" : " (inference)");
@@ -66,6 +73,11 @@ OpSupport Backend::supports_fused(const FusedPattern& pattern, DType dtype, bool
                                      dtype, channels_last);
     if (!op.runs()) return op;
     return op.level == Support::native ? OpSupport::native("the bias and ReLU in the layer's own call") : op;
+  }
+  if (pattern.anchor == FusedAnchor::batch_norm && !pattern.bias && !pattern.max_pool) {
+    const OpSupport op = supports_op(BackendOp::batch_norm, dtype, channels_last);
+    if (!op.runs()) return op;
+    return op.level == Support::native ? OpSupport::native("the residual add and ReLU in batch norm's own passes") : op;
   }
   return OpSupport::unsupported("backend '" + name() + "' has no fused " + pattern.str() + ": the ops run composed");
 }

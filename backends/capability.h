@@ -32,10 +32,14 @@ enum class BackendOp : std::uint8_t {
   cross_entropy,  // softmax_cross_entropy_forward / backward
   unscale,        // unscale_and_check_finite (the f16 loss scaler)
   optimizer,      // sgd_step(_all) / adamw_step(_all)
+  batch_norm,     // batch_norm_forward_training / _inference / backward (with the residual add and ReLU)
+  avg_pool,       // global_avg_pool2d_forward / backward
+  dropout,        // dropout_forward / backward
 };
 inline constexpr BackendOp kAllBackendOps[] = {
-    BackendOp::elementwise, BackendOp::relu,          BackendOp::bias_add, BackendOp::linear,    BackendOp::conv2d,
-    BackendOp::max_pool2d,  BackendOp::cross_entropy, BackendOp::unscale,  BackendOp::optimizer,
+    BackendOp::elementwise, BackendOp::relu,       BackendOp::bias_add,      BackendOp::linear,
+    BackendOp::conv2d,      BackendOp::max_pool2d, BackendOp::cross_entropy, BackendOp::unscale,
+    BackendOp::optimizer,   BackendOp::batch_norm, BackendOp::avg_pool,      BackendOp::dropout,
 };
 const char* backend_op_name(BackendOp op);  // "conv2d", ...
 

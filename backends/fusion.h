@@ -11,6 +11,8 @@
 //   max_pool2d + relu                 max_pool2d_forward with Pool2dShape::relu
 //   conv2d + bias + relu + max_pool   conv2d_pool_forward (2x2 windows, stride 2): inference, and
 //                                     training where its input needs no gradient (a first layer)
+//   batch_norm [+ add] [+ relu]       batch_norm_forward_*'s epilogue (a residual added, then a
+//                                     ReLU: a residual block's tail), its backward in one pass too
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,7 @@ namespace trainlab {
 struct Conv2dShape;
 struct Pool2dShape;
 
-enum class FusedAnchor : std::uint8_t { conv2d, linear, max_pool2d };
+enum class FusedAnchor : std::uint8_t { conv2d, linear, max_pool2d, batch_norm };
 enum class Activation : std::uint8_t { none, relu };
 
 struct FusedPattern {
@@ -30,12 +32,19 @@ struct FusedPattern {
   Activation activation = Activation::none;
   bool max_pool = false;  // then a 2x2 max-pool of stride 2 (conv2d only)
   bool training = true;   // its backward too; false: inference (nothing saved, no backward)
+  bool residual = false;  // a residual added before the activation (batch_norm only)
 
   // conv2d + bias + relu + 2x2 max-pool: the convolution block of a VGG-style network.
-  static FusedPattern conv_block(bool training) { return {FusedAnchor::conv2d, true, Activation::relu, true, training}; }
+  static FusedPattern conv_block(bool training) {
+    return {FusedAnchor::conv2d, true, Activation::relu, true, training};
+  }
   static FusedPattern pool_relu() { return {FusedAnchor::max_pool2d, false, Activation::relu, false, true}; }
   static FusedPattern layer(FusedAnchor anchor, bool bias, Activation activation) {
     return {anchor, bias, activation, false, true};
+  }
+  // batch norm, then a residual added (when `residual`), then the activation: a residual block's tail.
+  static FusedPattern norm(bool residual, Activation activation, bool training = true) {
+    return {FusedAnchor::batch_norm, false, activation, false, training, residual};
   }
   // "conv2d+bias+relu+max_pool2x2 (inference)"
   std::string str() const;
@@ -57,6 +66,8 @@ inline constexpr FusedPattern kFusedPatterns[] = {
     {FusedAnchor::max_pool2d, false, Activation::relu, false, true},
     {FusedAnchor::conv2d, true, Activation::relu, true, false},
     {FusedAnchor::conv2d, true, Activation::relu, true, true},
+    {FusedAnchor::batch_norm, false, Activation::relu, false, true, false},
+    {FusedAnchor::batch_norm, false, Activation::relu, false, true, true},
 };
 
 }  // namespace trainlab

@@ -98,6 +98,39 @@ void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::i
 void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,
                                     std::int64_t classes, const void* dloss, void* dlogits, cudaStream_t stream);
 
+// ---- batch norm over the [outer, channels, inner] view (backends/backend.h, BatchNormShape), the
+// statistics and affine parameters in f32; `scratch` is 3 * channels f32 (the per-channel scale and
+// shift of the apply pass, or dx's coefficients), used by the launches of one call. A block per
+// channel sums (block_sum's fixed order), then a thread per element. ----
+struct BatchNormView {
+  std::int64_t outer, channels, inner;
+  double eps;
+};
+void batch_norm_forward_training(DType dtype, const BatchNormView& v, const void* x, const float* gamma,
+                                 const float* beta, const void* residual, bool relu, void* y, float* mean,
+                                 float* invstd, float* running_mean, float* running_var, float momentum, float* scratch,
+                                 cudaStream_t stream);
+void batch_norm_forward_inference(DType dtype, const BatchNormView& v, const void* x, const float* gamma,
+                                  const float* beta, const float* running_mean, const float* running_var,
+                                  const void* residual, bool relu, void* y, float* mean, float* invstd, float* scratch,
+                                  cudaStream_t stream);
+void batch_norm_backward(DType dtype, const BatchNormView& v, const void* x, const void* dy, const void* y,
+                         const float* gamma, const float* mean, const float* invstd, bool batch_stats, void* dx,
+                         float* dgamma, float* dbeta, void* dresidual, float* scratch, cudaStream_t stream);
+
+// ---- global average pooling over [N, C, H, W] (either layout) to [N, C]: a thread per output ----
+void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                               bool channels_last, const void* x, void* y, cudaStream_t stream);
+void global_avg_pool2d_backward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                bool channels_last, const void* dy, void* dx, cudaStream_t stream);
+
+// ---- dropout: element i kept where counter_draw(seed, offset + i) >= dropout_threshold(p)
+// (backends/counter_rng.h: the CPU loops' bits), y = x / (1 - p) there ----
+void dropout_forward(DType dtype, const void* x, void* y, std::uint8_t* mask, std::int64_t n, double p,
+                     std::uint64_t seed, std::uint64_t offset, cudaStream_t stream);
+void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n, float scale,
+                      cudaStream_t stream);
+
 // ---- optimisers, PyTorch semantics (see backends/backend.h: SgdStep, AdamWStep) ----
 // `working` (may be null): a bf16/f16 copy of the updated parameter, written in the same pass
 // (the f32-master to working-copy cast fused into the step).

@@ -2,6 +2,7 @@
 // folder of its own under models/ (its Module, its ModelDef, a CMakeLists.txt naming its sources)
 // and its line here.
 #include "models/mlp/mlp.h"
+#include "models/resnet/resnet.h"
 #include "models/smallcnn/smallcnn.h"
 
 namespace trainlab {
@@ -10,6 +11,7 @@ namespace {
 const ModelRegistration registration{{
     smallcnn_model(),
     mlp_model(),
+    resnet_model(),
 }};
 
 }  // namespace

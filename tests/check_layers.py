@@ -6,8 +6,9 @@
 examples/ are drivers a user writes against an installed trainlab: they include only the installed
 headers (backends/, engine/, models/).
 
-The vocabulary every layer shares, backends/dtype.h (DType, bf16, f16) and backends/error.h (Error,
-TL_CHECK), may be included from anywhere, kernels/ included. Third-party headers stay where they belong: CUDA only in kernels/, backends/cuda/ and the NCCL
+The vocabulary every layer shares, backends/dtype.h (DType, bf16, f16), backends/error.h (Error,
+TL_CHECK) and backends/counter_rng.h (dropout's counter-based draw, the same bits on the CPU and in
+CUDA kernels), may be included from anywhere, kernels/ included. Third-party headers stay where they belong: CUDA only in kernels/, backends/cuda/ and the NCCL
 communicator; MPI only in comm/; oneDNN only in backends/onednn/; Eigen only in backends/eigen/.
 Inside engine/, the core (tensor, autograd, autocast, the ops) includes only itself, the event
 interface its observers subscribe to (engine/core/observer.h) and the random generator: never memory
@@ -26,7 +27,7 @@ import sys
 LAYERS = ["kernels", "backends", "engine", "models", "comm", "bench", "studies", "apps"]
 INSTALLED = {"backends", "engine", "models"}  # what examples/ may include
 RANK = {name: i for i, name in enumerate(LAYERS)}
-SHARED = {"backends/dtype.h", "backends/error.h"}
+SHARED = {"backends/dtype.h", "backends/error.h", "backends/counter_rng.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 # third-party header prefix -> the paths (prefixes) allowed to include it

@@ -243,6 +243,37 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
                                       std::int64_t classes, const void* dloss, void* dlogits) override {
     run([=, this] { inner_.softmax_cross_entropy_backward(d, probs, labels, batch, classes, dloss, dlogits); });
   }
+  void batch_norm_forward_training(DType d, const BatchNormShape& s, const void* x, const void* g, const void* b,
+                                   const BatchNormEpilogue& e, void* y, void* mean, void* invstd, void* rm, void* rv,
+                                   double momentum) override {
+    run([=, this] { inner_.batch_norm_forward_training(d, s, x, g, b, e, y, mean, invstd, rm, rv, momentum); });
+  }
+  void batch_norm_forward_inference(DType d, const BatchNormShape& s, const void* x, const void* g, const void* b,
+                                    const void* rm, const void* rv, const BatchNormEpilogue& e, void* y, void* mean,
+                                    void* invstd) override {
+    run([=, this] { inner_.batch_norm_forward_inference(d, s, x, g, b, rm, rv, e, y, mean, invstd); });
+  }
+  void batch_norm_backward(DType d, const BatchNormShape& s, const void* x, const void* dy, const void* y,
+                           const void* g, const void* mean, const void* invstd, bool batch_stats, void* dx, void* dg,
+                           void* db, void* dres) override {
+    run([=, this] { inner_.batch_norm_backward(d, s, x, dy, y, g, mean, invstd, batch_stats, dx, dg, db, dres); });
+  }
+  void global_avg_pool2d_forward(DType d, std::int64_t n, std::int64_t c, std::int64_t hw, bool cl, const void* x,
+                                 void* y) override {
+    run([=, this] { inner_.global_avg_pool2d_forward(d, n, c, hw, cl, x, y); });
+  }
+  void global_avg_pool2d_backward(DType d, std::int64_t n, std::int64_t c, std::int64_t hw, bool cl, const void* dy,
+                                  void* dx) override {
+    run([=, this] { inner_.global_avg_pool2d_backward(d, n, c, hw, cl, dy, dx); });
+  }
+  void dropout_forward(DType d, const void* x, void* y, std::uint8_t* mask, std::int64_t n,
+                       const DropoutDraw& draw) override {
+    run([=, this] { inner_.dropout_forward(d, x, y, mask, n, draw); });
+  }
+  void dropout_backward(DType d, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
+                        double scale) override {
+    run([=, this] { inner_.dropout_backward(d, dy, mask, dx, n, scale); });
+  }
   void sgd_step(DType d, std::int64_t n, void* p, const void* g, void* buf, const SgdStep& s) override {
     run([=, this] { inner_.sgd_step(d, n, p, g, buf, s); });
   }

@@ -149,6 +149,9 @@ OpSupport CpuBackend::supports_op(BackendOp op, DType dtype, bool channels_last)
     case BackendOp::elementwise:
     case BackendOp::bias_add:
     case BackendOp::unscale:
+    case BackendOp::batch_norm:
+    case BackendOp::avg_pool:
+    case BackendOp::dropout:
       return OpSupport::native("shared CPU loops");
   }
   return OpSupport::unsupported("unknown op");

@@ -68,6 +68,27 @@ class CpuBackend : public Backend {
   void max_pool2d_backward(DType dtype, const Pool2dShape& shape, const void* dy, const void* workspace,
                            void* dx) override;
 
+  // Batch norm, global average pooling and dropout in loops the compiler vectorises (cpu_layers.cpp):
+  // every floating dtype natively, f32 arithmetic for bf16/f16, both layouts.
+  void batch_norm_forward_training(DType dtype, const BatchNormShape& shape, const void* x, const void* gamma,
+                                   const void* beta, const BatchNormEpilogue& epilogue, void* y, void* save_mean,
+                                   void* save_invstd, void* running_mean, void* running_var, double momentum) override;
+  void batch_norm_forward_inference(DType dtype, const BatchNormShape& shape, const void* x, const void* gamma,
+                                    const void* beta, const void* running_mean, const void* running_var,
+                                    const BatchNormEpilogue& epilogue, void* y, void* save_mean,
+                                    void* save_invstd) override;
+  void batch_norm_backward(DType dtype, const BatchNormShape& shape, const void* x, const void* dy, const void* y,
+                           const void* gamma, const void* save_mean, const void* save_invstd, bool batch_stats,
+                           void* dx, void* dgamma, void* dbeta, void* dresidual) override;
+  void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                 bool channels_last, const void* x, void* y) override;
+  void global_avg_pool2d_backward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                  bool channels_last, const void* dy, void* dx) override;
+  void dropout_forward(DType dtype, const void* x, void* y, std::uint8_t* mask, std::int64_t n,
+                       const DropoutDraw& draw) override;
+  void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
+                        double scale) override;
+
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
                                      std::int64_t classes, void* probs, void* loss) override;
   void softmax_cross_entropy_backward(DType dtype, const void* probs, const std::int64_t* labels, std::int64_t batch,

@@ -322,16 +322,20 @@ class CudaBackend final : public Backend,
   // only to work queued after it on this stream.
   template <typename Fn>
   void with_partials(std::int64_t outer, std::int64_t channels, std::int64_t inner, Fn&& fn) {
-    const std::size_t bytes =
-        sizeof(float) * static_cast<std::size_t>(kernels::relu_bias_backward_scratch_elements(outer, channels, inner));
-    void* partials = allocator_.allocate(bytes);
+    with_floats(kernels::relu_bias_backward_scratch_elements(outer, channels, inner), fn);
+  }
+  // `count` f32 of device scratch for the launches `fn` queues.
+  template <typename Fn>
+  void with_floats(std::int64_t count, Fn&& fn) {
+    const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(count);
+    void* block = allocator_.allocate(bytes);
     try {
-      fn(static_cast<float*>(partials));
+      fn(static_cast<float*>(block));
     } catch (...) {
-      allocator_.deallocate(partials, bytes);
+      allocator_.deallocate(block, bytes);
       throw;
     }
-    allocator_.deallocate(partials, bytes);
+    allocator_.deallocate(block, bytes);
   }
   void bias_grad(DType dtype, const void* dy, void* dbias, std::int64_t outer, std::int64_t channels,
                  std::int64_t inner) {
@@ -437,6 +441,57 @@ class CudaBackend final : public Backend,
   void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* dy, const void* workspace,
                            void* dx) override {
     kernels::max_pool2d_backward(dtype, pool_shape(s), dy, static_cast<const std::int32_t*>(workspace), dx, stream_);
+  }
+
+  // Batch norm, global average pooling, dropout: kernels/norm_kernels.cu. Batch norm's per-channel
+  // coefficients live in a block of the caching allocator for the call (as with_partials').
+  template <typename Fn>
+  void with_coefficients(std::int64_t channels, Fn&& fn) {
+    with_floats(3 * channels, fn);
+  }
+  static kernels::BatchNormView view(const BatchNormShape& s) { return {s.outer, s.channels, s.inner, s.eps}; }
+  static const float* f32(const void* p) { return static_cast<const float*>(p); }
+  static float* f32(void* p) { return static_cast<float*>(p); }
+  void batch_norm_forward_training(DType dtype, const BatchNormShape& s, const void* x, const void* gamma,
+                                   const void* beta, const BatchNormEpilogue& e, void* y, void* mean, void* invstd,
+                                   void* rm, void* rv, double momentum) override {
+    with_coefficients(s.channels, [&](float* scratch) {
+      kernels::batch_norm_forward_training(dtype, view(s), x, f32(gamma), f32(beta), e.residual, e.relu, y, f32(mean),
+                                           f32(invstd), f32(rm), f32(rv), static_cast<float>(momentum), scratch,
+                                           stream_);
+    });
+  }
+  void batch_norm_forward_inference(DType dtype, const BatchNormShape& s, const void* x, const void* gamma,
+                                    const void* beta, const void* rm, const void* rv, const BatchNormEpilogue& e,
+                                    void* y, void* mean, void* invstd) override {
+    with_coefficients(s.channels, [&](float* scratch) {
+      kernels::batch_norm_forward_inference(dtype, view(s), x, f32(gamma), f32(beta), f32(rm), f32(rv), e.residual,
+                                            e.relu, y, f32(mean), f32(invstd), scratch, stream_);
+    });
+  }
+  void batch_norm_backward(DType dtype, const BatchNormShape& s, const void* x, const void* dy, const void* y,
+                           const void* gamma, const void* mean, const void* invstd, bool batch_stats, void* dx,
+                           void* dgamma, void* dbeta, void* dresidual) override {
+    with_coefficients(s.channels, [&](float* scratch) {
+      kernels::batch_norm_backward(dtype, view(s), x, dy, y, f32(gamma), f32(mean), f32(invstd), batch_stats, dx,
+                                   f32(dgamma), f32(dbeta), dresidual, scratch, stream_);
+    });
+  }
+  void global_avg_pool2d_forward(DType dtype, std::int64_t n, std::int64_t c, std::int64_t hw, bool cl, const void* x,
+                                 void* y) override {
+    kernels::global_avg_pool2d_forward(dtype, n, c, hw, cl, x, y, stream_);
+  }
+  void global_avg_pool2d_backward(DType dtype, std::int64_t n, std::int64_t c, std::int64_t hw, bool cl, const void* dy,
+                                  void* dx) override {
+    kernels::global_avg_pool2d_backward(dtype, n, c, hw, cl, dy, dx, stream_);
+  }
+  void dropout_forward(DType dtype, const void* x, void* y, std::uint8_t* mask, std::int64_t n,
+                       const DropoutDraw& d) override {
+    kernels::dropout_forward(dtype, x, y, mask, n, d.p, d.seed, d.offset, stream_);
+  }
+  void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
+                        double scale) override {
+    kernels::dropout_backward(dtype, dy, mask, dx, n, static_cast<float>(scale), stream_);
   }
 
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,

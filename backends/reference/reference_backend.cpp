@@ -19,12 +19,14 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/reference/gemm.h"
+#include "backends/reference/reference_layers.h"
 #include "backends/registry.h"
 
 namespace trainlab::reference {
 namespace {
 
 using namespace trainlab::cpu;
+using reference::stat_t;
 
 // ---------------------------------------------------------------------------------------------
 // NCHW kernels in the compute type
@@ -253,6 +255,69 @@ class ReferenceBackend final : public cpu::CpuBackend {
       }
       if (dbias) channel_sums(pdy, st.output(dbias, s.out_channels), s.batch, s.out_channels, p, threads_);
       st.finish();
+    });
+  }
+
+  // ---- batch norm, global average pooling, dropout: reference_layers.h's plain loops ----
+  void batch_norm_forward_training(DType dtype, const BatchNormShape& s, const void* x, const void* gamma,
+                                   const void* beta, const BatchNormEpilogue& e, void* y, void* save_mean,
+                                   void* save_invstd, void* running_mean, void* running_var, double momentum) override {
+    dispatch_floating(dtype, op_name("batch_norm_forward_training").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      using P = stat_t<S>;
+      reference::batch_norm_forward_training(s, as<S>(x), as<P>(gamma), as<P>(beta), e, as<S>(y), as<P>(save_mean),
+                                             as<P>(save_invstd), as<P>(running_mean), as<P>(running_var), momentum,
+                                             threads_);
+    });
+  }
+  void batch_norm_forward_inference(DType dtype, const BatchNormShape& s, const void* x, const void* gamma,
+                                    const void* beta, const void* running_mean, const void* running_var,
+                                    const BatchNormEpilogue& e, void* y, void* save_mean, void* save_invstd) override {
+    dispatch_floating(dtype, op_name("batch_norm_forward_inference").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      using P = stat_t<S>;
+      reference::batch_norm_forward_inference(s, as<S>(x), as<P>(gamma), as<P>(beta), as<P>(running_mean),
+                                              as<P>(running_var), e, as<S>(y), as<P>(save_mean), as<P>(save_invstd),
+                                              threads_);
+    });
+  }
+  void batch_norm_backward(DType dtype, const BatchNormShape& s, const void* x, const void* dy, const void* y,
+                           const void* gamma, const void* save_mean, const void* save_invstd, bool batch_stats,
+                           void* dx, void* dgamma, void* dbeta, void* dresidual) override {
+    dispatch_floating(dtype, op_name("batch_norm_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      using P = stat_t<S>;
+      reference::batch_norm_backward(s, as<S>(x), as<S>(dy), as<S>(y), as<P>(gamma), as<P>(save_mean),
+                                     as<P>(save_invstd), batch_stats, as<S>(dx), as<P>(dgamma), as<P>(dbeta),
+                                     as<S>(dresidual), threads_);
+    });
+  }
+  void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                 bool channels_last, const void* x, void* y) override {
+    dispatch_floating(dtype, op_name("global_avg_pool2d_forward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::global_avg_pool2d_forward(batch, channels, spatial, channels_last, as<S>(x), as<S>(y));
+    });
+  }
+  void global_avg_pool2d_backward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                  bool channels_last, const void* dy, void* dx) override {
+    dispatch_floating(dtype, op_name("global_avg_pool2d_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::global_avg_pool2d_backward(batch, channels, spatial, channels_last, as<S>(dy), as<S>(dx));
+    });
+  }
+  void dropout_forward(DType dtype, const void* x, void* y, std::uint8_t* mask, std::int64_t n,
+                       const DropoutDraw& draw) override {
+    dispatch_floating(dtype, op_name("dropout_forward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::dropout_forward(as<S>(x), as<S>(y), mask, n, draw);
+    });
+  }
+  void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
+                        double scale) override {
+    dispatch_floating(dtype, op_name("dropout_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::dropout_backward(as<S>(dy), mask, as<S>(dx), n, scale);
     });
   }
 };

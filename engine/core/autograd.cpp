@@ -7,6 +7,7 @@
 
 #include "engine/core/autocast.h"
 #include "engine/core/observer.h"
+#include "engine/core/rng.h"
 
 namespace trainlab {
 
@@ -216,37 +217,44 @@ Tensor checkpoint(const std::string& name, const std::function<Tensor(const Tens
   if (!GradMode::enabled() || !any) return block(x);
   // The forward as it would run (recorded, so every op takes its training path), its graph
   // dropped with the handle: only x, kept by this node, survives.
+  const CounterStream draws = dropout_stream();  // where the block's dropout masks start
   const Tensor output = block(x.detach()).detach();
   const DType dtype = autocast_dtype();
   const WorkingCopies* copies = autocast_working_copies();
   std::vector<Tensor> inputs{x};
   inputs.insert(inputs.end(), parameters.begin(), parameters.end());
-  return record(output, name.c_str(), inputs,
-                [block, x, parameters, dtype, copies, name](const Tensor& grad_output, const std::vector<bool>& needs) {
-                  TL_SPAN("recompute");
-                  std::vector<Tensor> leaves{x.detach()};
-                  if (needs[0]) leaves[0].set_requires_grad(true);
-                  leaves.insert(leaves.end(), parameters.begin(), parameters.end());
-                  Tensor again;
-                  {
-                    GradModeGuard grad_on(true);
-                    AutocastGuard autocast(dtype, copies);
-                    RecomputeScope recompute;  // memory accounting counts its allocations as activations
-                    again = block(leaves[0]);
-                  }
-                  TL_CHECK(again.requires_grad(), name + ": the recomputed block does not depend on its inputs");
-                  // Neither the block's output values nor this node's hold on the seed are needed
-                  // past this point: both are released, so recomputation holds no more than the
-                  // plain backward does (see BackwardFn).
-                  const std::shared_ptr<Node> root = again.grad_fn();
-                  TL_CHECK(root != nullptr, name + ": the recomputed block returned one of its inputs");
-                  again = Tensor();
-                  Tensor seed = grad_output;
-                  const_cast<Tensor&>(grad_output) = Tensor();
-                  std::unordered_map<TensorImpl*, Tensor> captured;
-                  backward_nodes(root, std::move(seed), &captured);
-                  return captured_for(captured, leaves);
-                });
+  return record(
+      output, name.c_str(), inputs,
+      [block, x, parameters, dtype, copies, name, draws](const Tensor& grad_output, const std::vector<bool>& needs) {
+        TL_SPAN("recompute");
+        std::vector<Tensor> leaves{x.detach()};
+        if (needs[0]) leaves[0].set_requires_grad(true);
+        leaves.insert(leaves.end(), parameters.begin(), parameters.end());
+        Tensor again;
+        {
+          GradModeGuard grad_on(true);
+          AutocastGuard autocast(dtype, copies);
+          RecomputeScope recompute;  // memory accounting counts its allocations as activations
+          // The same dropout masks as the first forward drew; the stream then goes on
+          // where it was.
+          const CounterStream now = dropout_stream();
+          dropout_stream() = draws;
+          again = block(leaves[0]);
+          dropout_stream() = now;
+        }
+        TL_CHECK(again.requires_grad(), name + ": the recomputed block does not depend on its inputs");
+        // Neither the block's output values nor this node's hold on the seed are needed
+        // past this point: both are released, so recomputation holds no more than the
+        // plain backward does (see BackwardFn).
+        const std::shared_ptr<Node> root = again.grad_fn();
+        TL_CHECK(root != nullptr, name + ": the recomputed block returned one of its inputs");
+        again = Tensor();
+        Tensor seed = grad_output;
+        const_cast<Tensor&>(grad_output) = Tensor();
+        std::unordered_map<TensorImpl*, Tensor> captured;
+        backward_nodes(root, std::move(seed), &captured);
+        return captured_for(captured, leaves);
+      });
 }
 
 }  // namespace trainlab

@@ -57,11 +57,18 @@ std::int64_t now_ns() {
 }
 }  // namespace observe
 
+namespace {
+thread_local int recompute_depth = 0;
+}  // namespace
+
 RecomputeScope::RecomputeScope() {
+  ++recompute_depth;
   for (EngineObserver* o : observers()) o->on_recompute_begin();
 }
 RecomputeScope::~RecomputeScope() {
+  --recompute_depth;
   for (EngineObserver* o : observers()) o->on_recompute_end();
 }
+bool RecomputeScope::active() { return recompute_depth > 0; }
 
 }  // namespace trainlab

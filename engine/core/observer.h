@@ -78,6 +78,9 @@ class RecomputeScope {
  public:
   RecomputeScope();
   ~RecomputeScope();
+  // Whether a recomputation's forward is running on this thread: an op with effects beyond its
+  // output (batch norm's running statistics) leaves them alone the second time.
+  static bool active();
   RecomputeScope(const RecomputeScope&) = delete;
   RecomputeScope& operator=(const RecomputeScope&) = delete;
 };

@@ -79,6 +79,32 @@ Tensor max_pool2d_relu(const Tensor& x, const Pool2dOptions& options = {});
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool, MemoryFormat format);
 
+struct BatchNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;  // the running statistics' update weight, as PyTorch's
+  bool training = true;   // batch statistics (and the running ones updated); false: the running ones
+};
+// Batch norm over dimension 1 of x ([N, C, ...], either memory format; engine/core/ops/batch_norm.cpp):
+// weight and bias ([C], may be undefined: no affine) and the running statistics ([C] buffers,
+// updated in place in training; may be undefined in training: none kept) are in f32 (f64 for an
+// f64 input) whatever x's dtype. `residual` (x's shape; may be undefined) is added after the
+// affine, then a ReLU when `relu`: a residual block's tail, in batch norm's own passes where the
+// backend fuses it (Backend::supports_fused, FusedPattern::norm), composed otherwise.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, const BatchNormOptions& options, const Tensor& residual = {},
+                  bool relu = false);
+
+// x: [N, C, H, W] -> [N, C], the mean of each plane.
+Tensor global_avg_pool2d(const Tensor& x);
+
+// Inverted dropout with probability p in [0, 1) when `training` (the identity otherwise), its draws
+// from the dropout stream (engine/core/rng.h).
+Tensor dropout(const Tensor& x, double p, bool training);
+
+// x: [N, C, H, W] -> [N, channels, ceil(H/stride), ceil(W/stride)]: x[:, :, ::stride, ::stride] in
+// channels [before, before + C), zeros elsewhere (a residual network's parameter-free shortcut).
+Tensor pad_channels(const Tensor& x, std::int64_t channels, std::int64_t stride, std::int64_t before);
+
 // Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).
 // logits: [N, classes] floating; labels: [N] i64 in [0, classes). Returns a 0-d tensor.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);

@@ -99,4 +99,9 @@ void Generator::set_state_string(const std::string& text) {
   set_state(state);
 }
 
+CounterStream& dropout_stream() {
+  static CounterStream stream;
+  return stream;
+}
+
 }  // namespace trainlab

@@ -36,4 +36,15 @@ class Generator {
   State state_{};
 };
 
+// The stream dropout draws from (backends/counter_rng.h): a seed and the index of its next draw;
+// each dropout call takes as many indices as it has elements. The run seeds it (make_run), a
+// checkpoint keeps it (so a resumed run draws what the uninterrupted one would), and activation
+// recomputation replays a block's forward from the position its first forward started at.
+struct CounterStream {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  bool operator==(const CounterStream&) const = default;
+};
+CounterStream& dropout_stream();
+
 }  // namespace trainlab

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <mutex>
 
 #include "backends/registry.h"
@@ -38,6 +40,13 @@ std::string option_value(const ModelDef& model, const ModelOptions& options, con
   TL_CHECK(k != nullptr, model.name + ": no model key '" + key + "' (its keys: " + keys_text(model) + ")");
   const auto it = options.find(key);
   return it == options.end() ? k->default_value : it->second;
+}
+
+// 0.9 as "0.9", not "0.900000".
+std::string number_text(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
 }
 
 }  // namespace
@@ -118,6 +127,18 @@ std::int64_t model_option_int(const ModelDef& model, const ModelOptions& options
   TL_CHECK(ec == std::errc() && ptr == end && !text.empty() && value >= lo && value <= hi,
            "invalid value " + quote_value(text) + " for model key " + key + " (allowed: " + std::to_string(lo) + ".." +
                std::to_string(hi) + ")");
+  return value;
+}
+
+double model_option_number(const ModelDef& model, const ModelOptions& options, const std::string& key, double lo,
+                           double hi) {
+  const std::string text = option_value(model, options, key);
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  TL_CHECK(ec == std::errc() && ptr == end && !text.empty() && std::isfinite(value) && value >= lo && value <= hi,
+           "invalid value " + quote_value(text) + " for model key " + key + " (allowed: a number in " +
+               number_text(lo) + ".." + number_text(hi) + ")");
   return value;
 }
 

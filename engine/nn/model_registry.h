@@ -80,6 +80,9 @@ void check_model_keys(const ModelDef& model, const ModelOptions& options);
 // A key's integer value within [lo, hi], or its default; Error names the key, the value and the range.
 std::int64_t model_option_int(const ModelDef& model, const ModelOptions& options, const std::string& key,
                               std::int64_t lo, std::int64_t hi);
+// A key's number (decimal) within [lo, hi], or its default; Error names the key, the value and the range.
+double model_option_number(const ModelDef& model, const ModelOptions& options, const std::string& key, double lo,
+                           double hi);
 // A key's value among `choices`, or its default.
 std::string model_option_choice(const ModelDef& model, const ModelOptions& options, const std::string& key,
                                 const std::vector<std::string>& choices);

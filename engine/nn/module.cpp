@@ -31,14 +31,29 @@ void Module::set_fused(bool fused) {
 
 // ---- Module ----
 
-void Module::collect(const std::string& prefix, NamedTensors& out) const {
-  for (const auto& [name, tensor] : parameters_) out.emplace_back(prefix + name, tensor);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+void Module::collect(const std::string& prefix, NamedTensors& out, bool parameters, bool buffers) const {
+  if (parameters)
+    for (const auto& [name, tensor] : parameters_) out.emplace_back(prefix + name, tensor);
+  if (buffers)
+    for (const auto& [name, tensor] : buffers_) out.emplace_back(prefix + name, tensor);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, parameters, buffers);
 }
 
 NamedTensors Module::named_parameters() const {
   NamedTensors out;
-  collect("", out);
+  collect("", out, true, false);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", out, false, true);
+  return out;
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  collect("", out, true, true);
   return out;
 }
 
@@ -55,7 +70,7 @@ std::int64_t Module::num_parameters() const {
 }
 
 void Module::load_state_dict(const NamedTensors& state) {
-  const NamedTensors own = named_parameters();
+  const NamedTensors own = state_dict();
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, tensor] : state) {
     TL_CHECK(given.emplace(name, &tensor).second, "load_state_dict: tensor '" + name + "' appears twice");
@@ -116,6 +131,14 @@ Tensor& Module::register_parameter(const std::string& name, Tensor tensor) {
   return parameters_.back().second;
 }
 
+Tensor& Module::register_buffer(const std::string& name, Tensor tensor) {
+  TL_CHECK(!tensor.requires_grad(), "register_buffer: buffer '" + name + "' requires grad (a parameter?)");
+  tensor.set_name(name);
+  set_memory_category(tensor, MemoryCategory::parameters);
+  buffers_.emplace_back(name, tensor);
+  return buffers_.back().second;
+}
+
 // ---- layers ----
 
 namespace {
@@ -129,17 +152,19 @@ Tensor uniform_init(const Shape& shape, std::int64_t fan_in, const InitOptions& 
 }  // namespace
 
 Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, std::int64_t stride,
-               std::int64_t padding, const InitOptions& init)
+               std::int64_t padding, const InitOptions& init, bool has_bias)
     : options(Conv2dOptions::square(stride, padding)) {
   TL_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0, "Conv2d: channels and kernel size must be positive");
   const std::int64_t fan_in = in_channels * kernel_size * kernel_size;
   // kaiming_uniform(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in) = 1 / sqrt(fan_in).
   weight =
       register_parameter("weight", uniform_init({out_channels, in_channels, kernel_size, kernel_size}, fan_in, init));
-  bias = register_parameter("bias", uniform_init({out_channels}, fan_in, init));
+  if (has_bias) bias = register_parameter("bias", uniform_init({out_channels}, fan_in, init));
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, options); }
+Tensor Conv2d::forward(const Tensor& x) {
+  return bias.defined() ? conv2d(x, weight, bias, options) : conv2d(x, weight, options);
+}
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, const InitOptions& init) {
   TL_CHECK(in_features > 0 && out_features > 0, "Linear: feature counts must be positive");
@@ -148,6 +173,28 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const InitOp
 }
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+BatchNorm2d::BatchNorm2d(std::int64_t channels, const InitOptions& init, bool affine) {
+  TL_CHECK(channels > 0, "BatchNorm2d: channels must be positive, got " + std::to_string(channels));
+  Backend& be = init_backend(init);
+  const DType stat = batch_norm_stat_dtype(init.dtype);
+  if (affine) {
+    weight = register_parameter("weight", Tensor::full({channels}, 1.0, stat, be));
+    bias = register_parameter("bias", Tensor::full({channels}, 0.0, stat, be));
+  }
+  running_mean = register_buffer("running_mean", Tensor::full({channels}, 0.0, stat, be));
+  running_var = register_buffer("running_var", Tensor::full({channels}, 1.0, stat, be));
+}
+
+Tensor BatchNorm2d::forward_fused(const Tensor& x, const Tensor& residual, bool relu) {
+  BatchNormOptions o = options;
+  o.training = is_training();
+  return batch_norm(x, weight, bias, running_mean, running_var, o, residual, relu);
+}
+
+Dropout::Dropout(double probability) : p(probability) {
+  TL_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got " + std::to_string(p));
+}
 
 Sequential& Sequential::add(std::shared_ptr<Module> module) { return add(std::to_string(layers_.size()), module); }
 
@@ -186,6 +233,10 @@ std::size_t Sequential::forward_fused(std::size_t i, const Tensor& h, Tensor& ou
   }
   if (const auto* pool = dynamic_cast<const MaxPool2d*>(layer(0)); pool != nullptr && relu_next) {
     out = max_pool2d_relu(h, pool->options);
+    return 2;
+  }
+  if (auto* bn = dynamic_cast<BatchNorm2d*>(layers_[i].get()); bn != nullptr && relu_next) {
+    out = bn->forward_fused(h, Tensor(), true);
     return 2;
   }
   return 0;

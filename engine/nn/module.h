@@ -37,11 +37,22 @@ class Module {
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   std::int64_t num_parameters() const;
-  // The parameters, as PyTorch's state_dict() names them (SmallCNN has no buffers).
-  NamedTensors state_dict() const { return named_parameters(); }
+  // Every buffer (state that is not trained by gradients: batch norm's running statistics), named
+  // as the parameters are.
+  NamedTensors named_buffers() const;
+  // The parameters and buffers as PyTorch's state_dict() names and orders them: per module its
+  // parameters, then its buffers, then its children's (SmallCNN has no buffers: its parameters).
+  NamedTensors state_dict() const;
   // Copies values in. Strict: the names must match exactly, and each shape and dtype; the error
   // names the offending tensor.
   void load_state_dict(const NamedTensors& state);
+  // Whether the optimiser's weight decay applies to a parameter (by its dotted name): the model's
+  // parameter groups. The default: every parameter (SmallCNN, whose PyTorch twin decays them all);
+  // a model with norms says no for their weights and for biases (models/resnet/).
+  virtual bool decays(const std::string& name) const {
+    (void)name;
+    return true;
+  }
   void zero_grad(bool set_to_none = false);
   void train(bool training = true);
   // This model's forward as a chain of ops at a batch size, compute dtype and layout, for the
@@ -79,6 +90,8 @@ class Module {
   // with the same message, but only when the step reaches it.
   virtual void declare_ops(std::set<BackendOp>& ops) const { (void)ops; }
   Tensor& register_parameter(const std::string& name, Tensor tensor);
+  // A buffer: module state outside autograd (never requires grad), saved and loaded with the parameters.
+  Tensor& register_buffer(const std::string& name, Tensor tensor);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     children_.emplace_back(name, module);
@@ -86,8 +99,9 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, NamedTensors& out) const;
+  void collect(const std::string& prefix, NamedTensors& out, bool parameters, bool buffers) const;
   std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };
@@ -104,8 +118,9 @@ struct InitOptions {
 // weight first, then bias, from the given generator.
 class Conv2d : public Module {
  public:
+  // bias false: no bias parameter (a convolution followed by batch norm, whose shift is the bias).
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, std::int64_t stride,
-         std::int64_t padding, const InitOptions& init);
+         std::int64_t padding, const InitOptions& init, bool bias = true);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
   Conv2dOptions options;
@@ -143,6 +158,42 @@ class MaxPool2d : public Module {
   void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::max_pool2d); }
 };
 
+// Batch norm over the channels of [N, C, H, W] (or [N, C]), PyTorch's BatchNorm2d: weight 1 and
+// bias 0 at first (or no affine), running_mean 0 and running_var 1 as buffers (f32, or f64 in an f64
+// model), momentum 0.1, eps 1e-5. Training uses and updates the batch's statistics, eval the
+// running ones. forward_fused adds a residual and then a ReLU in the same op (FusedPattern::norm).
+class BatchNorm2d : public Module {
+ public:
+  BatchNorm2d(std::int64_t channels, const InitOptions& init, bool affine = true);
+  Tensor forward(const Tensor& x) override { return forward_fused(x, Tensor(), false); }
+  Tensor forward_fused(const Tensor& x, const Tensor& residual, bool relu);
+  Tensor weight, bias, running_mean, running_var;
+  BatchNormOptions options;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::batch_norm); }
+};
+
+// Inverted dropout with probability p in training (engine/core/ops.h, dropout), the identity in eval.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) override { return dropout(x, p, is_training()); }
+  double p;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::dropout); }
+};
+
+// [N, C, H, W] -> [N, C]: each plane's mean.
+class GlobalAvgPool2d : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return global_avg_pool2d(x); }
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::avg_pool); }
+};
+
 class Flatten : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x.flatten(1); }
@@ -158,6 +209,7 @@ class Flatten : public Module {
 //   Conv2d [ReLU]                         conv2d_fused: the bias and ReLU in the convolution's call
 //   Linear [ReLU]                         linear_fused
 //   MaxPool2d ReLU                        max_pool2d_relu
+//   BatchNorm2d ReLU                      batch_norm with its ReLU in the same passes
 // Any model built of these layers gets the backend's fusions with no code of its own.
 class Sequential : public Module {
  public:

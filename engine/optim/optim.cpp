@@ -12,17 +12,19 @@ namespace trainlab {
 
 namespace {
 
-// Every parameter with a gradient, in one backend call per run of parameters that share a backend
-// and a dtype (one kernel launch on a GPU). make_slot(i, param, dense_grad) prepares parameter i's
-// state and describes it; step(backend, dtype, slots) updates a group.
+// Every parameter with a gradient, in one backend call per run of parameters that share a backend,
+// a dtype and whether weight decay applies (one kernel launch on a GPU). make_slot(i, param,
+// dense_grad) prepares parameter i's state and describes it; step(backend, dtype, decays, slots)
+// updates a group.
 template <typename MakeSlot, typename Step>
-void step_in_groups(const NamedTensors& params, MakeSlot make_slot, Step step) {
+void step_in_groups(const NamedTensors& params, const std::vector<bool>& decay, MakeSlot make_slot, Step step) {
   std::vector<Tensor> dense_grads;  // kept alive until the group's call returns
   std::vector<OptimizerSlot> slots;
   Backend* backend = nullptr;
   DType dtype = DType::f32;
+  bool decays = true;
   auto flush = [&] {
-    if (!slots.empty()) step(*backend, dtype, slots);
+    if (!slots.empty()) step(*backend, dtype, decays, slots);
     slots.clear();
     dense_grads.clear();
   };
@@ -30,9 +32,10 @@ void step_in_groups(const NamedTensors& params, MakeSlot make_slot, Step step) {
     const Tensor& p = params[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (backend != nullptr && (&p.backend() != backend || p.dtype() != dtype)) flush();
+    if (backend != nullptr && (&p.backend() != backend || p.dtype() != dtype || decay[i] != decays)) flush();
     backend = &p.backend();
     dtype = p.dtype();
+    decays = decay[i];
     dense_grads.push_back(g.contiguous());
     slots.push_back(make_slot(i, p, dense_grads.back()));
   }
@@ -43,13 +46,24 @@ void step_in_groups(const NamedTensors& params, MakeSlot make_slot, Step step) {
 
 // ---- Optimizer ----
 
-Optimizer::Optimizer(NamedTensors params, double lr) : params_(std::move(params)), lr_(lr) {
+Optimizer::Optimizer(NamedTensors params, double lr)
+    : decay_(params.size(), true), params_(std::move(params)), lr_(lr) {
   for (const auto& [name, p] : params_) {
     TL_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
              "optimizer: parameter '" + name + "' must be a leaf that requires grad");
     TL_CHECK(p.is_contiguous(), "optimizer: parameter '" + name + "' must be contiguous");
   }
   set_lr(lr);
+}
+
+void Optimizer::set_decay_mask(std::vector<bool> decay) {
+  TL_CHECK(decay.size() == params_.size(), "optimizer: a weight-decay mask of " + std::to_string(decay.size()) +
+                                               " entries for " + std::to_string(params_.size()) + " parameters");
+  decay_ = std::move(decay);
+}
+
+std::int64_t Optimizer::decayed_parameters() const {
+  return static_cast<std::int64_t>(std::count(decay_.begin(), decay_.end(), true));
 }
 
 void Optimizer::set_lr(double lr) {
@@ -210,7 +224,7 @@ void SGD::step() {
   const SgdStep step{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, false};
   begin_step();
   step_in_groups(
-      params_,
+      params_, decay_,
       [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
         const bool first = !momentum_buffers_[i].defined();
         if (first && options_.momentum != 0) {
@@ -227,8 +241,10 @@ void SGD::step() {
         attach_working_copy(i, p, slot);
         return slot;
       },
-      [&](Backend& backend, DType dtype, const std::vector<OptimizerSlot>& slots) {
-        backend.sgd_step_all(dtype, slots, step);
+      [&](Backend& backend, DType dtype, bool decays, const std::vector<OptimizerSlot>& slots) {
+        SgdStep group = step;
+        if (!decays) group.weight_decay = 0;
+        backend.sgd_step_all(dtype, slots, group);
       });
   end_step();
 }
@@ -292,7 +308,7 @@ void AdamW::step() {
   const AdamWStep step{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, 0};
   begin_step();
   step_in_groups(
-      params_,
+      params_, decay_,
       [&](std::size_t i, const Tensor& p, const Tensor& dense_grad) {
         if (!exp_avg_[i].defined()) {
           MemoryCategoryScope category(MemoryCategory::optimizer_state);
@@ -306,8 +322,10 @@ void AdamW::step() {
         attach_working_copy(i, p, slot);
         return slot;
       },
-      [&](Backend& backend, DType dtype, const std::vector<OptimizerSlot>& slots) {
-        backend.adamw_step_all(dtype, slots, step);
+      [&](Backend& backend, DType dtype, bool decays, const std::vector<OptimizerSlot>& slots) {
+        AdamWStep group = step;
+        if (!decays) group.weight_decay = 0;
+        backend.adamw_step_all(dtype, slots, group);
       });
   end_step();
 }

@@ -24,6 +24,12 @@ class Optimizer : public WorkingCopies {
   double lr() const { return lr_; }
   void set_lr(double lr);
   const NamedTensors& params() const { return params_; }
+  // Parameter groups as the model draws them (Module::decays): weight decay applies to parameter i
+  // only where decay[i]; every parameter by default. The run's config, not the checkpoint, says
+  // which (the same model gives the same groups on resume).
+  void set_decay_mask(std::vector<bool> decay);
+  const std::vector<bool>& decay_mask() const { return decay_; }
+  std::int64_t decayed_parameters() const;  // tensors weight decay applies to
   virtual StateDict state_dict() const = 0;
   // Validates that the state belongs to this optimiser and these parameters (names and shapes),
   // that every hyperparameter it records equals this optimiser's own (they come from the run's
@@ -67,6 +73,7 @@ class Optimizer : public WorkingCopies {
   std::vector<bool> load_common(const StateDict& state, const std::vector<std::vector<Tensor>*>& buffers,
                                 const std::vector<std::string>& kinds);
   std::int64_t updates_ = 0;
+  std::vector<bool> decay_;
   NamedTensors params_;
   double lr_;
 };

@@ -50,6 +50,12 @@ ResumedCounters restore_run(const Checkpoint& checkpoint, const std::string& own
                                                        : checkpoint.optimizer);
     run.scheduler->load_state_dict(checkpoint.scheduler);
     generator.set_state_string(checkpoint.trainer.string("generator", owner));
+    // A checkpoint from before dropout's stream was kept had drawn nothing from it.
+    if (checkpoint.trainer.integers.count("dropout_offset") > 0) {
+      const std::int64_t offset = checkpoint.trainer.integer("dropout_offset", owner);
+      TL_CHECK(offset >= 0, "dropout_offset " + std::to_string(offset) + " is negative (it counts draws)");
+      dropout_stream().offset = static_cast<std::uint64_t>(offset);
+    }
     if (run.scaler) {
       StateDict scaler;
       scaler.numbers["scale"] = checkpoint.trainer.number("scaler.scale", owner);

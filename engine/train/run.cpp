@@ -52,6 +52,16 @@ RunParts make_run(const TrainConfig& config, const TrainTask& task, Generator& g
   const bool sharded = parallel != nullptr && parallel->shards_optimizer_state();
   run.optimizer = make_optimizer(
       config.optimizer, parallel != nullptr ? parallel->optimizer_parameters() : run.model->named_parameters());
+  // The model's parameter groups: weight decay where it says (a sharded piece, "name[begin:end]",
+  // as its parameter).
+  std::vector<bool> decay;
+  for (const auto& [name, tensor] : run.optimizer->params())
+    decay.push_back(run.model->decays(name.substr(0, name.find('['))));
+  run.optimizer->set_decay_mask(std::move(decay));
+  // Dropout draws from the run's own stream (each rank its own), from its start; a resume moves it
+  // to where the checkpoint left it.
+  const auto rank = static_cast<std::uint64_t>(parallel != nullptr ? parallel->rank() : 0);
+  dropout_stream() = CounterStream{mix_seed(mix_seed(config.seed, 0xD50F), rank), 0};
   // Mixed precision: the optimiser writes bf16/f16 working copies of the weights in its step, and
   // autocast uses them instead of casting the f32 masters every forward. (Not with sharded state:
   // a rank's optimiser sees only its pieces, and autocast casts the gathered parameters.)

@@ -313,6 +313,8 @@ void Trainer::save_local(const std::string& dir, const StateDict& optimizer_stat
   checkpoint.trainer.integers["step"] = step_;
   checkpoint.trainer.integers["nonfinite_skipped"] = nonfinite_total_;
   checkpoint.trainer.strings["generator"] = generator_.state_string();
+  // Where dropout's stream stands (its seed is the run's: every rank's offset is the same).
+  checkpoint.trainer.integers["dropout_offset"] = static_cast<std::int64_t>(dropout_stream().offset);
   checkpoint.trainer.strings["engine_version"] = git_describe();
   checkpoint.trainer.strings["backend"] = run_.backend->name();
   checkpoint.trainer.strings["model"] = task_.model_name;

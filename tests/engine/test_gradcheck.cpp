@@ -306,3 +306,62 @@ TEST_CASE("gradcheck: a small conv net end to end", "[gradcheck]") {
   gradcheck("conv-relu-pool-linear-ce", net,
             {leaf({2, 2, 4, 4}, gen), leaf({3, 2, 3, 3}, gen), leaf({3}, gen), leaf({2, 12}, gen), leaf({2}, gen)}, 40);
 }
+
+TEST_CASE("gradcheck: batch_norm, training and eval, with its epilogue", "[gradcheck]") {
+  Generator gen(22);
+  const auto cl = MemoryFormat::channels_last;
+  auto buffer = [&](double lo, double hi) { return random_tensor({3}, gen, DType::f64, lo, hi); };
+  const Tensor rm = buffer(-0.5, 0.5), rv = buffer(0.5, 2);
+  for (bool nhwc : {false, true}) {
+    for (bool training : {true, false}) {
+      INFO((nhwc ? "nhwc" : "nchw") << (training ? " training" : " eval"));
+      BatchNormOptions o;
+      o.training = training;
+      // Fresh buffers each call in training (the op moves them); the eval ones are read only.
+      gradcheck(
+          "batch_norm",
+          [=](const auto& in) {
+            const Tensor x = nhwc ? in[0].contiguous(cl) : in[0];
+            return batch_norm(x, in[1], in[2], training ? rm.clone() : rm, training ? rv.clone() : rv, o);
+          },
+          {leaf({2, 3, 3, 4}, gen, -1, 2), leaf({3}, gen, 0.5, 1.5), leaf({3}, gen)}, 50 + (nhwc ? 2 : 0) + training);
+      // The residual block's tail: gamma small and the residual at least 0.5 from zero, so the
+      // ReLU's kink is never crossed by a perturbation.
+      gradcheck(
+          "batch_norm + residual + relu",
+          [=](const auto& in) {
+            const Tensor x = nhwc ? in[0].contiguous(cl) : in[0];
+            return batch_norm(x, in[1], in[2], rm.clone(), rv.clone(), o, nhwc ? in[3].contiguous(cl) : in[3], true);
+          },
+          {leaf({2, 3, 3, 2}, gen), leaf({3}, gen, 0.05, 0.1), leaf({3}, gen, -0.05, 0.05),
+           away_from_zero_leaf({2, 3, 3, 2}, gen, 0.5)},
+          60 + (nhwc ? 2 : 0) + training);
+    }
+  }
+  gradcheck(
+      "batch_norm 2-D, no running statistics",
+      [](const auto& in) { return batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), BatchNormOptions{}); },
+      {leaf({5, 4}, gen), leaf({4}, gen, 0.5, 1.5), leaf({4}, gen)}, 70);
+}
+
+TEST_CASE("gradcheck: global_avg_pool2d, pad_channels, dropout", "[gradcheck]") {
+  Generator gen(23);
+  const auto cl = MemoryFormat::channels_last;
+  gradcheck(
+      "global_avg_pool2d", [](const auto& in) { return global_avg_pool2d(in[0]); }, {leaf({2, 3, 4, 5}, gen)}, 1);
+  gradcheck(
+      "global_avg_pool2d nhwc", [cl](const auto& in) { return global_avg_pool2d(in[0].contiguous(cl)); },
+      {leaf({2, 3, 4, 5}, gen)}, 2);
+  gradcheck(
+      "pad_channels", [](const auto& in) { return pad_channels(in[0], 6, 2, 1); }, {leaf({2, 3, 5, 4}, gen)}, 3);
+  gradcheck(
+      "pad_channels nhwc", [cl](const auto& in) { return pad_channels(in[0].contiguous(cl), 7, 2, 2); },
+      {leaf({1, 4, 4, 6}, gen)}, 4);
+  gradcheck(
+      "dropout",
+      [](const auto& in) {
+        dropout_stream() = CounterStream{5, 0};  // the same mask for every evaluation
+        return dropout(in[0], 0.3, true);
+      },
+      {leaf({4, 9}, gen)}, 5);
+}
