@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""SmallCNN trained on Fashion-MNIST in PyTorch: the peer of `make fashion` (studies/fashion).
+"""SmallCNN or ResNet trained on Fashion-MNIST in PyTorch: the peer of `make fashion` and `make resnet`
+(studies/fashion).
 
 The same run as trainlab's, rule for rule: the IDX files read whole (gzipped or not), values =
 pixels / 255 standardised by the training split's mean and standard deviation (computed here
@@ -11,9 +12,14 @@ permutation of the training set each epoch with the last partial batch dropped (
 DataLoader rule: same rule, not the same order), evaluation on the whole test split at the end.
 Training time excludes the evaluation and the data preparation.
 
-The model runs in its strongest form on this machine: before training, each layout variant below
-is timed for --probe-steps steps and the fastest trains (named in the output). Variants differ in
-memory layout and how fc1/fc2 run, not in arithmetic.
+--model resnet trains trainlab's ResNet twin (bench/peers/torch_resnet.py: He initialisation, batch
+norm) with --model-options as trainlab's, weight decay (--weight-decay) on the convolution and
+linear weights only (trainlab's parameter groups: none on batch norm and biases).
+
+The model runs in its strongest form on this machine: before training, each variant below is timed
+for --probe-steps steps and the fastest trains (named in the output). Variants differ in memory
+layout, how fc1/fc2 run (SmallCNN), how gradients are zeroed and the optimiser's update loop
+(set_to_none, foreach: PyTorch's tuning guide), not in arithmetic.
 
 Prints one JSON line. Run it under /usr/bin/python3 (Debian's python3-torch).
 """
@@ -39,7 +45,12 @@ except ImportError as error:
     print(json.dumps({"tool": "torch_fashion", "error": f"no torch/numpy in {sys.executable}: {error}"}))
     sys.exit(3)
 
-VARIANTS = ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last"]
+import torch_resnet  # noqa: E402  (the ResNet twin)
+
+VARIANTS = {
+    "smallcnn": ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last"],
+    "resnet": ["shipped", "channels_last", "set_to_none+foreach", "channels_last+set_to_none+foreach"],
+}
 
 
 def read_idx(directory, stem, dims):
@@ -92,27 +103,43 @@ def lr_at(step, args, total):
     return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
-def make(variant, seed):
+def make(variant, args, seed):
     torch.manual_seed(seed)
-    model = SmallCNN(linear_as_conv="linear_as_conv" in variant)
+    if args.model == "resnet":
+        model = torch_resnet.ResNet(channels=1, classes=10, **torch_resnet.options_of(args.model_options))
+    else:
+        model = SmallCNN(linear_as_conv="linear_as_conv" in variant)
     fmt = torch.channels_last if "channels_last" in variant else torch.contiguous_format
     return model.to(memory_format=fmt), fmt
 
 
+def optimizer_for(model, variant, args):
+    """SGD with momentum; weight decay on the weights of rank > 1 only (trainlab's groups) for ResNet."""
+    groups = [{"params": [p for p in model.parameters() if p.dim() > 1], "weight_decay": args.weight_decay},
+              {"params": [p for p in model.parameters() if p.dim() <= 1],
+               "weight_decay": args.weight_decay if args.model == "smallcnn" else 0.0}]
+    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, foreach="foreach" in variant)
+
+
+def train_step(model, optimizer, variant, xb, yb):
+    loss = F.cross_entropy(model(xb), yb)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none="set_to_none" in variant)
+    return loss
+
+
 def probe(variant, x, y, args):
     """Seconds per step of one variant (warm-up excluded)."""
-    model, fmt = make(variant, 0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    model, fmt = make(variant, args, 0)
+    optimizer = optimizer_for(model, variant, args)
     times = []
     batches = max(1, x.shape[0] // args.batch)
     for i in range(3 + args.probe_steps):
         start = time.perf_counter()
         b = i % batches
         xb = x[b * args.batch:(b + 1) * args.batch].contiguous(memory_format=fmt)
-        loss = F.cross_entropy(model(xb), y[b * args.batch:(b + 1) * args.batch])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
+        train_step(model, optimizer, variant, xb, y[b * args.batch:(b + 1) * args.batch])
         if i >= 3:
             times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
@@ -121,6 +148,9 @@ def probe(variant, x, y, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="the IDX files' directory")
+    parser.add_argument("--model", choices=sorted(VARIANTS), default="smallcnn")
+    parser.add_argument("--model-options", default="", help="trainlab's --model-options for --model resnet")
+    parser.add_argument("--weight-decay", type=float, default=0.0)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
@@ -130,7 +160,7 @@ def main():
     parser.add_argument("--warmup-steps", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
-    parser.add_argument("--variant", default="best", help=f"best (probe {VARIANTS}) or one of them")
+    parser.add_argument("--variant", default="best", help=f"best (probe the model's variants: {VARIANTS}) or one")
     parser.add_argument("--probe-steps", type=int, default=20)
     parser.add_argument("--malloc", choices=["tuned", "system"], default="tuned")
     args = parser.parse_args()
@@ -138,11 +168,18 @@ def main():
               (math.isfinite(args.lr) and args.lr > 0, "--lr must be a finite number > 0"),
               (math.isfinite(args.momentum) and 0 <= args.momentum < 1, "--momentum must be in [0, 1)"),
               (args.threads >= 0, "--threads must be >= 0"), (args.probe_steps >= 1, "--probe-steps must be >= 1"),
-              (args.variant == "best" or args.variant in VARIANTS, f"--variant must be best or one of {VARIANTS}")]
+              (math.isfinite(args.weight_decay) and args.weight_decay >= 0, "--weight-decay must be >= 0"),
+              (args.variant == "best" or args.variant in VARIANTS[args.model],
+               f"--variant must be best or one of {VARIANTS[args.model]}")]
     for ok, message in checks:
         if not ok:
             print(json.dumps({"tool": "torch_fashion", "error": message}))
             return 2
+    try:
+        torch_resnet.options_of(args.model_options)
+    except ValueError as error:
+        print(json.dumps({"tool": "torch_fashion", "error": f"--model-options: {error}"}))
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -163,10 +200,10 @@ def main():
     probes = {}
     variant = args.variant
     if variant == "best":
-        probes = {v: probe(v, x, y, args) for v in VARIANTS}
-        variant = min(VARIANTS, key=lambda v: probes[v])
-    model, fmt = make(variant, args.seed)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+        probes = {v: probe(v, x, y, args) for v in VARIANTS[args.model]}
+        variant = min(VARIANTS[args.model], key=lambda v: probes[v])
+    model, fmt = make(variant, args, args.seed)
+    optimizer = optimizer_for(model, variant, args)
     generator = torch.Generator().manual_seed(args.seed)
     per_epoch = x.shape[0] // args.batch
     if per_epoch < 1:
@@ -184,10 +221,7 @@ def main():
             index = order[b * args.batch:(b + 1) * args.batch]
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, args, total)
-            loss = F.cross_entropy(model(x[index].contiguous(memory_format=fmt)), y[index])
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=False)
+            loss = train_step(model, optimizer, variant, x[index].contiguous(memory_format=fmt), y[index])
             losses.append(loss.item())
             step += 1
             if step == warmup:
@@ -204,12 +238,13 @@ def main():
     per_class = [float(correct[ty == k].float().mean()) for k in range(10)]
     print(json.dumps({
         "tool": "torch_fashion", "torch": torch.__version__, "threads": torch.get_num_threads(), "malloc": MALLOC,
-        "variant": variant, "probe_seconds_per_step": probes, "seed": args.seed, "epochs": args.epochs,
+        "model": args.model, "model_options": args.model_options, "weight_decay": args.weight_decay,
+        "warmup_steps_schedule": args.warmup_steps, "variant": variant, "probe_seconds_per_step": probes, "seed": args.seed, "epochs": args.epochs,
         "steps": total, "batch": args.batch, "lr": args.lr, "schedule": args.schedule, "momentum": args.momentum,
         "mean": mean, "std": std, "test_accuracy": float(correct.float().mean()), "per_class_accuracy": per_class,
         "test_samples": int(ty.shape[0]), "train_seconds": train_seconds,
         "warmup_steps": warmup, "samples_per_s": (total - warmup) * args.batch / (end - measured_from),
-        "final_loss": losses[-1]}))
+        "final_loss": losses[-1], "losses": losses}))
     return 0
 
 

@@ -168,7 +168,11 @@ def build_step(variant: str, args, device, batches):
 
 
 def measure(variant: str, args, device, batches, sync) -> dict:
-    step = build_step(variant, args, device, batches)
+    return measure_step(build_step(variant, args, device, batches), args, sync)
+
+
+def measure_step(step, args, sync) -> dict:
+    """step(i) timed: args.warmup steps excluded, then at least 3 steps and args.seconds (every peer's loop)."""
     for i in range(args.warmup):
         step(i)
     sync()

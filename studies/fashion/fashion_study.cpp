@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -60,6 +61,14 @@ DatasetInfo prepare_data(const FashionStudyOptions& o) {
   return read_dataset_info(o.data);
 }
 
+// The warm-up in steps: warmup_epochs of `per_epoch` steps, rounded.
+std::int64_t warmup_steps_of(const FashionStudyOptions& o, std::int64_t per_epoch) {
+  return static_cast<std::int64_t>(std::llround(o.warmup_epochs * static_cast<double>(per_epoch)));
+}
+
+// The first steps' losses a row keeps (the loss-curve comparison's window).
+constexpr std::size_t kCurveSteps = 200;
+
 FashionRunRow row_for(const FashionStudyOptions& o, const RowHeader& header, const std::string& framework,
                       std::int64_t seed, std::int64_t steps, const DatasetInfo& info) {
   FashionRunRow row;
@@ -71,10 +80,15 @@ FashionRunRow row_for(const FashionStudyOptions& o, const RowHeader& header, con
   row.batch = o.batch;
   row.lr = o.lr;
   row.momentum = o.momentum;
-  row.schedule = "warmup_cosine (no warm-up, to 0)";
+  row.warmup_steps = warmup_steps_of(o, steps / std::max<std::int64_t>(1, o.epochs));
+  row.schedule = row.warmup_steps > 0 ? fmt::format("warmup_cosine ({} warm-up steps, to 0)", row.warmup_steps)
+                                      : "warmup_cosine (no warm-up, to 0)";
   row.dataset = data_source_of_dir(info.dir).label();
   row.model = o.model.name;
   row.model_options = model_options_text(o.model.options);
+  row.weight_decay = o.weight_decay;
+  row.goal = o.goal;
+  row.budget_seconds = 60 * o.budget_minutes;
   return row;
 }
 
@@ -93,17 +107,22 @@ FashionRunRow train_trainlab(const FashionStudyOptions& o, const RowHeader& head
   c.seed = static_cast<std::uint64_t>(seed);
   c.optimizer.lr = o.lr;
   c.optimizer.momentum = o.momentum;
+  c.optimizer.weight_decay = o.weight_decay;
   c.optimizer.schedule = ScheduleKind::warmup_cosine;
-  c.optimizer.warmup_steps = 0;
+  c.optimizer.warmup_steps = row.warmup_steps;
   c.optimizer.min_lr = 0;
   c.execution.backend = o.backend;
   c.execution.threads = o.threads;
+  c.execution.layout = o.layout;
+  c.execution.fuse = o.fuse;
   c.reporting.log_every = std::max<std::int64_t>(1, steps / 4);
   try {
     validate_config(c);
     Trainer trainer(c, model_task(c));
     const TrainResult r = trainer.train(&std::cout);
-    row.variant = trainer.step_plan().backend + " f32 nchw";
+    row.variant = trainer.step_plan().backend + " f32 " + memory_format_name(o.layout) + (o.fuse ? " fused" : "");
+    row.first_losses.assign(r.losses.begin(),
+                            r.losses.begin() + static_cast<std::ptrdiff_t>(std::min(r.losses.size(), kCurveSteps)));
     row.header.status = "ok";
     row.test_accuracy = r.final_eval.accuracy;
     row.test_samples = r.final_eval.samples;
@@ -125,9 +144,10 @@ FashionRunRow train_pytorch(const FashionStudyOptions& o, const RowHeader& heade
                             const DatasetInfo& info, std::int64_t train_size) {
   FashionRunRow row = row_for(o, header, "pytorch", seed, o.epochs * (train_size / o.batch), info);
   const std::string command = fmt::format(
-      "{} {} --data '{}' --epochs {} --batch {} --lr {} --momentum {} --schedule warmup_cosine --seed {} "
-      "--threads {} 2>&1",
-      o.python, o.peer_script, o.source, o.epochs, o.batch, o.lr, o.momentum, seed, o.threads);
+      "{} {} --data '{}' --model {} --model-options '{}' --epochs {} --batch {} --lr {} --momentum {} "
+      "--weight-decay {} --schedule warmup_cosine --warmup-steps {} --seed {} --threads {} 2>&1",
+      o.python, o.peer_script, o.source, find_model(o.model.name).torch_twin, model_options_text(o.model.options),
+      o.epochs, o.batch, o.lr, o.momentum, o.weight_decay, row.warmup_steps, seed, o.threads);
   std::string output;
   if (FILE* pipe = popen(command.c_str(), "r")) {
     std::array<char, 4096> buffer{};
@@ -149,6 +169,11 @@ FashionRunRow train_pytorch(const FashionStudyOptions& o, const RowHeader& heade
     row.class_names = info.class_names;
     row.train_seconds = j.at("train_seconds").get<double>();
     row.samples_per_s = j.at("samples_per_s").get<double>();
+    if (j.contains("losses")) {
+      const auto losses = j.at("losses").get<std::vector<double>>();
+      row.first_losses.assign(losses.begin(),
+                              losses.begin() + static_cast<std::ptrdiff_t>(std::min(losses.size(), kCurveSteps)));
+    }
   } catch (const std::exception& e) {
     row.header.status = "failed";
     row.error = e.what();
@@ -213,6 +238,43 @@ std::vector<FashionBaseline> fashion_baselines(const std::string& readme) {
   return quoted;
 }
 
+std::vector<std::vector<double>> smoothed_curves(const std::vector<FashionRunRow>& rows, const std::string& framework) {
+  std::vector<std::vector<double>> curves;
+  for (const auto& r : rows) {
+    if (!r.header.ok() || r.framework != framework || r.first_losses.empty()) continue;
+    std::vector<double> curve;
+    double window = 0;
+    for (std::size_t i = 0; i < r.first_losses.size(); ++i) {
+      window += r.first_losses[i];
+      if (i >= kCurveWindow) window -= r.first_losses[i - kCurveWindow];
+      curve.push_back(window / static_cast<double>(std::min(i + 1, kCurveWindow)));
+    }
+    curves.push_back(std::move(curve));
+  }
+  return curves;
+}
+
+CurveAgreement curve_agreement(const std::vector<FashionRunRow>& rows) {
+  const auto ours = smoothed_curves(rows, "trainlab"), theirs = smoothed_curves(rows, "pytorch");
+  CurveAgreement a;
+  a.seeds = std::min(ours.size(), theirs.size());
+  if (ours.empty() || theirs.empty()) return a;
+  std::size_t steps = std::numeric_limits<std::size_t>::max();
+  for (const auto& c : ours) steps = std::min(steps, c.size());
+  for (const auto& c : theirs) steps = std::min(steps, c.size());
+  for (std::size_t i = 0; i < steps; ++i) {
+    std::vector<double> at;
+    double lo = 1e300, hi = -1e300;
+    for (const auto& c : ours) at.push_back(c[i]);
+    for (const auto& c : theirs) lo = std::min(lo, c[i]), hi = std::max(hi, c[i]);
+    const double median = summarize(at).median;
+    ++a.steps;
+    if (median >= lo && median <= hi) ++a.within;
+    a.worst_gap = std::max(a.worst_gap, median < lo ? lo - median : median > hi ? median - hi : 0.0);
+  }
+  return a;
+}
+
 std::string fashion_report(const std::vector<FashionRunRow>& rows, const std::vector<FashionBaseline>& baselines) {
   std::map<std::string, std::vector<const FashionRunRow*>> by;
   std::vector<std::string> failed;
@@ -226,34 +288,52 @@ std::string fashion_report(const std::vector<FashionRunRow>& rows, const std::ve
   const FashionRunRow* any = rows.empty() ? nullptr : &rows.front();
   if (any)
     out += fmt::format(
-        "{} on Fashion-MNIST ({}), {} epochs of batch {} ({} steps), SGD lr {} momentum {}, {}; test accuracy on "
+        "{} on Fashion-MNIST ({}), {} epochs of batch {} ({} steps), SGD lr {} momentum {}{}, {}; test accuracy on "
         "the whole test split\n\n",
         model_label(any->model, any->model_options), any->dataset, any->epochs, any->batch, any->steps, any->lr,
-        any->momentum, any->schedule);
-  out += "| framework | what ran | seeds | test accuracy, median (min-max) | samples/s, median (min-max) |\n";
-  out += "|---|---|---|---|---|\n";
-  std::map<std::string, Summary> accuracy, speed;
+        any->momentum,
+        any->weight_decay > 0 ? fmt::format(" weight decay {} (the model's parameter groups)", any->weight_decay) : "",
+        any->schedule);
+  out +=
+      "| framework | what ran | seeds | test accuracy, median (min-max) | samples/s, median (min-max) | "
+      "training time, median (min-max) |\n";
+  out += "|---|---|---|---|---|---|\n";
+  std::map<std::string, Summary> accuracy, speed, seconds;
   for (const char* name : {"trainlab", "pytorch"}) {
     const auto it = by.find(name);
     if (it == by.end()) continue;
-    std::vector<double> acc, sps;
-    for (const auto* r : it->second) acc.push_back(r->test_accuracy), sps.push_back(r->samples_per_s);
+    std::vector<double> acc, sps, secs;
+    for (const auto* r : it->second)
+      acc.push_back(r->test_accuracy), sps.push_back(r->samples_per_s), secs.push_back(r->train_seconds);
     accuracy[name] = summarize(acc);
     speed[name] = summarize(sps);
-    out += fmt::format("| {} | {} | {} | {} | {:.0f} ({:.0f}-{:.0f}) |\n", name, it->second.front()->variant,
-                       acc.size(), percent(accuracy[name]), speed[name].median, speed[name].min, speed[name].max);
+    seconds[name] = summarize(secs);
+    out += fmt::format("| {} | {} | {} | {} | {:.0f} ({:.0f}-{:.0f}) | {:.1f} s ({:.1f}-{:.1f}) |\n", name,
+                       it->second.front()->variant, acc.size(), percent(accuracy[name]), speed[name].median,
+                       speed[name].min, speed[name].max, seconds[name].median, seconds[name].min, seconds[name].max);
   }
+  if (any != nullptr && any->model == "resnet")
+    out +=
+        "| He et al. 2016, ResNet-20 (0.27M parameters) | on CIFAR-10, not this data set | - | 91.25% (8.75% "
+        "error) | - | - |\n";
   if (!baselines.empty()) {
     double lo = 1, hi = 0;
     for (const auto& b : baselines) lo = std::min(lo, b.accuracy), hi = std::max(hi, b.accuracy);
-    out += fmt::format("| published two-convolution CNNs | {} results | - | {:.1f}% to {:.1f}% | - |\n",
+    out += fmt::format("| published two-convolution CNNs | {} results | - | {:.1f}% to {:.1f}% | - | - |\n",
                        baselines.size(), 100 * lo, 100 * hi);
   }
   out += "\n";
   if (accuracy.count("trainlab")) {
     const Summary& t = accuracy["trainlab"];
-    out += fmt::format("- trainlab's test accuracy {:.2f}%: {} the 90% goal\n", 100 * t.median,
-                       t.median >= 0.90 ? "meets" : "MISSES");
+    const double goal = any->goal > 0 ? any->goal : 0.90;
+    out += fmt::format("- trainlab's test accuracy {:.2f}%: {} the {:g}% goal\n", 100 * t.median,
+                       t.median >= goal ? "meets" : "MISSES", 100 * goal);
+    if (any->budget_seconds > 0) {
+      const Summary& s = seconds["trainlab"];
+      out += fmt::format("- trainlab's training time {:.1f} min (slowest seed {:.1f}): {} the {:g}-minute budget\n",
+                         s.median / 60, s.max / 60, s.max <= any->budget_seconds ? "within" : "OVER",
+                         any->budget_seconds / 60);
+    }
     if (accuracy.count("pytorch")) {
       const Summary& p = accuracy["pytorch"];
       const bool within = t.median >= p.min && t.median <= p.max;
@@ -269,13 +349,35 @@ std::string fashion_report(const std::vector<FashionRunRow>& rows, const std::ve
                          ratio > 1 ? "trainlab faster" : "trainlab NOT faster");
     }
   }
+  const CurveAgreement curve = curve_agreement(rows);
+  if (curve.seeds >= 2) {
+    out += fmt::format(
+        "- the first {} steps' loss ({}-step means): trainlab's median over seeds within PyTorch's seeds' spread at "
+        "{} of {} steps ({}); the farthest step {:.3f} outside\n",
+        curve.steps, kCurveWindow, curve.within, curve.steps,
+        curve.within * 10 >= curve.steps * 9 ? "follows PyTorch's curve" : "does NOT follow PyTorch's curve",
+        curve.worst_gap);
+  } else if (curve.seeds == 1) {
+    out += "- loss curves: one seed each, no spread to hold them to (run more seeds)\n";
+  }
   if (!baselines.empty()) out += "- published results from " + baselines.front().source + "\n";
   for (const auto& f : failed) out += "- FAILED: " + f + "\n";
   return out;
 }
 
+std::string fashion_peer_mismatch(const ModelConfig& model) {
+  const std::string twin = find_model(model.name).torch_twin;
+  if (twin == "resnet" || (twin == "smallcnn" && model.options.empty())) return "";
+  return "the PyTorch peer trains SmallCNN and ResNet only, and this run's model is " + model_label(model);
+}
+
 int run_fashion_study(const FashionStudyOptions& o) {
   TL_CHECK(o.epochs >= 1 && o.epochs <= 1000, "--epochs " + std::to_string(o.epochs) + " is outside 1..1000");
+  TL_CHECK(o.warmup_epochs >= 0 && o.warmup_epochs < static_cast<double>(o.epochs),
+           "--warmup-epochs " + fmt::format("{}", o.warmup_epochs) + " is outside [0, --epochs " +
+               std::to_string(o.epochs) + ")");
+  TL_CHECK(o.goal > 0 && o.goal <= 1, "--goal " + fmt::format("{}", o.goal) + " is outside (0, 1]");
+  TL_CHECK(o.budget_minutes >= 0, "--budget-minutes " + fmt::format("{}", o.budget_minutes) + " is negative");
   TL_CHECK(o.seeds >= 1 && o.seeds <= 100, "--seeds " + std::to_string(o.seeds) + " is outside 1..100");
   check_backend_name(o.backend);
   {
@@ -305,8 +407,8 @@ int run_fashion_study(const FashionStudyOptions& o) {
                                       " training samples are fewer than "
                                       "--batch " +
                                       std::to_string(o.batch));
-  // The peer trains SmallCNN: beside another model it would compare two models, so trainlab runs alone.
-  const std::string peer_mismatch = smallcnn_peer_mismatch(o.model);
+  // Beside a model the peer has no twin for it would compare two models, so trainlab runs alone.
+  const std::string peer_mismatch = fashion_peer_mismatch(o.model);
   const bool peer = !o.no_peer && peer_mismatch.empty();
   std::cout << fmt::format("# fashion_study: {}, {} seeds, {}; device {}, run {}\n", model_label(o.model), o.seeds,
                            peer ? "trainlab then PyTorch for each" : "trainlab only", header.env.device.name,

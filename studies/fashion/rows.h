@@ -23,6 +23,10 @@ struct FashionRunRow {
   std::string dataset;             // the data set: its source and its manifest's CRC-32
   std::string model = "smallcnn";  // the registered model trained (rows before --model: SmallCNN)
   std::string model_options;       // its keys, "hidden=64" ("" none)
+  double weight_decay = 0;         // on the model's decayed parameters (its groups: Module::decays)
+  std::int64_t warmup_steps = 0;   // the schedule's linear warm-up
+  double goal = 0.90;              // the test accuracy the run is held to
+  double budget_seconds = 0;       // and the training time (0: none)
   // ok rows
   double test_accuracy = 0;
   std::int64_t test_samples = 0;
@@ -30,7 +34,8 @@ struct FashionRunRow {
   std::vector<std::string> class_names;
   std::vector<std::int64_t> confusion;  // trainlab's: classes x classes, true label (row) by prediction
   double train_seconds = 0, samples_per_s = 0;
-  std::string error;  // failed rows
+  std::vector<double> first_losses;  // the training loss of each of the first (up to 200) steps
+  std::string error;                 // failed rows
   template <class F>
   void fields(F& f) {
     header.fields(f);
@@ -46,6 +51,10 @@ struct FashionRunRow {
     f.optional("dataset", dataset);
     f.optional("model", model);
     f.optional("model_options", model_options);
+    f.optional("weight_decay", weight_decay);
+    f.optional("warmup_steps", warmup_steps);
+    f.optional("goal", goal);
+    f.optional("budget_seconds", budget_seconds);
     if (header.ok()) {
       f("test_accuracy", test_accuracy);
       f.optional("test_samples", test_samples);
@@ -54,6 +63,7 @@ struct FashionRunRow {
       f.optional("confusion", confusion);
       f("train_seconds", train_seconds);
       f("samples_per_s", samples_per_s);
+      f.optional("first_losses", first_losses);
     } else {
       f.optional("error", error);
     }

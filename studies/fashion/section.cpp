@@ -84,24 +84,61 @@ std::string confusion_figure(const std::vector<FashionRunRow>& rows) {
        "confused)"}});
 }
 
-std::optional<ReportSection> fashion_section(const SectionInput& in) {
-  const auto [run_id, rows] = latest_run(in.read<FashionRunRow>());
+// The first steps' loss, trainlab's and PyTorch's (kCurveWindow-step means; line: the median over
+// seeds, whisker: min-max), every tenth step.
+std::string loss_curve_figure(const std::vector<FashionRunRow>& rows) {
+  chart::LineChart lines;
+  lines.x_label = "step";
+  lines.y_label = "training loss";
+  for (const auto& [framework, colour] : {std::pair{"trainlab", chart::kBlue}, std::pair{"pytorch", chart::kRed}}) {
+    const auto curves = smoothed_curves(rows, framework);
+    if (curves.empty()) continue;
+    std::size_t steps = curves.front().size();
+    for (const auto& c : curves) steps = std::min(steps, c.size());
+    chart::Series series{framework, colour, {}, false};
+    for (std::size_t i = 0; i < steps; i += 10) {
+      std::vector<double> at;
+      for (const auto& c : curves) at.push_back(c[i]);
+      const Summary s = summarize(at);
+      series.points.push_back({static_cast<double>(i + 1), s.median, s.min, s.max});
+    }
+    lines.series.push_back(std::move(series));
+  }
+  if (lines.series.size() < 2) return "";
+  return chart::render(
+      chart::Figure{"The first steps' training loss, trainlab against PyTorch",
+                    {lines},
+                    {fmt::format("{}-step means; line: the median over seeds, whisker: min-max", kCurveWindow)}});
+}
+
+// The latest run among the rows `wanted` keeps, as the section `name`.
+std::optional<ReportSection> fashion_section_of(const SectionInput& in, const std::string& name,
+                                                bool (*wanted)(const FashionRunRow&)) {
+  std::vector<FashionRunRow> all = in.read<FashionRunRow>(), kept;
+  for (auto& r : all)
+    if (wanted(r)) kept.push_back(std::move(r));
+  const auto [run_id, rows] = latest_run(kept);
   if (run_id.empty()) return std::nullopt;
   const FashionRunRow& first = rows.front();
   const std::string table =
       fashion_report(rows, fashion_baselines("/usr/share/doc/dataset-fashion-mnist/README.md.gz"));
-  ReportSection section = section_of("fashion", run_id, first.header.env);
-  const std::string figure = figure_path("fashion", run_id);
-  // The peer trains SmallCNN only: a run of another model is trainlab's alone.
-  const bool peer = first.model == "smallcnn" && first.model_options.empty();
+  ReportSection section = section_of(name, run_id, first.header.env);
+  const std::string figure = figure_path(name, run_id);
+  bool peer = false;
+  for (const auto& r : rows) peer = peer || r.framework == "pytorch";
   section.markdown = fmt::format(
-      "\n## Real data: {} on Fashion-MNIST, trainlab{}\n\nRun `{}` of `studies/fashion` (`make fashion`) on "
+      "\n## Real data: {} on Fashion-MNIST, trainlab{}\n\nRun `{}` of `studies/fashion` (`make {}`) on "
       "{}.\n\n{}\n![per-class test accuracy]({})\n",
-      model_label(first.model, first.model_options), peer ? " and PyTorch" : " (the PyTorch peer trains SmallCNN only)",
-      run_id, measured_on(first.header.env), table, figure);
+      model_label(first.model, first.model_options), peer ? " and PyTorch" : " (no PyTorch peer for this model)",
+      run_id, name, measured_on(first.header.env), table, figure);
   section.figures.push_back({figure, per_class_figure(rows)});
+  if (std::string curves = loss_curve_figure(rows); !curves.empty()) {
+    const std::string path = figure_path(name + "_loss", run_id);
+    section.markdown += "\n![the first steps' training loss](" + path + ")\n";
+    section.figures.push_back({path, std::move(curves)});
+  }
   if (std::string confusion = confusion_figure(rows); !confusion.empty()) {
-    const std::string path = figure_path("fashion_confusion", run_id);
+    const std::string path = figure_path(name + "_confusion", run_id);
     section.markdown += "\n![trainlab's confusion matrix](" + path + ")\n";
     section.figures.push_back({path, std::move(confusion)});
   }
@@ -111,6 +148,17 @@ std::optional<ReportSection> fashion_section(const SectionInput& in) {
 
 }  // namespace
 
-SectionDef fashion_report_section() { return {"fashion", fashion_section}; }
+// `make fashion`'s section: the latest run of any model but the residual network, which has its own
+// (`make resnet`).
+SectionDef fashion_report_section() {
+  return {"fashion", [](const SectionInput& in) {
+            return fashion_section_of(in, "fashion", [](const FashionRunRow& r) { return r.model != "resnet"; });
+          }};
+}
+SectionDef resnet_report_section() {
+  return {"resnet", [](const SectionInput& in) {
+            return fashion_section_of(in, "resnet", [](const FashionRunRow& r) { return r.model == "resnet"; });
+          }};
+}
 
 }  // namespace trainlab::bench

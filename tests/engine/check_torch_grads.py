@@ -1,16 +1,20 @@
-"""SmallCNN's loss and gradients from trainlab against PyTorch on the same weights and batch.
+"""Each model's loss and gradients from trainlab against PyTorch on the same weights and batch:
+SmallCNN, and ResNet-20 against its twin (bench/peers/torch_resnet.py; batch norm in training mode).
 
 Writes random weights and a batch as safetensors, runs `trainlab grad-dump` for every CPU backend,
-dtype, layout and fusion, computes the same with Debian's PyTorch (f32, and bf16 under
-torch.autocast("cpu")), and compares norm-wise, |trainlab - torch| / |torch|, for the loss and for
-every gradient (on a CPU without native bf16 the bf16 rows check the emulated path: the script
-prints which ran):
-  f32                  <= 1e-4
-  bf16, fused          <= 2e-2  (bias added inside the conv/linear kernel before the single rounding
-                                 to bf16, as PyTorch's nn.Conv2d and nn.Linear do)
-  bf16, unfused        <= 0.15  (the bias is a separate bf16 op, so the sum is rounded twice; the
-                                 extra rounding flips ReLU masks near zero and the lower layers'
-                                 gradients move by several percent: a different computation, reported)
+dtype, layout and fusion, computes the same with Debian's PyTorch, and compares norm-wise per
+tensor. The oracle is PyTorch in f64:
+  f64    the reference backend in f64: <= 1e-9 (the same arithmetic, to f64's rounding)
+  f32    <= 1e-5, or within twice PyTorch f32's own distance from the oracle where that is larger.
+         Why: a pre-activation that lands within f32's rounding of zero flips its ReLU in some
+         orders of summation and not in others, and moves the gradients below it by ~1e-4. On
+         ResNet-20 with this batch PyTorch f32 flips one (its bn bias gradients sit 1.4e-4 from
+         the oracle), and so do trainlab's onednn NCHW and fused reference orders; the others sit
+         2e-6 from it. The printed table says which bar each tensor met.
+  bf16   no worse than PyTorch under torch.autocast("cpu", bfloat16) on the same oracle: error
+         <= 1.5 x PyTorch's own bf16 error + 1e-3, per tensor (both round the same convolutions
+         to bf16; 8-bit mantissas put both 10-35% from f64 on ResNet-20's deepest gradients)
+(On a CPU without native bf16 the bf16 rows check the emulated path: the script prints which ran.)
 Without torch in this interpreter it prints SKIPPED and why (ctest reports it skipped, not passed).
 """
 import json
@@ -29,18 +33,25 @@ except ImportError as error:
     print(f"SKIPPED: {sys.executable} cannot import torch/numpy ({error}); install Debian's python3-torch")
     sys.exit(0)
 
-def tolerance(dtype, fused):
-    if dtype == "f32":
-        return 1e-4
-    return 2e-2 if fused else 0.15
-NP_DTYPES = {"F32": np.float32, "I64": np.int64}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
+import torch_resnet  # noqa: E402  (the twin)
+
+
+def tolerance(dtype, torch_error):
+    """The bar for one tensor against the f64 oracle, given PyTorch's own error there in `dtype`."""
+    if dtype == "f64":
+        return 1e-9
+    return max(1e-5, 2 * torch_error) if dtype == "f32" else 1.5 * torch_error + 1e-3
+
+
+NP_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
 
 
 def write_safetensors(path, tensors):
     header, offset, blobs = {}, 0, []
     for name, array in tensors.items():
         data = np.ascontiguousarray(array).tobytes()
-        dtype = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64"}[array.dtype]
+        dtype = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}[array.dtype]
         header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
         blobs.append(data)
@@ -82,15 +93,30 @@ class SmallCNN(nn.Module):
         return self.fc2(x)
 
 
-def torch_gradients(state, images, labels, dtype):
-    model = SmallCNN()
-    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state.items()})
+# model -> (the twin, built with PyTorch's default init; the batch's sample shape; trainlab's --model-options)
+MODELS = {
+    "smallcnn": (SmallCNN, (3, 32, 32), ""),
+    "resnet": (lambda: torch_resnet.ResNet(), (3, 32, 32), ""),
+}
+
+
+def torch_gradients(model_name, state, images, labels, dtype):
+    """Loss and gradients in PyTorch: dtype f64 (the oracle), f32, or bf16 under autocast."""
+    model = MODELS[model_name][0]()
+    tensors = {k: torch.from_numpy(v.copy()) for k, v in state.items()}
+    if model_name == "resnet":
+        torch_resnet.load_trainlab_state(model, tensors)
+    else:
+        model.load_state_dict(tensors)
+    x = torch.from_numpy(images.copy())
+    if dtype == "f64":
+        model, x = model.double(), x.double()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-        loss = F.cross_entropy(model(torch.from_numpy(images.copy())), torch.from_numpy(labels.copy()))
+        loss = F.cross_entropy(model(x), torch.from_numpy(labels.copy()))
     loss.backward()
-    out = {"loss": loss.detach().float().numpy()}
+    out = {"loss": loss.detach().double().numpy()}
     for name, p in model.named_parameters():
-        out[name] = p.grad.detach().float().numpy()
+        out[name] = p.grad.detach().double().numpy()
     return out
 
 
@@ -108,12 +134,6 @@ def main():
     trainlab_env = dict(os.environ, **({"ONEDNN_MAX_CPU_ISA": cap} if cap else {}))
     if cap:
         print(f"trainlab runs with ONEDNN_MAX_CPU_ISA={cap}; PyTorch, the oracle, uncapped")
-    torch.manual_seed(0)
-    reference = SmallCNN()  # PyTorch's own default init
-    state = {k: v.detach().numpy().copy() for k, v in reference.state_dict().items()}
-    rng = np.random.default_rng(0)
-    images = rng.standard_normal((16, 3, 32, 32)).astype(np.float32)
-    labels = rng.integers(0, 10, 16).astype(np.int64)
     # The CPU backends: this test runs on every machine (the cuda backend has the GPU tests).
     backends = [line.split()[0] for line in
                 subprocess.run([trainlab, "backends"], check=True, capture_output=True, text=True,
@@ -122,43 +142,72 @@ def main():
     worst = {}
     paths = {}
     failures = []
-    with tempfile.TemporaryDirectory() as tmp:
-        weights, batch, out = (os.path.join(tmp, n) for n in ("w.safetensors", "b.safetensors", "g.safetensors"))
-        write_safetensors(weights, state)
-        write_safetensors(batch, {"images": images, "labels": labels})
-        expected = {d: torch_gradients(state, images, labels, d) for d in ("f32", "bf16")}
-        for backend in backends:
-            for dtype in ("f32", "bf16"):
-                for layout in ("nchw", "nhwc"):
-                    for fuse in (False, True):
-                        cmd = [trainlab, "grad-dump", "--weights", weights, "--batch", batch, "--out", out,
-                               "--backend", backend, "--dtype", dtype, "--layout", layout] + (["--fuse"] if fuse else [])
-                        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=trainlab_env)
-                        meta = {}
-                        got = read_safetensors(out, meta)
-                        label = f"{backend} {dtype} {layout}{' fused' if fuse else ''}"
-                        # What ran natively and what was emulated (the capability table), once per backend
-                        # and dtype: on a CPU without native bf16 the bf16 rows check the emulated path.
-                        if (backend, dtype) not in paths:
-                            paths[(backend, dtype)] = (meta.get("isa", "?"), meta.get("emulated", ""))
-                        for name, value in expected[dtype].items():
-                            error = relative(got[name], value)
-                            worst[(dtype, fuse, label, name)] = error
-                            if error > tolerance(dtype, fuse):
-                                failures.append(f"{label}: {name} relative error {error:.2e} > "
-                                                f"{tolerance(dtype, fuse):g}")
-    for dtype in ("f32", "bf16"):
-        for fuse in (False, True):
-            errors = [(e, k) for k, e in worst.items() if k[0] == dtype and k[1] == fuse]
-            e, (_, _, label, name) = max(errors)
-            print(f"{dtype} {'fused' if fuse else 'unfused'}: worst relative error {e:.2e} ({label}, {name}); "
-                  f"tolerance {tolerance(dtype, fuse):g}; {len(errors)} comparisons")
+    for model_name, (make, shape, options) in MODELS.items():
+        torch.manual_seed(0)
+        reference = make()  # PyTorch's own default init
+        state = ({k: v.detach().numpy().copy() for k, v in reference.state_dict().items()} if model_name == "smallcnn"
+                 else torch_resnet.trainlab_state(reference))
+        rng = np.random.default_rng(0)
+        images = rng.standard_normal((16, *shape)).astype(np.float32)
+        labels = rng.integers(0, 10, 16).astype(np.int64)
+        with tempfile.TemporaryDirectory() as tmp:
+            weights, batch, out = (os.path.join(tmp, n) for n in ("w.safetensors", "b.safetensors", "g.safetensors"))
+            write_safetensors(weights, state)
+            write_safetensors(batch, {"images": images, "labels": labels})
+            oracle = torch_gradients(model_name, state, images, labels, "f64")
+            torch_error = {d: {n: relative(v, oracle[n]) for n, v in torch_gradients(model_name, state, images, labels,
+                                                                                       d).items()}
+                           for d in ("f32", "bf16")}
+            torch_error["f64"] = {n: 0.0 for n in oracle}
+            for d in ("f32", "bf16"):
+                e, n = max((e, n) for n, e in torch_error[d].items())
+                print(f"{model_name}: PyTorch {d} against PyTorch f64: worst {e:.2e} ({n})")
+            # The same arithmetic in f64 (the reference backend): the formulas, not the rounding.
+            weights64 = os.path.join(tmp, "w64.safetensors")
+            write_safetensors(weights64, {k: v.astype(np.float64) for k, v in state.items()})
+            subprocess.run([trainlab, "grad-dump", "--model", model_name, "--weights", weights64, "--batch", batch,
+                            "--out", out, "--backend", "reference", "--dtype", "f64"], check=True,
+                           stdout=subprocess.DEVNULL, env=trainlab_env)
+            got = read_safetensors(out)
+            for name, value in oracle.items():
+                error = relative(got[name], value)
+                worst[(model_name, "f64", False, f"{model_name} reference f64", name)] = (error, 1e-9)
+                if error > 1e-9:
+                    failures.append(f"{model_name} reference f64: {name} relative error {error:.2e} > 1e-9")
+            for backend in backends:
+                for dtype in ("f32", "bf16"):
+                    for layout in ("nchw", "nhwc"):
+                        for fuse in (False, True):
+                            cmd = [trainlab, "grad-dump", "--model", model_name, "--weights", weights, "--batch", batch,
+                                   "--out", out, "--backend", backend, "--dtype", dtype, "--layout", layout]
+                            cmd += (["--model-options", options] if options else []) + (["--fuse"] if fuse else [])
+                            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=trainlab_env)
+                            meta = {}
+                            got = read_safetensors(out, meta)
+                            label = f"{model_name} {backend} {dtype} {layout}{' fused' if fuse else ''}"
+                            # What ran natively and what was emulated (the capability table), once per backend
+                            # and dtype: on a CPU without native bf16 the bf16 rows check the emulated path.
+                            if (backend, dtype) not in paths:
+                                paths[(backend, dtype)] = (meta.get("isa", "?"), meta.get("emulated", ""))
+                            for name, value in oracle.items():
+                                error = relative(got[name], value)
+                                limit = tolerance(dtype, torch_error[dtype][name])
+                                worst[(model_name, dtype, fuse, label, name)] = (error, limit)
+                                if error > limit:
+                                    failures.append(f"{label}: {name} relative error {error:.2e} > {limit:.2e}")
+    for model_name in MODELS:
+        for dtype, fuse in (("f64", False), ("f32", False), ("f32", True), ("bf16", False), ("bf16", True)):
+            errors = [(e, k, limit) for k, (e, limit) in worst.items() if k[:3] == (model_name, dtype, fuse)]
+            if True:
+                e, (_, _, _, label, name), limit = max(errors)
+                print(f"{model_name} {dtype} {'fused' if fuse else 'unfused'}: worst relative error against PyTorch "
+                      f"f64 {e:.2e} ({label}, {name}; its bar {limit:.2e}); {len(errors)} comparisons")
     for (backend, dtype), (isa, emulated) in sorted(paths.items()):
         print(f"{backend} {dtype} on ISA {isa}: {'emulated: ' + emulated if emulated else 'every op native'}")
     if failures:
         print("\n".join(failures))
         return 1
-    print(f"trainlab matches PyTorch {torch.__version__} on loss and all gradients")
+    print(f"trainlab matches PyTorch {torch.__version__} (f64 the oracle) on loss and all gradients")
     return 0
 
 

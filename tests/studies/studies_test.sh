@@ -158,6 +158,24 @@ case $which in
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## Real data: SmallCNN on Fashion-MNIST" "$tmp/REPORT.md" || fail "no fashion section in the report"
     ls "$tmp"/figures/fashion_*.svg >/dev/null || fail "no per-class figure"
+    # make resnet's form: a small ResNet, its PyTorch twin, the goal, the budget, the loss curves.
+    "$driver" --source "$tmp/idx" --data "$tmp/ds" --model resnet --model-options depth=1,width=4 --epochs 1 \
+      --seeds 2 --batch 16 --lr 0.1 --weight-decay 5e-4 --warmup-epochs 0.5 --layout nhwc --fuse --goal 0.999 \
+      --budget-minutes 5 --ledger "$ledger" --readme "$tmp/none.md" >"$tmp/out3" 2>&1 ||
+      { cat "$tmp/out3"; fail "the ResNet run failed"; }
+    cat "$tmp/out3"
+    grep -q "^| trainlab | onednn f32 nhwc fused | 2 |" "$tmp/out3" || fail "no trainlab ResNet row over 2 seeds"
+    grep -q "^| pytorch | .* | 2 |" "$tmp/out3" || fail "no PyTorch ResNet row over 2 seeds"
+    grep -q "^| He et al. 2016, ResNet-20" "$tmp/out3" || fail "no He et al. row"
+    grep -q "^- trainlab's test accuracy .*: MISSES the 99.9% goal" "$tmp/out3" || fail "the goal's verdict is wrong"
+    grep -q "^- trainlab's training time .* within the 5-minute budget" "$tmp/out3" || fail "no budget verdict"
+    grep -q "^- the first .* steps' loss (20-step means)" "$tmp/out3" || fail "no loss-curve verdict"
+    grep -q '"weight_decay":0.0005' "$ledger" || fail "the rows do not record the weight decay"
+    "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
+    grep -q "^## Real data: ResNet (depth=1,width=4) on Fashion-MNIST, trainlab and PyTorch" "$tmp/REPORT.md" ||
+      fail "no resnet section in the report"
+    grep -q "^## Real data: SmallCNN on Fashion-MNIST" "$tmp/REPORT.md" || fail "the SmallCNN section went"
+    ls "$tmp"/figures/resnet_loss_*.svg >/dev/null || fail "no loss-curve figure"
     ;;
   memory)
     # Under MPI (scripts/mpirun): a refusal ends the job, naming the bad value.
