@@ -79,6 +79,22 @@ struct BatchNormEpilogue {
   bool relu = false;
 };
 
+// What batch norm's backward reads (Backend::batch_norm_backward): the forward's input, its affine
+// (gamma, beta: null where none), the statistics it used (the batch's, or the running ones: mean
+// and invstd), and how to mask by the epilogue's ReLU: from y, the forward's output, where a residual
+// was added (y is the pre-activation's sign then), else recomputed from x (x * scale + shift > 0,
+// the forward's own expression: no pass over y).
+struct BatchNormSaved {
+  const void* x = nullptr;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  const void* mean = nullptr;
+  const void* invstd = nullptr;
+  bool batch_stats = true;
+  bool relu = false;
+  const void* y = nullptr;  // with relu: the output, where a residual was added; else null
+};
+
 // Dropout's keep decision for element i of a call: a counter-based hash of (seed, offset + i)
 // (backends/counter_rng.h), so every backend draws the same mask for the same call, a resumed run
 // draws the next call's, and nothing but (seed, offset) is state.
@@ -408,14 +424,13 @@ class Backend {
                                             const void* beta, const void* running_mean, const void* running_var,
                                             const BatchNormEpilogue& epilogue, void* y, void* save_mean,
                                             void* save_invstd) = 0;
-  // dz = y ? dy * (y > 0) : dy (the epilogue's ReLU, from the forward's output); dresidual = dz
-  // when not null; with xhat = (x - mean) * invstd: dbeta = sum dz, dgamma = sum dz * xhat (each
-  // written when not null), and dx (when not null) = gamma * invstd * (dz - dbeta / count - xhat *
-  // dgamma / count) where the statistics were the batch's (batch_stats), gamma * invstd * dz
-  // where they were the running ones.
-  virtual void batch_norm_backward(DType dtype, const BatchNormShape& shape, const void* x, const void* dy,
-                                   const void* y, const void* gamma, const void* save_mean, const void* save_invstd,
-                                   bool batch_stats, void* dx, void* dgamma, void* dbeta, void* dresidual) = 0;
+  // dz = dy past the epilogue's ReLU (saved.relu: dy where the forward's pre-activation was > 0,
+  // else +0; dy itself without one); dresidual = dz when not null; with xhat = (x - mean) * invstd:
+  // dbeta = sum dz, dgamma = sum dz * xhat (each written when not null), and dx (when not null) =
+  // gamma * invstd * (dz - dbeta / count - xhat * dgamma / count) where the statistics were the
+  // batch's (saved.batch_stats), gamma * invstd * dz where they were the running ones.
+  virtual void batch_norm_backward(DType dtype, const BatchNormShape& shape, const BatchNormSaved& saved,
+                                   const void* dy, void* dx, void* dgamma, void* dbeta, void* dresidual) = 0;
 
   // ---- global average pooling: x [N, C, H, W] (NCHW or channels_last) -> y [N, C] ----
   virtual void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,

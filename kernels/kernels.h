@@ -114,9 +114,12 @@ void batch_norm_forward_inference(DType dtype, const BatchNormView& v, const voi
                                   const float* beta, const float* running_mean, const float* running_var,
                                   const void* residual, bool relu, void* y, float* mean, float* invstd, float* scratch,
                                   cudaStream_t stream);
-void batch_norm_backward(DType dtype, const BatchNormView& v, const void* x, const void* dy, const void* y,
-                         const float* gamma, const float* mean, const float* invstd, bool batch_stats, void* dx,
-                         float* dgamma, float* dbeta, void* dresidual, float* scratch, cudaStream_t stream);
+// relu: the epilogue's ReLU, its sign from y where given (a residual was added), else recomputed
+// from x by the saved statistics' scale and shift. scratch: 5 * channels f32 here.
+void batch_norm_backward(DType dtype, const BatchNormView& v, const void* x, const void* dy, const void* y, bool relu,
+                         const float* gamma, const float* beta, const float* mean, const float* invstd,
+                         bool batch_stats, void* dx, float* dgamma, float* dbeta, void* dresidual, float* scratch,
+                         cudaStream_t stream);
 
 // ---- global average pooling over [N, C, H, W] (either layout) to [N, C]: a thread per output ----
 void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,

@@ -27,6 +27,15 @@ __device__ __forceinline__ std::int64_t channel_element(std::int64_t j, std::int
   return (o * v.channels + c) * v.inner + i;
 }
 
+// y = x * scale + shift: scale = gamma invstd into scale_shift[c], shift = beta - mean scale into
+// scale_shift[channels + c] (the forward's apply pass and the backward's recomputed ReLU sign alike).
+__device__ __forceinline__ void affine_coefficients(const float* gamma, const float* beta, double mean, double invstd,
+                                                    std::int64_t c, std::int64_t channels, float* scale_shift) {
+  const double g = gamma ? gamma[c] : 1.0, b = beta ? beta[c] : 0.0;
+  scale_shift[c] = static_cast<float>(g * invstd);
+  scale_shift[channels + c] = static_cast<float>(b - mean * g * invstd);
+}
+
 // One block per channel: shifted sums (the channel's first element as the shift), mean and
 // invstd, the running statistics moved, and the affine's scale and shift for the apply pass.
 template <typename T>
@@ -48,17 +57,16 @@ __global__ void bn_stats_kernel(const T* x, const float* gamma, const float* bet
   if (threadIdx.x != 0) return;
   const double dm = static_cast<double>(s1) / static_cast<double>(m);
   const double var = fmax(0.0, static_cast<double>(s2) / static_cast<double>(m) - dm * dm);
-  const double mu = static_cast<double>(first) + dm, inv = 1.0 / sqrt(var + v.eps);
+  const double mu = static_cast<double>(first) + dm;
+  // Applied as saved (f32): the backward recomputes the ReLU's sign from the saved statistics.
   mean[c] = static_cast<float>(mu);
-  invstd[c] = static_cast<float>(inv);
+  invstd[c] = static_cast<float>(1.0 / sqrt(var + v.eps));
   if (running_mean != nullptr) {
     const double unbiased = m > 1 ? var * static_cast<double>(m) / static_cast<double>(m - 1) : var;
     running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mu);
     running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * unbiased);
   }
-  const double g = gamma ? gamma[c] : 1.0, b = beta ? beta[c] : 0.0;
-  scale_shift[c] = static_cast<float>(g * inv);
-  scale_shift[v.channels + c] = static_cast<float>(b - mu * g * inv);
+  affine_coefficients(gamma, beta, mean[c], invstd[c], c, v.channels, scale_shift);
 }
 
 // Inference: mean and invstd from the running statistics, and the affine's scale and shift.
@@ -67,14 +75,13 @@ __global__ void bn_running_kernel(const float* gamma, const float* beta, const f
                                   float* scale_shift) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= v.channels) return;
-  const double mu = running_mean[c], inv = 1.0 / sqrt(static_cast<double>(running_var[c]) + v.eps);
+  const double mu = running_mean[c];
+  const double inv = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + v.eps));
   if (mean != nullptr) {
     mean[c] = static_cast<float>(mu);
     invstd[c] = static_cast<float>(inv);
   }
-  const double g = gamma ? gamma[c] : 1.0, b = beta ? beta[c] : 0.0;
-  scale_shift[c] = static_cast<float>(g * inv);
-  scale_shift[v.channels + c] = static_cast<float>(b - mu * g * inv);
+  affine_coefficients(gamma, beta, mu, inv, c, v.channels, scale_shift);
 }
 
 // y = x * scale[c] + shift[c] (+ residual), then ReLU (a NaN passes).
@@ -90,25 +97,37 @@ __global__ void bn_apply_kernel(const T* x, const T* residual, bool relu, const 
   }
 }
 
+// The forward's scale and shift from the saved statistics (the ReLU's recomputed sign).
+__global__ void bn_saved_affine_kernel(const float* gamma, const float* beta, const float* mean, const float* invstd,
+                                       std::int64_t channels, float* scale_shift) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c < channels) affine_coefficients(gamma, beta, mean[c], invstd[c], c, channels, scale_shift);
+}
+
+// dy past the epilogue's ReLU: its sign from y where a residual was added, else recomputed from x
+// by the forward's own scale and shift.
 template <typename T>
-__device__ __forceinline__ float masked(const T* dy, const T* y, std::int64_t k) {
+__device__ __forceinline__ float masked(const T* dy, const T* x, const T* y, bool relu, const float* scale_shift,
+                                        std::int64_t k, std::int64_t c, std::int64_t channels) {
   const float g = load(dy, k);
-  return y != nullptr && !(load(y, k) > 0.f) ? 0.f : g;
+  if (!relu) return g;
+  const float pre = y != nullptr ? load(y, k) : load(x, k) * scale_shift[c] + scale_shift[channels + c];
+  return pre > 0.f ? g : 0.f;
 }
 
 // One block per channel: sum dz and sum dz (x - mean); dgamma, dbeta and dx's coefficients
-// (dx = a dz + b x + d) into coeffs[0..3C).
+// (dx = a dz + b x + d) into coeffs[0..3C); the forward's scale and shift are at coeffs[3C..5C).
 template <typename T>
-__global__ void bn_backward_sums_kernel(const T* x, const T* dy, const T* y, const float* gamma, const float* mean,
-                                        const float* invstd, bool batch_stats, BatchNormView v, float* dgamma,
-                                        float* dbeta, float* coeffs) {
+__global__ void bn_backward_sums_kernel(const T* x, const T* dy, const T* y, bool relu, const float* gamma,
+                                        const float* mean, const float* invstd, bool batch_stats, BatchNormView v,
+                                        float* dgamma, float* dbeta, float* coeffs) {
   __shared__ float warps[kThreads / 32];
   const std::int64_t c = blockIdx.x, m = v.outer * v.inner;
   const float mu = mean[c];
   float s1 = 0.f, s2 = 0.f;
   for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) {
     const std::int64_t k = channel_element(j, c, v);
-    const float d = masked(dy, y, k);
+    const float d = masked(dy, x, y, relu, coeffs + 3 * v.channels, k, c, v.channels);
     s1 += d;
     s2 += d * (load(x, k) - mu);
   }
@@ -127,11 +146,11 @@ __global__ void bn_backward_sums_kernel(const T* x, const T* dy, const T* y, con
 }
 
 template <typename T>
-__global__ void bn_backward_apply_kernel(const T* x, const T* dy, const T* y, const float* coeffs, BatchNormView v,
-                                         T* dx, T* dresidual, std::int64_t n) {
+__global__ void bn_backward_apply_kernel(const T* x, const T* dy, const T* y, bool relu, const float* coeffs,
+                                         BatchNormView v, T* dx, T* dresidual, std::int64_t n) {
   GRID_STRIDE_LOOP(k, n) {
     const std::int64_t c = channel_of(k, v.channels, v.inner);
-    const float d = masked(dy, y, k);
+    const float d = masked(dy, x, y, relu, coeffs + 3 * v.channels, k, c, v.channels);
     if (dresidual != nullptr) store(dresidual, k, d);
     if (dx != nullptr) store(dx, k, coeffs[c] * d + coeffs[v.channels + c] * load(x, k) + coeffs[2 * v.channels + c]);
   }
@@ -215,19 +234,22 @@ void batch_norm_forward_inference(DType dtype, const BatchNormView& v, const voi
   check_launch("batch_norm_forward_inference");
 }
 
-void batch_norm_backward(DType dtype, const BatchNormView& v, const void* x, const void* dy, const void* y,
-                         const float* gamma, const float* mean, const float* invstd, bool batch_stats, void* dx,
-                         float* dgamma, float* dbeta, void* dresidual, float* scratch, cudaStream_t stream) {
+void batch_norm_backward(DType dtype, const BatchNormView& v, const void* x, const void* dy, const void* y, bool relu,
+                         const float* gamma, const float* beta, const float* mean, const float* invstd,
+                         bool batch_stats, void* dx, float* dgamma, float* dbeta, void* dresidual, float* scratch,
+                         cudaStream_t stream) {
   const std::int64_t n = v.outer * v.channels * v.inner;
   if (v.channels == 0) return;
   dispatch(dtype, "batch_norm_backward", [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
+    bn_saved_affine_kernel<<<blocks_for(v.channels), kThreads, 0, stream>>>(gamma, beta, mean, invstd, v.channels,
+                                                                            scratch + 3 * v.channels);
     bn_backward_sums_kernel<<<static_cast<unsigned>(v.channels), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<const T*>(y), gamma, mean, invstd, batch_stats,
-        v, dgamma, dbeta, scratch);
+        static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<const T*>(y), relu, gamma, mean, invstd,
+        batch_stats, v, dgamma, dbeta, scratch);
     if (n > 0 && (dx != nullptr || dresidual != nullptr))
       bn_backward_apply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<const T*>(y), scratch, v,
+          static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<const T*>(y), relu, scratch, v,
           static_cast<T*>(dx), static_cast<T*>(dresidual), n);
   });
   check_launch("batch_norm_backward");

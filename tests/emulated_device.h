@@ -253,10 +253,9 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
                                     void* invstd) override {
     run([=, this] { inner_.batch_norm_forward_inference(d, s, x, g, b, rm, rv, e, y, mean, invstd); });
   }
-  void batch_norm_backward(DType d, const BatchNormShape& s, const void* x, const void* dy, const void* y,
-                           const void* g, const void* mean, const void* invstd, bool batch_stats, void* dx, void* dg,
-                           void* db, void* dres) override {
-    run([=, this] { inner_.batch_norm_backward(d, s, x, dy, y, g, mean, invstd, batch_stats, dx, dg, db, dres); });
+  void batch_norm_backward(DType d, const BatchNormShape& s, const BatchNormSaved& saved, const void* dy, void* dx,
+                           void* dg, void* db, void* dres) override {
+    run([=, this] { inner_.batch_norm_backward(d, s, saved, dy, dx, dg, db, dres); });
   }
   void global_avg_pool2d_forward(DType d, std::int64_t n, std::int64_t c, std::int64_t hw, bool cl, const void* x,
                                  void* y) override {

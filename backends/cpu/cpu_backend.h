@@ -77,8 +77,7 @@ class CpuBackend : public Backend {
                                     const void* beta, const void* running_mean, const void* running_var,
                                     const BatchNormEpilogue& epilogue, void* y, void* save_mean,
                                     void* save_invstd) override;
-  void batch_norm_backward(DType dtype, const BatchNormShape& shape, const void* x, const void* dy, const void* y,
-                           const void* gamma, const void* save_mean, const void* save_invstd, bool batch_stats,
+  void batch_norm_backward(DType dtype, const BatchNormShape& shape, const BatchNormSaved& saved, const void* dy,
                            void* dx, void* dgamma, void* dbeta, void* dresidual) override;
   void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
                                  bool channels_last, const void* x, void* y) override;

@@ -10,6 +10,7 @@
 // data value in units of the standard deviation (one data value is within a few of them).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backends/counter_rng.h"
@@ -33,37 +34,78 @@ struct Pair {
   double a = 0, b = 0;
 };
 
-// sums[c] = (sum of first, sum of second) of elem(k, c) -> (first, second) over channel c's
-// elements k, in blocks added in order: per (o, c) row of `inner` for NCHW, per block of
-// kRowsPerBlock rows of `channels` for channels_last. `C` is the compute type.
-template <typename C, typename Elem>
-void channel_pair_sums(const BatchNormShape& s, const Elem& elem, std::vector<Pair>& sums, int threads) {
-  const std::int64_t ch = s.channels, inner = s.inner;
+// The loops below run over rows of the [outer, channels, inner] view with raw pointers: a
+// channels_last row spans the channels (per-channel coefficients, one per element: `Each`), an
+// NCHW row spans one channel's plane (one coefficient for the row: `One`). The compiler vectorises
+// each row loop; the rows are split over the threads.
+template <typename C>
+struct Each {
+  const C* __restrict p;
+  C operator[](std::int64_t i) const { return p[i]; }
+};
+template <typename C>
+struct One {
+  C v;
+  C operator[](std::int64_t) const { return v; }
+};
+
+enum class Mask { none, from_x, from_y };
+
+// dy past the epilogue's ReLU: dy where the pre-activation was > 0 (its sign from y where a residual
+// was added, else recomputed from x by the forward's own scale and shift), else +0.
+template <Mask M, typename C>
+inline C masked(C g, C x, C y, C scale, C shift) {
+  if constexpr (M == Mask::none) {
+    return g;
+  } else {
+    const C pre = M == Mask::from_y ? y : x * scale + shift;
+    return pre > C(0) ? g : C(0);
+  }
+}
+
+// y = x * scale + shift (+ residual), then ReLU (a NaN passes, as torch.relu), over one row.
+template <typename S, bool RES, bool RELU, typename K>
+void apply_row(const S* __restrict x, const S* __restrict res, K scale, K shift, S* __restrict y, std::int64_t n) {
+  using C = compute_t<S>;
+  for (std::int64_t i = 0; i < n; ++i) {
+    C v = load<C>(x[i]) * scale[i] + shift[i];
+    if constexpr (RES) v += load<C>(res[i]);
+    if constexpr (RELU) v = v <= C(0) ? C(0) : v;
+    y[i] = store<S>(v);
+  }
+}
+
+// The backward's second pass over one row: dresidual = dz, dx = k dz + b x + d.
+template <typename S, Mask M, bool DX, bool DRES, typename K>
+void grad_row(const S* __restrict x, const S* __restrict dy, const S* __restrict y, K scale, K shift, K kc, K bc, K dc,
+              S* __restrict dx, S* __restrict dres, std::int64_t n) {
+  using C = compute_t<S>;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const C xv = load<C>(x[i]);
+    const C z = masked<M>(load<C>(dy[i]), xv, M == Mask::from_y ? load<C>(y[i]) : C(0), scale[i], shift[i]);
+    if constexpr (DRES) dres[i] = store<S>(z);  // dz is dy or 0: exact in S
+    if constexpr (DX) dx[i] = store<S>(kc[i] * z + bc[i] * xv + dc[i]);
+  }
+}
+
+// Per-channel pair sums (a, b) over the view, in blocks added in a fixed order (the same bits at
+// any thread count): an NCHW row's plane in lanes, then the rows of a channel in order; channels_last
+// rows kRowsPerBlock at a time into per-channel partials, then the blocks in order. `row(a, b, o, c)`
+// adds one row's terms: channels_last, into a[0..C) and b[0..C) for row o; NCHW, into lane arrays
+// a[0..kLanes), b[0..kLanes) for row (o, c).
+template <typename C, typename PlaneRow, typename ChannelRow>
+void pair_sums(const BatchNormShape& s, const PlaneRow& plane_row, const ChannelRow& channel_row,
+               std::vector<Pair>& sums, int threads) {
+  const std::int64_t ch = s.channels;
   sums.assign(static_cast<std::size_t>(ch), Pair{});
-  if (inner > 1) {
+  if (s.inner > 1) {
     std::vector<C> part(static_cast<std::size_t>(s.outer * ch * 2));
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t row = 0; row < s.outer * ch; ++row) {
-      const std::int64_t c = row % ch, base = row * inner;
       C a[kLanes] = {}, b[kLanes] = {};
-      std::int64_t i = 0;
-      for (; i + kLanes <= inner; i += kLanes) {
-        for (int l = 0; l < kLanes; ++l) {
-          const auto [u, v] = elem(base + i + l, c);
-          a[l] += u;
-          b[l] += v;
-        }
-      }
+      plane_row(a, b, row / ch, row % ch);
       C ta = 0, tb = 0;
-      for (; i < inner; ++i) {
-        const auto [u, v] = elem(base + i, c);
-        ta += u;
-        tb += v;
-      }
-      for (int l = 0; l < kLanes; ++l) {
-        ta += a[l];
-        tb += b[l];
-      }
+      for (int l = 0; l < kLanes; ++l) ta += a[l], tb += b[l];
       part[static_cast<std::size_t>(row * 2)] = ta;
       part[static_cast<std::size_t>(row * 2 + 1)] = tb;
     }
@@ -83,17 +125,9 @@ void channel_pair_sums(const BatchNormShape& s, const Elem& elem, std::vector<Pa
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t blk = 0; blk < blocks; ++blk) {
     C* a = part.data() + blk * ch * 2;
-    C* b = a + ch;
     std::fill(a, a + 2 * ch, C(0));
     const std::int64_t end = std::min(s.outer, (blk + 1) * kRowsPerBlock);
-    for (std::int64_t o = blk * kRowsPerBlock; o < end; ++o) {
-      const std::int64_t base = o * ch;
-      for (std::int64_t c = 0; c < ch; ++c) {
-        const auto [u, v] = elem(base + c, c);
-        a[c] += u;
-        b[c] += v;
-      }
-    }
+    for (std::int64_t o = blk * kRowsPerBlock; o < end; ++o) channel_row(a, a + ch, o);
   }
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t c = 0; c < ch; ++c) {
@@ -106,24 +140,18 @@ void channel_pair_sums(const BatchNormShape& s, const Elem& elem, std::vector<Pa
   }
 }
 
-// fn(k, c) for every element, rows split over the threads (the same arithmetic per element at any
-// thread count).
-template <typename Fn>
-void for_each_element(const BatchNormShape& s, int threads, const Fn& fn) {
+// row(o, c, base, n) over every row (channels_last: c = -1, n = channels; NCHW: n = inner), split
+// over the threads.
+template <typename Row>
+void for_each_row(const BatchNormShape& s, int threads, const Row& row) {
   const std::int64_t ch = s.channels, inner = s.inner;
   if (inner > 1) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::int64_t row = 0; row < s.outer * ch; ++row) {
-      const std::int64_t c = row % ch, base = row * inner;
-      for (std::int64_t i = 0; i < inner; ++i) fn(base + i, c);
-    }
+    for (std::int64_t r = 0; r < s.outer * ch; ++r) row(r % ch, r * inner, inner);
     return;
   }
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t o = 0; o < s.outer; ++o) {
-    const std::int64_t base = o * ch;
-    for (std::int64_t c = 0; c < ch; ++c) fn(base + c, c);
-  }
+  for (std::int64_t o = 0; o < s.outer; ++o) row(std::int64_t{-1}, o * ch, ch);
 }
 
 // y = x * scale[c] + shift[c] (+ residual), then ReLU, in the compute type.
@@ -132,13 +160,23 @@ void bn_apply(const BatchNormShape& s, const S* x, const std::vector<compute_t<S
               const std::vector<compute_t<S>>& shift, const BatchNormEpilogue& e, S* y, int threads) {
   using C = compute_t<S>;
   const S* res = as<S>(e.residual);
-  const bool relu = e.relu;
-  for_each_element(s, threads, [&](std::int64_t k, std::int64_t c) {
-    C v = load<C>(x[k]) * scale[static_cast<std::size_t>(c)] + shift[static_cast<std::size_t>(c)];
-    if (res) v += load<C>(res[k]);
-    if (relu) v = v <= C(0) ? C(0) : v;  // NaN passes, as torch.relu
-    y[k] = store<S>(v);
-  });
+  const auto run = [&](auto has_res, auto relu) {
+    constexpr bool R = decltype(has_res)::value, U = decltype(relu)::value;
+    for_each_row(s, threads, [&](std::int64_t c, std::int64_t base, std::int64_t n) {
+      if (c < 0)
+        apply_row<S, R, U>(x + base, R ? res + base : nullptr, Each<C>{scale.data()}, Each<C>{shift.data()}, y + base,
+                           n);
+      else
+        apply_row<S, R, U>(x + base, R ? res + base : nullptr, One<C>{scale[static_cast<std::size_t>(c)]},
+                           One<C>{shift[static_cast<std::size_t>(c)]}, y + base, n);
+    });
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (res && e.relu) run(T{}, T{});
+  if (res && !e.relu) run(T{}, F{});
+  if (!res && e.relu) run(F{}, T{});
+  if (!res && !e.relu) run(F{}, F{});
 }
 
 // scale and shift per channel of y = (x - mean) * invstd * gamma + beta.
@@ -170,11 +208,32 @@ void CpuBackend::batch_norm_forward_training(DType dtype, const BatchNormShape& 
     std::vector<C> first(static_cast<std::size_t>(ch));
     for (std::int64_t c = 0; c < ch; ++c) first[static_cast<std::size_t>(c)] = load<C>(px[c * inner]);
     std::vector<Pair> sums;
-    channel_pair_sums<C>(
+    const C* f = first.data();
+    pair_sums<C>(
         s,
-        [&](std::int64_t k, std::int64_t c) {
-          const C d = load<C>(px[k]) - first[static_cast<std::size_t>(c)];
-          return std::pair<C, C>{d, d * d};
+        [&](C* a, C* b, std::int64_t o, std::int64_t c) {
+          const S* __restrict row = px + (o * ch + c) * inner;
+          const C k = f[c];
+          std::int64_t i = 0;
+          for (; i + kLanes <= inner; i += kLanes)
+            for (int l = 0; l < kLanes; ++l) {
+              const C d = load<C>(row[i + l]) - k;
+              a[l] += d;
+              b[l] += d * d;
+            }
+          for (; i < inner; ++i) {
+            const C d = load<C>(row[i]) - k;
+            a[0] += d;
+            b[0] += d * d;
+          }
+        },
+        [&](C* __restrict a, C* __restrict b, std::int64_t o) {
+          const S* __restrict row = px + o * ch;
+          for (std::int64_t c = 0; c < ch; ++c) {
+            const C d = load<C>(row[c]) - f[c];
+            a[c] += d;
+            b[c] += d * d;
+          }
         },
         sums, threads_);
     const auto m = static_cast<double>(s.count());
@@ -182,15 +241,16 @@ void CpuBackend::batch_norm_forward_training(DType dtype, const BatchNormShape& 
     for (std::int64_t c = 0; c < ch; ++c) {
       const auto u = static_cast<std::size_t>(c);
       const double d = sums[u].a / m, var = std::max(0.0, sums[u].b / m - d * d);
-      mean[u] = static_cast<double>(first[u]) + d;
-      invstd[u] = 1.0 / std::sqrt(var + s.eps);
-      as<P>(save_mean)[c] = static_cast<P>(mean[u]);
-      as<P>(save_invstd)[c] = static_cast<P>(invstd[u]);
+      // Applied as saved (P): the backward recomputes the ReLU's sign from the saved statistics.
+      as<P>(save_mean)[c] = static_cast<P>(static_cast<double>(first[u]) + d);
+      as<P>(save_invstd)[c] = static_cast<P>(1.0 / std::sqrt(var + s.eps));
+      mean[u] = static_cast<double>(as<P>(save_mean)[c]);
+      invstd[u] = static_cast<double>(as<P>(save_invstd)[c]);
       if (running_mean != nullptr) {
         const double unbiased = m > 1 ? var * m / (m - 1) : var;
         P& rm = as<P>(running_mean)[c];
         P& rv = as<P>(running_var)[c];
-        rm = static_cast<P>((1 - momentum) * static_cast<double>(rm) + momentum * mean[u]);
+        rm = static_cast<P>((1 - momentum) * static_cast<double>(rm) + momentum * (static_cast<double>(first[u]) + d));
         rv = static_cast<P>((1 - momentum) * static_cast<double>(rv) + momentum * unbiased);
       }
     }
@@ -211,7 +271,8 @@ void CpuBackend::batch_norm_forward_inference(DType dtype, const BatchNormShape&
     std::vector<double> mean(ch), invstd(ch);
     for (std::size_t c = 0; c < ch; ++c) {
       mean[c] = static_cast<double>(as<P>(running_mean)[c]);
-      invstd[c] = 1.0 / std::sqrt(static_cast<double>(as<P>(running_var)[c]) + s.eps);
+      invstd[c] =
+          static_cast<double>(static_cast<P>(1.0 / std::sqrt(static_cast<double>(as<P>(running_var)[c]) + s.eps)));
       if (save_mean != nullptr) {
         as<P>(save_mean)[c] = static_cast<P>(mean[c]);
         as<P>(save_invstd)[c] = static_cast<P>(invstd[c]);
@@ -223,59 +284,106 @@ void CpuBackend::batch_norm_forward_inference(DType dtype, const BatchNormShape&
   });
 }
 
-void CpuBackend::batch_norm_backward(DType dtype, const BatchNormShape& s, const void* x, const void* dy, const void* y,
-                                     const void* gamma, const void* save_mean, const void* save_invstd,
-                                     bool batch_stats, void* dx, void* dgamma, void* dbeta, void* dresidual) {
+// Two passes: the first sums dz and dz (x - mean) per channel, the second writes dx and dresidual
+// (= dz). The ReLU's mask comes from y where a residual was added, else from x by the forward's own
+// scale and shift: no pass over y. Each combination of mask and outputs is its own loop, so the
+// row loops carry no branch and vectorise.
+void CpuBackend::batch_norm_backward(DType dtype, const BatchNormShape& s, const BatchNormSaved& saved, const void* dy,
+                                     void* dx, void* dgamma, void* dbeta, void* dresidual) {
   dispatch_floating(dtype, op_name("batch_norm_backward").c_str(), [&](auto tag) {
     using S = decltype(tag);
     using C = compute_t<S>;
     using P = stat_t<S>;
-    const S *px = as<S>(x), *pdy = as<S>(dy), *py = as<S>(y);
-    const auto ch = static_cast<std::size_t>(s.channels);
-    std::vector<C> mean(ch), invstd(ch);
-    for (std::size_t c = 0; c < ch; ++c) {
-      mean[c] = static_cast<C>(as<P>(save_mean)[c]);
-      invstd[c] = static_cast<C>(as<P>(save_invstd)[c]);
+    const std::int64_t ch = s.channels, inner = s.inner;
+    const auto uch = static_cast<std::size_t>(ch);
+    std::vector<double> mean(uch), invstd(uch);
+    for (std::size_t c = 0; c < uch; ++c) {
+      mean[c] = static_cast<double>(as<P>(saved.mean)[c]);
+      invstd[c] = static_cast<double>(as<P>(saved.invstd)[c]);
     }
-    // The gradient past the epilogue's ReLU (dy where y > 0, else +0); dy itself without one.
-    auto dz = [py, pdy](std::int64_t k) {
-      const C g = load<C>(pdy[k]);
-      if (py == nullptr) return g;
-      return load<C>(py[k]) > C(0) ? g : C(0);
-    };
-    std::vector<Pair> sums;
-    channel_pair_sums<C>(
-        s,
-        [&](std::int64_t k, std::int64_t c) {
-          const C d = dz(k);
-          return std::pair<C, C>{d, d * (load<C>(px[k]) - mean[static_cast<std::size_t>(c)])};
-        },
-        sums, threads_);
-    const auto m = static_cast<double>(s.count());
-    // dx = k dz + b x + d per channel: k = gamma invstd, and with batch statistics
-    // b = -k invstd dgamma / m, d = -k dbeta / m - b mean.
-    std::vector<C> kc(ch), bc(ch), dc(ch);
-    for (std::size_t c = 0; c < ch; ++c) {
-      const double sum_dz = sums[c].a, dgam = sums[c].b * static_cast<double>(invstd[c]);
-      if (dbeta != nullptr) as<P>(dbeta)[c] = static_cast<P>(sum_dz);
-      if (dgamma != nullptr) as<P>(dgamma)[c] = static_cast<P>(dgam);
-      const double k = (gamma ? static_cast<double>(as<P>(gamma)[c]) : 1.0) * static_cast<double>(invstd[c]);
-      const double b = batch_stats ? -k * static_cast<double>(invstd[c]) * dgam / m : 0.0;
-      kc[c] = static_cast<C>(k);
-      bc[c] = static_cast<C>(b);
-      dc[c] = static_cast<C>(batch_stats ? -k * sum_dz / m - b * static_cast<double>(mean[c]) : 0.0);
-    }
-    S* pdx = as<S>(dx);
-    S* pres = as<S>(dresidual);
-    if (pdx == nullptr && pres == nullptr) return;
-    for_each_element(s, threads_, [&](std::int64_t k, std::int64_t c) {
-      const C d = dz(k);
-      if (pres) pres[k] = store<S>(d);
-      if (pdx) {
-        const auto u = static_cast<std::size_t>(c);
-        pdx[k] = store<S>(kc[u] * d + bc[u] * load<C>(px[k]) + dc[u]);
+    std::vector<C> scale, shift, cmean(mean.begin(), mean.end());
+    affine_of<S>(s, as<P>(saved.gamma), as<P>(saved.beta), mean.data(), invstd.data(), scale, shift);
+    const S *px = as<S>(saved.x), *pdy = as<S>(dy), *py = as<S>(saved.y);
+    const auto run = [&](auto mask) {
+      constexpr Mask M = decltype(mask)::value;
+      const C *sc = scale.data(), *sh = shift.data(), *mu = cmean.data();
+      std::vector<Pair> sums;
+      pair_sums<C>(
+          s,
+          [&](C* a, C* b, std::int64_t o, std::int64_t c) {
+            const std::int64_t base = (o * ch + c) * inner;
+            const S* __restrict xr = px + base, * __restrict gr = pdy + base;
+            const S* __restrict yr = M == Mask::from_y ? py + base : nullptr;
+            const C k = sc[c], t = sh[c], m = mu[c];
+            std::int64_t i = 0;
+            for (; i + kLanes <= inner; i += kLanes)
+              for (int l = 0; l < kLanes; ++l) {
+                const C xv = load<C>(xr[i + l]);
+                const C d = masked<M>(load<C>(gr[i + l]), xv, M == Mask::from_y ? load<C>(yr[i + l]) : C(0), k, t);
+                a[l] += d;
+                b[l] += d * (xv - m);
+              }
+            for (; i < inner; ++i) {
+              const C xv = load<C>(xr[i]);
+              const C d = masked<M>(load<C>(gr[i]), xv, M == Mask::from_y ? load<C>(yr[i]) : C(0), k, t);
+              a[0] += d;
+              b[0] += d * (xv - m);
+            }
+          },
+          [&](C* __restrict a, C* __restrict b, std::int64_t o) {
+            const S* __restrict xr = px + o * ch, * __restrict gr = pdy + o * ch;
+            const S* __restrict yr = M == Mask::from_y ? py + o * ch : nullptr;
+            for (std::int64_t c = 0; c < ch; ++c) {
+              const C xv = load<C>(xr[c]);
+              const C d = masked<M>(load<C>(gr[c]), xv, M == Mask::from_y ? load<C>(yr[c]) : C(0), sc[c], sh[c]);
+              a[c] += d;
+              b[c] += d * (xv - mu[c]);
+            }
+          },
+          sums, threads_);
+      const auto m = static_cast<double>(s.count());
+      // dx = k dz + b x + d per channel: k = gamma invstd, and with batch statistics
+      // b = -k invstd dgamma / m, d = -k dbeta / m - b mean.
+      std::vector<C> kc(uch), bc(uch), dc(uch);
+      for (std::size_t c = 0; c < uch; ++c) {
+        const double sum_dz = sums[c].a, dgam = sums[c].b * invstd[c];
+        if (dbeta != nullptr) as<P>(dbeta)[c] = static_cast<P>(sum_dz);
+        if (dgamma != nullptr) as<P>(dgamma)[c] = static_cast<P>(dgam);
+        const double k = (saved.gamma ? static_cast<double>(as<P>(saved.gamma)[c]) : 1.0) * invstd[c];
+        const double b = saved.batch_stats ? -k * invstd[c] * dgam / m : 0.0;
+        kc[c] = static_cast<C>(k);
+        bc[c] = static_cast<C>(b);
+        dc[c] = static_cast<C>(saved.batch_stats ? -k * sum_dz / m - b * mean[c] : 0.0);
       }
-    });
+      S *pdx = as<S>(dx), *pres = as<S>(dresidual);
+      const auto second = [&](auto want_dx, auto want_dres) {
+        constexpr bool DX = decltype(want_dx)::value, DR = decltype(want_dres)::value;
+        for_each_row(s, threads_, [&](std::int64_t c, std::int64_t base, std::int64_t n) {
+          const S* yr = M == Mask::from_y ? py + base : nullptr;
+          S* dxr = DX ? pdx + base : nullptr;
+          S* drr = DR ? pres + base : nullptr;
+          if (c < 0) {
+            grad_row<S, M, DX, DR>(px + base, pdy + base, yr, Each<C>{sc}, Each<C>{sh}, Each<C>{kc.data()},
+                                   Each<C>{bc.data()}, Each<C>{dc.data()}, dxr, drr, n);
+          } else {
+            const auto u = static_cast<std::size_t>(c);
+            grad_row<S, M, DX, DR>(px + base, pdy + base, yr, One<C>{sc[u]}, One<C>{sh[u]}, One<C>{kc[u]},
+                                   One<C>{bc[u]}, One<C>{dc[u]}, dxr, drr, n);
+          }
+        });
+      };
+      using T = std::true_type;
+      using F = std::false_type;
+      if (pdx && pres) second(T{}, T{});
+      if (pdx && !pres) second(T{}, F{});
+      if (!pdx && pres) second(F{}, T{});
+    };
+    if (!saved.relu)
+      run(std::integral_constant<Mask, Mask::none>{});
+    else if (saved.y == nullptr)
+      run(std::integral_constant<Mask, Mask::from_x>{});
+    else
+      run(std::integral_constant<Mask, Mask::from_y>{});
   });
 }
 

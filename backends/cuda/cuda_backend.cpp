@@ -469,12 +469,12 @@ class CudaBackend final : public Backend,
                                             e.relu, y, f32(mean), f32(invstd), scratch, stream_);
     });
   }
-  void batch_norm_backward(DType dtype, const BatchNormShape& s, const void* x, const void* dy, const void* y,
-                           const void* gamma, const void* mean, const void* invstd, bool batch_stats, void* dx,
+  void batch_norm_backward(DType dtype, const BatchNormShape& s, const BatchNormSaved& v, const void* dy, void* dx,
                            void* dgamma, void* dbeta, void* dresidual) override {
-    with_coefficients(s.channels, [&](float* scratch) {
-      kernels::batch_norm_backward(dtype, view(s), x, dy, y, f32(gamma), f32(mean), f32(invstd), batch_stats, dx,
-                                   f32(dgamma), f32(dbeta), dresidual, scratch, stream_);
+    with_floats(5 * s.channels, [&](float* scratch) {
+      kernels::batch_norm_backward(dtype, view(s), v.x, dy, v.y, v.relu, f32(v.gamma), f32(v.beta), f32(v.mean),
+                                   f32(v.invstd), v.batch_stats, dx, f32(dgamma), f32(dbeta), dresidual, scratch,
+                                   stream_);
     });
   }
   void global_avg_pool2d_forward(DType dtype, std::int64_t n, std::int64_t c, std::int64_t hw, bool cl, const void* x,

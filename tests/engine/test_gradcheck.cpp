@@ -336,6 +336,16 @@ TEST_CASE("gradcheck: batch_norm, training and eval, with its epilogue", "[gradc
           {leaf({2, 3, 3, 2}, gen), leaf({3}, gen, 0.05, 0.1), leaf({3}, gen, -0.05, 0.05),
            away_from_zero_leaf({2, 3, 3, 2}, gen, 0.5)},
           60 + (nhwc ? 2 : 0) + training);
+      // A ReLU without a residual: its sign recomputed from x in backward; beta at least 0.5 from
+      // zero and gamma small keep every pre-activation away from the kink.
+      Tensor beta = away_from_zero_leaf({3}, gen, 0.5);
+      gradcheck(
+          "batch_norm + relu",
+          [=](const auto& in) {
+            const Tensor x = nhwc ? in[0].contiguous(cl) : in[0];
+            return batch_norm(x, in[1], in[2], rm.clone(), rv.clone(), o, Tensor(), true);
+          },
+          {leaf({2, 3, 3, 2}, gen), leaf({3}, gen, 0.05, 0.1), beta}, 80 + (nhwc ? 2 : 0) + training);
     }
   }
   gradcheck(

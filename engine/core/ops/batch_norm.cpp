@@ -108,8 +108,10 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
     be.batch_norm_forward_inference(dtype, s, x.raw_data(), raw(w), raw(b), running_mean.raw_data(),
                                     running_var.raw_data(), e, y.raw_data(), mean.raw_data(), invstd.raw_data());
   }
-  const Tensor saved_y = relu ? y.detach() : Tensor();
-  const Tensor saved_w = w.defined() ? w.detach() : Tensor();
+  // The ReLU's mask: from y where a residual was added; else the backward recomputes the
+  // pre-activation's sign from x (no pass over y, nothing more kept).
+  const Tensor saved_y = relu && residual.defined() ? y.detach() : Tensor();
+  const Tensor saved_w = w.defined() ? w.detach() : Tensor(), saved_b = b.defined() ? b.detach() : Tensor();
   std::vector<Tensor> inputs{x_in};
   const int wi = w.defined() ? static_cast<int>(inputs.size()) : -1;
   if (w.defined()) inputs.push_back(w);
@@ -118,28 +120,29 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   const int ri = residual.defined() ? static_cast<int>(inputs.size()) : -1;
   if (residual.defined()) inputs.push_back(residual);
   const std::size_t count = inputs.size();
-  return record(
-      y, relu ? (residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu") : "batch_norm", inputs,
-      [=](const Tensor& g, const std::vector<bool>& needs) {
-        TL_SPAN("batch_norm.backward");
-        const Tensor dy = ops_detail::dense(g, format);
-        Backend& backend = dy.backend();
-        auto wanted = [&](int i, const Shape& shape, DType type, MemoryFormat f) {
-          return i >= 0 && needs[static_cast<std::size_t>(i)] ? Tensor::empty(shape, type, backend, f) : Tensor();
-        };
-        const Tensor dx = wanted(0, x.shape(), dtype, format);
-        const Tensor dw = wanted(wi, {channels}, stat, MemoryFormat::contiguous);
-        const Tensor db = wanted(bi, {channels}, stat, MemoryFormat::contiguous);
-        const Tensor dr = wanted(ri, x.shape(), dtype, format);
-        backend.batch_norm_backward(dtype, s, x.raw_data(), dy.raw_data(), raw(saved_y), raw(saved_w), mean.raw_data(),
-                                    invstd.raw_data(), training, raw(dx), raw(dw), raw(db), raw(dr));
-        std::vector<Tensor> grads(count);
-        grads[0] = dx;
-        if (wi >= 0) grads[static_cast<std::size_t>(wi)] = dw;
-        if (bi >= 0) grads[static_cast<std::size_t>(bi)] = db;
-        if (ri >= 0) grads[static_cast<std::size_t>(ri)] = dr;
-        return grads;
-      });
+  return record(y, relu ? (residual.defined() ? "batch_norm_add_relu" : "batch_norm_relu") : "batch_norm", inputs,
+                [=](const Tensor& g, const std::vector<bool>& needs) {
+                  TL_SPAN("batch_norm.backward");
+                  const Tensor dy = ops_detail::dense(g, format);
+                  Backend& backend = dy.backend();
+                  auto wanted = [&](int i, const Shape& shape, DType type, MemoryFormat f) {
+                    return i >= 0 && needs[static_cast<std::size_t>(i)] ? Tensor::empty(shape, type, backend, f)
+                                                                        : Tensor();
+                  };
+                  const Tensor dx = wanted(0, x.shape(), dtype, format);
+                  const Tensor dw = wanted(wi, {channels}, stat, MemoryFormat::contiguous);
+                  const Tensor db = wanted(bi, {channels}, stat, MemoryFormat::contiguous);
+                  const Tensor dr = wanted(ri, x.shape(), dtype, format);
+                  const BatchNormSaved saved{x.raw_data(),      raw(saved_w), raw(saved_b), mean.raw_data(),
+                                             invstd.raw_data(), training,     relu,         raw(saved_y)};
+                  backend.batch_norm_backward(dtype, s, saved, dy.raw_data(), raw(dx), raw(dw), raw(db), raw(dr));
+                  std::vector<Tensor> grads(count);
+                  grads[0] = dx;
+                  if (wi >= 0) grads[static_cast<std::size_t>(wi)] = dw;
+                  if (bi >= 0) grads[static_cast<std::size_t>(bi)] = db;
+                  if (ri >= 0) grads[static_cast<std::size_t>(ri)] = dr;
+                  return grads;
+                });
 }
 
 }  // namespace trainlab
