@@ -95,6 +95,18 @@ struct BatchNormSaved {
   const void* y = nullptr;  // with relu: the output, where a residual was added; else null
 };
 
+// Batch norm in eval mode, as an inference pattern folds it into the convolution before it
+// (Backend::conv2d_norm_forward): y = (conv - running_mean) / sqrt(running_var + eps) * gamma + beta,
+// the convolution's weights scaled by gamma / sqrt(running_var + eps) per output channel and the
+// rest its bias. gamma, beta (null: 1, 0) and the statistics in batch_norm_stat_dtype.
+struct BatchNormFold {
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  const void* running_mean = nullptr;
+  const void* running_var = nullptr;
+  double eps = 1e-5;
+};
+
 // Dropout's keep decision for element i of a call: a counter-based hash of (seed, offset + i)
 // (backends/counter_rng.h), so every backend draws the same mask for the same call, a resumed run
 // draws the next call's, and nothing but (seed, offset) is state.
@@ -446,6 +458,14 @@ class Backend {
   // dx = dy * mask * scale (scale: 1 / (1 - p))
   virtual void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
                                 double scale) = 0;
+
+  // Inference's convolution and batch norm in one call (FusedPattern::conv_norm): y = the epilogue
+  // (a residual in y's layout added, then ReLU) of batch norm's running affine (BatchNormFold) of
+  // conv2d(x, weight), the norm folded into the convolution (weights scaled per output channel,
+  // rounded once to `dtype`; its shift the bias, in f32). Where supports_fused says native; the
+  // default throws Unsupported naming its answer.
+  virtual void conv2d_norm_forward(DType dtype, const Conv2dShape& shape, const void* x, const void* weight,
+                                   const BatchNormFold& norm, const BatchNormEpilogue& epilogue, void* y);
 
   // logits, probs: [batch, classes]; labels (i64): [batch]; loss: one element, the batch mean of
   // -log softmax(logits)[label]. Labels outside [0, classes) throw Error.

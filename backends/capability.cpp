@@ -59,6 +59,7 @@ std::string FusedPattern::str() const {
   static const char* const anchors[] = {"conv2d", "linear", "max_pool2d", "batch_norm"};
   std::string out = anchors[static_cast<int>(anchor)];
   if (bias) out += "+bias";
+  if (folded_norm) out += "+batch_norm";
   if (residual) out += "+add";
   if (activation == Activation::relu) out += "+relu";
   if (max_pool) out += "+max_pool2x2";
@@ -68,7 +69,7 @@ std::string FusedPattern::str() const {
 OpSupport Backend::supports_fused(const FusedPattern& pattern, DType dtype, bool channels_last,
                                   const FusedShapes&) const {
   const bool layer = pattern.anchor == FusedAnchor::conv2d || pattern.anchor == FusedAnchor::linear;
-  if (layer && !pattern.max_pool) {
+  if (layer && !pattern.max_pool && !pattern.folded_norm && !pattern.residual) {
     const OpSupport op = supports_op(pattern.anchor == FusedAnchor::conv2d ? BackendOp::conv2d : BackendOp::linear,
                                      dtype, channels_last);
     if (!op.runs()) return op;
@@ -86,6 +87,13 @@ void Backend::conv2d_pool_forward(DType dtype, const Conv2dShape&, const Pool2dS
                                   const void*, void*, std::uint8_t* places) {
   const FusedPattern pattern = FusedPattern::conv_block(places != nullptr);
   throw Unsupported(name() + ": conv2d_pool_forward: " + supports_fused(pattern, dtype, false).how);
+}
+
+void Backend::conv2d_norm_forward(DType dtype, const Conv2dShape& s, const void*, const void*, const BatchNormFold&,
+                                  const BatchNormEpilogue& e, void*) {
+  const FusedPattern pattern =
+      FusedPattern::conv_norm(e.residual != nullptr, e.relu ? Activation::relu : Activation::none);
+  throw Unsupported(name() + ": conv2d_norm_forward: " + supports_fused(pattern, dtype, s.channels_last).how);
 }
 
 void Backend::conv2d_pool_backward_weights(DType dtype, const Conv2dShape&, const Pool2dShape&, const void*,

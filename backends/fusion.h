@@ -13,6 +13,9 @@
 //                                     training where its input needs no gradient (a first layer)
 //   batch_norm [+ add] [+ relu]       batch_norm_forward_*'s epilogue (a residual added, then a
 //                                     ReLU: a residual block's tail), its backward in one pass too
+//   conv2d + batch_norm [+ add]       conv2d_norm_forward: inference, batch norm's running
+//          [+ relu]                   statistics folded into the convolution (its weights scaled,
+//                                     its shift the bias), the residual and ReLU as post-ops
 #pragma once
 
 #include <cstdint>
@@ -30,9 +33,10 @@ struct FusedPattern {
   FusedAnchor anchor = FusedAnchor::conv2d;
   bool bias = false;
   Activation activation = Activation::none;
-  bool max_pool = false;  // then a 2x2 max-pool of stride 2 (conv2d only)
-  bool training = true;   // its backward too; false: inference (nothing saved, no backward)
-  bool residual = false;  // a residual added before the activation (batch_norm only)
+  bool max_pool = false;     // then a 2x2 max-pool of stride 2 (conv2d only)
+  bool training = true;      // its backward too; false: inference (nothing saved, no backward)
+  bool residual = false;     // a residual added before the activation (batch_norm, and conv2d with norm)
+  bool folded_norm = false;  // batch norm (running statistics) folded into the convolution (conv2d, inference)
 
   // conv2d + bias + relu + 2x2 max-pool: the convolution block of a VGG-style network.
   static FusedPattern conv_block(bool training) {
@@ -44,7 +48,11 @@ struct FusedPattern {
   }
   // batch norm, then a residual added (when `residual`), then the activation: a residual block's tail.
   static FusedPattern norm(bool residual, Activation activation, bool training = true) {
-    return {FusedAnchor::batch_norm, false, activation, false, training, residual};
+    return {FusedAnchor::batch_norm, false, activation, false, training, residual, false};
+  }
+  // Inference's convolution with batch norm folded in, then the residual and the activation.
+  static FusedPattern conv_norm(bool residual, Activation activation) {
+    return {FusedAnchor::conv2d, false, activation, false, false, residual, true};
   }
   // "conv2d+bias+relu+max_pool2x2 (inference)"
   std::string str() const;
@@ -68,6 +76,8 @@ inline constexpr FusedPattern kFusedPatterns[] = {
     {FusedAnchor::conv2d, true, Activation::relu, true, true},
     {FusedAnchor::batch_norm, false, Activation::relu, false, true, false},
     {FusedAnchor::batch_norm, false, Activation::relu, false, true, true},
+    {FusedAnchor::conv2d, false, Activation::relu, false, false, false, true},
+    {FusedAnchor::conv2d, false, Activation::relu, false, false, true, true},
 };
 
 }  // namespace trainlab

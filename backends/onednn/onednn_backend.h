@@ -206,6 +206,12 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   void conv2d_pool_backward_weights(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x,
                                     const void* dy, const std::uint8_t* places, void* dweight, void* dbias) override;
 
+  // Inference's convolution with batch norm folded in (FusedPattern::conv_norm): channels_last, f32
+  // or native bf16; the weights scaled into scratch each call, the shift an f32 bias, the residual a
+  // sum post-op over y (copied there first), the ReLU an eltwise post-op.
+  void conv2d_norm_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight,
+                           const BatchNormFold& norm, const BatchNormEpilogue& epilogue, void* y) override;
+
   // The conv blocks, inference's (places null) and training's.
   void conv_pool(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x, const void* weight,
                  const void* bias, void* y, std::uint8_t* places);

@@ -1,11 +1,27 @@
 // The onednn backend's the fused patterns (backends/fusion.h): the conv block in one call
 // (backends/onednn/onednn_backend.h).
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "backends/onednn/onednn_backend.h"
 
 namespace trainlab::onednn {
 
 OpSupport OnednnBackend::supports_fused(const FusedPattern& pattern, DType dtype, bool channels_last,
                                         const FusedShapes& shapes) const {
+  if (pattern.anchor == FusedAnchor::conv2d && pattern.folded_norm && !pattern.training && !pattern.bias &&
+      !pattern.max_pool) {
+    const OpSupport conv = supports_op(BackendOp::conv2d, dtype, channels_last);
+    if (!conv.runs()) return conv;
+    if (!(dtype == DType::f32 || (dtype == DType::bf16 && native(dtype, Family::conv))))
+      return OpSupport::unsupported("the folded convolution runs in f32, and in bf16 where the convolution is native");
+    if (!channels_last)
+      return OpSupport::unsupported("the folded convolution runs channels_last (its output is the residual's buffer)");
+    return OpSupport::native(
+        "batch norm folded into the oneDNN convolution (scaled weights, f32 bias), the residual "
+        "a sum post-op, the ReLU an eltwise one");
+  }
   if (!(pattern.anchor == FusedAnchor::conv2d && pattern.max_pool && pattern.activation == Activation::relu))
     return CpuBackend::supports_fused(pattern, dtype, channels_last, shapes);
   const OpSupport conv = supports_op(BackendOp::conv2d, dtype, channels_last);
@@ -159,6 +175,92 @@ void OnednnBackend::conv_pool_slice(DType dtype, const Conv2dShape& s, const Poo
       pool(static_cast<const float*>(dst.get_data_handle()));
     }
     if (out != y) CpuBackend::cast(DType::f32, out, dtype, y, outputs);
+  });
+}
+
+namespace {
+
+// The folded affine per output channel from batch norm's running statistics: scale = gamma /
+// sqrt(var + eps) (the weights' factor), shift = beta - mean scale (the bias), as batch norm's
+// inference kernels compute them.
+void fold(const BatchNormFold& n, std::int64_t channels, std::vector<float>& scale, std::vector<float>& shift) {
+  const auto* gamma = static_cast<const float*>(n.gamma);
+  const auto* beta = static_cast<const float*>(n.beta);
+  const auto* mean = static_cast<const float*>(n.running_mean);
+  const auto* var = static_cast<const float*>(n.running_var);
+  scale.resize(static_cast<std::size_t>(channels));
+  shift.resize(static_cast<std::size_t>(channels));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const double invstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var[c]) + n.eps));
+    const double g = gamma ? gamma[c] : 1.0, b = beta ? beta[c] : 0.0;
+    scale[static_cast<std::size_t>(c)] = static_cast<float>(g * invstd);
+    shift[static_cast<std::size_t>(c)] = static_cast<float>(b - static_cast<double>(mean[c]) * g * invstd);
+  }
+}
+
+}  // namespace
+
+void OnednnBackend::conv2d_norm_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight,
+                                        const BatchNormFold& norm, const BatchNormEpilogue& epilogue, void* y) {
+  const bool residual = epilogue.residual != nullptr;
+  const FusedPattern pattern = FusedPattern::conv_norm(residual, epilogue.relu ? Activation::relu : Activation::none);
+  const OpSupport fused = supports_fused(pattern, dtype, s.channels_last, {});
+  if (!fused.runs()) throw Unsupported(name() + ": conv2d_norm_forward: " + fused.how);
+  guarded("conv2d_norm_forward", [&] {
+    Scratch scratch(*this);
+    std::vector<float> scale, shift;
+    fold(norm, s.out_channels, scale, shift);
+    // The weights scaled per output channel, in f32, rounded once to the convolution's dtype.
+    const std::int64_t per_out = s.in_channels * s.kernel_h * s.kernel_w, count = s.out_channels * per_out;
+    float* scaled = scratch.get<float>(count);
+    if (dtype == DType::bf16) {
+      const auto* w = static_cast<const bf16*>(weight);
+      for (std::int64_t i = 0; i < count; ++i)
+        scaled[i] = static_cast<float>(w[i]) * scale[static_cast<std::size_t>(i / per_out)];
+    } else {
+      const auto* w = static_cast<const float*>(weight);
+      for (std::int64_t i = 0; i < count; ++i) scaled[i] = w[i] * scale[static_cast<std::size_t>(i / per_out)];
+    }
+    void* w_conv = scaled;
+    if (dtype == DType::bf16) {
+      w_conv = scratch.get(static_cast<std::size_t>(count) * sizeof(bf16));
+      CpuBackend::cast(DType::f32, scaled, DType::bf16, w_conv, count);
+    }
+    // The sum post-op adds what y holds: the residual, in place (channels_last: y is the primitive's
+    // own output buffer).
+    if (residual)
+      std::memcpy(y, epilogue.residual,
+                  static_cast<std::size_t>(s.batch * s.out_channels * s.out_h() * s.out_w()) * dtype_size(dtype));
+    const std::string k = key(dtype, s, residual, epilogue.relu);
+    Entry& e = entry("conv_norm", k, dtype, Family::conv, [&](Entry& fresh, dt c) {
+      const ConvDescs cd = conv_descs(dtype, c, s);
+      const memory::desc bias_f32({s.out_channels}, dt::f32, tag::x);
+      const auto desc = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                        dnnl::algorithm::convolution_direct, cd.src_any, cd.weights_any,
+                                                        bias_f32, cd.dst_any, cd.strides, cd.padding, cd.padding);
+      dnnl::post_ops ops;
+      if (residual) ops.append_sum(1.f);
+      // ReLU as ELU with alpha 0, as relu_attr: NaN passes.
+      if (epilogue.relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_elu, 0.f, 0.f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(ops);
+      const dnnl::convolution_forward::primitive_desc pd(desc, attr, engine_);
+      TL_CHECK(pd.dst_desc() == cd.dst, "onednn: conv2d_norm_forward: the primitive wants another output layout");
+      fresh.operands = {operand(cd.src, pd.src_desc(), true), operand(cd.weights, pd.weights_desc(), true),
+                        operand(bias_f32, bias_f32, true), operand(cd.dst, pd.dst_desc(), false)};
+      fresh.primitive = dnnl::convolution_forward(pd);
+      note_impl(pd.impl_info_str(), dtype, c);
+    });
+    bind_in(e.operands[0], x, scratch);
+    bind_weights(e.operands[1], w_conv, "", scratch);
+    bind_in(e.operands[2], shift.data(), scratch);
+    bind_out(e.operands[3], y, scratch);
+    e.primitive.execute(stream_, {{DNNL_ARG_SRC, e.operands[0].inner},
+                                  {DNNL_ARG_WEIGHTS, e.operands[1].inner},
+                                  {DNNL_ARG_BIAS, e.operands[2].inner},
+                                  {DNNL_ARG_DST, e.operands[3].inner}});
+    finish_out(e.operands[3]);
+    stream_.wait();
   });
 }
 

@@ -129,7 +129,10 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   // Forward only is inference on a frozen model, as the PyTorch peer's frozen TorchScript is: the
   // backend may keep each weight in its primitive's layout from the first forward on.
   std::optional<FrozenWeightsScope> frozen;
-  if (config.forward_only) frozen.emplace(backend);
+  if (config.forward_only) {
+    frozen.emplace(backend);
+    run.model->eval();  // inference: batch norm reads its running statistics, dropout is off
+  }
   for (std::int64_t i = 0; i < config.warmup; ++i) one_step();
   reset_memory_peaks(backend.device_type());
   Profiler& profiler = Profiler::instance();

@@ -94,6 +94,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                   const Tensor& running_var, const BatchNormOptions& options, const Tensor& residual = {},
                   bool relu = false);
 
+// Inference's convolution and batch norm (eval: its running statistics), then the epilogue:
+// batch_norm(conv2d(x, weight), ..., training false, residual, relu). One backend call where no
+// gradient is needed and the backend folds the pattern (FusedPattern::conv_norm: the statistics
+// folded into the convolution's weights and bias); else the ops composed.
+Tensor conv2d_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var, const Conv2dOptions& options,
+                         double eps, const Tensor& residual = {}, bool relu = false);
+
 // x: [N, C, H, W] -> [N, C], the mean of each plane.
 Tensor global_avg_pool2d(const Tensor& x);
 

@@ -186,7 +186,7 @@ BatchNorm2d::BatchNorm2d(std::int64_t channels, const InitOptions& init, bool af
   running_var = register_buffer("running_var", Tensor::full({channels}, 1.0, stat, be));
 }
 
-Tensor BatchNorm2d::forward_fused(const Tensor& x, const Tensor& residual, bool relu) {
+Tensor BatchNorm2d::forward_fused(const Tensor& x, const Tensor& residual, bool relu) const {
   BatchNormOptions o = options;
   o.training = is_training();
   return batch_norm(x, weight, bias, running_mean, running_var, o, residual, relu);

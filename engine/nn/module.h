@@ -166,7 +166,7 @@ class BatchNorm2d : public Module {
  public:
   BatchNorm2d(std::int64_t channels, const InitOptions& init, bool affine = true);
   Tensor forward(const Tensor& x) override { return forward_fused(x, Tensor(), false); }
-  Tensor forward_fused(const Tensor& x, const Tensor& residual, bool relu);
+  Tensor forward_fused(const Tensor& x, const Tensor& residual, bool relu) const;
   Tensor weight, bias, running_mean, running_var;
   BatchNormOptions options;
 

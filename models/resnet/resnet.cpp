@@ -27,11 +27,26 @@ std::shared_ptr<Conv2d> he_conv(std::int64_t in, std::int64_t out, std::int64_t 
   return conv;
 }
 
+// A convolution, its batch norm, then the epilogue (a residual added, a ReLU). Unfused, each op on
+// its own; fused, batch norm takes the epilogue in its own passes, and in eval mode with `fold` the
+// backend may fold the norm into the convolution (conv2d_batch_norm: one call, no pass of its own).
+Tensor conv_norm(const Conv2d& conv, const BatchNorm2d& bn, const Tensor& x, bool fused, bool fold,
+                 const Tensor& residual, bool relu) {
+  if (fused && fold && !bn.is_training())
+    return conv2d_batch_norm(x, conv.weight, bn.weight, bn.bias, bn.running_mean, bn.running_var, conv.options,
+                             bn.options.eps, residual, relu);
+  const Tensor h = conv2d(x, conv.weight, conv.options);
+  if (fused) return bn.forward_fused(h, residual, relu);
+  Tensor out = bn.forward_fused(h, Tensor(), false);
+  if (residual.defined()) out = add(out, residual);
+  return relu ? trainlab::relu(out) : out;
+}
+
 }  // namespace
 
 BasicBlock::BasicBlock(std::int64_t in, std::int64_t out, std::int64_t s, const ResNetConfig& config,
                        const InitOptions& init)
-    : in_channels(in), out_channels(out), stride(s) {
+    : in_channels(in), out_channels(out), stride(s), fold_norm(config.fold_norm) {
   conv1 = register_module("conv1", he_conv(in, out, 3, s, init));
   bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(out, init));
   conv2 = register_module("conv2", he_conv(out, out, 3, 1, init));
@@ -47,17 +62,14 @@ BasicBlock::BasicBlock(std::int64_t in, std::int64_t out, std::int64_t s, const 
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor h = conv2d(x, conv1->weight, conv1->options);
-  h = fused_ ? bn1->forward_fused(h, Tensor(), true) : relu(bn1->forward(h));
-  h = conv2d(h, conv2->weight, conv2->options);
+  const Tensor h = conv_norm(*conv1, *bn1, x, fused_, fold_norm, Tensor(), true);
   Tensor shortcut = x;
   if (down_conv) {
-    shortcut = down_bn->forward(conv2d(x, down_conv->weight, down_conv->options));
+    shortcut = conv_norm(*down_conv, *down_bn, x, fused_, fold_norm, Tensor(), false);
   } else if (stride != 1 || in_channels != out_channels) {
     shortcut = pad_channels(x, out_channels, stride, (out_channels - in_channels) / 2);
   }
-  if (fused_) return bn2->forward_fused(h, shortcut, true);
-  return relu(add(bn2->forward(h), shortcut));
+  return conv_norm(*conv2, *bn2, h, fused_, fold_norm, shortcut, true);
 }
 
 ResNet::ResNet(const InitOptions& init, const ModelInput& input, const ResNetConfig& config)
@@ -93,8 +105,7 @@ Tensor ResNet::forward(const Tensor& x) {
            "ResNet: input must be [N, " + std::to_string(input_.sample[0]) + ", H >= 4, W >= 4], got " +
                shape_str(x.shape()));
   auto stem = [this](const Tensor& in) {
-    const Tensor h = conv2d(in, conv1->weight, conv1->options);
-    return fused_ ? bn1->forward_fused(h, Tensor(), true) : relu(bn1->forward(h));
+    return conv_norm(*conv1, *bn1, in, fused_, config_.fold_norm, Tensor(), true);
   };
   // A block recomputed in backward keeps only its input (engine/core/autograd.h, checkpoint).
   Tensor h = recompute_ == Recompute::all
@@ -147,6 +158,7 @@ ResNetConfig config_of(const ModelOptions& options) {
   c.conv_shortcut = model_option_choice(def, options, "shortcut", {"pad", "conv"}) == "conv";
   c.zero_init_residual = model_option_int(def, options, "zero_init", 0, 1) == 1;
   c.dropout = model_option_number(def, options, "dropout", 0, 0.9);
+  c.fold_norm = model_option_int(def, options, "fold", 0, 1) == 1;
   return c;
 }
 
@@ -175,7 +187,10 @@ ModelDef resnet_model() {
                "a downsampling block's shortcut: pad (option A: subsample, zero channels) or conv (option B: 1x1 "
                "convolution and batch norm)"},
               {"zero_init", "0", "0 | 1", "1: each block's last batch norm starts with weight 0"},
-              {"dropout", "0", "0..0.9", "dropout before the head"}};
+              {"dropout", "0", "0..0.9", "dropout before the head"},
+              {"fold", "0", "0 | 1",
+               "1: in eval mode with --fuse, batch norm folded into each convolution where the backend can "
+               "(measured slower on oneDNN here: off by default)"}};
   def.default_input = ModelInput{{3, 32, 32}, 10};
   def.check = [](const ModelInput& input, const ModelOptions& options) {
     (void)config_of(options);

@@ -22,6 +22,11 @@ struct ResNetConfig {
                                     // (subsample, zero channels), true option B (1x1 conv + batch norm)
   bool zero_init_residual = false;  // each block's last batch norm starts at gamma 0 (Goyal et al. 2017)
   double dropout = 0;               // before the head (0: none)
+  // Eval mode, fused: each convolution and its batch norm as one backend call that folds the norm
+  // into the convolution (conv2d_batch_norm, FusedPattern::conv_norm). Off by default: on the
+  // oneDNN backend here the convolution with its bias, sum and ReLU post-ops measured slower than
+  // the convolution alone and batch norm's own pass (docs/RESULTS.md, the ResNet section).
+  bool fold_norm = false;
 };
 
 // The basic block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), both convolutions 3x3 and
@@ -38,6 +43,7 @@ class BasicBlock : public Module {
   std::shared_ptr<Conv2d> conv1, conv2, down_conv;
   std::shared_ptr<BatchNorm2d> bn1, bn2, down_bn;
   std::int64_t in_channels, out_channels, stride;
+  bool fold_norm = false;
 
  protected:
   void declare_ops(std::set<BackendOp>& ops) const override {

@@ -33,8 +33,10 @@ struct CompareTorchRun {
   double seconds = 0;  // measured seconds per configuration and round
   std::int64_t warmup_steps_excluded = 0;
   std::string command = "compare_torch";
+  std::string model = "smallcnn";  // the model compared (rows before --model: SmallCNN)
   template <class F>
   void fields(F& f) {
+    f.optional("model", model);
     f.optional("batch", batch);
     f.optional("seconds", seconds);
     f.optional("warmup_steps_excluded", warmup_steps_excluded);

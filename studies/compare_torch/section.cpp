@@ -129,7 +129,11 @@ std::string ratios_figure(const std::vector<CompareTorchRow>& configs, const std
 }
 
 std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
-  const auto [run_id, rows] = latest_run(in.read<CompareTorchRow>());
+  // SmallCNN's comparison (`make compare`); a run of another model (compare_torch.py --model) is not it.
+  std::vector<CompareTorchRow> smallcnn;
+  for (auto& row : in.read<CompareTorchRow>())
+    if (row.run.model == "smallcnn") smallcnn.push_back(std::move(row));
+  const auto [run_id, rows] = latest_run(smallcnn);
   if (run_id.empty()) return std::nullopt;
   std::vector<CompareTorchRow> configs;
   for (const auto& row : rows)

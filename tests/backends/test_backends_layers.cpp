@@ -144,3 +144,43 @@ TEST_CASE("backends: dropout draws the same mask on every backend", "[backends]"
     }
   }
 }
+
+TEST_CASE("backends: conv2d_batch_norm, inference's folded pattern, against the composed ops", "[backends]") {
+  Generator gen(125);
+  const Tensor x0 = random({3, 5, 9, 7}, gen), w0 = random({6, 5, 3, 3}, gen, -0.3, 0.3);
+  const Tensor gamma = random({6}, gen, 0.5, 1.5), beta = random({6}, gen), rm = random({6}, gen, -0.2, 0.2),
+               rv = random({6}, gen, 0.5, 2), residual0 = random({3, 6, 9, 7}, gen);
+  const Conv2dOptions o = Conv2dOptions::square(1, 1);
+  std::vector<std::string> names = fast_backends();
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (bool nhwc : {false, true}) {
+      for (int epilogue = 0; epilogue < 3; ++epilogue) {
+        const bool with_residual = epilogue >= 1, relu = epilogue == 2;
+        const auto layout = nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+        auto on = [&](Backend& be, const Tensor& t, bool activation) {
+          Tensor out = t.to(be);
+          if (activation) out = out.to(dtype).contiguous(layout);
+          return out;
+        };
+        NoGradGuard no_grad;
+        BatchNormOptions bn;
+        bn.training = false;
+        const Tensor expected = batch_norm(conv2d(on(ref(), x0, true), on(ref(), w0, true).detach(), o), gamma, beta,
+                                           rm, rv, bn, with_residual ? on(ref(), residual0, true) : Tensor(), relu);
+        for (const auto& name : names) {
+          Backend& be = get_backend(name);
+          if (!runs_here(be, BackendOp::conv2d, dtype, nhwc)) continue;
+          const FusedPattern pattern =
+              FusedPattern::conv_norm(with_residual, relu ? Activation::relu : Activation::none);
+          INFO(name << " " << dtype_name(dtype) << (nhwc ? " nhwc" : " nchw") << " " << pattern.str() << ": "
+                    << be.supports_fused(pattern, dtype, nhwc).how);
+          const Tensor got = conv2d_batch_norm(on(be, x0, true), on(be, w0, true), on(be, gamma, false),
+                                               on(be, beta, false), on(be, rm, false), on(be, rv, false), o, 1e-5,
+                                               with_residual ? on(be, residual0, true) : Tensor(), relu);
+          CHECK(got.memory_format() == expected.memory_format());
+          CHECK(relative_error(got, expected) < tolerance(dtype));
+        }
+      }
+    }
+  }
+}

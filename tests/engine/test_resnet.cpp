@@ -203,3 +203,27 @@ TEST_CASE("resnet: trains, checkpoints and resumes with dropout and parameter gr
   deeper.model.options["depth"] = "2";
   CHECK(error_of([&] { Trainer t(deeper, model_task(deeper)); }).find("layer") != std::string::npos);
 }
+
+TEST_CASE("resnet: eval with batch norm folded into the convolutions equals eval without", "[models]") {
+  Generator gen(9);
+  const Tensor x0 = random_tensor({4, 3, 8, 8}, gen, DType::f32);
+  for (const auto& name : cpu_backends()) {
+    Backend& backend = get_backend(name);
+    const ModelOptions plain{{"width", "8"}, {"depth", "1"}, {"shortcut", "conv"}};
+    ModelOptions folding = plain;
+    folding["fold"] = "1";
+    auto a = small_resnet(backend, plain), b = small_resnet(backend, folding);
+    // Training moves the running statistics away from 0 and 1 (the same on both: same weights, same batch).
+    const Tensor x = x0.to(backend).contiguous(MemoryFormat::channels_last);
+    (void)a->forward(x);
+    (void)b->forward(x);
+    a->eval();
+    b->eval();
+    a->set_fused(true);
+    b->set_fused(true);
+    NoGradGuard no_grad;
+    INFO(name);
+    const auto want = values(a->forward(x)), got = values(b->forward(x));
+    CHECK(max_abs_diff(got, want) <= 1e-4 * (1 + max_abs(want)));
+  }
+}

@@ -174,4 +174,57 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x_in, const Tensor& w_in, const Tens
   return y;
 }
 
+Tensor conv2d_batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& running_mean, const Tensor& running_var, const Conv2dOptions& o, double eps,
+                         const Tensor& residual_in, bool relu) {
+  ops_detail::check_defined("conv2d_batch_norm", "input", x_in);
+  ops_detail::check_defined("conv2d_batch_norm", "weight", w_in);
+  auto composed = [&] {
+    BatchNormOptions bn;
+    bn.eps = eps;
+    bn.training = false;
+    return batch_norm(conv2d(x_in, w_in, o), gamma, beta, running_mean, running_var, bn, residual_in, relu);
+  };
+  const bool grad = GradMode::enabled();
+  bool needs_grad = false;
+  for (const Tensor* t : {&x_in, &w_in, &gamma, &beta, &residual_in})
+    needs_grad = needs_grad || (grad && t->defined() && t->requires_grad());
+  if (needs_grad || x_in.dim() != 4 || w_in.dim() != 4) return composed();
+  Backend& be = x_in.backend();
+  const DType low = autocast_dtype() != DType::f32 && x_in.dtype() == DType::f32 ? autocast_dtype() : x_in.dtype();
+  const FusedPattern pattern =
+      FusedPattern::conv_norm(residual_in.defined(), relu ? Activation::relu : Activation::none);
+  if (!be.supports_fused(pattern, low, x_in.memory_format() == MemoryFormat::channels_last).runs()) return composed();
+  TL_SPAN("conv2d_batch_norm.forward");
+  const Tensor x = autocast_low(x_in), w = autocast_low(w_in);
+  const Conv2dShape s = checked_shape("conv2d_batch_norm", x, w, Tensor(), o);
+  const DType stat = batch_norm_stat_dtype(x.dtype());
+  auto stat_tensor = [&](const Tensor& t, const char* what) {
+    if (!t.defined()) return t;
+    TL_CHECK(t.dim() == 1 && t.size(0) == s.out_channels, std::string("conv2d_batch_norm: ") + what + " must be [" +
+                                                              std::to_string(s.out_channels) + "], got " +
+                                                              shape_str(t.shape()));
+    return ops_detail::dense(t.dtype() == stat ? t : t.to(stat));
+  };
+  TL_CHECK(running_mean.defined() && running_var.defined(),
+           "conv2d_batch_norm: the running statistics are undefined (inference reads them)");
+  const Tensor g = stat_tensor(gamma, "weight"), b = stat_tensor(beta, "bias");
+  const Tensor rm = stat_tensor(running_mean, "running_mean"), rv = stat_tensor(running_var, "running_var");
+  const MemoryFormat format = x.memory_format();
+  const Shape out_shape{s.batch, s.out_channels, s.out_h(), s.out_w()};
+  Tensor residual;
+  if (residual_in.defined()) {
+    TL_CHECK(residual_in.shape() == out_shape, "conv2d_batch_norm: residual " + shape_str(residual_in.shape()) +
+                                                   " differs from the output " + shape_str(out_shape));
+    residual = ops_detail::dense(residual_in.dtype() == x.dtype() ? residual_in : residual_in.to(x.dtype()), format);
+  }
+  const Tensor sx = ops_detail::dense(x, format), sw = ops_detail::dense(w);
+  Tensor y = Tensor::empty(out_shape, x.dtype(), be, format);
+  auto raw = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data() : nullptr; };
+  be.conv2d_norm_forward(x.dtype(), s, sx.raw_data(), sw.raw_data(),
+                         BatchNormFold{raw(g), raw(b), rm.raw_data(), rv.raw_data(), eps},
+                         BatchNormEpilogue{raw(residual), relu}, y.raw_data());
+  return y;
+}
+
 }  // namespace trainlab
