@@ -58,15 +58,14 @@ std::string dataset_report(const std::vector<DatasetArm>& arms) {
   const DatasetArm& control = arms.front();
   const Calibration loader_cal = calibrate(control.loader, cal_arm->loader);
   const Calibration train_cal = calibrate(control.train, cal_arm->train);
-  std::string out =
-      fmt::format("noise floor ({} against itself): loader {:.1f}%, training {:.1f}%{}\n\n", control.name,
-                  loader_cal.noise_floor_percent, train_cal.noise_floor_percent,
-                  loader_cal.valid && train_cal.valid ? ""
-                  : !loader_cal.valid && !train_cal.valid
-                      ? " (both measures' two copies came out separable: NO CONCLUSION for the arms they invalidate)"
-                  : !loader_cal.valid
-                      ? " (the loader's two copies came out separable: NO CONCLUSION for the arms it invalidates)"
-                      : " (training's two copies came out separable: NO CONCLUSION for the arms it invalidates)");
+  std::string out = fmt::format(
+      "noise floor ({} against itself): loader {:.1f}%, training {:.1f}%{}\n\n", control.name,
+      loader_cal.noise_floor_percent, train_cal.noise_floor_percent,
+      loader_cal.valid && train_cal.valid ? ""
+      : !loader_cal.valid && !train_cal.valid
+          ? " (both measures' two copies came out separable: NO CONCLUSION for the arms they invalidate)"
+      : !loader_cal.valid ? " (the loader's two copies came out separable: NO CONCLUSION for the arms it invalidates)"
+                          : " (training's two copies came out separable: NO CONCLUSION for the arms it invalidates)");
   out += fmt::format(
       "| arm | files | bytes/sample | loader samples/s | read us/sample | decode us/sample | training samples/s | "
       "data wait ms/step | loader vs {} | training vs {} |\n|---|---|---|---|---|---|---|---|---|---|\n",
