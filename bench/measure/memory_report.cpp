@@ -42,6 +42,9 @@ StepMemoryReport measure_step_memory(TrainConfig config, const TrainTask& task, 
   r.described = !chain.empty();
   r.estimate = estimate_training_memory(r.parameters, param_dtype, config.execution.dtype,
                                         optimizer_name(config.optimizer.kind), config.optimizer.momentum, chain);
+  // The model's buffers (batch norm's running statistics) live with its parameters and count as them.
+  for (const auto& [name, buffer] : trainer.model().named_buffers())
+    r.estimate.parameters += static_cast<double>(buffer.numel() * dtype_size(buffer.dtype()));
   return r;
 }
 

@@ -143,6 +143,10 @@ void backward_pass(const ChainPlan& p, const std::vector<double>& block_transien
       e.backward_peak_at = at;
     }
   };
+  // The residual path's gradient, held between the op that makes it and the op that sums it in;
+  // `shared`: still the very tensor the main path carries (an add passed it both ways).
+  double held = 0;
+  bool shared = false;
   for (std::size_t k = n; k-- > 0;) {
     const ChainOp& op = ops[k];
     if (p.last_of_block(k)) {
@@ -150,16 +154,36 @@ void backward_pass(const ChainPlan& p, const std::vector<double>& block_transien
       // into it waiting; then what it saves stays for its backward. Its result, when its last op
       // saves it for itself, is released first and made again (engine/core/autograd.h, checkpoint).
       const double result = p.lifetime[k] == ChainLifetime::saved_self ? op.out_bytes : 0.0;
-      note_backward(acts - result + block_transient[k], received, op.name + " (recomputed)");
+      note_backward(acts - result + block_transient[k], received + (shared ? 0 : held), op.name + " (recomputed)");
       std::size_t first = k;
       while (first > 0 && p.in_block_with(first - 1, k)) --first;
       for (std::size_t j = first; j <= k; ++j) acts += p.recomputed[j];
     }
+    const double side_made = op.side == ChainSide::branch || op.side == ChainSide::transform ? op.side_bytes : 0;
+    const double side_held = shared ? 0 : held;
     // The op's own backward, then the casts of its weight gradients to the f32 masters.
-    const double during = received + op.scratch_bytes + op.dx_bytes + op.dw_bytes;
-    const double casting = op.dx_bytes + op.dw_bytes + op.dw_master_bytes;
+    const double during = received + op.scratch_bytes + op.dx_bytes + op.dw_bytes + side_held + side_made;
+    const double casting = op.dx_bytes + op.dw_bytes + op.dw_master_bytes + side_held + side_made;
     for (double ws : {during, casting}) note_backward(acts, ws, op.name);
     acts -= p.saved_for[k];
+    if (op.side == ChainSide::join && held > 0) {
+      // Its input's gradient and the residual's summed into a new tensor (autograd.cpp: sum_into),
+      // the gradient it received already released by its backward.
+      note_backward(acts, op.dx_bytes + op.dw_bytes + side_held + op.dx_bytes, op.name + " (sum)");
+      held = 0;
+      shared = false;
+    }
+    if (op.side == ChainSide::transform) {
+      held = op.side_bytes;  // the shortcut's input gradient; the main path's passes on unchanged
+      continue;
+    }
+    if (op.side == ChainSide::branch) held = op.side_bytes;
+    if (op.side == ChainSide::alias) {
+      held = received;
+      shared = true;
+    } else if (!op.passes_gradient) {
+      shared = false;  // the main path moves on: the residual's gradient is its own tensor now
+    }
     if (!op.passes_gradient) received = op.dx_bytes;
     if (received == 0) break;  // nothing flows further back
   }

@@ -54,6 +54,15 @@ enum class ChainLifetime {
   forward,     // held until the forward ends, then freed
 };
 
+// A residual block's second gradient path, for the backward of y = f(x) + shortcut(x), whose chain
+// is f's ops in order: the op that adds the residual makes its gradient beside its own input's
+// (branch: side_bytes allocated, then held; alias: the gradient it received is also the residual's,
+// held past the next op without a copy, as an add's backward passes it both ways), an op on the
+// shortcut that turns the held gradient into its input's (transform: side_bytes allocated, the
+// held one freed), and the block's first op, whose input is x: its gradient and the held one are
+// summed into a new tensor (join), the gradient that flows on.
+enum class ChainSide { none, branch, alias, transform, join };
+
 struct ChainOp {
   std::string name;
   double out_bytes = 0;  // the output it allocates
@@ -68,6 +77,10 @@ struct ChainOp {
   bool passes_gradient = false;
   double scratch_bytes = 0, dw_bytes = 0, dw_master_bytes = 0;
   int outlives = 1;  // next_op: how many of the following ops' outputs appear before it is freed
+  // The residual path's role of this op in backward (ChainSide) and the gradient it allocates there.
+  // A transform op is not on the main path: the gradient the main path carries passes it unchanged.
+  ChainSide side = ChainSide::none;
+  double side_bytes = 0;
   // Recomputation (engine/core/autograd.h, checkpoint): consecutive ops with the same block >= 0 are one
   // recomputed block. What they save is dropped when the block ends (its output and its input
   // stay) and made again when backward reaches the block's last op.

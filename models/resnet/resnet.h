@@ -66,7 +66,12 @@ class ResNet : public Module {
   // residual networks).
   bool decays(const std::string& name) const override { return no_decay_.count(name) == 0; }
   double flop_per_sample(bool forward_only) const override;
+  // The forward as the memory estimate sees it (models/resnet/resnet_memory.cpp): each block's ops in
+  // recording order with what they allocate, save and make in backward, the residual's gradient as
+  // the chain's second path (ChainSide), fused or composed as set, recomputation per block.
+  std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const override;
   const ResNetConfig& config() const { return config_; }
+  bool fused() const { return fused_; }
   const ModelInput& input() const { return input_; }
   std::shared_ptr<Conv2d> conv1;
   std::shared_ptr<BatchNorm2d> bn1;
