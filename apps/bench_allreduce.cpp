@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       ->check(FiniteRange(0.1, 86400.0));
   app.add_option("--comm", o.comm_kind, "communicator: mpi, or nccl (CUDA builds, one GPU per rank)")
       ->capture_default_str();
-  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<cpu|cuda>.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<cpu|cuda>.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   app.add_option("--run-id", o.run_id,
                  "the run the rows join (a variant sweep's processes share one: bench/allreduce_variants.py)");
@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
       ->check(FiniteRange(1, 100000));
   app.add_option("--write-tuning", o.tune_path,
                  "time ring, recursive_doubling and halving_doubling and write allreduce auto's thresholds for this "
-                 "world size into this file (its other world sizes kept); the config's allreduce_tuning reads it");
+                 "world size into this file (its other world sizes kept); the config's allreduce_tuning reads it")
+      ->check(NonEmptyPath());
   app.add_option("--node-size", o.node_size,
                  "time the hierarchical all-reduce with this many consecutive ranks per node (dividing the world), "
                  "and the two links its prediction is fitted to; the run ends on prediction against measurement")

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-iters", o.max_iters, "at most this many samples")->check(FiniteRange(1, 100000));
   app.add_option("--comm-timeout", o.timeout, "seconds any wait may take before the job is ended")
       ->check(FiniteRange(0.1, 86400.0));
-  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_buckets")) return *status;
   return bench::run_buckets_study(o);

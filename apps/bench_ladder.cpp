@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   ModelConfig model;
   const ModelFlags model_flags = add_model_options(
       app, model, "the model every rung trains, in place of the ladder file's (its model: key, else smallcnn)");
-  app.add_option("--ledger", ledger_path, "ledger file (default results/ledger_<device>.jsonl)");
+  app.add_option("--ledger", ledger_path, "ledger file (default results/ledger_<device>.jsonl)")->check(NonEmptyPath());
   app.add_option("--report", report_path, "REPORT.md to regenerate after the run");
   app.add_flag("--no-report", no_report, "do not regenerate the report");
   if (const auto status = parse_command_line(app, argc, argv, "bench_ladder")) return *status;

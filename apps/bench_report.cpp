@@ -18,8 +18,8 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_report: REPORT.md and its figure from a ledger", "bench_report"};
   bench::ReportOptions options;
   options.ledger_path = bench::default_ledger_path("cpu");
-  app.add_option("--ledger", options.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
-  app.add_option("--out", options.out_path, "the report to write (default results/REPORT.md)");
+  app.add_option("--ledger", options.ledger_path, "ledger (default results/ledger_cpu.jsonl)")->check(NonEmptyPath());
+  app.add_option("--out", options.out_path, "the report to write (default results/REPORT.md)")->check(NonEmptyPath());
   app.add_option("--run", options.run_id, "the run to report (default: the ledger's latest)");
   app.add_option("--readme", options.readme_path,
                  "also rewrite the generated blocks (each study's table) between their markers in this file "

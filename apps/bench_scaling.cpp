@@ -5,7 +5,7 @@
 // each run's time the slowest rank's. Prints seed 000's two tables, the communication fraction by
 // the paired no_sync comparison (repeated, with its spread, flagged when unusable), the
 // decode-cost-0 ablation, DDP's overlap, the per-rank step-time distribution naming the slowest
-// rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's (SmallCNN only: the peer's model).
+// rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's (SmallCNN and ResNet: the peer's twins).
 // --model NAME trains another registered model in every run. Every run is a ledger row.
 #include "apps/cli_parse.h"
 #include "apps/model_option.h"
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_scaling: weak and strong scaling of DDP training at world sizes 1, 2 and 4", "bench_scaling"};
   bench::ScalingOptions o;
   o.peer_script = std::string(TRAINLAB_SOURCE_DIR) + "/bench/peers/torch_ddp.py";
-  add_model_options(app, o.model, "the model every run trains (the PyTorch DDP peer runs beside SmallCNN only)");
+  add_model_options(app, o.model, "the model every run trains (the PyTorch DDP peer runs beside SmallCNN and ResNet)");
   app.add_option("--worlds", o.worlds, "world sizes, at most the launched ranks")->capture_default_str();
   app.add_option("--repeats", o.repeats, "repeats per configuration, interleaved")->check(FiniteRange(1, 100));
   app.add_option("--batch", o.batch, "weak scaling: per-worker batch")->check(FiniteRange(1, 65536));
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
                  "DDP communicator: mpi, or nccl (CUDA builds, with --backend cuda, one GPU per rank)")
       ->check(CLI::IsMember({"mpi", "nccl"}))
       ->capture_default_str();
-  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_scaling")) return *status;
   return bench::run_scaling_study(o);

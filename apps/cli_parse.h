@@ -49,6 +49,17 @@ inline CLI::Validator StrictUnsigned(std::uint64_t max) {
       "UINT in [0 - " + std::to_string(max) + "]");
 }
 
+// A path that must name something: an empty value ("--ledger ''") is refused, never read as "no
+// file" (bench_allreduce --ledger '' --write-tuning '' exited 0 having written nothing).
+inline CLI::Validator NonEmptyPath() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        return input.empty() ? std::string("an empty path: name a file (leave the option out for its default)")
+                             : std::string();
+      },
+      "PATH");
+}
+
 // Parses argv. --help and --version print and yield exit status 0; bad input prints one line,
 // "<tool>: error: ..." (never a usage dump), and yields 2; a good parse yields nothing.
 inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv, const char* tool) {

@@ -38,10 +38,11 @@ int main(int argc, char** argv) {
       app, o.model,
       "the model every configuration trains, in place of the study file's (its model: key, else smallcnn); a "
       "target is a property of the model too");
-  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<device>.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_<device>.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   app.add_option("--scaling-ledger", o.scaling_ledger,
-                 "a ledger with a bench_scaling run: the time and $ to target at each world size");
+                 "a ledger with a bench_scaling run: the time and $ to target at each world size")
+      ->check(NonEmptyPath());
   if (const auto status = parse_command_line(app, argc, argv, "cost_to_accuracy")) return *status;
   if (app.count("--rate") > 0 && !std::isfinite(o.rate)) {
     std::fprintf(stderr, "cost_to_accuracy: error: --rate %g is not a price in $/hour (a finite number > 0)\n", o.rate);

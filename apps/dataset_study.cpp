@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
       ->check(FiniteRange(0, 1024));
   app.add_flag("--warm", o.warm, "keep the page cache (default: cold, dropped before each loader measurement)");
   app.add_flag("--quick", o.quick, "a small run for tests: 512 samples at 32 px, 2 rounds, 5 steps");
-  app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)")
+      ->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "write no ledger rows");
   if (const auto status = parse_command_line(app, argc, argv, "dataset_study")) return *status;
   try {

@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   app.add_option("--python", o.python, "the interpreter with PyTorch")->capture_default_str();
   app.add_option("--peer", o.peer_script, "the PyTorch peer script")->capture_default_str();
   app.add_flag("--no-peer", o.no_peer, "trainlab only (as with any --model but SmallCNN and ResNet)");
-  app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger to append to (default: results/ledger_cpu.jsonl)")
+      ->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "write no ledger rows");
   if (const auto status = parse_command_line(app, argc, argv, "fashion_study")) return *status;
   o.layout = parse_memory_format(layout);

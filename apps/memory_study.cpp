@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--comm-timeout", o.timeout, "seconds any wait may take")->check(FiniteRange(0.1, 86400.0));
   app.add_flag("--quick", o.quick,
                "a smoke run: batches 32,128, recompute none,convs, 2 repeats of 2 + 3 steps (unless given)");
-  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "memory_study")) return *status;
   o.recompute_given = app.count("--recompute") > 0;

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       ->check(FiniteRange(0, 1000))
       ->capture_default_str();
   app.add_option("--backend", o.backend, "CPU backend (default: the best one)");
-  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)");
+  app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   app.add_option("--trace", o.trace_path,
                  "a Chrome trace of pinned_split, an extra repeat before the rounds (not counted)");

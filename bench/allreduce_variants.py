@@ -78,6 +78,31 @@ def failed_rows(template, algorithm, malloc, sizes, round_, run_id, error):
     return rows
 
 
+def check_ledger(path):
+    """Why `path` cannot be a ledger to append to ("" when it can), as bench_allreduce's own check says
+    it: nothing yet, or a regular file whose first line is a ledger row (a JSON object with "schema")."""
+    if not os.path.lexists(path):
+        return ""
+    if not os.path.isfile(path):
+        return "not a regular file (a ledger is a regular file, appended to and read back)"
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 16)
+    except OSError as error:
+        return f"cannot be read: {error.strerror}"
+    if not first:
+        return ""
+    if not first.endswith(b"\n"):
+        return "" if first.startswith(b"{") else "not a ledger: its first line is not a ledger row"
+    try:
+        row = json.loads(first)
+    except ValueError:
+        row = None
+    if not isinstance(row, dict) or "schema" not in row:
+        return "not a ledger: its first line is not a ledger row (a JSON object with \"schema\")"
+    return ""
+
+
 def run_rows(path, run_id):
     """The run's all-reduce rows in the ledger (lines that do not parse are left to bench_report)."""
     rows = []
@@ -115,6 +140,9 @@ def main():
         raise SystemExit(f"allreduce_variants: error: --rounds {args.rounds}: at least 1")
     if not args.ledger:
         raise SystemExit("allreduce_variants: error: --ledger is required (the run's rows are the result)")
+    ledger_problem = check_ledger(args.ledger)
+    if ledger_problem:
+        raise SystemExit(f"allreduce_variants: error: --ledger {args.ledger!r}: {ledger_problem}")
     if not os.access(args.bench, os.X_OK):
         raise SystemExit(f"allreduce_variants: error: {args.bench} is not an executable (make build first)")
     for kv in args.mca:

@@ -470,7 +470,9 @@ GradDumpCommand add_grad_dump(CLI::App& app) {
   c.command->add_option("--batch", c.batch, "tensors 'images' f32 [N, C, H, W] and 'labels' i64 [N]")
       ->required()
       ->check(CLI::ExistingFile);
-  c.command->add_option("--out", c.out, "output: 'loss' and one gradient per parameter")->required();
+  c.command->add_option("--out", c.out, "output: 'loss' and one gradient per parameter")
+      ->required()
+      ->check(NonEmptyPath());
   c.command->add_option("--backend", c.options.backend, "backend (default: the best CPU backend)");
   c.command->add_option("--dtype", c.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
   c.command->add_option("--layout", c.layout, "nchw | nhwc")->check(CLI::IsMember({"nchw", "nhwc"}));

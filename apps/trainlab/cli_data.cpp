@@ -49,7 +49,8 @@ void add_make_dataset(CLI::App& app, DataCommands& c) {
                    "with --from: the class names in label order, comma-separated (default: the source's)")
       ->delimiter(',');
   c.make->add_option("--out", c.write.out, "the data set's directory (new or empty; --overwrite replaces a data set)")
-      ->required();
+      ->required()
+      ->check(NonEmptyPath());
   c.make->add_option("--layout", c.layout, "shards | files")
       ->capture_default_str()
       ->check(CLI::IsMember({"shards", "files"}));
@@ -91,7 +92,9 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
                                 "decode), the loader's cap, and the data wait of a training step at each count; rows "
                                 "in the ledger");
   bench::LoaderBenchOptions& b = c.bench;
-  c.loader->add_option("--data", b.data, "the data set directory (trainlab make-dataset)")->required();
+  c.loader->add_option("--data", b.data, "the data set directory (trainlab make-dataset)")
+      ->required()
+      ->check(NonEmptyPath());
   c.loader->add_option("--workers", c.workers, "worker counts, comma-separated (0: load on the consuming thread)")
       ->capture_default_str();
   c.loader->add_flag("--cold", b.cold, "drop the data set's pages from the page cache before each measurement");
@@ -111,7 +114,8 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
   c.loader->add_option("--backend", b.backend, "the training step's backend (default: the best CPU backend)");
   c.loader->add_option("--threads", b.threads, "the training step's compute threads (0: all cores) [0..1024]")
       ->check(FiniteRange(0, 1024));
-  c.loader->add_option("--ledger", b.ledger, "the ledger to append to (default: results/ledger_cpu.jsonl)");
+  c.loader->add_option("--ledger", b.ledger, "the ledger to append to (default: results/ledger_cpu.jsonl)")
+      ->check(NonEmptyPath());
   c.budget = app.add_subcommand("throughput-budget",
                                 "seed 002's analytic model: demanded vs supplied samples/s, the expected utilisation, "
                                 "and the straggler tail 1-(1-p)^N at N and 2N ranks (--seed-case: the seed's example)");
@@ -142,7 +146,8 @@ void add_data_commands(CLI::App& app, DataCommands& c) {
   bench::DiagnoseOptions& d = c.diagnose_options;
   c.diagnose->add_option("RUN", d.target, "a run id (in --ledger), a Chrome trace (.json) or a checkpoint directory")
       ->required();
-  c.diagnose->add_option("--ledger", d.ledger, "the ledger the run recorded to (default: results/ledger_cpu.jsonl)");
+  c.diagnose->add_option("--ledger", d.ledger, "the ledger the run recorded to (default: results/ledger_cpu.jsonl)")
+      ->check(NonEmptyPath());
   c.diagnose->add_option("--against", d.against,
                          "an earlier run id in the same ledger: layout, config and environment "
                          "compared with it");

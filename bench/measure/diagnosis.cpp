@@ -94,7 +94,10 @@ double resume_lr(const StateDict& scheduler) {
   options.lr = scheduler.number("base_lr", owner);
   SGD optimizer(NamedTensors{}, options);
   const std::int64_t t = scheduler.integer("last_step", owner);
-  if (kind == "constant") return ConstantLR(optimizer, options.lr).lr_at(t);
+  if (kind == "constant") {
+    const auto warmup = scheduler.integers.find("warmup_steps");  // saved only where there is one
+    return ConstantLR(optimizer, options.lr, warmup == scheduler.integers.end() ? 0 : warmup->second).lr_at(t);
+  }
   TL_CHECK(kind == "warmup_cosine", "scheduler state: unknown schedule " + quote_value(kind));
   return WarmupCosineLR(optimizer, options.lr, scheduler.integer("warmup_steps", owner),
                         scheduler.integer("total_steps", owner), scheduler.number("min_lr", owner))

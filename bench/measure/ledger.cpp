@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -73,6 +74,12 @@ Environment current_environment(Backend& backend) {
   return env;
 }
 
+Ledger::Ledger(std::string path) : path_(std::move(path)) {
+  std::error_code ec;
+  if (!path_.empty() && (std::filesystem::exists(path_, ec) || std::filesystem::is_symlink(path_, ec)))
+    check_ledger_path();
+}
+
 void Ledger::check_ledger_path() const {
   // Appended to and read back: a regular file (a link to one is followed) or nothing yet.
   std::error_code ec;
@@ -80,10 +87,34 @@ void Ledger::check_ledger_path() const {
     check_output_file(path_, "ledger");
     return;
   }
+  std::uint64_t size = 0;
   try {
-    regular_file_size(path_);
+    size = regular_file_size(path_);
   } catch (const Error& e) {
     throw Error("ledger " + std::string(e.what()) + " (a ledger is a regular file, appended to and read back)");
+  }
+  if (size == 0) return;
+  // Something else under a ledger's name (a user's notes, a report) is never appended to: its first
+  // line must be a row (a JSON object with "schema"), or the start of one an interrupted first write
+  // left.
+  std::ifstream in(path_, std::ios::binary);
+  std::string first(std::min<std::uint64_t>(size, 1 << 16), '\0');
+  in.read(first.data(), static_cast<std::streamsize>(first.size()));
+  first.resize(static_cast<std::size_t>(in.gcount()));
+  const std::size_t newline = first.find('\n');
+  bool row = false;
+  if (newline == std::string::npos) {
+    row = size <= first.size() && !first.empty() && first[0] == '{';  // a torn first row
+  } else {
+    const json parsed = json::parse(first.substr(0, newline), nullptr, false);
+    row = parsed.is_object() && parsed.contains("schema");
+  }
+  if (!row) {
+    std::string shown = first.substr(0, std::min<std::size_t>({newline, first.size(), 60}));
+    for (char& c : shown) c = std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+    throw Error("ledger '" + path_ + "' is not a ledger: its first line is not a ledger row (a JSON object with " +
+                "\"schema\"): '" + shown + "'; name a new file or an existing ledger (a ledger whose first row " +
+                "was damaged: remove that line)");
   }
 }
 

@@ -103,7 +103,9 @@ std::string row_problem(const json& row);
 
 class Ledger {
  public:
-  explicit Ledger(std::string path) : path_(std::move(path)) {}
+  // A path that holds something other than a ledger (a directory, a user's text) is refused here,
+  // before a tool measures anything; nothing there yet is fine.
+  explicit Ledger(std::string path);
   const std::string& path() const { return path_; }
 
   // Appends one row (adding "schema" and "time"); the row must carry "device": {"name", ...}.

@@ -420,8 +420,27 @@ void LRScheduler::load_state_dict(const StateDict& state) {
   optimizer_.set_lr(lr_at(t_));
 }
 
-ConstantLR::ConstantLR(Optimizer& optimizer, double base_lr) : LRScheduler(optimizer, base_lr) {
+ConstantLR::ConstantLR(Optimizer& optimizer, double base_lr, std::int64_t warmup_steps)
+    : LRScheduler(optimizer, base_lr), warmup_steps_(warmup_steps) {
+  TL_CHECK(warmup_steps >= 0, "constant: warmup_steps must be >= 0, got " + std::to_string(warmup_steps));
   optimizer_.set_lr(lr_at(0));
+}
+
+double ConstantLR::lr_at(std::int64_t t) const {
+  if (t < warmup_steps_) return base_lr_ * static_cast<double>(t + 1) / static_cast<double>(warmup_steps_);
+  return base_lr_;
+}
+
+// A warm-up is in the state only when there is one: checkpoints of plain constant runs stay as they were.
+void ConstantLR::add_state(StateDict& state) const {
+  if (warmup_steps_ > 0) state.integers["warmup_steps"] = warmup_steps_;
+}
+
+void ConstantLR::check_state(const StateDict& state) const {
+  const auto it = state.integers.find("warmup_steps");
+  const std::int64_t saved = it == state.integers.end() ? 0 : it->second;
+  TL_CHECK(saved == warmup_steps_, "constant schedule state was saved with warmup_steps " + std::to_string(saved) +
+                                       "; this run uses warmup_steps " + std::to_string(warmup_steps_));
 }
 
 WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, double base_lr, std::int64_t warmup_steps,

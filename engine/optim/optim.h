@@ -144,15 +144,19 @@ class LRScheduler {
   std::int64_t t_ = 0;
 };
 
+// base_lr throughout, or after a linear warm-up from base_lr / warmup_steps over the first
+// warmup_steps (Goyal et al. 2017's gradual warm-up, which the linear scaling rule of a larger batch
+// needs).
 class ConstantLR final : public LRScheduler {
  public:
-  ConstantLR(Optimizer& optimizer, double base_lr);
+  ConstantLR(Optimizer& optimizer, double base_lr, std::int64_t warmup_steps = 0);
   std::string name() const override { return "constant"; }
-  double lr_at(std::int64_t) const override { return base_lr_; }
+  double lr_at(std::int64_t t) const override;
 
  private:
-  void add_state(StateDict&) const override {}
-  void check_state(const StateDict&) const override {}
+  void add_state(StateDict& state) const override;
+  void check_state(const StateDict& state) const override;
+  std::int64_t warmup_steps_;
 };
 
 // Linear warm-up from base_lr / warmup_steps to base_lr over the first warmup_steps, then cosine

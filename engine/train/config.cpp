@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "backends/registry.h"
+#include "engine/io/fileio.h"
 #include "engine/io/yaml_file.h"
 
 namespace trainlab {
@@ -227,7 +228,8 @@ std::vector<ConfigField> model_and_optimizer_fields() {
       enum_field<ScheduleKind>("schedule", TL_KEY(optimizer.schedule),
                                {{"constant", ScheduleKind::constant}, {"warmup_cosine", ScheduleKind::warmup_cosine}},
                                "learning-rate schedule"),
-      int_field("warmup_steps", TL_KEY(optimizer.warmup_steps), 0, kMaxInt, "linear warm-up steps (warmup_cosine)"),
+      int_field("warmup_steps", TL_KEY(optimizer.warmup_steps), 0, kMaxInt,
+                "linear warm-up steps (warmup_cosine; constant: then held)"),
       double_field("min_lr", TL_KEY(optimizer.min_lr), 0.0, 10.0, false, "final learning rate (warmup_cosine)"),
       seed_field(),
   };
@@ -441,6 +443,18 @@ void validate_config(const TrainConfig& config) {
                                                           ")");
   check_backend_name(config.execution.backend);
   check_model_keys(find_model(config.model.name), config.model.options);
+  // The tuning file is checked at every world size, world 1 included (where no DDP reads it): a file
+  // that is not there, or a setting that would never read it, is said before the run.
+  if (!config.parallel.allreduce_tuning.empty()) {
+    TL_CHECK(config.parallel.allreduce == AllreduceAlgorithm::automatic,
+             "allreduce_tuning " + quote_value(config.parallel.allreduce_tuning) +
+                 " is read by allreduce auto only, and the all-reduce is " + allreduce_name(config.parallel.allreduce));
+    try {
+      (void)regular_file_size(config.parallel.allreduce_tuning);
+    } catch (const Error& e) {
+      throw Error("allreduce_tuning: " + std::string(e.what()) + " (bench_allreduce --write-tuning writes one)");
+    }
+  }
   if (config.optimizer.schedule == ScheduleKind::warmup_cosine) {
     TL_CHECK(config.steps > config.optimizer.warmup_steps, "warmup_cosine: steps (" + std::to_string(config.steps) +
                                                                ") must exceed warmup_steps (" +

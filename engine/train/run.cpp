@@ -21,7 +21,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, const NamedT
 std::unique_ptr<LRScheduler> make_scheduler(const OptimizerConfig& o, Optimizer& optimizer, std::int64_t steps) {
   if (o.schedule == ScheduleKind::warmup_cosine)
     return std::make_unique<WarmupCosineLR>(optimizer, o.lr, o.warmup_steps, steps, o.min_lr);
-  return std::make_unique<ConstantLR>(optimizer, o.lr);
+  return std::make_unique<ConstantLR>(optimizer, o.lr, o.warmup_steps);
 }
 }  // namespace
 

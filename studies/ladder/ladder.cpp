@@ -87,8 +87,17 @@ LadderSpec ladder_from_yaml(const YAML::Node& root, const std::string& path) {
       const std::string kind = root["lr_rule"]["kind"].as<std::string>();
       TL_CHECK(kind == "linear",
                path + ": lr_rule kind must be 'linear' (lr = base lr * batch / base_batch), got '" + kind + "'");
+      for (const auto& item : root["lr_rule"]) {
+        const std::string key = item.first.as<std::string>();
+        TL_CHECK(key == "kind" || key == "base_batch" || key == "warmup_steps",
+                 path + ": lr_rule: unknown key " + quote_value(key) + " (allowed: kind, base_batch, warmup_steps)");
+      }
       spec.lr_rule.base_batch = root["lr_rule"]["base_batch"].as<std::int64_t>();
       TL_CHECK(spec.lr_rule.base_batch >= 1, path + ": lr_rule base_batch must be >= 1");
+      if (root["lr_rule"]["warmup_steps"])
+        spec.lr_rule.warmup_steps = root["lr_rule"]["warmup_steps"].as<std::int64_t>();
+      TL_CHECK(spec.lr_rule.warmup_steps >= 0,
+               path + ": lr_rule warmup_steps must be >= 0, got " + std::to_string(spec.lr_rule.warmup_steps));
     }
     TL_CHECK(root["rungs"] && root["rungs"].IsSequence() && root["rungs"].size() >= 1,
              path + ": rungs must be a list with at least the baseline");
@@ -176,8 +185,13 @@ std::vector<TrainConfig> rung_configs(const LadderSpec& spec, const std::string&
     }
     // The LR follows from the batch unless the rung sets it (then it is a knob of its own).
     // (As decimal text of 10 significant digits, the way a ladder file would declare it.)
-    if (!rung.set.count("lr") && rung.set.count("batch"))
-      current.optimizer.lr = std::stod(number_text(rule.lr_for(current.batch)));
+    // A larger LR by the rule warms up over the rule's steps, as part of the same change.
+    if (!rung.set.count("lr") && rung.set.count("batch")) {
+      const double lr = std::stod(number_text(rule.lr_for(current.batch)));
+      if (lr > current.optimizer.lr && rule.warmup_steps > 0 && !rung.set.count("warmup_steps"))
+        current.optimizer.warmup_steps = rule.warmup_steps;
+      current.optimizer.lr = lr;
+    }
     out.push_back(current);
   }
   return out;
@@ -190,25 +204,30 @@ std::optional<Change> single_change(const TrainConfig& before, const TrainConfig
     if (kBookkeeping.count(field.key) == 0 && !field.same(before, after)) changed.push_back(&field);
   }
   if (changed.empty()) return std::nullopt;
-  auto is = [](const ConfigField* f, const char* key) { return f->key == key; };
-  // batch with the LR its rule gives is one change.
-  if (changed.size() == 2 && std::any_of(changed.begin(), changed.end(), [&](auto* f) { return is(f, "batch"); }) &&
-      std::any_of(changed.begin(), changed.end(), [&](auto* f) { return is(f, "lr"); })) {
+  const auto has = [&](const char* key) {
+    return std::any_of(changed.begin(), changed.end(), [&](const ConfigField* f) { return f->key == key; });
+  };
+  // batch with the LR its rule gives (and, where the rule has one, its warm-up) is one change.
+  const bool warmed = has("warmup_steps") && rule.warmup_steps > 0 && after.optimizer.warmup_steps == rule.warmup_steps;
+  if (changed.size() == (warmed ? 3u : 2u) && has("batch") && has("lr")) {
     LrRule r = rule;
     r.base_lr = before.optimizer.lr * static_cast<double>(rule.base_batch) / static_cast<double>(before.batch);
     const double expected = r.lr_for(after.batch);
     if (std::abs(after.optimizer.lr - expected) <= 1e-12 * std::max(1.0, std::abs(expected))) {
       const ConfigField& lr = config_field("lr");
-      return Change{"batch (+ LR rule)", std::to_string(before.batch) + " (lr " + lr.get(before) + ")",
-                    std::to_string(after.batch) + " (lr " + lr.get(after) + ")"};
+      const std::string warmup = warmed ? fmt::format(", {}-step warm-up", rule.warmup_steps) : "";
+      return Change{warmed ? "batch (+ LR rule, warm-up)" : "batch (+ LR rule)",
+                    std::to_string(before.batch) + " (lr " + lr.get(before) + ")",
+                    std::to_string(after.batch) + " (lr " + lr.get(after) + warmup + ")"};
     }
   }
   if (changed.size() > 1) {
     std::string names;
     for (const ConfigField* f : changed)
       names += (names.empty() ? "" : ", ") + f->key + " (" + f->get(before) + " -> " + f->get(after) + ")";
-    throw Error("rung '" + rung + "' changes " + std::to_string(changed.size()) + " knobs against the previous rung: " +
-                names + "; a rung must change exactly one (batch with its LR rule counts as one)");
+    throw Error("rung '" + rung + "' changes " + std::to_string(changed.size()) +
+                " knobs against the previous rung: " + names +
+                "; a rung must change exactly one (batch with its LR rule, and the rule's warm-up, counts as one)");
   }
   return Change{changed[0]->key, changed[0]->get(before), changed[0]->get(after)};
 }
@@ -227,7 +246,7 @@ struct Arm {
   bool calibration = false;
   std::string skip_reason;
   std::string error;
-  std::optional<double> accuracy;  // held-out accuracy after the first repeat's training
+  std::vector<double> accuracies;  // held-out accuracy after each repeat's training (seed + repeat)
   std::optional<TrainConfig> ran;  // as it ran (the runner's steps, warm-up and evaluation settings, the backend)
   // What the backend ran natively and what it emulated (the planner's answer, engine/train/step.h).
   std::map<std::string, std::string> compute;
@@ -339,22 +358,24 @@ LadderRungRow rung_row(const Arm& arm, const std::string& run_id, const LadderSp
     row.arm.breakdown = phase_breakdown(arm.phases, arm.measured_steps);
     row.arm.warmup_steps_excluded = arm.warmup_steps;
     row.arm.measured_steps = arm.measured_steps;
-    row.arm.held_out_accuracy = arm.accuracy;
+    row.arm.held_out_accuracies = arm.accuracies;
+    if (!arm.accuracies.empty()) row.arm.held_out_accuracy = summarize(arm.accuracies).median;
   }
   return row;
 }
 
-// The configuration of one repeat of an arm: its steps, warm-up excluded, no logging; each rung's
-// first run ends with a held-out evaluation (after its measured steps, outside the timing), so a
-// rung that is fast because it stopped learning shows.
+// The configuration of one repeat of an arm: its steps, warm-up excluded, no logging, the seed +
+// repeat; each rung's run ends with a held-out evaluation (after its measured steps, outside the
+// timing), so a rung that is fast because it stopped learning shows, against the seeds' spread.
 TrainConfig repeat_config(const Arm& arm, const LadderSpec& spec, const LadderOptions& options, int repeat) {
   TrainConfig config = arm.config;
+  config.seed = arm.config.seed + static_cast<std::uint64_t>(repeat);
   config.steps = spec.warmup + (options.quick ? spec.quick_steps : spec.full_steps);
   config.reporting.warmup = spec.warmup;
   config.reporting.eval_every = 0;
   config.reporting.log_every = config.steps + 1;
   if (config.execution.backend.empty()) config.execution.backend = default_backend_name();  // the trainer's
-  config.reporting.eval_at_end = repeat == 0 && !arm.calibration;
+  config.reporting.eval_at_end = !arm.calibration;
   return config;
 }
 
@@ -382,7 +403,7 @@ double measure_repeat(Arm& arm, const TrainConfig& config, LadderRepeatRow& row)
   row.memory = json::parse(memory_usage_json(result.memory, result.memory_device));  // by category
   if (config.reporting.eval_at_end) {
     row.arm.held_out_accuracy = result.final_eval.accuracy;
-    arm.accuracy = result.final_eval.accuracy;
+    arm.accuracies.push_back(result.final_eval.accuracy);
   }
   return result.measured.total() > 0 ? result.measured.data_wait_s / result.measured.total() : 0;
 }
@@ -455,9 +476,14 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
       log->flush();
     }
   }
-  for (std::size_t position : plan.order) {
-    const Arm& arm = arms[position];
-    if (arm.skip_reason.empty() && arm.error.empty()) ledger.append(rung_row(arm, run.run_id, spec));
+  // The arms that ran to the end, in ladder order, through the accuracy guard, then recorded.
+  std::vector<LadderRungRow> finished;
+  for (const Arm& arm : arms)
+    if (arm.skip_reason.empty() && arm.error.empty()) finished.push_back(rung_row(arm, run.run_id, spec));
+  accuracy_guard(finished);
+  for (const LadderRungRow& row : finished) {
+    ledger.append(row);
+    if (log && row.arm.breaks_training) *log << fmt::format("rung {:<20} {}\n", row.arm.rung, row.arm.accuracy_check);
   }
   // The rows, in ladder order, from the ledger itself (what a report will see).
   for (const auto& row : ledger.load().read<LadderRungRow>())
@@ -543,6 +569,64 @@ std::string plan_ladder(const LadderSpec& spec, bool quick) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// the accuracy guard
+
+namespace {
+std::vector<double> accuracies_of(const LadderRungRow& row) {
+  if (!row.arm.held_out_accuracies.empty()) return row.arm.held_out_accuracies;
+  if (row.arm.held_out_accuracy) return {*row.arm.held_out_accuracy};  // a row from before the guard
+  return {};
+}
+std::string percent_range(const std::vector<double>& v) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return fmt::format("{:.1f}-{:.1f}%", 100 * *lo, 100 * *hi);
+}
+}  // namespace
+
+void accuracy_guard(std::vector<LadderRungRow>& rows) {
+  const LadderRungRow* baseline = nullptr;
+  const LadderRungRow* previous = nullptr;  // the last rung that still trains
+  for (LadderRungRow& row : rows) {
+    if (row.arm.calibration || !row.header.ok()) continue;
+    row.arm.breaks_training = false;
+    const std::vector<double> own = accuracies_of(row);
+    if (baseline == nullptr) {
+      baseline = previous = &row;
+      row.arm.accuracy_check = own.empty()
+                                   ? "not checked: no held-out evaluation"
+                                   : fmt::format("the reference: {} seed(s), {}", own.size(), percent_range(own));
+      continue;
+    }
+    std::vector<double> reference = accuracies_of(*baseline);
+    if (previous != baseline) {
+      const std::vector<double> prev = accuracies_of(*previous);
+      reference.insert(reference.end(), prev.begin(), prev.end());
+    }
+    if (own.size() < 2 || accuracies_of(*baseline).size() < 2) {
+      row.arm.accuracy_check = "not checked: the guard needs held-out accuracy from 2 or more seeds (--repeats >= 2)";
+      previous = &row;
+      continue;
+    }
+    const auto [lo, hi] = std::minmax_element(reference.begin(), reference.end());
+    const double spread = std::max(*hi - *lo, 0.01), median = summarize(own).median;
+    const std::string against =
+        previous == baseline ? "the baseline's" : "the baseline's and " + previous->arm.rung + "'s";
+    if (median < *lo - spread) {
+      row.arm.breaks_training = true;
+      row.arm.accuracy_check = fmt::format(
+          "BREAKS TRAINING: held-out accuracy {:.1f}% (median of {} seeds, {}), below the lowest of {} seeds "
+          "({:.1f}%) by more than their spread ({:.1f} points): its speed is not a gain",
+          100 * median, own.size(), percent_range(own), against, 100 * *lo, 100 * spread);
+      continue;  // the next rung is checked against the last one that trains
+    }
+    row.arm.accuracy_check =
+        fmt::format("trains: {:.1f}% (median of {} seeds, {}) within {} seeds' {} less their spread", 100 * median,
+                    own.size(), percent_range(own), against, percent_range(reference));
+    previous = &row;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // the table
 
 std::string ladder_table(const std::vector<LadderRungRow>& rows, bool markdown) {
@@ -589,7 +673,8 @@ std::string ladder_table(const std::vector<LadderRungRow>& rows, bool markdown) 
       const double effect = effect_percent(s, *previous);
       vs = fmt::format("{:+.1f}%", effect);
       floors = floor_multiple_text(effect, calibration);
-      sep = verdict_text(verdict(s, *previous, calibration));
+      sep = row.arm.breaks_training ? std::string("breaks training: not a gain")
+                                    : verdict_text(verdict(s, *previous, calibration));
     }
     if (markdown) {
       out << fmt::format("| {} | {:.1f} | {:.1f} | {:.1f}-{:.1f} | {:.1f}% | {} | {} | {} |\n", shown, s.median, s.std,
@@ -645,12 +730,18 @@ std::string ladder_table_notes(const std::vector<LadderRungRow>& rows, const std
   }
   for (const auto& [what, rungs] : emulated)
     out << fmt::format("{}emulated on this CPU ({}): {}\n", markdown ? "\n" : "", rungs, what);
-  std::string accuracies;
+  std::string accuracies, broken;
   std::int64_t steps = 0;
+  std::size_t seeds = 0;
   for (const auto& row : rows) {
     if (!row.arm.held_out_accuracy) continue;
+    const std::vector<double> each = accuracies_of(row);
+    seeds = std::max(seeds, each.size());
     accuracies +=
-        fmt::format("{}{} {:.1f}%", accuracies.empty() ? "" : ", ", row.arm.rung, 100 * *row.arm.held_out_accuracy);
+        fmt::format("{}{} {:.1f}%{}", accuracies.empty() ? "" : ", ", row.arm.rung, 100 * *row.arm.held_out_accuracy,
+                    each.size() > 1 ? " (" + percent_range(each) + ")" : "");
+    if (row.arm.breaks_training)
+      broken += fmt::format("{}{}: {}\n", markdown ? "\n" : "", row.arm.rung, row.arm.accuracy_check);
     if (const auto it = row.arm.config.find("steps"); it != row.arm.config.end()) {
       try {
         steps = std::stoll(it->second);
@@ -660,9 +751,12 @@ std::string ladder_table_notes(const std::vector<LadderRungRow>& rows, const std
     }
   }
   if (!accuracies.empty()) {
-    out << fmt::format("{}held-out accuracy after each rung's first run ({} steps from scratch): {}\n",
-                       markdown ? "\n" : "", steps, accuracies);
+    // (Rows from before the guard evaluated the first run only.)
+    out << fmt::format("{}held-out accuracy after each rung's {} ({} steps from scratch{}): {}\n", markdown ? "\n" : "",
+                       seeds > 1 ? "runs" : "first run", steps,
+                       seeds > 1 ? fmt::format("; median (min-max) of {} seeds", seeds) : std::string(), accuracies);
   }
+  out << broken;
   return out.str();
 }
 

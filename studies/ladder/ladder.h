@@ -22,9 +22,13 @@ namespace trainlab::bench {
 
 // lr = base_lr * batch / base_batch: the learning rate follows from the batch, so a rung that
 // changes the batch (and the LR by exactly this rule) changes one thing.
+// With warmup_steps, a rung whose batch raises the LR by the rule also warms up linearly over those
+// steps (Goyal et al. 2017: the linear scaling rule holds after a gradual warm-up), part of the same
+// change.
 struct LrRule {
   std::int64_t base_batch = 32;
   double base_lr = 0.01;
+  std::int64_t warmup_steps = 0;
   double lr_for(std::int64_t batch) const;
 };
 
@@ -92,11 +96,19 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options);
 // exposed time category points to. Returns the printed text.
 std::string plan_ladder(const LadderSpec& spec, bool quick);
 
+// The accuracy guard (seed 000: a rung's speed without its accuracy is not a result). Each rung's
+// held-out accuracies, one per repeat and seed, against the seeds of the baseline and of the previous
+// rung that still trains: a rung whose median lies below the lowest of those seeds by more than
+// their spread (max - min, at least one percentage point) is marked breaks_training, and its gain is
+// not called one. Fewer than two seeds on either side: not checked, said so. Rows in ladder order.
+void accuracy_guard(std::vector<LadderRungRow>& rung_rows);
+
 // The seed's table from a run's rung rows (rung, samples/s, +-, min-max, data-wait, vs previous,
 // separable) with the noise floor line; markdown when `markdown`, else aligned text.
 std::string ladder_table(const std::vector<LadderRungRow>& rung_rows, bool markdown);
 // The noise floor from a run's calibration arms (none without both), and what the table says below
-// itself: the floor, what ran emulated, the held-out accuracy after each rung's first run.
+// itself: the floor, what ran emulated, the held-out accuracy of each rung over its seeds and what the accuracy guard
+// found.
 std::optional<Calibration> ladder_calibration(const std::vector<LadderRungRow>& rung_rows);
 std::string ladder_table_notes(const std::vector<LadderRungRow>& rung_rows,
                                const std::optional<Calibration>& calibration, bool markdown);

@@ -66,7 +66,13 @@ struct LadderArmFields {
   std::optional<Breakdown> breakdown;
   std::int64_t warmup_steps_excluded = 0;
   std::int64_t measured_steps = 0;
+  // Held-out accuracy after the measured steps, outside the timing: a repeat row's own; a rung row's
+  // median over its repeats (repeat r trains with seed + r), each in held_out_accuracies.
   std::optional<double> held_out_accuracy;
+  std::vector<double> held_out_accuracies;
+  // The accuracy guard (accuracy_guard in ladder.h): whether the rung still trains, and why not.
+  bool breaks_training = false;
+  std::string accuracy_check;
   template <class F>
   void fields(F& f) {
     f.optional("ladder", ladder);
@@ -85,6 +91,9 @@ struct LadderArmFields {
     f.optional("warmup_steps_excluded", warmup_steps_excluded);
     f.optional("measured_steps", measured_steps);
     f.optional("held_out_accuracy", held_out_accuracy);
+    f.optional("held_out_accuracies", held_out_accuracies);
+    f.optional("breaks_training", breaks_training);
+    f.optional("accuracy_check", accuracy_check);
   }
 };
 

@@ -206,6 +206,14 @@ TEST_CASE("cli: outputs and inputs that are not regular files are refused before
   expect_bad_input("train --config /dev/null", {"'/dev/null' is a character device"});
   expect_bad_input("grad-dump --weights /dev/null --batch /dev/null --out " + dir.string(),
                    {"grad-dump --out", "is a directory"});
+  // An empty path is refused by name, never an internal error (issue 49: make-dataset --out '').
+  expect_bad_input("make-dataset --out '' --samples 4", {"--out", "an empty path"});
+  expect_bad_input("loader-bench --data ''", {"--data", "an empty path"});
+  // A tuning file that is not there is refused at world 1 too, where no DDP would read it (issue 49).
+  expect_bad_input("train " + kSmall + " --allreduce auto --allreduce-tuning /nonexistent-tuning.json",
+                   {"allreduce_tuning", "/nonexistent-tuning.json"});
+  expect_bad_input("train " + kSmall + " --allreduce-tuning " + dir.string(),
+                   {"allreduce_tuning", "read by allreduce auto only"});
   fs::remove_all(dir);
 }
 

@@ -79,6 +79,20 @@ TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[ben
   const auto configs = rung_configs(spec, "cpu");
   CHECK(configs[1].optimizer.lr == Approx(0.04));
   CHECK(single_change(configs[0], configs[1], spec.lr_rule, "batch64"));
+  // With a warm-up in the rule, the batch rung that raises the LR warms up too, as the same change;
+  // a warm-up of another length is a knob of its own.
+  spec.lr_rule.warmup_steps = 10;
+  const auto warmed = rung_configs(spec, "cpu");
+  CHECK(warmed[1].optimizer.warmup_steps == 10);
+  CHECK(warmed[0].optimizer.warmup_steps == 0);
+  const auto warm_change = single_change(warmed[0], warmed[1], spec.lr_rule, "batch64");
+  REQUIRE(warm_change);
+  CHECK(warm_change->knob == "batch (+ LR rule, warm-up)");
+  CHECK(warm_change->to == "64 (lr 0.04, 10-step warm-up)");
+  TrainConfig other_warmup = warmed[1];
+  other_warmup.optimizer.warmup_steps = 7;
+  REQUIRE_THROWS_CONTAINING(single_change(warmed[0], other_warmup, spec.lr_rule, "batch64"), "changes 3 knobs",
+                            "warmup_steps (0 -> 7)");
   // Bookkeeping keys are not knobs.
   TrainConfig steps = base;
   steps.steps = 999;
@@ -92,6 +106,76 @@ TEST_CASE("ladder: a rung that changes two knobs is refused, naming both", "[ben
   std::ofstream(path, std::ios::trunc) << "ladder: t\ndevice: cpu\nbase: {batch: 8, workerz: 1}\nrungs:\n  - name: b\n";
   REQUIRE_THROWS_CONTAINING(load_ladder(path), "unknown key 'workerz'");
   fs::remove(path);
+}
+
+namespace {
+LadderRungRow guard_row(const std::string& rung, std::int64_t index, std::vector<double> accuracies) {
+  LadderRungRow row;
+  row.header.status = "ok";
+  row.arm.rung = rung;
+  row.arm.rung_index = index;
+  row.repeats = {100, 101, 102};
+  row.stats = summarize(row.repeats);
+  row.arm.breakdown = Breakdown{};
+  row.arm.held_out_accuracies = std::move(accuracies);
+  if (!row.arm.held_out_accuracies.empty()) row.arm.held_out_accuracy = summarize(row.arm.held_out_accuracies).median;
+  return row;
+}
+}  // namespace
+
+TEST_CASE("ladder: the accuracy guard marks a rung that stops training, against the seeds' spread", "[bench]") {
+  std::vector<LadderRungRow> rows = {guard_row("baseline", 0, {0.40, 0.42, 0.44}),
+                                     guard_row("bf16", 1, {0.39, 0.41, 0.43}),  // the same, another rounding
+                                     guard_row("broken", 2, {0.10, 0.12, 0.09}),
+                                     guard_row("after", 3, {0.37, 0.40, 0.38}),  // below 0.39 by less than 0.05
+                                     guard_row("one_seed", 4, {0.05})};
+  accuracy_guard(rows);
+  CHECK_FALSE(rows[0].arm.breaks_training);
+  CHECK_FALSE(rows[1].arm.breaks_training);
+  CHECK(rows[2].arm.breaks_training);
+  CHECK(rows[2].arm.accuracy_check.find("BREAKS TRAINING: held-out accuracy 10.0%") != std::string::npos);
+  // Checked against the baseline and the last rung that trains (bf16), not the broken one.
+  CHECK_FALSE(rows[3].arm.breaks_training);
+  CHECK(rows[3].arm.accuracy_check.find("the baseline's and bf16's") != std::string::npos);
+  CHECK_FALSE(rows[4].arm.breaks_training);
+  CHECK(rows[4].arm.accuracy_check.find("not checked") != std::string::npos);
+  const std::string table = ladder_table(rows, true);
+  CHECK(table.find("| broken | 101.0 |") != std::string::npos);
+  CHECK(table.find("breaks training: not a gain") != std::string::npos);
+  CHECK(table.find("broken: BREAKS TRAINING") != std::string::npos);
+  // A narrower drop is within the spread: 0.30 is 0.09 below the lowest seed (0.39), the spread 0.05.
+  rows[3].arm.held_out_accuracies = {0.30, 0.30, 0.31};
+  accuracy_guard(rows);
+  CHECK(rows[3].arm.breaks_training);
+}
+
+TEST_CASE("ladder: a planted rung that zeroes the learning rate is marked as breaking training", "[bench]") {
+  LadderSpec spec;
+  spec.name = "guard";
+  spec.device = "cpu";
+  spec.base = {{"batch", "32"},         {"lr", "0.01"},   {"train_samples", "2048"},
+               {"eval_samples", "500"}, {"workers", "0"}, {"seed", "0"}};
+  spec.quick_steps = spec.full_steps = 40;
+  spec.warmup = 2;
+  spec.rungs = {Rung{"baseline", {}, "", "", ""},
+                Rung{"lr_zero", {{"lr", "1e-9"}}, "", "", "planted: the learning rate all but zero"}};
+  const std::string dir = temp_path("guard");
+  LadderOptions options;
+  options.repeats = 3;
+  options.quick = true;
+  options.ledger_path = dir + "/ledger_cpu.jsonl";
+  const LadderRun run = run_ladder(spec, options);
+  REQUIRE(run.rung_rows.size() == 2);
+  const LadderRungRow& baseline = run.rung_rows[0];
+  const LadderRungRow& zero = run.rung_rows[1];
+  INFO(baseline.arm.accuracy_check);
+  INFO(zero.arm.accuracy_check);
+  REQUIRE(baseline.arm.held_out_accuracies.size() == 3);
+  CHECK(zero.arm.held_out_accuracies.size() == 3);
+  CHECK_FALSE(baseline.arm.breaks_training);
+  CHECK(zero.arm.breaks_training);  // read back from the ledger: the row says so
+  CHECK(ladder_table(run.rung_rows, false).find("breaks training: not a gain") != std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("ladder: the shipped ladders load, and their LR follows the rule", "[bench]") {
@@ -116,6 +200,31 @@ TEST_CASE("ledger: append and reload; another device is refused", "[bench]") {
   CHECK(loaded.warnings.empty());
   REQUIRE_THROWS_CONTAINING(ledger.append(row_on("cpu B", 9)), "cpu A", "cpu B", "own ledger");
   fs::remove(ledger.path());
+}
+
+TEST_CASE("ledger: a path holding something other than a ledger is refused, and left as it was", "[bench]") {
+  // A user's notes, a report, a directory: refused when the ledger is opened, before any tool
+  // measures, in one line naming the path; the file is unchanged (issue 49).
+  const std::string notes = temp_path("notes.txt");
+  std::ofstream(notes) << "my notes\nsecond line\n";
+  const std::string said = "ledger '" + notes + "' is not a ledger";
+  REQUIRE_THROWS_CONTAINING(Ledger{notes}, said.c_str(), "'my notes'");
+  const auto bytes = read_file(notes);
+  CHECK(std::string(bytes.begin(), bytes.end()) == "my notes\nsecond line\n");
+  const std::string dir = temp_path("ledger_dir");
+  fs::create_directories(dir);
+  REQUIRE_THROWS_CONTAINING(Ledger{dir}, "a ledger is a regular file");
+  // A ledger whose only row was torn by an interrupted first write is still a ledger, and an
+  // empty file or nothing at all is a new one.
+  const std::string torn = temp_path("torn.jsonl");
+  std::ofstream(torn) << "{\"schema\":1,\"devi";
+  CHECK_NOTHROW(Ledger{torn}.append_json(row_on("cpu A", 1)));
+  CHECK(Ledger{torn}.load().rows.size() == 1);
+  const std::string empty = temp_path("empty.jsonl");
+  std::ofstream{empty};
+  CHECK_NOTHROW(Ledger{empty}.append_json(row_on("cpu A", 1)));
+  for (const auto& p : {notes, torn, empty}) fs::remove(p);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("ledger: an interrupted writer loses at most the row in flight", "[bench]") {

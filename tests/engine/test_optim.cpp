@@ -119,6 +119,20 @@ TEST_CASE("LR schedules", "[optim]") {
   CHECK(opt.lr() == Approx(0.55));
   CHECK(cosine.last_step() == 8);
   REQUIRE_THROWS_CONTAINING(WarmupCosineLR(opt, 1.0, 10, 10, 0.0), "must exceed warmup_steps");
+
+  // Constant after a linear warm-up (Goyal et al.): lr/4, 2lr/4, 3lr/4, then lr held.
+  ConstantLR warm(opt, 0.4, 4);
+  CHECK(opt.lr() == Approx(0.1));
+  CHECK(warm.lr_at(2) == Approx(0.3));
+  CHECK(warm.lr_at(3) == Approx(0.4));
+  CHECK(warm.lr_at(100) == Approx(0.4));
+  // Its state carries the warm-up; a plain constant's does not, and neither loads into the other.
+  const StateDict with = warm.state_dict(), plain = constant.state_dict();
+  CHECK(with.integers.count("warmup_steps") == 1);
+  CHECK(plain.integers.count("warmup_steps") == 0);
+  ConstantLR other(opt, 0.3, 2);
+  REQUIRE_THROWS_CONTAINING(other.load_state_dict(plain), "saved with warmup_steps 0");
+  REQUIRE_THROWS_CONTAINING(ConstantLR(opt, 0.3, -1), "warmup_steps must be >= 0");
 }
 
 TEST_CASE("optimizer and schedule state dicts round-trip to identical training", "[optim]") {

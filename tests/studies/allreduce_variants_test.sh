@@ -42,6 +42,22 @@ for args in "--np 1" "--rounds 0" "--algorithms decision,fastest" "--malloc jema
   [ "$(wc -l <"$tmp/r.out")" -eq 1 ] || fail "'$args': not one line: $(cat "$tmp/r.out")"
 done
 [ ! -e "$tmp/refused.jsonl" ] || fail "a refused sweep wrote to its ledger"
+# A ledger that is a directory or a user's file: one line, the file unchanged (issue 49).
+mkdir "$tmp/dir.jsonl"
+echo "my notes" >"$tmp/notes.txt"
+for ledger_arg in "$tmp/dir.jsonl" "$tmp/notes.txt"; do
+  python3 "$driver" --ledger "$ledger_arg" --bench "$bench" >"$tmp/r.out" 2>&1 && fail "--ledger $ledger_arg was accepted"
+  [ "$(wc -l <"$tmp/r.out")" -eq 1 ] || fail "--ledger $ledger_arg: not one line: $(cat "$tmp/r.out")"
+  grep -q "Traceback" "$tmp/r.out" && fail "--ledger $ledger_arg: a traceback"
+done
+[ "$(cat "$tmp/notes.txt")" = "my notes" ] || fail "the notes file was changed"
+scripts/mpirun -np 1 "$bench" --sizes 4K --ledger "$tmp/notes.txt" >"$tmp/b.out" 2>&1 && fail "bench_allreduce appended to a notes file"
+grep -q "is not a ledger" "$tmp/b.out" || fail "bench_allreduce --ledger notes.txt: $(cat "$tmp/b.out")"
+[ "$(cat "$tmp/notes.txt")" = "my notes" ] || fail "bench_allreduce changed the notes file"
+for empty in "--ledger" "--write-tuning"; do
+  scripts/mpirun -np 1 "$bench" --sizes 4K $empty '' >"$tmp/b.out" 2>&1 && fail "bench_allreduce $empty '' exited 0"
+  grep -q "an empty path" "$tmp/b.out" || fail "bench_allreduce $empty '': $(cat "$tmp/b.out")"
+done
 # bench_allreduce itself: an unknown or repeated hand-written algorithm, named.
 for spec in ring,tree ring,ring; do
   scripts/mpirun -np 1 "$bench" --algorithms "$spec" --sizes 4K --no-ledger >"$tmp/b.out" 2>&1 && fail "--algorithms $spec was accepted"
