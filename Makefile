@@ -169,13 +169,15 @@ allreduce-two-level: build
 # `make accuracy RATE=0.35`: the cost to held-out accuracy of configs/cost_cpu.yaml's configurations
 # at RATE $/hour (required: no default price); SCALING_LEDGER=<ledger with a bench_scaling run> adds
 # the break-even of scaling out. DATA=fashion runs them on Fashion-MNIST to configs/cost_fashion.yaml's
-# target (the report puts both rankings side by side); DATA=DIR TARGET=0.8 on any data set. `make pinning`: the pinning arms, quiet and under CONTEND busy
+# target (the report puts both rankings side by side), DATA=fashion MODEL=resnet ResNet-20's
+# configurations to configs/cost_resnet.yaml's; DATA=DIR TARGET=0.8 on any data set. `make pinning`: the pinning arms, quiet and under CONTEND busy
 # threads (default 2; CONTEND=0 for quiet only).
 RATE ?=
 TARGET ?=
 SCALING_LEDGER ?=
 CONTEND ?= 2
-ACCURACY_ARGS := $(if $(filter fashion,$(DATA)),--config configs/cost_fashion.yaml,$(if $(DATA),--data $(DATA))) $(if $(TARGET),--target $(TARGET))
+ACCURACY_CONFIG := $(if $(filter resnet,$(MODEL)),configs/cost_resnet.yaml,configs/cost_fashion.yaml)
+ACCURACY_ARGS := $(if $(filter fashion,$(DATA)),--config $(ACCURACY_CONFIG),$(if $(DATA),--data $(DATA))) $(if $(TARGET),--target $(TARGET))
 accuracy: build $(if $(filter fashion,$(DATA)),fashion-data)
 	@if [ -z "$(RATE)" ]; then echo "make accuracy: RATE is required, the machine's price in \$$/hour (e.g. make accuracy RATE=0.35): there is no default price" >&2; exit 2; fi
 	@$(BUILD_DIR)/bin/cost_to_accuracy --rate $(RATE) --ledger $(LEDGER) $(ACCURACY_ARGS) $(if $(SCALING_LEDGER),--scaling-ledger $(SCALING_LEDGER))

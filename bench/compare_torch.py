@@ -152,7 +152,7 @@ def render(doc):
                      f"({row['peer_rss_mb']['median']:.0f}) |")
     if doc.get("variants"):
         lines += ["", "Every PyTorch variant measured in this run (the best per dtype, marked, is the peer above; "
-                      "`bench/peers/torch_smallcnn.py --help` says what each is):", "",
+                      f"`bench/peers/{PEERS[doc.get('model', 'smallcnn')][0]} --help` says what each is):", "",
                   "| kind | PyTorch variant | samples/s | |", "|---|---|---|---|"]
         for v in doc["variants"]:
             lines.append(f"| {v['kind']} | {v['variant']} | {fmt(v['samples_per_s'])} | {'best' if v['best'] else ''} |")

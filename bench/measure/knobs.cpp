@@ -52,9 +52,18 @@ std::shared_ptr<Module> probe_model(const ModelConfig& model) {
   return build_model(def, init, def.default_input, model.options);
 }
 
-std::string smallcnn_peer_mismatch(const ModelConfig& model) {
-  if (find_model(model.name).torch_twin == "smallcnn" && model.options.empty()) return "";
-  return "the PyTorch peer trains SmallCNN only, and this run's model is " + model_label(model);
+std::string ddp_peer_mismatch(const ModelConfig& model) {
+  const std::string twin = find_model(model.name).torch_twin;
+  if ((twin == "smallcnn" && model.options.empty()) || twin == "resnet") return "";
+  return "the PyTorch DDP peer trains SmallCNN (as shipped) and ResNet only, and this run's model is " +
+         model_label(model);
+}
+
+std::string ddp_peer_model_args(const ModelConfig& model) {
+  // The keys' values are checked numbers and words (the model's own check), so quoting is enough.
+  const std::string options = model_options_text(model.options);
+  return " --model " + find_model(model.name).torch_twin +
+         (options.empty() ? "" : " --model-options '" + options + "'");
 }
 
 }  // namespace trainlab::bench

@@ -31,8 +31,10 @@ std::string model_label(const ModelConfig& model);
 // The model built for its default input on the reference backend, from a fixed seed: a probe of what
 // it is (the ops it runs, the recompute levels it takes), never trained. Throws Error as build_model.
 std::shared_ptr<Module> probe_model(const ModelConfig& model);
-// Why a PyTorch peer that trains SmallCNN (bench/peers/torch_smallcnn.py's model, which
-// torch_ddp.py and torch_fashion.py train) cannot stand beside a run of `model`; "" when it can.
-std::string smallcnn_peer_mismatch(const ModelConfig& model);
+// Why the PyTorch DDP peer (bench/peers/torch_ddp.py: the twins of SmallCNN, as shipped, and of
+// ResNet, with any of its keys) cannot stand beside a run of `model`; "" when it can.
+std::string ddp_peer_mismatch(const ModelConfig& model);
+// torch_ddp.py's arguments for that twin: " --model resnet --model-options 'depth=3,width=16'".
+std::string ddp_peer_model_args(const ModelConfig& model);
 
 }  // namespace trainlab::bench

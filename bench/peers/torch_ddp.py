@@ -2,11 +2,15 @@
 """PyTorch DDP over gloo on the CPU: the peer for bench_scaling.
 
 Starts `--world` processes on this host (torch.multiprocessing, a file:// rendezvous), each with
-`--threads` threads, wraps torch_smallcnn's model in DistributedDataParallel (gloo, default
-buckets) and times training steps, for one --variant or (default) every training variant the peer
-defines, in turn in the same process group, each its own DDP model: per-rank batch `--batch`, SGD momentum 0.9 at `--lr`, batches
-made in memory before timing (no decode work), `--warmup` steps excluded, then `--steps` steps
-after a barrier. The time is the slowest rank's. Prints one JSON line:
+`--threads` threads, wraps the `--model`'s twin (torch_smallcnn.py's SmallCNN, or torch_resnet.py's
+ResNet with `--model-options` as trainlab's) in DistributedDataParallel (gloo, default buckets) and
+times training steps, for one --variant or (default) every training variant that model's peer
+defines, in turn in the same process group, each its own DDP model: per-rank batch `--batch`, SGD
+momentum 0.9 at `--lr` (weight decay `--weight-decay` on a ResNet's conv and linear weights only, as
+trainlab's parameter groups), batches made in memory before timing (no decode work), `--warmup`
+steps excluded, then `--steps` steps after a barrier. The time is the slowest rank's. A ResNet's
+batch-norm buffers stay each rank's own (broadcast_buffers=False), as trainlab's DDP keeps them.
+Prints one JSON line:
 {"tool": "torch_ddp", "world": W, "samples_per_s": ..., "step_seconds": [...], ...}.
 
 Run it under /usr/bin/python3 (Debian's python3-torch); other interpreters lack torch.
@@ -34,26 +38,42 @@ except ImportError as error:
     print(json.dumps({"tool": "torch_ddp", "error": f"no torch in {sys.executable}: {error}"}))
     sys.exit(3)
 
-from torch_smallcnn import VARIANTS, features_of, model_for  # noqa: E402
+import torch_resnet  # noqa: E402
+import torch_smallcnn  # noqa: E402
+
+PEERS = {"smallcnn": torch_smallcnn, "resnet": torch_resnet}
+
+
+def model_and_optimizer(args, variant: str):
+    """The variant's model (in its memory format) and its SGD: SmallCNN as torch_smallcnn builds it,
+    ResNet with --model-options and trainlab's parameter groups (no decay on batch norm and biases)."""
+    features = PEERS[args.model].features_of(variant)
+    fmt = torch.channels_last if "channels_last" in features else torch.contiguous_format
+    foreach = "foreach" in features
+    if args.model == "smallcnn":
+        model = torch_smallcnn.model_for(variant).to(memory_format=fmt)
+        groups = [{"params": list(model.parameters()), "weight_decay": args.weight_decay}]
+    else:
+        model = torch_resnet.ResNet(channels=3, classes=10, **torch_resnet.options_of(args.model_options))
+        model = model.to(memory_format=fmt)
+        groups = [{"params": [p for p in model.parameters() if p.dim() > 1], "weight_decay": args.weight_decay},
+                  {"params": [p for p in model.parameters() if p.dim() <= 1], "weight_decay": 0.0}]
+    # foreach=None is PyTorch's own default choice (the single-tensor loop on the CPU).
+    optimiser = torch.optim.SGD(groups, lr=args.lr, momentum=0.9, foreach=True if foreach else None)
+    return model, optimiser, fmt, "set_to_none" in features or args.model == "smallcnn"
 
 
 def measure(rank: int, args, variant: str) -> float:
     """One variant under DDP: warm-up, a barrier, --steps timed steps; the slowest rank's total seconds."""
     torch.manual_seed(args.seed)
-    channels_last = "channels_last" in features_of(variant)
-    model = model_for(variant)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    ddp = DistributedDataParallel(model)
-    optimiser = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    model, optimiser, fmt, set_to_none = model_and_optimizer(args, variant)
+    ddp = DistributedDataParallel(model, broadcast_buffers=False)
     generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
-    images = torch.randn(args.batch, 3, 32, 32, generator=generator)
-    if channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
+    images = torch.randn(args.batch, 3, 32, 32, generator=generator).contiguous(memory_format=fmt)
     labels = torch.randint(0, 10, (args.batch,), generator=generator)
 
     def step():
-        optimiser.zero_grad(set_to_none=True)
+        optimiser.zero_grad(set_to_none=set_to_none)
         if args.dtype == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 loss = F.cross_entropy(ddp(images), labels)
@@ -79,7 +99,7 @@ def worker(rank: int, args, rendezvous: str, results) -> None:
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=args.world)
     out = {}
-    for variant in (VARIANTS if args.variant == "all" else [args.variant]):  # in turn, each its own DDP model
+    for variant in (PEERS[args.model].VARIANTS if args.variant == "all" else [args.variant]):  # in turn, each its own DDP model
         total, times = measure(rank, args, variant)
         out[variant] = {"slowest_total_s": total, "step_seconds": times}
     if rank == 0:
@@ -96,7 +116,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="threads per rank")
     parser.add_argument("--steps", type=int, default=20, help="measured steps")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--variant", choices=VARIANTS + ["all"], default="all",
+    parser.add_argument("--model", choices=sorted(PEERS), default="smallcnn",
+                        help="trainlab's model whose twin to train (its torch_twin)")
+    parser.add_argument("--model-options", default="",
+                        help="the ResNet's keys as trainlab's --model-options (depth=3,width=16,...)")
+    parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--variant", default="all",
                         help="one variant, or all of them in turn in the same process group (default); the JSON "
                              "line then has each under 'variants'")
     parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
@@ -106,6 +131,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.world < 1 or args.batch < 1 or args.steps < 1:
         parser.error("--world, --batch and --steps must be >= 1")
+    peer = PEERS[args.model]
+    if args.variant != "all" and args.variant not in peer.VARIANTS:
+        parser.error(f"--variant {args.variant!r}: {args.model}'s training variants are {peer.VARIANTS} or all")
+    if args.model_options and args.model != "resnet":
+        parser.error(f"--model-options {args.model_options!r}: only --model resnet takes keys")
+    try:
+        torch_resnet.ResNet(**torch_resnet.options_of(args.model_options))
+    except (ValueError, TypeError) as error:
+        parser.error(f"--model-options {args.model_options!r}: {error}")
     with tempfile.TemporaryDirectory(prefix="trainlab_torch_ddp_") as directory:
         context = mp.get_context("spawn")
         results = context.Queue()
@@ -125,6 +159,8 @@ def main() -> int:
                 for v, r in result.items()}
     line = {
         "tool": "torch_ddp",
+        "model": args.model,
+        "model_options": args.model_options,
         "world": args.world,
         "backend": "gloo",
         "variant": args.variant,

@@ -9,5 +9,7 @@
 namespace trainlab::bench {
 
 SectionDef compare_torch_report_section();
+// ResNet-20's (`bench/compare_torch.py --model resnet`): the same, its blocks named *_resnet.
+SectionDef compare_torch_resnet_report_section();
 
 }  // namespace trainlab::bench

@@ -15,6 +15,17 @@ namespace trainlab::bench {
 
 namespace {
 
+// How a model's comparison is named: SmallCNN's (`make compare`) keeps the names its blocks had.
+struct ModelNames {
+  std::string model;   // the rows' run.model
+  std::string title;   // "SmallCNN", "ResNet-20"
+  std::string peer;    // its PyTorch twin's script
+  std::string suffix;  // appended to the section's and blocks' names: "" or "_resnet"
+  std::string anchor;  // docs/RESULTS.md's heading for it
+};
+const ModelNames kModels[] = {{"smallcnn", "SmallCNN", "torch_smallcnn.py", "", "against-pytorch"},
+                              {"resnet", "ResNet-20", "torch_resnet.py", "_resnet", "resnet-20-against-pytorch"}};
+
 std::string range(const MedianRange& s, const char* format) {
   return fmt::format(fmt::runtime(std::string(format) + " (" + format + "-" + format + ")"), s.median, s.min, s.max);
 }
@@ -40,7 +51,8 @@ std::string spread(const MedianRange& s, int digits = 0) {
 // the targets) and the headline of three: the blocks docs/RESULTS.md quotes, from a run recorded
 // with its compare_torch_run row.
 std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::string& run_id,
-                                           const std::vector<CompareTorchRow>& configs, const std::string& suffix) {
+                                           const std::vector<CompareTorchRow>& configs, const std::string& suffix,
+                                           const ModelNames& names) {
   std::optional<CompareTorchRunRow> run;
   for (auto& r : in.read<CompareTorchRunRow>())
     if (r.header.run_id == run_id) run = std::move(r);
@@ -71,7 +83,9 @@ std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::st
     if (v.header.run_id == run_id) variants.push_back(std::move(v));
   if (!variants.empty()) {
     t << "\nEvery PyTorch variant measured in this run (the best per dtype, marked, is the peer above; "
-         "`bench/peers/torch_smallcnn.py --help` says what each is):\n\n| kind | PyTorch variant | samples/s | |\n"
+         "`bench/peers/"
+      << names.peer
+      << " --help` says what each is):\n\n| kind | PyTorch variant | samples/s | |\n"
          "|---|---|---|---|\n";
     for (const auto& v : variants) {
       const Summary s = summarize(v.repeats);
@@ -94,11 +108,11 @@ std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::st
   const Environment& env = configs.front().header.env;
   const std::string when = fmt::format("from run `{}` (`{}`, {}, {} interleaved rounds) on {}", run_id,
                                        configs.front().run.command, run->date, run->rounds, measured_on(env));
-  return {{"compare_torch" + suffix, when, t.str(), {}},
-          {"compare_torch_headline" + suffix,
-           when + fmt::format(": SmallCNN training, batch {}, median (min-max) of the rounds; every configuration: "
-                              "[the table](#against-pytorch)",
-                              configs.front().run.batch),
+  return {{"compare_torch" + names.suffix + suffix, when, t.str(), {}},
+          {"compare_torch_headline" + names.suffix + suffix,
+           when + fmt::format(": {} training, batch {}, median (min-max) of the rounds; every configuration: "
+                              "[the table](#{})",
+                              names.title, configs.front().run.batch, names.anchor),
            h.str(),
            {}}};
 }
@@ -128,12 +142,12 @@ std::string ratios_figure(const std::vector<CompareTorchRow>& configs, const std
                          "parity)"}});
 }
 
-std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
-  // SmallCNN's comparison (`make compare`); a run of another model (compare_torch.py --model) is not it.
-  std::vector<CompareTorchRow> smallcnn;
+// One model's latest comparison: SmallCNN's (`make compare`), or another's (compare_torch.py --model).
+std::optional<ReportSection> compare_torch_section(const SectionInput& in, const ModelNames& names) {
+  std::vector<CompareTorchRow> of_model;
   for (auto& row : in.read<CompareTorchRow>())
-    if (row.run.model == "smallcnn") smallcnn.push_back(std::move(row));
-  const auto [run_id, rows] = latest_run(smallcnn);
+    if (row.run.model == names.model) of_model.push_back(std::move(row));
+  const auto [run_id, rows] = latest_run(of_model);
   if (run_id.empty()) return std::nullopt;
   std::vector<CompareTorchRow> configs;
   for (const auto& row : rows)
@@ -150,14 +164,14 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
   const auto torch = first.header.env.versions.find("torch");
   // A run as an AVX2 machine runs it (make compare CPU=avx2, its own ledger) fills blocks of its own.
   const std::string suffix = first.isa.rfind("avx2", 0) == 0 ? "_avx2" : "";
-  ReportSection section = section_of("torch_ratios" + suffix, run_id, first.header.env);
+  ReportSection section = section_of("torch_ratios" + names.suffix + suffix, run_id, first.header.env);
   const std::string figure = figure_path("compare_torch", run_id);
   std::ostringstream md;
   md << fmt::format(
-      "\n## Against PyTorch\n\nRun `{}` (`{}`) on {}, PyTorch {}, batch {}: every configuration its own process, "
+      "\n## {}gainst PyTorch\n\nRun `{}` (`{}`) on {}, PyTorch {}, batch {}: every configuration its own process, "
       "all of them in turn each round; each trainlab configuration against the best PyTorch variant of its dtype "
       "in this run (by median), the ratio per round.\n\n",
-      run_id, first.run.command, measured_on(first.header.env),
+      names.suffix.empty() ? "A" : names.title + " a", run_id, first.run.command, measured_on(first.header.env),
       torch == first.header.env.versions.end() ? "?" : torch->second, first.run.batch);
   md << render_table({"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"},
                      table, true);
@@ -166,12 +180,18 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in) {
   section.readme_table = render_table(
       {"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"}, table, true);
   section.figures.emplace_back(figure, ratios_figure(configs, run_id));
-  section.more_blocks = comparison_blocks(in, run_id, configs, suffix);
+  section.more_blocks = comparison_blocks(in, run_id, configs, suffix, names);
   return section;
 }
 
 }  // namespace
 
-SectionDef compare_torch_report_section() { return {"compare_torch", compare_torch_section}; }
+SectionDef compare_torch_report_section() {
+  return {"compare_torch", [](const SectionInput& in) { return compare_torch_section(in, kModels[0]); }};
+}
+
+SectionDef compare_torch_resnet_report_section() {
+  return {"compare_torch_resnet", [](const SectionInput& in) { return compare_torch_section(in, kModels[1]); }};
+}
 
 }  // namespace trainlab::bench

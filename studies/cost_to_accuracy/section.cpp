@@ -2,10 +2,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <tuple>
 
+#include "bench/measure/knobs.h"
 #include "bench/report/chart.h"
 #include "bench/report/section.h"
 #include "bench/report/table.h"
@@ -43,6 +45,14 @@ std::vector<BreakEvenRow> break_even_of(const std::vector<CostBreakEvenRow>& row
 }
 
 bool on_real_data(const CostRepeatRow& row) { return row.data && !row.data->synthetic(); }
+
+// The model a row trained (rows from before --model trained SmallCNN), as its label names it.
+std::string model_of(const CostRepeatRow& row) {
+  const auto name = row.config.find("model");
+  const auto options = row.config.find("model_options");
+  return model_label(name == row.config.end() ? "smallcnn" : name->second,
+                     options == row.config.end() ? "" : options->second);
+}
 
 CostAnalysis analysis_of(const std::vector<CostRepeatRow>& rows) {
   const CostRepeatRow& first = rows.front();
@@ -115,10 +125,40 @@ void run_part(const std::string& heading, const std::string& run_id, const std::
   md << "\nEvery repeat (repeat r trains with the configuration's seed + r):\n\n" << cost_repeats_table(analysis, true);
 }
 
-// The section: the latest run on SyntheticImages (else the latest at all) with its break-even, then
-// the latest run on a data set on disk, and both rankings side by side.
+// Each other model's latest run, its table and figure under its own heading: its rankings are not
+// SmallCNN's to set beside.
+void other_models(const std::vector<CostRepeatRow>& every, const std::string& main_model, ReportSection& section,
+                  std::ostringstream& md) {
+  std::vector<std::string> models;
+  for (const auto& r : every)
+    if (const std::string m = model_of(r);
+        m != main_model && std::find(models.begin(), models.end(), m) == models.end())
+      models.push_back(m);
+  for (const std::string& model : models) {
+    const auto [id, rows] = latest_run(every, [&](const CostRepeatRow& r) { return model_of(r) == model; });
+    const CostAnalysis analysis = analysis_of(rows);
+    const std::string on = rows.front().data ? " on " + rows.front().data->name : "";
+    run_part("Cost to accuracy: " + model + on, id, rows, analysis, md);
+    const std::string figure = figure_path("cost", id);
+    md << "\n![rank by throughput against rank by cost, " << model << "](" << figure << ")\n";
+    section.figures.emplace_back(
+        figure, chart::render(cost_rank_figure(analysis, "cost to accuracy, " + model + " (run " + id + ")")));
+  }
+}
+
+// The section: SmallCNN's (with no SmallCNN rows, the first model's) latest run on SyntheticImages
+// (else the latest at all) with its break-even, then its latest run on a data set on disk, both
+// rankings side by side; then each other model's latest run.
 std::optional<ReportSection> cost_section(const SectionInput& in) {
-  const std::vector<CostRepeatRow> all = in.read<CostRepeatRow>();
+  const std::vector<CostRepeatRow> every = in.read<CostRepeatRow>();
+  if (every.empty()) return std::nullopt;
+  const std::string smallcnn = model_label("smallcnn");
+  const bool has_smallcnn =
+      std::any_of(every.begin(), every.end(), [&](const CostRepeatRow& r) { return model_of(r) == smallcnn; });
+  const std::string main_model = has_smallcnn ? smallcnn : model_of(every.front());
+  std::vector<CostRepeatRow> all;
+  std::copy_if(every.begin(), every.end(), std::back_inserter(all),
+               [&](const CostRepeatRow& r) { return model_of(r) == main_model; });
   auto [run_id, rows] = latest_run(all, [](const CostRepeatRow& r) { return !on_real_data(r); });
   const auto [real_id, real_rows] = latest_run(all, [](const CostRepeatRow& r) { return on_real_data(r); });
   if (run_id.empty()) std::tie(run_id, rows) = std::pair{real_id, real_rows};
@@ -155,6 +195,7 @@ std::optional<ReportSection> cost_section(const SectionInput& in) {
     block.table = side_by_side(run_id, analysis, real_id, real, name);
     section.more_blocks.push_back(block);
   }
+  other_models(every, main_model, section, md);
   section.markdown = md.str();
   section.readme_table = cost_table(analysis, true) + "\n" + cost_findings(analysis);
   return section;

@@ -62,8 +62,9 @@ Tables plan_tables(const Launch& l) {
   }
   t.runs.resize(t.configs.size());
   Peer& peer = t.peer;
-  // torch_ddp.py trains SmallCNN: beside another model its numbers would compare two models.
-  const std::string other_model = smallcnn_peer_mismatch(o.model);
+  // torch_ddp.py trains SmallCNN's and ResNet's twins: beside another model its numbers would compare
+  // two models.
+  const std::string other_model = ddp_peer_mismatch(o.model);
   peer.wanted = o.peer && o.comm == "mpi" && other_model.empty();
   peer.possible =
       peer.wanted && l.rank == 0 && access(o.python.c_str(), X_OK) == 0 && access(o.peer_script.c_str(), R_OK) == 0;
@@ -86,8 +87,9 @@ Tables plan_tables(const Launch& l) {
 void run_peer(const Launch& l, Peer& peer, int w) {
   const ScalingOptions& o = l.o;
   const std::string command = fmt::format(
-      "{} {} --world {} --batch {} --lr {} --threads {} --steps {} --warmup {} --dtype {} --variant all 2>&1", o.python,
-      o.peer_script, w, o.batch, lr_for(o, o.batch * w), o.threads, o.steps, o.warmup, o.dtype);
+      "{} {}{} --world {} --batch {} --lr {} --threads {} --steps {} --warmup {} --dtype {} --variant all 2>&1",
+      o.python, o.peer_script, ddp_peer_model_args(o.model), w, o.batch, lr_for(o, o.batch * w), o.threads, o.steps,
+      o.warmup, o.dtype);
   std::string output;
   if (FILE* pipe = popen(command.c_str(), "r")) {
     std::array<char, 4096> buffer{};
