@@ -6,6 +6,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "backends/registry.h"
 #include "bench/measure/memory_report.h"
@@ -38,6 +40,18 @@ class Signs final : public Dataset {
     return out[0] > 0 ? 1 : 0;
   }
 };
+
+// Each category the estimate states, with its bytes (the working copies only where they exist).
+std::vector<std::pair<MemoryCategory, double>> estimated_categories(const TrainingMemoryEstimate& e,
+                                                                    bool working_copies) {
+  std::vector<std::pair<MemoryCategory, double>> out = {{MemoryCategory::parameters, e.parameters},
+                                                        {MemoryCategory::gradients, e.gradients},
+                                                        {MemoryCategory::optimizer_state, e.optimizer_state}};
+  if (working_copies) out.emplace_back(MemoryCategory::working_copies, e.working_copies);
+  out.emplace_back(MemoryCategory::activations, e.chain.activation_peak);
+  out.emplace_back(MemoryCategory::workspaces, e.chain.workspace_peak);
+  return out;
+}
 
 }  // namespace
 
@@ -155,13 +169,7 @@ TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every
         INFO(step_memory_table(r));
         REQUIRE(r.described);
         const TrainingMemoryEstimate& e = r.estimate;
-        const std::pair<MemoryCategory, double> estimated[] = {{MemoryCategory::parameters, e.parameters},
-                                                               {MemoryCategory::gradients, e.gradients},
-                                                               {MemoryCategory::optimizer_state, e.optimizer_state},
-                                                               {MemoryCategory::working_copies, e.working_copies},
-                                                               {MemoryCategory::activations, e.chain.activation_peak},
-                                                               {MemoryCategory::workspaces, e.chain.workspace_peak}};
-        for (const auto& [category, bytes] : estimated) {
+        for (const auto& [category, bytes] : estimated_categories(e, true)) {
           INFO(memory_category_name(category));
           const double measured = static_cast<double>(r.measured.peak_of(category));
           if (category == MemoryCategory::working_copies && dtype == DType::f32) {
@@ -305,12 +313,7 @@ TEST_CASE("memory: ResNet's estimate is within 5% of the measured step, every ca
       INFO(step_memory_table(r));
       REQUIRE(r.described);
       const TrainingMemoryEstimate& e = r.estimate;
-      const std::pair<MemoryCategory, double> estimated[] = {{MemoryCategory::parameters, e.parameters},
-                                                             {MemoryCategory::gradients, e.gradients},
-                                                             {MemoryCategory::optimizer_state, e.optimizer_state},
-                                                             {MemoryCategory::activations, e.chain.activation_peak},
-                                                             {MemoryCategory::workspaces, e.chain.workspace_peak}};
-      for (const auto& [category, bytes] : estimated) {
+      for (const auto& [category, bytes] : estimated_categories(e, false)) {
         INFO(memory_category_name(category));
         const double measured = static_cast<double>(r.measured.peak_of(category));
         REQUIRE(measured > 0);
