@@ -1,5 +1,7 @@
 #include "backends/host_memory.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -32,6 +34,18 @@ std::string human_size(std::uint64_t bytes) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.1f %s", value, units[unit]);
   return buffer;
+}
+
+std::string memory_limits_text() {
+  std::string text = human_size(host_memory_available_bytes()) + " available";
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    text += ", address space capped at " + human_size(limit.rlim_cur) + " (ulimit -v)";
+  return text;
+}
+
+std::string allocation_failure(const std::string& what, std::uint64_t bytes) {
+  return "out of memory " + what + ": " + human_size(bytes) + " could not be allocated (" + memory_limits_text() + ")";
 }
 
 }  // namespace trainlab

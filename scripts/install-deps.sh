@@ -8,9 +8,10 @@ set -euo pipefail
 source "$(dirname "$0")/packages.sh"
 packages=("${TRAINLAB_BUILD_PACKAGES[@]}" "${TRAINLAB_HOST_PACKAGES[@]}")
 
-# `make fuzz` (libFuzzer) also needs clang and its runtime libraries; nothing else does.
-if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(clang-14 libclang-rt-14-dev)
+# `make test-sanitize` and `make fuzz` (libFuzzer) also need clang, its sanitizer runtimes and its
+# OpenMP; nothing else does.
+if [ "${1:-}" = "--sanitize" ]; then
+  packages+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 fi
 
 missing=()

@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <new>
 #include <optional>
 #include <string>
 #include "apps/cli_parse.h"
@@ -725,6 +726,9 @@ int cli_main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "trainlab: error: %s\n", e.what());
     return kExitBadInput;
+  } catch (const std::bad_alloc&) {  // an allocation no code above named: what it ran against
+    std::fprintf(stderr, "trainlab: error: out of memory: an allocation failed (%s)\n", memory_limits_text().c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainlab: internal error: %s\n", e.what());
     return 1;

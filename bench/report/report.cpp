@@ -32,7 +32,8 @@ std::string figure_links(const std::vector<std::string>& names, const ReportOpti
 // The section's own block's figures: every figure that none of its further blocks links.
 std::vector<std::string> own_figures(const ReportSection& s) {
   std::vector<std::string> names;
-  for (const auto& [name, svg] : s.figures) {
+  for (const auto& figure : s.figures) {
+    const std::string& name = figure.first;  // not a structured binding: clang 14 cannot capture one
     const bool elsewhere = std::any_of(s.more_blocks.begin(), s.more_blocks.end(), [&](const ReportBlock& b) {
       return std::find(b.figures.begin(), b.figures.end(), name) != b.figures.end();
     });

@@ -8,11 +8,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "backends/error.h"
+#include "engine/data/disk_dataset.h"
 #include "engine/data/image_codec.h"
+#include "engine/data/record_import.h"
 #include "engine/io/fileio.h"
+#include "engine/io/text.h"
 
 namespace trainlab {
 
@@ -25,33 +29,6 @@ constexpr std::uint64_t kMaxImageFile = 256ull << 20;   // one image file of an 
 constexpr std::uint64_t kMaxImagePixels = 64ull << 20;  // one decoded image (64 Mpx: 256 MiB as RGBA)
 constexpr int kMaxImageSize = 4096;                     // a stored image's side (the data set's limit)
 constexpr std::int64_t kMaxClasses = std::int64_t{1} << 24;
-
-// Samples held in memory as 8-bit [C, H, W] planes: IDX and CIFAR-10 (small data sets by design).
-class ByteImages final : public Dataset {
- public:
-  ByteImages(std::string name, std::int64_t channels, std::int64_t size, std::int64_t classes)
-      : name_(std::move(name)), channels_(channels), size_(size), classes_(classes) {}
-  std::vector<unsigned char> pixels;  // n x C x H x W
-  std::vector<std::int64_t> labels;
-
-  std::int64_t size() const override { return static_cast<std::int64_t>(labels.size()); }
-  Shape sample_shape() const override { return {channels_, size_, size_}; }
-  std::int64_t num_classes() const override { return classes_; }
-  std::int64_t get(std::int64_t index, float* out, double* /*work*/) const override {
-    TL_CHECK(index >= 0 && index < size(),
-             name_ + ": index " + std::to_string(index) + " is outside [0, " + std::to_string(size()) + ")");
-    const std::size_t n = static_cast<std::size_t>(channels_ * size_ * size_);
-    const unsigned char* p = pixels.data() + static_cast<std::size_t>(index) * n;
-    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]) / 255.0f;
-    return labels[static_cast<std::size_t>(index)];
-  }
-  std::string describe() const override { return name_; }
-  void set_classes(std::int64_t classes) { classes_ = classes; }
-
- private:
-  std::string name_;
-  std::int64_t channels_, size_, classes_;
-};
 
 class Progress {
  public:
@@ -69,144 +46,6 @@ class Progress {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-std::string hex(std::uint32_t v) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%08x", v);
-  return text;
-}
-
-// ITU-R 601 luma of one RGB pixel, as PIL's convert("L") computes it.
-unsigned char luma(unsigned r, unsigned g, unsigned b) {
-  return static_cast<unsigned char>((r * 19595u + g * 38470u + b * 7471u + 0x8000u) >> 16);
-}
-
-std::uint32_t big_endian(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
-}
-
-// ---- IDX ------------------------------------------------------------------------------------------
-
-// The first of `names` that exists in `dir`.
-std::string find_file(const fs::path& dir, const std::vector<std::string>& names, const std::string& what) {
-  std::error_code ec;
-  for (const auto& name : names)
-    if (fs::exists(dir / name, ec)) return (dir / name).string();
-  std::string list;
-  for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
-  throw Error("idx:" + dir.string() + ": no " + what + " file (looked for " + list + ")");
-}
-
-std::vector<std::string> idx_names(const std::string& split, const std::string& kind, int dims) {
-  // Fashion-MNIST's and MNIST's names (train-images-idx3-ubyte), and the dotted form some mirrors use.
-  const std::string dash = split + "-" + kind + "-idx" + std::to_string(dims) + "-ubyte";
-  const std::string dot = split + "-" + kind + ".idx" + std::to_string(dims) + "-ubyte";
-  return {dash + ".gz", dash, dot + ".gz", dot};
-}
-
-struct IdxFile {
-  std::vector<std::uint32_t> dims;
-  std::vector<unsigned char> data;  // what follows the header
-};
-
-IdxFile read_idx(const std::string& path, int dims) {
-  const std::vector<unsigned char> bytes = gunzip_if_gzipped(read_file(path, kMaxSourceFile), path);
-  TL_CHECK(bytes.size() >= 4, path + ": " + std::to_string(bytes.size()) + " bytes, too short for an IDX header");
-  const std::uint32_t magic = big_endian(bytes.data());
-  const std::uint32_t expected = 0x0800u + static_cast<std::uint32_t>(dims);  // unsigned bytes, `dims` dimensions
-  TL_CHECK(magic == expected, path + ": magic number 0x" + hex(magic) + ", expected 0x" + hex(expected) +
-                                  " (IDX, unsigned bytes, " + std::to_string(dims) + " dimension(s))");
-  const std::size_t header = 4 + 4 * static_cast<std::size_t>(dims);
-  TL_CHECK(bytes.size() >= header, path + ": truncated IDX header");
-  IdxFile f;
-  std::uint64_t count = 1;
-  for (int i = 0; i < dims; ++i) {
-    f.dims.push_back(big_endian(bytes.data() + 4 + 4 * i));
-    count *= f.dims.back();
-    TL_CHECK(count <= kMaxSourceFile, path + ": dimensions too large");
-  }
-  TL_CHECK(bytes.size() - header == count, path + ": " + std::to_string(bytes.size() - header) +
-                                               " bytes of data, its header says " + std::to_string(count) +
-                                               " (truncated or extended)");
-  f.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
-  return f;
-}
-
-std::shared_ptr<ByteImages> idx_split(const fs::path& dir, const std::string& split, int channels) {
-  const std::string images_path = find_file(dir, idx_names(split, "images", 3), split + " images");
-  const std::string labels_path = find_file(dir, idx_names(split, "labels", 1), split + " labels");
-  const IdxFile images = read_idx(images_path, 3), labels = read_idx(labels_path, 1);
-  const std::uint32_t n = images.dims[0], h = images.dims[1], w = images.dims[2];
-  TL_CHECK(n == labels.dims[0], images_path + " holds " + std::to_string(n) + " images, " + labels_path + " " +
-                                    std::to_string(labels.dims[0]) + " labels");
-  TL_CHECK(n >= 1, images_path + ": no images");
-  TL_CHECK(h == w && h >= 4 && h <= static_cast<std::uint32_t>(kMaxImageSize),
-           images_path + ": images of " + std::to_string(h) + "x" + std::to_string(w) +
-               " pixels; trainlab stores square images of 4..4096 pixels");
-  auto data = std::make_shared<ByteImages>("idx:" + dir.string() + " " + split, channels, h, 0);
-  const std::size_t plane = static_cast<std::size_t>(h) * w;
-  data->pixels.resize(static_cast<std::size_t>(n) * plane * static_cast<std::size_t>(channels));
-  for (std::size_t i = 0; i < n; ++i)
-    for (int c = 0; c < channels; ++c)  // grey replicated into each channel asked for
-      std::memcpy(data->pixels.data() + (i * static_cast<std::size_t>(channels) + static_cast<std::size_t>(c)) * plane,
-                  images.data.data() + i * plane, plane);
-  data->labels.assign(labels.data.begin(), labels.data.end());
-  return data;
-}
-
-// Fashion-MNIST's classes in label order (its README); MNIST's are the digits.
-const std::vector<std::string> kFashionClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                                  "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-const std::vector<std::string> kCifar10Classes = {"airplane", "automobile", "bird",  "cat",  "deer",
-                                                  "dog",      "frog",       "horse", "ship", "truck"};
-
-std::vector<std::string> numbered_classes(std::int64_t classes) {
-  std::vector<std::string> names;
-  for (std::int64_t i = 0; i < classes; ++i) names.push_back(std::to_string(i));
-  return names;
-}
-
-// ---- CIFAR-10 -------------------------------------------------------------------------------------
-
-constexpr std::size_t kCifarRecord = 1 + 3 * 32 * 32;
-
-void read_cifar_file(const std::string& path, int channels, ByteImages& data) {
-  const std::vector<unsigned char> bytes = read_file(path, kMaxSourceFile);
-  TL_CHECK(!bytes.empty() && bytes.size() % kCifarRecord == 0,
-           path + ": " + std::to_string(bytes.size()) + " bytes is not a whole number of CIFAR-10 records (" +
-               std::to_string(kCifarRecord) + " bytes each: a label, then 1024 red, green and blue bytes)");
-  const std::size_t records = bytes.size() / kCifarRecord, plane = 32 * 32;
-  for (std::size_t r = 0; r < records; ++r) {
-    const unsigned char* rec = bytes.data() + r * kCifarRecord;
-    TL_CHECK(rec[0] < 10, path + ": record " + std::to_string(r) + " has label " + std::to_string(rec[0]) +
-                              "; CIFAR-10's labels are 0..9");
-    data.labels.push_back(rec[0]);
-    const unsigned char* rgb = rec + 1;
-    if (channels == 3) {
-      data.pixels.insert(data.pixels.end(), rgb, rgb + 3 * plane);
-    } else {
-      for (std::size_t i = 0; i < plane; ++i) data.pixels.push_back(luma(rgb[i], rgb[plane + i], rgb[2 * plane + i]));
-    }
-  }
-}
-
-std::shared_ptr<ByteImages> cifar_split(const fs::path& dir, bool train, int channels) {
-  auto data = std::make_shared<ByteImages>("cifar10:" + dir.string() + (train ? " train" : " test"), channels, 32, 10);
-  std::error_code ec;
-  if (train) {
-    for (int b = 1; b <= 5; ++b) {
-      const fs::path path = dir / ("data_batch_" + std::to_string(b) + ".bin");
-      TL_CHECK(fs::exists(path, ec), "cifar10:" + dir.string() + ": no " + path.filename().string() +
-                                         " (the binary version's data_batch_1..5.bin and test_batch.bin)");
-      read_cifar_file(path.string(), channels, *data);
-    }
-  } else {
-    const fs::path path = dir / "test_batch.bin";
-    TL_CHECK(fs::exists(path, ec), "cifar10:" + dir.string() + ": no test_batch.bin");
-    read_cifar_file(path.string(), channels, *data);
-  }
-  return data;
-}
-
 // ---- imagefolder ----------------------------------------------------------------------------------
 
 bool image_extension(const fs::path& path) {
@@ -216,28 +55,46 @@ bool image_extension(const fs::path& path) {
   return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
 }
 
-// Every image file under `dir` (symlinks followed, as torchvision's os.walk(followlinks=True);
-// a directory reached twice is a loop and refused), sorted.
-void walk_images(const fs::path& dir, std::set<fs::path>& seen, std::vector<fs::path>& files, std::int64_t& other) {
+// What one class folder's walk found besides its image files.
+struct WalkCounts {
+  std::int64_t other = 0;           // files that are not .png/.jpg/.jpeg
+  std::int64_t repeated_dirs = 0;   // directories reached again through another symlink: walked once
+  std::int64_t repeated_files = 0;  // image files reached again (a symlink to one already listed)
+};
+
+// Every image file under `dir` (symlinks followed, as torchvision's os.walk(followlinks=True)),
+// sorted, each real directory walked once and each real file listed once: a directory reached
+// again through another link is skipped (a tree of 24 levels of two links each is 2^24 paths to
+// one image, and one walk), and one that leads back to its own ancestor is a loop, refused.
+void walk_images(const fs::path& dir, std::set<fs::path>& ancestors, std::set<fs::path>& walked,
+                 std::set<fs::path>& listed, std::vector<fs::path>& files, WalkCounts& counts) {
   std::error_code ec;
   const fs::path canonical = fs::canonical(dir, ec);
   TL_CHECK(!ec, "imagefolder: cannot resolve " + dir.string() + ": " + ec.message());
-  TL_CHECK(seen.insert(canonical).second,
+  TL_CHECK(!ancestors.count(canonical),
            "imagefolder: " + dir.string() + " leads back to " + canonical.string() + " (a symlink loop)");
+  if (!walked.insert(canonical).second) {
+    counts.repeated_dirs += 1;
+    return;
+  }
+  ancestors.insert(canonical);
   std::vector<fs::path> entries;
   for (const auto& entry : fs::directory_iterator(dir, ec)) entries.push_back(entry.path());
   TL_CHECK(!ec, "imagefolder: cannot list " + dir.string() + ": " + ec.message());
   std::sort(entries.begin(), entries.end());
   for (const auto& path : entries) {
     if (fs::is_directory(path, ec)) {
-      walk_images(path, seen, files, other);
+      walk_images(path, ancestors, walked, listed, files, counts);
     } else if (fs::is_regular_file(path, ec) && image_extension(path)) {
-      files.push_back(path);
+      if (listed.insert(fs::canonical(path, ec)).second)
+        files.push_back(path);
+      else
+        counts.repeated_files += 1;
     } else {
-      other += 1;
+      counts.other += 1;
     }
   }
-  seen.erase(canonical);  // a loop is a path that reaches its own ancestor; a shared directory is not
+  ancestors.erase(canonical);
 }
 
 // The pixels of one image converted to `channels` (1 or 3): grey replicated, alpha dropped, RGB to
@@ -388,27 +245,179 @@ std::vector<std::string> class_folders(const fs::path& split_dir) {
 
 struct FolderSplit {
   std::vector<ImageFolderSource::Item> items;
-  std::int64_t skipped = 0;
+  std::int64_t unreadable = 0, size_differs = 0;  // skipped with skip_bad
+  WalkCounts walk;
+  std::int64_t skipped() const { return unreadable + size_differs; }
 };
 
 FolderSplit list_split(const fs::path& split_dir, const std::vector<std::string>& classes, bool train) {
   FolderSplit split;
-  std::error_code ec;
-  std::int64_t ignored = 0;
   for (const auto& name : train ? classes : class_folders(split_dir)) {
     const auto found = std::find(classes.begin(), classes.end(), name);
     TL_CHECK(found != classes.end(), "imagefolder: " + (split_dir / name).string() +
                                          ": a class the training split does not have (" +
                                          std::to_string(classes.size()) + " classes in train/)");
     const std::int64_t label = found - classes.begin();
-    std::set<fs::path> seen;
+    std::set<fs::path> ancestors, walked, listed;
     std::vector<fs::path> files;
-    walk_images(split_dir / name, seen, files, ignored);
+    walk_images(split_dir / name, ancestors, walked, listed, files, split.walk);
     TL_CHECK(!files.empty(), "imagefolder: class folder " + (split_dir / name).string() +
                                  " holds no .png, .jpg or .jpeg file (every class needs at least one image)");
     for (auto& f : files) split.items.push_back({std::move(f), label});
   }
   return split;
+}
+
+// The class names a data set stores for `folders`: a name that is not UTF-8 kept as its bytes,
+// the ill-formed ones written \xHH (escape_invalid_utf8); checked as the reader will check them.
+std::vector<std::string> class_names_of(const std::vector<std::string>& folders, const fs::path& train_dir,
+                                        std::vector<std::string>& notes) {
+  std::vector<std::string> names;
+  std::int64_t escaped = 0;
+  std::string example;
+  for (const auto& folder : folders) {
+    names.push_back(escape_invalid_utf8(folder));
+    if (names.back() == folder) continue;
+    if (escaped++ == 0) example = names.back();
+  }
+  if (escaped > 0)
+    notes.push_back("class names: " + std::to_string(escaped) +
+                    " folder name(s) not UTF-8, stored with each ill-formed byte as \\xHH (e.g. " +
+                    quote_value(example) + ")");
+  check_class_names(names, "imagefolder: " + train_dir.string() + ": class folder");
+  return names;
+}
+
+// One image file decoded: its size and channels, or why it could not be.
+struct ImageProbe {
+  int height = 0, width = 0, channels = 0;
+  std::string error;  // empty: decoded
+};
+
+std::vector<ImageProbe> probe_split(const FolderSplit& split, const std::string& name, const ImportOptions& o) {
+  Progress progress(o.progress);
+  std::vector<ImageProbe> probes;
+  for (const auto& item : split.items) {
+    ImageProbe p;
+    try {
+      const auto bytes = read_file(item.path.string(), kMaxImageFile);
+      const DecodedImage image = decode_image_file(bytes.data(), bytes.size(), kMaxImagePixels);
+      p = {image.height, image.width, image.channels, ""};
+    } catch (const Error& e) {
+      p.error = e.what();
+    }
+    probes.push_back(std::move(p));
+    progress.tick("checking " + name + " images", static_cast<std::int64_t>(probes.size()),
+                  static_cast<std::int64_t>(split.items.size()));
+  }
+  return probes;
+}
+
+// What every image of the data set is held to: its channel count and (unless resized) its size.
+struct Reference {
+  int channels = 0, size = 0;
+  std::string channels_from, size_from;  // where they came from, for the notes ("" : given)
+};
+
+// Without skip_bad, from the first training image (any problem with it is refused). With skip_bad,
+// from the images that agree: channels from the first readable one, the size the most common among
+// the readable square ones (the first such on a tie), so that one damaged file never sets it.
+Reference choose_reference(const FolderSplit& train, const std::vector<ImageProbe>& probes, const ImportOptions& o) {
+  Reference ref;
+  std::size_t first = 0;
+  if (!o.skip_bad) {
+    TL_CHECK(probes[0].error.empty(), "imagefolder: " + train.items[0].path.string() + ": " + probes[0].error +
+                                          " (--skip-bad skips such files, counting them)");
+  } else {
+    while (first < probes.size() && !probes[first].error.empty()) ++first;
+    TL_CHECK(first < probes.size(), "imagefolder: every image of train was skipped: " + std::to_string(probes.size()) +
+                                        " unreadable (the first, " + train.items[0].path.string() + ": " +
+                                        probes[0].error + ")");
+  }
+  const ImageProbe& p = probes[first];
+  ref.channels = o.channels != 0 ? o.channels : p.channels <= 2 ? 1 : 3;
+  if (o.channels == 0)
+    ref.channels_from = o.skip_bad ? "the first readable training image" : "the first training image";
+  if (o.image_size != 0) {
+    ref.size = o.image_size;
+    return ref;
+  }
+  if (!o.skip_bad) {
+    TL_CHECK(p.height == p.width, "imagefolder: " + train.items[0].path.string() + " is " + std::to_string(p.width) +
+                                      "x" + std::to_string(p.height) +
+                                      "; trainlab stores square images (give --image-size to resize)");
+    ref.size = p.height;
+  } else {
+    std::map<int, std::int64_t> votes;
+    std::vector<int> order;
+    for (const auto& q : probes)
+      if (q.error.empty() && q.height == q.width && q.height >= 4 && q.height <= kMaxImageSize &&
+          votes[q.height]++ == 0)
+        order.push_back(q.height);
+    TL_CHECK(!order.empty(),
+             "imagefolder: no readable training image is square with a side of 4..4096 pixels "
+             "(give --image-size to resize every image to one square size)");
+    ref.size = order[0];
+    for (int side : order)
+      if (votes[side] > votes[ref.size]) ref.size = side;
+    ref.size_from = "the most common size among the readable training images (" + std::to_string(votes[ref.size]) +
+                    " of " + std::to_string(probes.size()) + ")";
+  }
+  TL_CHECK(ref.size >= 4 && ref.size <= kMaxImageSize, "imagefolder: images of " + std::to_string(ref.size) +
+                                                           " pixels; the data set takes 4..4096 (give --image-size)");
+  return ref;
+}
+
+// The images of `split` that agree with `ref`: the others refused, or with skip_bad skipped and
+// counted (unreadable, or of another size), every one named in the refusal.
+void keep_agreeing(FolderSplit& split, const std::vector<ImageProbe>& probes, const Reference& ref,
+                   const ImportOptions& o, const std::string& name) {
+  std::vector<ImageFolderSource::Item> kept;
+  for (std::size_t i = 0; i < split.items.size(); ++i) {
+    const ImageProbe& p = probes[i];
+    const std::string path = split.items[i].path.string();
+    std::string why;
+    if (!p.error.empty()) {
+      why = "imagefolder: " + path + ": " + p.error;
+      split.unreadable += o.skip_bad;
+    } else if (o.image_size == 0 && (p.height != ref.size || p.width != ref.size)) {
+      why = "imagefolder: " + path + ": size differs: " + std::to_string(p.width) + "x" + std::to_string(p.height) +
+            " pixels, the data set's " + std::to_string(ref.size) + "x" + std::to_string(ref.size) +
+            " (give --image-size to resize every image to one square size)";
+      split.size_differs += o.skip_bad;
+    }
+    if (why.empty())
+      kept.push_back(split.items[i]);
+    else if (!o.skip_bad)
+      throw Error(why + " (--skip-bad skips such files, counting them)");
+  }
+  TL_CHECK(!kept.empty(), "imagefolder: every image of " + name + " was skipped: " + std::to_string(split.unreadable) +
+                              " unreadable, " + std::to_string(split.size_differs) + " not " +
+                              std::to_string(ref.size) + "x" + std::to_string(ref.size));
+  split.items = std::move(kept);
+}
+
+void note_imagefolder(const FolderSplit& train, const FolderSplit& test, const Reference& ref, const ImportOptions& o,
+                      std::vector<std::string>& notes) {
+  notes.push_back(std::string("channels: ") + std::to_string(ref.channels) +
+                  (ref.channels == 3 ? " (grey images replicated, RGBA's alpha dropped, as PIL's convert(\"RGB\"))"
+                                     : " (colour images to ITU-R 601 luma, as PIL's convert(\"L\"); alpha dropped)") +
+                  (ref.channels_from.empty() ? "" : ", from " + ref.channels_from));
+  if (o.image_size != 0)
+    notes.push_back("size: every image resized to " + std::to_string(ref.size) + "x" + std::to_string(ref.size) +
+                    " (bilinear, antialiased when shrinking, as torchvision's Resize on PIL images)");
+  else if (!ref.size_from.empty())
+    notes.push_back("size: " + std::to_string(ref.size) + "x" + std::to_string(ref.size) + ", " + ref.size_from);
+  const std::int64_t unreadable = train.unreadable + test.unreadable, differs = train.size_differs + test.size_differs;
+  if (unreadable + differs > 0)
+    notes.push_back("skipped: " + std::to_string(unreadable + differs) +
+                    " image file(s) (--skip-bad): " + std::to_string(unreadable) + " unreadable, " +
+                    std::to_string(differs) + " of another size" + "; counted in the manifest");
+  const std::int64_t dirs = train.walk.repeated_dirs + test.walk.repeated_dirs,
+                     files = train.walk.repeated_files + test.walk.repeated_files;
+  if (dirs + files > 0)
+    notes.push_back("symlinks: " + std::to_string(dirs) + " directory path(s) and " + std::to_string(files) +
+                    " file path(s) led to what another link already reached: each read once");
 }
 
 ImportedDataset import_imagefolder(const fs::path& root, const ImportOptions& o) {
@@ -423,83 +432,33 @@ ImportedDataset import_imagefolder(const fs::path& root, const ImportOptions& o)
     if (test_dir.empty() && fs::is_directory(root / name, ec)) test_dir = root / name;
   const std::vector<std::string> classes = class_folders(train_dir);
   TL_CHECK(classes.size() >= 2, "imagefolder: " + train_dir.string() + " has one class folder; a classifier needs two");
+  ImportedDataset result;
+  result.class_names = class_names_of(classes, train_dir, result.notes);  // refused here, before any image is read
   FolderSplit train = list_split(train_dir, classes, true);
   FolderSplit test;
   if (!test_dir.empty()) test = list_split(test_dir, classes, false);
 
-  // The first training image sets the size (unless resized) and the channel count (unless given).
-  ImportedDataset result;
-  const auto first = [&] {
-    const auto bytes = read_file(train.items.front().path.string(), kMaxImageFile);
-    try {
-      return decode_image_file(bytes.data(), bytes.size(), kMaxImagePixels);
-    } catch (const Error& e) {
-      throw Error("imagefolder: " + train.items.front().path.string() + ": " + e.what());
-    }
-  }();
-  const int channels = o.channels != 0 ? o.channels : first.channels <= 2 ? 1 : 3;
-  const int size = o.image_size != 0 ? o.image_size : first.height;
-  TL_CHECK(o.image_size != 0 || first.height == first.width,
-           "imagefolder: " + train.items.front().path.string() + " is " + std::to_string(first.width) + "x" +
-               std::to_string(first.height) + "; trainlab stores square images (give --image-size to resize)");
-  TL_CHECK(size >= 4 && size <= kMaxImageSize, "imagefolder: images of " + std::to_string(size) +
-                                                   " pixels; the data set takes 4..4096 (give --image-size)");
-  // Every image decoded once, now: a bad one is refused (or skipped with skip_bad) before writing.
-  const auto check_split = [&](FolderSplit& split, const std::string& name) {
-    Progress progress(o.progress);
-    const ImageFolderSource probe("", {}, channels, size, o.image_size, 1);
-    std::vector<ImageFolderSource::Item> kept;
-    for (std::size_t i = 0; i < split.items.size(); ++i) {
-      try {
-        (void)probe.load(split.items[i].path);
-        kept.push_back(split.items[i]);
-      } catch (const Error& e) {
-        if (!o.skip_bad) throw Error(std::string(e.what()) + " (--skip-bad skips such files, counting them)");
-        split.skipped += 1;
-      }
-      progress.tick("checking " + name + " images", static_cast<std::int64_t>(i + 1),
-                    static_cast<std::int64_t>(split.items.size()));
-    }
-    TL_CHECK(!kept.empty(), "imagefolder: every image of " + name + " was skipped as unreadable");
-    split.items = std::move(kept);
-  };
-  check_split(train, "train");
-  if (!test_dir.empty()) check_split(test, test_dir.filename().string());
-  const auto n_classes = static_cast<std::int64_t>(classes.size());
-  result.train = std::make_shared<ImageFolderSource>("imagefolder:" + root.string() + " train", train.items, channels,
-                                                     size, o.image_size, n_classes);
+  // Every image decoded once, now: one that does not agree is refused (or skipped with skip_bad)
+  // before anything is written.
+  const std::vector<ImageProbe> train_probes = probe_split(train, "train", o);
+  const Reference ref = choose_reference(train, train_probes, o);
+  keep_agreeing(train, train_probes, ref, o, "train");
   if (!test_dir.empty())
-    result.test =
-        std::make_shared<ImageFolderSource>("imagefolder:" + root.string() + " " + test_dir.filename().string(),
-                                            test.items, channels, size, o.image_size, n_classes);
-  result.class_names = classes;
-  result.skipped["train"] = train.skipped;
-  if (!test_dir.empty()) result.skipped["held_out"] = test.skipped;
-  result.source = "imagefolder:" + root.string() + " (train/" +
+    keep_agreeing(test, probe_split(test, test_dir.filename().string(), o), ref, o, test_dir.filename().string());
+  const auto n_classes = static_cast<std::int64_t>(classes.size());
+  const std::string where = "imagefolder:" + escape_invalid_utf8(root.string());
+  result.train = std::make_shared<ImageFolderSource>(where + " train", train.items, ref.channels, ref.size,
+                                                     o.image_size, n_classes);
+  if (!test_dir.empty())
+    result.test = std::make_shared<ImageFolderSource>(where + " " + test_dir.filename().string(), test.items,
+                                                      ref.channels, ref.size, o.image_size, n_classes);
+  result.skipped["train"] = train.skipped();
+  if (!test_dir.empty()) result.skipped["held_out"] = test.skipped();
+  result.source = where + " (train/" +
                   (test_dir.empty() ? std::string(", no test/ or val/") : ", " + test_dir.filename().string() + "/") +
                   ")";
-  result.notes.push_back(std::string("channels: ") + std::to_string(channels) +
-                         (channels == 3
-                              ? " (grey images replicated, RGBA's alpha dropped, as PIL's convert(\"RGB\"))"
-                              : " (colour images to ITU-R 601 luma, as PIL's convert(\"L\"); alpha dropped)") +
-                         (o.channels == 0 ? ", from the first training image" : ""));
-  if (o.image_size != 0)
-    result.notes.push_back("size: every image resized to " + std::to_string(size) + "x" + std::to_string(size) +
-                           " (bilinear, antialiased when shrinking, as torchvision's Resize on PIL images)");
-  if (train.skipped + test.skipped > 0)
-    result.notes.push_back("skipped: " + std::to_string(train.skipped + test.skipped) +
-                           " unreadable image file(s) (--skip-bad), counted in the manifest");
+  note_imagefolder(train, test, ref, o, result.notes);
   return result;
-}
-
-// The class count of byte-labelled splits: the largest label + 1 (at least 2).
-std::int64_t count_classes(const ByteImages& train, const ByteImages* test, const std::string& what) {
-  std::int64_t top = 0;
-  for (auto l : train.labels) top = std::max(top, l);
-  if (test)
-    for (auto l : test->labels) top = std::max(top, l);
-  TL_CHECK(top >= 1, what + ": every label is 0; a classifier needs two classes");
-  return top + 1;
 }
 
 bool inside(const fs::path& path, const fs::path& dir) {
@@ -560,6 +519,7 @@ ImportedDataset open_import(const ImportSource& source, const ImportOptions& o, 
            "--channels " + std::to_string(o.channels) + " is not 1 or 3");
   TL_CHECK(o.image_size == 0 || (o.image_size >= 4 && o.image_size <= kMaxImageSize),
            "--image-size " + std::to_string(o.image_size) + " is outside 4..4096");
+  check_class_names(o.class_names, "--class-names: name ");  // the reader's rule, before any work
   std::error_code ec;
   const fs::path dir = fs::weakly_canonical(fs::absolute(source.path), ec);
   TL_CHECK(!ec && fs::is_directory(dir, ec), "--from: " + source.path + " is not a directory");
@@ -574,25 +534,7 @@ ImportedDataset open_import(const ImportSource& source, const ImportOptions& o, 
     TL_CHECK(!o.skip_bad, "--skip-bad is for imagefolder sources; IDX and CIFAR-10 files are refused whole");
     const bool idx = source.kind == ImportKind::idx;
     const int channels = o.channels != 0 ? o.channels : idx ? 1 : 3;
-    auto train = idx ? idx_split(dir, "train", channels) : cifar_split(dir, true, channels);
-    auto test = idx ? idx_split(dir, "t10k", channels) : cifar_split(dir, false, channels);
-    TL_CHECK(train->sample_shape() == test->sample_shape(), "idx:" + dir.string() + ": train images are " +
-                                                                shape_str(train->sample_shape()) + ", t10k images " +
-                                                                shape_str(test->sample_shape()));
-    const std::int64_t classes = idx ? count_classes(*train, test.get(), "idx:" + dir.string()) : 10;
-    train->set_classes(classes);
-    test->set_classes(classes);
-    const bool fashion = dir.string().find("fashion") != std::string::npos;
-    result.class_names = !idx                       ? kCifar10Classes
-                         : fashion && classes == 10 ? kFashionClasses
-                                                    : numbered_classes(classes);
-    result.source = (idx ? "idx:" : "cifar10:") + dir.string() + " (" + std::to_string(train->size()) + " train, " +
-                    std::to_string(test->size()) + " test)";
-    if (idx && fashion) result.notes.push_back("classes: Fashion-MNIST's names (the directory's name says fashion)");
-    if (channels != (idx ? 1 : 3))
-      result.notes.push_back(idx ? "channels: 3 (grey replicated)" : "channels: 1 (ITU-R 601 luma)");
-    result.train = train;
-    result.test = test;
+    result = idx ? import_idx(dir, channels) : import_cifar10(dir, channels);
   }
   if (!o.class_names.empty()) {
     TL_CHECK(o.class_names.size() == result.class_names.size(),

@@ -134,6 +134,9 @@ struct DatasetInfo {
 
 // Reads and checks the manifest (not the files' contents: verify_image_dataset does that).
 DatasetInfo read_dataset_info(const std::string& dir);
+// The reader's rule for class names, which the writer and the importers apply before any work:
+// each of 1..255 bytes of UTF-8. Throws Error naming `where` + the name's index, the name and why.
+void check_class_names(const std::vector<std::string>& names, const std::string& where);
 bool has_split(const std::string& dir, Split split);
 
 struct DatasetVerifyResult {

@@ -13,6 +13,7 @@
 #include "engine/data/disk_dataset_internal.h"
 #include "engine/io/fields.h"
 #include "engine/io/fileio.h"
+#include "engine/io/text.h"
 
 namespace trainlab {
 
@@ -95,11 +96,7 @@ void check_version_3_keys(const ManifestDoc& doc, const std::string& path, Datas
     TL_CHECK(static_cast<std::int64_t>(doc.class_names->size()) == info.classes,
              path + ": class_names holds " + std::to_string(doc.class_names->size()) + " names for " +
                  std::to_string(info.classes) + " classes");
-    for (std::size_t i = 0; i < doc.class_names->size(); ++i) {
-      const std::string& name = (*doc.class_names)[i];
-      TL_CHECK(!name.empty() && name.size() <= 255, path + ": class_names/" + std::to_string(i) + " is " +
-                                                        quote_value(name) + ", not a name of 1..255 characters");
-    }
+    check_class_names(*doc.class_names, path + ": class_names/");
     info.class_names = *doc.class_names;
   }
   if (doc.normalize) {
@@ -223,6 +220,19 @@ Manifest load_manifest(const std::string& dir) {
 }  // namespace disk_format
 
 using namespace disk_format;
+
+void check_class_names(const std::vector<std::string>& names, const std::string& where) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const std::size_t bad = invalid_utf8_offset(name);
+    TL_CHECK(!name.empty() && name.size() <= 255 && bad == std::string::npos,
+             where + std::to_string(i) + " is " + quote_value(escape_invalid_utf8(name)) + ": " +
+                 (name.empty()               ? std::string("empty")
+                  : bad != std::string::npos ? "not UTF-8 (byte " + std::to_string(bad) + ")"
+                                             : std::to_string(name.size()) + " bytes long") +
+                 "; a class name is 1..255 bytes of UTF-8");
+  }
+}
 
 DatasetInfo read_dataset_info(const std::string& dir) { return load_manifest(dir).info; }
 

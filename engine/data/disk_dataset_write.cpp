@@ -19,6 +19,7 @@
 #include "engine/data/disk_dataset.h"
 #include "engine/data/disk_dataset_internal.h"
 #include "engine/io/fileio.h"
+#include "engine/io/text.h"
 #include "engine/io/version.h"
 
 namespace trainlab {
@@ -327,6 +328,7 @@ WriteGeometry check_write_request(const Dataset& train, const Dataset* held_out,
   TL_CHECK(o.class_names.empty() || static_cast<std::int64_t>(o.class_names.size()) == train.num_classes(),
            "make-dataset: " + std::to_string(o.class_names.size()) + " class names for " +
                std::to_string(train.num_classes()) + " classes");
+  check_class_names(o.class_names, "make-dataset: class name ");
   return {source, stored, factor};
 }
 
@@ -388,7 +390,7 @@ ManifestDoc manifest_head(const Dataset& train, const DatasetWriteOptions& o, co
   doc.format = kFormat;
   doc.version = kFormatVersion;
   doc.writer = "trainlab " + version() + " (" + git_describe() + ")";
-  doc.source = o.source.empty() ? train.describe() : o.source;
+  doc.source = escape_invalid_utf8(o.source.empty() ? train.describe() : o.source);  // a path's bytes
   doc.layout = disk_layout_name(o.layout);
   doc.codec = image_codec_name(o.codec);
   doc.quality = o.codec == ImageCodec::jpeg ? o.quality : 0;

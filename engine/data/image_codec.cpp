@@ -7,8 +7,10 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 
 #include "backends/error.h"
+#include "backends/host_memory.h"
 
 namespace trainlab {
 
@@ -174,6 +176,18 @@ void decode_image(ImageCodec codec, const unsigned char* bytes, std::size_t size
 
 namespace {
 
+// out.pixels sized for its height x width x channels; a failed allocation is an Error saying so.
+void allocate_pixels(DecodedImage& out, const char* format) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(out.height) * out.width * out.channels;
+  try {
+    out.pixels.resize(static_cast<std::size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    throw Error(allocation_failure(std::string("decoding a ") + format + " of " + std::to_string(out.width) + "x" +
+                                       std::to_string(out.height) + " pixels",
+                                   bytes));
+  }
+}
+
 DecodedImage decode_png_file(const unsigned char* bytes, std::size_t size, std::uint64_t max_pixels) {
   png_image image;
   std::memset(&image, 0, sizeof image);
@@ -195,7 +209,7 @@ DecodedImage decode_png_file(const unsigned char* bytes, std::size_t size, std::
            "PNG: " + std::to_string(image.width) + "x" + std::to_string(image.height) + " pixels, more than the " +
                std::to_string(max_pixels) + " allowed");
   image.format = colour ? (alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB) : (alpha ? PNG_FORMAT_GA : PNG_FORMAT_GRAY);
-  out.pixels.resize(static_cast<std::size_t>(out.height) * out.width * out.channels);
+  allocate_pixels(out, "PNG");
   if (png_image_finish_read(&image, nullptr, out.pixels.data(), 0, nullptr) == 0 ||
       (image.warning_or_error & PNG_IMAGE_ERROR))
     throw Error(std::string("PNG: ") + image.message);
@@ -218,7 +232,7 @@ DecodedImage decode_jpeg_file(const unsigned char* bytes, std::size_t size, std:
   out.height = height;
   out.width = width;
   out.channels = colorspace == TJCS_GRAY ? 1 : 3;
-  out.pixels.resize(static_cast<std::size_t>(height) * width * out.channels);
+  allocate_pixels(out, "JPEG");
   if (tjDecompress2(h, bytes, static_cast<unsigned long>(size), out.pixels.data(), width, 0, height,
                     out.channels == 3 ? TJPF_RGB : TJPF_GRAY, TJFLAG_STOPONWARNING) != 0)
     throw Error(std::string("JPEG: ") + tjGetErrorStr2(h));

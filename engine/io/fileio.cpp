@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
 
 #include <zlib.h>
 
@@ -260,7 +261,13 @@ std::vector<unsigned char> read_file(const std::string& path, std::uint64_t max_
     throw Error("'" + path + "' is " + human_size(size) + ", more than the " + human_size(max_bytes) +
                 " such a file may hold");
   }
-  std::vector<unsigned char> data(static_cast<std::size_t>(size));
+  std::vector<unsigned char> data;
+  try {
+    data.resize(static_cast<std::size_t>(size));
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    throw Error(allocation_failure("reading '" + path + "'", size));
+  }
   std::size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::read(fd, data.data() + done, data.size() - done);

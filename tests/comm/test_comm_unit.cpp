@@ -145,6 +145,13 @@ TEST_CASE("tuning: the file round-trips, merges by world size, and feeds thresho
   CHECK(t8.recursive_doubling_below == AlgorithmThresholds{}.recursive_doubling_below);
   CHECK_THAT(note, Catch::Contains("no entry for world 8 (it has: 2, 4)"));
   CHECK(thresholds_for("", 2, nullptr).source == "built-in");
+
+  // A file with no entries (issue 49): auto says what it uses instead, the built-in thresholds.
+  write_tuning(path, TuningFile{});
+  const AlgorithmThresholds none = thresholds_for(path, 2, &note);
+  CHECK(none.ring_from == AlgorithmThresholds{}.ring_from);
+  CHECK_THAT(note, Catch::Contains("no entry for world 2 (it has: none); the built-in thresholds apply"));
+  CHECK_THAT(describe_thresholds(none), Catch::Contains("(built-in; " + path + " has no entry for world 2)"));
 }
 
 TEST_CASE("tuning: a bad file is one line naming the file and the value; another file is never replaced",

@@ -352,6 +352,85 @@ TEST_CASE("import: bad sources are refused with one line naming the file, nothin
   }
 }
 
+TEST_CASE("import: the hostile trees and names of issue 49, each imported or refused before any work",
+          "[disk][import]") {
+  TempDir tmp("import-hostile");
+  const fs::path root = tmp.path / "photos";
+  const std::string out = tmp / "out";
+  const std::vector<unsigned char> px(8 * 8 * 3, 100), big(16 * 16 * 3, 50);
+  const auto png8 = encode_image(ImageCodec::png, px.data(), {8, 8, 3}, 0);
+
+  SECTION("a symlink DAG of 2^24 paths to each image: every directory walked once, every file read once") {
+    // level k holds two links to level k+1; the last level holds the images (plus a link to one).
+    for (const char* cls : {"a", "b"}) {
+      const fs::path levels = tmp.path / "levels" / cls;
+      for (int k = 0; k < 24; ++k) {
+        fs::create_directories(levels / std::to_string(k));
+        for (const char* link : {"x", "y"})
+          fs::create_directory_symlink(levels / std::to_string(k + 1), levels / std::to_string(k) / link);
+      }
+      write_bytes(levels / "24" / "1.png", png8);
+      write_bytes(levels / "24" / "2.png", png8);
+      fs::create_symlink(levels / "24" / "1.png", levels / "24" / "3.png");
+      fs::create_directories(root / "train");
+      fs::create_directory_symlink(levels / "0", root / "train" / cls);
+    }
+    ImportedDataset source = open_import(parse_import_source("imagefolder:" + root.string()), {}, out);
+    CHECK(source.train->size() == 4);  // 2 real files per class
+    const auto note = std::find_if(source.notes.begin(), source.notes.end(),
+                                   [](const std::string& n) { return n.rfind("symlinks: ", 0) == 0; });
+    REQUIRE(note != source.notes.end());
+    CHECK(note->find("48 directory path(s) and 2 file path(s)") != std::string::npos);
+  }
+  SECTION("a class folder whose name is not UTF-8: imported, its ill-formed byte kept as \\xe9") {
+    write_bytes(root / "train" / "caf\xe9" / "1.png", png8);
+    write_bytes(root / "train" / "tea" / "1.png", png8);
+    write_bytes(root / "test" / "caf\xe9" / "2.png", png8);
+    import_to("imagefolder:" + root.string(), out);
+    const DatasetInfo info = read_dataset_info(out);
+    CHECK(info.class_names == std::vector<std::string>{"caf\\xe9", "tea"});
+    CHECK(open_image_dataset(out, Split::held_out)->size() == 1);
+    fs::remove_all(out);
+    ImportOptions o;
+    o.class_names = {"caf\xe9", "tea"};
+    refused("imagefolder:" + root.string(), out, {"--class-names: name 0", "'caf\\xe9'", "not UTF-8 (byte 3)"}, o);
+  }
+  SECTION("--class-names over 255 bytes: refused before anything is read or written") {
+    write_bytes(root / "train" / "a" / "1.png", png8);
+    write_bytes(root / "train" / "b" / "1.png", png8);
+    ImportOptions o;
+    o.class_names = {"a", std::string(256, 'n')};
+    refused("imagefolder:" + root.string(), out, {"--class-names: name 1", "256 bytes long", "1..255 bytes"}, o);
+  }
+  SECTION("--skip-bad: the first training image unreadable, or of another size, does not set the shape") {
+    std::vector<unsigned char> truncated = png8;
+    truncated.resize(truncated.size() / 2);
+    write_bytes(root / "train" / "a" / "0.png", truncated);  // sorted first
+    write_bytes(root / "train" / "a" / "1.jpg", encode_image(ImageCodec::jpeg, big.data(), {16, 16, 3}, 90));
+    for (const char* f : {"2.png", "3.png"}) write_bytes(root / "train" / "a" / f, png8);
+    write_bytes(root / "train" / "b" / "1.png", png8);
+    write_bytes(root / "test" / "a" / "1.jpg", encode_image(ImageCodec::jpeg, big.data(), {16, 16, 3}, 90));
+    write_bytes(root / "test" / "b" / "1.png", png8);
+    refused("imagefolder:" + root.string(), out, {"train/a/0.png", "--skip-bad"});
+    fs::remove(root / "train" / "a" / "0.png");
+    refused("imagefolder:" + root.string(), out, {"train/a/2.png", "size differs: 8x8", "the data set's 16x16"});
+    write_bytes(root / "train" / "a" / "0.png", truncated);
+    ImportOptions o;
+    o.skip_bad = true;
+    ImportedDataset source = open_import(parse_import_source("imagefolder:" + root.string()), o, out);
+    CHECK(source.train->sample_shape() == Shape{3, 8, 8});
+    CHECK(source.train->size() == 3);
+    CHECK(source.skipped.at("train") == 2);
+    CHECK(source.skipped.at("held_out") == 1);
+    bool noted = false;
+    for (const auto& n : source.notes) noted |= n.find("1 unreadable, 2 of another size") != std::string::npos;
+    CHECK(noted);
+    // Every training image unreadable: the one line counts them.
+    for (const char* f : {"a/1.jpg", "a/2.png", "a/3.png", "b/1.png"}) write_bytes(root / "train" / f, truncated);
+    refused("imagefolder:" + root.string(), out, {"every image of train was skipped", "5 unreadable"}, o);
+  }
+}
+
 TEST_CASE("SmallCNN is built for the data set's shape: a 1x12x12 import with 3 classes trains", "[disk][import]") {
   TempDir tmp("import-train");
   write_idx(tmp.path / "idx", "train", make_images(48, 12, 3, 7), true);
