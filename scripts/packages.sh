@@ -20,12 +20,14 @@ TRAINLAB_BUILD_PACKAGES=(
 # dataset-fashion-mnist (Fashion-MNIST's IDX files under /usr/share/datasets/fashion-mnist/, 30 MB;
 # `trainlab make-dataset --from idx:...` imports it, `make fashion` trains on it).
 # python3-torch: PyTorch 1.13 under /usr/bin/python3, the peer for side-by-side benchmarks and the
-# gradient comparison test. ocl-icd-opencl-dev and opencl-headers (above): Debian's dnnl CMake config
+# gradient comparison test; libgoogle-perftools4 (tcmalloc) and libjemalloc2, the allocators PyTorch's
+# CPU performance guide names, which the peers measure as variants (bench/peers/peer_malloc.py).
+# ocl-icd-opencl-dev and opencl-headers (above): Debian's dnnl CMake config
 # requires OpenCL (its GPU runtime).
 TRAINLAB_HOST_PACKAGES=(
   build-essential cmake ninja-build
   libbenchmark-dev hwloc
-  python3-torch python3-numpy
+  python3-torch python3-numpy libgoogle-perftools4 libjemalloc2
   qemu-user
   dataset-fashion-mnist
 )

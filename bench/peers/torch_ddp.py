@@ -99,7 +99,10 @@ def worker(rank: int, args, rendezvous: str, results) -> None:
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=args.world)
     out = {}
-    for variant in (PEERS[args.model].VARIANTS if args.variant == "all" else [args.variant]):  # in turn, each its own DDP model
+    # In turn, each its own DDP model; 'all' leaves out the variants with an allocator of their own
+    # ("@tcmalloc"): one process has one allocator, so those run as --variant V@ALLOCATOR.
+    every = [v for v in PEERS[args.model].VARIANTS if peer_malloc.split_variant(v)[1] is None]
+    for variant in (every if args.variant == "all" else [args.variant]):
         total, times = measure(rank, args, variant)
         out[variant] = {"slowest_total_s": total, "step_seconds": times}
     if rank == 0:
@@ -126,7 +129,7 @@ def main() -> int:
                              "line then has each under 'variants'")
     parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--malloc", choices=["tuned", "system"], default="tuned",
+    parser.add_argument("--malloc", choices=peer_malloc.CHOICES, default="tuned",
                         help="tuned (default): glibc malloc without per-allocation mmap (peer_malloc.py says why)")
     args = parser.parse_args()
     if args.world < 1 or args.batch < 1 or args.steps < 1:

@@ -162,7 +162,7 @@ def main():
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
     parser.add_argument("--variant", default="best", help=f"best (probe the model's variants: {VARIANTS}) or one")
     parser.add_argument("--probe-steps", type=int, default=20)
-    parser.add_argument("--malloc", choices=["tuned", "system"], default="tuned")
+    parser.add_argument("--malloc", choices=peer_malloc.CHOICES, default="tuned")
     args = parser.parse_args()
     checks = [(args.epochs >= 1, "--epochs must be >= 1"), (1 <= args.batch <= 65536, "--batch must be in 1..65536"),
               (math.isfinite(args.lr) and args.lr > 0, "--lr must be a finite number > 0"),

@@ -13,7 +13,9 @@ timing, warm-up excluded, one JSON line shaped like trainlab's. Variants (--vari
   channels_last    model and input in torch.channels_last
   set_to_none      zero_grad(set_to_none=True) (PyTorch's tuning guide)
   foreach          SGD(foreach=True): the multi-tensor update
-  jit_freeze       (forward only) scripted, frozen and optimised for inference
+  jit_freeze       (forward only) traced, frozen and optimised for inference (f32 and bf16)
+  inference_mode   (forward only) torch.inference_mode instead of torch.no_grad
+  @ALLOCATOR       (a suffix) tuned (default), system, tcmalloc or jemalloc (peer_malloc.py)
 --variant all measures the list the comparisons use in one process and names the best.
 With --dtype bf16 every variant runs under torch.autocast("cpu", dtype=torch.bfloat16).
 """
@@ -38,12 +40,20 @@ except ImportError as error:
 
 import torch_smallcnn  # noqa: E402  (the shared timing loop and the AVX2-cap rule)
 
-FEATURES = ("channels_last", "set_to_none", "foreach", "jit_freeze")
-VARIANTS = ["shipped", "channels_last", "set_to_none+foreach", "channels_last+set_to_none+foreach"]
-INFER_VARIANTS = ["shipped", "channels_last", "jit_freeze", "channels_last+jit_freeze"]
+FEATURES = ("channels_last", "set_to_none", "foreach", "jit_freeze", "inference_mode")
+# The strongest eager step and the strongest inference form under each allocator PyTorch's guide
+# names and glibc's defaults too (peer_malloc.py): "@ALLOCATOR", a process of its own.
+MALLOCS = ("system", "tcmalloc", "jemalloc")
+VARIANTS = ["shipped", "channels_last", "set_to_none+foreach", "channels_last+set_to_none+foreach"] + [
+    "channels_last+set_to_none+foreach@" + m for m in MALLOCS]
+INFER_VARIANTS = ["shipped", "channels_last", "channels_last+inference_mode", "jit_freeze", "channels_last+jit_freeze"] \
+    + ["channels_last+jit_freeze@" + m for m in MALLOCS]
 
 
 def features_of(variant: str) -> set:
+    variant, malloc = peer_malloc.split_variant(variant)
+    if malloc is not None and malloc not in peer_malloc.CHOICES:
+        raise ValueError(f"unknown allocator '@{malloc}'; allowed: {list(peer_malloc.CHOICES)}")
     if variant == "shipped":
         return set()
     parts = set(variant.split("+"))
@@ -163,9 +173,10 @@ def flop_per_sample(model: ResNet, shape, forward_only: bool) -> float:
 def build_step(variant: str, args, device, batches, options):
     import contextlib
     features = features_of(variant)
-    if "jit_freeze" in features and not args.forward_only:
-        raise ValueError(f"'{variant}': jit_freeze is an inference form (give --forward-only)")
+    if ("jit_freeze" in features or "inference_mode" in features) and not args.forward_only:
+        raise ValueError(f"'{variant}': jit_freeze and inference_mode are inference forms (give --forward-only)")
     torch.manual_seed(args.seed)
+    no_grad = torch.inference_mode if "inference_mode" in features else torch.no_grad
     fmt = torch.channels_last if "channels_last" in features else torch.contiguous_format
     model = ResNet(channels=args.channels, classes=10, **options).to(device=device, memory_format=fmt)
     decay = [p for n, p in model.named_parameters() if p.dim() > 1]
@@ -189,7 +200,7 @@ def build_step(variant: str, args, device, batches, options):
         x = x.contiguous(memory_format=fmt)
         with mkldnn():
             if args.forward_only:
-                with torch.no_grad(), autocast:
+                with no_grad(), autocast:
                     model(x)
                 return
             with autocast:
@@ -215,13 +226,15 @@ def main() -> int:
     parser.add_argument("--forward-only", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--malloc", choices=["tuned", "system"], default="tuned")
+    parser.add_argument("--malloc", choices=peer_malloc.CHOICES, default="tuned")
     parser.add_argument("--list-variants", action="store_true")
     args = parser.parse_args()
     if args.list_variants:
         print(json.dumps({"train": VARIANTS, "infer": INFER_VARIANTS}))
         return 0
     variants = (INFER_VARIANTS if args.forward_only else VARIANTS) if args.variant == "all" else [args.variant]
+    if args.variant == "all":  # one process has one allocator: 'all' measures the variants without their own
+        variants = [v for v in variants if peer_malloc.split_variant(v)[1] is None]
     try:
         options = options_of(args.model_options)
         for v in variants:

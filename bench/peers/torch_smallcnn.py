@@ -14,8 +14,13 @@ Variants (--variant), each a '+'-joined set of features:
   fc1_as_conv8x8      fc1 as an 8x8 convolution over the unflattened [N, 64, 8, 8] features (the same
                       weights reshaped) and fc2 as a 1x1 convolution: oneDNN's direct convolution
                       kernels instead of a 1x1 over 4096 channels
-  jit_freeze          (forward only) the model scripted, frozen and optimised for inference
-                      (torch.jit.freeze, torch.jit.optimize_for_inference)
+  set_to_none         zero_grad(set_to_none=True): gradients freed, not zero-filled (PyTorch's guide)
+  foreach             SGD(foreach=True): the multi-tensor optimiser step
+  jit_freeze          (forward only) the model traced, frozen and optimised for inference
+                      (torch.jit.freeze, torch.jit.optimize_for_inference), in f32 and bf16
+  inference_mode      (forward only) torch.inference_mode instead of torch.no_grad
+  @ALLOCATOR          (a suffix) the process's allocator: tuned (the default), system, tcmalloc or
+                      jemalloc (peer_malloc.py); e.g. channels_last@tcmalloc
   no_mkldnn           torch.backends.mkldnn disabled (PyTorch's native kernels): the control for
                       what oneDNN is worth inside PyTorch
 VARIANTS lists the combinations the comparisons measure; every comparison takes the best per dtype
@@ -45,19 +50,36 @@ except ImportError as error:  # say why, in the same JSON shape, and fail
     print(json.dumps({"tool": "torch_smallcnn", "error": f"no torch in {sys.executable}: {error}"}))
     sys.exit(3)
 
-FEATURES = ("channels_last", "linear_as_conv", "fc1_as_conv8x8", "jit_freeze", "no_mkldnn")
+FEATURES = ("channels_last", "linear_as_conv", "fc1_as_conv8x8", "set_to_none", "foreach", "jit_freeze",
+            "inference_mode", "no_mkldnn")
 # In this order: an exact tie goes to the earlier (simpler) variant.
 # no_mkldnn is not among them: it is PyTorch without its oneDNN kernels, 3.7x slower than shipped in
 # f32 training here (137 against 506 samples/s, batch 128, 2 threads), never a contender; it stays a
 # feature for whoever wants the control.
-VARIANTS = ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last", "fc1_as_conv8x8",
-            "fc1_as_conv8x8+channels_last"]
-# Forward only adds the frozen TorchScript form of the two strongest eager layouts.
-INFER_VARIANTS = VARIANTS + ["channels_last+jit_freeze", "fc1_as_conv8x8+channels_last+jit_freeze"]
+LAYOUTS = ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last", "fc1_as_conv8x8",
+           "fc1_as_conv8x8+channels_last"]
+# The knobs PyTorch's performance tuning guide names, on the strongest layouts (fc1 as an 8x8
+# convolution in f32, plain channels_last in bf16): the optimiser's step without zero-filling
+# (set_to_none) and its multi-tensor form (foreach); then that step under each allocator the guide
+# names and glibc's defaults (peer_malloc.py), each a process of its own. Measured 2026-12-06: tcmalloc
+# +25% in bf16, jemalloc with the guide's MALLOC_CONF 3-5x slower, glibc's defaults 2x slower.
+TUNED = ["channels_last+set_to_none+foreach", "fc1_as_conv8x8+channels_last+set_to_none+foreach"]
+VARIANTS = LAYOUTS + TUNED + [TUNED[1] + "@" + m for m in ("system", "tcmalloc", "jemalloc")] + [TUNED[0] + "@tcmalloc"]
+# Forward only: the eager layouts under no_grad, under torch.inference_mode, and the frozen
+# TorchScript form (torch.jit.freeze + optimize_for_inference); the strongest of those under tcmalloc
+# (and the frozen 8x8 form under every allocator).
+FROZEN = "fc1_as_conv8x8+channels_last+jit_freeze"
+INFER_VARIANTS = LAYOUTS + ["channels_last+inference_mode", "fc1_as_conv8x8+channels_last+inference_mode",
+                            "channels_last+jit_freeze", FROZEN] + [FROZEN + "@" + m for m in
+                                                                   ("system", "tcmalloc", "jemalloc")] + [
+    "channels_last+jit_freeze@tcmalloc", "channels_last+inference_mode@tcmalloc"]
 
 
 def features_of(variant: str) -> set:
     """The feature set of a variant name; raises ValueError naming what is not a feature."""
+    variant, malloc = peer_malloc.split_variant(variant)
+    if malloc is not None and malloc not in peer_malloc.CHOICES:
+        raise ValueError(f"unknown allocator '@{malloc}'; allowed: {list(peer_malloc.CHOICES)}")
     if variant == "shipped":
         return set()
     parts = set(variant.split("+"))
@@ -138,7 +160,9 @@ def build_step(variant: str, args, device, batches):
     torch.manual_seed(args.seed)
     fmt = torch.channels_last if "channels_last" in features else torch.contiguous_format
     model = model_for(variant).to(device=device, memory_format=fmt)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach="foreach" in features or None)
+    set_to_none = "set_to_none" in features
+    no_grad = torch.inference_mode if "inference_mode" in features else torch.no_grad
     autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
     without = "no_mkldnn" in features or bf16_without_onednn(args)
     mkldnn = (lambda: torch.backends.mkldnn.flags(enabled=False)) if without else contextlib.nullcontext
@@ -146,7 +170,9 @@ def build_step(variant: str, args, device, batches):
         model.eval()
         with torch.no_grad(), autocast:
             example = batches[0][0].contiguous(memory_format=fmt)
-            model = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, example)))
+            # check_trace=False: PyTorch 1.13 cannot re-check a trace made under autocast (bf16).
+            model = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, example,
+                                                                                      check_trace=False)))
 
     # Batches arrive NCHW, as a data loader delivers them; the channels_last variants convert each
     # one inside the timed step, exactly as trainlab counts its own input reorder.
@@ -155,14 +181,14 @@ def build_step(variant: str, args, device, batches):
         x = x.contiguous(memory_format=fmt)
         with mkldnn():
             if args.forward_only:
-                with torch.no_grad(), autocast:
+                with no_grad(), autocast:
                     model(x)
                 return
             with autocast:
                 loss = F.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
-            optimizer.zero_grad(set_to_none=False)
+            optimizer.zero_grad(set_to_none=set_to_none)
 
     return step
 
@@ -203,7 +229,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: the eager step on the GPU, each step timed after torch.cuda.synchronize()")
-    parser.add_argument("--malloc", choices=["tuned", "system"], default="tuned",
+    parser.add_argument("--malloc", choices=peer_malloc.CHOICES, default="tuned",
                         help="tuned (default): glibc malloc without per-allocation mmap (peer_malloc.py says why)")
     parser.add_argument("--list-variants", action="store_true",
                         help="print the variants the comparisons measure (JSON: train, infer) and exit")
@@ -212,11 +238,14 @@ def main() -> int:
         print(json.dumps({"train": VARIANTS, "infer": INFER_VARIANTS}))
         return 0
     variants = (INFER_VARIANTS if args.forward_only else VARIANTS) if args.variant == "all" else [args.variant]
+    if args.variant == "all":  # one process has one allocator: 'all' measures the variants without their own
+        variants = [v for v in variants if peer_malloc.split_variant(v)[1] is None]
     try:
         for v in variants:
             features_of(v)
-            if "jit_freeze" in v and not args.forward_only:
-                raise ValueError(f"'{v}': jit_freeze is an inference form (give --forward-only)")
+            if ("jit_freeze" in v or "inference_mode" in v) and not args.forward_only:
+                raise ValueError(f"'{v}': {'jit_freeze' if 'jit_freeze' in v else 'inference_mode'} is an "
+                                 f"inference form (give --forward-only)")
     except ValueError as error:
         print(json.dumps({"tool": "torch_smallcnn", "error": f"--variant {error}"}))
         return 2

@@ -303,6 +303,9 @@ std::vector<ConfigField> reporting_and_checkpoint_fields() {
                  "the loss scaler, the finiteness checks, and an f32 run of the same seed beside it"),
       string_field("audit_file", TL_KEY(reporting.audit_file), "a file path",
                    "with audit: also write the audit here as JSON"),
+      string_field("record", TL_KEY(reporting.record), "a file path",
+                   "write the run's initial state, every batch it trains on and each step's loss and learning rate "
+                   "here (safetensors), to replay the same run in PyTorch (bench/peers/replay_torch.py)"),
   };
 }
 

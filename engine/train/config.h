@@ -109,6 +109,9 @@ struct ReportingConfig {
   // run of the same seed; audit_file also writes it as JSON.
   bool audit = false;
   std::string audit_file;
+  // The run's initial state, every batch it trains on and each step's loss and learning rate, in
+  // one safetensors file written at the end: the same run replayed elsewhere (bench/peers/replay_torch.py).
+  std::string record;
 };
 
 struct CheckpointConfig {

@@ -7,11 +7,14 @@
 #include <ostream>
 
 #include "backends/device_selection.h"
+#include "backends/registry.h"
 #include "engine/instrument/memory_usage.h"
 #include "engine/instrument/precision_audit.h"
 #include "engine/instrument/profiler.h"
 #include "engine/instrument/trace.h"
+#include "engine/io/safetensors.h"
 #include "engine/io/version.h"
+#include "engine/nn/model_registry.h"
 #include "engine/train/trainer.h"
 
 namespace trainlab {
@@ -365,6 +368,62 @@ class CheckpointObserver final : public TrainObserver {
   Trainer& trainer_;
 };
 
+// `record`: the initial parameters and buffers ("init.NAME"), every batch the steps take
+// ("images.K", "labels.K", in order), each optimiser step's loss and learning rate ("loss", "lr",
+// f64), written at the end with what the replay needs to know in the metadata.
+class RecordObserver final : public TrainObserver {
+ public:
+  explicit RecordObserver(Trainer& trainer) : trainer_(trainer) {}
+  void on_start(TrainResult&) override {
+    Backend& host = get_backend("reference");
+    for (const auto& [name, tensor] : trainer_.model().state_dict())
+      tensors_.emplace_back("init." + name, tensor.to(host).clone());
+    trainer_.tap_batches([this, &host](const Batch& batch) {  // copied: the loader reuses its buffers
+      const std::string k = std::to_string(batches_++);
+      tensors_.emplace_back("images." + k, batch.images.to(host).clone());
+      tensors_.emplace_back("labels." + k, batch.labels.to(host).clone());
+    });
+  }
+  bool after_step(const StepReport& report, const StepResult&, TrainResult&) override {
+    loss_.push_back(report.loss);
+    lr_.push_back(report.lr);
+    return false;
+  }
+  void on_end(TrainResult&) override {
+    trainer_.tap_batches(nullptr);
+    Backend& host = get_backend("reference");
+    const auto steps = static_cast<std::int64_t>(loss_.size());
+    tensors_.emplace_back("loss", Tensor::from_vector(loss_, {steps}, host));
+    tensors_.emplace_back("lr", Tensor::from_vector(lr_, {steps}, host));
+    const TrainConfig& c = trainer_.config();
+    std::string no_decay;
+    for (const auto& [name, tensor] : trainer_.model().named_parameters())
+      if (!trainer_.model().decays(name)) no_decay += (no_decay.empty() ? "" : ",") + name;
+    write_safetensors(c.reporting.record, tensors_,
+                      {{"tool", "trainlab train --record"},
+                       {"version", version() + " (" + git_describe() + ")"},
+                       {"model", c.model.name},
+                       {"model_options", model_options_text(c.model.options)},
+                       {"backend", trainer_.backend().name()},
+                       {"dtype", dtype_name(c.execution.dtype)},
+                       {"layout", memory_format_name(c.execution.layout)},
+                       {"fuse", c.execution.fuse ? "true" : "false"},
+                       {"optimizer", trainer_.optimizer().name()},
+                       {"momentum", fmt::format("{}", c.optimizer.momentum)},
+                       {"weight_decay", fmt::format("{}", c.optimizer.weight_decay)},
+                       {"no_decay", no_decay},
+                       {"accumulate", std::to_string(c.execution.accumulate)},
+                       {"batches", std::to_string(batches_)},
+                       {"seed", std::to_string(c.seed)}});
+  }
+
+ private:
+  Trainer& trainer_;
+  NamedTensors tensors_;
+  std::int64_t batches_ = 0;
+  std::vector<double> loss_, lr_;
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<TrainObserver>> train_observers(Trainer& trainer, const TrainCallbacks& callbacks,
@@ -379,6 +438,7 @@ std::vector<std::unique_ptr<TrainObserver>> train_observers(Trainer& trainer, co
   if (callbacks.on_step) list.push_back(std::make_unique<CallbackObserver>(callbacks));
   list.push_back(std::make_unique<EvaluationObserver>(trainer, callbacks, log));
   list.push_back(std::make_unique<CheckpointObserver>(trainer));
+  if (!c.reporting.record.empty()) list.push_back(std::make_unique<RecordObserver>(trainer));
   return list;
 }
 

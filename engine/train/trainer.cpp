@@ -108,6 +108,16 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
   if (!config_.reporting.trace.empty()) check_output_file(trace_path(), "--trace");
   if (!config_.checkpoint.save.empty()) check_checkpoint_dir(config_.checkpoint.save);
   if (!config_.reporting.audit_file.empty()) check_output_file(config_.reporting.audit_file, "--audit-file");
+  if (!config_.reporting.record.empty()) {
+    check_output_file(config_.reporting.record, "--record");
+    TL_CHECK(parallel_ == nullptr,
+             "--record writes one process's run; under data parallel each rank trains its own "
+             "share of every batch (run it at world 1)");
+    const std::int64_t steps = config_.stop_at > 0 ? config_.stop_at : config_.steps;
+    check_host_memory(static_cast<std::uint64_t>(steps) * static_cast<std::uint64_t>(config_.batch) *
+                          static_cast<std::uint64_t>(task_.train_data->sample_elements() * 4 + 8),
+                      "--record of " + std::to_string(steps) + " steps", "it holds every batch: record fewer steps");
+  }
   run_ = make_run(config_, task_, generator_, parallel_);
   const DataConfig& d = config_.data;
   DataLoaderOptions loader_options;
@@ -225,7 +235,11 @@ TrainResult Trainer::train(std::ostream* log) {
     // One step, then the schedule, then what watches the run (any of them may stop it).
     for (const auto& o : observers) o->before_step(run_step);
     const double lr = run_.optimizer->lr();
-    const StepResult r = run_.runner->step([this] { return loader_->next(); });
+    const StepResult r = run_.runner->step([this] {
+      Batch batch = loader_->next();
+      if (batch_tap_) batch_tap_(batch);
+      return batch;
+    });
     run_.scheduler->step();
     ++step_;
     const StepReport report{step_,     r.loss,     lr, r.phases, r.seconds, run_step >= config_.reporting.warmup,

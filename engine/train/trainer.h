@@ -145,6 +145,8 @@ class Trainer {
   // Non-finite steps skipped since step 0 (--on-nonfinite skip; checkpointed).
   std::int64_t nonfinite_total() const { return nonfinite_total_; }
   void count_nonfinite() { ++nonfinite_total_; }
+  // Called with every batch the steps take from the loader, before the step runs it (null: none).
+  void tap_batches(std::function<void(const Batch&)> tap) { batch_tap_ = std::move(tap); }
 
  private:
   void save_local(const std::string& dir, const StateDict& optimizer_state);
@@ -158,6 +160,7 @@ class Trainer {
   TrainCallbacks callbacks_;
   std::int64_t step_ = 0;
   std::int64_t nonfinite_total_ = 0;  // non-finite steps skipped since step 0 (checkpointed)
+  std::function<void(const Batch&)> batch_tap_;
 };
 
 }  // namespace trainlab

@@ -117,7 +117,7 @@ struct CompareTorchPeerRow {
   RowHeader header;
   CompareTorchRun run;
   std::string config_name;      // the PyTorch variant
-  std::string peer_kind;        // "f32" | "bf16" | "f32_infer"
+  std::string peer_kind;        // "f32" | "bf16" | "f32_infer" | "bf16_infer"
   std::vector<double> repeats;  // samples/s, one per round
   bool best = false;            // the best variant of its kind in this run
   template <class F>

@@ -19,9 +19,7 @@ tensor. The oracle is PyTorch in f64:
 (On a CPU without native bf16 the bf16 rows check the emulated path: the script prints which ran.)
 Without torch in this interpreter it prints SKIPPED and why (ctest reports it skipped, not passed).
 """
-import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -37,6 +35,7 @@ except ImportError as error:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
 import torch_resnet  # noqa: E402  (the twin)
+from safetensors_np import read_safetensors, write_safetensors  # noqa: E402
 
 
 def tolerance(dtype, torch_error):
@@ -44,40 +43,6 @@ def tolerance(dtype, torch_error):
     if dtype == "f64":
         return 1e-9
     return max(1e-5, 2 * torch_error) if dtype == "f32" else 1.5 * torch_error + 1e-2
-
-
-NP_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, array in tensors.items():
-        data = np.ascontiguousarray(array).tobytes()
-        dtype = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}[array.dtype]
-        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
-def read_safetensors(path, metadata=None):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (length,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + length])
-    data = blob[8 + length:]
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            if metadata is not None:
-                metadata.update(entry)
-            continue
-        begin, end = entry["data_offsets"]
-        out[name] = np.frombuffer(data[begin:end], dtype=NP_DTYPES[entry["dtype"]]).reshape(entry["shape"])
-    return out
 
 
 class SmallCNN(nn.Module):

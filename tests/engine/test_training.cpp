@@ -7,6 +7,7 @@
 
 #include "backends/registry.h"
 #include "engine/instrument/profiler.h"
+#include "engine/io/safetensors.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "test_util.h"
@@ -188,6 +189,41 @@ TEST_CASE("profiler: phase spans cover each step and op spans nest inside them",
   }
   REQUIRE(phase_threads.size() == 1);
   CHECK(loader_threads.count(*phase_threads.begin()) == 0);
+}
+
+TEST_CASE("training: --record holds the run: its initial state, every batch in order, each step's loss and lr",
+          "[training]") {
+  TrainConfig plain = small_config();
+  plain.steps = 5;
+  plain.optimizer.schedule = ScheduleKind::warmup_cosine;
+  plain.optimizer.warmup_steps = 2;
+  TrainConfig config = plain;
+  config.reporting.record = temp_dir("record") + ".safetensors";
+  Trainer fresh(plain);  // untrained: the run's initial state, and its loader the run's batches in order
+  Trainer recorded(config);
+  const TrainResult result = recorded.train(nullptr);
+  const SafetensorsContents file = read_safetensors(config.reporting.record, get_backend("reference"));
+  std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
+  for (const auto& [name, tensor] : fresh.model().state_dict()) {
+    INFO(name);
+    REQUIRE(by_name.count("init." + name));
+    CHECK(bitwise_equal(by_name.at("init." + name), tensor));
+  }
+  for (int k = 0; k < 5; ++k) {
+    INFO("batch " << k);
+    const Batch batch = fresh.loader().next();
+    CHECK(bitwise_equal(by_name.at("images." + std::to_string(k)), batch.images));
+    CHECK(bitwise_equal(by_name.at("labels." + std::to_string(k)), batch.labels));
+  }
+  CHECK_FALSE(by_name.count("images.5"));
+  CHECK(by_name.at("loss").to_vector<double>() == result.losses);
+  const std::vector<double> lr = by_name.at("lr").to_vector<double>();
+  REQUIRE(lr.size() == 5);
+  CHECK(lr[0] < lr[1]);  // the warm-up, as the run's schedule gave it
+  CHECK(file.metadata.at("tool") == "trainlab train --record");
+  CHECK(file.metadata.at("optimizer") == "sgd");
+  CHECK(file.metadata.at("batches") == "5");
+  fs::remove(config.reporting.record);
 }
 
 TEST_CASE("training: resume is bit-identical to a straight run", "[training][resume]") {

@@ -14,6 +14,9 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import compare_torch  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
+import peer_malloc  # noqa: E402
+
 
 class BestVariant(unittest.TestCase):
     def test_highest_median_wins_not_the_highest_single_value(self):
@@ -206,6 +209,27 @@ class Verify(unittest.TestCase):
         self.assertEqual(len(calls), 4)  # 2 rounds x (trainlab, peer), interleaved
         self.assertIn("--fuse", calls[0])
         self.assertEqual(calls[1][calls[1].index("--variant") + 1], "fc1_as_conv8x8")
+
+
+class Allocators(unittest.TestCase):
+    """The peers' allocator variants (issue 50): "FEATURES@ALLOCATOR" picks the process's allocator,
+    and each comparison runs it as a process of its own with --variant carrying the suffix."""
+
+    def test_the_suffix_names_the_allocator_and_wins_over_malloc(self):
+        self.assertEqual(peer_malloc.split_variant("channels_last@tcmalloc"), ("channels_last", "tcmalloc"))
+        self.assertEqual(peer_malloc.split_variant("channels_last"), ("channels_last", None))
+        self.assertEqual(peer_malloc.malloc_choice(["x.py", "--variant", "a@jemalloc", "--malloc", "system"]),
+                         "jemalloc")
+        self.assertEqual(peer_malloc.malloc_choice(["x.py", "--variant=a", "--malloc=system"]), "system")
+        self.assertEqual(peer_malloc.malloc_choice(["x.py", "--variant", "all"]), "tuned")
+
+    def test_each_allocator_variant_is_its_own_configuration(self):
+        variants = {"train": ["shipped", "shipped@tcmalloc"], "infer": ["shipped"]}
+        configs = compare_torch.torch_configs(2, variants)
+        argv = {key: a for key, _, _, a in configs}
+        self.assertIn("torch_bf16_shipped@tcmalloc", argv)
+        self.assertEqual(argv["torch_f32_shipped@tcmalloc"][:2], ["--variant", "shipped@tcmalloc"])
+        self.assertEqual(sorted({kind for _, _, kind, _ in configs}), ["bf16", "bf16_infer", "f32", "f32_infer"])
 
 
 if __name__ == "__main__":

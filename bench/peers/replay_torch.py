@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""A trainlab run replayed in PyTorch: the same initial weights, the same batches in the same order,
+the same learning rate at every step (`trainlab train --record FILE`), through the model's PyTorch
+twin (torch_smallcnn.py's SmallCNN, torch_resnet.py's ResNet) with the same optimiser (SGD with
+momentum, weight decay on the parameters trainlab decays). Prints both loss curves step by step and
+where they part, and one JSON line (--json) with both.
+
+  replay_torch.py FILE [--dtype f32|bf16|as-recorded] [--layout nchw|nhwc|as-recorded] [--threads N]
+
+With --dtype bf16 the twin runs under torch.autocast("cpu", dtype=torch.bfloat16), its masters in
+f32, as trainlab's bf16 keeps f32 masters. What it answers: whether a curve trainlab's run drew (a
+divergence, say) is the optimisation's, which PyTorch then draws too from the same start, or
+trainlab's own. Run it under /usr/bin/python3 (Debian's python3-torch).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as error:
+    print(json.dumps({"tool": "replay_torch", "error": f"no torch/numpy in {sys.executable}: {error}"}))
+    sys.exit(3)
+import torch_resnet  # noqa: E402
+import torch_smallcnn  # noqa: E402
+from safetensors_np import read_safetensors  # noqa: E402
+
+
+def twin(model, options, channels):
+    if model == "smallcnn":
+        return torch_smallcnn.model_for("shipped")
+    if model == "resnet":
+        return torch_resnet.ResNet(channels=channels, **torch_resnet.options_of(options))
+    sys.exit(f"replay_torch: no PyTorch twin of model '{model}' (smallcnn, resnet)")
+
+
+def replay(path, dtype, layout, threads):
+    meta = {}
+    tensors = read_safetensors(path, meta)
+    if meta.get("tool") != "trainlab train --record":
+        sys.exit(f"replay_torch: {path} is not a run trainlab train --record wrote (its metadata says "
+                 f"{meta.get('tool')!r})")
+    if meta.get("optimizer") != "sgd" or meta.get("accumulate", "1") != "1":
+        sys.exit(f"replay_torch: {path}: the replay runs SGD without accumulation (this run: "
+                 f"{meta.get('optimizer')}, accumulate {meta.get('accumulate')})")
+    dtype = meta["dtype"] if dtype == "as-recorded" else dtype
+    layout = meta["layout"] if layout == "as-recorded" else layout
+    if threads > 0:
+        torch.set_num_threads(threads)
+    model = twin(meta["model"], meta.get("model_options", ""), tensors["images.0"].shape[1])
+    state = {k[len("init."):]: v for k, v in tensors.items() if k.startswith("init.")}
+    if meta["model"] == "resnet":
+        torch_resnet.load_trainlab_state(model, state)
+    else:
+        model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state.items()})
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    model = model.to(memory_format=fmt).train()
+    no_decay = set(filter(None, meta.get("no_decay", "").split(",")))
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if n not in no_decay], "weight_decay": float(meta["weight_decay"])},
+              {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
+    lrs = tensors["lr"]
+    optimizer = torch.optim.SGD(groups, lr=float(lrs[0]), momentum=float(meta["momentum"]))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+    losses = []
+    for k in range(len(tensors["loss"])):
+        for group in optimizer.param_groups:
+            group["lr"] = float(lrs[k])
+        x = torch.from_numpy(tensors[f"images.{k}"].copy()).contiguous(memory_format=fmt)
+        y = torch.from_numpy(tensors[f"labels.{k}"].copy())
+        with autocast:
+            loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    return meta, dtype, layout, [float(v) for v in tensors["loss"]], losses
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("record", help="the file trainlab train --record wrote")
+    parser.add_argument("--dtype", choices=["as-recorded", "f32", "bf16"], default="as-recorded")
+    parser.add_argument("--layout", choices=["as-recorded", "nchw", "nhwc"], default="as-recorded")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="one JSON line with both curves, nothing else")
+    args = parser.parse_args()
+    if not os.path.isfile(args.record):
+        sys.exit(f"replay_torch: {args.record} is not a file (trainlab train --record FILE writes one)")
+    meta, dtype, layout, ours, theirs = replay(args.record, args.dtype, args.layout, args.threads)
+    # Where the curves part: the first step whose losses differ by more than 5% of trainlab's.
+    parted = next((k for k, (a, b) in enumerate(zip(ours, theirs))
+                   if not (math.isfinite(b) and abs(a - b) <= 0.05 * max(abs(a), 1e-3))), None)
+    line = {"tool": "replay_torch", "record": os.path.abspath(args.record), "model": meta["model"],
+            "recorded_dtype": meta["dtype"], "recorded_layout": meta["layout"], "dtype": dtype, "layout": layout,
+            "torch": torch.__version__, "trainlab": meta.get("version", "?"), "steps": len(ours),
+            "trainlab_loss": ours, "torch_loss": theirs, "first_step_apart_5pct": parted}
+    if args.json:
+        print(json.dumps(line))
+        return 0
+    print(f"{meta['model']} run {args.record} (trainlab {meta.get('version', '?')}, {meta['dtype']} {meta['layout']}) "
+          f"replayed in PyTorch {torch.__version__}, {dtype} {layout}:")
+    print("step  trainlab loss  PyTorch loss")
+    for k, (a, b) in enumerate(zip(ours, theirs)):
+        print(f"{k + 1:4d}  {a:13.4f}  {b:12.4f}")
+    print("the curves stay within 5% of each other" if parted is None else
+          f"the curves part at step {parted + 1} (more than 5% apart)")
+    print(json.dumps(line))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
