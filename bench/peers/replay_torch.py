@@ -53,7 +53,7 @@ def replay(path, dtype, layout, threads):
     if threads > 0:
         torch.set_num_threads(threads)
     model = twin(meta["model"], meta.get("model_options", ""), tensors["images.0"].shape[1])
-    state = {k[len("init."):]: v for k, v in tensors.items() if k.startswith("init.")}
+    state = {k[len("init."):]: v.copy() for k, v in tensors.items() if k.startswith("init.")}  # writable
     if meta["model"] == "resnet":
         torch_resnet.load_trainlab_state(model, state)
     else:
