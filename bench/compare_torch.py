@@ -228,6 +228,29 @@ def issue_targets(isa, samples, best, rows, ratio):
     return out
 
 
+def target_verdict(value, at_least, at_most):
+    """A target's verdict from its per-round summary: "met" only when every round clears the bar,
+    "MISSED" when none does, and "not separable" (with the median's side) when the rounds' range
+    crosses it (issue 50: a range across the target is never called met). at_most with at_least is a
+    stretch goal, judged by the median."""
+    if at_least is None and at_most is None:
+        return "reported"
+    if at_least is not None:
+        if value["min"] >= at_least:
+            verdict = "met"
+        elif value["max"] < at_least:
+            verdict = "MISSED"
+        else:
+            verdict = "not separable (median " + ("above" if value["median"] >= at_least else "below") + ")"
+        stretch = f"; stretch {'met' if value['median'] >= at_most else 'missed'}" if at_most else ""
+        return verdict + stretch
+    if value["max"] <= at_most:
+        return "met"
+    if value["min"] > at_most:
+        return "MISSED"
+    return "not separable (median " + ("below" if value["median"] <= at_most else "above") + ")"
+
+
 HEADLINE_KEYS = ("tl_onednn_f32_best", "tl_onednn_bf16_best", "tl_onednn_f32_infer", "tl_onednn_bf16_infer")
 
 
@@ -534,17 +557,8 @@ def main():
         pass
     engine = next(x["result"]["versions"] for x in raw if x["key"] == "tl_onednn_f32")
 
-    verdicts = []
-    for name, value, at_least, at_most in targets:
-        if at_least is None and at_most is None:
-            verdicts.append({"target": name, "value": value, "verdict": "reported"})
-            continue
-        if at_least is not None:
-            ok = value["median"] >= at_least
-            stretch = f"; stretch {'met' if at_most and value['median'] >= at_most else 'missed'}" if at_most else ""
-        else:
-            ok, stretch = value["median"] <= at_most, ""
-        verdicts.append({"target": name, "value": value, "verdict": ("met" if ok else "MISSED") + stretch})
+    verdicts = [{"target": name, "value": value, "verdict": target_verdict(value, at_least, at_most)}
+                for name, value, at_least, at_most in targets]
     machine["rounds"], machine["seconds"] = args.rounds, args.seconds
     now = datetime.datetime.now(datetime.timezone.utc)
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"

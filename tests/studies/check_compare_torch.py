@@ -211,6 +211,19 @@ class Verify(unittest.TestCase):
         self.assertEqual(calls[1][calls[1].index("--variant") + 1], "fc1_as_conv8x8")
 
 
+class Verdicts(unittest.TestCase):
+    """A target is met only when every round clears it; a range across it is not separable (issue 50)."""
+
+    def test_a_range_across_the_target_is_never_met(self):
+        s = lambda lo, med, hi: {"min": lo, "median": med, "max": hi, "n": 3}
+        self.assertEqual(compare_torch.target_verdict(s(1.77, 1.81, 2.16), 1.5, None), "met")
+        self.assertEqual(compare_torch.target_verdict(s(1.11, 1.19, 1.27), 1.2, None), "not separable (median below)")
+        self.assertEqual(compare_torch.target_verdict(s(1.15, 1.25, 1.40), 1.2, None), "not separable (median above)")
+        self.assertEqual(compare_torch.target_verdict(s(0.9, 1.0, 1.1), 1.2, None), "MISSED")
+        self.assertEqual(compare_torch.target_verdict(s(0.3, 0.31, 0.32), None, 0.5), "met")
+        self.assertEqual(compare_torch.target_verdict(s(1, 1, 1), None, None), "reported")
+
+
 class Allocators(unittest.TestCase):
     """The peers' allocator variants (issue 50): "FEATURES@ALLOCATOR" picks the process's allocator,
     and each comparison runs it as a process of its own with --variant carrying the suffix."""
