@@ -11,7 +11,7 @@
 namespace trainlab::comm {
 
 namespace {
-constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kMebibyte = 1024.0 * 1024.0;
 }
 
 std::int64_t RingModel::bucket_count(double total, double bucket) const {
@@ -83,8 +83,8 @@ void fixes_report(const CostQuestion& q, double S, double T, std::ostringstream&
     out << fmt::format(
         "  ZeRO-{}: {} ring collectives of {:.0f} MiB per step, {:.1f} MiB sent per rank (all-reduce: {:.1f}), "
         "{:.1f} ms (all-reduce: {:.1f} ms){}\n",
-        q.zero_stage, zero.collectives, S / kMiB, zero.bytes_per_rank / kMiB, plain.bytes_per_rank / kMiB,
-        zero.time_s * 1e3, plain.time_s * 1e3,
+        q.zero_stage, zero.collectives, S / kMebibyte, zero.bytes_per_rank / kMebibyte,
+        plain.bytes_per_rank / kMebibyte, zero.time_s * 1e3, plain.time_s * 1e3,
         q.zero_stage == 3 ? ": the parameters are gathered again for backward, 1.5x the volume"
                           : ": the same volume, rearranged (which halves each rank keeps)");
     out << fmt::format(
@@ -106,9 +106,9 @@ void fixes_report(const CostQuestion& q, double S, double T, std::ostringstream&
         "{:.0f} MiB instead of {:.0f} MiB. NCCL's topology-aware algorithms try this already, which is why a measured "
         "all-reduce often beats the flat model: verify with nccl-tests\n",
         h.nodes, q.node_size, h.intra_reduce_scatter_s * 1e3, q.intra_bandwidth_Bps / 1e9, q.intra_alpha_s * 1e6,
-        S / q.node_size / kMiB, h.nodes, h.nodes == 1 ? "" : "s", h.inter_allreduce_s * 1e3, m.bandwidth_Bps / 1e9,
-        h.intra_all_gather_s * 1e3, h.total_s() * 1e3, T * 1e3, T / h.total_s(), h.inter_message_bytes / kMiB,
-        S / kMiB);
+        S / q.node_size / kMebibyte, h.nodes, h.nodes == 1 ? "" : "s", h.inter_allreduce_s * 1e3, m.bandwidth_Bps / 1e9,
+        h.intra_all_gather_s * 1e3, h.total_s() * 1e3, T * 1e3, T / h.total_s(), h.inter_message_bytes / kMebibyte,
+        S / kMebibyte);
   }
 }
 
@@ -120,7 +120,7 @@ void bucket_report(const CostQuestion& q, double S, double lat, double bw, doubl
   out << fmt::format("\n{:>10} {:>7} {:>10} {:>11} {:>10} {:>9} {:>17}\n", "bucket MiB", "count", "time ms",
                      "over ideal", "latency %", "overlap?", "bandwidth-bound?");
   for (double mib : q.buckets_mib) {
-    const double bucket = mib * kMiB;
+    const double bucket = mib * kMebibyte;
     const std::int64_t count = m.bucket_count(S, bucket);
     const double t = m.bucketed_time_s(S, bucket);
     out << fmt::format("{:>10g} {:>7} {:>10.1f} {:>+10.1f}% {:>10.1f} {:>9} {:>17}\n", mib, count, t * 1e3,
@@ -133,7 +133,7 @@ void bucket_report(const CostQuestion& q, double S, double lat, double bw, doubl
       bw * 1e3);
   double best = -1;
   for (double mib : q.buckets_mib) {
-    if (best < 0 && m.bucketed_time_s(S, mib * kMiB) <= 1.15 * bw) best = mib;
+    if (best < 0 && m.bucketed_time_s(S, mib * kMebibyte) <= 1.15 * bw) best = mib;
   }
   // The rule solved exactly: count * latency <= 0.15 * bandwidth term.
   const auto max_count = static_cast<std::int64_t>(std::floor(0.15 * bw / std::max(lat, 1e-300)));
@@ -144,7 +144,7 @@ void bucket_report(const CostQuestion& q, double S, double lat, double bw, doubl
   }
   if (max_count >= 1) {
     out << fmt::format("; the rule solved exactly: at most {} buckets, each >= {:.1f} MiB\n", max_count,
-                       S / static_cast<double>(max_count) / kMiB);
+                       S / static_cast<double>(max_count) / kMebibyte);
   } else {
     out << "; even one bucket exceeds it (the latency term alone is over 15% of the ideal)\n";
   }
@@ -160,21 +160,22 @@ void scaling_report(const CostQuestion& q, double S, double lat, double bw, doub
   const double big_bw = big.bandwidth_term_s(S), big_lat = big.latency_term_s();
   out << fmt::format(
       "\n(g) scaling to {} ranks: the all-reduce of {:.0f} MiB takes {:.1f} ms, {:.1f}% of a {:g} ms step\n", big.ranks,
-      S / kMiB, big.time_s(S) * 1e3, 100 * big.time_s(S) / q.step_s, step_ms);
+      S / kMebibyte, big.time_s(S) * 1e3, 100 * big.time_s(S) / q.step_s, step_ms);
   out << fmt::format("{:<34} {:>12} {:>12} {:>10}\n", "term", fmt::format("at P={}", m.ranks),
                      fmt::format("at P={}", big.ranks), "change");
   out << fmt::format("{:<34} {:>9.1f} ms {:>9.1f} ms {:>+9.1f}%\n", "bandwidth 2(P-1)/P * S/B", bw * 1e3, big_bw * 1e3,
                      100 * (big_bw / bw - 1));
   out << fmt::format("{:<34} {:>9.2f} ms {:>9.2f} ms {:>9.1f}x\n", "latency 2(P-1) alpha", lat * 1e3, big_lat * 1e3,
                      lat > 0 ? big_lat / lat : INFINITY);
-  out << fmt::format("{:<34} {:>8.2f} MiB {:>8.2f} MiB {:>9.1f}x\n", "crossover S* = P alpha B", s_star / kMiB,
-                     big.crossover_bytes() / kMiB, big.crossover_bytes() / s_star);
+  out << fmt::format("{:<34} {:>8.2f} MiB {:>8.2f} MiB {:>9.1f}x\n", "crossover S* = P alpha B", s_star / kMebibyte,
+                     big.crossover_bytes() / kMebibyte, big.crossover_bytes() / s_star);
   out << fmt::format("{:<34} {:>12} {:>12} {:>9.1f}x\n", "global batch (per-rank units)", m.ranks, big.ranks,
                      static_cast<double>(big.ranks) / m.ranks);
   for (double mib : q.buckets_mib) {
     out << fmt::format("  {:g} MiB buckets: {:.1f} ms at P={}, {:.1f} ms at P={}{}\n", mib,
-                       m.bucketed_time_s(S, mib * kMiB) * 1e3, m.ranks, big.bucketed_time_s(S, mib * kMiB) * 1e3,
-                       big.ranks, mib * kMiB < big.crossover_bytes() ? " (now below S*: latency-bound)" : "");
+                       m.bucketed_time_s(S, mib * kMebibyte) * 1e3, m.ranks,
+                       big.bucketed_time_s(S, mib * kMebibyte) * 1e3, big.ranks,
+                       mib * kMebibyte < big.crossover_bytes() ? " (now below S*: latency-bound)" : "");
   }
 }
 
@@ -195,8 +196,8 @@ std::string collective_cost_report(const CostQuestion& q) {
       "{:g} bytes\n",
       m.ranks, m.bandwidth_Bps / 1e9, m.alpha_s * 1e6, q.params / 1e9, q.bytes_per_param);
   out << "units: 1 MiB = 2^20 bytes, 1 GiB = 2^30 bytes, 1 GB/s = 1e9 bytes/s\n\n";
-  out << fmt::format("(a) message size      S = {:.4g} bytes = {:.1f} MiB = {:.2f} GiB\n", S, S / kMiB,
-                     S / (kMiB * 1024));
+  out << fmt::format("(a) message size      S = {:.4g} bytes = {:.1f} MiB = {:.2f} GiB\n", S, S / kMebibyte,
+                     S / (kMebibyte * 1024));
   out << fmt::format("(b) latency term      2(P-1) alpha        = 2 * {} * {:g} us = {:.2f} ms\n", m.ranks - 1,
                      m.alpha_s * 1e6, lat * 1e3);
   out << fmt::format("    bandwidth term    2(P-1)/P * S/B      = {:.4f} * {:.4g}/{:.4g} = {:.1f} ms\n",
@@ -232,7 +233,7 @@ std::string collective_cost_report(const CostQuestion& q) {
   out << "    (a ring-only model: below S* it overstates the cost, since real libraries switch to tree and one-shot "
          "algorithms)\n";
   fixes_report(q, S, total, out);
-  out << fmt::format("(f) crossover         S* = P alpha B = {:.4g} bytes = {:.2f} MiB\n", s_star, s_star / kMiB);
+  out << fmt::format("(f) crossover         S* = P alpha B = {:.4g} bytes = {:.2f} MiB\n", s_star, s_star / kMebibyte);
   bucket_report(q, S, lat, bw, s_star, out);
   scaling_report(q, S, lat, bw, s_star, out);
   return out.str();
@@ -312,7 +313,7 @@ FitAnalysis analyse_fit(int ranks, std::vector<std::pair<double, double>> points
 namespace {
 
 std::string bytes_text(double bytes) {
-  if (bytes >= kMiB) return fmt::format("{:.4g} MiB", bytes / kMiB);
+  if (bytes >= kMebibyte) return fmt::format("{:.4g} MiB", bytes / kMebibyte);
   if (bytes >= 1024) return fmt::format("{:.4g} KiB", bytes / 1024);
   return fmt::format("{:g} B", bytes);
 }

@@ -16,6 +16,7 @@
 #include "engine/data/image_codec.h"
 #include "engine/data/record_import.h"
 #include "engine/io/fileio.h"
+#include "engine/io/progress.h"
 #include "engine/io/text.h"
 
 namespace trainlab {
@@ -24,27 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::uint64_t kMaxSourceFile = 4ull << 30;    // an IDX or CIFAR file, uncompressed
 constexpr std::uint64_t kMaxImageFile = 256ull << 20;   // one image file of an imagefolder
 constexpr std::uint64_t kMaxImagePixels = 64ull << 20;  // one decoded image (64 Mpx: 256 MiB as RGBA)
-constexpr int kMaxImageSize = 4096;                     // a stored image's side (the data set's limit)
 constexpr std::int64_t kMaxClasses = std::int64_t{1} << 24;
-
-class Progress {
- public:
-  explicit Progress(const std::function<void(const std::string&)>& sink) : sink_(sink) {}
-  void tick(const std::string& what, std::int64_t done, std::int64_t total) {
-    if (!sink_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done != total && now - last_ < std::chrono::seconds(2)) return;
-    last_ = now;
-    sink_("make-dataset: " + what + " " + std::to_string(done) + "/" + std::to_string(total));
-  }
-
- private:
-  const std::function<void(const std::string&)>& sink_;
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
 
 // ---- imagefolder ----------------------------------------------------------------------------------
 
@@ -295,7 +278,7 @@ struct ImageProbe {
 };
 
 std::vector<ImageProbe> probe_split(const FolderSplit& split, const std::string& name, const ImportOptions& o) {
-  Progress progress(o.progress);
+  ThrottledProgress progress(o.progress);
   std::vector<ImageProbe> probes;
   for (const auto& item : split.items) {
     ImageProbe p;
@@ -307,8 +290,10 @@ std::vector<ImageProbe> probe_split(const FolderSplit& split, const std::string&
       p.error = e.what();
     }
     probes.push_back(std::move(p));
-    progress.tick("checking " + name + " images", static_cast<std::int64_t>(probes.size()),
-                  static_cast<std::int64_t>(split.items.size()));
+    const auto done = static_cast<std::int64_t>(probes.size()), total = static_cast<std::int64_t>(split.items.size());
+    progress.tick(done, total, [&] {
+      return "make-dataset: checking " + name + " images " + std::to_string(done) + "/" + std::to_string(total);
+    });
   }
   return probes;
 }

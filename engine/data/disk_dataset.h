@@ -29,6 +29,10 @@
 
 namespace trainlab {
 
+// A stored image's largest side, make-dataset's own limit (a decode buffer stays under 48 MiB): the
+// writer, the reader and the importers check against it.
+constexpr int kMaxImageSize = 4096;
+
 enum class DiskLayout { shards, files };
 const char* disk_layout_name(DiskLayout layout);        // "shards", "files"
 DiskLayout parse_disk_layout(const std::string& name);  // throws Error listing shards | files

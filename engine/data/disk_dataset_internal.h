@@ -30,7 +30,6 @@ constexpr std::uint32_t kRecordMagic = 0x32524c54;  // "TLR2" little-endian
 constexpr std::size_t kRecordHeader = 16;
 constexpr std::uint64_t kMaxManifestBytes = 1ull << 30;
 constexpr std::uint32_t kMaxRecordBytes = 64u << 20;
-constexpr int kMaxImageSize = 4096;   // make-dataset's own limit: a decode buffer stays under 48 MiB
 constexpr double kMaxPixelMap = 1e6;  // |scale| and |offset| of the value map
 
 struct RecordHeader {

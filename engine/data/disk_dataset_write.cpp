@@ -19,6 +19,7 @@
 #include "engine/data/disk_dataset.h"
 #include "engine/data/disk_dataset_internal.h"
 #include "engine/io/fileio.h"
+#include "engine/io/progress.h"
 #include "engine/io/text.h"
 #include "engine/io/version.h"
 
@@ -127,25 +128,6 @@ ManifestFile file_entry(const std::string& rel, const OutFile& f) {
   return e;
 }
 
-class Progress {
- public:
-  explicit Progress(const std::function<void(const std::string&)>& sink) : sink_(sink) {}
-  void tick(const std::string& split, std::int64_t done, std::int64_t total, std::uint64_t bytes) {
-    if (!sink_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done != total && now - last_ < std::chrono::seconds(2)) return;
-    last_ = now;
-    char line[160];
-    std::snprintf(line, sizeof line, "make-dataset: %s %lld/%lld samples, %.1f MiB", split.c_str(),
-                  static_cast<long long>(done), static_cast<long long>(total), static_cast<double>(bytes) / (1 << 20));
-    sink_(line);
-  }
-
- private:
-  const std::function<void(const std::string&)>& sink_;
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
-
 // Per-channel sums of the stored values (after the pixel map), for the manifest's mean and std.
 struct ChannelStats {
   std::vector<double> sum, sq;
@@ -183,7 +165,7 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
   std::vector<float> sample(static_cast<std::size_t>(data.sample_elements()));
   std::vector<unsigned char> pixels;
   std::vector<ManifestFile>& files = entry.files;
-  Progress progress(o.progress);
+  ThrottledProgress progress(o.progress);
   const std::uint64_t shard_cap = static_cast<std::uint64_t>(o.shard_mb * 1024 * 1024);
   std::unique_ptr<OutFile> shard;
   std::vector<std::uint64_t> offsets;
@@ -243,7 +225,13 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
       shard->write(encoded.data(), encoded.size());
     }
     summary.samples += 1;
-    progress.tick(name, i + 1, data.size(), summary.bytes + (shard ? shard->bytes() : 0));
+    progress.tick(i + 1, static_cast<std::int64_t>(data.size()), [&] {
+      char line[160];
+      std::snprintf(line, sizeof line, "make-dataset: %s %lld/%lld samples, %.1f MiB", name.c_str(),
+                    static_cast<long long>(i + 1), static_cast<long long>(data.size()),
+                    static_cast<double>(summary.bytes + (shard ? shard->bytes() : 0)) / (1 << 20));
+      return std::string(line);
+    });
   }
   close_shard(data.size());
   entry.samples = summary.samples;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "backends/error.h"
+#include "engine/data/disk_dataset.h"
 #include "engine/io/text.h"
 
 namespace trainlab {
@@ -18,9 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::uint64_t kMaxSourceFile = 4ull << 30;  // an IDX or CIFAR file, uncompressed
-constexpr int kMaxImageSize = 4096;                   // a stored image's side (the data set's limit)
-constexpr std::size_t kChunk = 1 << 20;               // what a check reads at a time
+constexpr std::size_t kChunk = 1 << 20;  // what a check reads at a time
 
 std::string hex(std::uint32_t v) {
   char text[16];

@@ -6,11 +6,16 @@
 // above the tool's own).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 
 #include "engine/data/dataset_import.h"
 
 namespace trainlab {
+
+// The largest IDX or CIFAR-10 file an import reads (uncompressed), and so the largest a gzipped
+// one may inflate to.
+constexpr std::uint64_t kMaxSourceFile = 4ull << 30;
 
 // idx:DIR: train-images-idx3-ubyte[.gz] and its labels, t10k-... the held-out split; `channels`
 // 1 or 3 (grey replicated).

@@ -184,7 +184,7 @@ class MemoryAccounting final : public EngineObserver {
 thread_local std::vector<MemoryCategory> MemoryAccounting::recompute_previous;
 
 MemoryAccounting accounting;
-const bool subscribed = (subscribe(accounting), true);
+const bool accounting_subscribed = (subscribe(accounting), true);
 }  // namespace
 
 void set_memory_category(const Tensor& tensor, MemoryCategory category) {

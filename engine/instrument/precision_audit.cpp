@@ -40,7 +40,7 @@ class OpRecorder final : public EngineObserver {
   }
 };
 OpRecorder recorder;
-const bool subscribed = (subscribe(recorder), true);
+const bool recorder_subscribed = (subscribe(recorder), true);
 }  // namespace
 
 void note_op_precision(const std::string& op, const std::vector<Tensor>& inputs, const Tensor& output) {

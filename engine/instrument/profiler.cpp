@@ -29,7 +29,7 @@ class CoreSpans final : public EngineObserver {
   }
 };
 CoreSpans core_spans;
-const bool subscribed = (epoch_ns(), subscribe(core_spans), true);
+const bool core_spans_subscribed = (epoch_ns(), subscribe(core_spans), true);
 }  // namespace
 
 std::int64_t Profiler::now_ns() { return observe::now_ns() - epoch_ns(); }

@@ -374,6 +374,11 @@ class CheckpointObserver final : public TrainObserver {
 class RecordObserver final : public TrainObserver {
  public:
   explicit RecordObserver(Trainer& trainer) : trainer_(trainer) {}
+  // The tap points at this observer: a run that throws before on_end must not leave it behind for
+  // the trainer's next train().
+  ~RecordObserver() override { trainer_.tap_batches(nullptr); }
+  RecordObserver(const RecordObserver&) = delete;
+  RecordObserver& operator=(const RecordObserver&) = delete;
   void on_start(TrainResult&) override {
     Backend& host = get_backend("reference");
     for (const auto& [name, tensor] : trainer_.model().state_dict())

@@ -20,7 +20,7 @@ namespace trainlab::bench {
 
 namespace {
 
-struct Arm {
+struct ExportArm {
   std::string name, dir;
   DiskLayout layout = DiskLayout::shards;
   ImageCodec codec = ImageCodec::raw;
@@ -46,19 +46,19 @@ void prepare_work_directory(const std::string& work) {
 }
 
 // The exports, the same images each time; the calibration arm measures the control's data set again.
-std::vector<Arm> export_arms(const DatasetStudyOptions& o) {
+std::vector<ExportArm> export_arms(const DatasetStudyOptions& o) {
   const auto arm_of = [&](const char* name, const char* dir, DiskLayout layout, ImageCodec codec) {
-    Arm arm;
+    ExportArm arm;
     arm.name = name;
     arm.dir = o.work + "/" + dir;
     arm.layout = layout;
     arm.codec = codec;
     return arm;
   };
-  std::vector<Arm> arms = {arm_of("shards-raw", "shards-raw", DiskLayout::shards, ImageCodec::raw),
-                           arm_of("shards-raw (again)", "shards-raw", DiskLayout::shards, ImageCodec::raw),
-                           arm_of("shards-png", "shards-png", DiskLayout::shards, ImageCodec::png),
-                           arm_of("files-raw", "files-raw", DiskLayout::files, ImageCodec::raw)};
+  std::vector<ExportArm> arms = {arm_of("shards-raw", "shards-raw", DiskLayout::shards, ImageCodec::raw),
+                                 arm_of("shards-raw (again)", "shards-raw", DiskLayout::shards, ImageCodec::raw),
+                                 arm_of("shards-png", "shards-png", DiskLayout::shards, ImageCodec::png),
+                                 arm_of("files-raw", "files-raw", DiskLayout::files, ImageCodec::raw)};
   arms[1].calibration = true;
   const SyntheticImages source(0, Split::train, o.samples);
   for (auto& arm : arms) {
@@ -83,7 +83,7 @@ std::vector<Arm> export_arms(const DatasetStudyOptions& o) {
 
 // One arm in one round: the loader alone, then training on it; the row says what each measured,
 // or why it failed.
-DatasetRepeatRow measure_arm(const DatasetStudyOptions& o, const Arm& arm, int round, const RowHeader& header) {
+DatasetRepeatRow measure_arm(const DatasetStudyOptions& o, const ExportArm& arm, int round, const RowHeader& header) {
   const LoaderRun run{arm.dir, o.workers, o.batch, o.loader_samples, !o.warm, static_cast<std::uint64_t>(round)};
   DatasetRepeatRow row;
   row.header = header;
@@ -148,7 +148,7 @@ int run_dataset_study(const DatasetStudyOptions& o) {
   if (ledger) ledger->load();  // a bad ledger path fails before anything is written
   header.run_id = new_run_id();
 
-  const std::vector<Arm> arms = export_arms(o);
+  const std::vector<ExportArm> arms = export_arms(o);
   std::cout << fmt::format(
       "# dataset_study: {} samples of SyntheticImages at {} px; {} rounds of {} arms interleaved; loader {} workers, "
       "batch {}, {} samples timed, {} cache; training {} {} steps after {} warm-up\n",

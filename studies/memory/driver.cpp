@@ -29,7 +29,7 @@ std::vector<std::string> split(const std::string& text) {
   return items;
 }
 
-struct Arm {
+struct PlannedArm {
   std::string name;
   std::int64_t batch;
   Recompute recompute;
@@ -37,7 +37,7 @@ struct Arm {
 };
 
 struct Plan {
-  std::vector<Arm> arms;
+  std::vector<PlannedArm> arms;
   std::int64_t control_batch = 0;
   std::string left_out;  // the default recompute levels the model does not take, and why ("" none)
 };
@@ -121,7 +121,7 @@ Plan plan_arms(const MemoryOptions& o, int world) {
   return plan;
 }
 
-TrainConfig arm_config(const MemoryOptions& o, const Arm& arm) {
+TrainConfig arm_config(const MemoryOptions& o, const PlannedArm& arm) {
   TrainConfig config;
   config.model = o.model;
   config.execution.backend = o.backend;
@@ -157,7 +157,7 @@ struct RunHeader {
 // One repeat of one arm, trained over every rank; every rank takes part in the gathers, and rank 0
 // gets the row: the slowest rank's median step and the largest rank's memory (its breakdown at the
 // peak; each category's peak over the ranks).
-std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const MemoryOptions& o, const Arm& arm,
+std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const MemoryOptions& o, const PlannedArm& arm,
                                            int repeat, const RunHeader& run) {
   const TrainConfig config = arm_config(o, arm);
   comm::Replica replica(world);
@@ -224,7 +224,7 @@ int run_memory_study(const MemoryOptions& o) {
     world->set_timeout(o.timeout);
     check_backend_name(o.backend);
     const Plan plan = plan_arms(o, run.world);
-    const std::vector<Arm>& arms = plan.arms;
+    const std::vector<PlannedArm>& arms = plan.arms;
     // The model takes SyntheticImages (its keys' values too): refused here, before any arm runs.
     (void)model_task(arm_config(o, arms.front()));
     Backend& host = get_backend(o.backend.empty() ? default_backend_name() : o.backend);
@@ -245,7 +245,7 @@ int run_memory_study(const MemoryOptions& o) {
     }
     std::vector<MemoryRepeatRow> rows;
     for (int repeat = 0; repeat < o.repeats; ++repeat) {
-      for (const Arm& arm : arms) {
+      for (const PlannedArm& arm : arms) {
         if (auto row = measure_arm(*world, o, arm, repeat, run)) {
           if (!o.no_ledger) ledger.append(*row);
           std::cout << fmt::format("# repeat {}/{} {:<20} step {:.1f} ms, peak {:.2f} MiB per rank\n", repeat + 1,
