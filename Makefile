@@ -26,7 +26,7 @@ $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset 
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare accuracy pinning memory dataset-study fashion resnet fashion-data allreduce-variants allreduce-two-level clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare headline accuracy pinning memory dataset-study fashion resnet fashion-data allreduce-variants allreduce-two-level clean format check-format fuzz
 
 all: build
 
@@ -142,6 +142,15 @@ compare: build
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) --readme docs/RESULTS.md \
 	  --blocks torch_ratios$(AVX2_BLOCKS),compare_torch$(AVX2_BLOCKS),compare_torch_headline$(AVX2_BLOCKS) > /dev/null \
 	  && echo "report: $(REPORT)"
+
+# Every figure of the README's headline table measured again in one run (bench/headline.py): the
+# comparisons with PyTorch (SmallCNN and ResNet-20, every variant), the ladder, Fashion-MNIST
+# (SmallCNN; ResNet-20 in a short form, said), DDP scaling; 3 rounds each, about 50 minutes here.
+# Then README.md's headline block (headline_avx2 under CPU=avx2) and docs/RESULTS.md's blocks are
+# rewritten from $(LEDGER), quoting that run only. ONLY=compare,ladder runs just those steps.
+ONLY ?=
+headline: build
+	@python3 bench/headline.py --build $(BUILD_DIR) --ledger $(LEDGER) $(if $(ONLY),--only $(ONLY))
 
 # Re-runs a sample of the latest ladder run's rungs in $(LEDGER) and says whether each lands within
 # its recorded spread (SAMPLE rungs, default 3); then, where make compare left its JSON beside the

@@ -3,9 +3,9 @@
 
 Starts `--world` processes on this host (torch.multiprocessing, a file:// rendezvous), each with
 `--threads` threads, wraps the `--model`'s twin (torch_smallcnn.py's SmallCNN, or torch_resnet.py's
-ResNet with `--model-options` as trainlab's) in DistributedDataParallel (gloo, default buckets) and
-times training steps, for one --variant or (default) every training variant that model's peer
-defines, in turn in the same process group, each its own DDP model: per-rank batch `--batch`, SGD
+ResNet with `--model-options` as trainlab's) in DistributedDataParallel (gloo) and times training
+steps, for one --variant or (default) every training variant that model's peer defines and DDP's own
+knobs on the strongest of them (DDP_FEATURES: gradient_as_bucket_view, static_graph, 1 MiB buckets), in turn in the same process group, each its own DDP model: per-rank batch `--batch`, SGD
 momentum 0.9 at `--lr` (weight decay `--weight-decay` on a ResNet's conv and linear weights only, as
 trainlab's parameter groups), batches made in memory before timing (no decode work), `--warmup`
 steps excluded, then `--steps` steps after a barrier. The time is the slowest rank's. A ResNet's
@@ -18,6 +18,7 @@ Run it under /usr/bin/python3 (Debian's python3-torch); other interpreters lack 
 import argparse
 import json
 import os
+import queue
 import sys
 import tempfile
 import time
@@ -43,10 +44,39 @@ import torch_smallcnn  # noqa: E402
 
 PEERS = {"smallcnn": torch_smallcnn, "resnet": torch_resnet}
 
+# DistributedDataParallel's own knobs, named by its notes and PyTorch's performance tuning guide:
+# gradients as views into the all-reduce buckets (no copy into them), a static graph (the autograd
+# hooks' order planned once), and 1 MiB buckets in place of the default 25 MiB (more, earlier
+# all-reduces to overlap with the backward). Measured as variants of the model's last training
+# variant without an allocator of its own (its layout and optimiser knobs), each alone and the first
+# two together.
+DDP_FEATURES = ("gradient_as_bucket_view", "static_graph", "bucket_1mb")
+
+
+def ddp_variants(peer) -> list:
+    base = [v for v in peer.VARIANTS if peer_malloc.split_variant(v)[1] is None][-1]
+    return [base + "+" + k for k in DDP_FEATURES] + [base + "+gradient_as_bucket_view+static_graph"]
+
+
+def all_variants(peer) -> list:
+    """Every training variant of the model's twin and the DDP knobs on its strongest layout."""
+    return list(peer.VARIANTS) + ddp_variants(peer)
+
+
+def split_ddp(variant: str):
+    """("channels_last+set_to_none", {"static_graph"}) from "channels_last+set_to_none+static_graph":
+    the model's own variant (with its @ALLOCATOR) and the DDP knobs."""
+    name, malloc = peer_malloc.split_variant(variant)
+    parts = name.split("+")
+    knobs = {p for p in parts if p in DDP_FEATURES}
+    model = "+".join(p for p in parts if p not in DDP_FEATURES) or "shipped"
+    return model + ("@" + malloc if malloc else ""), knobs
+
 
 def model_and_optimizer(args, variant: str):
     """The variant's model (in its memory format) and its SGD: SmallCNN as torch_smallcnn builds it,
     ResNet with --model-options and trainlab's parameter groups (no decay on batch norm and biases)."""
+    variant = split_ddp(variant)[0]  # the model's own variant; measure() applies the DDP knobs
     features = PEERS[args.model].features_of(variant)
     fmt = torch.channels_last if "channels_last" in features else torch.contiguous_format
     foreach = "foreach" in features
@@ -67,7 +97,11 @@ def measure(rank: int, args, variant: str) -> float:
     """One variant under DDP: warm-up, a barrier, --steps timed steps; the slowest rank's total seconds."""
     torch.manual_seed(args.seed)
     model, optimiser, fmt, set_to_none = model_and_optimizer(args, variant)
-    ddp = DistributedDataParallel(model, broadcast_buffers=False)
+    knobs = split_ddp(variant)[1]
+    ddp = DistributedDataParallel(model, broadcast_buffers=False,
+                                  gradient_as_bucket_view="gradient_as_bucket_view" in knobs,
+                                  static_graph="static_graph" in knobs,
+                                  bucket_cap_mb=1 if "bucket_1mb" in knobs else 25)
     generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
     images = torch.randn(args.batch, 3, 32, 32, generator=generator).contiguous(memory_format=fmt)
     labels = torch.randint(0, 10, (args.batch,), generator=generator)
@@ -101,7 +135,7 @@ def worker(rank: int, args, rendezvous: str, results) -> None:
     out = {}
     # In turn, each its own DDP model; 'all' leaves out the variants with an allocator of their own
     # ("@tcmalloc"): one process has one allocator, so those run as --variant V@ALLOCATOR.
-    every = [v for v in PEERS[args.model].VARIANTS if peer_malloc.split_variant(v)[1] is None]
+    every = [v for v in all_variants(PEERS[args.model]) if peer_malloc.split_variant(v)[1] is None]
     for variant in (every if args.variant == "all" else [args.variant]):
         total, times = measure(rank, args, variant)
         out[variant] = {"slowest_total_s": total, "step_seconds": times}
@@ -135,8 +169,8 @@ def main() -> int:
     if args.world < 1 or args.batch < 1 or args.steps < 1:
         parser.error("--world, --batch and --steps must be >= 1")
     peer = PEERS[args.model]
-    if args.variant != "all" and args.variant not in peer.VARIANTS:
-        parser.error(f"--variant {args.variant!r}: {args.model}'s training variants are {peer.VARIANTS} or all")
+    if args.variant != "all" and args.variant not in all_variants(peer):
+        parser.error(f"--variant {args.variant!r}: {args.model}'s training variants are {all_variants(peer)} or all")
     if args.model_options and args.model != "resnet":
         parser.error(f"--model-options {args.model_options!r}: only --model resnet takes keys")
     try:
@@ -150,10 +184,22 @@ def main() -> int:
         processes = [context.Process(target=worker, args=(r, args, rendezvous, results)) for r in range(args.world)]
         for process in processes:
             process.start()
-        result = results.get(timeout=600)
+        # Rank 0 puts the result; a worker that dies (an exception, a signal) ends the wait at once,
+        # named by its exit code, instead of after the 10-minute deadline.
+        result, deadline = None, time.monotonic() + 600
+        while result is None and time.monotonic() < deadline:
+            try:
+                result = results.get(timeout=1)
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in processes):
+                    break
         for process in processes:
-            process.join(timeout=60)
+            process.join(timeout=60 if result is not None else 5)
+            if process.is_alive():
+                process.kill()
         failed = [p.exitcode for p in processes if p.exitcode != 0]
+        if result is None and not failed:
+            failed = ["no result within 600 s"]
         if failed:
             print(json.dumps({"tool": "torch_ddp", "error": f"worker exit codes {failed}"}))
             return 1

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backends/error.h"
+#include "bench/report/headline.h"
 #include "engine/io/fileio.h"
 
 namespace trainlab::bench {
@@ -47,7 +48,8 @@ std::vector<std::string> own_figures(const ReportSection& s) {
 namespace {
 // The README with each section's block between its markers replaced; throws (writing nothing)
 // when a pair is broken or none of the sections has markers there.
-std::string readme_with_sections(const ReportOptions& options, const std::vector<ReportSection>& sections) {
+std::string readme_with_sections(const ReportOptions& options, const std::vector<ReportSection>& sections,
+                                 const std::optional<ReportBlock>& headline) {
   const auto bytes = read_file(options.readme_path);
   std::string readme(bytes.begin(), bytes.end());
   const auto wanted = [&](const std::string& marker) {
@@ -76,6 +78,7 @@ std::string readme_with_sections(const ReportOptions& options, const std::vector
     fill({s.marker, s.readme_intro, s.readme_table, {}}, figure_links(own_figures(s), options));
     for (const auto& block : s.more_blocks) fill(block, figure_links(block.figures, options));
   }
+  if (headline) fill(*headline, "");
   TL_CHECK(replaced, "report: '" + options.readme_path + "' has none of the <!-- " + markers +
                          ":begin --> ... <!-- ...:end --> markers for this ledger's runs" +
                          (options.blocks.empty() ? std::string() : " among the blocks asked for"));
@@ -145,7 +148,7 @@ std::string write_report(const ReportOptions& options, const std::vector<Section
 
   // The README first, in memory: a refusal (no markers, a broken pair) writes nothing at all.
   std::optional<std::string> readme;
-  if (!options.readme_path.empty()) readme = readme_with_sections(options, sections);
+  if (!options.readme_path.empty()) readme = readme_with_sections(options, sections, headline_block(input, sections));
   // Figures go beside a report that is a file; a report written into a device or FIFO has none
   // (they would land beside it: /dev/figures).
   if (output_is_file(options.out_path)) {

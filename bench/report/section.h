@@ -23,6 +23,15 @@ struct ReportBlock {
   std::vector<std::string> figures;
 };
 
+// One row of the README's headline table (bench_report --blocks headline, from a `make headline`
+// run): a figure a section draws from its latest run (the block names the command of the step that
+// wrote the run).
+struct HeadlineRow {
+  std::string what;    // "SmallCNN f32 training (avx512_core_bf16): trainlab's best against ..."
+  std::string figure;  // "1.81 (1.77-2.16)x: ...; target >= 1.5x: met"
+  std::string run_id;  // the run it came from: the block quotes only the make headline run's
+};
+
 struct ReportSection {
   Environment measured_on;  // where its run was measured (the report's header names the first section's)
   std::string markdown;
@@ -30,6 +39,7 @@ struct ReportSection {
   // Its block (with its figures linked, less those a further block links), and any further blocks.
   std::string marker, readme_intro, readme_table;
   std::vector<ReportBlock> more_blocks;
+  std::vector<HeadlineRow> headline;  // its figures for the README's headline table (none: not quoted there)
 };
 
 // What a section reads: the ledger, loaded once; the ladder run asked for (bench_report --run; the

@@ -117,6 +117,42 @@ std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::st
            {}}};
 }
 
+// The text of `text` between `open` and the next `close` after it ("" when either is missing).
+std::string between(const std::string& text, const std::string& open, const std::string& close) {
+  const auto a = text.find(open);
+  if (a == std::string::npos) return "";
+  const auto b = text.find(close, a + open.size());
+  return b == std::string::npos ? "" : text.substr(a + open.size(), b - a - open.size());
+}
+
+// The README's headline rows of a run: each of its training and forward-only targets ("avx512
+// (avx512_core_bf16): f32 training, best trainlab (onednn f32 nhwc fused) >= 1.5x best PyTorch f32"),
+// with both sides' samples/s, the peer named and the verdict compare_torch.py gave it.
+std::vector<HeadlineRow> headline_rows(const SectionInput& in, const std::string& run_id,
+                                       const std::vector<CompareTorchRow>& configs, const ModelNames& names) {
+  std::vector<HeadlineRow> out;
+  for (const auto& run : in.read<CompareTorchRunRow>()) {
+    if (run.header.run_id != run_id) continue;
+    for (const auto& target : run.targets) {
+      const std::string& name = target.target;
+      const std::string what = between(name, ": ", ", best trainlab");
+      const std::string config = between(name, "best trainlab (", ")");
+      const std::string bar = between(name, config + ") ", " best PyTorch");
+      const auto row = std::find_if(configs.begin(), configs.end(),
+                                    [&](const CompareTorchRow& c) { return c.config_name == config; });
+      if (what.empty() || row == configs.end()) continue;  // the ceiling, thread, RSS and report-only rows
+      const std::string isa = between(name, "(", ")");
+      out.push_back({fmt::format("{} {}{}: trainlab's best against the strongest PyTorch variant", names.title, what,
+                                 isa.empty() ? "" : " (" + isa + ")"),
+                     fmt::format("{}x: {} ({}) against {} samples/s ({}); target {}: {}", spread(target.value, 2),
+                                 spread(row->samples_per_s), config, spread(row->peer_samples_per_s), row->peer,
+                                 bar.empty() ? "none" : bar, target.verdict),
+                     run_id});
+    }
+  }
+  return out;
+}
+
 // A bar per configuration: the median of its per-round ratios, whisker their min-max; parity dashed.
 std::string ratios_figure(const std::vector<CompareTorchRow>& configs, const std::string& run_id) {
   chart::BarChart bars;
@@ -181,6 +217,7 @@ std::optional<ReportSection> compare_torch_section(const SectionInput& in, const
       {"trainlab", "best PyTorch variant", "samples/s", "PyTorch samples/s", "ratio (per-round range)"}, table, true);
   section.figures.emplace_back(figure, ratios_figure(configs, run_id));
   section.more_blocks = comparison_blocks(in, run_id, configs, suffix, names);
+  section.headline = headline_rows(in, run_id, configs, names);
   return section;
 }
 

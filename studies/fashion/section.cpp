@@ -111,6 +111,43 @@ std::string loss_curve_figure(const std::vector<FashionRunRow>& rows) {
                     {fmt::format("{}-step means; line: the median over seeds, whisker: min-max", kCurveWindow)}});
 }
 
+// The README's headline row of a run: both frameworks' test accuracy and samples/s over the seeds,
+// the throughput ratio per seed, and how many of trainlab's seeds reached the run's goal.
+HeadlineRow fashion_headline(const std::vector<FashionRunRow>& rows, const std::string& run_id) {
+  std::vector<double> acc[2], speed[2], ratio;
+  std::map<std::int64_t, double> torch_speed;
+  int reached = 0, failed = 0;
+  for (const auto& r : rows) {
+    if (!r.header.ok()) {
+      ++failed;
+      continue;
+    }
+    const int i = r.framework == "pytorch" ? 1 : 0;
+    acc[i].push_back(100 * r.test_accuracy);
+    speed[i].push_back(r.samples_per_s);
+    if (i == 1) torch_speed[r.seed] = r.samples_per_s;
+    if (i == 0 && r.test_accuracy >= r.goal) ++reached;
+  }
+  for (const auto& r : rows)
+    if (r.header.ok() && r.framework == "trainlab" && torch_speed.count(r.seed) && torch_speed[r.seed] > 0)
+      ratio.push_back(r.samples_per_s / torch_speed[r.seed]);
+  const auto text = [](const std::vector<double>& v, const char* format) {
+    if (v.empty()) return std::string("-");
+    const Summary s = summarize(v);
+    return fmt::format(fmt::runtime(std::string(format) + " (" + format + "-" + format + ")"), s.median, s.min, s.max);
+  };
+  const FashionRunRow& first = rows.front();
+  std::string figure =
+      fmt::format("test accuracy {}% against PyTorch's {}%; {} against {} samples/s", text(acc[0], "{:.2f}"),
+                  text(acc[1], "{:.2f}"), text(speed[0], "{:.0f}"), text(speed[1], "{:.0f}"));
+  if (!ratio.empty()) figure += ", " + text(ratio, "{:.2f}") + "x";
+  figure += fmt::format("; goal {:.0f}%: reached by {} of {} trainlab seeds", 100 * first.goal, reached, acc[0].size());
+  if (failed > 0) figure += fmt::format("; {} runs failed", failed);
+  return {fmt::format("{} on Fashion-MNIST, {} epochs of batch {}, {} seeds: trainlab and PyTorch",
+                      model_label(first.model, first.model_options), first.epochs, first.batch, acc[0].size()),
+          figure, run_id};
+}
+
 // The latest run among the rows `wanted` keeps, as the section `name`.
 std::optional<ReportSection> fashion_section_of(const SectionInput& in, const std::string& name,
                                                 bool (*wanted)(const FashionRunRow&)) {
@@ -143,6 +180,7 @@ std::optional<ReportSection> fashion_section_of(const SectionInput& in, const st
     section.figures.push_back({path, std::move(confusion)});
   }
   section.readme_table = table;
+  section.headline = {fashion_headline(rows, run_id)};
   return section;
 }
 

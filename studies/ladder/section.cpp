@@ -269,6 +269,40 @@ void real_data_part(const LadderRunRows& real, const LadderRunRows* synthetic, R
                                                             ": samples/s per rung (run " + real.run_id + ")"));
 }
 
+// The README's headline row of a ladder run: its largest effect in units of the noise floor, with
+// both sides' samples/s and the verdict, and every rung the accuracy guard marked.
+HeadlineRow ladder_headline(const std::vector<LadderRungRow>& rungs, const std::string& run_id) {
+  const std::optional<Calibration> calibration = ladder_calibration(rungs);
+  const LadderRungRow* previous = nullptr;
+  std::string largest, breaks;
+  double largest_multiple = -1;
+  std::size_t repeats = 0;
+  for (const auto& row : rungs) {
+    if (row.arm.calibration || !row.header.ok()) continue;
+    repeats = std::max(repeats, row.repeats.size());
+    if (row.arm.breaks_training) breaks += (breaks.empty() ? "`" : ", `") + row.arm.rung + "`";
+    if (previous != nullptr) {
+      const double effect = effect_percent(*row.stats, *previous->stats);
+      const double m = calibration ? floor_multiple(effect, calibration->noise_floor_percent) : std::abs(effect);
+      if (!std::isnan(m) && m > largest_multiple && !row.arm.breaks_training) {
+        largest_multiple = m;
+        largest = fmt::format("`{}` over `{}`: {} ({:.1f} against {:.1f} samples/s)", row.arm.rung, previous->arm.rung,
+                              effect_words(effect, calibration, verdict(*row.stats, *previous->stats, calibration)),
+                              row.stats->median, previous->stats->median);
+      }
+    }
+    if (!row.arm.breaks_training) previous = &row;
+  }
+  const LadderRungRow& first = rungs.front();
+  return {fmt::format("the optimisation ladder `{}` ({} data), its largest effect among the rungs that still train",
+                      first.arm.ladder.empty() ? "?" : first.arm.ladder, first.arm.data ? first.arm.data->name : "?"),
+          (largest.empty() ? std::string("no rung measured against another") : largest) +
+              (calibration ? fmt::format("; noise floor {:.1f}%", calibration->noise_floor_percent)
+                           : std::string("; no noise floor measured")) +
+              fmt::format("; {} repeats; breaks training: {}", repeats, breaks.empty() ? std::string("none") : breaks),
+          run_id};
+}
+
 // The ladder's section: the latest run on SyntheticImages (else the latest at all), then the latest
 // run on a data set on disk beside it when there is one; a run asked for (bench_report --run) takes
 // the place of the latest of its kind. Nothing when the ledger holds no ladder run.
@@ -319,6 +353,7 @@ std::optional<ReportSection> ladder_section(const SectionInput& in) {
   section.readme_intro = fmt::format("from run `{}` on {} ({}, {} threads; engine {})", run_id, env.device.name,
                                      env.backend.empty() ? "?" : env.backend, env.threads, env.engine());
   section.readme_table = ladder_table(rungs, true);
+  section.headline = {ladder_headline(rungs, run_id)};
   return section;
 }
 

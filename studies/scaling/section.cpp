@@ -136,6 +136,15 @@ std::optional<ReportSection> scaling_section(const SectionInput& in) {
   md << "\n![efficiency against world size](" << figure << ")\n";
   section.markdown = md.str();
   section.readme_table = render_table(head, table, true);
+  // The README's headline row: every line of the table at the largest world measured.
+  int top = 1;
+  for (const auto& line : table) top = std::max(top, std::stoi(line[1]));
+  std::string at_top;
+  for (const auto& line : table)
+    if (std::stoi(line[1]) == top) at_top += (at_top.empty() ? "" : "; ") + line[0] + " " + line[3];
+  section.headline = {{fmt::format("DDP scaling efficiency at world {}, weak and strong, against PyTorch DDP{}", top,
+                                   first->config.model == "smallcnn" ? "" : " (" + first->config.model + ")"),
+                       at_top, run_id}};
   chart::LineChart lines;
   lines.x_label = "world size (ranks)";
   lines.y_label = "efficiency %";

@@ -175,6 +175,16 @@ TEST_CASE("ladder: a planted rung that zeroes the learning rate is marked as bre
   CHECK_FALSE(baseline.arm.breaks_training);
   CHECK(zero.arm.breaks_training);  // read back from the ledger: the row says so
   CHECK(ladder_table(run.rung_rows, false).find("breaks training: not a gain") != std::string::npos);
+  // The README's headline row of the run names the rung, and never quotes its gain as the largest.
+  const Ledger::Loaded loaded = Ledger(options.ledger_path).load();
+  std::vector<std::string> warnings;
+  const auto section = ladder_report_section().build(SectionInput{loaded, "", warnings});
+  REQUIRE(section);
+  REQUIRE(section->headline.size() == 1);
+  INFO(section->headline[0].figure);
+  CHECK(section->headline[0].figure.find("breaks training: `lr_zero`") != std::string::npos);
+  CHECK(section->headline[0].figure.find("no rung measured against another") != std::string::npos);
+  CHECK(section->headline[0].run_id == run.run_id);
   fs::remove_all(dir);
 }
 
