@@ -41,8 +41,10 @@ FASHION_IDX = "/usr/share/datasets/fashion-mnist"
 def steps(args):
     """(name, form, command) of every step, in order."""
     b = os.path.join(args.build, "bin")
-    ledger, out_dir = args.ledger, os.path.dirname(os.path.abspath(args.ledger))
-    py = sys.executable or "python3"
+    # Paths as given (relative to the repository, where every step runs) and python3 by name: the
+    # commands are recorded and quoted in the README as a user would type them.
+    ledger, out_dir = args.ledger, os.path.dirname(args.ledger) or "."
+    py = "python3"
     fashion = ["--source", FASHION_IDX, "--data", os.path.join(args.build, "fashion-mnist"), "--ledger", ledger]
     r = str(args.rounds)
     return [
@@ -62,10 +64,11 @@ def steps(args):
     ]
 
 
-# docs/RESULTS.md's blocks the steps' runs fill (the other blocks there come from other ledgers or
-# runs and are left alone).
+# docs/RESULTS.md's blocks the steps' full-form runs fill (the other blocks there come from other
+# ledgers or runs and are left alone; the resnet block quotes make resnet's full run, which the
+# short form here does not replace).
 RESULTS_BLOCKS = {"native": "torch_ratios,compare_torch,compare_torch_headline,torch_ratios_resnet,compare_torch_resnet,"
-                            "compare_torch_headline_resnet,ladder,fashion,resnet,scaling",
+                            "compare_torch_headline_resnet,ladder,fashion,scaling",
                   "avx2": "torch_ratios_avx2,compare_torch_avx2,compare_torch_headline_avx2"}
 
 
@@ -198,7 +201,7 @@ def main():
               f"{args.readme} and {args.results} left as they were", file=sys.stderr)
         return 130
     append(args.ledger, headline_row(records, started, command, run_id, capped_isa(), commit))
-    report = os.path.join(os.path.dirname(os.path.abspath(args.ledger)), "REPORT.md")
+    report = os.path.join(os.path.dirname(args.ledger) or ".", "REPORT.md")
     base = [os.path.join(args.build, "bin", "bench_report"), "--ledger", args.ledger, "--out", report]
     marker = "headline_avx2" if capped_isa() == "avx2" else "headline"
     status = subprocess.call(base + ["--readme", args.readme, "--blocks", marker], cwd=ROOT)

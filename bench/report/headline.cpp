@@ -31,11 +31,15 @@ std::optional<ReportBlock> headline_block(const SectionInput& in, const std::vec
   double wall = 0;
   std::ostringstream t;
   t << "| what | figure (medians; ranges across rounds) | command | run |\n|---|---|---|---|\n";
+  // In the order the run's steps ran, each step's rows in the sections' order.
+  std::vector<std::pair<const HeadlineStep*, const HeadlineRow*>> quoted;
   for (const ReportSection& section : sections)
     for (const HeadlineRow& row : section.headline)
-      if (const HeadlineStep* step = step_of(row.run_id))
-        t << "| " << cell(row.what) << " | " << cell(row.figure) << " | `" << cell(step->command) << "` | `"
-          << row.run_id << "` |\n";
+      if (const HeadlineStep* step = step_of(row.run_id)) quoted.emplace_back(step, &row);
+  std::stable_sort(quoted.begin(), quoted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [step, row] : quoted)
+    t << "| " << cell(row->what) << " | " << cell(row->figure) << " | `" << cell(step->command) << "` | `"
+      << row->run_id << "` |\n";
   std::vector<std::string> forms;
   for (const HeadlineStep& step : run.steps) {
     wall += step.wall_s;
@@ -50,9 +54,12 @@ std::optional<ReportBlock> headline_block(const SectionInput& in, const std::vec
   ReportBlock block;
   // A run capped to AVX2 (make headline CPU=avx2) fills its own block beside the native one.
   block.marker = run.header.env.isa == "avx2" ? "headline_avx2" : "headline";
-  block.intro = fmt::format("from one `{}` run, `{}`, {} on {} (commit {}; {}); every step in {:.0f} minutes: {}",
-                            run.command, run_id, run.date, measured_on(run.header.env), run.commit,
-                            run.header.env.device.name.empty() ? "?" : run.header.env.device.name, wall / 60, steps);
+  const Environment& env = run.header.env;
+  block.intro = fmt::format(
+      "from one `{}` run, `{}`, {}, commit {}, on {} ({} cores, {} threads a process); every "
+      "step in {:.0f} minutes: {}",
+      run.command, run_id, run.date, run.commit, env.device.name.empty() ? "?" : env.device.name, env.cores,
+      env.threads, wall / 60, steps);
   block.table = t.str();
   return block;
 }

@@ -146,7 +146,7 @@ std::vector<HeadlineRow> headline_rows(const SectionInput& in, const std::string
                                  isa.empty() ? "" : " (" + isa + ")"),
                      fmt::format("{}x: {} ({}) against {} samples/s ({}); target {}: {}", spread(target.value, 2),
                                  spread(row->samples_per_s), config, spread(row->peer_samples_per_s), row->peer,
-                                 bar.empty() ? "none" : bar, target.verdict),
+                                 bar.empty() || bar[0] == '(' ? "none" : bar, target.verdict),
                      run_id});
     }
   }

@@ -143,8 +143,9 @@ HeadlineRow fashion_headline(const std::vector<FashionRunRow>& rows, const std::
   if (!ratio.empty()) figure += ", " + text(ratio, "{:.2f}") + "x";
   figure += fmt::format("; goal {:.0f}%: reached by {} of {} trainlab seeds", 100 * first.goal, reached, acc[0].size());
   if (failed > 0) figure += fmt::format("; {} runs failed", failed);
-  return {fmt::format("{} on Fashion-MNIST, {} epochs of batch {}, {} seeds: trainlab and PyTorch",
-                      model_label(first.model, first.model_options), first.epochs, first.batch, acc[0].size()),
+  return {fmt::format("{} on Fashion-MNIST, {} epochs of batch {}, {} seed{}: trainlab and PyTorch",
+                      model_label(first.model, first.model_options), first.epochs, first.batch, acc[0].size(),
+                      acc[0].size() == 1 ? "" : "s"),
           figure, run_id};
 }
 

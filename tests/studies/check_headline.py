@@ -104,7 +104,7 @@ class Block(unittest.TestCase):
     def test_the_block_quotes_the_headline_run_only_with_the_recorded_verdicts(self):
         text = self.render()
         self.assertIn("from one `make headline` run, `20261206T070000Z-9`, 2026-12-06 07:00 UTC", text)
-        self.assertIn("(commit abc123;", text)
+        self.assertIn(", commit abc123, on ", text)
         self.assertIn("| SmallCNN f32 training (avx512_core_bf16): trainlab's best against the strongest PyTorch "
                       "variant | 1.55 (1.40-1.70)x: 205 (200-210) (onednn f32 nhwc fused) against 120 (100-140) "
                       "samples/s (torch f32 channels_last); target >= 1.5x: not separable (median above) | "
