@@ -75,7 +75,7 @@ def trainlab_configs(threads, capped=False):
     by ONEDNN_MAX_CPU_ISA (make compare CPU=avx2), so the arm that caps bf16 below its native ISA
     (by setting that variable itself, which would lift the run's cap) is left out."""
     def tl(key, label, kind, *flags, threads_override=None, env=()):
-        dtype = "bf16" if kind == "bf16" else "f32"
+        dtype = "bf16" if kind.startswith("bf16") else "f32"  # bf16_infer is bf16 too
         model = [] if MODEL == "smallcnn" else ["--model", MODEL]
         return (key, label, kind,
                 [*env, "throughput", *model, "--dtype", dtype, "--threads", str(threads_override or threads), *flags])

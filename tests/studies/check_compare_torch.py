@@ -173,6 +173,15 @@ class IssueTargets(unittest.TestCase):
         ceiling = by_name["f32 step / GEMM ceiling (b) >= 60%"]
         self.assertEqual(ceiling[1]["median"], 0.8)
 
+    def test_every_trainlab_configuration_runs_the_dtype_of_its_kind(self):
+        # bf16_infer ran --dtype f32 (2026-12-06: trainlab's f32 forward pass was compared with
+        # PyTorch's bf16 one): each configuration's --dtype is its kind's, as KINDS gives PyTorch's.
+        dtypes = {kind: dtype for kind, dtype, _ in compare_torch.KINDS}
+        for capped in (False, True):
+            for key, _, kind, argv in compare_torch.trainlab_configs(2, capped=capped):
+                self.assertEqual(argv[argv.index("--dtype") + 1], dtypes[kind], key)
+                self.assertEqual("--forward-only" in argv, kind.endswith("_infer"), key)
+
     def test_a_capped_run_drops_the_arm_that_would_lift_the_cap(self):
         keys = [k for k, *_ in compare_torch.trainlab_configs(2, capped=True)]
         self.assertNotIn("tl_onednn_bf16_no_native", keys)
