@@ -5,7 +5,10 @@ Starts `--world` processes on this host (torch.multiprocessing, a file:// rendez
 `--threads` threads, wraps the `--model`'s twin (torch_smallcnn.py's SmallCNN, or torch_resnet.py's
 ResNet with `--model-options` as trainlab's) in DistributedDataParallel (gloo) and times training
 steps, for one --variant or (default) every training variant that model's peer defines and DDP's own
-knobs on the strongest of them (DDP_FEATURES: gradient_as_bucket_view, static_graph, 1 MiB buckets), in turn in the same process group, each its own DDP model: per-rank batch `--batch`, SGD
+knobs on the strongest of them (DDP_FEATURES: gradient_as_bucket_view, static_graph, 1 MiB buckets), in
+turn in the same process group, each its own DDP model, then the strongest DDP form under each other
+allocator (ALLOCATOR_VARIANTS: a process group of its own each, this script run again with
+--variant V@ALLOCATOR; one that fails is named under "variant_errors"): per-rank batch `--batch`, SGD
 momentum 0.9 at `--lr` (weight decay `--weight-decay` on a ResNet's conv and linear weights only, as
 trainlab's parameter groups), batches made in memory before timing (no decode work), `--warmup`
 steps excluded, then `--steps` steps after a barrier. The time is the slowest rank's. A ResNet's
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import queue
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,9 +62,26 @@ def ddp_variants(peer) -> list:
     return [base + "+" + k for k in DDP_FEATURES] + [base + "+gradient_as_bucket_view+static_graph"]
 
 
+# The allocators PyTorch's tuning guide names and glibc's defaults (peer_malloc.py), each under the
+# strongest DDP form (both knobs on the twin's tuned variant): one process has one allocator, so each
+# is a process group of its own, run after the in-process variants of the same round.
+MALLOCS = ("system", "tcmalloc", "jemalloc")
+
+
+def allocator_variants(peer) -> list:
+    return [ddp_variants(peer)[-1] + "@" + m for m in MALLOCS]
+
+
+def in_process_variants(peer) -> list:
+    """What --variant all measures in one process group: the twin's variants without an allocator of
+    their own, then the DDP knobs."""
+    return [v for v in peer.VARIANTS if peer_malloc.split_variant(v)[1] is None] + ddp_variants(peer)
+
+
 def all_variants(peer) -> list:
-    """Every training variant of the model's twin and the DDP knobs on its strongest layout."""
-    return list(peer.VARIANTS) + ddp_variants(peer)
+    """Every variant --variant takes: the twin's training variants (its own @ALLOCATOR ones too), the
+    DDP knobs on its strongest layout, and that under each allocator."""
+    return list(peer.VARIANTS) + ddp_variants(peer) + allocator_variants(peer)
 
 
 def split_ddp(variant: str):
@@ -134,8 +155,8 @@ def worker(rank: int, args, rendezvous: str, results) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=args.world)
     out = {}
     # In turn, each its own DDP model; 'all' leaves out the variants with an allocator of their own
-    # ("@tcmalloc"): one process has one allocator, so those run as --variant V@ALLOCATOR.
-    every = [v for v in all_variants(PEERS[args.model]) if peer_malloc.split_variant(v)[1] is None]
+    # ("@tcmalloc"): one process has one allocator, so main() runs those as --variant V@ALLOCATOR.
+    every = in_process_variants(PEERS[args.model])
     for variant in (every if args.variant == "all" else [args.variant]):
         total, times = measure(rank, args, variant)
         out[variant] = {"slowest_total_s": total, "step_seconds": times}
@@ -143,6 +164,27 @@ def worker(rank: int, args, rendezvous: str, results) -> None:
         results.put(out)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def run_under_allocator(args, variant: str) -> dict:
+    """One allocator variant: this script again with --variant V@ALLOCATOR (peer_malloc re-executes it
+    with that allocator's environment); its result, or {"error": why}."""
+    command = [sys.executable, os.path.abspath(__file__), "--world", str(args.world), "--batch", str(args.batch),
+               "--lr", str(args.lr), "--threads", str(args.threads), "--steps", str(args.steps), "--warmup",
+               str(args.warmup), "--model", args.model, "--model-options", args.model_options, "--weight-decay",
+               str(args.weight_decay), "--dtype", args.dtype, "--seed", str(args.seed), "--variant", variant]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=660)
+    except subprocess.TimeoutExpired:
+        return {"error": "no result within 660 s"}
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return {"error": f"exit code {done.returncode}, no result line: {(done.stdout + done.stderr)[-300:]!r}"}
+    if "error" in result:
+        return {"error": result["error"]}
+    return {"samples_per_s": result["samples_per_s"], "step_seconds": result["step_seconds"], "malloc": result["malloc"]}
 
 
 def main() -> int:
@@ -222,7 +264,16 @@ def main() -> int:
         "malloc": MALLOC,
     }
     if args.variant == "all":
+        errors = {}
+        for variant in allocator_variants(peer):
+            measured = run_under_allocator(args, variant)
+            if "error" in measured:
+                errors[variant] = measured["error"]
+            else:
+                variants[variant] = measured
         line["variants"] = variants
+        if errors:
+            line["variant_errors"] = errors
     else:
         line.update(variants[args.variant])
     print(json.dumps(line))

@@ -17,9 +17,12 @@ norm) with --model-options as trainlab's, weight decay (--weight-decay) on the c
 linear weights only (trainlab's parameter groups: none on batch norm and biases).
 
 The model runs in its strongest form on this machine: before training, each variant below is timed
-for --probe-steps steps and the fastest trains (named in the output). Variants differ in memory
-layout, how fc1/fc2 run (SmallCNN), how gradients are zeroed and the optimiser's update loop
-(set_to_none, foreach: PyTorch's tuning guide), not in arithmetic.
+for --probe-steps steps, then the fastest again under each other allocator (glibc's defaults,
+tcmalloc, jemalloc: peer_malloc.py; a process of its own each, this script run with --variant
+V@ALLOCATOR --probe-only), and the fastest of all trains (named in the output, every probe beside
+it; one under another allocator trains in a process of its own). Variants differ in memory layout,
+how fc1/fc2 run (SmallCNN), how gradients are zeroed and the optimiser's update loop (set_to_none,
+foreach: PyTorch's tuning guide) and the allocator, not in arithmetic.
 
 Prints one JSON line. Run it under /usr/bin/python3 (Debian's python3-torch).
 """
@@ -28,6 +31,7 @@ import gzip
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 
@@ -48,7 +52,8 @@ except ImportError as error:
 import torch_resnet  # noqa: E402  (the ResNet twin)
 
 VARIANTS = {
-    "smallcnn": ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last"],
+    "smallcnn": ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last",
+                 "linear_as_conv+channels_last+set_to_none+foreach"],
     "resnet": ["shipped", "channels_last", "set_to_none+foreach", "channels_last+set_to_none+foreach"],
 }
 
@@ -145,6 +150,44 @@ def probe(variant, x, y, args):
     return sorted(times)[len(times) // 2]
 
 
+MALLOCS = ("system", "tcmalloc", "jemalloc")
+
+
+def rerun(variant, extra):
+    """This script again with --variant `variant` (its @ALLOCATOR applied by peer_malloc) and the same
+    other arguments: its JSON result line, or {"error": why}."""
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg in ("--variant", "--malloc"):
+            skip = True
+        elif not arg.startswith(("--variant=", "--malloc=")):
+            argv.append(arg)
+    done = subprocess.run([sys.executable, os.path.abspath(__file__)] + argv + ["--variant", variant] + extra,
+                          capture_output=True, text=True)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return {"error": f"--variant {variant}: exit code {done.returncode}, {(done.stdout + done.stderr)[-300:]!r}"}
+
+
+def strongest(x, y, args):
+    """The fastest variant by probe: the model's variants here, then the fastest under each other
+    allocator (a process each); (variant, every probe's seconds per step, probes that failed)."""
+    probes = {v: probe(v, x, y, args) for v in VARIANTS[args.model]}
+    fastest = min(VARIANTS[args.model], key=lambda v: probes[v])
+    failed = {}
+    for malloc in MALLOCS:
+        result = rerun(fastest + "@" + malloc, ["--probe-only"])
+        if "error" in result:
+            failed[fastest + "@" + malloc] = result["error"]
+        else:
+            probes.update(result["probe_seconds_per_step"])
+    return min(probes, key=lambda v: probes[v]), probes, failed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="the IDX files' directory")
@@ -162,15 +205,21 @@ def main():
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
     parser.add_argument("--variant", default="best", help=f"best (probe the model's variants: {VARIANTS}) or one")
     parser.add_argument("--probe-steps", type=int, default=20)
-    parser.add_argument("--malloc", choices=peer_malloc.CHOICES, default="tuned")
+    parser.add_argument("--malloc", choices=peer_malloc.CHOICES, default="tuned",
+                        help="the allocator of a --variant without @ALLOCATOR (best probes them all)")
+    parser.add_argument("--probe-only", action="store_true",
+                        help="time --variant for --probe-steps steps and print that alone (no training)")
     args = parser.parse_args()
+    features, variant_malloc = peer_malloc.split_variant(args.variant)
     checks = [(args.epochs >= 1, "--epochs must be >= 1"), (1 <= args.batch <= 65536, "--batch must be in 1..65536"),
               (math.isfinite(args.lr) and args.lr > 0, "--lr must be a finite number > 0"),
               (math.isfinite(args.momentum) and 0 <= args.momentum < 1, "--momentum must be in [0, 1)"),
               (args.threads >= 0, "--threads must be >= 0"), (args.probe_steps >= 1, "--probe-steps must be >= 1"),
               (math.isfinite(args.weight_decay) and args.weight_decay >= 0, "--weight-decay must be >= 0"),
-              (args.variant == "best" or args.variant in VARIANTS[args.model],
-               f"--variant must be best or one of {VARIANTS[args.model]}")]
+              (args.variant == "best" or (features in VARIANTS[args.model] and variant_malloc in (None,) + MALLOCS),
+               f"--variant must be best or one of {VARIANTS[args.model]}, with @ALLOCATOR ({'|'.join(MALLOCS)}) "
+               f"or without"),
+              (not args.probe_only or args.variant != "best", "--probe-only takes one --variant, not best")]
     for ok, message in checks:
         if not ok:
             print(json.dumps({"tool": "torch_fashion", "error": message}))
@@ -197,11 +246,21 @@ def main():
     tx = torch.from_numpy(((test_x.astype(np.float32) / 255.0 - mean) / std)[:, None, :, :].copy())
     ty = torch.from_numpy(test_y.astype(np.int64))
 
-    probes = {}
+    if args.probe_only:
+        print(json.dumps({"tool": "torch_fashion", "malloc": MALLOC,
+                          "probe_seconds_per_step": {args.variant: probe(features, x, y, args)}}))
+        return 0
+    probes, failed = {}, {}
     variant = args.variant
     if variant == "best":
-        probes = {v: probe(v, x, y, args) for v in VARIANTS[args.model]}
-        variant = min(VARIANTS[args.model], key=lambda v: probes[v])
+        variant, probes, failed = strongest(x, y, args)
+        if peer_malloc.split_variant(variant)[1]:
+            result = rerun(variant, [])  # the fastest runs under another allocator: a process of its own
+            if "error" not in result:
+                result.update({"probe_seconds_per_step": probes, "probe_errors": failed})
+            print(json.dumps(result))
+            return 0 if "error" not in result else 2
+    variant = peer_malloc.split_variant(variant)[0]
     model, fmt = make(variant, args, args.seed)
     optimizer = optimizer_for(model, variant, args)
     generator = torch.Generator().manual_seed(args.seed)
@@ -239,7 +298,8 @@ def main():
     print(json.dumps({
         "tool": "torch_fashion", "torch": torch.__version__, "threads": torch.get_num_threads(), "malloc": MALLOC,
         "model": args.model, "model_options": args.model_options, "weight_decay": args.weight_decay,
-        "warmup_steps_schedule": args.warmup_steps, "variant": variant, "probe_seconds_per_step": probes, "seed": args.seed, "epochs": args.epochs,
+        "warmup_steps_schedule": args.warmup_steps, "variant": args.variant if args.variant != "best" else variant, "probe_seconds_per_step": probes,
+        "probe_errors": failed, "seed": args.seed, "epochs": args.epochs,
         "steps": total, "batch": args.batch, "lr": args.lr, "schedule": args.schedule, "momentum": args.momentum,
         "mean": mean, "std": std, "test_accuracy": float(correct.float().mean()), "per_class_accuracy": per_class,
         "test_samples": int(ty.shape[0]), "train_seconds": train_seconds,

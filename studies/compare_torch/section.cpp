@@ -98,7 +98,8 @@ std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::st
     t << "| " << target.target << " | " << spread(target.value, 2) << " | " << target.verdict << " |\n";
   std::ostringstream h;
   h << "| trainlab | samples/s | best PyTorch variant | samples/s | ratio |\n|---|---|---|---|---|\n";
-  for (const char* name : {"onednn f32 nhwc fused", "onednn bf16 nhwc fused", "onednn f32 nhwc fused, forward only"}) {
+  for (const char* name : {"onednn f32 nhwc fused", "onednn bf16 nhwc fused", "onednn f32 nhwc fused, forward only",
+                           "onednn bf16 nhwc fused, forward only"}) {
     for (const auto& row : configs) {
       if (row.config_name != name || !row.ratio) continue;
       h << "| " << name << " | " << spread(row.samples_per_s) << " | " << row.peer << " | "

@@ -143,12 +143,14 @@ struct PeerVariant {
 struct PeerOutput {
   std::optional<std::string> error;
   std::optional<std::map<std::string, PeerVariant>> variants;
+  std::optional<std::map<std::string, std::string>> variant_errors;  // variants that did not run, and why
   std::optional<double> samples_per_s;
   std::string variant;
   template <class F>
   void fields(F& f) {
     f.optional("error", error);
     f.optional("variants", variants);
+    f.optional("variant_errors", variant_errors);
     f.optional("samples_per_s", samples_per_s);
     f.optional("variant", variant);
   }

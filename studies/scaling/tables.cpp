@@ -105,6 +105,9 @@ void run_peer(const Launch& l, Peer& peer, int w) {
       return;
     }
     if (!result.variants) throw RowError("no variants");
+    if (result.variant_errors)
+      for (const auto& [variant, why] : *result.variant_errors)
+        std::cout << fmt::format("# PyTorch DDP at world {}: {} did not run: {}\n", w, variant, why);
     for (const auto& [variant, measured] : *result.variants) {
       if (std::find(peer.variants.begin(), peer.variants.end(), variant) == peer.variants.end())
         peer.variants.push_back(variant);
