@@ -123,6 +123,7 @@ std::string OnednnBackend::describe() const {
             : conv         ? "native conv2d, emulated linear"
                            : "emulated conv2d, native linear");
   }
+  out += ", f32 3x3 channels_last convolutions " + cpu::winograd::policy();
   out += ", " + std::to_string(primitives_created_) + " primitives";
   if (frozen_depth_ > 0) out += ", inference on frozen weights (" + std::to_string(kept_.size()) + " kept in layout)";
   if (shape_fallbacks_ > 0) out += " (" + std::to_string(shape_fallbacks_) + " emulated for want of a native one)";

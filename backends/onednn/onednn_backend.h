@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "backends/cpu/conv_few_channels.h"
+#include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/max_pool_2x2.h"
@@ -394,6 +395,14 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   // A first layer's weight gradient (few input channels: backends/cpu/conv_few_channels.h) goes to
   // the table loops, which run it ~4x faster than oneDNN's kernels.
   bool conv_few_channels(DType dtype, const Conv2dShape& s);
+  // An f32 3x3 convolution of stride 1, channels_last, goes to Winograd F(4x4, 3x3) where
+  // TRAINLAB_CONV_ALGO chooses it for the pass (backends/cpu/conv_winograd.h: by default both
+  // backward passes on AVX2, where oneDNN has none); winograd() runs the forward and backward-data: y [batch, h, w,
+  // out] from x [batch, h, w, in], the layer's weight (turned for the backward pass, whose `in` is the layer's
+  // outputs).
+  bool conv_winograd(DType dtype, const Conv2dShape& s, cpu::winograd::Pass pass);
+  void winograd(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in, const void* x, const void* weight,
+                std::int64_t out, bool backward_data, const void* bias, bool relu, void* y);
 
   void note_impl(const char* impl, DType dtype, dt compute) {
     impls_.insert(compute == data_type(dtype) ? std::string(impl)

@@ -6,6 +6,11 @@ namespace trainlab::onednn {
 void OnednnBackend::conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight,
                                    const void* bias, bool relu, void* y) {
   check(dtype, BackendOp::conv2d, s.channels_last);
+  if (conv_winograd(dtype, s, cpu::winograd::Pass::forward)) {
+    guarded("conv2d_forward",
+            [&] { winograd(s.batch, s.in_h, s.in_w, s.in_channels, x, weight, s.out_channels, false, bias, relu, y); });
+    return;
+  }
   guarded("conv2d_forward", [&] {
     Scratch scratch(*this);
     const bool inference = frozen();
@@ -41,6 +46,13 @@ void OnednnBackend::conv2d_forward(DType dtype, const Conv2dShape& s, const void
 void OnednnBackend::conv2d_backward_data(DType dtype, const Conv2dShape& s, const void* dy, const void* weight,
                                          void* dx) {
   check(dtype, BackendOp::conv2d, s.channels_last);
+  if (conv_winograd(dtype, s, cpu::winograd::Pass::backward_data)) {
+    // The same convolution of dy with the kernel turned 180 degrees, its channels swapped.
+    guarded("conv2d_backward_data", [&] {
+      winograd(s.batch, s.out_h(), s.out_w(), s.out_channels, dy, weight, s.in_channels, true, nullptr, false, dx);
+    });
+    return;
+  }
   guarded("conv2d_backward_data", [&] {
     Scratch scratch(*this);
     Entry& e = entry("conv_bwd_data", key(dtype, s), dtype, Family::conv, [&](Entry& fresh, dt c) {
@@ -72,6 +84,17 @@ void OnednnBackend::conv2d_backward_data(DType dtype, const Conv2dShape& s, cons
 void OnednnBackend::conv2d_backward_weights(DType dtype, const Conv2dShape& s, const void* dy, const void* x,
                                             void* dweight, void* dbias) {
   check(dtype, BackendOp::conv2d, s.channels_last);
+  if (conv_winograd(dtype, s, cpu::winograd::Pass::backward_weights)) {
+    guarded("conv2d_backward_weights", [&] {
+      Scratch scratch(*this);
+      void* workspace =
+          scratch.get(cpu::winograd::backward_weights_workspace_bytes(s.in_channels, s.out_channels, threads_));
+      cpu::winograd::backward_weights(static_cast<const float*>(x), static_cast<const float*>(dy), s.batch, s.in_h,
+                                      s.in_w, s.in_channels, s.out_channels, static_cast<float*>(dweight),
+                                      static_cast<float*>(dbias), threads_, workspace);
+    });
+    return;
+  }
   if (conv_few_channels(dtype, s)) {
     guarded("conv2d_backward_weights", [&] {
       Scratch scratch(*this);
@@ -134,6 +157,31 @@ OnednnBackend::ConvDescs OnednnBackend::conv_descs(DType dtype, dt c, const Conv
                    memory::desc(dst_dims, c, act_choice),
                    {s.stride_h, s.stride_w},
                    {s.pad_h, s.pad_w}};
+}
+
+bool OnednnBackend::conv_winograd(DType dtype, const Conv2dShape& s, cpu::winograd::Pass pass) {
+  if (!cpu::winograd::chosen(dtype, s, pass)) return false;
+  static constexpr const char* kPass[] = {"forward", "backward-data", "backward-weights"};
+  std::lock_guard lock(mutex_);
+  impls_.insert(std::string("trainlab Winograd F(4x4,3x3) ") + kPass[static_cast<int>(pass)] +
+                " for f32 3x3 convolutions, stride 1, channels_last");
+  return true;
+}
+
+void OnednnBackend::winograd(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in, const void* x,
+                             const void* weight, std::int64_t out, bool backward_data, const void* bias, bool relu,
+                             void* y) {
+  Scratch scratch(*this);
+  auto* u = scratch.get<float>(static_cast<std::int64_t>(cpu::winograd::weights_floats(in, out)));
+  // The weight is [O, I, 3, 3] of the layer: the backward pass's input channels are its outputs.
+  if (backward_data) {
+    cpu::winograd::transform_weights(static_cast<const float*>(weight), in, out, true, u);
+  } else {
+    cpu::winograd::transform_weights(static_cast<const float*>(weight), out, in, false, u);
+  }
+  void* workspace = scratch.get(cpu::winograd::workspace_bytes(in, out, threads_));
+  cpu::winograd::convolve(static_cast<const float*>(x), batch, h, w, in, u, out, static_cast<const float*>(bias), relu,
+                          static_cast<float*>(y), threads_, workspace);
 }
 
 bool OnednnBackend::conv_few_channels(DType dtype, const Conv2dShape& s) {

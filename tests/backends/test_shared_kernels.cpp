@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "backends/cpu/conv_few_channels.h"
+#include "backends/cpu/conv_winograd.h"
 #include "backends/registry.h"
 #include "test_util.h"
 
@@ -472,4 +473,137 @@ TEST_CASE("shared kernels: the loss scaler's unscale and finiteness check agains
     Buffer bad = make(be, DType::f32, x);
     CHECK_FALSE(be.unscale_and_check_finite(DType::f32, bad.tensor.raw_data(), 1000, 0.5));
   }
+}
+
+TEST_CASE("shared kernels: Winograd F(4x4, 3x3) convolution, forward and both gradients, against double",
+          "[backends]") {
+  // backends/cpu/conv_winograd.h, which the onednn backend runs for f32 3x3 convolutions of stride 1
+  // on AVX2: the forward (with and without bias and ReLU) and the backward pass for the input (the
+  // kernel turned, channels swapped) against the sums in double; images whose sides are not a
+  // multiple of 4 (partial tiles), 1x1 images, output channels by 8 and by 16, more tiles than a
+  // chunk; the backward pass for the weights and the bias too; the same bits at 1, 2 and 3 threads.
+  Conv2dShape shape{2, 8, 8, 8, 16, 3, 3, 1, 1, 1, 1};
+  shape.channels_last = true;
+  if (cpu::simd().isa < cpu::CpuIsa::avx2) {
+    CHECK_FALSE(cpu::winograd::applies(DType::f32, shape));
+    WARN("skipped: the Winograd convolution needs the AVX2 loops; this process runs the plain ones");
+    return;
+  }
+  Generator gen(17);
+  struct Case {
+    std::int64_t n, c, h, w, o;
+  };
+  const Case cases[] = {{2, 8, 8, 8, 16}, {3, 16, 7, 5, 24}, {1, 32, 16, 16, 64},
+                        {5, 8, 1, 1, 8},  {30, 8, 4, 4, 8},  {2, 64, 9, 11, 32}};
+  for (const Case& k : cases) {
+    INFO("x [" << k.n << "," << k.c << "," << k.h << "," << k.w << "] nhwc, " << k.o << " outputs");
+    Conv2dShape s{k.n, k.c, k.h, k.w, k.o, 3, 3, 1, 1, 1, 1};
+    s.channels_last = true;
+    REQUIRE(cpu::winograd::applies(DType::f32, s));
+    auto floats = [&](std::int64_t count) {
+      std::vector<float> v(static_cast<std::size_t>(count));
+      for (auto& e : v) e = static_cast<float>(gen.uniform(-1, 1));
+      return v;
+    };
+    const std::vector<float> x = floats(k.n * k.h * k.w * k.c), weight = floats(k.o * k.c * 9), bias = floats(k.o),
+                             dy = floats(k.n * k.h * k.w * k.o);
+    // The sums in double: y [n][h][w][o] (before bias), dx [n][h][w][c].
+    std::vector<double> want_y(static_cast<std::size_t>(k.n * k.h * k.w * k.o), 0.0),
+        want_dx(static_cast<std::size_t>(k.n * k.h * k.w * k.c), 0.0);
+    for (std::int64_t n = 0; n < k.n; ++n)
+      for (std::int64_t r = 0; r < k.h; ++r)
+        for (std::int64_t q = 0; q < k.w; ++q)
+          for (std::int64_t i = 0; i < 3; ++i)
+            for (std::int64_t j = 0; j < 3; ++j) {
+              const std::int64_t rr = r + i - 1, qq = q + j - 1;
+              if (rr < 0 || rr >= k.h || qq < 0 || qq >= k.w) continue;
+              for (std::int64_t o = 0; o < k.o; ++o)
+                for (std::int64_t c = 0; c < k.c; ++c) {
+                  const double wv = weight[static_cast<std::size_t>(((o * k.c + c) * 3 + i) * 3 + j)];
+                  want_y[static_cast<std::size_t>(((n * k.h + r) * k.w + q) * k.o + o)] +=
+                      wv * x[static_cast<std::size_t>(((n * k.h + rr) * k.w + qq) * k.c + c)];
+                  want_dx[static_cast<std::size_t>(((n * k.h + rr) * k.w + qq) * k.c + c)] +=
+                      wv * dy[static_cast<std::size_t>(((n * k.h + r) * k.w + q) * k.o + o)];
+                }
+            }
+    // f32 sums of up to 64 x 9 terms in [-1, 1] through the transforms: 2e-6 of the terms' count.
+    const double tolerance = 2e-6 * static_cast<double>(std::max(k.c, k.o) * 9);
+    std::vector<float> u(cpu::winograd::weights_floats(k.c, k.o)), ub(cpu::winograd::weights_floats(k.o, k.c));
+    cpu::winograd::transform_weights(weight.data(), k.o, k.c, false, u.data());
+    cpu::winograd::transform_weights(weight.data(), k.o, k.c, true, ub.data());
+    for (const bool with_bias : {false, true}) {
+      for (const bool relu : {false, true}) {
+        INFO((with_bias ? "bias" : "no bias") << (relu ? ", relu" : ""));
+        std::vector<std::vector<float>> y;
+        for (int threads : {1, 2}) {
+          std::vector<float> workspace(cpu::winograd::workspace_bytes(k.c, k.o, threads) / sizeof(float), kNaN);
+          y.emplace_back(want_y.size(), kNaN);
+          cpu::winograd::convolve(x.data(), k.n, k.h, k.w, k.c, u.data(), k.o, with_bias ? bias.data() : nullptr, relu,
+                                  y.back().data(), threads, workspace.data());
+        }
+        double worst = 0;
+        for (std::size_t e = 0; e < want_y.size(); ++e) {
+          double want = want_y[e] + (with_bias ? bias[e % static_cast<std::size_t>(k.o)] : 0.0);
+          if (relu && want <= 0) want = 0;
+          worst = std::max(worst, std::abs(y[0][e] - want));
+        }
+        CHECK(worst <= tolerance);
+        CHECK(y[0] == y[1]);
+      }
+    }
+    // The weights' gradient and the bias's, in double: dW[o][c][i][j] = sum dy[o] x[c] under tap (i, j).
+    std::vector<double> want_dw(weight.size(), 0.0), want_db(static_cast<std::size_t>(k.o), 0.0);
+    for (std::int64_t n = 0; n < k.n; ++n)
+      for (std::int64_t r = 0; r < k.h; ++r)
+        for (std::int64_t q = 0; q < k.w; ++q)
+          for (std::int64_t o = 0; o < k.o; ++o) {
+            const double g = dy[static_cast<std::size_t>(((n * k.h + r) * k.w + q) * k.o + o)];
+            want_db[static_cast<std::size_t>(o)] += g;
+            for (std::int64_t i = 0; i < 3; ++i)
+              for (std::int64_t j = 0; j < 3; ++j) {
+                const std::int64_t rr = r + i - 1, qq = q + j - 1;
+                if (rr < 0 || rr >= k.h || qq < 0 || qq >= k.w) continue;
+                for (std::int64_t c = 0; c < k.c; ++c)
+                  want_dw[static_cast<std::size_t>(((o * k.c + c) * 3 + i) * 3 + j)] +=
+                      g * x[static_cast<std::size_t>(((n * k.h + rr) * k.w + qq) * k.c + c)];
+              }
+          }
+    std::vector<std::vector<float>> dw, db;
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> workspace(cpu::winograd::backward_weights_workspace_bytes(k.c, k.o, threads) / sizeof(float),
+                                   kNaN);
+      dw.emplace_back(want_dw.size(), kNaN);
+      db.emplace_back(want_db.size(), kNaN);
+      cpu::winograd::backward_weights(x.data(), dy.data(), k.n, k.h, k.w, k.c, k.o, dw.back().data(), db.back().data(),
+                                      threads, workspace.data());
+    }
+    // Sums over every pixel of every image: 2e-6 of the pixels' count, at least the forward's.
+    const double pixels = static_cast<double>(k.n * k.h * k.w);
+    double worst_dw = 0, worst_db = 0;
+    for (std::size_t e = 0; e < want_dw.size(); ++e) worst_dw = std::max(worst_dw, std::abs(dw[0][e] - want_dw[e]));
+    for (std::size_t e = 0; e < want_db.size(); ++e) worst_db = std::max(worst_db, std::abs(db[0][e] - want_db[e]));
+    CHECK(worst_dw <= std::max(tolerance, 2e-6 * pixels * 9));
+    CHECK(worst_db <= std::max(tolerance, 2e-6 * pixels));
+    CHECK(dw[0] == dw[1]);
+    CHECK(dw[0] == dw[2]);
+    CHECK(db[0] == db[2]);
+    std::vector<float> dx(want_dx.size(), kNaN);
+    std::vector<float> workspace(cpu::winograd::workspace_bytes(k.o, k.c, 2) / sizeof(float), kNaN);
+    cpu::winograd::convolve(dy.data(), k.n, k.h, k.w, k.o, ub.data(), k.c, nullptr, false, dx.data(), 2,
+                            workspace.data());
+    double worst = 0;
+    for (std::size_t e = 0; e < want_dx.size(); ++e) worst = std::max(worst, std::abs(dx[e] - want_dx[e]));
+    CHECK(worst <= tolerance);
+  }
+  // What it does not take: stride 2, 12 channels, bf16, NCHW, padding 0.
+  Conv2dShape strided = shape, odd = shape, nchw = shape, unpadded = shape;
+  strided.stride_h = 2;
+  odd.in_channels = 12;
+  nchw.channels_last = false;
+  unpadded.pad_w = 0;
+  CHECK_FALSE(cpu::winograd::applies(DType::f32, strided));
+  CHECK_FALSE(cpu::winograd::applies(DType::f32, odd));
+  CHECK_FALSE(cpu::winograd::applies(DType::bf16, shape));
+  CHECK_FALSE(cpu::winograd::applies(DType::f32, nchw));
+  CHECK_FALSE(cpu::winograd::applies(DType::f32, unpadded));
 }
