@@ -137,8 +137,11 @@ ladder-full: build $(if $(filter fashion,$(DATA)),fashion-data)
 # round) and, from the ledger, docs/RESULTS.md's three comparison blocks (bench_report is their one
 # writer). `make compare CPU=avx2` is the capped arm: the portable build under ONEDNN_MAX_CPU_ISA=AVX2
 # against PyTorch capped alike, its targets issue 28's AVX2 row, its blocks the _avx2 ones.
+# COMPARE_ROUNDS: the interleaved rounds (5).
+COMPARE_ROUNDS ?= 5
 compare: build
-	@python3 bench/compare_torch.py --trainlab $(TRAINLAB) --ledger $(LEDGER) --out $(dir $(LEDGER))compare_torch.json
+	@python3 bench/compare_torch.py --trainlab $(TRAINLAB) --ledger $(LEDGER) --out $(dir $(LEDGER))compare_torch.json \
+	  --rounds $(COMPARE_ROUNDS)
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) --readme docs/RESULTS.md \
 	  --blocks torch_ratios$(AVX2_BLOCKS),compare_torch$(AVX2_BLOCKS),compare_torch_headline$(AVX2_BLOCKS) > /dev/null \
 	  && echo "report: $(REPORT)"

@@ -607,8 +607,12 @@ def append_ledger(path, doc, samples, labels, configs, best):
                   "targets": doc["targets"]})
     for key, label, kind, _ in configs:
         if key.startswith("torch_"):
-            lines.append({**common, "kind": "compare_torch_peer", "config_name": label, "peer_kind": kind,
-                          "repeats": samples[key], "best": key == best[kind]})
+            line = {**common, "kind": "compare_torch_peer", "config_name": label, "peer_kind": kind,
+                    "repeats": samples[key], "best": key == best[kind]}
+            if not samples[key]:  # failed every round: a failed row with its (last) error, never dropped
+                errors = [x["error"] for x in doc.get("raw", []) if x.get("key") == key and "error" in x]
+                line.update({"status": "failed", "error": errors[-1] if errors else "no round ran"})
+            lines.append(line)
     with open(path, "a") as f:
         for line in lines:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")

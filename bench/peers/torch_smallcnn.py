@@ -59,12 +59,16 @@ FEATURES = ("channels_last", "linear_as_conv", "fc1_as_conv8x8", "set_to_none", 
 LAYOUTS = ["shipped", "channels_last", "linear_as_conv", "linear_as_conv+channels_last", "fc1_as_conv8x8",
            "fc1_as_conv8x8+channels_last"]
 # The knobs PyTorch's performance tuning guide names, on the strongest layouts (fc1 as an 8x8
-# convolution in f32, plain channels_last in bf16): the optimiser's step without zero-filling
-# (set_to_none) and its multi-tensor form (foreach); then that step under each allocator the guide
-# names and glibc's defaults (peer_malloc.py), each a process of its own. Measured 2026-12-06: tcmalloc
-# +25% in bf16, jemalloc with the guide's MALLOC_CONF 3-5x slower, glibc's defaults 2x slower.
-TUNED = ["channels_last+set_to_none+foreach", "fc1_as_conv8x8+channels_last+set_to_none+foreach"]
-VARIANTS = LAYOUTS + TUNED + [TUNED[1] + "@" + m for m in ("system", "tcmalloc", "jemalloc")] + [TUNED[0] + "@tcmalloc"]
+# convolution in f32 here, the linear layers as 1x1 convolutions capped to AVX2, plain channels_last
+# in bf16): the optimiser's step without zero-filling (set_to_none) and its multi-tensor form
+# (foreach); then that step under each allocator the guide names and glibc's defaults
+# (peer_malloc.py), each a process of its own. Measured 2026-12-06: tcmalloc +25% in bf16, jemalloc
+# with the guide's MALLOC_CONF 3-5x slower, glibc's defaults 2x slower. The last of TUNED is the DDP
+# peer's base (torch_ddp.py).
+TUNED = ["channels_last+set_to_none+foreach", "linear_as_conv+channels_last+set_to_none+foreach",
+         "fc1_as_conv8x8+channels_last+set_to_none+foreach"]
+VARIANTS = LAYOUTS + TUNED + [TUNED[2] + "@" + m for m in ("system", "tcmalloc", "jemalloc")] + [
+    TUNED[0] + "@tcmalloc", TUNED[1] + "@tcmalloc"]
 # Forward only: the eager layouts under no_grad, under torch.inference_mode, and the frozen
 # TorchScript form (torch.jit.freeze + optimize_for_inference); the strongest of those under tcmalloc
 # (and the frozen 8x8 form under every allocator).

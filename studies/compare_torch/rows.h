@@ -116,10 +116,11 @@ struct CompareTorchPeerRow {
   static constexpr const char* kKind = "compare_torch_peer";
   RowHeader header;
   CompareTorchRun run;
-  std::string config_name;      // the PyTorch variant
-  std::string peer_kind;        // "f32" | "bf16" | "f32_infer" | "bf16_infer"
-  std::vector<double> repeats;  // samples/s, one per round
-  bool best = false;            // the best variant of its kind in this run
+  std::string config_name;           // the PyTorch variant
+  std::string peer_kind;             // "f32" | "bf16" | "f32_infer" | "bf16_infer"
+  std::vector<double> repeats;       // samples/s, one per round (none: failed every round, status "failed")
+  bool best = false;                 // the best variant of its kind in this run
+  std::optional<std::string> error;  // why a failed variant did not run (its last round's error)
   template <class F>
   void fields(F& f) {
     header.fields(f);
@@ -128,6 +129,7 @@ struct CompareTorchPeerRow {
     f("peer_kind", peer_kind);
     f("repeats", repeats);
     f("best", best);
+    f.optional("error", error);
   }
 };
 

@@ -15,6 +15,19 @@ namespace trainlab::bench {
 
 namespace {
 
+// A failed variant's error inside a Markdown table cell: the peer's own message where the text
+// carries its JSON line ("error": "..."), '|' escaped, line breaks as spaces.
+std::string markdown_cell(std::string text) {
+  static const std::string kKey = "\"error\": \"";
+  if (const auto at = text.rfind(kKey); at != std::string::npos) {
+    const auto end = text.find('"', at + kKey.size());
+    text = text.substr(at + kKey.size(), end == std::string::npos ? std::string::npos : end - at - kKey.size());
+  }
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
 // How a model's comparison is named: SmallCNN's (`make compare`) keeps the names its blocks had.
 struct ModelNames {
   std::string model;   // the rows' run.model
@@ -88,6 +101,11 @@ std::vector<ReportBlock> comparison_blocks(const SectionInput& in, const std::st
       << " --help` says what each is):\n\n| kind | PyTorch variant | samples/s | |\n"
          "|---|---|---|---|\n";
     for (const auto& v : variants) {
+      if (v.repeats.empty()) {  // failed every round: said, with why
+        t << "| " << v.peer_kind << " | " << v.config_name
+          << " | failed: " << markdown_cell(v.error.value_or("no round ran")) << " |  |\n";
+        continue;
+      }
       const Summary s = summarize(v.repeats);
       t << "| " << v.peer_kind << " | " << v.config_name << " | " << spread(MedianRange{s.median, s.min, s.max, s.n})
         << " | " << (v.best ? "best" : "") << " |\n";
