@@ -258,6 +258,14 @@ void accumulate_weights(const float* v, const float* grad, const Geometry& g, st
 // sums, its chunks in order), then adds the groups in order: the bits do not depend on the threads.
 constexpr std::int64_t kGroups = 16;
 
+// G, the kernel's transform (6x3): U = G g G^T, and the weights' gradient dW = G^T dU G.
+constexpr double kG[kPatch][3] = {{1.0 / 4, 0, 0},
+                                  {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                  {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                  {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                  {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                  {0, 0, 1}};
+
 std::size_t thread_floats(std::int64_t in_channels, std::int64_t out_channels) {
   const auto floats = static_cast<std::size_t>(kComponents * kChunkTiles * (in_channels + out_channels));
   return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
@@ -327,12 +335,6 @@ std::size_t weights_floats(std::int64_t in_channels, std::int64_t out_channels) 
 
 void transform_weights(const float* weight, std::int64_t out_channels, std::int64_t in_channels, bool for_backward_data,
                        float* u) {
-  static constexpr double kG[kPatch][3] = {{1.0 / 4, 0, 0},
-                                           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                           {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                           {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                           {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                           {0, 0, 1}};
   for (std::int64_t o = 0; o < out_channels; ++o) {
     for (std::int64_t c = 0; c < in_channels; ++c) {
       const float* k = weight + (o * in_channels + c) * 9;
@@ -420,12 +422,6 @@ void backward_weights(const float* x, const float* dy, std::int64_t batch, std::
   }
   if (dbias != nullptr) std::memcpy(dbias, partials + weights, static_cast<std::size_t>(out_channels) * sizeof(float));
   // dW = G^T dU G per (out, in): 6x6 -> 3x3.
-  static constexpr double kG[kPatch][3] = {{1.0 / 4, 0, 0},
-                                           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                           {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                           {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                           {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                           {0, 0, 1}};
   for (std::int64_t o = 0; o < out_channels; ++o) {
     for (std::int64_t c = 0; c < in_channels; ++c) {
       double t[kPatch][3] = {};  // dU G
