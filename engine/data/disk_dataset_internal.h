@@ -18,7 +18,7 @@
 namespace trainlab::disk_format {
 
 constexpr const char* kManifest = "manifest.json";
-constexpr const char* kFormat = "trainlab-image-dataset";
+constexpr const char* kDatasetFormat = "trainlab-image-dataset";
 // Version 2: the manifest carries its own CRC-32, and a record's CRC-32 covers its sample's index,
 // its label and its length as well as the image (a label changed in a header, or a shard swapped
 // for another of the same size, is caught where it is read). Version 3 (imports): the sample size

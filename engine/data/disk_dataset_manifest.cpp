@@ -156,7 +156,7 @@ Manifest load_manifest(const std::string& dir) {
   }
   // What it is, before what it says: another format, or a version this build does not read.
   const auto format = j.is_object() ? j.find("format") : j.end();
-  TL_CHECK(j.is_object() && format != j.end() && *format == kFormat,
+  TL_CHECK(j.is_object() && format != j.end() && *format == kDatasetFormat,
            path + " is not a trainlab data set manifest (its format is " +
                (j.is_object() && format != j.end() ? format->dump() : std::string("missing")) + ")");
   const auto version = j.find("version");

@@ -375,7 +375,7 @@ fs::path make_staging_directory(const fs::path& parent, const fs::path& out) {
 ManifestDoc manifest_head(const Dataset& train, const DatasetWriteOptions& o, const WriteGeometry& g,
                           const PixelMap& map) {
   ManifestDoc doc;
-  doc.format = kFormat;
+  doc.format = kDatasetFormat;
   doc.version = kFormatVersion;
   doc.writer = "trainlab " + version() + " (" + git_describe() + ")";
   doc.source = escape_invalid_utf8(o.source.empty() ? train.describe() : o.source);  // a path's bytes

@@ -25,7 +25,7 @@ const char* const kModelFile = "model.safetensors";
 const char* const kOptimizerFile = "optimizer.safetensors";
 const char* const kStateFile = "state.json";
 const char* const kMarkerFile = "COMPLETE";
-const char* const kFormat = "trainlab-checkpoint";
+const char* const kCheckpointFormat = "trainlab-checkpoint";
 // The marker and state.json are small and flat (three levels: {"trainer": {"integers": {...}}}).
 constexpr std::uint64_t kMaxMarkerBytes = 1 << 20;
 constexpr std::uint64_t kMaxStateBytes = 64 << 20;
@@ -163,16 +163,16 @@ void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
   fs::remove_all(staging, ec);
   TL_CHECK(fs::create_directory(staging, ec) && !ec,
            "cannot create staging directory '" + staging.string() + "': " + ec.message());
-  json marker = {{"format", kFormat}, {"version", kCheckpointFormatVersion}, {"files", json::object()}};
+  json marker = {{"format", kCheckpointFormat}, {"version", kCheckpointFormatVersion}, {"files", json::object()}};
   auto write = [&](const char* file, const std::vector<unsigned char>& bytes) {
     write_file_atomic((staging / file).string(), bytes.data(), bytes.size());
     marker["files"][file] = {{"bytes", bytes.size()}, {"crc32", crc32_hex(crc32(bytes.data(), bytes.size()))}};
   };
   try {
-    write(kModelFile, encode_safetensors(checkpoint.model, {{"format", kFormat}}));
+    write(kModelFile, encode_safetensors(checkpoint.model, {{"format", kCheckpointFormat}}));
     NamedTensors optimizer_tensors(checkpoint.optimizer.tensors.begin(), checkpoint.optimizer.tensors.end());
-    write(kOptimizerFile, encode_safetensors(optimizer_tensors, {{"format", kFormat}}));
-    const json state = {{"format", kFormat},
+    write(kOptimizerFile, encode_safetensors(optimizer_tensors, {{"format", kCheckpointFormat}}));
+    const json state = {{"format", kCheckpointFormat},
                         {"version", kCheckpointFormatVersion},
                         {"optimizer", scalars_to_json(checkpoint.optimizer, "optimizer")},
                         {"scheduler", scalars_to_json(checkpoint.scheduler, "scheduler")},
@@ -244,7 +244,7 @@ json read_checkpoint_marker(const std::string& dir, const std::string& marker_pa
       throw Error("checkpoint marker '" + marker_path + "' is corrupted (invalid JSON: " + e.what() + ")");
     }
   }
-  TL_CHECK(marker.is_object() && marker.contains("format") && marker["format"] == kFormat && marker.contains("files") &&
+  TL_CHECK(marker.is_object() && marker.contains("format") && marker["format"] == kCheckpointFormat && marker.contains("files") &&
                marker["files"].is_object() && marker.contains("version"),
            "checkpoint marker '" + marker_path + "' is not a trainlab checkpoint marker");
   const json& version = marker["version"];
@@ -333,7 +333,7 @@ Checkpoint load_checkpoint(const std::string& dir, Backend& backend) {
     check_json_bounds(reinterpret_cast<const char*>(state_bytes.data()), state_bytes.size(), kMaxStateDepth,
                       kMaxStateBytes, "checkpoint state '" + state_path + "'");
     const json state = json::parse(state_bytes.begin(), state_bytes.end());
-    TL_CHECK(state.is_object() && state.contains("format") && state["format"] == kFormat,
+    TL_CHECK(state.is_object() && state.contains("format") && state["format"] == kCheckpointFormat,
              "'" + state_path + "' is not trainlab state");
     StateDict optimizer = scalars_from_json(state.at("optimizer"), state_path + " optimizer");
     optimizer.tensors = std::move(checkpoint.optimizer.tensors);
