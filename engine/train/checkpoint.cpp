@@ -244,8 +244,8 @@ json read_checkpoint_marker(const std::string& dir, const std::string& marker_pa
       throw Error("checkpoint marker '" + marker_path + "' is corrupted (invalid JSON: " + e.what() + ")");
     }
   }
-  TL_CHECK(marker.is_object() && marker.contains("format") && marker["format"] == kCheckpointFormat && marker.contains("files") &&
-               marker["files"].is_object() && marker.contains("version"),
+  TL_CHECK(marker.is_object() && marker.contains("format") && marker["format"] == kCheckpointFormat &&
+               marker.contains("files") && marker["files"].is_object() && marker.contains("version"),
            "checkpoint marker '" + marker_path + "' is not a trainlab checkpoint marker");
   const json& version = marker["version"];
   TL_CHECK(version.is_number_integer() && version.get<std::int64_t>() >= 1 &&
