@@ -115,6 +115,33 @@ struct DropoutDraw {
   std::uint64_t seed, offset;
 };
 
+// Layer norm's operands: `rows` independent rows of `width` elements (the last dimension of x),
+// each normalised over its own elements; gamma and beta ([width]) and the saved statistics
+// ([rows]: the mean and rstd = 1 / sqrt(biased variance + eps)) in batch_norm_stat_dtype(dtype).
+struct LayerNormShape {
+  std::int64_t rows, width;
+  double eps = 1e-5;
+};
+
+// Softmax over the last dimension of [rows, cols], of scale * x. With `causal`, the rows are
+// [..., queries, cols] score rows of attention (queries = rows of each [queries, cols] block): row r
+// is query q = r % queries, and key j is visible to it when j <= q + (cols - queries) (the keys
+// end where the queries do, as in a decoder's cache); the others get probability 0.
+struct SoftmaxShape {
+  std::int64_t rows, cols;
+  double scale = 1.0;
+  bool causal = false;
+  std::int64_t queries = 0;  // with causal: the rows of each block (cols - queries keys precede them)
+};
+
+// A batch of matrix products y[b] = op(a[b]) op(c[b]) (a's and c's batches dense, one after
+// another; y [batch, m, n] dense): op(a) is [m, k], stored [m, k] or, with trans_a, [k, m]; op(c)
+// is [k, n], stored [k, n] or, with trans_b, [n, k].
+struct MatmulShape {
+  std::int64_t batch, m, n, k;
+  bool trans_a = false, trans_b = false;
+};
+
 enum class BinaryOp { add, sub, mul, div };
 
 // One SGD update with PyTorch's semantics (torch.optim.SGD):
@@ -458,6 +485,37 @@ class Backend {
   // dx = dy * mask * scale (scale: 1 / (1 - p))
   virtual void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
                                 double scale) = 0;
+
+  // ---- a transformer's layers (engine/core/ops: layer_norm, gelu, softmax, embedding, matmul) ----
+  // Layer norm over each row: mean and rstd saved; y = (x - mean) rstd gamma + beta (gamma, beta
+  // may be null: 1 and 0).
+  virtual void layer_norm_forward(DType dtype, const LayerNormShape& shape, const void* x, const void* gamma,
+                                  const void* beta, void* y, void* mean, void* rstd) = 0;
+  // With xhat = (x - mean) rstd and g = dy gamma: dx = rstd (g - mean(g) - xhat mean(g xhat)) over
+  // each row; dgamma = the sum over rows of dy xhat, dbeta = the sum over rows of dy (each written
+  // when not null).
+  virtual void layer_norm_backward(DType dtype, const LayerNormShape& shape, const void* x, const void* gamma,
+                                   const void* mean, const void* rstd, const void* dy, void* dx, void* dgamma,
+                                   void* dbeta) = 0;
+  // GELU, the tanh form (GPT-2's): y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n) = 0;
+  // dx = dy * gelu'(x), from the forward's input.
+  virtual void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n) = 0;
+  // y = softmax(scale x) over each row (SoftmaxShape: the causal mask); a fully masked row cannot
+  // occur (key j = 0 is always visible when cols >= queries).
+  virtual void softmax_forward(DType dtype, const SoftmaxShape& shape, const void* x, void* y) = 0;
+  // dx = scale y (dy - sum over the row of dy y), from the forward's output.
+  virtual void softmax_backward(DType dtype, const SoftmaxShape& shape, const void* y, const void* dy, void* dx) = 0;
+  // y[i, :] = weight[indices[i], :] for i < n; weight [vocab, width]. An index outside [0, vocab)
+  // throws Error naming it.
+  virtual void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* weight,
+                                 std::int64_t vocab, std::int64_t width, void* y) = 0;
+  // dweight [vocab, width] = for each row v, the sum of dy[i, :] over the i with indices[i] = v, in
+  // i order (zero for a row no index names): the same bits on every run.
+  virtual void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy,
+                                  std::int64_t vocab, std::int64_t width, void* dweight) = 0;
+  // A batch of matrix products (MatmulShape), accumulated in f32 (f64 for f64), y overwritten.
+  virtual void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* y) = 0;
 
   // Inference's convolution and batch norm in one call (FusedPattern::conv_norm): y = the epilogue
   // (a residual in y's layout added, then ReLU) of batch norm's running affine (BatchNormFold) of

@@ -34,6 +34,16 @@ const char* backend_op_name(BackendOp op) {
       return "avg_pool";
     case BackendOp::dropout:
       return "dropout";
+    case BackendOp::layer_norm:
+      return "layer_norm";
+    case BackendOp::gelu:
+      return "gelu";
+    case BackendOp::softmax:
+      return "softmax";
+    case BackendOp::embedding:
+      return "embedding";
+    case BackendOp::matmul:
+      return "matmul";
   }
   return "invalid";
 }

@@ -35,11 +35,18 @@ enum class BackendOp : std::uint8_t {
   batch_norm,     // batch_norm_forward_training / _inference / backward (with the residual add and ReLU)
   avg_pool,       // global_avg_pool2d_forward / backward
   dropout,        // dropout_forward / backward
+  layer_norm,     // layer_norm_forward / backward
+  gelu,           // gelu_forward / backward
+  softmax,        // softmax_forward / backward (the causal mask and the scale with it)
+  embedding,      // embedding_forward / backward
+  matmul,         // matmul (a batch of matrix products, either operand transposed)
 };
 inline constexpr BackendOp kAllBackendOps[] = {
     BackendOp::elementwise, BackendOp::relu,       BackendOp::bias_add,      BackendOp::linear,
     BackendOp::conv2d,      BackendOp::max_pool2d, BackendOp::cross_entropy, BackendOp::unscale,
     BackendOp::optimizer,   BackendOp::batch_norm, BackendOp::avg_pool,      BackendOp::dropout,
+    BackendOp::layer_norm,  BackendOp::gelu,       BackendOp::softmax,       BackendOp::embedding,
+    BackendOp::matmul,
 };
 const char* backend_op_name(BackendOp op);  // "conv2d", ...
 

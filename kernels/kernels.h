@@ -134,6 +134,34 @@ void dropout_forward(DType dtype, const void* x, void* y, std::uint8_t* mask, st
 void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n, float scale,
                       cudaStream_t stream);
 
+// ---- a transformer's layers (transformer_kernels.cu; the contracts of backends/backend.h's
+// layer_norm_*, gelu_*, softmax_*, embedding_*), the statistics and affine parameters in f32 ----
+// Layer norm: a block per row (block_sum's order); dgamma and dbeta a thread per column over the
+// rows in order.
+void layer_norm_forward(DType dtype, std::int64_t rows, std::int64_t width, double eps, const void* x,
+                        const float* gamma, const float* beta, void* y, float* mean, float* rstd, cudaStream_t stream);
+void layer_norm_backward(DType dtype, std::int64_t rows, std::int64_t width, const void* x, const float* gamma,
+                         const float* mean, const float* rstd, const void* dy, void* dx, float* dgamma, float* dbeta,
+                         cudaStream_t stream);
+void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream);
+void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n, cudaStream_t stream);
+// Softmax of scale * x over each row, a block per row; with causal, row r (query r % queries) sees
+// the keys j <= r % queries + cols - queries.
+struct SoftmaxView {
+  std::int64_t rows, cols;
+  float scale;
+  bool causal;
+  std::int64_t queries;
+};
+void softmax_forward(DType dtype, const SoftmaxView& s, const void* x, void* y, cudaStream_t stream);
+void softmax_backward(DType dtype, const SoftmaxView& s, const void* y, const void* dy, void* dx, cudaStream_t stream);
+// An index outside [0, vocab) sets *bad_index (device int) to 1 + its position; the caller checks.
+void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* weight, std::int64_t vocab,
+                       std::int64_t width, void* y, int* bad_index, cudaStream_t stream);
+// `acc`: vocab * width f32 of scratch (the sums before rounding).
+void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy, std::int64_t vocab,
+                        std::int64_t width, void* dweight, float* acc, cudaStream_t stream);
+
 // ---- optimisers, PyTorch semantics (see backends/backend.h: SgdStep, AdamWStep) ----
 // `working` (may be null): a bf16/f16 copy of the updated parameter, written in the same pass
 // (the f32-master to working-copy cast fused into the step).

@@ -273,6 +273,37 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
                         double scale) override {
     run([=, this] { inner_.dropout_backward(d, dy, mask, dx, n, scale); });
   }
+  void layer_norm_forward(DType d, const LayerNormShape& s, const void* x, const void* g, const void* b, void* y,
+                          void* mean, void* rstd) override {
+    run([=, this] { inner_.layer_norm_forward(d, s, x, g, b, y, mean, rstd); });
+  }
+  void layer_norm_backward(DType d, const LayerNormShape& s, const void* x, const void* g, const void* mean,
+                           const void* rstd, const void* dy, void* dx, void* dg, void* db) override {
+    run([=, this] { inner_.layer_norm_backward(d, s, x, g, mean, rstd, dy, dx, dg, db); });
+  }
+  void gelu_forward(DType d, const void* x, void* y, std::int64_t n) override {
+    run([=, this] { inner_.gelu_forward(d, x, y, n); });
+  }
+  void gelu_backward(DType d, const void* x, const void* dy, void* dx, std::int64_t n) override {
+    run([=, this] { inner_.gelu_backward(d, x, dy, dx, n); });
+  }
+  void softmax_forward(DType d, const SoftmaxShape& s, const void* x, void* y) override {
+    run([=, this] { inner_.softmax_forward(d, s, x, y); });
+  }
+  void softmax_backward(DType d, const SoftmaxShape& s, const void* y, const void* dy, void* dx) override {
+    run([=, this] { inner_.softmax_backward(d, s, y, dy, dx); });
+  }
+  void embedding_forward(DType d, const std::int64_t* idx, std::int64_t n, const void* w, std::int64_t vocab,
+                         std::int64_t width, void* y) override {
+    run([=, this] { inner_.embedding_forward(d, idx, n, w, vocab, width, y); });
+  }
+  void embedding_backward(DType d, const std::int64_t* idx, std::int64_t n, const void* dy, std::int64_t vocab,
+                          std::int64_t width, void* dw) override {
+    run([=, this] { inner_.embedding_backward(d, idx, n, dy, vocab, width, dw); });
+  }
+  void matmul(DType d, const MatmulShape& s, const void* a, const void* b, void* y) override {
+    run([=, this] { inner_.matmul(d, s, a, b, y); });
+  }
   void sgd_step(DType d, std::int64_t n, void* p, const void* g, void* buf, const SgdStep& s) override {
     run([=, this] { inner_.sgd_step(d, n, p, g, buf, s); });
   }

@@ -138,6 +138,8 @@ OpSupport CpuBackend::supports_op(BackendOp op, DType dtype, bool channels_last)
     case BackendOp::linear:
     case BackendOp::conv2d:
       return matrix_op_support(op, dtype, channels_last);
+    case BackendOp::matmul:  // through linear_forward
+      return matrix_op_support(BackendOp::linear, dtype, false);
     case BackendOp::cross_entropy:
       return full ? OpSupport::native("shared CPU loops") : OpSupport::emulated("widened to f32 (shared CPU loops)");
     case BackendOp::optimizer:
@@ -152,6 +154,10 @@ OpSupport CpuBackend::supports_op(BackendOp op, DType dtype, bool channels_last)
     case BackendOp::batch_norm:
     case BackendOp::avg_pool:
     case BackendOp::dropout:
+    case BackendOp::layer_norm:
+    case BackendOp::gelu:
+    case BackendOp::softmax:
+    case BackendOp::embedding:
       return OpSupport::native("shared CPU loops");
   }
   return OpSupport::unsupported("unknown op");

@@ -87,6 +87,21 @@ class CpuBackend : public Backend {
                        const DropoutDraw& draw) override;
   void dropout_backward(DType dtype, const void* dy, const std::uint8_t* mask, void* dx, std::int64_t n,
                         double scale) override;
+  // A transformer's layers (cpu_transformer.cpp): rows split over the threads, sums across rows in
+  // fixed blocks; matmul through each backend's own linear_forward.
+  void layer_norm_forward(DType dtype, const LayerNormShape& shape, const void* x, const void* gamma, const void* beta,
+                          void* y, void* mean, void* rstd) override;
+  void layer_norm_backward(DType dtype, const LayerNormShape& shape, const void* x, const void* gamma, const void* mean,
+                           const void* rstd, const void* dy, void* dx, void* dgamma, void* dbeta) override;
+  void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n) override;
+  void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n) override;
+  void softmax_forward(DType dtype, const SoftmaxShape& shape, const void* x, void* y) override;
+  void softmax_backward(DType dtype, const SoftmaxShape& shape, const void* y, const void* dy, void* dx) override;
+  void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* weight,
+                         std::int64_t vocab, std::int64_t width, void* y) override;
+  void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy, std::int64_t vocab,
+                          std::int64_t width, void* dweight) override;
+  void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* y) override;
 
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
                                      std::int64_t classes, void* probs, void* loss) override;

@@ -30,6 +30,7 @@
 #include "kernels/kernels.h"
 
 #include "backends/cuda/cuda_support.h"
+#include "backends/cuda/cuda_transformer.h"
 
 namespace trainlab::cuda {
 
@@ -111,9 +112,9 @@ class CudaBackend final : public Backend,
     if (!supports(dtype)) return Backend::supports_op(op, dtype, channels_last);
     if (op == BackendOp::optimizer && dtype != DType::f32)
       return OpSupport::unsupported("optimiser state is f32 (mixed precision keeps f32 master weights)");
-    return OpSupport::native(op == BackendOp::linear   ? "cuBLAS"
-                             : op == BackendOp::conv2d ? "cuDNN"
-                                                       : "trainlab's CUDA kernels");
+    return OpSupport::native(op == BackendOp::linear || op == BackendOp::matmul ? "cuBLAS"
+                             : op == BackendOp::conv2d                          ? "cuDNN"
+                                                                                : "trainlab's CUDA kernels");
   }
   void set_num_threads(int) override {}
   int num_threads() const override { return 1; }
@@ -525,6 +526,41 @@ class CudaBackend final : public Backend,
     kernels::softmax_cross_entropy_backward(dtype, probs, labels, batch, classes, dloss, dlogits, stream_);
   }
 
+  // ---- a transformer's layers: kernels/transformer_kernels.cu and cuBLAS (cuda_transformer.cpp) ----
+  void layer_norm_forward(DType dtype, const LayerNormShape& s, const void* x, const void* gamma, const void* beta,
+                          void* y, void* mean, void* rstd) override {
+    transformer::layer_norm_forward(dtype, s, x, gamma, beta, y, mean, rstd, stream_);
+  }
+  void layer_norm_backward(DType dtype, const LayerNormShape& s, const void* x, const void* gamma, const void* mean,
+                           const void* rstd, const void* dy, void* dx, void* dgamma, void* dbeta) override {
+    transformer::layer_norm_backward(dtype, s, x, gamma, mean, rstd, dy, dx, dgamma, dbeta, stream_);
+  }
+  void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n) override {
+    kernels::gelu_forward(dtype, x, y, n, stream_);
+  }
+  void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n) override {
+    kernels::gelu_backward(dtype, x, dy, dx, n, stream_);
+  }
+  void softmax_forward(DType dtype, const SoftmaxShape& s, const void* x, void* y) override {
+    kernels::softmax_forward(dtype, transformer::softmax_view(s), x, y, stream_);
+  }
+  void softmax_backward(DType dtype, const SoftmaxShape& s, const void* y, const void* dy, void* dx) override {
+    kernels::softmax_backward(dtype, transformer::softmax_view(s), y, dy, dx, stream_);
+  }
+  void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* weight,
+                         std::int64_t vocab, std::int64_t width, void* y) override {
+    transformer::embedding_forward(dtype, indices, n, weight, vocab, width, y, flag_, capturing_, stream_);
+  }
+  void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy, std::int64_t vocab,
+                          std::int64_t width, void* dweight) override {
+    with_floats(vocab * width, [&](float* acc) {
+      kernels::embedding_backward(dtype, indices, n, dy, vocab, width, dweight, acc, stream_);
+    });
+  }
+  void matmul(DType dtype, const MatmulShape& s, const void* a, const void* b, void* y) override {
+    transformer::matmul(blas_, tf32_, dtype, s, a, b, y);
+  }
+
   void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
                 const SgdStep& s) override {
     kernels::sgd_step(dtype, n, param, grad, momentum_buffer, static_cast<float>(s.lr), static_cast<float>(s.momentum),
@@ -696,36 +732,7 @@ class CudaBackend final : public Backend,
     CU(cudnnSetConvolutionMathType(plan->conv, dtype != DType::f32 ? CUDNN_TENSOR_OP_MATH
                                                : tf32_             ? CUDNN_DEFAULT_MATH
                                                                    : CUDNN_FMA_MATH));
-    // The heuristics' ranked lists may hold unsupported entries: take the first that cuDNN reports
-    // as supported, preferring deterministic ones (the same gradients every run).
-    auto pick = [](const auto* perf, int found, const char* what) {
-      int chosen = -1;
-      for (int i = 0; i < found && chosen < 0; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) chosen = i;
-      for (int i = 0; i < found && chosen < 0; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS) chosen = i;
-      TL_CHECK(chosen >= 0, std::string("cuda: cuDNN offers no supported ") + what + " algorithm for this convolution");
-      return perf[chosen].algo;
-    };
-    int found = 0;
-    cudnnConvolutionFwdAlgoPerf_t forward[16];
-    CU(cudnnGetConvolutionForwardAlgorithm_v7(dnn_, plan->x, plan->w, plan->conv, plan->y, 16, &found, forward));
-    plan->forward = pick(forward, found, "forward");
-    cudnnConvolutionBwdDataAlgoPerf_t data[16];
-    CU(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn_, plan->w, plan->y, plan->conv, plan->x, 16, &found, data));
-    plan->backward_data = pick(data, found, "backward-data");
-    cudnnConvolutionBwdFilterAlgoPerf_t filter[16];
-    CU(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn_, plan->x, plan->y, plan->conv, plan->w, 16, &found, filter));
-    plan->backward_filter = pick(filter, found, "backward-filter");
-    std::size_t bytes = 0;
-    CU(cudnnGetConvolutionForwardWorkspaceSize(dnn_, plan->x, plan->w, plan->conv, plan->y, plan->forward, &bytes));
-    plan->workspace = std::max(plan->workspace, bytes);
-    CU(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn_, plan->w, plan->y, plan->conv, plan->x, plan->backward_data,
-                                                    &bytes));
-    plan->workspace = std::max(plan->workspace, bytes);
-    CU(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn_, plan->x, plan->y, plan->conv, plan->w,
-                                                      plan->backward_filter, &bytes));
-    plan->workspace = std::max(plan->workspace, bytes);
+    choose_algorithms(dnn_, *plan);
     ConvPlan& ref = *plan;
     conv_plans_.emplace(key, std::move(plan));
     return ref;

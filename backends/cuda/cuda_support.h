@@ -1,5 +1,6 @@
-// The cuda backend's support pieces (cuda_backend.cpp's only): error checks, dtype mappings, the
-// caching allocator, the event timer and device event, and a convolution's cuDNN plan.
+// The cuda backend's support pieces (cuda_backend.cpp's and cuda_transformer.cpp's): error checks,
+// dtype mappings, the caching allocator, the event timer and device event, a convolution's cuDNN
+// plan and the choice of its algorithms.
 #pragma once
 
 #include <cublas_v2.h>
@@ -213,6 +214,39 @@ struct ConvPlan {
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
   }
 };
+
+// The convolution's algorithms and their workspace, for a plan whose descriptors are set. The
+// heuristics' ranked lists may hold unsupported entries: the first that cuDNN reports as supported
+// is taken, a deterministic one first (the same gradients every run).
+inline void choose_algorithms(cudnnHandle_t dnn, ConvPlan& plan) {
+  auto pick = [](const auto* perf, int found, const char* what) {
+    int chosen = -1;
+    for (int i = 0; i < found && chosen < 0; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) chosen = i;
+    for (int i = 0; i < found && chosen < 0; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS) chosen = i;
+    TL_CHECK(chosen >= 0, std::string("cuda: cuDNN offers no supported ") + what + " algorithm for this convolution");
+    return perf[chosen].algo;
+  };
+  int found = 0;
+  cudnnConvolutionFwdAlgoPerf_t forward[16];
+  CU(cudnnGetConvolutionForwardAlgorithm_v7(dnn, plan.x, plan.w, plan.conv, plan.y, 16, &found, forward));
+  plan.forward = pick(forward, found, "forward");
+  cudnnConvolutionBwdDataAlgoPerf_t data[16];
+  CU(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, plan.w, plan.y, plan.conv, plan.x, 16, &found, data));
+  plan.backward_data = pick(data, found, "backward-data");
+  cudnnConvolutionBwdFilterAlgoPerf_t filter[16];
+  CU(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn, plan.x, plan.y, plan.conv, plan.w, 16, &found, filter));
+  plan.backward_filter = pick(filter, found, "backward-filter");
+  std::size_t bytes = 0;
+  CU(cudnnGetConvolutionForwardWorkspaceSize(dnn, plan.x, plan.w, plan.conv, plan.y, plan.forward, &bytes));
+  plan.workspace = std::max(plan.workspace, bytes);
+  CU(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn, plan.w, plan.y, plan.conv, plan.x, plan.backward_data, &bytes));
+  plan.workspace = std::max(plan.workspace, bytes);
+  CU(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn, plan.x, plan.y, plan.conv, plan.w, plan.backward_filter,
+                                                    &bytes));
+  plan.workspace = std::max(plan.workspace, bytes);
+}
 
 inline std::size_t bytes_of(DType dtype, std::int64_t n) { return static_cast<std::size_t>(n) * dtype_size(dtype); }
 

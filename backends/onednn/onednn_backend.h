@@ -133,6 +133,11 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
     return frozen_depth_ > 0;
   }
 
+  // matmul's operands are activations, never weights: each product goes through linear_forward
+  // with the frozen-weights path off (it keeps a weight by its shape, which every product of a
+  // batch shares).
+  void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* y) override;
+
   void set_num_threads(int threads) override {
     CpuBackend::set_num_threads(threads);
     omp_set_num_threads(threads);  // oneDNN (Debian's build) runs on OpenMP
@@ -424,6 +429,7 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
     std::string sample;  // weight_sample() of the weight it was derived from
   };
   int frozen_depth_ = 0;
+  bool operands_are_activations_ = false;  // inside matmul: linear_forward's "weight" is an activation
   std::map<std::pair<const void*, std::string>, Kept> kept_;
   std::int64_t weight_reorders_ = 0, frozen_weights_changed_ = 0;
   // Linear backward-data calls that read their forward's prepared weight, and those that prepared it again.

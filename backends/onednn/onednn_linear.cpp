@@ -9,7 +9,7 @@ void OnednnBackend::linear_forward_into(DType dtype, const void* x, const void* 
   check(dtype, BackendOp::linear, false);
   guarded("linear_forward", [&] {
     Scratch scratch(*this);
-    const bool inference = frozen();
+    const bool inference = frozen() && !operands_are_activations_;
     const auto prop = inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
     const std::string k = key(dtype, batch, in, out, bias != nullptr, relu);
     Entry& e = entry(inference ? "ip_inference" : "ip_fwd", k, dtype, Family::inner_product, [&](Entry& fresh, dt c) {
@@ -136,6 +136,17 @@ void OnednnBackend::linear_backward_weights(DType dtype, const void* dy, const v
     if (dbias) finish_out(e.operands[3]);
     stream_.wait();
   });
+}
+
+void OnednnBackend::matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* y) {
+  operands_are_activations_ = true;
+  try {
+    CpuBackend::matmul(dtype, shape, a, b, y);
+  } catch (...) {
+    operands_are_activations_ = false;
+    throw;
+  }
+  operands_are_activations_ = false;
 }
 
 }  // namespace trainlab::onednn

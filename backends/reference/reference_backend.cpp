@@ -20,6 +20,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/reference/gemm.h"
 #include "backends/reference/reference_layers.h"
+#include "backends/reference/reference_transformer.h"
 #include "backends/registry.h"
 
 namespace trainlab::reference {
@@ -316,6 +317,73 @@ class ReferenceBackend final : public cpu::CpuBackend {
     dispatch_floating(dtype, op_name("dropout_backward").c_str(), [&](auto tag) {
       using S = decltype(tag);
       reference::dropout_backward(as<S>(dy), mask, as<S>(dx), n, scale);
+    });
+  }
+
+  // ---- a transformer's layers: reference_transformer.h's plain loops ----
+  void layer_norm_forward(DType dtype, const LayerNormShape& s, const void* x, const void* gamma, const void* beta,
+                          void* y, void* mean, void* rstd) override {
+    dispatch_floating(dtype, op_name("layer_norm_forward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      using P = stat_t<S>;
+      reference::layer_norm_forward(s, as<S>(x), as<P>(gamma), as<P>(beta), as<S>(y), as<P>(mean), as<P>(rstd),
+                                    threads_);
+    });
+  }
+  void layer_norm_backward(DType dtype, const LayerNormShape& s, const void* x, const void* gamma, const void* mean,
+                           const void* rstd, const void* dy, void* dx, void* dgamma, void* dbeta) override {
+    dispatch_floating(dtype, op_name("layer_norm_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      using P = stat_t<S>;
+      reference::layer_norm_backward(s, as<S>(x), as<P>(gamma), as<P>(mean), as<P>(rstd), as<S>(dy), as<S>(dx),
+                                     as<P>(dgamma), as<P>(dbeta), threads_);
+    });
+  }
+  void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n) override {
+    dispatch_floating(dtype, op_name("gelu_forward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::gelu_forward(as<S>(x), as<S>(y), n);
+    });
+  }
+  void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n) override {
+    dispatch_floating(dtype, op_name("gelu_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::gelu_backward(as<S>(x), as<S>(dy), as<S>(dx), n);
+    });
+  }
+  void softmax_forward(DType dtype, const SoftmaxShape& s, const void* x, void* y) override {
+    dispatch_floating(dtype, op_name("softmax_forward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::softmax_forward(s, as<S>(x), as<S>(y), threads_);
+    });
+  }
+  void softmax_backward(DType dtype, const SoftmaxShape& s, const void* y, const void* dy, void* dx) override {
+    dispatch_floating(dtype, op_name("softmax_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::softmax_backward(s, as<S>(y), as<S>(dy), as<S>(dx), threads_);
+    });
+  }
+  void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* weight,
+                         std::int64_t vocab, std::int64_t width, void* y) override {
+    reference::check_indices(indices, n, vocab);
+    dispatch_floating(dtype, op_name("embedding_forward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t c = 0; c < width; ++c) as<S>(y)[i * width + c] = as<S>(weight)[indices[i] * width + c];
+    });
+  }
+  void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy, std::int64_t vocab,
+                          std::int64_t width, void* dweight) override {
+    reference::check_indices(indices, n, vocab);
+    dispatch_floating(dtype, op_name("embedding_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::embedding_backward(indices, n, as<S>(dy), vocab, width, as<S>(dweight));
+    });
+  }
+  void matmul(DType dtype, const MatmulShape& s, const void* a, const void* b, void* y) override {
+    dispatch_floating(dtype, op_name("matmul").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::matmul(s, as<S>(a), as<S>(b), as<S>(y), threads_);
     });
   }
 };

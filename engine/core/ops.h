@@ -113,6 +113,25 @@ Tensor dropout(const Tensor& x, double p, bool training);
 // channels [before, before + C), zeros elsewhere (a residual network's parameter-free shortcut).
 Tensor pad_channels(const Tensor& x, std::int64_t channels, std::int64_t stride, std::int64_t before);
 
+// ---- a transformer's layers ----
+// Layer norm over the last dimension of x ([..., width]; engine/core/ops/layer_norm.cpp): weight
+// and bias are [width] (may be undefined: no affine), kept in f32 (f64 for an f64 input).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// GELU, the tanh approximation (GPT-2's; PyTorch's gelu(approximate='tanh')).
+Tensor gelu(const Tensor& x);
+
+// softmax(scale * x) over the last dimension; with `causal`, x is [..., queries, keys] scores and
+// query q sees the keys j <= q + keys - queries (the others get 0).
+Tensor softmax(const Tensor& x, double scale = 1.0, bool causal = false);
+
+// indices (i64, any shape) -> indices.shape + [width]: rows of weight [vocab, width].
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+
+// [..., m, k] x [..., k, n] -> [..., m, n], the same batch dimensions; a transposed view
+// (t.transpose(-2, -1)) is read in place.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
 // Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).
 // logits: [N, classes] floating; labels: [N] i64 in [0, classes). Returns a 0-d tensor.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);

@@ -192,6 +192,25 @@ Tensor BatchNorm2d::forward_fused(const Tensor& x, const Tensor& residual, bool 
   return batch_norm(x, weight, bias, running_mean, running_var, o, residual, relu);
 }
 
+LayerNorm::LayerNorm(std::int64_t width, const InitOptions& init, double epsilon) : eps(epsilon) {
+  TL_CHECK(width > 0, "LayerNorm: width must be positive, got " + std::to_string(width));
+  TL_CHECK(eps > 0, "LayerNorm: eps must be > 0, got " + std::to_string(eps));
+  Backend& be = init_backend(init);
+  const DType stat = batch_norm_stat_dtype(init.dtype);
+  weight = register_parameter("weight", Tensor::full({width}, 1.0, stat, be));
+  bias = register_parameter("bias", Tensor::full({width}, 0.0, stat, be));
+}
+
+Embedding::Embedding(std::int64_t vocab, std::int64_t width, const InitOptions& init, double std) {
+  TL_CHECK(vocab > 0 && width > 0, "Embedding: vocab and width must be positive, got " + std::to_string(vocab) +
+                                       " and " + std::to_string(width));
+  TL_CHECK(std > 0, "Embedding: the initial std must be > 0, got " + std::to_string(std));
+  TL_CHECK(init.generator != nullptr, "Embedding: InitOptions needs a generator");
+  Backend& be = init_backend(init);
+  weight = register_parameter(
+      "weight", mul_scalar(Tensor::normal({vocab, width}, *init.generator, init.dtype, be), std).detach());
+}
+
 Dropout::Dropout(double probability) : p(probability) {
   TL_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got " + std::to_string(p));
 }

@@ -1,6 +1,7 @@
 // Modules: named parameters with PyTorch state-dict names, the layers (Conv2d, Linear, ReLU,
-// MaxPool2d, Flatten) and Sequential. A model is a Module; SmallCNN (models/smallcnn/smallcnn.h) is one, and
-// a driver builds its own from these layers (examples/own_model_and_data).
+// MaxPool2d, BatchNorm2d, Dropout, GlobalAvgPool2d, LayerNorm, Embedding, GELU, Flatten) and
+// Sequential. A model is a Module; SmallCNN (models/smallcnn/smallcnn.h) is one, and a driver builds
+// its own from these layers (examples/own_model_and_data).
 #pragma once
 
 #include <cstdint>
@@ -192,6 +193,39 @@ class GlobalAvgPool2d : public Module {
 
  protected:
   void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::avg_pool); }
+};
+
+// Layer norm over the last dimension, PyTorch's LayerNorm(width): weight 1 and bias 0 at first
+// (f32, or f64 in an f64 model), eps 1e-5.
+class LayerNorm : public Module {
+ public:
+  LayerNorm(std::int64_t width, const InitOptions& init, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override { return layer_norm(x, weight, bias, eps); }
+  Tensor weight, bias;
+  double eps;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::layer_norm); }
+};
+
+// A [vocab, width] table of rows picked by i64 indices, PyTorch's Embedding: weight ~ N(0, std^2)
+// (PyTorch's default std 1; GPT-2 draws 0.02).
+class Embedding : public Module {
+ public:
+  Embedding(std::int64_t vocab, std::int64_t width, const InitOptions& init, double std = 1.0);
+  Tensor forward(const Tensor& indices) override { return embedding(indices, weight); }
+  Tensor weight;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::embedding); }
+};
+
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return gelu(x); }
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::gelu); }
 };
 
 class Flatten : public Module {

@@ -375,3 +375,30 @@ TEST_CASE("gradcheck: global_avg_pool2d, pad_channels, dropout", "[gradcheck]") 
       },
       {leaf({4, 9}, gen)}, 5);
 }
+
+TEST_CASE("gradcheck: layer_norm, gelu, softmax, embedding, matmul", "[gradcheck]") {
+  Generator gen(24);
+  gradcheck(
+      "layer_norm", [](const auto& in) { return layer_norm(in[0], in[1], in[2]); },
+      {leaf({3, 2, 7}, gen, -2, 3), leaf({7}, gen, 0.5, 1.5), leaf({7}, gen)}, 1);
+  gradcheck(
+      "layer_norm no affine", [](const auto& in) { return layer_norm(in[0], Tensor(), Tensor(), 1e-3); },
+      {leaf({4, 5}, gen)}, 2);
+  gradcheck(
+      "gelu", [](const auto& in) { return gelu(in[0]); }, {leaf({5, 9}, gen, -4, 4)}, 3);
+  gradcheck(
+      "softmax", [](const auto& in) { return softmax(in[0], 0.7); }, {leaf({4, 6}, gen, -2, 2)}, 4);
+  gradcheck(
+      "softmax causal", [](const auto& in) { return softmax(in[0], 0.5, true); }, {leaf({2, 5, 5}, gen, -2, 2)}, 5);
+  gradcheck(
+      "softmax causal, more keys", [](const auto& in) { return softmax(in[0], 1.0, true); },
+      {leaf({2, 3, 6}, gen, -2, 2)}, 6);
+  const Tensor ids = Tensor::from_vector<std::int64_t>({3, 0, 3, 1, 4, 3}, {2, 3}, ref());
+  gradcheck(
+      "embedding", [ids](const auto& in) { return embedding(ids, in[0]); }, {leaf({5, 4}, gen)}, 7);
+  gradcheck(
+      "matmul", [](const auto& in) { return matmul(in[0], in[1]); }, {leaf({2, 3, 4}, gen), leaf({2, 4, 5}, gen)}, 8);
+  gradcheck(
+      "matmul, transposed views", [](const auto& in) { return matmul(in[0].transpose(1, 2), in[1].transpose(1, 2)); },
+      {leaf({2, 4, 3}, gen), leaf({2, 5, 4}, gen)}, 9);
+}

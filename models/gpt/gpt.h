@@ -1,0 +1,98 @@
+// A small decoder-only GPT (Radford et al. 2019; nanoGPT's and llm.c's layout): token and position
+// embeddings, n_layer pre-norm blocks of causal self-attention and a GELU MLP, a final layer norm
+// and a head tied to the token embedding. nanoGPT's CPU configuration is the default: 4 layers, 4
+// heads, 128 wide, context 64. Parameters are named as nanoGPT's state_dict names them
+// (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...; the tied lm_head is
+// transformer.wte.weight itself).
+//
+// The forward takes token indices [B, T] (i64, T <= block_size) and gives the logits of the next
+// token at every position, [B * T, vocab]: the loss is cross_entropy against the targets [B * T].
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/nn/module.h"
+
+namespace trainlab {
+
+struct GPTConfig {
+  std::int64_t vocab = 0;  // required
+  std::int64_t block_size = 64;
+  std::int64_t n_layer = 4, n_head = 4, n_embd = 128;
+  double dropout = 0;
+};
+// Throws Error naming the value and what is allowed (n_embd not divisible by n_head, ...).
+void check_gpt_config(const GPTConfig& config);
+
+// Causal self-attention, the composed form: q, k, v from one linear (c_attn), heads split,
+// softmax(q k^T / sqrt(head_dim)) with the causal mask, times v, heads joined, c_proj. x [B, T, C].
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GPTConfig& config, const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> c_attn, c_proj;
+  std::int64_t n_head, n_embd;
+  double dropout;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override {
+    ops.insert({BackendOp::matmul, BackendOp::softmax, BackendOp::elementwise, BackendOp::dropout});
+  }
+};
+
+// The MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout. x [B, T, C].
+class GPTMLP : public Module {
+ public:
+  GPTMLP(const GPTConfig& config, const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> c_fc, c_proj;
+  double dropout;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::gelu, BackendOp::dropout}); }
+};
+
+// x + attn(ln_1(x)), then + mlp(ln_2(x)): the residual stream stays in its own dtype (f32 under
+// autocast, as PyTorch's promotion keeps it).
+class GPTBlock : public Module {
+ public:
+  GPTBlock(const GPTConfig& config, const InitOptions& init);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<GPTMLP> mlp;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override { ops.insert(BackendOp::elementwise); }
+};
+
+class GPT : public Module {
+ public:
+  GPT(const GPTConfig& config, const InitOptions& init);
+  // tokens [B, T] i64 -> logits [B * T, vocab].
+  Tensor forward(const Tensor& tokens) override;
+  // Token indices have no memory layout to choose: the batch as it is.
+  Tensor forward_in(const Tensor& tokens, MemoryFormat) override { return forward(tokens); }
+  // No weight decay on biases, layer norms and embeddings (nanoGPT decays the 2-D weights only;
+  // the tied head is the token embedding, and is not decayed here, as llm.c does not).
+  bool decays(const std::string& name) const override;
+  double flop_per_sample(bool forward_only) const override;
+  const GPTConfig& config() const { return config_; }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<GPTBlock>> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+
+ protected:
+  void declare_ops(std::set<BackendOp>& ops) const override {
+    ops.insert({BackendOp::linear, BackendOp::elementwise, BackendOp::dropout});
+  }
+
+ private:
+  GPTConfig config_;
+};
+
+}  // namespace trainlab
