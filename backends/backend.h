@@ -142,6 +142,15 @@ struct MatmulShape {
   bool trans_a = false, trans_b = false;
 };
 
+// Fused self-attention's operands: q [batch_heads, queries, head_dim], k and v [batch_heads, keys,
+// head_dim], y as q; each query row attends over softmax(scale q k^T) (with causal, query i sees the
+// keys j <= i + keys - queries, as SoftmaxShape says).
+struct AttentionShape {
+  std::int64_t batch_heads, queries, keys, head_dim;
+  double scale = 1.0;
+  bool causal = false;
+};
+
 enum class BinaryOp { add, sub, mul, div };
 
 // One SGD update with PyTorch's semantics (torch.optim.SGD):
@@ -516,6 +525,16 @@ class Backend {
                                   std::int64_t vocab, std::int64_t width, void* dweight) = 0;
   // A batch of matrix products (MatmulShape), accumulated in f32 (f64 for f64), y overwritten.
   virtual void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* y) = 0;
+  // Attention in one pass (flash attention's online softmax): y = softmax(scale q k^T) v, the
+  // scores never in memory whole; lse [batch_heads, queries] (batch_norm_stat_dtype) keeps each
+  // row's log-sum-exp of the scaled scores for the backward.
+  virtual void attention_forward(DType dtype, const AttentionShape& shape, const void* q, const void* k, const void* v,
+                                 void* y, void* lse) = 0;
+  // With P = exp(scale q k^T - lse) (masked), dP = dy v^T, delta = the row sums of dy * y and
+  // dS = P (dP - delta): dq = scale dS k, dk = scale dS^T q, dv = P^T dy; the scores recomputed
+  // tile by tile, never in memory whole.
+  virtual void attention_backward(DType dtype, const AttentionShape& shape, const void* q, const void* k, const void* v,
+                                  const void* y, const void* lse, const void* dy, void* dq, void* dk, void* dv) = 0;
 
   // Inference's convolution and batch norm in one call (FusedPattern::conv_norm): y = the epilogue
   // (a residual in y's layout added, then ReLU) of batch norm's running affine (BatchNormFold) of

@@ -44,6 +44,8 @@ const char* backend_op_name(BackendOp op) {
       return "embedding";
     case BackendOp::matmul:
       return "matmul";
+    case BackendOp::attention:
+      return "attention";
   }
   return "invalid";
 }

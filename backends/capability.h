@@ -40,13 +40,14 @@ enum class BackendOp : std::uint8_t {
   softmax,        // softmax_forward / backward (the causal mask and the scale with it)
   embedding,      // embedding_forward / backward
   matmul,         // matmul (a batch of matrix products, either operand transposed)
+  attention,      // attention_forward / backward (fused: the scores never in memory whole)
 };
 inline constexpr BackendOp kAllBackendOps[] = {
     BackendOp::elementwise, BackendOp::relu,       BackendOp::bias_add,      BackendOp::linear,
     BackendOp::conv2d,      BackendOp::max_pool2d, BackendOp::cross_entropy, BackendOp::unscale,
     BackendOp::optimizer,   BackendOp::batch_norm, BackendOp::avg_pool,      BackendOp::dropout,
     BackendOp::layer_norm,  BackendOp::gelu,       BackendOp::softmax,       BackendOp::embedding,
-    BackendOp::matmul,
+    BackendOp::matmul,      BackendOp::attention,
 };
 const char* backend_op_name(BackendOp op);  // "conv2d", ...
 

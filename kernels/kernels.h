@@ -162,6 +162,22 @@ void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n,
 void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy, std::int64_t vocab,
                         std::int64_t width, void* dweight, float* acc, cudaStream_t stream);
 
+// Fused attention, v1 (a thread per query row for the forward and dq, per key row for dk and dv;
+// the scores recomputed, never stored): q, y [batch_heads, queries, head_dim], k, v [batch_heads,
+// keys, head_dim]; lse [batch_heads, queries] f32; head_dim <= kMaxHeadDim (the caller checks).
+constexpr std::int64_t kMaxHeadDim = 256;
+struct AttentionView {
+  std::int64_t batch_heads, queries, keys, head_dim;
+  float scale;
+  bool causal;
+};
+void attention_forward(DType dtype, const AttentionView& s, const void* q, const void* k, const void* v, void* y,
+                       float* lse, cudaStream_t stream);
+// delta: batch_heads * queries f32 of scratch (the row sums of dy * y).
+void attention_backward(DType dtype, const AttentionView& s, const void* q, const void* k, const void* v, const void* y,
+                        const float* lse, const void* dy, void* dq, void* dk, void* dv, float* delta,
+                        cudaStream_t stream);
+
 // ---- optimisers, PyTorch semantics (see backends/backend.h: SgdStep, AdamWStep) ----
 // `working` (may be null): a bf16/f16 copy of the updated parameter, written in the same pass
 // (the f32-master to working-copy cast fused into the step).

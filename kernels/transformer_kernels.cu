@@ -195,6 +195,92 @@ __global__ void round_kernel(const float* acc, T* out, std::int64_t n) {
   GRID_STRIDE_LOOP(i, n) store(out, i, acc[i]);
 }
 
+// ---- fused attention, v1: a thread per query row (forward, dq) or key row (dk, dv), the scores
+// recomputed as each loop needs them, the head's row in registers (head_dim <= kMaxHeadDim) ----
+__device__ __forceinline__ std::int64_t attention_visible(const AttentionView& s, std::int64_t i) {
+  const std::int64_t v = i + (s.keys - s.queries) + 1;
+  return s.causal && v < s.keys ? v : s.keys;
+}
+
+template <typename T>
+__device__ __forceinline__ float row_dot(const T* a, const T* b, std::int64_t d) {
+  float total = 0.f;
+  for (std::int64_t c = 0; c < d; ++c) total += load(a, c) * load(b, c);
+  return total;
+}
+
+// Online softmax over the visible keys: m the running maximum, l the running sum, acc the running
+// output, rescaled as the maximum moves.
+template <typename T>
+__global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* y, float* lse, AttentionView s) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= s.batch_heads * s.queries) return;
+  const std::int64_t h = row / s.queries, i = row % s.queries, d = s.head_dim;
+  const T* qi = q + row * d;
+  float acc[kMaxHeadDim];
+  for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  for (std::int64_t j = 0; j < attention_visible(s, i); ++j) {
+    const T* kj = k + (h * s.keys + j) * d;
+    const float score = s.scale * row_dot(qi, kj, d);
+    const float m_new = fmaxf(m, score), correction = expf(m - m_new), p = expf(score - m_new);
+    l = l * correction + p;
+    const T* vj = v + (h * s.keys + j) * d;
+    for (std::int64_t c = 0; c < d; ++c) acc[c] = acc[c] * correction + p * load(vj, c);
+    m = m_new;
+  }
+  for (std::int64_t c = 0; c < d; ++c) store(y, row * d + c, acc[c] / l);
+  lse[row] = m + logf(l);
+}
+
+// delta[row] = dy . y over the row.
+template <typename T>
+__global__ void attention_delta_kernel(const T* y, const T* dy, float* delta, std::int64_t rows, std::int64_t d) {
+  GRID_STRIDE_LOOP(row, rows) delta[row] = row_dot(dy + row * d, y + row * d, d);
+}
+
+template <typename T>
+__global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const float* lse, const float* delta,
+                                    const T* dy, T* dq, AttentionView s) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= s.batch_heads * s.queries) return;
+  const std::int64_t h = row / s.queries, i = row % s.queries, d = s.head_dim;
+  float acc[kMaxHeadDim];
+  for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.f;
+  for (std::int64_t j = 0; j < attention_visible(s, i); ++j) {
+    const T* kj = k + (h * s.keys + j) * d;
+    const float p = expf(s.scale * row_dot(q + row * d, kj, d) - lse[row]);
+    const float ds = p * (row_dot(dy + row * d, v + (h * s.keys + j) * d, d) - delta[row]);
+    for (std::int64_t c = 0; c < d; ++c) acc[c] += ds * load(kj, c);
+  }
+  for (std::int64_t c = 0; c < d; ++c) store(dq, row * d + c, s.scale * acc[c]);
+}
+
+// A thread per key row: the queries that see key j, in order.
+template <typename T>
+__global__ void attention_dkv_kernel(const T* q, const T* k, const T* v, const float* lse, const float* delta,
+                                     const T* dy, T* dk, T* dv, AttentionView s) {
+  const std::int64_t key = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (key >= s.batch_heads * s.keys) return;
+  const std::int64_t h = key / s.keys, j = key % s.keys, d = s.head_dim;
+  const std::int64_t first = s.causal ? (j - (s.keys - s.queries) > 0 ? j - (s.keys - s.queries) : 0) : 0;
+  float gk[kMaxHeadDim], gv[kMaxHeadDim];
+  for (std::int64_t c = 0; c < d; ++c) gk[c] = gv[c] = 0.f;
+  for (std::int64_t i = first; i < s.queries; ++i) {
+    const std::int64_t row = h * s.queries + i;
+    const float p = expf(s.scale * row_dot(q + row * d, k + key * d, d) - lse[row]);
+    const float ds = p * (row_dot(dy + row * d, v + key * d, d) - delta[row]);
+    for (std::int64_t c = 0; c < d; ++c) {
+      gk[c] += ds * load(q, row * d + c);
+      gv[c] += p * load(dy, row * d + c);
+    }
+  }
+  for (std::int64_t c = 0; c < d; ++c) {
+    store(dk, key * d + c, s.scale * gk[c]);
+    store(dv, key * d + c, gv[c]);
+  }
+}
+
 }  // namespace
 
 void layer_norm_forward(DType dtype, std::int64_t rows, std::int64_t width, double eps, const void* x,
@@ -283,6 +369,36 @@ void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n
     round_kernel<<<blocks_for(vocab * width), kThreads, 0, stream>>>(acc, static_cast<T*>(dweight), vocab * width);
   });
   check_launch("embedding_backward");
+}
+
+void attention_forward(DType dtype, const AttentionView& s, const void* q, const void* k, const void* v, void* y,
+                       float* lse, cudaStream_t stream) {
+  const std::int64_t rows = s.batch_heads * s.queries;
+  if (rows == 0) return;
+  dispatch(dtype, "attention_forward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    attention_forward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(
+        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(y), lse, s);
+  });
+  check_launch("attention_forward");
+}
+
+void attention_backward(DType dtype, const AttentionView& s, const void* q, const void* k, const void* v, const void* y,
+                        const float* lse, const void* dy, void* dq, void* dk, void* dv, float* delta,
+                        cudaStream_t stream) {
+  const std::int64_t rows = s.batch_heads * s.queries, keys = s.batch_heads * s.keys;
+  if (rows == 0 || keys == 0) return;
+  dispatch(dtype, "attention_backward", [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    const auto *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k), *tv = static_cast<const T*>(v);
+    const auto* tdy = static_cast<const T*>(dy);
+    attention_delta_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(static_cast<const T*>(y), tdy, delta, rows,
+                                                                      s.head_dim);
+    attention_dq_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(tq, tk, tv, lse, delta, tdy, static_cast<T*>(dq), s);
+    attention_dkv_kernel<<<blocks_for(keys), kThreads, 0, stream>>>(tq, tk, tv, lse, delta, tdy, static_cast<T*>(dk),
+                                                                    static_cast<T*>(dv), s);
+  });
+  check_launch("attention_backward");
 }
 
 }  // namespace trainlab::kernels

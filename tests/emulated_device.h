@@ -304,6 +304,14 @@ class EmulatedDevice final : public Backend, public PinnedUploads, public GraphC
   void matmul(DType d, const MatmulShape& s, const void* a, const void* b, void* y) override {
     run([=, this] { inner_.matmul(d, s, a, b, y); });
   }
+  void attention_forward(DType d, const AttentionShape& s, const void* q, const void* k, const void* v, void* y,
+                         void* lse) override {
+    run([=, this] { inner_.attention_forward(d, s, q, k, v, y, lse); });
+  }
+  void attention_backward(DType d, const AttentionShape& s, const void* q, const void* k, const void* v, const void* y,
+                          const void* lse, const void* dy, void* dq, void* dk, void* dv) override {
+    run([=, this] { inner_.attention_backward(d, s, q, k, v, y, lse, dy, dq, dk, dv); });
+  }
   void sgd_step(DType d, std::int64_t n, void* p, const void* g, void* buf, const SgdStep& s) override {
     run([=, this] { inner_.sgd_step(d, n, p, g, buf, s); });
   }

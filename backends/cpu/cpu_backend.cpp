@@ -158,6 +158,7 @@ OpSupport CpuBackend::supports_op(BackendOp op, DType dtype, bool channels_last)
     case BackendOp::gelu:
     case BackendOp::softmax:
     case BackendOp::embedding:
+    case BackendOp::attention:
       return OpSupport::native("shared CPU loops");
   }
   return OpSupport::unsupported("unknown op");

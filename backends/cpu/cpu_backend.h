@@ -102,6 +102,11 @@ class CpuBackend : public Backend {
   void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy, std::int64_t vocab,
                           std::int64_t width, void* dweight) override;
   void matmul(DType dtype, const MatmulShape& shape, const void* a, const void* b, void* y) override;
+  // Fused attention (cpu_attention.cpp): a head per task, its rows in f32, the scores a row at a time.
+  void attention_forward(DType dtype, const AttentionShape& shape, const void* q, const void* k, const void* v, void* y,
+                         void* lse) override;
+  void attention_backward(DType dtype, const AttentionShape& shape, const void* q, const void* k, const void* v,
+                          const void* y, const void* lse, const void* dy, void* dq, void* dk, void* dv) override;
 
   void softmax_cross_entropy_forward(DType dtype, const void* logits, const std::int64_t* labels, std::int64_t batch,
                                      std::int64_t classes, void* probs, void* loss) override;

@@ -23,22 +23,22 @@ namespace trainlab::cpu {
 namespace {
 
 template <typename S>
-using stat_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
+using norm_stat_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
 
 // Partial sums along a row, lane by lane: the order is fixed, and the compiler vectorises it.
-constexpr int kLanes = 16;
+constexpr int kRowLanes = 16;
 // Rows summed in one block for the sums across rows.
-constexpr std::int64_t kRowsPerBlock = 64;
+constexpr std::int64_t kRowsPerSum = 64;
 
 template <typename C, typename F>
 C lane_sum(std::int64_t n, F&& term) {
-  C lanes[kLanes] = {};
+  C lanes[kRowLanes] = {};
   std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] += term(i + l);
-  for (; i < n; ++i) lanes[i % kLanes] += term(i);
+  for (; i + kRowLanes <= n; i += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l) lanes[l] += term(i + l);
+  for (; i < n; ++i) lanes[i % kRowLanes] += term(i);
   C total = 0;
-  for (int l = 0; l < kLanes; ++l) total += lanes[l];
+  for (int l = 0; l < kRowLanes; ++l) total += lanes[l];
   return total;
 }
 
@@ -49,10 +49,10 @@ C lane_max(std::int64_t n, F&& term) {
   return top;
 }
 
-constexpr double kGeluA = 0.044715;
-const double kGeluK = std::sqrt(2.0 / 3.14159265358979323846);
+constexpr double kGeluCubic = 0.044715;
+const double kGeluScale = std::sqrt(2.0 / 3.14159265358979323846);
 
-std::int64_t visible_keys(const SoftmaxShape& s, std::int64_t r) {
+std::int64_t visible_scores(const SoftmaxShape& s, std::int64_t r) {
   if (!s.causal) return s.cols;
   return std::min(s.cols, r % s.queries + (s.cols - s.queries) + 1);
 }
@@ -78,7 +78,7 @@ void CpuBackend::layer_norm_forward(DType dtype, const LayerNormShape& s, const 
   dispatch_floating(dtype, op_name("layer_norm_forward").c_str(), [&](auto tag) {
     using S = decltype(tag);
     using C = compute_t<S>;
-    using P = stat_t<S>;
+    using P = norm_stat_t<S>;
     const P *g = as<P>(gamma), *b = as<P>(beta);
     const C w = static_cast<C>(s.width);
 #pragma omp parallel for num_threads(threads_) schedule(static)
@@ -109,7 +109,7 @@ void CpuBackend::layer_norm_backward(DType dtype, const LayerNormShape& s, const
   dispatch_floating(dtype, op_name("layer_norm_backward").c_str(), [&](auto tag) {
     using S = decltype(tag);
     using C = compute_t<S>;
-    using P = stat_t<S>;
+    using P = norm_stat_t<S>;
     const S *px = as<S>(x), *pdy = as<S>(dy);
     const P *g = as<P>(gamma), *pm = as<P>(mean), *pk = as<P>(rstd);
     const std::int64_t w = s.width;
@@ -129,7 +129,7 @@ void CpuBackend::layer_norm_backward(DType dtype, const LayerNormShape& s, const
     }
     if (dgamma == nullptr && dbeta == nullptr) return;
     // Per block of rows, the partial sums over its rows in row order; then the blocks in order.
-    const std::int64_t blocks = (s.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    const std::int64_t blocks = (s.rows + kRowsPerSum - 1) / kRowsPerSum;
     Scratch scratch(*this);
     C* partial = scratch.get<C>(2 * blocks * w);
 #pragma omp parallel for num_threads(threads_) schedule(static)
@@ -137,7 +137,7 @@ void CpuBackend::layer_norm_backward(DType dtype, const LayerNormShape& s, const
       C* __restrict sb = partial + 2 * blk * w;
       C* __restrict sg = sb + w;
       std::fill(sb, sb + 2 * w, C(0));
-      for (std::int64_t r = blk * kRowsPerBlock; r < std::min(s.rows, (blk + 1) * kRowsPerBlock); ++r) {
+      for (std::int64_t r = blk * kRowsPerSum; r < std::min(s.rows, (blk + 1) * kRowsPerSum); ++r) {
         const C m = static_cast<C>(pm[r]), k = static_cast<C>(pk[r]);
         const S* __restrict xr = px + r * w;
         const S* __restrict dyr = pdy + r * w;
@@ -168,7 +168,7 @@ void CpuBackend::gelu_forward(DType dtype, const void* x, void* y, std::int64_t 
   dispatch_floating(dtype, op_name("gelu_forward").c_str(), [&](auto tag) {
     using S = decltype(tag);
     using C = compute_t<S>;
-    const auto k = static_cast<C>(kGeluK), a = static_cast<C>(kGeluA);
+    const auto k = static_cast<C>(kGeluScale), a = static_cast<C>(kGeluCubic);
     parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
       const S* __restrict px = as<S>(x);
       S* __restrict py = as<S>(y);
@@ -184,7 +184,7 @@ void CpuBackend::gelu_backward(DType dtype, const void* x, const void* dy, void*
   dispatch_floating(dtype, op_name("gelu_backward").c_str(), [&](auto tag) {
     using S = decltype(tag);
     using C = compute_t<S>;
-    const auto k = static_cast<C>(kGeluK), a = static_cast<C>(kGeluA);
+    const auto k = static_cast<C>(kGeluScale), a = static_cast<C>(kGeluCubic);
     parallel_chunks(n, threads_, [&](std::int64_t lo, std::int64_t hi) {
       const S* __restrict px = as<S>(x), * __restrict pdy = as<S>(dy);
       S* __restrict pdx = as<S>(dx);
@@ -209,7 +209,7 @@ void CpuBackend::softmax_forward(DType dtype, const SoftmaxShape& s, const void*
     for (std::int64_t r = 0; r < s.rows; ++r) {
       const S* __restrict in = as<S>(x) + r * s.cols;
       S* __restrict out = as<S>(y) + r * s.cols;
-      const std::int64_t visible = visible_keys(s, r);
+      const std::int64_t visible = visible_scores(s, r);
       const C top = lane_max<C>(visible, [&](std::int64_t j) { return scale * load<C>(in[j]); });
       // The exponentials written once (as f32 where the storage is narrower, in out's place when it is not).
       C total = 0;
@@ -238,7 +238,7 @@ void CpuBackend::softmax_backward(DType dtype, const SoftmaxShape& s, const void
       const S* __restrict yr = as<S>(y) + r * s.cols;
       const S* __restrict dyr = as<S>(dy) + r * s.cols;
       S* __restrict out = as<S>(dx) + r * s.cols;
-      const std::int64_t visible = visible_keys(s, r);
+      const std::int64_t visible = visible_scores(s, r);
       const C dot = lane_sum<C>(visible, [&](std::int64_t j) { return load<C>(dyr[j]) * load<C>(yr[j]); });
       for (std::int64_t j = 0; j < visible; ++j) out[j] = store<S>(scale * load<C>(yr[j]) * (load<C>(dyr[j]) - dot));
       for (std::int64_t j = visible; j < s.cols; ++j) out[j] = S(0);

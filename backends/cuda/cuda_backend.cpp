@@ -560,6 +560,16 @@ class CudaBackend final : public Backend,
   void matmul(DType dtype, const MatmulShape& s, const void* a, const void* b, void* y) override {
     transformer::matmul(blas_, tf32_, dtype, s, a, b, y);
   }
+  void attention_forward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v, void* y,
+                         void* lse) override {
+    transformer::attention_forward(dtype, s, q, k, v, y, lse, stream_);
+  }
+  void attention_backward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
+                          const void* y, const void* lse, const void* dy, void* dq, void* dk, void* dv) override {
+    with_floats(s.batch_heads * s.queries, [&](float* delta) {
+      transformer::attention_backward(dtype, s, q, k, v, y, lse, dy, dq, dk, dv, delta, stream_);
+    });
+  }
 
   void sgd_step(DType dtype, std::int64_t n, void* param, const void* grad, void* momentum_buffer,
                 const SgdStep& s) override {

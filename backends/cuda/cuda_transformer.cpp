@@ -55,4 +55,26 @@ void matmul(cublasHandle_t blas, bool tf32, DType dtype, const MatmulShape& s, c
       static_cast<int>(s.batch), compute, CUBLAS_GEMM_DEFAULT));
 }
 
+namespace {
+
+kernels::AttentionView attention_view(const AttentionShape& s) {
+  if (s.head_dim > kernels::kMaxHeadDim)
+    throw Unsupported("attention: head_dim " + std::to_string(s.head_dim) +
+                      " on cuda (its v1 kernels hold a row of at most " + std::to_string(kernels::kMaxHeadDim) + ")");
+  return {s.batch_heads, s.queries, s.keys, s.head_dim, static_cast<float>(s.scale), s.causal};
+}
+
+}  // namespace
+
+void attention_forward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v, void* y,
+                       void* lse, cudaStream_t stream) {
+  kernels::attention_forward(dtype, attention_view(s), q, k, v, y, f32(lse), stream);
+}
+
+void attention_backward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
+                        const void* y, const void* lse, const void* dy, void* dq, void* dk, void* dv, float* delta,
+                        cudaStream_t stream) {
+  kernels::attention_backward(dtype, attention_view(s), q, k, v, y, f32(lse), dy, dq, dk, dv, delta, stream);
+}
+
 }  // namespace trainlab::cuda::transformer

@@ -25,4 +25,12 @@ void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n,
 // Row-major y[b] = op(a[b]) op(c[b]) is column-major y^T = op(c)^T op(a)^T: cuBLAS is given c first.
 void matmul(cublasHandle_t blas, bool tf32, DType dtype, const MatmulShape& s, const void* a, const void* b, void* y);
 
+// Fused attention (kernels' v1); a head wider than kernels::kMaxHeadDim is Unsupported, named.
+void attention_forward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v, void* y,
+                       void* lse, cudaStream_t stream);
+// delta: batch_heads * queries f32 of scratch.
+void attention_backward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
+                        const void* y, const void* lse, const void* dy, void* dq, void* dk, void* dv, float* delta,
+                        cudaStream_t stream);
+
 }  // namespace trainlab::cuda::transformer

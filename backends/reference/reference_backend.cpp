@@ -386,6 +386,22 @@ class ReferenceBackend final : public cpu::CpuBackend {
       reference::matmul(s, as<S>(a), as<S>(b), as<S>(y), threads_);
     });
   }
+  // The oracle for the fused form: every score row in double, its output and gradients from it
+  // (the backward recomputes the rows from q and k: it reads neither y nor lse).
+  void attention_forward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v, void* y,
+                         void* lse) override {
+    dispatch_floating(dtype, op_name("attention_forward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::attention_forward(s, as<S>(q), as<S>(k), as<S>(v), as<S>(y), as<stat_t<S>>(lse));
+    });
+  }
+  void attention_backward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
+                          const void*, const void*, const void* dy, void* dq, void* dk, void* dv) override {
+    dispatch_floating(dtype, op_name("attention_backward").c_str(), [&](auto tag) {
+      using S = decltype(tag);
+      reference::attention_backward(s, as<S>(q), as<S>(k), as<S>(v), as<S>(dy), as<S>(dq), as<S>(dk), as<S>(dv));
+    });
+  }
 };
 
 const BackendRegistration registration{

@@ -178,4 +178,84 @@ void matmul(const MatmulShape& s, const S* a, const S* c, S* y, int threads) {
   }
 }
 
+// ---- attention: per head, per query, the full row of scores in double ----
+inline std::int64_t attention_visible(const AttentionShape& s, std::int64_t i) {
+  return s.causal ? std::min(s.keys, i + (s.keys - s.queries) + 1) : s.keys;
+}
+
+// The softmax row of query i of head h: probabilities p[j] for j < visible; returns the log-sum-exp.
+template <typename S>
+double attention_row(const AttentionShape& s, const S* q, const S* k, std::int64_t h, std::int64_t i,
+                     std::vector<double>& p) {
+  const std::int64_t d = s.head_dim, visible = attention_visible(s, i);
+  p.assign(static_cast<std::size_t>(visible), 0.0);
+  double top = -INFINITY;
+  for (std::int64_t j = 0; j < visible; ++j) {
+    double score = 0;
+    for (std::int64_t c = 0; c < d; ++c)
+      score += cpu::to_double(q[(h * s.queries + i) * d + c]) * cpu::to_double(k[(h * s.keys + j) * d + c]);
+    p[static_cast<std::size_t>(j)] = s.scale * score;
+    top = std::max(top, p[static_cast<std::size_t>(j)]);
+  }
+  double total = 0;
+  for (auto& x : p) total += std::exp(x - top);
+  for (auto& x : p) x = std::exp(x - top) / total;
+  return top + std::log(total);
+}
+
+template <typename S>
+void attention_forward(const AttentionShape& s, const S* q, const S* k, const S* v, S* y, stat_t<S>* lse) {
+  const std::int64_t d = s.head_dim;
+  std::vector<double> p;
+  for (std::int64_t h = 0; h < s.batch_heads; ++h)
+    for (std::int64_t i = 0; i < s.queries; ++i) {
+      lse[h * s.queries + i] = static_cast<stat_t<S>>(attention_row(s, q, k, h, i, p));
+      for (std::int64_t c = 0; c < d; ++c) {
+        double total = 0;
+        for (std::size_t j = 0; j < p.size(); ++j)
+          total += p[j] * cpu::to_double(v[(h * s.keys + static_cast<std::int64_t>(j)) * d + c]);
+        y[(h * s.queries + i) * d + c] = cpu::from_double<S>(total);
+      }
+    }
+}
+
+// The backward of the composition: P from the recomputed row, dP = dy v^T, dS = P (dP - sum(dP P)).
+template <typename S>
+void attention_backward(const AttentionShape& s, const S* q, const S* k, const S* v, const S* dy, S* dq, S* dk, S* dv) {
+  const std::int64_t d = s.head_dim;
+  std::vector<double> gq(static_cast<std::size_t>(s.queries * d)), gk(static_cast<std::size_t>(s.keys * d)),
+      gv(static_cast<std::size_t>(s.keys * d)), p, dp;
+  for (std::int64_t h = 0; h < s.batch_heads; ++h) {
+    std::fill(gq.begin(), gq.end(), 0.0);
+    std::fill(gk.begin(), gk.end(), 0.0);
+    std::fill(gv.begin(), gv.end(), 0.0);
+    for (std::int64_t i = 0; i < s.queries; ++i) {
+      (void)attention_row(s, q, k, h, i, p);
+      dp.assign(p.size(), 0.0);
+      double inner = 0;
+      for (std::size_t j = 0; j < p.size(); ++j) {
+        for (std::int64_t c = 0; c < d; ++c)
+          dp[j] += cpu::to_double(dy[(h * s.queries + i) * d + c]) *
+                   cpu::to_double(v[(h * s.keys + static_cast<std::int64_t>(j)) * d + c]);
+        inner += dp[j] * p[j];
+      }
+      for (std::size_t j = 0; j < p.size(); ++j) {
+        const double ds = p[j] * (dp[j] - inner) * s.scale;
+        const auto jj = static_cast<std::int64_t>(j);
+        for (std::int64_t c = 0; c < d; ++c) {
+          gq[static_cast<std::size_t>(i * d + c)] += ds * cpu::to_double(k[(h * s.keys + jj) * d + c]);
+          gk[static_cast<std::size_t>(jj * d + c)] += ds * cpu::to_double(q[(h * s.queries + i) * d + c]);
+          gv[static_cast<std::size_t>(jj * d + c)] += p[j] * cpu::to_double(dy[(h * s.queries + i) * d + c]);
+        }
+      }
+    }
+    for (std::int64_t e = 0; e < s.queries * d; ++e)
+      dq[h * s.queries * d + e] = cpu::from_double<S>(gq[static_cast<std::size_t>(e)]);
+    for (std::int64_t e = 0; e < s.keys * d; ++e) {
+      dk[h * s.keys * d + e] = cpu::from_double<S>(gk[static_cast<std::size_t>(e)]);
+      dv[h * s.keys * d + e] = cpu::from_double<S>(gv[static_cast<std::size_t>(e)]);
+    }
+  }
+}
+
 }  // namespace trainlab::reference

@@ -132,6 +132,10 @@ Tensor embedding(const Tensor& indices, const Tensor& weight);
 // (t.transpose(-2, -1)) is read in place.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// softmax(q k^T / sqrt(D), causal?) v in one backend call that never keeps the scores whole (flash
+// attention's form; engine/core/ops/attention.cpp): q [B, H, T, D], k and v [B, H, S, D].
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+
 // Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).
 // logits: [N, classes] floating; labels: [N] i64 in [0, classes). Returns a 0-d tensor.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);

@@ -11,7 +11,7 @@ namespace trainlab {
 namespace {
 
 // A module that only names its children (nanoGPT's `transformer` ModuleDict and `h` ModuleList).
-class Children : public Module {
+class GPTChildren : public Module {
  public:
   Tensor forward(const Tensor&) override { throw Error("gpt: a module container has no forward of its own"); }
   template <typename M>
@@ -66,9 +66,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const Tensor q = qkv.narrow(0, 0, 1).view({b, h, t, d});
   const Tensor k = qkv.narrow(0, 1, 1).view({b, h, t, d});
   const Tensor v = qkv.narrow(0, 2, 1).view({b, h, t, d});
-  Tensor att = softmax(matmul(q, k.transpose(2, 3)), 1.0 / std::sqrt(static_cast<double>(d)), true);
-  att = trainlab::dropout(att, dropout, is_training());
-  const Tensor y = matmul(att, v).permute({0, 2, 1, 3}).contiguous().view({b * t, c});
+  Tensor heads;
+  if (fused_ && (dropout == 0 || !is_training())) {
+    heads = scaled_dot_product_attention(q, k, v, true);
+  } else {
+    Tensor att = softmax(matmul(q, k.transpose(2, 3)), 1.0 / std::sqrt(static_cast<double>(d)), true);
+    heads = matmul(trainlab::dropout(att, dropout, is_training()), v);
+  }
+  const Tensor y = heads.permute({0, 2, 1, 3}).contiguous().view({b * t, c});
   return trainlab::dropout(c_proj->forward(y), dropout, is_training()).view({b, t, c});
 }
 
@@ -100,10 +105,10 @@ Tensor GPTBlock::forward(const Tensor& x) {
 GPT::GPT(const GPTConfig& c, const InitOptions& init) : config_(c) {
   check_gpt_config(c);
   TL_CHECK(init.generator != nullptr, "gpt: InitOptions needs a generator");
-  auto transformer = register_module("transformer", std::make_shared<Children>());
+  auto transformer = register_module("transformer", std::make_shared<GPTChildren>());
   wte = transformer->add("wte", std::make_shared<Embedding>(c.vocab, c.n_embd, init, 0.02));
   wpe = transformer->add("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd, init, 0.02));
-  auto h = transformer->add("h", std::make_shared<Children>());
+  auto h = transformer->add("h", std::make_shared<GPTChildren>());
   for (std::int64_t i = 0; i < c.n_layer; ++i)
     blocks.push_back(h->add(std::to_string(i), std::make_shared<GPTBlock>(c, init)));
   ln_f = transformer->add("ln_f", std::make_shared<LayerNorm>(c.n_embd, init));

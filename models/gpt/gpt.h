@@ -28,20 +28,31 @@ struct GPTConfig {
 // Throws Error naming the value and what is allowed (n_embd not divisible by n_head, ...).
 void check_gpt_config(const GPTConfig& config);
 
-// Causal self-attention, the composed form: q, k, v from one linear (c_attn), heads split,
-// softmax(q k^T / sqrt(head_dim)) with the causal mask, times v, heads joined, c_proj. x [B, T, C].
+// Causal self-attention: q, k, v from one linear (c_attn), heads split, softmax(q k^T / sqrt(head_dim))
+// with the causal mask, times v, heads joined, c_proj. x [B, T, C]. Composed (matmul, a causal
+// softmax, matmul: the [T, T] scores in memory) by default; fused (--fuse) one
+// scaled_dot_product_attention call that never keeps them, except where dropout on the attention
+// probabilities is on in training (the fused kernels have none): composed there.
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GPTConfig& config, const InitOptions& init);
   Tensor forward(const Tensor& x) override;
+  void set_fused(bool fused) override {
+    fused_ = fused;
+    Module::set_fused(fused);
+  }
   std::shared_ptr<Linear> c_attn, c_proj;
   std::int64_t n_head, n_embd;
   double dropout;
 
  protected:
   void declare_ops(std::set<BackendOp>& ops) const override {
-    ops.insert({BackendOp::matmul, BackendOp::softmax, BackendOp::elementwise, BackendOp::dropout});
+    ops.insert(
+        {BackendOp::matmul, BackendOp::softmax, BackendOp::attention, BackendOp::elementwise, BackendOp::dropout});
   }
+
+ private:
+  bool fused_ = false;
 };
 
 // The MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout. x [B, T, C].

@@ -1,8 +1,11 @@
 // The cross-backend harness (harness.h) for a transformer's layers: layer norm (with and without
 // its affine), GELU, softmax (plain, scaled, causal with as many keys as queries and with more),
-// embedding (repeated indices: the gradient's sums) and matmul (every transposition, transposed
-// views read in place), each forward and every gradient against the reference in f32, bf16 and
-// f16; then the bad inputs each op names.
+// embedding (repeated indices: the gradient's sums), matmul (every transposition, transposed
+// views read in place) and the fused attention, each forward and every gradient against the
+// reference in f32, bf16 and f16; then the bad inputs each op names, determinism across thread
+// counts, and the fused attention against the composed ops.
+#include <cmath>
+
 #include "backends/registry.h"
 #include "harness.h"
 #include "test_util.h"
@@ -176,6 +179,49 @@ TEST_CASE("transformer ops: matmul's operands are never kept as frozen weights",
     for (std::size_t i = 0; i < expected.size(); ++i) {
       CHECK(first[i] == Approx(expected[i]).margin(1e-5));
       CHECK(second[i] == Approx(2 * expected[i]).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("backends: fused attention, causal or not, as many keys as queries or more", "[backends]") {
+  Generator gen(137);
+  for (DType dtype : kDtypes) {
+    struct Case {
+      std::int64_t b, h, t, s, d;
+      bool causal;
+    };
+    for (const Case& c : {Case{2, 3, 7, 7, 8, true}, Case{1, 2, 5, 9, 16, true}, Case{2, 1, 6, 4, 5, false},
+                          Case{1, 4, 64, 64, 32, true}}) {
+      INFO("q [" << c.b << "," << c.h << "," << c.t << "," << c.d << "] keys " << c.s << (c.causal ? " causal" : ""));
+      check_op(
+          "attention", BackendOp::attention, dtype,
+          [c](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], c.causal); },
+          {random({c.b, c.h, c.t, c.d}, gen, -2, 2), random({c.b, c.h, c.s, c.d}, gen, -2, 2),
+           random({c.b, c.h, c.s, c.d}, gen)},
+          {true, true, true}, {}, 950);
+    }
+  }
+}
+
+TEST_CASE("transformer ops: fused attention equals the composed ops", "[backends]") {
+  Generator gen(138);
+  const Tensor q = random({2, 2, 9, 8}, gen, -2, 2), k = random({2, 2, 9, 8}, gen, -2, 2),
+               v = random({2, 2, 9, 8}, gen);
+  for (const auto& name : cpu_backends()) {
+    Backend& be = get_backend(name);
+    INFO(name);
+    auto grads = [&](bool fused) {
+      Tensor qb = q.to(be).detach(), kb = k.to(be).detach(), vb = v.to(be).detach();
+      for (Tensor* t : {&qb, &kb, &vb}) t->set_requires_grad(true);
+      const Tensor y = fused ? scaled_dot_product_attention(qb, kb, vb, true)
+                             : matmul(softmax(matmul(qb, kb.transpose(2, 3)), 1.0 / std::sqrt(8.0), true), vb);
+      sum(mul(y, y)).backward();
+      return std::vector<std::vector<double>>{values(y), values(qb.grad()), values(kb.grad()), values(vb.grad())};
+    };
+    const auto fused = grads(true), composed = grads(false);
+    for (std::size_t i = 0; i < fused.size(); ++i) {
+      REQUIRE(fused[i].size() == composed[i].size());
+      for (std::size_t e = 0; e < fused[i].size(); ++e) CHECK(fused[i][e] == Approx(composed[i][e]).margin(1e-5));
     }
   }
 }

@@ -185,3 +185,25 @@ TEST_CASE("gpt: the same logits and gradients on every CPU backend; bf16 autocas
     CHECK(low_loss == Approx(ref_loss).epsilon(1e-2));
   }
 }
+
+TEST_CASE("gpt: fused attention (--fuse) equals the composed form, on every CPU backend", "[models]") {
+  const std::vector<std::int64_t> ids = {1, 2, 3, 4, 5, 6, 0, 1, 2, 3};
+  const std::vector<std::int64_t> next = {2, 3, 4, 5, 6, 0, 1, 2, 3, 4};
+  for (const auto& name : cpu_backends()) {
+    INFO(name);
+    Backend& be = get_backend(name);
+    auto run = [&](bool fused) {
+      Generator gen(7);
+      GPT model(tiny(), InitOptions{&gen, DType::f32, &be});
+      model.set_fused(fused);
+      const Tensor loss = cross_entropy(model.forward(tokens(ids, {2, 5}, be)), tokens(next, {10}, be));
+      loss.backward();
+      return std::make_pair(loss.item(), values(model.blocks[0]->attn->c_attn->weight.grad()));
+    };
+    const auto [fused_loss, fused_grad] = run(true);
+    const auto [loss, grad] = run(false);
+    CHECK(fused_loss == Approx(loss).epsilon(1e-6));
+    REQUIRE(fused_grad.size() == grad.size());
+    for (std::size_t i = 0; i < grad.size(); ++i) CHECK(fused_grad[i] == Approx(grad[i]).margin(1e-6));
+  }
+}

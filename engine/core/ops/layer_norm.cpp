@@ -13,7 +13,7 @@ namespace trainlab {
 
 namespace {
 
-Tensor norm_param(const Tensor& t, DType stat, std::int64_t width, const char* what) {
+Tensor layer_norm_param(const Tensor& t, DType stat, std::int64_t width, const char* what) {
   if (!t.defined()) return t;
   TL_CHECK(t.dim() == 1 && t.size(0) == width, std::string("layer_norm: ") + what + " must be [" +
                                                    std::to_string(width) + "], got " + shape_str(t.shape()));
@@ -33,7 +33,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   TL_CHECK(eps > 0, "layer_norm: eps must be > 0, got " + std::to_string(eps));
   const DType dtype = x_in.dtype(), stat = batch_norm_stat_dtype(dtype);
   const std::int64_t width = x_in.size(x_in.dim() - 1);
-  const Tensor w = norm_param(weight, stat, width, "weight"), b = norm_param(bias, stat, width, "bias");
+  const Tensor w = layer_norm_param(weight, stat, width, "weight"), b = layer_norm_param(bias, stat, width, "bias");
   TL_CHECK(!w.defined() || &w.backend() == &x_in.backend(), "layer_norm: weight is on another backend than the input");
   TL_CHECK(!b.defined() || &b.backend() == &x_in.backend(), "layer_norm: bias is on another backend than the input");
   const Tensor x = ops_detail::dense(x_in);

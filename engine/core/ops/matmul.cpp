@@ -13,7 +13,7 @@ namespace trainlab {
 namespace {
 
 // Whether t's strides are `expected` (a dimension of size 1 may have any stride).
-bool strides_are(const Tensor& t, const Shape& expected) {
+bool has_strides(const Tensor& t, const Shape& expected) {
   for (std::int64_t d = 0; d < t.dim(); ++d) {
     if (t.size(d) != 1 && t.strides()[static_cast<std::size_t>(d)] != expected[static_cast<std::size_t>(d)])
       return false;
@@ -23,12 +23,12 @@ bool strides_are(const Tensor& t, const Shape& expected) {
 
 // An operand as the kernel reads it: a detached handle on a dense buffer, and whether each of its
 // matrices is stored transposed ([.., cols, rows] dense).
-struct Operand {
+struct MatmulOperand {
   Tensor data;
   bool transposed;
 };
 
-Operand operand(const Tensor& t) {
+MatmulOperand matmul_operand(const Tensor& t) {
   const std::int64_t d = t.dim(), rows = t.size(d - 2), cols = t.size(d - 1);
   Shape dense(static_cast<std::size_t>(d)), swapped(static_cast<std::size_t>(d));
   std::int64_t step = rows * cols;
@@ -41,8 +41,8 @@ Operand operand(const Tensor& t) {
     step *= t.size(i);
   }
   const Tensor detached = t.detach();
-  if (strides_are(t, dense)) return {detached, false};
-  if (strides_are(t, swapped)) return {detached, true};
+  if (has_strides(t, dense)) return {detached, false};
+  if (has_strides(t, swapped)) return {detached, true};
   return {detached.contiguous(), false};
 }
 
@@ -65,7 +65,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   TL_CHECK(a_cast.size(d - 1) == b_cast.size(d - 2),
            "matmul: a " + shape_str(a_cast.shape()) + " has k = " + std::to_string(a_cast.size(d - 1)) + " but b " +
                shape_str(b_cast.shape()) + " has k = " + std::to_string(b_cast.size(d - 2)));
-  const Operand a = operand(a_cast), b = operand(b_cast);
+  const MatmulOperand a = matmul_operand(a_cast), b = matmul_operand(b_cast);
   const std::int64_t m = a_cast.size(d - 2), k = a_cast.size(d - 1), n = b_cast.size(d - 1);
   const std::int64_t batch = a_cast.numel() / (m * k == 0 ? 1 : m * k);
   Shape out_shape = a_cast.shape();

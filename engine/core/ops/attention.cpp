@@ -1,0 +1,65 @@
+// Scaled dot-product attention, fused (flash attention's form: the [queries, keys] scores are never
+// in memory whole; the backend makes them a row or a tile at a time):
+//   forward    y = softmax(q k^T / sqrt(D), causal?) v;  lse = each row's log-sum-exp (kept)
+//   backward   P = exp(q k^T / sqrt(D) - lse);  dP = dy v^T;  dS = P (dP - rowsum(dy y))
+//              dq = dS k / sqrt(D);  dk = dS^T q / sqrt(D);  dv = P^T dy
+// q [B, H, T, D], k and v [B, H, S, D] (causal: T <= S, query i sees the keys j <= i + S - T), y as
+// q. The same values as softmax(matmul(q, k^T) scaled, causal) then matmul with v, up to rounding.
+#include <cmath>
+
+#include "engine/core/autocast.h"
+#include "engine/core/ops.h"
+#include "engine/core/ops/common.h"
+
+namespace trainlab {
+
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal) {
+  TL_SPAN("attention.forward");
+  ops_detail::check_defined("attention", "q", q_in);
+  ops_detail::check_defined("attention", "k", k_in);
+  ops_detail::check_defined("attention", "v", v_in);
+  const Tensor qc = autocast_low(q_in), kc = autocast_low(k_in), vc = autocast_low(v_in);
+  ops_detail::check_compatible("attention", qc, kc);
+  ops_detail::check_compatible("attention", qc, vc);
+  ops_detail::check_floating("attention", qc);
+  ops_detail::check_rank("attention", "q", qc, 4, "[batch, heads, queries, head_dim]");
+  ops_detail::check_rank("attention", "k", kc, 4, "[batch, heads, keys, head_dim]");
+  TL_CHECK(kc.shape() == vc.shape(),
+           "attention: k and v must have one shape, got " + shape_str(kc.shape()) + " and " + shape_str(vc.shape()));
+  TL_CHECK(qc.size(0) == kc.size(0) && qc.size(1) == kc.size(1) && qc.size(3) == kc.size(3),
+           "attention: q " + shape_str(qc.shape()) + " and k " + shape_str(kc.shape()) +
+               " differ in batch, heads or head_dim");
+  TL_CHECK(qc.size(3) > 0 && kc.size(2) > 0,
+           "attention: empty heads or keys: q " + shape_str(qc.shape()) + ", k " + shape_str(kc.shape()));
+  TL_CHECK(!causal || qc.size(2) <= kc.size(2),
+           "attention: a causal mask needs at least as many keys as queries, got " + std::to_string(qc.size(2)) +
+               " queries and " + std::to_string(kc.size(2)) + " keys");
+  const Tensor q = ops_detail::dense(qc), k = ops_detail::dense(kc), v = ops_detail::dense(vc);
+  const std::int64_t d = q.size(3);
+  const AttentionShape s{
+      q.size(0) * q.size(1), q.size(2), k.size(2), d, 1.0 / std::sqrt(static_cast<double>(d)), causal};
+  Backend& be = q.backend();
+  const DType dtype = q.dtype();
+  Tensor y = Tensor::empty(q.shape(), dtype, be);
+  const Tensor lse = Tensor::empty({s.batch_heads, s.queries}, batch_norm_stat_dtype(dtype), be);
+  if (y.numel() > 0)
+    be.attention_forward(dtype, s, q.raw_data(), k.raw_data(), v.raw_data(), y.raw_data(), lse.raw_data());
+  const Tensor saved_y = y.detach();
+  return record(y, causal ? "attention_causal" : "attention", {qc, kc, vc},
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  const Tensor dy = ops_detail::dense(g);
+                  Backend& bk = dy.backend();
+                  Tensor dq = Tensor::empty(q.shape(), dy.dtype(), bk), dk = Tensor::empty(k.shape(), dy.dtype(), bk),
+                         dv = Tensor::empty(v.shape(), dy.dtype(), bk);
+                  if (dq.numel() > 0)
+                    bk.attention_backward(dy.dtype(), s, q.raw_data(), k.raw_data(), v.raw_data(), saved_y.raw_data(),
+                                          lse.raw_data(), dy.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data());
+                  else {
+                    bk.fill(dy.dtype(), dk.raw_data(), dk.numel(), 0.0);
+                    bk.fill(dy.dtype(), dv.raw_data(), dv.numel(), 0.0);
+                  }
+                  return std::vector<Tensor>{dq, dk, dv};
+                });
+}
+
+}  // namespace trainlab
