@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,16 @@
 #include "models/smallcnn/smallcnn.h"
 
 namespace trainlab::test {
+
+// The message of the Error `f` throws; "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A fresh directory under the system's temp directory, removed with everything in it at scope exit.
 struct TempDir {

@@ -51,6 +51,14 @@ inline S store(C value) {
                     ")");
 }
 
+// An embedding's indices in [0, vocab) (the CPU backends' and the reference's check, before any work).
+inline void check_embedding_indices(const std::int64_t* indices, std::int64_t n, std::int64_t vocab) {
+  for (std::int64_t i = 0; i < n; ++i)
+    TL_CHECK(indices[i] >= 0 && indices[i] < vocab, "embedding: index " + std::to_string(indices[i]) + " at position " +
+                                                        std::to_string(i) + " is outside [0, " + std::to_string(vocab) +
+                                                        ")");
+}
+
 // fn(S{}) for the floating storage types.
 template <typename Fn>
 void dispatch_floating(DType dtype, const char* op, Fn&& fn) {

@@ -248,17 +248,6 @@ void CpuBackend::softmax_backward(DType dtype, const SoftmaxShape& s, const void
 
 // ---- embedding ----
 
-namespace {
-
-void check_embedding_indices(const std::int64_t* indices, std::int64_t n, std::int64_t vocab) {
-  for (std::int64_t i = 0; i < n; ++i)
-    TL_CHECK(indices[i] >= 0 && indices[i] < vocab, "embedding: index " + std::to_string(indices[i]) + " at position " +
-                                                        std::to_string(i) + " is outside [0, " + std::to_string(vocab) +
-                                                        ")");
-}
-
-}  // namespace
-
 void CpuBackend::embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* weight,
                                    std::int64_t vocab, std::int64_t width, void* y) {
   check_embedding_indices(indices, n, vocab);

@@ -365,7 +365,7 @@ class ReferenceBackend final : public cpu::CpuBackend {
   }
   void embedding_forward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* weight,
                          std::int64_t vocab, std::int64_t width, void* y) override {
-    reference::check_indices(indices, n, vocab);
+    check_embedding_indices(indices, n, vocab);
     dispatch_floating(dtype, op_name("embedding_forward").c_str(), [&](auto tag) {
       using S = decltype(tag);
       for (std::int64_t i = 0; i < n; ++i)
@@ -374,7 +374,7 @@ class ReferenceBackend final : public cpu::CpuBackend {
   }
   void embedding_backward(DType dtype, const std::int64_t* indices, std::int64_t n, const void* dy, std::int64_t vocab,
                           std::int64_t width, void* dweight) override {
-    reference::check_indices(indices, n, vocab);
+    check_embedding_indices(indices, n, vocab);
     dispatch_floating(dtype, op_name("embedding_backward").c_str(), [&](auto tag) {
       using S = decltype(tag);
       reference::embedding_backward(indices, n, as<S>(dy), vocab, width, as<S>(dweight));

@@ -141,13 +141,6 @@ void softmax_backward(const SoftmaxShape& s, const S* y, const S* dy, S* dx, int
 }
 
 // ---- embedding ----
-inline void check_indices(const std::int64_t* indices, std::int64_t n, std::int64_t vocab) {
-  for (std::int64_t i = 0; i < n; ++i)
-    TL_CHECK(indices[i] >= 0 && indices[i] < vocab, "embedding: index " + std::to_string(indices[i]) + " at position " +
-                                                        std::to_string(i) + " is outside [0, " + std::to_string(vocab) +
-                                                        ")");
-}
-
 template <typename S>
 void embedding_backward(const std::int64_t* indices, std::int64_t n, const S* dy, std::int64_t vocab,
                         std::int64_t width, S* dweight) {

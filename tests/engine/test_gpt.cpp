@@ -30,15 +30,6 @@ Tensor tokens(const std::vector<std::int64_t>& ids, const Shape& shape, Backend&
   return Tensor::from_vector(ids, shape, backend);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("gpt: nanoGPT's names and parameter count", "[models]") {

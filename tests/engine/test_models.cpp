@@ -14,15 +14,6 @@ using namespace trainlab::test;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TrainConfig mlp_config() {
   TrainConfig c;
   c.model.name = "mlp";

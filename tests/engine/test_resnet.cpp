@@ -14,15 +14,6 @@ using namespace trainlab::test;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 std::shared_ptr<ResNet> small_resnet(Backend& backend, const ModelOptions& options = {{"width", "4"}, {"depth", "1"}},
                                      const ModelInput& input = {{3, 8, 8}, 5}) {
   Generator gen(3);

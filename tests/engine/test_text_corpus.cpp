@@ -24,15 +24,6 @@ std::int64_t bad_at(const std::string& bytes) {
   return invalid_utf8_offset(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("text corpus: UTF-8 is checked to RFC 3629, the first bad byte named", "[data]") {
