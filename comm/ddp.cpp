@@ -217,6 +217,12 @@ double Ddp::max_over_ranks(double value) {
   return *std::max_element(values.begin(), values.end());
 }
 
+double Ddp::sum_over_ranks(double value) {
+  double total = 0;
+  for (double v : gather(value)) total += v;
+  return total;
+}
+
 void Ddp::verify_replicas() {
   // The checksum travels as two exact 32-bit halves (doubles hold them exactly).
   const std::uint64_t mine = parameter_checksum();

@@ -77,6 +77,7 @@ class Ddp final : public DataParallel {
   DdpStepStats finish_backward() override;
   void barrier() override { comm_.barrier(); }
   double max_over_ranks(double value) override;
+  double sum_over_ranks(double value) override;
   std::string describe() const override;
   std::string gradient_reduction() const override;
 

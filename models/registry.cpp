@@ -1,6 +1,7 @@
 // The models `--model NAME` finds (engine/nn/model_registry.h): one line each. A new model is a
 // folder of its own under models/ (its Module, its ModelDef, a CMakeLists.txt naming its sources)
 // and its line here.
+#include "models/gpt/gpt.h"
 #include "models/mlp/mlp.h"
 #include "models/resnet/resnet.h"
 #include "models/smallcnn/smallcnn.h"
@@ -12,6 +13,7 @@ const ModelRegistration registration{{
     smallcnn_model(),
     mlp_model(),
     resnet_model(),
+    gpt_model(),
 }};
 
 }  // namespace

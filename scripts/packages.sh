@@ -22,6 +22,8 @@ TRAINLAB_BUILD_PACKAGES=(
 # python3-torch: PyTorch 1.13 under /usr/bin/python3, the peer for side-by-side benchmarks and the
 # gradient comparison test; libgoogle-perftools4 (tcmalloc) and libjemalloc2, the allocators PyTorch's
 # CPU performance guide names, which the peers measure as variants (bench/peers/peer_malloc.py).
+# fortunes: about 2 MB of English text under /usr/share/games/fortunes, the GPT's default corpus
+# (`trainlab make-dataset --from text:/usr/share/games/fortunes`, `make gpt`).
 # ocl-icd-opencl-dev and opencl-headers (above): Debian's dnnl CMake config
 # requires OpenCL (its GPU runtime).
 TRAINLAB_HOST_PACKAGES=(
@@ -29,7 +31,7 @@ TRAINLAB_HOST_PACKAGES=(
   libbenchmark-dev hwloc
   python3-torch python3-numpy libgoogle-perftools4 libjemalloc2
   qemu-user
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
 )
 
 # What fetch-device-debs.sh adds for a bare machine: the libraries the build packages depend on (dpkg

@@ -15,6 +15,7 @@
 #include "apps/cli_parse.h"
 #include "apps/model_option.h"
 #include "apps/trainlab/cli_data.h"
+#include "apps/trainlab/cli_generate.h"
 
 #include "backends/cpu/isa.h"
 #include "backends/registry.h"
@@ -609,9 +610,13 @@ MemoryCommand add_memory(CLI::App& app) {
 // `trainlab models`: every registered model, its parameter count at its default input, and its keys.
 int list_models() {
   for (const ModelDef* model : registered_models()) {
+    const ModelInput& input = model->default_input;
+    const std::string built_for = model->context
+                                      ? "windows of " + std::to_string(input.sample.at(0)) + " tokens, vocabulary " +
+                                            std::to_string(input.classes) + " (SyntheticTokens')"
+                                      : input.str();
     std::printf("%-10s %-10s %11lld parameters (%s)  %s\n", model->name.c_str(), model->title.c_str(),
-                static_cast<long long>(model_parameter_count(*model)), model->default_input.str().c_str(),
-                model->description.c_str());
+                static_cast<long long>(model_parameter_count(*model)), built_for.c_str(), model->description.c_str());
     for (const ModelKey& key : model->keys) {
       std::printf("    %-12s default %-8s [%s] %s\n", key.name.c_str(), key.default_value.c_str(), key.allowed.c_str(),
                   key.help.c_str());
@@ -677,6 +682,7 @@ int cli_main(int argc, char** argv) {
   InfoCommands info = add_info_commands(app);
   DataCommands data_commands;
   add_data_commands(app, data_commands);
+  const GenerateCommand generate = add_generate(app);
   if (const auto status = refuse_unknown_command(app, argc, argv)) return *status;
   if (const auto status = parse_command_line(app, argc, argv, "trainlab")) return *status;
 
@@ -704,6 +710,7 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     if (*cost.command) return run_collective_cost(cost.options, *cost.command);
+    if (*generate.command) return run_generate(generate);
     if (*memory.command) return run_memory(memory.options, *memory.command);
     if (*info.backends) return list_backends(info.backends_ops, info.backends_only);
     if (*info.models) return list_models();

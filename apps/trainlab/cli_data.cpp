@@ -11,6 +11,7 @@
 #include "backends/host_memory.h"
 #include "bench/measure/ledger.h"
 #include "engine/data/synthetic_images.h"
+#include "engine/data/token_dataset.h"
 #include "engine/train/config.h"
 
 namespace trainlab {
@@ -20,16 +21,23 @@ namespace {
 // make-dataset: SyntheticImages' options, and an import's (--from).
 void add_make_dataset(CLI::App& app, DataCommands& c) {
   c.make = app.add_subcommand("make-dataset",
-                              "write an image data set to disk, SyntheticImages or imported (--from: a folder of "
-                              "class folders, MNIST/Fashion-MNIST IDX files, CIFAR-10): shards or one file per "
-                              "sample, JPEG, PNG or raw pixels, with a manifest of sizes and CRC-32s");
+                              "write a data set to disk: images, SyntheticImages or imported (--from: a folder of "
+                              "class folders, MNIST/Fashion-MNIST IDX files, CIFAR-10), as shards or one file per "
+                              "sample, JPEG, PNG or raw pixels; or a text corpus as token streams (--from text:); "
+                              "with a manifest of sizes and CRC-32s");
   c.make
       ->add_option("--from", c.from,
                    "import instead of SyntheticImages: imagefolder:ROOT (ROOT/train/<class>/*.png|jpg and "
                    "ROOT/test/ or ROOT/val/), idx:DIR (train-/t10k-images-idx3-ubyte[.gz] and labels), "
-                   "cifar10:DIR (data_batch_1..5.bin, test_batch.bin)")
+                   "cifar10:DIR (data_batch_1..5.bin, test_batch.bin), text:FILE|DIR (UTF-8 text, a directory's "
+                   ".txt and extensionless files: token streams for a language model, e.g. "
+                   "text:/usr/share/games/fortunes)")
       ->check([](const std::string& text) {
         try {
+          if (text.rfind("text:", 0) == 0) {
+            TL_CHECK(text.size() > 5, "--from text: names no file or directory after 'text:'");
+            return std::string();
+          }
           parse_import_source(text);
           return std::string();
         } catch (const Error& e) {
@@ -77,6 +85,14 @@ void add_make_dataset(CLI::App& app, DataCommands& c) {
   c.make->add_option("--seed", c.seed, "SyntheticImages' seed (the same seed as trainlab train's gives its images)")
       ->check(StrictUnsigned(std::numeric_limits<std::uint64_t>::max()));
   c.make->add_flag("--overwrite", c.write.overwrite, "replace a data set an earlier make-dataset wrote at --out");
+  c.make->add_option("--vocabulary", c.vocabulary, "with --from text: chars (the corpus's characters) | bytes (256)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"chars", "bytes"}));
+  c.make
+      ->add_option("--held-out-fraction", c.held_out_fraction,
+                   "with --from text: the corpus's last fraction held out [0..0.5] (0: none)")
+      ->capture_default_str()
+      ->check(FiniteRange(0.0, 0.5));
 }
 
 }  // namespace
@@ -180,7 +196,42 @@ DatasetWriteSummary run_import(DataCommands& c) {
   return write_image_dataset(*source.train, source.test.get(), c.write);
 }
 
+// make-dataset --from text: the corpus read (UTF-8 checked), written as token streams.
+int run_make_text(DataCommands& c) {
+  for (const char* flag : {"--samples", "--held-out", "--seed", "--channels", "--skip-bad", "--class-names", "--layout",
+                           "--codec", "--quality", "--shard-mb", "--image-size"}) {
+    TL_CHECK(c.make->get_option(flag)->count() == 0, std::string(flag) +
+                                                         " is for image data sets; --from text: "
+                                                         "takes --vocabulary and --held-out-fraction");
+  }
+  const std::string path = c.from.substr(5);
+  const TextCorpus corpus = read_text_corpus(path, parse_text_vocabulary(c.vocabulary));
+  TokenDatasetWriteOptions o;
+  o.out = c.write.out;
+  o.overwrite = c.write.overwrite;
+  o.held_out_fraction = c.held_out_fraction;
+  o.source = c.from;
+  const DatasetWriteSummary summary = write_token_dataset(corpus, o);
+  const TokenDatasetInfo info = read_token_dataset_info(summary.out);
+  std::printf("make-dataset: %s written in %.1f s: %zu text files, %s, vocabulary %s of %lld symbols\n",
+              summary.out.c_str(), summary.seconds, corpus.files.size(), human_size(corpus.bytes).c_str(),
+              c.vocabulary.c_str(), static_cast<long long>(info.vocab()));
+  for (const auto& s : summary.splits)
+    std::printf("  %-8s %10lld tokens, %s\n", s.name.c_str(), static_cast<long long>(s.samples),
+                human_size(s.bytes).c_str());
+  if (!summary.kept.empty()) {
+    std::printf(
+        "make-dataset: files that were in the replaced data set's directory but not in its manifest are "
+        "kept in %s (the new data set has files of their names)\n",
+        summary.kept.c_str());
+  }
+  return 0;
+}
+
 int run_make(DataCommands& c) {
+  if (c.from.rfind("text:", 0) == 0) return run_make_text(c);
+  for (const char* flag : {"--vocabulary", "--held-out-fraction"})
+    TL_CHECK(c.make->get_option(flag)->count() == 0, std::string(flag) + " goes with --from text:");
   c.write.layout = parse_disk_layout(c.layout);
   c.write.codec = parse_image_codec(c.codec);
   c.write.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()), std::fflush(stdout); };
@@ -225,7 +276,8 @@ int run_make(DataCommands& c) {
 }
 
 int run_verify(const DataCommands& c) {
-  const DatasetVerifyResult r = verify_image_dataset(c.verify_dir);
+  const DatasetVerifyResult r =
+      is_token_dataset(c.verify_dir) ? verify_token_dataset(c.verify_dir) : verify_image_dataset(c.verify_dir);
   for (const auto& problem : r.problems) std::fprintf(stderr, "verify-dataset: %s\n", problem.c_str());
   if (!r.problems.empty()) {
     std::fprintf(stderr, "trainlab: error: data set %s: %zu problem(s) in %lld files against the manifest\n",

@@ -1,5 +1,6 @@
 // trainlab's data set and diagnosis commands: make-dataset (a data set on disk from SyntheticImages,
-// or imported from a user's images: engine/data/dataset_import.h),
+// imported from a user's images: engine/data/dataset_import.h, or token streams from a text corpus:
+// engine/data/token_dataset.h),
 // verify-dataset (every file against the manifest), loader-bench (bench/measure/loader_bench.h),
 // throughput-budget, inspect and diagnose (bench/measure/diagnosis.h). Registered on the trainlab app by cli.cpp.
 #pragma once
@@ -23,8 +24,10 @@ struct DataCommands {
   std::string layout = "shards", codec = "jpeg";
   std::int64_t samples = 50000, held_out = 1000;
   std::uint64_t seed = 0;
-  std::string from;  // imagefolder:ROOT | idx:DIR | cifar10:DIR ("": SyntheticImages)
+  std::string from;  // imagefolder:ROOT | idx:DIR | cifar10:DIR | text:FILE|DIR ("": SyntheticImages)
   ImportOptions import;
+  std::string vocabulary = "chars";  // text: chars | bytes
+  double held_out_fraction = 0.1;    // text: the corpus's last fraction held out
   std::string verify_dir;
   CLI::App* loader = nullptr;
   bench::LoaderBenchOptions bench;

@@ -49,7 +49,7 @@ std::shared_ptr<Module> probe_model(const ModelConfig& model) {
   const ModelDef& def = find_model(model.name);
   Generator generator(0);
   const InitOptions init{&generator, DType::f32, &get_backend("reference")};
-  return build_model(def, init, def.default_input, model.options);
+  return build_model(def, init, default_input_for(def, model.options), model.options);
 }
 
 std::string ddp_peer_mismatch(const ModelConfig& model) {

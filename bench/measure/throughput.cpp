@@ -11,7 +11,7 @@
 
 #include "backends/host_memory.h"
 #include "backends/registry.h"
-#include "engine/data/synthetic_images.h"
+#include "engine/data/loader.h"
 #include "engine/instrument/profiler.h"
 #include "engine/io/version.h"
 #include "engine/train/run.h"
@@ -75,24 +75,16 @@ TrainConfig throughput_run_config(const ThroughputConfig& config) {
   return run_config;
 }
 
-// A few distinct batches, made before any timing.
-std::vector<Batch> throughput_batches(const ThroughputConfig& config, Backend& backend) {
-  const SyntheticImages data(config.seed, Split::train, 4 * config.batch);
+// A few distinct batches of the task's training data (SyntheticImages', or a token model's
+// SyntheticTokens windows), made before any timing.
+std::vector<Batch> throughput_batches(const std::shared_ptr<const Dataset>& data, std::int64_t batch,
+                                      Backend& backend) {
+  DataLoaderOptions o;
+  o.batch_size = batch;
+  o.shuffle = false;
+  DataLoader loader(data, o, backend);
   std::vector<Batch> batches;
-  for (std::int64_t b = 0; b < 4; ++b) {
-    MemoryCategoryScope batch_memory(MemoryCategory::data);
-    std::vector<float> pixels(static_cast<std::size_t>(config.batch * data.sample_elements()));
-    std::vector<std::int64_t> y(static_cast<std::size_t>(config.batch));
-    for (std::int64_t i = 0; i < config.batch; ++i) {
-      y[static_cast<std::size_t>(i)] = data.get(b * config.batch + i, pixels.data() + i * data.sample_elements());
-    }
-    Shape shape{config.batch};
-    for (std::int64_t d : data.sample_shape()) shape.push_back(d);
-    Batch batch;
-    batch.images = Tensor::from_host(pixels.data(), shape, DType::f32, backend);
-    batch.labels = Tensor::from_vector(y, {config.batch}, backend);
-    batches.push_back(std::move(batch));
-  }
+  for (int b = 0; b < 4; ++b) batches.push_back(loader.next());
   return batches;
 }
 
@@ -105,12 +97,12 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   Generator generator(config.seed);
   // Captured on the last warm-up step (after at least one eager step) and replayed from there on,
   // so neither the capture nor the first replay is measured.
-  RunParts run =
-      make_run(run_config, model_task(run_config), generator, nullptr, std::max<std::int64_t>(1, config.warmup - 1));
+  const TrainTask task = model_task(run_config);
+  RunParts run = make_run(run_config, task, generator, nullptr, std::max<std::int64_t>(1, config.warmup - 1));
   Backend& backend = *run.backend;
   StepRunner& runner = *run.runner;
 
-  const std::vector<Batch> batches = throughput_batches(config, backend);
+  const std::vector<Batch> batches = throughput_batches(task.train_data, config.batch, backend);
 
   ThroughputResult result;
   result.config = config;
@@ -118,6 +110,8 @@ ThroughputResult measure_throughput(const ThroughputConfig& config) {
   result.backend_name = backend.name();
   result.threads = backend.num_threads();
   result.model = find_model(config.model).name;
+  if (task.train_data->sample_kind() == SampleKind::tokens)
+    result.tokens_per_sample = task.train_data->sample_elements();
   result.flop_per_sample = run.model->flop_per_sample(config.forward_only);
   result.forward_flop_per_sample = run.model->flop_per_sample(true);
 
@@ -388,6 +382,10 @@ std::string throughput_json(const ThroughputResult& r) {
                         {"compiler", compiler_version()},
                         {"backend", r.backend_describe}}},
                       {"timer", "steady_clock (samples/s, over the measured steps); " + r.phase_timer + " (phases)"}};
+  if (r.tokens_per_sample > 0) {
+    j["tokens_per_sample"] = r.tokens_per_sample;
+    j["tokens_per_s"] = r.samples_per_s * static_cast<double>(r.tokens_per_sample);
+  }
   return j.dump();
 }
 

@@ -55,6 +55,7 @@ struct ThroughputResult {
   std::int64_t steps = 0;  // measured steps
   double seconds = 0;      // their total
   double samples_per_s = 0;
+  std::int64_t tokens_per_sample = 0;  // a token model's window (tokens/s = samples/s x this); 0: images
   std::vector<double> step_seconds;
   PhaseTimes phases;           // totals over the measured steps
   double flop_per_sample = 0;  // analytic: 2 * multiply-adds of the convolutions and linears

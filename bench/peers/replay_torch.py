@@ -52,7 +52,7 @@ def replay(path, dtype, layout, threads):
     layout = meta["layout"] if layout == "as-recorded" else layout
     if threads > 0:
         torch.set_num_threads(threads)
-    model = twin(meta["model"], meta.get("model_options", ""), tensors["images.0"].shape[1])
+    model = twin(meta["model"], meta.get("model_options", ""), tensors["inputs.0"].shape[1])
     state = {k[len("init."):]: v.copy() for k, v in tensors.items() if k.startswith("init.")}  # writable
     if meta["model"] == "resnet":
         torch_resnet.load_trainlab_state(model, state)
@@ -71,7 +71,7 @@ def replay(path, dtype, layout, threads):
     for k in range(len(tensors["loss"])):
         for group in optimizer.param_groups:
             group["lr"] = float(lrs[k])
-        x = torch.from_numpy(tensors[f"images.{k}"].copy()).contiguous(memory_format=fmt)
+        x = torch.from_numpy(tensors[f"inputs.{k}"].copy()).contiguous(memory_format=fmt)
         y = torch.from_numpy(tensors[f"labels.{k}"].copy())
         with autocast:
             loss = F.cross_entropy(model(x), y)

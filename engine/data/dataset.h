@@ -1,7 +1,11 @@
-// A data set: what a study brings to train on. Fixed-shape f32 samples with integer labels; the
-// loader, the distributed sampler, pinned staging and evaluation need nothing more. SyntheticImages
-// (engine/data/synthetic_images.h) is the one the trainlab command uses; a driver defines its own by
-// implementing these five calls (examples/own_model_and_data shows one).
+// A data set: what a study brings to train on. Two kinds of sample, fixed-shape either way:
+//   values: f32 samples (an image [C, H, W], a feature vector) with one integer label each;
+//   tokens: a window of T token ids (i64) with a target per position, the token that follows it
+//           (a language model's data: engine/data/token_windows.h).
+// The loader, the distributed sampler, pinned staging and evaluation need nothing more.
+// SyntheticImages (engine/data/synthetic_images.h) is the one the trainlab command uses for image
+// models, SyntheticTokens for token models; a driver defines its own by implementing these five
+// calls (examples/own_model_and_data shows one), a token data set get_tokens as well.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +15,8 @@
 #include "engine/core/tensor.h"
 
 namespace trainlab {
+
+enum class SampleKind { values, tokens };
 
 class Dataset {
  public:
@@ -37,7 +43,19 @@ class Dataset {
   // empty: the labels are the names.
   virtual std::vector<std::string> class_names() const { return {}; }
 
+  // tokens: a sample is sample_shape() ([T]) token ids in [0, num_classes()) and as many targets
+  // (a batch's labels are then [B, T]); get() and get_in_epoch() are not used.
+  virtual SampleKind sample_kind() const { return SampleKind::values; }
+  // Sample `index` as the loader draws it in `epoch`: sample_elements() ids to `tokens` and as many
+  // targets to `targets`. Thread-safe and a pure function of (index, epoch), as get_in_epoch.
+  virtual void get_tokens(std::int64_t /*index*/, std::int64_t /*epoch*/, std::int64_t* /*tokens*/,
+                          std::int64_t* /*targets*/) const {
+    throw Error(describe() + " holds values, not token windows");
+  }
+
   std::int64_t sample_elements() const { return shape_numel(sample_shape()); }
+  // Labels per sample: 1 (its class), or a target per token.
+  std::int64_t labels_per_sample() const { return sample_kind() == SampleKind::tokens ? sample_elements() : 1; }
 };
 
 }  // namespace trainlab

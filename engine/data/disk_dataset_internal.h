@@ -12,12 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/dataset_dir.h"
 #include "engine/data/disk_dataset.h"
 #include "engine/io/fileio.h"
 
 namespace trainlab::disk_format {
 
-constexpr const char* kManifest = "manifest.json";
+using dataset_dir::kManifest;
 constexpr const char* kDatasetFormat = "trainlab-image-dataset";
 // Version 2: the manifest carries its own CRC-32, and a record's CRC-32 covers its sample's index,
 // its label and its length as well as the image (a label changed in a header, or a shard swapped
@@ -28,7 +29,6 @@ constexpr const char* kDatasetFormat = "trainlab-image-dataset";
 constexpr int kFormatVersion = 3, kOldestVersion = 2;
 constexpr std::uint32_t kRecordMagic = 0x32524c54;  // "TLR2" little-endian
 constexpr std::size_t kRecordHeader = 16;
-constexpr std::uint64_t kMaxManifestBytes = 1ull << 30;
 constexpr std::uint32_t kMaxRecordBytes = 64u << 20;
 constexpr double kMaxPixelMap = 1e6;  // |scale| and |offset| of the value map
 

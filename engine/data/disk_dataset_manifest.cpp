@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "engine/data/dataset_dir.h"
 #include "engine/data/disk_dataset.h"
 #include "engine/data/disk_dataset_internal.h"
 #include "engine/io/fields.h"
@@ -24,18 +25,8 @@ namespace disk_format {
 
 namespace {
 
-// The manifest's own CRC-32: of its JSON with the crc32 key removed.
-std::uint32_t manifest_crc(json j) {
-  j.erase("crc32");
-  const std::string text = j.dump();
-  return crc32(text.data(), text.size());
-}
-
-std::uint32_t parse_crc(const std::string& text, const std::string& where) {
-  TL_CHECK(text.size() == 8 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
-           where + ": CRC-32 " + quote_value(text) + " is not 8 hex digits");
-  return static_cast<std::uint32_t>(std::stoul(text, nullptr, 16));
-}
+using dataset_dir::manifest_crc;
+using dataset_dir::parse_crc;
 
 void check_split(const ManifestDoc& doc, const std::string& name, const ManifestSplit& split, DiskLayout layout,
                  const std::string& where) {
@@ -134,37 +125,13 @@ DatasetFile parse_file(const std::string& path, std::uint64_t bytes, const std::
   return f;
 }
 
-std::string manifest_text(const ManifestDoc& doc) {
-  json manifest = fields::to_json(doc);
-  manifest["crc32"] = crc32_hex(manifest_crc(manifest));
-  return manifest.dump(1) + "\n";
-}
+std::string manifest_text(const ManifestDoc& doc) { return dataset_dir::manifest_text(fields::to_json(doc)); }
 
 Manifest load_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
-  std::error_code ec;
-  TL_CHECK(fs::is_directory(dir, ec), "data set " + quote_value(dir) + " is not a directory");
-  TL_CHECK(fs::exists(path, ec), "data set " + dir + " has no " + kManifest +
-                                     " (written last by trainlab make-dataset: an incomplete or foreign directory)");
-  const auto bytes = read_file(path, kMaxManifestBytes);
-  check_json_bounds(reinterpret_cast<const char*>(bytes.data()), bytes.size(), 16, kMaxManifestBytes, path);
-  json j;
-  try {
-    j = json::parse(bytes.begin(), bytes.end());
-  } catch (const json::exception& e) {
-    throw Error(path + " is not JSON: " + e.what());
-  }
-  // What it is, before what it says: another format, or a version this build does not read.
-  const auto format = j.is_object() ? j.find("format") : j.end();
-  TL_CHECK(j.is_object() && format != j.end() && *format == kDatasetFormat,
-           path + " is not a trainlab data set manifest (its format is " +
-               (j.is_object() && format != j.end() ? format->dump() : std::string("missing")) + ")");
-  const auto version = j.find("version");
-  TL_CHECK(
-      version != j.end() && version->is_number_integer() && *version >= kOldestVersion && *version <= kFormatVersion,
-      path + ": manifest version " + (version != j.end() ? version->dump() : std::string("missing")) +
-          " (this trainlab reads versions " + std::to_string(kOldestVersion) + " to " + std::to_string(kFormatVersion) +
-          "; write the data set again with trainlab make-dataset)");
+  const dataset_dir::ManifestRead read =
+      dataset_dir::read_manifest(dir, kDatasetFormat, kOldestVersion, kFormatVersion);
+  const json& j = read.json;
   Manifest m;
   try {
     m.doc = fields::from_json<ManifestDoc>(j);
@@ -172,9 +139,7 @@ Manifest load_manifest(const std::string& dir) {
     throw Error(path + ": " + e.what());
   }
   const ManifestDoc& doc = m.doc;
-  TL_CHECK(manifest_crc(j) == parse_crc(doc.crc32, path),
-           path + ": its CRC-32 is " + crc32_hex(manifest_crc(j)) + ", it says " + doc.crc32 +
-               " (edited or corrupted; write the data set again with trainlab make-dataset)");
+  dataset_dir::check_manifest_crc(j, doc.crc32, path);
   DatasetInfo& info = m.info;
   info.dir = dir;
   info.source = doc.source;
@@ -213,7 +178,7 @@ Manifest load_manifest(const std::string& dir) {
       if (e.index) add(parse_file(e.index->path, e.index->bytes, e.index->crc32, path));
     }
   }
-  info.files.push_back({kManifest, bytes.size(), crc32(bytes.data(), bytes.size())});
+  info.files.push_back(read.file);
   return m;
 }
 

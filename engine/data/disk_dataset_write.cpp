@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/dataset_dir.h"
 #include "engine/data/disk_dataset.h"
 #include "engine/data/disk_dataset_internal.h"
 #include "engine/io/fileio.h"
@@ -241,52 +242,6 @@ SplitSummary write_split(const Dataset& data, const std::string& name, const fs:
   return summary;
 }
 
-// After a replace: the old data set's own files (its manifest's list) are removed from `old`; what
-// else was in it (a user's files) moves into the new data set at `out` unless the new one has that
-// name, in which case `old` is kept with it. Returns `old` when kept, "" when it is gone.
-std::string retire_old_dataset(const fs::path& old, const fs::path& out, const DatasetInfo& info) {
-  std::error_code ec;
-  for (const auto& f : info.files) fs::remove(old / f.path, ec);
-  // Directories the data set made, emptied, deepest first.
-  std::vector<fs::path> dirs;
-  for (auto it = fs::recursive_directory_iterator(old, ec); it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_directory(ec) && !it->is_symlink(ec)) dirs.push_back(it->path());
-  std::sort(dirs.begin(), dirs.end(), [](const fs::path& a, const fs::path& b) { return a.native() > b.native(); });
-  for (const auto& d : dirs)
-    if (fs::is_empty(d, ec)) fs::remove(d, ec);
-  for (const auto& entry : fs::directory_iterator(old, ec)) {
-    const fs::path target = out / entry.path().filename();
-    if (!fs::exists(fs::symlink_status(target, ec))) fs::rename(entry.path(), target, ec);
-  }
-  if (fs::is_empty(old, ec)) {
-    fs::remove(old, ec);
-    return "";
-  }
-  return old.string();
-}
-
-// The file that marks a staging directory as make-dataset's own (removed just before the rename).
-const char* const kStagingMark = ".trainlab-staging";
-
-// What killed make-dataset runs left beside `name`: NAME.partial-PID (or -PID-N), marked as ours,
-// whose process is gone. Anything else that looks like it is left alone.
-void remove_stale_partials(const fs::path& parent, const std::string& name) {
-  std::error_code ec;
-  const std::string prefix = name + ".partial-";
-  for (const auto& entry : fs::directory_iterator(parent, ec)) {
-    const std::string entry_name = entry.path().filename().string();
-    if (entry_name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = entry_name.substr(prefix.size());
-    const std::string pid = rest.substr(0, rest.find('-'));
-    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (process_alive(std::stol(pid))) continue;  // a run in progress
-    std::error_code check;
-    if (!fs::is_directory(fs::symlink_status(entry.path(), check)) || !fs::exists(entry.path() / kStagingMark, check))
-      continue;  // not our staging
-    fs::remove_all(entry.path(), check);
-  }
-}
-
 // The source's image size, the stored one and the factor between them, from the training split's
 // samples and the options, checked.
 struct WriteGeometry {
@@ -320,56 +275,6 @@ WriteGeometry check_write_request(const Dataset& train, const Dataset* held_out,
   return {source, stored, factor};
 }
 
-// The data set's directory, absolute. The directory itself ("new/" and "." name it too: without the
-// trailing separator, its staging would have been made inside it).
-fs::path dataset_directory(const DatasetWriteOptions& o) {
-  fs::path out = fs::absolute(o.out).lexically_normal();
-  while (out.filename().empty() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();
-  TL_CHECK(out != out.root_path(), "make-dataset: --out " + quote_value(o.out) + " is the root directory");
-  return out;
-}
-
-// Never replace what is not ours: `out` must not exist, be an empty directory, or (with
-// overwrite) hold a data set an earlier make-dataset wrote, which is returned (nullopt: none).
-std::optional<DatasetInfo> check_replaceable(const fs::path& out, bool overwrite) {
-  std::error_code ec;
-  const auto status = fs::symlink_status(out, ec);
-  // With --overwrite, what is replaced is exactly the files a valid manifest lists (its own CRC-32
-  // holds): a one-line manifest beside a user's photos is not a data set, and a user's own file
-  // inside a real data set is kept.
-  std::optional<DatasetInfo> existing;
-  if (fs::exists(status)) {
-    TL_CHECK(fs::is_directory(status), "make-dataset: --out " + out.string() + " exists and is not a directory");
-    if (!fs::is_empty(out)) {
-      std::string why;
-      try {
-        existing = read_dataset_info(out.string());
-      } catch (const Error& e) {
-        why = e.what();
-      }
-      TL_CHECK(existing.has_value(), "make-dataset: --out " + out.string() +
-                                         " is a directory with files that are not a trainlab data set (" + why +
-                                         "); choose a new or empty directory");
-      TL_CHECK(overwrite,
-               "make-dataset: --out " + out.string() + " already holds a data set; pass --overwrite to replace it");
-    }
-  }
-  return existing;
-}
-
-// Our own staging directory beside `out`, marked as ours; one that exists already is not (another
-// run's, or a stale one whose process had this number): it is left alone, and another name is taken.
-fs::path make_staging_directory(const fs::path& parent, const fs::path& out) {
-  std::error_code ec;
-  const std::string stem = out.filename().string() + ".partial-" + std::to_string(::getpid());
-  fs::path tmp = parent / stem;
-  for (int n = 1; fs::exists(fs::symlink_status(tmp, ec)); ++n) tmp = parent / (stem + "-" + std::to_string(n));
-  TL_CHECK(fs::create_directory(tmp, ec) && !ec,
-           "make-dataset: cannot create the staging directory " + tmp.string() + ": " + ec.message());
-  write_file_atomic((tmp / kStagingMark).string(), std::string("make-dataset staging\n"));
-  return tmp;
-}
-
 // What the manifest says of the whole data set; its splits (and the standardisation) come as they
 // are written.
 ManifestDoc manifest_head(const Dataset& train, const DatasetWriteOptions& o, const WriteGeometry& g,
@@ -390,61 +295,25 @@ ManifestDoc manifest_head(const Dataset& train, const DatasetWriteOptions& o, co
   return doc;
 }
 
-// The complete staging directory renamed to `out`: a data set there is moved aside and retired
-// (retire_old_dataset), an empty directory removed. Returns where the replaced data set's other
-// files were kept ("" : moved into `out`, or nothing replaced).
-std::string move_into_place(const fs::path& tmp, const fs::path& out, const std::optional<DatasetInfo>& existing) {
-  const fs::path parent = out.parent_path();
-  std::string kept;
-  if (existing) {
-    const fs::path old = parent / (out.filename().string() + ".old-" + std::to_string(::getpid()));
-    fs::rename(out, old);
-    fs::rename(tmp, out);
-    kept = retire_old_dataset(old, out, *existing);
-  } else {
-    if (fs::exists(out)) fs::remove(out);  // an empty directory
-    fs::rename(tmp, out);
-  }
-  fsync_directory(parent.string());
-  return kept;
-}
 }  // namespace
 
 DatasetWriteSummary write_image_dataset(const Dataset& train, const Dataset* held_out, const DatasetWriteOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   const WriteGeometry g = check_write_request(train, held_out, o);
-  const fs::path out = dataset_directory(o);
-  const std::optional<DatasetInfo> existing = check_replaceable(out, o.overwrite);
-  const fs::path parent = out.parent_path();
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  TL_CHECK(!ec, "make-dataset: --out " + out.string() + ": cannot create " + parent.string() + ": " + ec.message());
-  remove_stale_partials(parent, out.filename().string());
-  const fs::path tmp = make_staging_directory(parent, out);
+  dataset_dir::StagedWrite write(o.out, o.overwrite);
+  const fs::path& tmp = write.staging();
   DatasetWriteSummary summary;
-  try {
-    const PixelMap map = o.unit_values ? PixelMap{255, 0} : choose_pixel_map(train);
-    ManifestDoc doc = manifest_head(train, o, g, map);
-    ChannelStats stats;
-    summary.splits.push_back(write_split(train, "train", tmp, g.source, g.factor, map, o, doc.splits["train"],
-                                         o.normalize ? &stats : nullptr));
-    if (o.normalize) doc.normalize = stats.normalize();
-    if (held_out)
-      summary.splits.push_back(
-          write_split(*held_out, "held_out", tmp, g.source, g.factor, map, o, doc.splits["held_out"], nullptr));
-    const std::string manifest = manifest_text(doc);
-    // Everything on storage before the manifest that says it is complete.
-    const int dir_fd = ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    TL_CHECK(dir_fd >= 0 && ::syncfs(dir_fd) == 0, "make-dataset: cannot sync " + tmp.string());
-    ::close(dir_fd);
-    write_file_atomic((tmp / kManifest).string(), manifest);
-    fs::remove(tmp / kStagingMark, ec);
-    summary.kept = move_into_place(tmp, out, existing);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  summary.out = out.string();
+  const PixelMap map = o.unit_values ? PixelMap{255, 0} : choose_pixel_map(train);
+  ManifestDoc doc = manifest_head(train, o, g, map);
+  ChannelStats stats;
+  summary.splits.push_back(write_split(train, "train", tmp, g.source, g.factor, map, o, doc.splits["train"],
+                                       o.normalize ? &stats : nullptr));
+  if (o.normalize) doc.normalize = stats.normalize();
+  if (held_out)
+    summary.splits.push_back(
+        write_split(*held_out, "held_out", tmp, g.source, g.factor, map, o, doc.splits["held_out"], nullptr));
+  summary.kept = write.commit(manifest_text(doc));
+  summary.out = write.out().string();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

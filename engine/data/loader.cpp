@@ -65,12 +65,12 @@ DataLoader::PinnedBlock::~PinnedBlock() {
   if (pool != nullptr && data != nullptr) pool->release(data, bytes);
 }
 
-float* DataLoader::HostBatch::image_data() {
-  return pinned.data != nullptr ? static_cast<float*>(pinned.data) : images.data();
+void* DataLoader::HostBatch::input_data() {
+  if (pinned.data != nullptr) return pinned.data;
+  return values.empty() ? static_cast<void*>(tokens.data()) : static_cast<void*>(values.data());
 }
 std::int64_t* DataLoader::HostBatch::label_data() {
-  // Pinned: the labels follow the images in the same block (8-byte aligned: float count is even
-  // or padded, see produce()).
+  // Pinned: the labels follow the inputs in the same block (at an 8-byte boundary, see produce()).
   return pinned.data != nullptr
              ? reinterpret_cast<std::int64_t*>(static_cast<unsigned char*>(pinned.data) + label_offset)
              : labels.data();
@@ -83,6 +83,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderO
   sample_elements_ = dataset_->sample_elements();
   TL_CHECK(sample_elements_ >= 1,
            "DataLoader: " + dataset_->describe() + " has an empty sample shape " + shape_str(sample_shape_));
+  tokens_ = dataset_->sample_kind() == SampleKind::tokens;
+  input_dtype_ = tokens_ ? DType::i64 : DType::f32;
+  labels_per_sample_ = dataset_->labels_per_sample();
   TL_CHECK(options.batch_size >= 1, "DataLoader: batch_size must be >= 1, got " + std::to_string(options.batch_size));
   TL_CHECK(options.num_workers >= 0,
            "DataLoader: num_workers must be >= 0, got " + std::to_string(options.num_workers));
@@ -129,6 +132,10 @@ Shape DataLoader::batch_shape(std::int64_t count) const {
   return shape;
 }
 
+Shape DataLoader::label_shape(std::int64_t count) const {
+  return tokens_ ? Shape{count, sample_elements_} : Shape{count};
+}
+
 std::shared_ptr<const std::vector<std::int64_t>> DataLoader::permutation(std::int64_t epoch) const {
   std::lock_guard lock(perm_mutex_);
   auto it = permutations_.find(epoch);
@@ -155,6 +162,38 @@ std::vector<std::int64_t> DataLoader::batch_indices(std::int64_t epoch, std::int
   return {perm->begin() + begin, perm->begin() + end};
 }
 
+// The samples of `indices` into `batch`'s inputs and labels, each label checked against the classes
+// (a token's against the vocabulary).
+void DataLoader::produce_samples(const std::vector<std::int64_t>& indices, std::int64_t epoch, HostBatch& batch) const {
+  const std::int64_t classes = dataset_->num_classes();
+  std::int64_t* labels = batch.label_data();
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    const auto row = static_cast<std::int64_t>(i);
+    std::int64_t* sample_labels = labels + row * labels_per_sample_;
+    if (tokens_) {
+      std::int64_t* tokens = static_cast<std::int64_t*>(batch.input_data()) + row * sample_elements_;
+      dataset_->get_tokens(indices[i], epoch, tokens, sample_labels);
+      for (std::int64_t t = 0; t < sample_elements_; ++t) {
+        TL_CHECK(tokens[t] >= 0 && tokens[t] < classes,
+                 dataset_->describe() + ": sample " + std::to_string(indices[i]) + " has token " +
+                     std::to_string(tokens[t]) + " at " + std::to_string(t) + ", outside the vocabulary [0, " +
+                     std::to_string(classes) + ")");
+      }
+    } else {
+      double checksum = 0;
+      float* values = static_cast<float*>(batch.input_data()) + row * sample_elements_;
+      sample_labels[0] = dataset_->get_in_epoch(indices[i], epoch, values, &checksum);
+      batch.checksum += checksum;
+    }
+    for (std::int64_t j = 0; j < labels_per_sample_; ++j) {
+      TL_CHECK(sample_labels[j] >= 0 && sample_labels[j] < classes,
+               dataset_->describe() + ": sample " + std::to_string(indices[i]) + " has label " +
+                   std::to_string(sample_labels[j]) + (tokens_ ? " at " + std::to_string(j) : std::string()) +
+                   ", outside [0, " + std::to_string(classes) + ")");
+    }
+  }
+}
+
 DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
   TL_PROFILE_SCOPE("loader.produce_batch");
   HostBatch batch;
@@ -162,30 +201,24 @@ DataLoader::HostBatch DataLoader::produce(std::int64_t global) const {
     const std::int64_t epoch = global / batches_per_epoch_;
     const auto indices = batch_indices(epoch, global % batches_per_epoch_);
     batch.count = static_cast<std::int64_t>(indices.size());
-    const std::size_t image_elements = indices.size() * static_cast<std::size_t>(sample_elements_);
+    const std::size_t input_elements = indices.size() * static_cast<std::size_t>(sample_elements_);
+    const std::size_t label_elements = indices.size() * static_cast<std::size_t>(labels_per_sample_);
     if (pinned_pool_) {
-      // Written straight into page-locked memory: the images, then the labels at an 8-byte boundary.
-      batch.label_offset = (image_elements * sizeof(float) + 7) / 8 * 8;
-      const std::size_t bytes = batch.label_offset + indices.size() * sizeof(std::int64_t);
+      // Written straight into page-locked memory: the inputs, then the labels at an 8-byte boundary.
+      batch.label_offset = (input_elements * dtype_size(input_dtype_) + 7) / 8 * 8;
+      const std::size_t bytes = batch.label_offset + label_elements * sizeof(std::int64_t);
       batch.pinned.data = pinned_pool_->acquire(bytes);
       batch.pinned.pool = pinned_pool_.get();
       batch.pinned.bytes = bytes;
     } else {
-      batch.images.resize(image_elements);
-      batch.labels.resize(indices.size());
+      if (tokens_) {
+        batch.tokens.resize(input_elements);
+      } else {
+        batch.values.resize(input_elements);
+      }
+      batch.labels.resize(label_elements);
     }
-    float* images = batch.image_data();
-    std::int64_t* labels = batch.label_data();
-    const std::int64_t classes = dataset_->num_classes();
-    for (std::size_t i = 0; i < indices.size(); ++i) {
-      double checksum = 0;
-      labels[i] = dataset_->get_in_epoch(indices[i], epoch, images + static_cast<std::int64_t>(i) * sample_elements_,
-                                         &checksum);
-      TL_CHECK(labels[i] >= 0 && labels[i] < classes, dataset_->describe() + ": sample " + std::to_string(indices[i]) +
-                                                          " has label " + std::to_string(labels[i]) + ", outside [0, " +
-                                                          std::to_string(classes) + ")");
-      batch.checksum += checksum;
-    }
+    produce_samples(indices, epoch, batch);
   } catch (const std::exception& e) {
     batch.error = e.what();
   }
@@ -287,11 +320,11 @@ DataLoader::Upload DataLoader::start_upload(HostBatch& host, std::int64_t global
   Upload upload;
   upload.global = global;
   MemoryCategoryScope category(MemoryCategory::data);
-  upload.batch.images = Tensor::empty(batch_shape(host.count), DType::f32, backend_);
-  upload.batch.labels = Tensor::empty({host.count}, DType::i64, backend_);
+  upload.batch.inputs = Tensor::empty(batch_shape(host.count), input_dtype_, backend_);
+  upload.batch.labels = Tensor::empty(label_shape(host.count), DType::i64, backend_);
   upload.batch.decode_checksum = host.checksum;
   upload.tickets[0] =
-      uploads_->upload_async(upload.batch.images.raw_data(), host.image_data(), upload.batch.images.nbytes());
+      uploads_->upload_async(upload.batch.inputs.raw_data(), host.input_data(), upload.batch.inputs.nbytes());
   upload.tickets[1] =
       uploads_->upload_async(upload.batch.labels.raw_data(), host.label_data(), upload.batch.labels.nbytes());
   in_flight_.push_back(InFlight{std::move(host.pinned), {upload.tickets[0], upload.tickets[1]}});
@@ -306,9 +339,9 @@ void DataLoader::finish_upload(const Upload& upload) {
 void DataLoader::retire_uploads() {
   std::erase_if(in_flight_, [&](InFlight& f) {
     // Both polled every time: a finished ticket is retired by the poll.
-    const bool images = uploads_->upload_done(f.tickets[0]);
+    const bool inputs = uploads_->upload_done(f.tickets[0]);
     const bool labels = uploads_->upload_done(f.tickets[1]);
-    return images && labels;  // the block goes back to the pool with the InFlight
+    return inputs && labels;  // the block goes back to the pool with the InFlight
   });
 }
 
@@ -339,8 +372,8 @@ Batch DataLoader::next() {
   } else {
     HostBatch host = take(global);
     MemoryCategoryScope category(MemoryCategory::data);
-    batch.images = Tensor::from_host(host.images.data(), batch_shape(host.count), DType::f32, backend_);
-    batch.labels = Tensor::from_host(host.labels.data(), {host.count}, DType::i64, backend_);
+    batch.inputs = Tensor::from_host(host.input_data(), batch_shape(host.count), input_dtype_, backend_);
+    batch.labels = Tensor::from_host(host.labels.data(), label_shape(host.count), DType::i64, backend_);
     batch.decode_checksum = host.checksum;
   }
   batch.epoch = position_.epoch;

@@ -45,8 +45,8 @@ struct DataLoaderOptions {
 };
 
 struct Batch {
-  Tensor images;  // [B, sample shape...] f32
-  Tensor labels;  // [B] i64
+  Tensor inputs;  // [B, sample shape...]: f32 values (images), or i64 token ids [B, T]
+  Tensor labels;  // i64: [B] classes, or [B, T] the next token at every position
   std::int64_t epoch = 0;
   std::int64_t index = 0;  // batch index within the epoch
   double decode_checksum = 0;
@@ -95,13 +95,14 @@ class DataLoader {
   };
   struct HostBatch {
     std::int64_t count = 0;
-    std::vector<float> images;  // pageable, without pin_memory
+    std::vector<float> values;         // pageable, without pin_memory: f32 samples
+    std::vector<std::int64_t> tokens;  // pageable, without pin_memory: token samples
     std::vector<std::int64_t> labels;
-    PinnedBlock pinned;            // pin_memory: the images, then the labels
+    PinnedBlock pinned;            // pin_memory: the inputs, then the labels
     std::size_t label_offset = 0;  // bytes into `pinned` where the labels start
     double checksum = 0;
     std::string error;  // a worker's failure, rethrown on the consuming thread
-    float* image_data();
+    void* input_data();
     std::int64_t* label_data();
   };
   // A batch whose copy to the device has been started (pin_memory).
@@ -111,6 +112,8 @@ class DataLoader {
     std::uint64_t tickets[2] = {0, 0};
   };
   Shape batch_shape(std::int64_t count) const;  // [count, sample shape...]
+  Shape label_shape(std::int64_t count) const;  // [count], or [count, T] for tokens
+  void produce_samples(const std::vector<std::int64_t>& indices, std::int64_t epoch, HostBatch& batch) const;
   // A global batch number g = epoch * batches_per_epoch + index orders all work.
   HostBatch produce(std::int64_t global) const;
   HostBatch take(std::int64_t global);  // produced here, or waited for from the workers
@@ -126,6 +129,9 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   Shape sample_shape_;  // the dataset's, read once
   std::int64_t sample_elements_ = 0;
+  bool tokens_ = false;             // SampleKind::tokens: i64 inputs, a label per token
+  DType input_dtype_ = DType::f32;  // f32 values, i64 tokens
+  std::int64_t labels_per_sample_ = 1;
   DataLoaderOptions options_;
   Backend& backend_;
   PinnedUploads* uploads_ = nullptr;         // pin_memory: the backend's pinned uploads

@@ -162,10 +162,16 @@ std::shared_ptr<Module> build_model(const ModelDef& model, const InitOptions& in
   return model.make(init, input, options);
 }
 
+ModelInput default_input_for(const ModelDef& model, const ModelOptions& options) {
+  ModelInput input = model.default_input;
+  if (model.context) input.sample = {model.context(options)};
+  return input;
+}
+
 std::int64_t model_parameter_count(const ModelDef& model, const ModelOptions& options) {
   Generator generator(0);
   InitOptions init{&generator, DType::f32, &get_backend("reference")};
-  return build_model(model, init, model.default_input, options)->num_parameters();
+  return build_model(model, init, default_input_for(model, options), options)->num_parameters();
 }
 
 }  // namespace trainlab

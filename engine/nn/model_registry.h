@@ -22,7 +22,8 @@
 
 namespace trainlab {
 
-// What a model is built for: one sample's shape ([C, H, W] for images) and the class count.
+// What a model is built for: one sample's shape ([C, H, W] for images, [T] for a window of token
+// ids) and the class count (a token model's: its vocabulary).
 struct ModelInput {
   Shape sample;
   std::int64_t classes = 0;
@@ -46,7 +47,10 @@ struct ModelDef {
   std::string title;  // in logs and checkpoints: "SmallCNN"
   std::string description;
   std::vector<ModelKey> keys;
-  ModelInput default_input;  // SyntheticImages': 3x32x32, 10 classes
+  ModelInput default_input;  // SyntheticImages': 3x32x32, 10 classes; a token model's: [T], its vocabulary
+  // A token model (it takes windows of token ids, SampleKind::tokens): the window length its data
+  // are cut into for these options (its block_size). Null: an image model (values).
+  std::function<std::int64_t(const ModelOptions& options)> context;
   // Throws Error naming the value and what is allowed when the model cannot be built for `input`
   // with `options` (an input too small, a key's value out of range).
   std::function<void(const ModelInput& input, const ModelOptions& options)> check;
@@ -90,6 +94,9 @@ std::string model_option_choice(const ModelDef& model, const ModelOptions& optio
 // check, then make: the model for `input`, errors prefixed by the model's name.
 std::shared_ptr<Module> build_model(const ModelDef& model, const InitOptions& init, const ModelInput& input,
                                     const ModelOptions& options);
+// The model's default input for these options: default_input, a token model's window at its
+// context (block_size=128 makes it [128]).
+ModelInput default_input_for(const ModelDef& model, const ModelOptions& options);
 // Parameters of the model built for its default input (on the reference backend; for listings).
 std::int64_t model_parameter_count(const ModelDef& model, const ModelOptions& options = {});
 

@@ -42,6 +42,11 @@ struct OptimizerConfig {
   double lr = 0.01;
   double momentum = 0.9;
   double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999;  // AdamW's
+  // Gradient clipping: each step's gradients scaled so that their global norm (over every
+  // parameter; under data parallelism after the average, over all the shards) is at most this
+  // (PyTorch's clip_grad_norm_). 0: off.
+  double grad_clip = 0.0;
   ScheduleKind schedule = ScheduleKind::constant;
   std::int64_t warmup_steps = 0;  // for warmup_cosine
   double min_lr = 0.0;            // for warmup_cosine

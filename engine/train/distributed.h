@@ -50,6 +50,9 @@ class DataParallel {
   virtual void barrier() = 0;
   // The largest value over the ranks (the slowest rank's time).
   virtual double max_over_ranks(double value) = 0;
+  // The sum over the ranks, added in rank order (every rank gets the same bits): a global
+  // gradient norm's squares from the shards of sharded optimiser state.
+  virtual double sum_over_ranks(double value) = 0;
   // Every rank's value, in rank order (a collective: every rank calls it).
   virtual std::vector<std::int64_t> gather(std::int64_t value) = 0;
   virtual std::string describe() const = 0;  // "DDP over mpi, 2 ranks, native all-reduce, 2 buckets (1.0 MiB, ...)"

@@ -137,7 +137,7 @@ void validate_checkpoint(const Checkpoint& checkpoint, const std::string& dir) {
     const bool fused = config.execution.fuse;
     const ModelOptions options = config.model.options;
     std::optional<ModelInput> input = def->input_of ? def->input_of(checkpoint.model, options) : std::nullopt;
-    const ModelInput built_for = input.value_or(def->default_input);
+    const ModelInput built_for = input.value_or(default_input_for(*def, config.model.options));
     task.make_model = [def, fused, options, built_for](const InitOptions& init) {
       std::shared_ptr<Module> m = build_model(*def, init, built_for, options);
       m->set_fused(fused);

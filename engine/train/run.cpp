@@ -15,6 +15,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, const NamedT
   AdamWOptions options;
   options.lr = o.lr;
   options.weight_decay = o.weight_decay;
+  options.beta1 = o.beta1;
+  options.beta2 = o.beta2;
   return std::make_unique<AdamW>(parameters, options);
 }
 
@@ -79,6 +81,7 @@ RunParts make_run(const TrainConfig& config, const TrainTask& task, Generator& g
   step.accumulate = x.accumulate;
   step.cuda_graph = x.cuda_graph;
   step.eager_steps_before_capture = eager_steps_before_capture;
+  step.grad_clip = config.optimizer.grad_clip;
   if (task.train_data != nullptr) step.num_classes = task.train_data->num_classes();
   run.runner = std::make_unique<StepRunner>(backend, *run.model, *run.optimizer, step, run.scaler.get(), parallel);
   return run;

@@ -168,22 +168,26 @@ Timer& StepRunner::timer(const char* phase) {
 
 DType StepRunner::autocast_dtype() const { return param_dtype_ != options_.dtype ? options_.dtype : DType::f32; }
 
-Tensor StepRunner::model_forward(const Tensor& images) {
+Tensor StepRunner::model_forward(const Tensor& inputs) {
+  // Token ids go in as they are: no layout, no cast.
+  if (inputs.dtype() == DType::i64) return model_.forward(inputs);
   // The reorder to channels_last is real work, done (and timed) inside the forward phase, by the
   // model where it can do without (Module::forward_in).
-  if (param_dtype_ != DType::f32) return model_.forward(images.contiguous(options_.layout).to(param_dtype_));
-  return model_.forward_in(images, options_.layout);
+  if (param_dtype_ != DType::f32) return model_.forward(inputs.contiguous(options_.layout).to(param_dtype_));
+  return model_.forward_in(inputs, options_.layout);
 }
 
-Tensor StepRunner::forward(const Tensor& images) {
+Tensor StepRunner::forward(const Tensor& inputs) {
   MemoryCategoryScope category(MemoryCategory::activations);
   AutocastGuard autocast(autocast_dtype(), &optimizer_);
-  return model_forward(images);
+  return model_forward(inputs);
 }
 
-Tensor StepRunner::forward_loss(const Tensor& images, const Tensor& labels) {
+Tensor StepRunner::forward_loss(const Tensor& inputs, const Tensor& labels) {
   AutocastGuard autocast(autocast_dtype(), &optimizer_);  // cross_entropy runs in f32 under it
-  const Tensor loss = cross_entropy(model_forward(images), labels);
+  // A token batch's targets [B, T] against the logits of every position [B * T, vocab].
+  const Tensor targets = labels.dim() > 1 ? labels.reshape({-1}) : labels;
+  const Tensor loss = cross_entropy(model_forward(inputs), targets);
   // Micro-steps: each loss is scaled by 1/K, so the accumulated gradient is the step's mean.
   return options_.accumulate > 1 ? loss * (1.0 / static_cast<double>(options_.accumulate)) : loss;
 }
@@ -200,7 +204,7 @@ void StepRunner::stage_for_graph(const Batch& batch) {
                    " is outside [0, " + std::to_string(options_.num_classes) + ")");
     }
   }
-  graph_->inputs()[0].copy_(batch.images);
+  graph_->inputs()[0].copy_(batch.inputs);
   graph_->inputs()[1].copy_(batch.labels);
 }
 
@@ -259,7 +263,7 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
     if (replay && !graph_) {
       PhaseTimer t(backend_, timer("graph_capture"), "graph_capture", capture_s);
       graph_ = std::make_unique<StepGraph>(
-          backend_, std::vector<Tensor>{batch.images, batch.labels},
+          backend_, std::vector<Tensor>{batch.inputs, batch.labels},
           [this](const std::vector<Tensor>& in) { return forward_loss(in[0], in[1]); }, model_.named_parameters());
       stage_for_graph(batch);  // the same batch: its labels checked like every later one
     }
@@ -280,7 +284,7 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
       PhaseTimer t(backend_, timer("forward"), "forward", phases.forward_s);
       MemoryPhaseScope phase(MemoryPhase::forward);
       MemoryCategoryScope category(MemoryCategory::activations);
-      loss = forward_loss(batch.images, batch.labels);
+      loss = forward_loss(batch.inputs, batch.labels);
     }
     note_forward_end(backend_.device_type());
     const bool sync = micro + 1 == options_.accumulate;
@@ -307,6 +311,7 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
     PhaseTimer t(backend_, timer("optimizer"), "optimizer", phases.optimizer_s);
     MemoryPhaseScope phase(MemoryPhase::optimizer);
     MemoryCategoryScope category(MemoryCategory::workspaces);  // the optimiser's state and copies say so
+    if (options_.grad_clip > 0) result.grad_norm = clip_gradients();
     if (options_.check_finite && !std::isfinite(loss_sum)) {
       result.nonfinite = "the loss (" + std::to_string(loss_sum) + ")";
     } else if (options_.check_finite && !scaler_) {
@@ -331,6 +336,72 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
   return result;
 }
 
+namespace {
+
+// One element of `dtype` at `at` (host memory) as a double.
+double host_scalar(DType dtype, const unsigned char* at) {
+  if (dtype == DType::f64) {
+    double value = 0;
+    std::memcpy(&value, at, sizeof value);
+    return value;
+  }
+  if (dtype == DType::f32) {
+    float f = 0;
+    std::memcpy(&f, at, sizeof f);
+    return f;
+  }
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, at, sizeof bits);
+  return dtype == DType::bf16 ? bf16_bits_to_f32(bits) : f16_bits_to_f32(bits);
+}
+
+// `t` holds at least n elements of `dtype` on `backend` (reallocated when not).
+void ensure_buffer(Tensor& t, std::int64_t n, DType dtype, Backend& backend) {
+  if (!t.defined() || t.numel() < n || t.dtype() != dtype || &t.backend() != &backend)
+    t = Tensor::zeros({n}, dtype, backend);
+}
+
+}  // namespace
+
+double StepRunner::clip_gradients() {
+  TL_PROFILE_SCOPE("step.clip_gradients");
+  NoGradGuard no_grad;
+  const NamedTensors params = optimizer_.params();
+  std::vector<std::size_t> present;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor grad = params[i].second.grad();
+    if (!grad.defined()) continue;
+    Backend& backend = grad.backend();
+    ensure_buffer(clip_sums_, static_cast<std::int64_t>(params.size()), grad.dtype(), backend);
+    ensure_buffer(clip_scratch_, grad.numel(), grad.dtype(), backend);
+    // The squares, then their sum: dense gradients (contiguous or channels_last), every element once.
+    backend.binary(BinaryOp::mul, grad.dtype(), grad.raw_data(), grad.raw_data(), clip_scratch_.raw_data(),
+                   grad.numel());
+    backend.sum(grad.dtype(), clip_scratch_.raw_data(), grad.numel(),
+                static_cast<unsigned char*>(clip_sums_.raw_data()) + i * dtype_size(grad.dtype()));
+    present.push_back(i);
+  }
+  double squares = 0;
+  if (!present.empty()) {
+    std::vector<unsigned char> host(clip_sums_.nbytes());
+    clip_sums_.copy_to_host(host.data());
+    for (std::size_t i : present)
+      squares += host_scalar(clip_sums_.dtype(), host.data() + i * dtype_size(clip_sums_.dtype()));
+  }
+  // Sharded optimiser state: each rank holds its pieces of the gradient; the norm is over them all.
+  if (parallel_ != nullptr && parallel_->shards_optimizer_state()) squares = parallel_->sum_over_ranks(squares);
+  double norm = std::sqrt(squares);
+  if (scaler_) norm /= scaler_->scale_value();  // the gradients still carry the loss scale
+  if (!std::isfinite(norm) || norm <= options_.grad_clip) return norm;
+  // PyTorch's clip_grad_norm_: scaled by max_norm / (norm + 1e-6).
+  const double coefficient = options_.grad_clip / (norm + 1e-6);
+  for (std::size_t i : present) {
+    const Tensor grad = params[i].second.grad();
+    grad.backend().affine(grad.dtype(), grad.raw_data(), grad.raw_data(), grad.numel(), coefficient, 0.0);
+  }
+  return norm;
+}
+
 std::string StepRunner::first_nonfinite_gradient() {
   TL_PROFILE_SCOPE("step.check_finite");
   NoGradGuard no_grad;
@@ -339,10 +410,7 @@ std::string StepRunner::first_nonfinite_gradient() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor grad = params[i].second.grad();
     if (!grad.defined()) continue;
-    if (!gradient_sums_.defined() || gradient_sums_.numel() < static_cast<std::int64_t>(params.size()) ||
-        gradient_sums_.dtype() != grad.dtype() || &gradient_sums_.backend() != &grad.backend()) {
-      gradient_sums_ = Tensor::zeros({static_cast<std::int64_t>(params.size())}, grad.dtype(), grad.backend());
-    }
+    ensure_buffer(gradient_sums_, static_cast<std::int64_t>(params.size()), grad.dtype(), grad.backend());
     // A NaN or an infinity anywhere makes the sum non-finite (as does a finite overflow, which is
     // divergence too). The gradient is dense (contiguous or channels_last): every element once.
     grad.backend().sum(grad.dtype(), grad.raw_data(), grad.numel(),
@@ -355,20 +423,7 @@ std::string StepRunner::first_nonfinite_gradient() {
   gradient_sums_.copy_to_host(host.data());
   const DType dtype = gradient_sums_.dtype();
   for (std::size_t i : checked) {
-    const unsigned char* at = host.data() + i * dtype_size(dtype);
-    double value = 0;
-    if (dtype == DType::f64) {
-      std::memcpy(&value, at, sizeof value);
-    } else if (dtype == DType::f32) {
-      float f = 0;
-      std::memcpy(&f, at, sizeof f);
-      value = f;
-    } else {
-      std::uint16_t bits = 0;
-      std::memcpy(&bits, at, sizeof bits);
-      value = dtype == DType::bf16 ? bf16_bits_to_f32(bits) : f16_bits_to_f32(bits);
-    }
-    if (!std::isfinite(value)) return params[i].first;
+    if (!std::isfinite(host_scalar(dtype, host.data() + i * dtype_size(dtype)))) return params[i].first;
   }
   return "";
 }
@@ -378,7 +433,7 @@ StepResult StepRunner::infer(const Batch& batch) {
   {
     PhaseTimer t(backend_, timer("forward"), "forward", result.phases.forward_s);
     NoGradGuard no_grad;
-    forward(batch.images);
+    forward(batch.inputs);
   }
   result.seconds = result.phases.forward_s;
   return result;

@@ -51,6 +51,9 @@ struct StepOptions {
   // Without a loss scaler, every step checks its loss and gradients for NaN and inf before the
   // update (one sum per gradient, read back together) and does not apply a non-finite update.
   bool check_finite = true;
+  // Clip the gradients' global norm to this before the update (0: off); StepResult::grad_norm
+  // says the norm before clipping.
+  double grad_clip = 0;
 };
 
 // What the backend runs for each op of a step, asked before the first one (the planner, ggml's
@@ -93,6 +96,7 @@ struct StepResult {
   // update is then not applied, whatever the policy (the trainer stops or counts the skip).
   std::string nonfinite;
   bool replayed = false;  // forward and backward ran from captured graphs
+  double grad_norm = -1;  // with grad_clip: the gradients' global norm before clipping (-1: not computed)
 };
 
 class StepRunner {
@@ -107,9 +111,9 @@ class StepRunner {
 
   // One optimiser step on `accumulate` batches from `next_batch` (its time is the data wait).
   StepResult step(const std::function<Batch()>& next_batch);
-  // The model's output for `images` in the run's layout and autocast, recorded for autograd
+  // The model's output for `inputs` (images in the run's layout, or token ids) under autocast, recorded for autograd
   // unless grad mode is off (evaluation and inference turn it off).
-  Tensor forward(const Tensor& images);
+  Tensor forward(const Tensor& inputs);
   // Inference: one timed forward without gradients (its time in phases.forward_s).
   StepResult infer(const Batch& batch);
 
@@ -121,11 +125,15 @@ class StepRunner {
 
  private:
   DType autocast_dtype() const;                // the compute dtype under mixed precision, else f32 (off)
-  Tensor model_forward(const Tensor& images);  // layout, input dtype, the model; inside an autocast scope
-  Tensor forward_loss(const Tensor& images, const Tensor& labels);
+  Tensor model_forward(const Tensor& inputs);  // layout, input dtype, the model; inside an autocast scope
+  Tensor forward_loss(const Tensor& inputs, const Tensor& labels);
   void stage_for_graph(const Batch& batch);
   Timer& timer(const char* phase);         // one per phase name, made by the backend, reused
   std::string first_nonfinite_gradient();  // "" when every gradient is finite
+  // The optimiser's gradients scaled so that their global norm is at most grad_clip; returns the
+  // norm before (of the unscaled gradients under f16's loss scale; over the shards with sharded
+  // optimiser state). A non-finite norm leaves them as they are.
+  double clip_gradients();
 
   Backend& backend_;
   Module& model_;
@@ -137,7 +145,8 @@ class StepRunner {
   StepPlan plan_;
   std::unique_ptr<StepGraph> graph_;
   std::map<std::string, std::unique_ptr<Timer>> timers_;
-  Tensor gradient_sums_;  // one element per parameter, for the finiteness check
+  Tensor gradient_sums_;             // one element per parameter, for the finiteness check
+  Tensor clip_sums_, clip_scratch_;  // per parameter its sum of squares (f64); a gradient's squares
   std::int64_t steps_ = 0;
 };
 

@@ -2,6 +2,8 @@
 
 #include "engine/data/disk_dataset.h"
 #include "engine/data/synthetic_images.h"
+#include "engine/data/token_dataset.h"
+#include "engine/data/token_windows.h"
 
 namespace trainlab {
 
@@ -29,11 +31,46 @@ void check_model_input(const TrainConfig& config, const ModelInput& input, const
   }
 }
 
+// A token model (ModelDef::context) on SyntheticTokens, or on a token data set on disk (make-dataset
+// --from text:), cut into windows of the model's context.
+TrainTask token_task(const TrainConfig& config, const ModelDef& def) {
+  check_model_keys(def, config.model.options);
+  const std::int64_t context = def.context(config.model.options);
+  TrainTask task;
+  task.model_name = def.title;
+  if (config.data.dir.empty()) {
+    const ModelInput input{{context}, def.default_input.classes};
+    check_model_input(config, input, "SyntheticTokens");
+    task.make_model = registered_factory(config, input);
+    task.train_data = synthetic_tokens(config.seed, Split::train, config.data.train_samples, context, input.classes);
+    task.held_out_data =
+        synthetic_tokens(config.seed, Split::held_out, config.data.eval_samples, context, input.classes);
+    return task;
+  }
+  TL_CHECK(is_token_dataset(config.data.dir),
+           "model '" + def.name + "' trains on token windows; data set " + config.data.dir +
+               " is not a token data set (write one with trainlab make-dataset --from text:FILE|DIR)");
+  TL_CHECK(config.data.augment == Augment::none, "--augment " + std::string(augment_name(config.data.augment)) +
+                                                     " is for images; model '" + def.name + "' takes token windows");
+  const TokenDatasetInfo info = read_token_dataset_info(config.data.dir);
+  auto train = open_token_dataset(config.data.dir, Split::train, context, config.seed, config.data.train_samples);
+  const ModelInput input{train->sample_shape(), info.vocab()};
+  check_model_input(config, input, train->describe());
+  task.make_model = registered_factory(config, input);
+  task.train_data = train;
+  if (info.split_tokens.count("held_out") == 1)
+    task.held_out_data =
+        open_token_dataset(config.data.dir, Split::held_out, context, config.seed, config.data.eval_samples);
+  return task;
+}
+
 }  // namespace
 
 TrainTask model_task(const TrainConfig& config) {
+  const ModelDef& def = find_model(config.model.name);
+  if (def.context) return token_task(config, def);
   TrainTask task;
-  task.model_name = find_model(config.model.name).title;
+  task.model_name = def.title;
   if (config.data.dir.empty()) {
     const ModelInput input{{SyntheticImages::kChannels, SyntheticImages::kHeight, SyntheticImages::kWidth},
                            SyntheticImages::kClasses};
@@ -50,6 +87,8 @@ TrainTask model_task(const TrainConfig& config) {
   options.augment = config.data.augment;
   options.seed = config.seed;
   options.limit = config.data.train_samples;
+  TL_CHECK(!is_token_dataset(config.data.dir), "data set " + config.data.dir + " holds token windows; model '" +
+                                                   def.name + "' takes images (a token model: --model gpt)");
   auto train = open_image_dataset(config.data.dir, Split::train, options);
   const ModelInput input{train->sample_shape(), train->num_classes()};
   check_model_input(config, input, train->describe());

@@ -2,19 +2,23 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <ostream>
 
 #include "backends/device_selection.h"
 #include "backends/registry.h"
+#include "engine/data/token_windows.h"
 #include "engine/instrument/memory_usage.h"
 #include "engine/instrument/precision_audit.h"
 #include "engine/instrument/profiler.h"
 #include "engine/instrument/trace.h"
 #include "engine/io/safetensors.h"
+#include "engine/io/text.h"
 #include "engine/io/version.h"
 #include "engine/nn/model_registry.h"
+#include "engine/train/generate.h"
 #include "engine/train/trainer.h"
 
 namespace trainlab {
@@ -141,6 +145,46 @@ class TraceObserver final : public TrainObserver {
   Trainer& trainer_;
 };
 
+namespace {
+
+// A held-out evaluation in words: its accuracy, or for token data its loss per token, the
+// perplexity and the next-token accuracy.
+std::string eval_text(const EvalResult& eval, const Dataset& data) {
+  if (data.sample_kind() == SampleKind::tokens)
+    return fmt::format("held-out loss {:.4f} (perplexity {:.2f}), next-token accuracy {:.2f}% ({} windows)", eval.loss,
+                       std::exp(eval.loss), 100 * eval.accuracy, eval.samples);
+  return fmt::format("held-out accuracy {:.2f}% ({} samples), loss {:.4f}", 100 * eval.accuracy, eval.samples,
+                     eval.loss);
+}
+
+// Per second: samples (right-aligned in `width`), and for token data the tokens too.
+std::string rate_text(double samples_per_s, const Dataset& data, int width = 0) {
+  if (data.sample_kind() != SampleKind::tokens) return fmt::format("{:>{}.1f} samples/s", samples_per_s, width);
+  return fmt::format("{:>{}.1f} samples/s ({:.0f} tokens/s)", samples_per_s, width,
+                     samples_per_s * static_cast<double>(data.sample_elements()));
+}
+
+// A token model trained on text: 200 tokens sampled after a newline (or the vocabulary's first
+// symbol), seeded by the run's seed, as the run's last line of evidence; "" when not text.
+std::string text_sample(Trainer& trainer) {
+  const auto* windows = dynamic_cast<const TokenWindows*>(trainer.task().train_data.get());
+  if (windows == nullptr || windows->text() == nullptr) return "";
+  const TextCorpus& text = *windows->text();
+  const TrainConfig& c = trainer.config();
+  const bool newline = std::binary_search(text.symbols.begin(), text.symbols.end(), std::uint32_t{'\n'});
+  const std::vector<std::int32_t> prompt = newline ? text.encode("\n") : std::vector<std::int32_t>{0};
+  GenerateOptions o;
+  o.seed = c.seed;
+  o.context = windows->context();
+  const std::vector<std::int32_t> ids = generate_tokens(trainer.model(), prompt, windows->num_classes(), o);
+  std::string out;
+  for (std::int32_t id : ids) out += text.text_of(id);
+  return fmt::format("sample ({} tokens after {}, seed {}; trainlab generate --checkpoint DIR for more):\n{}\n",
+                     o.tokens, newline ? "a newline" : "token 0", c.seed, escape_invalid_utf8(out));
+}
+
+}  // namespace
+
 // The header, a progress line every log_every steps (and at the last), and the summary.
 class ProgressLogObserver final : public TrainObserver {
  public:
@@ -156,11 +200,13 @@ class ProgressLogObserver final : public TrainObserver {
     const double total = window_.total();
     const std::int64_t samples_per_step = c.batch * c.execution.accumulate;
     const GradScaler* scaler = trainer_.scaler();
-    log_ << fmt::format("step {:>6}/{}  loss {:.4f}  {:>8.1f} samples/s  data-wait {:>5.1f}%  lr {:.4g}{}\n",
-                        report.step, c.steps, r.loss,
-                        total > 0 ? static_cast<double>(window_steps_ * samples_per_step) / total : 0.0,
+    log_ << fmt::format("step {:>6}/{}  loss {:.4f}  {}  data-wait {:>5.1f}%  lr {:.4g}{}{}\n", report.step, c.steps,
+                        r.loss,
+                        rate_text(total > 0 ? static_cast<double>(window_steps_ * samples_per_step) / total : 0.0,
+                                  *trainer_.task().train_data, 8),
                         total > 0 ? 100.0 * window_.data_wait_s / total : 0.0, trainer_.optimizer().lr(),
-                        scaler ? fmt::format("  loss scale {:g}", scaler->scale_value()) : std::string());
+                        scaler ? fmt::format("  loss scale {:g}", scaler->scale_value()) : std::string(),
+                        r.grad_norm >= 0 ? fmt::format("  grad norm {:.3g}", r.grad_norm) : std::string());
     log_.flush();
     window_ = PhaseTimes{};
     window_steps_ = 0;
@@ -254,12 +300,12 @@ void ProgressLogObserver::summary(const TrainResult& result) {
   log_ << fmt::format("done: {} steps in {:.1f} s; final loss {:.4f}", run_steps_, result.wall_s,
                       result.losses.empty() ? NAN : result.losses.back());
   if (c.reporting.eval_at_end && trainer_.task().held_out_data != nullptr) {
-    log_ << fmt::format("; held-out accuracy {:.2f}% ({} samples)", 100 * result.final_eval.accuracy,
-                        result.final_eval.samples);
+    log_ << "; " << eval_text(result.final_eval, *trainer_.task().held_out_data);
   }
   log_ << "\n";
   if (c.reporting.eval_at_end && trainer_.task().held_out_data != nullptr && !result.final_eval.confusion.empty())
     log_ << held_out_by_class(result.final_eval, trainer_.task().held_out_data->class_names());
+  if (c.reporting.eval_at_end && run_steps_ > 0) log_ << text_sample(trainer_);
   if (const GradScaler* scaler = trainer_.scaler()) {
     log_ << fmt::format("loss scaling (f16): {} of {} steps skipped for non-finite gradients; scale now {:g}\n",
                         result.skipped_steps, run_steps_, scaler->scale_value());
@@ -274,10 +320,10 @@ void ProgressLogObserver::summary(const TrainResult& result) {
   if (result.measured_steps > 0) {
     const PhaseTimes& m = result.measured;
     log_ << fmt::format(
-        "throughput: {:.1f} samples/s over {} steps ({} warm-up steps excluded); data-wait {:.1f}%, forward "
+        "throughput: {} over {} steps ({} warm-up steps excluded); data-wait {:.1f}%, forward "
         "{:.1f}%, backward {:.1f}%, {}optimizer {:.1f}%\n",
-        result.samples_per_s, result.measured_steps, result.warmup_steps, 100 * m.data_wait_s / measured_total,
-        100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total,
+        rate_text(result.samples_per_s, *trainer_.task().train_data), result.measured_steps, result.warmup_steps,
+        100 * m.data_wait_s / measured_total, 100 * m.forward_s / measured_total, 100 * m.backward_s / measured_total,
         parallel != nullptr ? fmt::format("comm wait {:.1f}%, ", 100 * m.comm_s / measured_total) : std::string(),
         100 * m.optimizer_s / measured_total);
     if (parallel != nullptr) {
@@ -324,9 +370,7 @@ class EvaluationObserver final : public TrainObserver {
       return false;
     const EvalResult eval = trainer_.evaluate();
     result.evals.push_back(eval);
-    if (log_)
-      *log_ << fmt::format("eval step {}: held-out accuracy {:.2f}% ({} samples), loss {:.4f}\n", eval.step,
-                           100 * eval.accuracy, eval.samples, eval.loss);
+    if (log_) *log_ << fmt::format("eval step {}: {}\n", eval.step, eval_text(eval, *trainer_.task().held_out_data));
     if (callbacks_.on_eval) callbacks_.on_eval(eval);
     if (!callbacks_.stop_rule || !callbacks_.stop_rule.should_stop(result.evals)) return false;
     result.stopped_by = "stop rule";
@@ -369,7 +413,7 @@ class CheckpointObserver final : public TrainObserver {
 };
 
 // `record`: the initial parameters and buffers ("init.NAME"), every batch the steps take
-// ("images.K", "labels.K", in order), each optimiser step's loss and learning rate ("loss", "lr",
+// ("inputs.K", "labels.K", in order), each optimiser step's loss and learning rate ("loss", "lr",
 // f64), written at the end with what the replay needs to know in the metadata.
 class RecordObserver final : public TrainObserver {
  public:
@@ -385,7 +429,7 @@ class RecordObserver final : public TrainObserver {
       tensors_.emplace_back("init." + name, tensor.to(host).clone());
     trainer_.tap_batches([this, &host](const Batch& batch) {  // copied: the loader reuses its buffers
       const std::string k = std::to_string(batches_++);
-      tensors_.emplace_back("images." + k, batch.images.to(host).clone());
+      tensors_.emplace_back("inputs." + k, batch.inputs.to(host).clone());
       tensors_.emplace_back("labels." + k, batch.labels.to(host).clone());
     });
   }

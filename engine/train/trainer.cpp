@@ -9,11 +9,13 @@
 #include "backends/device_selection.h"
 #include "backends/registry.h"
 #include "engine/core/autograd.h"
+#include "engine/data/token_windows.h"
 #include "engine/instrument/profiler.h"
 #include "engine/instrument/trace.h"
 #include "engine/io/fileio.h"
 #include "engine/io/version.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/generate.h"
 #include "engine/train/resume.h"
 #include "engine/train/train_observers.h"
 
@@ -22,9 +24,9 @@ namespace trainlab {
 namespace {
 
 // Config keys that shape the trajectory: a resumed run must use the values it was trained with.
-const char* const kMustMatchOnResume[] = {"batch",         "lr",           "momentum", "weight_decay", "optimizer",
-                                          "schedule",      "warmup_steps", "min_lr",   "seed",         "dtype",
-                                          "train_samples", "accumulate",   "data",     "augment"};
+const char* const kMustMatchOnResume[] = {
+    "batch", "lr",    "momentum", "weight_decay", "optimizer",     "schedule",   "warmup_steps", "min_lr", "seed",
+    "dtype", "beta1", "beta2",    "grad_clip",    "train_samples", "accumulate", "data",         "augment"};
 
 // Keys each rank may set for itself (how it loads, logs, traces and waits); every other key shapes
 // the trajectory or the collectives, and must be the same on every rank.
@@ -77,6 +79,18 @@ void check_config_agrees(const TrainConfig& config, DataParallel& parallel) {
               ", workers, prefetch and the logging keys may differ)");
 }
 
+// The text vocabulary the task's token data decode with (null: not text).
+const TextCorpus* task_text(const TrainTask& task) {
+  const auto* windows = dynamic_cast<const TokenWindows*>(task.train_data.get());
+  return windows != nullptr ? windows->text() : nullptr;
+}
+
+// What --record keeps of one sample: its input (f32 values or i64 tokens) and its labels.
+std::uint64_t recorded_bytes_per_sample(const Dataset& data) {
+  const std::int64_t input = data.sample_kind() == SampleKind::tokens ? 8 : 4;
+  return static_cast<std::uint64_t>(data.sample_elements() * input + data.labels_per_sample() * 8);
+}
+
 }  // namespace
 
 StopRule accuracy_at_least(double target, int consecutive) {
@@ -115,7 +129,7 @@ Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parall
              "share of every batch (run it at world 1)");
     const std::int64_t steps = config_.stop_at > 0 ? config_.stop_at : config_.steps;
     check_host_memory(static_cast<std::uint64_t>(steps) * static_cast<std::uint64_t>(config_.batch) *
-                          static_cast<std::uint64_t>(task_.train_data->sample_elements() * 4 + 8),
+                          recorded_bytes_per_sample(*task_.train_data),
                       "--record of " + std::to_string(steps) + " steps", "it holds every batch: record fewer steps");
   }
   run_ = make_run(config_, task_, generator_, parallel_);
@@ -165,11 +179,38 @@ std::vector<double> EvalResult::per_class_accuracy() const {
   return by_class;
 }
 
+namespace {
+
+// Held-out samples [begin, begin + count) as tensors on `backend`: the inputs (f32 values, or token
+// ids) and a label per output row (a class, or the next token at every position).
+std::pair<Tensor, Tensor> held_out_batch(const Dataset& data, std::int64_t begin, std::int64_t count,
+                                         std::vector<std::int64_t>& labels, Backend& backend) {
+  const std::int64_t elements = data.sample_elements(), per_sample = data.labels_per_sample();
+  labels.resize(static_cast<std::size_t>(count * per_sample));
+  Shape shape{count};
+  for (std::int64_t d : data.sample_shape()) shape.push_back(d);
+  MemoryCategoryScope batch_category(MemoryCategory::data);
+  if (data.sample_kind() == SampleKind::tokens) {
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(count * elements));
+    for (std::int64_t i = 0; i < count; ++i)
+      data.get_tokens(begin + i, 0, tokens.data() + i * elements, labels.data() + i * per_sample);
+    return {Tensor::from_vector(tokens, shape, backend), Tensor::from_vector(labels, {count * per_sample}, backend)};
+  }
+  std::vector<float> values(static_cast<std::size_t>(count * elements));
+  for (std::int64_t i = 0; i < count; ++i)
+    labels[static_cast<std::size_t>(i)] = data.get(begin + i, values.data() + i * elements);
+  return {Tensor::from_host(values.data(), shape, DType::f32, backend), Tensor::from_vector(labels, {count}, backend)};
+}
+
+}  // namespace
+
+// Accuracy and mean loss over every output row: a sample's class, or for token data every
+// position's next token (the loss per token, whose exp is the perplexity).
 EvalResult Trainer::evaluate() {
   TL_PROFILE_SCOPE("evaluate");
   TL_CHECK(task_.held_out_data != nullptr, "evaluate: the task has no held-out data");
   const Dataset& data = *task_.held_out_data;
-  const std::int64_t elements = data.sample_elements(), classes = data.num_classes();
+  const std::int64_t classes = data.num_classes(), per_sample = data.labels_per_sample();
   NoGradGuard no_grad;
   MemoryPhaseScope phase(MemoryPhase::evaluation);
   MemoryCategoryScope category(MemoryCategory::activations);
@@ -177,35 +218,22 @@ EvalResult Trainer::evaluate() {
   EvalResult result;
   result.step = step_;
   result.classes = classes;
-  const bool confusion = classes <= EvalResult::kMaxConfusionClasses;
+  const bool confusion = data.sample_kind() == SampleKind::values && classes <= EvalResult::kMaxConfusionClasses;
   if (confusion) result.confusion.assign(static_cast<std::size_t>(classes * classes), 0);
   const std::int64_t n = data.size();
   double loss_sum = 0;
   std::int64_t correct = 0;
-  std::vector<float> images;
   std::vector<std::int64_t> labels;
   for (std::int64_t begin = 0; begin < n; begin += config_.data.eval_batch) {
-    const std::int64_t count = std::min(config_.data.eval_batch, n - begin);
-    images.resize(static_cast<std::size_t>(count * elements));
-    labels.resize(static_cast<std::size_t>(count));
-    for (std::int64_t i = 0; i < count; ++i) {
-      labels[static_cast<std::size_t>(i)] = data.get(begin + i, images.data() + i * elements);
-    }
-    Shape shape{count};
-    for (std::int64_t d : data.sample_shape()) shape.push_back(d);
-    Tensor x, y;
-    {
-      MemoryCategoryScope batch_category(MemoryCategory::data);
-      x = Tensor::from_host(images.data(), shape, DType::f32, *run_.backend);
-      y = Tensor::from_vector(labels, {count}, *run_.backend);
-    }
+    const std::int64_t count = std::min(config_.data.eval_batch, n - begin), rows = count * per_sample;
+    const auto [x, y] = held_out_batch(data, begin, count, labels, *run_.backend);
     const Tensor logits = run_.runner->forward(x);
-    TL_CHECK(logits.dim() == 2 && logits.size(0) == count && logits.size(1) == classes,
+    TL_CHECK(logits.dim() == 2 && logits.size(0) == rows && logits.size(1) == classes,
              "evaluate: the model's output " + shape_str(logits.shape()) + " does not match " + data.describe() +
-                 " (expected [" + std::to_string(count) + ", " + std::to_string(classes) + "])");
-    loss_sum += cross_entropy(logits.to(DType::f32), y).item() * static_cast<double>(count);
+                 " (expected [" + std::to_string(rows) + ", " + std::to_string(classes) + "])");
+    loss_sum += cross_entropy(logits.to(DType::f32), y).item() * static_cast<double>(rows);
     const auto values = logits.to(DType::f64).to_vector<double>();
-    for (std::int64_t i = 0; i < count; ++i) {
+    for (std::int64_t i = 0; i < rows; ++i) {
       const double* row = values.data() + i * classes;
       const auto predicted = std::max_element(row, row + classes) - row;
       const std::int64_t label = labels[static_cast<std::size_t>(i)];
@@ -215,8 +243,9 @@ EvalResult Trainer::evaluate() {
   }
   run_.model->train();
   result.samples = n;
-  result.accuracy = static_cast<double>(correct) / static_cast<double>(n);
-  result.loss = loss_sum / static_cast<double>(n);
+  const auto total_rows = static_cast<double>(n * per_sample);
+  result.accuracy = static_cast<double>(correct) / total_rows;
+  result.loss = loss_sum / total_rows;
   return result;
 }
 
@@ -242,8 +271,9 @@ TrainResult Trainer::train(std::ostream* log) {
     });
     run_.scheduler->step();
     ++step_;
-    const StepReport report{step_,     r.loss,     lr, r.phases, r.seconds, run_step >= config_.reporting.warmup,
-                            r.skipped, r.nonfinite};
+    const StepReport report{step_,     r.loss,      lr,
+                            r.phases,  r.seconds,   run_step >= config_.reporting.warmup,
+                            r.skipped, r.nonfinite, r.grad_norm};
     const bool stop = std::any_of(observers.begin(), observers.end(),
                                   [&](const auto& o) { return o->after_step(report, r, result); });
     if (stop) break;
@@ -332,6 +362,12 @@ void Trainer::save_local(const std::string& dir, const StateDict& optimizer_stat
   checkpoint.trainer.strings["engine_version"] = git_describe();
   checkpoint.trainer.strings["backend"] = run_.backend->name();
   checkpoint.trainer.strings["model"] = task_.model_name;
+  // Token data from text: the vocabulary, so that `trainlab generate` needs no data set.
+  if (const TextCorpus* text = task_text(task_)) {
+    const TextVocabularyRecord record = record_vocabulary(*text);
+    checkpoint.trainer.strings["vocabulary.kind"] = record.kind;
+    checkpoint.trainer.strings["vocabulary.symbols"] = record.symbols;
+  }
   if (run_.scaler) {
     const StateDict scaler = run_.scaler->state_dict();
     for (const auto& [key, value] : scaler.numbers) checkpoint.trainer.numbers["scaler." + key] = value;
@@ -355,6 +391,16 @@ void Trainer::resume(const std::string& dir) {
     const std::string& now = current.strings.at(name);
     TL_CHECK(saved == now, owner + " was trained with " + key + " " + saved + "; this run asks for " + now +
                                " (resume with the same value, or start a new run)");
+  }
+  if (const TextCorpus* text = task_text(task_);
+      text != nullptr && checkpoint.trainer.strings.count("vocabulary.kind")) {
+    const TextVocabularyRecord now = record_vocabulary(*text);
+    TL_CHECK(checkpoint.trainer.strings.at("vocabulary.kind") == now.kind &&
+                 checkpoint.trainer.strings.count("vocabulary.symbols") &&
+                 checkpoint.trainer.strings.at("vocabulary.symbols") == now.symbols,
+             owner + " was trained on another vocabulary than data set " + config_.data.dir + "'s (" +
+                 std::to_string(text->symbols.size()) + " " + now.kind +
+                 " symbols): its token ids would mean other characters (train on the data set it was trained on)");
   }
   const ResumedCounters counters = restore_run(checkpoint, owner, config_, run_, generator_, parallel_);
   const std::int64_t step = counters.step;

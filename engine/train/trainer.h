@@ -31,7 +31,8 @@ namespace trainlab {
 
 struct EvalResult {
   std::int64_t step = 0;
-  double accuracy = 0;  // fraction in [0, 1]
+  double accuracy = 0;  // fraction in [0, 1]; of token data: of every position's next token
+  // The mean cross entropy (token data: per token, in nats; its exp is the perplexity).
   double loss = 0;
   std::int64_t samples = 0;
   // Counts by true label (row) and prediction (column), classes x classes, row-major; kept for up to
@@ -53,6 +54,7 @@ struct StepReport {
   bool measured = false;  // past the warm-up (counted in the throughput)
   bool skipped = false;   // the update was not applied (f16's scaler, or a non-finite step skipped)
   std::string nonfinite;  // what was NaN or inf, when something was
+  double grad_norm = -1;  // with grad_clip: the gradients' global norm before clipping
 };
 
 // When to stop before the step cap: asked after every held-out evaluation, with all of them so far.

@@ -151,4 +151,71 @@ double GPT::flop_per_sample(bool forward_only) const {
   return per_token * t * (forward_only ? 1.0 : 3.0);
 }
 
+namespace {
+
+GPTConfig gpt_config_of(const ModelInput& input, const ModelOptions& options) {
+  const ModelDef def = gpt_model();
+  GPTConfig c;
+  c.n_layer = model_option_int(def, options, "n_layer", 1, 96);
+  c.n_head = model_option_int(def, options, "n_head", 1, 256);
+  c.n_embd = model_option_int(def, options, "n_embd", 1, 16384);
+  c.block_size = model_option_int(def, options, "block_size", 1, 65536);
+  c.dropout = model_option_number(def, options, "dropout", 0, 0.9);
+  c.vocab = input.classes;
+  return c;
+}
+
+void check_gpt_input(const ModelInput& input, const GPTConfig& c) {
+  TL_CHECK(input.sample.size() == 1,
+           "GPT takes windows of token ids [T], not samples of shape " + shape_str(input.sample));
+  TL_CHECK(input.sample[0] == c.block_size, "GPT with block_size " + std::to_string(c.block_size) +
+                                                " takes windows of " + std::to_string(c.block_size) + " tokens, not " +
+                                                std::to_string(input.sample[0]));
+  TL_CHECK(input.classes >= 2 && input.classes <= (std::int64_t{1} << 24),
+           "GPT needs a vocabulary of 2..16777216 tokens, not " + std::to_string(input.classes));
+}
+
+}  // namespace
+
+ModelDef gpt_model() {
+  ModelDef def;
+  def.name = "gpt";
+  def.title = "GPT";
+  def.description =
+      "a decoder-only transformer (nanoGPT's layout): token and position embeddings, n_layer pre-norm blocks of "
+      "causal self-attention and a GELU MLP, a final layer norm, the head tied to the token embedding; trains on "
+      "windows of block_size tokens";
+  def.keys = {{"n_layer", "4", "1..96", "transformer blocks"},
+              {"n_head", "4", "1..256", "attention heads (n_embd must divide by it)"},
+              {"n_embd", "128", "1..16384", "the residual stream's width"},
+              {"block_size", "64", "1..65536", "the context: the window of tokens each sample holds"},
+              {"dropout", "0", "0..0.9",
+               "dropout after the embeddings, on the attention probabilities and after "
+               "each residual branch"}};
+  def.default_input = ModelInput{{64}, 65};  // nanoGPT's shakespeare_char vocabulary size
+  def.context = [](const ModelOptions& options) {
+    return model_option_int(gpt_model(), options, "block_size", 1, 65536);
+  };
+  def.check = [](const ModelInput& input, const ModelOptions& options) {
+    const GPTConfig c = gpt_config_of(input, options);
+    check_gpt_config(c);
+    check_gpt_input(input, c);
+  };
+  def.make = [](const InitOptions& init, const ModelInput& input, const ModelOptions& options) {
+    return std::make_shared<GPT>(gpt_config_of(input, options), init);
+  };
+  // The vocabulary from the token embedding's rows, the context from the position embedding's.
+  def.input_of = [](const NamedTensors& tensors, const ModelOptions&) -> std::optional<ModelInput> {
+    const Tensor *wte = nullptr, *wpe = nullptr;
+    for (const auto& [name, t] : tensors) {
+      if (name == "transformer.wte.weight" && t.dim() == 2) wte = &t;
+      if (name == "transformer.wpe.weight" && t.dim() == 2) wpe = &t;
+    }
+    if (wte == nullptr || wpe == nullptr) return std::nullopt;
+    return ModelInput{{wpe->size(0)}, wte->size(0)};
+  };
+  def.torch_twin = "gpt";
+  return def;
+}
+
 }  // namespace trainlab

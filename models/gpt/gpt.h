@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/nn/model_registry.h"
 #include "engine/nn/module.h"
 
 namespace trainlab {
@@ -105,5 +106,9 @@ class GPT : public Module {
  private:
   GPTConfig config_;
 };
+
+// `--model gpt`: keys n_layer, n_head, n_embd, block_size, dropout; the data are windows of block_size
+// tokens (ModelDef::context), the classes its vocabulary.
+ModelDef gpt_model();
 
 }  // namespace trainlab

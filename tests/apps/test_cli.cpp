@@ -388,3 +388,53 @@ TEST_CASE("cli: throughput-budget, train --ledger, diagnose and inspect", "[cli]
   expect_bad_input("inspect " + (dir / "nothing").string(), {"nothing"});
   fs::remove_all(dir);
 }
+
+TEST_CASE("cli: make-dataset --from text:, train --model gpt, generate; bad text input in one line", "[cli]") {
+  const auto dir = fs::temp_directory_path() / ("trainlab-cli-text-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "corpus");
+  {
+    std::ofstream f(dir / "corpus" / "a.txt");
+    for (int i = 0; i < 300; ++i) f << "to be or not to be, that is the question " << i % 7 << "\n";
+  }
+  std::ofstream(dir / "latin1.txt", std::ios::binary) << "caf\xe9";
+  const std::string d = (dir / "set").string(), ck = (dir / "ck").string();
+  const Run made = run("make-dataset --from text:" + (dir / "corpus").string() + " --out " + d);
+  INFO("make-dataset: " << made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  CHECK(made.out.find("vocabulary chars of") != std::string::npos);
+  CHECK(run("verify-dataset " + d).exit_code == 0);
+  const Run trained = run("train --model gpt --model-options n_layer=1,n_embd=16,n_head=2,block_size=16 --data " + d +
+                          " --steps 4 --batch 4 --eval-samples 8 --log-every 2 --optimizer adamw --lr 0.003 "
+                          "--grad-clip 1 --save " +
+                          ck);
+  INFO("train: " << trained.out << trained.err);
+  REQUIRE(trained.exit_code == 0);
+  CHECK(trained.out.find("tokens/s") != std::string::npos);
+  CHECK(trained.out.find("perplexity") != std::string::npos);
+  CHECK(trained.out.find("sample (200 tokens after a newline, seed 0") != std::string::npos);
+  const Run sampled = run("generate --checkpoint " + ck + " --prompt 'to be' --tokens 20 --seed 3");
+  INFO("generate: " << sampled.out << sampled.err);
+  CHECK(sampled.exit_code == 0);
+  CHECK(sampled.out.rfind("to be", 0) == 0);
+  CHECK(run("generate --checkpoint " + ck + " --prompt 'to be' --tokens 20 --seed 3").out == sampled.out);
+  expect_bad_input("generate --checkpoint " + ck + " --prompt 'ZEBRA'", {"'Z' (U+005A) at character 0", "vocabulary"});
+  expect_bad_input("generate --checkpoint " + ck + " --temperature 0", {"--temperature"});
+  expect_bad_input("make-dataset --from text:" + (dir / "latin1.txt").string() + " --out " + d + "2",
+                   {"latin1.txt", "byte 3"});
+  expect_bad_input("make-dataset --from text:" + (dir / "nope").string() + " --out " + d + "2", {"nope"});
+  expect_bad_input("make-dataset --from text:" + (dir / "corpus").string() + " --out " + d + "2 --codec png",
+                   {"--codec is for image data sets"});
+  expect_bad_input(
+      "make-dataset --from text:" + (dir / "corpus").string() + " --out " + d + "2 --held-out-fraction 0.9",
+      {"--held-out-fraction"});
+  expect_bad_input("train --model gpt --model-options n_embd=30,n_head=4 --steps 2",
+                   {"n_embd 30 is not divisible by n_head 4"});
+  expect_bad_input("train --model gpt --model-options block_size=100000 --data " + d + " --steps 2", {"block_size"});
+  expect_bad_input("train --data " + d + " --steps 2", {"holds token windows; model 'smallcnn' takes images"});
+  // A checkpoint of an image model cannot generate.
+  const std::string image_ck = (dir / "image-ck").string();
+  REQUIRE(run("train " + kSmall + " --save " + image_ck).exit_code == 0);
+  expect_bad_input("generate --checkpoint " + image_ck, {"takes images", "token model"});
+  fs::remove_all(dir);
+}

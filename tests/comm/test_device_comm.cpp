@@ -151,6 +151,7 @@ class Counting final : public DataParallel {
   }
   void barrier() override { ddp_.barrier(); }
   double max_over_ranks(double value) override { return ddp_.max_over_ranks(value); }
+  double sum_over_ranks(double value) override { return ddp_.sum_over_ranks(value); }
   std::vector<std::int64_t> gather(std::int64_t value) override { return ddp_.gather(value); }
   std::string describe() const override { return ddp_.describe(); }
   std::string gradient_reduction() const override { return ddp_.gradient_reduction(); }

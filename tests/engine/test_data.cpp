@@ -75,7 +75,7 @@ TEST_CASE("DataLoader: batches are identical whatever the worker count", "[data]
     return batches;
   };
   const auto baseline = collect(0, 1, false);
-  CHECK(baseline[0].images.shape() == Shape{16, 3, 32, 32});
+  CHECK(baseline[0].inputs.shape() == Shape{16, 3, 32, 32});
   CHECK(baseline[4].epoch == 1);
   CHECK(baseline[4].index == 0);
   for (auto [workers, prefetch, persistent] :
@@ -83,7 +83,7 @@ TEST_CASE("DataLoader: batches are identical whatever the worker count", "[data]
     INFO("workers " << workers << " prefetch " << prefetch << " persistent " << persistent);
     const auto other = collect(workers, prefetch, persistent);
     for (std::size_t i = 0; i < baseline.size(); ++i) {
-      CHECK(bitwise_equal(baseline[i].images, other[i].images));
+      CHECK(bitwise_equal(baseline[i].inputs, other[i].inputs));
       CHECK(bitwise_equal(baseline[i].labels, other[i].labels));
       CHECK(baseline[i].decode_checksum == other[i].decode_checksum);
     }
@@ -117,7 +117,7 @@ TEST_CASE("DataLoader: each epoch is a fresh permutation of the whole dataset", 
   CHECK(r.batches_per_epoch() == 3);
   r.next();
   r.next();
-  CHECK(r.next().images.size(0) == 10);
+  CHECK(r.next().inputs.size(0) == 10);
   // Without shuffle, the order is the identity.
   DataLoaderOptions ordered = o;
   ordered.shuffle = false;
@@ -143,7 +143,7 @@ TEST_CASE("DataLoader: a restored position continues the same stream", "[data]")
   CHECK(resumed.position().epoch == 0);
   CHECK(resumed.position().next_batch == 4);
   for (int i = 4; i < 10; ++i)
-    CHECK(bitwise_equal(resumed.next().images, expected[static_cast<std::size_t>(i)].images));
+    CHECK(bitwise_equal(resumed.next().inputs, expected[static_cast<std::size_t>(i)].inputs));
 
   DataLoaderOptions other = o;
   other.batch_size = 16;
@@ -191,7 +191,7 @@ TEST_CASE("DataLoader: pin_memory delivers the same batches, copied late on a co
       for (std::size_t i = 0; i < expected.size(); ++i) {
         INFO("batch " << i);
         const Batch got = pinned.next();  // checked at once: it must be on the device when handed out
-        CHECK(bitwise_equal(got.images, expected[i].images));
+        CHECK(bitwise_equal(got.inputs, expected[i].inputs));
         CHECK(bitwise_equal(got.labels, expected[i].labels));
         CHECK(got.decode_checksum == expected[i].decode_checksum);
         CHECK(got.epoch == expected[i].epoch);

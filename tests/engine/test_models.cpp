@@ -88,7 +88,8 @@ TEST_CASE("models: the config keys model and model_options round-trip through te
   CHECK(config_field("model_options").get(c) == "hidden=64");
   CHECK(error_of([&] {
           apply_config_value(c, "model", "vgg", "--model");
-        }).find("--model: invalid value 'vgg' for model (allowed: smallcnn | mlp | resnet)") != std::string::npos);
+        }).find("--model: invalid value 'vgg' for model (allowed: smallcnn | mlp | resnet | gpt)") !=
+        std::string::npos);
 }
 
 TEST_CASE("models: a registered model trains, checkpoints and resumes by name", "[models]") {

@@ -212,10 +212,10 @@ TEST_CASE("training: --record holds the run: its initial state, every batch in o
   for (int k = 0; k < 5; ++k) {
     INFO("batch " << k);
     const Batch batch = fresh.loader().next();
-    CHECK(bitwise_equal(by_name.at("images." + std::to_string(k)), batch.images));
+    CHECK(bitwise_equal(by_name.at("inputs." + std::to_string(k)), batch.inputs));
     CHECK(bitwise_equal(by_name.at("labels." + std::to_string(k)), batch.labels));
   }
-  CHECK_FALSE(by_name.count("images.5"));
+  CHECK_FALSE(by_name.count("inputs.5"));
   CHECK(by_name.at("loss").to_vector<double>() == result.losses);
   const std::vector<double> lr = by_name.at("lr").to_vector<double>();
   REQUIRE(lr.size() == 5);
