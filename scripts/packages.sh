@@ -22,6 +22,10 @@ TRAINLAB_BUILD_PACKAGES=(
 # python3-torch: PyTorch 1.13 under /usr/bin/python3, the peer for side-by-side benchmarks and the
 # gradient comparison test; libgoogle-perftools4 (tcmalloc) and libjemalloc2, the allocators PyTorch's
 # CPU performance guide names, which the peers measure as variants (bench/peers/peer_malloc.py).
+# libopenblas0-pthread: the BLAS Debian's PyTorch calls for nn.Linear and torch.mm (its build's
+# BLAS_INFO is "generic": whatever libblas.so.3 is). Without it that is netlib's reference BLAS, about
+# 5 GFLOP/s here, and the GPT peer trained at 1.1k tokens/s instead of 16k: OpenBLAS (update-
+# alternatives picks it, priority 100 over netlib's 10) is the strongest the peer can have.
 # fortunes: about 2 MB of English text under /usr/share/games/fortunes, the GPT's default corpus
 # (`trainlab make-dataset --from text:/usr/share/games/fortunes`, `make gpt`).
 # ocl-icd-opencl-dev and opencl-headers (above): Debian's dnnl CMake config
@@ -31,6 +35,7 @@ TRAINLAB_HOST_PACKAGES=(
   libbenchmark-dev hwloc
   python3-torch python3-numpy libgoogle-perftools4 libjemalloc2
   qemu-user
+  libopenblas0-pthread
   dataset-fashion-mnist fortunes
 )
 

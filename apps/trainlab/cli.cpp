@@ -425,8 +425,8 @@ ThroughputCommand add_throughput(CLI::App& app) {
   ThroughputCommand c;
   c.command = app.add_subcommand(
       "throughput",
-      "time a model's training steps on in-memory batches of SyntheticImages; prints one JSON line (warm-up "
-      "excluded)");
+      "time a model's training steps on in-memory batches of SyntheticImages (a token model: SyntheticTokens "
+      "windows, with AdamW and gradient clipping, and tokens/s); prints one JSON line (warm-up excluded)");
   add_model_options(*c.command, c.config.model, c.config.model_options);
   c.command->add_option("--backend", c.config.backend, "backend (default: the best CPU backend)");
   c.command->add_option("--dtype", c.dtype, "f32 | bf16 | f64")->check(CLI::IsMember({"f32", "bf16", "f64"}));
@@ -469,7 +469,10 @@ GradDumpCommand add_grad_dump(CLI::App& app) {
   c.command->add_option("--weights", c.weights, "the model's state dict (SmallCNN: conv1.weight, ...), f32")
       ->required()
       ->check(CLI::ExistingFile);
-  c.command->add_option("--batch", c.batch, "tensors 'images' f32 [N, C, H, W] and 'labels' i64 [N]")
+  c.command
+      ->add_option("--batch", c.batch,
+                   "tensors 'images' f32 [N, C, H, W] and 'labels' i64 [N]; a token model's: 'tokens' and "
+                   "'labels' i64 [N, T]")
       ->required()
       ->check(CLI::ExistingFile);
   c.command->add_option("--out", c.out, "output: 'loss' and one gradient per parameter")

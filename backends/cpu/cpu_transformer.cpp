@@ -16,6 +16,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_math.h"
 #include "backends/cpu/parallel_chunks.h"
 
 namespace trainlab::cpu {
@@ -174,7 +175,7 @@ void CpuBackend::gelu_forward(DType dtype, const void* x, void* y, std::int64_t 
       S* __restrict py = as<S>(y);
       for (std::int64_t i = lo; i < hi; ++i) {
         const C v = load<C>(px[i]);
-        py[i] = store<S>(C(0.5) * v * (C(1) + std::tanh(k * (v + a * v * v * v))));
+        py[i] = store<S>(C(0.5) * v * (C(1) + fast_tanh(k * (v + a * v * v * v))));
       }
     });
   });
@@ -190,7 +191,7 @@ void CpuBackend::gelu_backward(DType dtype, const void* x, const void* dy, void*
       S* __restrict pdx = as<S>(dx);
       for (std::int64_t i = lo; i < hi; ++i) {
         const C v = load<C>(px[i]);
-        const C t = std::tanh(k * (v + a * v * v * v));
+        const C t = fast_tanh(k * (v + a * v * v * v));
         const C d = C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3) * a * v * v);
         pdx[i] = store<S>(load<C>(pdy[i]) * d);
       }
@@ -214,14 +215,14 @@ void CpuBackend::softmax_forward(DType dtype, const SoftmaxShape& s, const void*
       // The exponentials written once (as f32 where the storage is narrower, in out's place when it is not).
       C total = 0;
       if constexpr (std::is_same_v<S, C>) {
-        for (std::int64_t j = 0; j < visible; ++j) out[j] = std::exp(scale * in[j] - top);
+        for (std::int64_t j = 0; j < visible; ++j) out[j] = fast_exp(scale * in[j] - top);
         total = lane_sum<C>(visible, [&](std::int64_t j) { return out[j]; });
         const C inv = C(1) / total;
         for (std::int64_t j = 0; j < visible; ++j) out[j] *= inv;
       } else {
-        total = lane_sum<C>(visible, [&](std::int64_t j) { return std::exp(scale * load<C>(in[j]) - top); });
+        total = lane_sum<C>(visible, [&](std::int64_t j) { return fast_exp(scale * load<C>(in[j]) - top); });
         const C inv = C(1) / total;
-        for (std::int64_t j = 0; j < visible; ++j) out[j] = store<S>(std::exp(scale * load<C>(in[j]) - top) * inv);
+        for (std::int64_t j = 0; j < visible; ++j) out[j] = store<S>(fast_exp(scale * load<C>(in[j]) - top) * inv);
       }
       for (std::int64_t j = visible; j < s.cols; ++j) out[j] = S(0);
     }

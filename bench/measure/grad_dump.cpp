@@ -26,22 +26,34 @@ NamedTensors model_gradients(const NamedTensors& weights, const NamedTensors& ba
            "grad-dump: dtype must be f32, bf16 or f64, got " + dtype_text);
   const DType param_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
 
-  const Tensor& images = find(batch, "images", "batch");
+  // The batch: 'images' f32 [N, sample...] and 'labels' i64 [N] for an image model; 'tokens' i64
+  // [N, T] and 'labels' i64 [N, T] (the next token at every position) for a token model.
+  const ModelDef& def = find_model(options.model);
+  const bool tokens = def.context != nullptr;
+  const Tensor& inputs = find(batch, tokens ? "tokens" : "images", "batch");
   const Tensor& labels = find(batch, "labels", "batch");
-  TL_CHECK(images.dtype() == DType::f32 && images.dim() >= 2, "batch: 'images' must be f32 [N, ...sample], got " +
-                                                                  std::string(dtype_name(images.dtype())) + " " +
-                                                                  shape_str(images.shape()));
-  TL_CHECK(labels.dtype() == DType::i64 && labels.dim() == 1 && labels.size(0) == images.size(0),
-           "batch: 'labels' must be i64 [" + std::to_string(images.size(0)) + "], got " +
-               std::string(dtype_name(labels.dtype())) + " " + shape_str(labels.shape()));
+  if (tokens) {
+    TL_CHECK(inputs.dtype() == DType::i64 && inputs.dim() == 2, "batch: 'tokens' must be i64 [N, T], got " +
+                                                                    std::string(dtype_name(inputs.dtype())) + " " +
+                                                                    shape_str(inputs.shape()));
+    TL_CHECK(labels.dtype() == DType::i64 && labels.shape() == inputs.shape(),
+             "batch: 'labels' must be i64 " + shape_str(inputs.shape()) + " (the next token at every position), got " +
+                 std::string(dtype_name(labels.dtype())) + " " + shape_str(labels.shape()));
+  } else {
+    TL_CHECK(inputs.dtype() == DType::f32 && inputs.dim() >= 2, "batch: 'images' must be f32 [N, ...sample], got " +
+                                                                    std::string(dtype_name(inputs.dtype())) + " " +
+                                                                    shape_str(inputs.shape()));
+    TL_CHECK(labels.dtype() == DType::i64 && labels.dim() == 1 && labels.size(0) == inputs.size(0),
+             "batch: 'labels' must be i64 [" + std::to_string(inputs.size(0)) + "], got " +
+                 std::string(dtype_name(labels.dtype())) + " " + shape_str(labels.shape()));
+  }
 
   // The model for the batch's sample shape and the classes its weights were trained for.
-  const ModelDef& def = find_model(options.model);
   ModelInput input = def.default_input;
   if (def.input_of) {
     if (auto saved = def.input_of(weights, options.model_options)) input = *saved;
   }
-  input.sample = Shape(images.shape().begin() + 1, images.shape().end());
+  input.sample = Shape(inputs.shape().begin() + 1, inputs.shape().end());
   Generator unused(0);  // the weights are loaded, not drawn
   std::shared_ptr<Module> built =
       build_model(def, InitOptions{&unused, param_dtype, &backend}, input, options.model_options);
@@ -59,9 +71,13 @@ NamedTensors model_gradients(const NamedTensors& weights, const NamedTensors& ba
   Tensor loss;
   {
     AutocastGuard autocast(dtype == DType::bf16 ? DType::bf16 : DType::f32);
-    Tensor x = images.to(backend).contiguous(options.layout);
-    if (param_dtype != DType::f32) x = x.to(param_dtype);
-    loss = cross_entropy(model.forward(x), labels.to(backend));
+    if (tokens) {
+      loss = cross_entropy(model.forward(inputs.to(backend)), labels.to(backend).reshape({-1}));
+    } else {
+      Tensor x = inputs.to(backend).contiguous(options.layout);
+      if (param_dtype != DType::f32) x = x.to(param_dtype);
+      loss = cross_entropy(model.forward(x), labels.to(backend));
+    }
   }
   loss.backward();
   NamedTensors out{{"loss", loss.detach().to(param_dtype == DType::f64 ? DType::f64 : DType::f32)}};

@@ -57,8 +57,8 @@ void check_throughput_config(const ThroughputConfig& config) {
            "throughput: cuda_graph needs a warm-up of at least 2 eager steps before the capture");
 }
 
-// The trainer's run (engine/train/run.h) of the model with SGD at the defaults; its data are the
-// in-memory batches of throughput_batches (SyntheticImages').
+// The trainer's run (engine/train/run.h) of the model with SGD at the defaults (a token model: its
+// AdamW recipe); its data are the in-memory batches of throughput_batches.
 TrainConfig throughput_run_config(const ThroughputConfig& config) {
   TrainConfig run_config;
   run_config.model.name = config.model;
@@ -72,6 +72,15 @@ TrainConfig throughput_run_config(const ThroughputConfig& config) {
   run_config.batch = config.batch;
   run_config.seed = config.seed;
   run_config.data.train_samples = 4 * config.batch;
+  // A token model trains with a transformer's recipe, as its PyTorch peer does (torch_gpt.py):
+  // AdamW (betas 0.9, 0.99, weight decay 0.1 on its decayed group) and the gradients' norm clipped at 1.
+  if (find_model(config.model).context) {
+    run_config.optimizer.kind = OptimizerKind::adamw;
+    run_config.optimizer.lr = 1e-3;
+    run_config.optimizer.beta2 = 0.99;
+    run_config.optimizer.weight_decay = 0.1;
+    run_config.optimizer.grad_clip = 1.0;
+  }
   return run_config;
 }
 

@@ -268,6 +268,7 @@ def main() -> int:
                        "threads": torch.get_num_threads(), "forward_only": args.forward_only, "seed": args.seed,
                        "model_options": args.model_options, "input": list(shape)},
             "versions": {"torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
+                         "blas": torch_smallcnn.blas_library(),
                          "python": sys.version.split()[0]},
             "malloc": MALLOC, "timer": "perf_counter" + (" after torch.cuda.synchronize()" if args.device == "cuda" else "")}
     if args.variant == "all":

@@ -151,6 +151,17 @@ def flop_per_sample(forward_only: bool) -> float:
 CAPPED_BELOW_AVX512 = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in ("SSE41", "AVX", "AVX2", "AVX2_VNNI")
 
 
+def blas_library() -> str:
+    """The BLAS this process runs nn.Linear on (Debian's PyTorch calls whatever libblas.so.3 is:
+    netlib's reference BLAS or, with libopenblas0-pthread installed, OpenBLAS), from its mappings."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "blas" in line.split()[-1]}
+    except OSError:
+        return "unknown"
+    return ", ".join(sorted(os.path.realpath(p) for p in paths)) or "none mapped"
+
+
 def bf16_without_onednn(args):
     return args.dtype == "bf16" and args.device == "cpu" and CAPPED_BELOW_AVX512
 
@@ -282,6 +293,7 @@ def main() -> int:
         "config": {"variant": args.variant, "dtype": args.dtype, "batch": args.batch, "device": args.device,
                    "threads": torch.get_num_threads(), "forward_only": args.forward_only, "seed": args.seed},
         "versions": {"torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
+                         "blas": blas_library(),
                      "python": sys.version.split()[0]},
         "malloc": MALLOC,
         "bf16_kernels": ("PyTorch's own (oneDNN's bf16 needs AVX-512; ONEDNN_MAX_CPU_ISA caps below it, as an AVX2 "

@@ -1,5 +1,6 @@
 """Each model's loss and gradients from trainlab against PyTorch on the same weights and batch:
-SmallCNN, and ResNet-20 against its twin (bench/peers/torch_resnet.py; batch norm in training mode).
+SmallCNN, ResNet-20 against its twin (bench/peers/torch_resnet.py; batch norm in training mode), and
+a small GPT against nanoGPT's model (bench/peers/torch_gpt.py; composed and fused attention).
 
 Writes random weights and a batch as safetensors, runs `trainlab grad-dump` for every CPU backend,
 dtype, layout and fusion, computes the same with Debian's PyTorch, and compares norm-wise per
@@ -34,6 +35,7 @@ except ImportError as error:
     sys.exit(0)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
+import torch_gpt  # noqa: E402  (the GPT's twin)
 import torch_resnet  # noqa: E402  (the twin)
 from safetensors_np import read_safetensors, write_safetensors  # noqa: E402
 
@@ -60,10 +62,14 @@ class SmallCNN(nn.Module):
         return self.fc2(x)
 
 
-# model -> (the twin, built with PyTorch's default init; the batch's sample shape; trainlab's --model-options)
+# model -> (the twin, built with PyTorch's default init; the batch's sample shape (a token model: None,
+# its windows [N, T] of GPT_VOCAB ids); trainlab's --model-options)
+GPT_VOCAB, GPT_T = 11, 8
 MODELS = {
     "smallcnn": (SmallCNN, (3, 32, 32), ""),
     "resnet": (lambda: torch_resnet.ResNet(), (3, 32, 32), ""),
+    "gpt": (lambda: torch_gpt.GPT(vocab=GPT_VOCAB, n_layer=2, n_head=2, n_embd=16, block_size=GPT_T), None,
+            f"n_layer=2,n_head=2,n_embd=16,block_size={GPT_T}"),
 }
 
 
@@ -77,9 +83,10 @@ def torch_gradients(model_name, state, images, labels, dtype):
         model.load_state_dict(tensors)
     x = torch.from_numpy(images.copy())
     if dtype == "f64":
-        model, x = model.double(), x.double()
+        model = model.double()
+        x = x if model_name == "gpt" else x.double()  # token ids stay ids
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-        loss = F.cross_entropy(model(x), torch.from_numpy(labels.copy()))
+        loss = F.cross_entropy(model(x), torch.from_numpy(labels.copy()).view(-1))
     loss.backward()
     out = {"loss": loss.detach().double().numpy()}
     for name, p in model.named_parameters():
@@ -117,15 +124,19 @@ def main():
     for model_name, (make, shape, options) in MODELS.items():
         torch.manual_seed(0)
         reference = make()  # PyTorch's own default init
-        state = ({k: v.detach().numpy().copy() for k, v in reference.state_dict().items()} if model_name == "smallcnn"
+        state = ({k: v.detach().numpy().copy() for k, v in reference.state_dict().items()} if model_name != "resnet"
                  else torch_resnet.trainlab_state(reference))
         rng = np.random.default_rng(0)
-        images = rng.standard_normal((16, *shape)).astype(np.float32)
-        labels = rng.integers(0, 10, 16).astype(np.int64)
+        if shape is None:  # a token model: windows of ids, the next id at every position
+            images = rng.integers(0, GPT_VOCAB, (4, GPT_T)).astype(np.int64)
+            labels = rng.integers(0, GPT_VOCAB, (4, GPT_T)).astype(np.int64)
+        else:
+            images = rng.standard_normal((16, *shape)).astype(np.float32)
+            labels = rng.integers(0, 10, 16).astype(np.int64)
         with tempfile.TemporaryDirectory() as tmp:
             weights, batch, out = (os.path.join(tmp, n) for n in ("w.safetensors", "b.safetensors", "g.safetensors"))
             write_safetensors(weights, state)
-            write_safetensors(batch, {"images": images, "labels": labels})
+            write_safetensors(batch, {"tokens" if shape is None else "images": images, "labels": labels})
             oracle = torch_gradients(model_name, state, images, labels, "f64")
             torch_error = {d: {n: relative(v, oracle[n]) for n, v in torch_gradients(model_name, state, images, labels,
                                                                                        d).items()}
@@ -138,7 +149,8 @@ def main():
             weights64 = os.path.join(tmp, "w64.safetensors")
             write_safetensors(weights64, {k: v.astype(np.float64) for k, v in state.items()})
             subprocess.run([trainlab, "grad-dump", "--model", model_name, "--weights", weights64, "--batch", batch,
-                            "--out", out, "--backend", "reference", "--dtype", "f64"], check=True,
+                            "--out", out, "--backend", "reference", "--dtype", "f64"]
+                           + (["--model-options", options] if options else []), check=True,
                            stdout=subprocess.DEVNULL, env=trainlab_env)
             got = read_safetensors(out)
             for name, value in oracle.items():
@@ -148,7 +160,7 @@ def main():
                     failures.append(f"{model_name} reference f64: {name} relative error {error:.2e} > 1e-9")
             for backend in backends:
                 for dtype in dtypes:
-                    for layout in ("nchw", "nhwc"):
+                    for layout in ("nchw",) if shape is None else ("nchw", "nhwc"):  # ids have no layout
                         for fuse in (False, True):
                             cmd = [trainlab, "grad-dump", "--model", model_name, "--weights", weights, "--batch", batch,
                                    "--out", out, "--backend", backend, "--dtype", dtype, "--layout", layout]
