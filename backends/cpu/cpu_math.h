@@ -7,9 +7,9 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <bit>
 
 namespace trainlab::cpu {
 
@@ -21,9 +21,10 @@ inline float fast_exp(float x) {
   float r = x - n * 0.693359375f;  // ln 2 in two parts: r exact to f32
   r -= n * -2.12194440e-4f;
   const float z = r * r;
-  const float p =
-      ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
-       1.6666665459e-1f) * r + 5.0000001201e-1f;
+  const float p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+                   1.6666665459e-1f) *
+                      r +
+                  5.0000001201e-1f;
   // 2^n in the exponent bits: n in [-126, 127] after the clamp.
   return (p * z + r + 1.0f) * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """A trainlab run replayed in PyTorch: the same initial weights, the same batches in the same order,
 the same learning rate at every step (`trainlab train --record FILE`), through the model's PyTorch
-twin (torch_smallcnn.py's SmallCNN, torch_resnet.py's ResNet) with the same optimiser (SGD with
-momentum, weight decay on the parameters trainlab decays). Prints both loss curves step by step and
-where they part, and one JSON line (--json) with both.
+twin (torch_smallcnn.py's SmallCNN, torch_resnet.py's ResNet, torch_gpt.py's GPT: a token model's
+batches are windows of ids, its targets every position's next id) with the same optimiser (SGD with
+momentum, or AdamW with its betas; weight decay on the parameters trainlab decays; the gradients'
+norm clipped where the run clipped it). Prints both loss curves step by step and where they part,
+and one JSON line (--json) with both.
 
   replay_torch.py FILE [--dtype f32|bf16|as-recorded] [--layout nchw|nhwc|as-recorded] [--threads N]
 
@@ -26,17 +28,20 @@ try:
 except ImportError as error:
     print(json.dumps({"tool": "replay_torch", "error": f"no torch/numpy in {sys.executable}: {error}"}))
     sys.exit(3)
+import torch_gpt  # noqa: E402
 import torch_resnet  # noqa: E402
 import torch_smallcnn  # noqa: E402
 from safetensors_np import read_safetensors  # noqa: E402
 
 
-def twin(model, options, channels):
+def twin(model, options, channels, state):
     if model == "smallcnn":
         return torch_smallcnn.model_for("shipped")
     if model == "resnet":
         return torch_resnet.ResNet(channels=channels, **torch_resnet.options_of(options))
-    sys.exit(f"replay_torch: no PyTorch twin of model '{model}' (smallcnn, resnet)")
+    if model == "gpt":  # the vocabulary is the token embedding's rows
+        return torch_gpt.GPT(vocab=state["transformer.wte.weight"].shape[0], **torch_gpt.options_of(options))
+    sys.exit(f"replay_torch: no PyTorch twin of model '{model}' (smallcnn, resnet, gpt)")
 
 
 def replay(path, dtype, layout, threads):
@@ -45,15 +50,15 @@ def replay(path, dtype, layout, threads):
     if meta.get("tool") != "trainlab train --record":
         sys.exit(f"replay_torch: {path} is not a run trainlab train --record wrote (its metadata says "
                  f"{meta.get('tool')!r})")
-    if meta.get("optimizer") != "sgd" or meta.get("accumulate", "1") != "1":
-        sys.exit(f"replay_torch: {path}: the replay runs SGD without accumulation (this run: "
+    if meta.get("optimizer") not in ("sgd", "adamw") or meta.get("accumulate", "1") != "1":
+        sys.exit(f"replay_torch: {path}: the replay runs SGD or AdamW without accumulation (this run: "
                  f"{meta.get('optimizer')}, accumulate {meta.get('accumulate')})")
     dtype = meta["dtype"] if dtype == "as-recorded" else dtype
     layout = meta["layout"] if layout == "as-recorded" else layout
     if threads > 0:
         torch.set_num_threads(threads)
-    model = twin(meta["model"], meta.get("model_options", ""), tensors["inputs.0"].shape[1])
     state = {k[len("init."):]: v.copy() for k, v in tensors.items() if k.startswith("init.")}  # writable
+    model = twin(meta["model"], meta.get("model_options", ""), tensors["inputs.0"].shape[1], state)
     if meta["model"] == "resnet":
         torch_resnet.load_trainlab_state(model, state)
     else:
@@ -65,18 +70,27 @@ def replay(path, dtype, layout, threads):
     groups = [{"params": [p for n, p in named if n not in no_decay], "weight_decay": float(meta["weight_decay"])},
               {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
     lrs = tensors["lr"]
-    optimizer = torch.optim.SGD(groups, lr=float(lrs[0]), momentum=float(meta["momentum"]))
+    if meta["optimizer"] == "adamw":
+        optimizer = torch.optim.AdamW(groups, lr=float(lrs[0]),
+                                      betas=(float(meta.get("beta1", 0.9)), float(meta.get("beta2", 0.999))))
+    else:
+        optimizer = torch.optim.SGD(groups, lr=float(lrs[0]), momentum=float(meta["momentum"]))
+    clip = float(meta.get("grad_clip", 0))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
     losses = []
     for k in range(len(tensors["loss"])):
         for group in optimizer.param_groups:
             group["lr"] = float(lrs[k])
-        x = torch.from_numpy(tensors[f"inputs.{k}"].copy()).contiguous(memory_format=fmt)
-        y = torch.from_numpy(tensors[f"labels.{k}"].copy())
+        x = torch.from_numpy(tensors[f"inputs.{k}"].copy())
+        if x.dim() == 4:  # images; token ids have no layout
+            x = x.contiguous(memory_format=fmt)
+        y = torch.from_numpy(tensors[f"labels.{k}"].copy()).view(-1)  # a token batch's [B, T] targets
         with autocast:
             loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         losses.append(float(loss))
     return meta, dtype, layout, [float(v) for v in tensors["loss"]], losses

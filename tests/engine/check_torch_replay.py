@@ -1,8 +1,10 @@
 """A trainlab run replayed in PyTorch (`train --record`, bench/peers/replay_torch.py): the same
 initial weights, batches in the same order and learning rate at every step, through the PyTorch
-twin with the same SGD. In f32 the two loss curves agree step for step (relative 1e-3 over the
-first 8 steps; they share every input, so only rounding separates them); a recorded run that the
-replay could not follow (wrong weights, batches out of order, another lr) fails here.
+twin with the same SGD (the GPT: AdamW with its betas, weight decay on its group, the gradient
+norm clipped, a warm-up and cosine schedule, on SyntheticTokens windows). In f32 the two loss curves
+agree step for step (relative 1e-3 over the first 8 steps; they share every input, so only rounding
+separates them); a recorded run that the replay could not follow (wrong weights, batches out of
+order, another lr) fails here.
 
 Usage: check_torch_replay.py TRAINLAB"""
 import json
@@ -23,10 +25,13 @@ def main():
         return 0
     failures = []
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
-        for model, options in (("smallcnn", ""), ("resnet", "depth=1,width=8")):
+        gpt_recipe = ["--optimizer", "adamw", "--lr", "0.003", "--beta2", "0.99", "--weight-decay", "0.1",
+                      "--grad-clip", "0.5", "--schedule", "warmup_cosine", "--warmup-steps", "2", "--fuse"]
+        for model, options, recipe in (("smallcnn", "", ["--lr", "0.05"]), ("resnet", "depth=1,width=8", ["--lr", "0.05"]),
+                                       ("gpt", "n_layer=2,n_embd=32,n_head=2,block_size=16", gpt_recipe)):
             record = os.path.join(tmp, model + ".safetensors")
             subprocess.run([trainlab, "train", "--model", model, *(["--model-options", options] if options else []),
-                            "--steps", "8", "--batch", "32", "--lr", "0.05", "--train-samples", "256",
+                            "--steps", "8", "--batch", "32", *recipe, "--train-samples", "256",
                             "--eval-at-end", "false", "--seed", "4", "--record", record],
                            check=True, stdout=subprocess.DEVNULL)
             result = subprocess.run([TORCH_PYTHON, REPLAY, record, "--json", "--threads", "2"], capture_output=True,
