@@ -26,7 +26,7 @@ $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset 
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare headline accuracy pinning memory dataset-study fashion resnet fashion-data allreduce-variants allreduce-two-level clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare headline accuracy pinning memory dataset-study fashion resnet gpt fashion-data allreduce-variants allreduce-two-level clean format check-format fuzz
 
 all: build
 
@@ -235,6 +235,15 @@ resnet: build
 	  --seeds $(SEEDS) --epochs $(RESNET_EPOCHS) --batch 128 --lr 0.1 --momentum 0.9 --weight-decay 5e-4 \
 	  --warmup-epochs 0.5 --layout nhwc --fuse --goal 0.93 --budget-minutes 15
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT)
+
+# GPT 4x4x128 at context 64 on fortunes (issue 46): nanoGPT's CPU recipe, 2,000 steps per seed,
+# trainlab and the same run replayed in PyTorch (bench/gpt_study.py): held-out loss per seed, tokens/s,
+# the loss curves, a sample. SEEDS=1 GPT_STEPS=200 is the quick form (~1 min); the default, 3 seeds of
+# 2,000 steps, ~12 min.
+GPT_STEPS ?= 2000
+gpt: build
+	@python3 bench/gpt_study.py --build $(BUILD_DIR) --seeds $(SEEDS) --steps $(GPT_STEPS) \
+	  --data $(BUILD_DIR)/fortunes --out $(dir $(LEDGER))gpt_study
 
 # The installed package: the portable build (build-portable/, x86-64-v3, the AVX-512 loops chosen
 # at run time), so that it runs on any x86-64 CPU with AVX2, into PREFIX (default /usr/local).

@@ -8,6 +8,12 @@ norm clipped where the run clipped it). Prints both loss curves step by step and
 and one JSON line (--json) with both.
 
   replay_torch.py FILE [--dtype f32|bf16|as-recorded] [--layout nchw|nhwc|as-recorded] [--threads N]
+                  [--eval-data DIR --eval-samples N] [--foreach]
+
+--eval-data DIR (a token model's run): after the last step, the replayed model's mean loss per token
+on the first N windows of DIR's held_out split (offset 0, as trainlab's evaluation reads them), so
+the two frameworks' held-out losses compare on the same windows. --foreach: AdamW's multi-tensor
+update (the same arithmetic, PyTorch's faster form), for timing the replay as a training run.
 
 With --dtype bf16 the twin runs under torch.autocast("cpu", dtype=torch.bfloat16), its masters in
 f32, as trainlab's bf16 keeps f32 masters. What it answers: whether a curve trainlab's run drew (a
@@ -19,8 +25,12 @@ import json
 import math
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_malloc  # noqa: E402
+
+MALLOC = peer_malloc.ensure() if __name__ == "__main__" else None  # the peers' tuned glibc malloc (--malloc)
 try:
     import numpy as np
     import torch
@@ -44,7 +54,34 @@ def twin(model, options, channels, state):
     sys.exit(f"replay_torch: no PyTorch twin of model '{model}' (smallcnn, resnet, gpt)")
 
 
-def replay(path, dtype, layout, threads):
+def held_out_windows(directory, context, count):
+    """The first `count` windows of a token data set's held_out split (engine/data/token_dataset.h):
+    ids [count, context] and their next tokens, as trainlab's evaluation reads them."""
+    with open(os.path.join(directory, "manifest.json")) as f:
+        manifest = json.load(f)
+    if manifest.get("format") != "trainlab-token-dataset":
+        sys.exit(f"replay_torch: {directory} is not a token data set (make-dataset --from text:)")
+    width = manifest["token_bytes"]
+    stream = np.fromfile(os.path.join(directory, "held_out.bin"), dtype="<u2" if width == 2 else "<u4").astype(np.int64)
+    count = min(count, (len(stream) - 1) // context)
+    x = np.stack([stream[i * context:(i + 1) * context] for i in range(count)])
+    y = np.stack([stream[i * context + 1:(i + 1) * context + 1] for i in range(count)])
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def held_out_loss(model, windows, dtype):
+    x, y = windows
+    model.eval()
+    total = 0.0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+        for begin in range(0, len(x), 250):
+            logits = model(x[begin:begin + 250]).float()
+            total += float(F.cross_entropy(logits, y[begin:begin + 250].reshape(-1), reduction="sum"))
+    model.train()
+    return total / y.numel()
+
+
+def replay(path, dtype, layout, threads, eval_data=None, eval_samples=1000, foreach=False):
     meta = {}
     tensors = read_safetensors(path, meta)
     if meta.get("tool") != "trainlab train --record":
@@ -71,13 +108,14 @@ def replay(path, dtype, layout, threads):
               {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
     lrs = tensors["lr"]
     if meta["optimizer"] == "adamw":
-        optimizer = torch.optim.AdamW(groups, lr=float(lrs[0]),
+        optimizer = torch.optim.AdamW(groups, lr=float(lrs[0]), foreach=foreach,
                                       betas=(float(meta.get("beta1", 0.9)), float(meta.get("beta2", 0.999))))
     else:
         optimizer = torch.optim.SGD(groups, lr=float(lrs[0]), momentum=float(meta["momentum"]))
     clip = float(meta.get("grad_clip", 0))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
     losses = []
+    start = time.perf_counter()
     for k in range(len(tensors["loss"])):
         for group in optimizer.param_groups:
             group["lr"] = float(lrs[k])
@@ -93,6 +131,13 @@ def replay(path, dtype, layout, threads):
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         losses.append(float(loss))
+    seconds = time.perf_counter() - start
+    evaluation = None
+    if eval_data:
+        windows = held_out_windows(eval_data, tensors["inputs.0"].shape[1], eval_samples)
+        evaluation = {"held_out_loss": held_out_loss(model, windows, dtype), "windows": len(windows[0])}
+    meta["replay_seconds"] = seconds
+    meta["evaluation"] = evaluation
     return meta, dtype, layout, [float(v) for v in tensors["loss"]], losses
 
 
@@ -103,17 +148,24 @@ def main():
     parser.add_argument("--layout", choices=["as-recorded", "nchw", "nhwc"], default="as-recorded")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="one JSON line with both curves, nothing else")
+    parser.add_argument("--eval-data", help="a token data set: the replayed model's held-out loss on its windows")
+    parser.add_argument("--eval-samples", type=int, default=1000, help="held-out windows (--eval-data)")
+    parser.add_argument("--foreach", action="store_true", help="AdamW's multi-tensor update")
+    parser.add_argument("--malloc", choices=peer_malloc.CHOICES, default="tuned",
+                        help="the allocator (peer_malloc.py): tuned glibc by default")
     args = parser.parse_args()
     if not os.path.isfile(args.record):
         sys.exit(f"replay_torch: {args.record} is not a file (trainlab train --record FILE writes one)")
-    meta, dtype, layout, ours, theirs = replay(args.record, args.dtype, args.layout, args.threads)
+    meta, dtype, layout, ours, theirs = replay(args.record, args.dtype, args.layout, args.threads, args.eval_data,
+                                               args.eval_samples, args.foreach)
     # Where the curves part: the first step whose losses differ by more than 5% of trainlab's.
     parted = next((k for k, (a, b) in enumerate(zip(ours, theirs))
                    if not (math.isfinite(b) and abs(a - b) <= 0.05 * max(abs(a), 1e-3))), None)
     line = {"tool": "replay_torch", "record": os.path.abspath(args.record), "model": meta["model"],
             "recorded_dtype": meta["dtype"], "recorded_layout": meta["layout"], "dtype": dtype, "layout": layout,
             "torch": torch.__version__, "trainlab": meta.get("version", "?"), "steps": len(ours),
-            "trainlab_loss": ours, "torch_loss": theirs, "first_step_apart_5pct": parted}
+            "trainlab_loss": ours, "torch_loss": theirs, "first_step_apart_5pct": parted,
+            "torch_seconds": meta["replay_seconds"], "torch_evaluation": meta["evaluation"], "malloc": MALLOC}
     if args.json:
         print(json.dumps(line))
         return 0

@@ -432,6 +432,13 @@ TEST_CASE("cli: make-dataset --from text:, train --model gpt, generate; bad text
                    {"n_embd 30 is not divisible by n_head 4"});
   expect_bad_input("train --model gpt --model-options block_size=100000 --data " + d + " --steps 2", {"block_size"});
   expect_bad_input("train --data " + d + " --steps 2", {"holds token windows; model 'smallcnn' takes images"});
+  // The data set rewritten in place with another vocabulary: a resume is refused before any weight is read.
+  REQUIRE(run("make-dataset --from text:" + (dir / "corpus").string() + " --out " + d +
+              " --overwrite --vocabulary bytes").exit_code == 0);
+  expect_bad_input("train --model gpt --model-options n_layer=1,n_embd=16,n_head=2,block_size=16 --data " + d +
+                       " --steps 6 --batch 4 --eval-samples 8 --optimizer adamw --lr 0.003 --grad-clip 1 --resume " +
+                       ck,
+                   {"trained on another vocabulary", "256 bytes symbols"});
   // A checkpoint of an image model cannot generate.
   const std::string image_ck = (dir / "image-ck").string();
   REQUIRE(run("train " + kSmall + " --save " + image_ck).exit_code == 0);
