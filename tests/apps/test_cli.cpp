@@ -433,8 +433,9 @@ TEST_CASE("cli: make-dataset --from text:, train --model gpt, generate; bad text
   expect_bad_input("train --model gpt --model-options block_size=100000 --data " + d + " --steps 2", {"block_size"});
   expect_bad_input("train --data " + d + " --steps 2", {"holds token windows; model 'smallcnn' takes images"});
   // The data set rewritten in place with another vocabulary: a resume is refused before any weight is read.
-  REQUIRE(run("make-dataset --from text:" + (dir / "corpus").string() + " --out " + d +
-              " --overwrite --vocabulary bytes").exit_code == 0);
+  REQUIRE(
+      run("make-dataset --from text:" + (dir / "corpus").string() + " --out " + d + " --overwrite --vocabulary bytes")
+          .exit_code == 0);
   expect_bad_input("train --model gpt --model-options n_layer=1,n_embd=16,n_head=2,block_size=16 --data " + d +
                        " --steps 6 --batch 4 --eval-samples 8 --optimizer adamw --lr 0.003 --grad-clip 1 --resume " +
                        ck,
