@@ -253,10 +253,11 @@ std::vector<ConfigField> execution_fields() {
                                {{"nchw", MemoryFormat::contiguous}, {"nhwc", MemoryFormat::channels_last}},
                                "activation memory layout (nhwc: channels_last)"),
       bool_field("fuse", TL_KEY(execution.fuse), "conv/linear with bias and ReLU fused into one kernel call"),
-      enum_field<Recompute>("recompute", TL_KEY(execution.recompute),
-                            {{"none", Recompute::none}, {"convs", Recompute::convs}, {"all", Recompute::all}},
-                            "activation recomputation: keep only block boundaries in forward and recompute the rest "
-                            "in backward (convs: the conv blocks; all: every block)"),
+      enum_field<Recompute>(
+          "recompute", TL_KEY(execution.recompute),
+          {{"none", Recompute::none}, {"convs", Recompute::convs}, {"all", Recompute::all}},
+          "activation recomputation: keep only block boundaries in forward and recompute the rest "
+          "in backward (convs: the conv blocks; all: every block; a GPT recomputes each transformer block at either)"),
       bool_field("pin_memory", TL_KEY(execution.pin_memory),
                  "page-locked loader buffers (a backend with pinned uploads: cuda)"),
       bool_field("tf32", TL_KEY(execution.tf32), "TF32 math for f32 matmuls (a backend with TF32: cuda)"),

@@ -128,7 +128,16 @@ Tensor GPT::forward(const Tensor& tokens) {
   const Tensor pos = Tensor::from_vector(positions, {b, t}, tokens.backend());
   Tensor x = add(wte->forward(tokens), wpe->forward(pos));
   x = trainlab::dropout(x, config_.dropout, is_training());
-  for (const auto& block : blocks) x = block->forward(x);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    GPTBlock& block = *blocks[i];
+    // A recomputed block keeps only its input (engine/core/autograd.h, checkpoint); its dropout
+    // draws again from where its first forward started.
+    x = recompute_ == Recompute::none
+            ? block.forward(x)
+            : checkpoint(
+                  "recompute(block " + std::to_string(i) + ")", [&block](const Tensor& t) { return block.forward(t); },
+                  x, block.parameters());
+  }
   x = ln_f->forward(x);
   return linear(x.view({b * t, config_.n_embd}), wte->weight);  // the tied head, no bias
 }

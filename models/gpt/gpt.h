@@ -89,6 +89,10 @@ class GPT : public Module {
   Tensor forward(const Tensor& tokens) override;
   // Token indices have no memory layout to choose: the batch as it is.
   Tensor forward_in(const Tensor& tokens, MemoryFormat) override { return forward(tokens); }
+  // Activation recomputation per transformer block (convs and all alike: every block keeps only its
+  // input and runs again in backward; the embeddings and the head are not worth it).
+  void set_recompute(Recompute mode) override { recompute_ = mode; }
+  Recompute recompute() const override { return recompute_; }
   // No weight decay on biases, layer norms and embeddings (nanoGPT decays the 2-D weights only;
   // the tied head is the token embedding, and is not decayed here, as llm.c does not).
   bool decays(const std::string& name) const override;
@@ -105,6 +109,7 @@ class GPT : public Module {
 
  private:
   GPTConfig config_;
+  Recompute recompute_ = Recompute::none;
 };
 
 // `--model gpt`: keys n_layer, n_head, n_embd, block_size, dropout; the data are windows of block_size
