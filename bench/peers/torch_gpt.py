@@ -192,6 +192,11 @@ def build_step(variant: str, args, device, batches, options):
     optimizer = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), foreach="foreach" in features)
     set_to_none = "set_to_none" in features
     autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    # Capped below AVX-512, oneDNN has no bf16 primitives for PyTorch's bf16 ops: ATen's own (as
+    # torch_smallcnn.py does).
+    import contextlib
+    without = torch_smallcnn.bf16_without_onednn(args)
+    mkldnn = (lambda: torch.backends.mkldnn.flags(enabled=False)) if without else contextlib.nullcontext
     if args.forward_only:
         model.eval()
     if "jit_freeze" in features:
@@ -202,12 +207,13 @@ def build_step(variant: str, args, device, batches, options):
     def step(i):
         x, y = batches[i % 4]
         if args.forward_only:
-            with no_grad(), autocast:
+            with mkldnn(), no_grad(), autocast:
                 model(x)
             return
-        with autocast:
+        with mkldnn(), autocast:
             loss = F.cross_entropy(model(x), y.view(-1))
-        loss.backward()
+        with mkldnn():
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=set_to_none)
