@@ -69,7 +69,7 @@ struct HeadScratch {
 
 // src [rows][cols] -> dst [cols][rows].
 template <typename C>
-void transpose_into(const C* src, std::int64_t rows, std::int64_t cols, C* dst) {
+void transpose_rows(const C* src, std::int64_t rows, std::int64_t cols, C* dst) {
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
 }
@@ -105,7 +105,7 @@ template <typename C>
 void head_forward(const AttentionShape& s, const C* q, const C* k, const C* v, C* y, C* lse, HeadScratch<C>& w) {
   const std::int64_t d = s.head_dim, n_keys = s.keys;
   const auto scale = static_cast<C>(s.scale);
-  transpose_into(k, n_keys, d, w.kt.data());
+  transpose_rows(k, n_keys, d, w.kt.data());
   C* __restrict p = w.p.data();
   for (std::int64_t i = 0; i < s.queries; ++i) {
     const std::int64_t visible = attention_keys(s, i);
@@ -136,8 +136,8 @@ void head_backward(const AttentionShape& s, const C* q, const C* k, const C* v, 
                    C* dq, C* dk, C* dv, HeadScratch<C>& w) {
   const std::int64_t d = s.head_dim, n_keys = s.keys;
   const auto scale = static_cast<C>(s.scale);
-  transpose_into(k, n_keys, d, w.kt.data());
-  transpose_into(v, n_keys, d, w.vt.data());
+  transpose_rows(k, n_keys, d, w.kt.data());
+  transpose_rows(v, n_keys, d, w.vt.data());
   std::fill(w.dkt.begin(), w.dkt.end(), C(0));
   std::fill(w.dvt.begin(), w.dvt.end(), C(0));
   C* __restrict p = w.p.data();
@@ -169,8 +169,8 @@ void head_backward(const AttentionShape& s, const C* q, const C* k, const C* v, 
       }
     }
   }
-  transpose_into(w.dkt.data(), d, n_keys, dk);
-  transpose_into(w.dvt.data(), d, n_keys, dv);
+  transpose_rows(w.dkt.data(), d, n_keys, dk);
+  transpose_rows(w.dvt.data(), d, n_keys, dv);
 }
 
 // dst (storage S) = src (compute C), rounded once.
