@@ -56,17 +56,7 @@ DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout
 
 
 def features_of(variant: str) -> set:
-    variant, malloc = peer_malloc.split_variant(variant)
-    if malloc is not None and malloc not in peer_malloc.CHOICES:
-        raise ValueError(f"unknown allocator '@{malloc}'; allowed: {list(peer_malloc.CHOICES)}")
-    if variant == "shipped":
-        return set()
-    parts = set(variant.split("+"))
-    unknown = parts - set(FEATURES)
-    if unknown:
-        raise ValueError(f"unknown variant feature(s) {sorted(unknown)} in '{variant}'; allowed: shipped or a "
-                         f"'+'-joined set of {list(FEATURES)}")
-    return parts
+    return torch_smallcnn.parse_variant(variant, FEATURES)
 
 
 class CausalSelfAttention(nn.Module):

@@ -51,17 +51,7 @@ INFER_VARIANTS = ["shipped", "channels_last", "channels_last+inference_mode", "j
 
 
 def features_of(variant: str) -> set:
-    variant, malloc = peer_malloc.split_variant(variant)
-    if malloc is not None and malloc not in peer_malloc.CHOICES:
-        raise ValueError(f"unknown allocator '@{malloc}'; allowed: {list(peer_malloc.CHOICES)}")
-    if variant == "shipped":
-        return set()
-    parts = set(variant.split("+"))
-    unknown = parts - set(FEATURES)
-    if unknown:
-        raise ValueError(f"unknown variant feature(s) {sorted(unknown)} in '{variant}'; allowed: shipped or a "
-                         f"'+'-joined set of {list(FEATURES)}")
-    return parts
+    return torch_smallcnn.parse_variant(variant, FEATURES)
 
 
 class BasicBlock(nn.Module):

@@ -79,18 +79,25 @@ INFER_VARIANTS = LAYOUTS + ["channels_last+inference_mode", "fc1_as_conv8x8+chan
     "channels_last+jit_freeze@tcmalloc", "channels_last+inference_mode@tcmalloc"]
 
 
-def features_of(variant: str) -> set:
-    """The feature set of a variant name; raises ValueError naming what is not a feature."""
+def parse_variant(variant: str, features) -> set:
+    """A variant name "shipped" or "A+B[@ALLOCATOR]" as its set of features (each peer's own list);
+    raises ValueError naming what is not a feature or an allocator. Every peer parses its names so."""
     variant, malloc = peer_malloc.split_variant(variant)
     if malloc is not None and malloc not in peer_malloc.CHOICES:
         raise ValueError(f"unknown allocator '@{malloc}'; allowed: {list(peer_malloc.CHOICES)}")
     if variant == "shipped":
         return set()
     parts = set(variant.split("+"))
-    unknown = parts - set(FEATURES)
+    unknown = parts - set(features)
     if unknown:
         raise ValueError(f"unknown variant feature(s) {sorted(unknown)} in '{variant}'; allowed: shipped or a "
-                         f"'+'-joined set of {list(FEATURES)}")
+                         f"'+'-joined set of {list(features)}")
+    return parts
+
+
+def features_of(variant: str) -> set:
+    """The feature set of a variant name; raises ValueError naming what is not a feature."""
+    parts = parse_variant(variant, FEATURES)
     if {"linear_as_conv", "fc1_as_conv8x8"} <= parts:
         raise ValueError(f"'{variant}': linear_as_conv and fc1_as_conv8x8 are two forms of the same layer")
     return parts

@@ -23,6 +23,20 @@ namespace trainlab::dataset_dir {
 constexpr const char* kManifest = "manifest.json";
 constexpr std::uint64_t kMaxManifestBytes = 1ull << 30;
 
+// A file as a manifest lists it (typed for engine/io/fields.h): its path inside the data set, its
+// size and its CRC-32 as 8 hex digits. A shard's index, a token stream.
+struct ManifestFileRef {
+  std::string path;
+  std::uint64_t bytes = 0;
+  std::string crc32;
+  template <class F>
+  void fields(F& f) {
+    f("path", path);
+    f("bytes", bytes);
+    f("crc32", crc32);
+  }
+};
+
 // The manifest's own CRC-32: of its JSON with the crc32 key removed.
 std::uint32_t manifest_crc(nlohmann::json j);
 // "1a2b3c4d" as a number; Error naming `where` unless 8 lowercase hex digits.

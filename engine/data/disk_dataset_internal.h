@@ -50,17 +50,7 @@ inline std::uint32_t record_crc(std::int64_t index, std::uint32_t label, const u
 
 // ---- the manifest, typed (engine/io/fields.h): one list of keys reads and writes it ----------------
 
-struct ManifestIndex {
-  std::string path;
-  std::uint64_t bytes = 0;
-  std::string crc32;
-  template <class F>
-  void fields(F& f) {
-    f("path", path);
-    f("bytes", bytes);
-    f("crc32", crc32);
-  }
-};
+using ManifestIndex = dataset_dir::ManifestFileRef;  // a shard's offset index
 struct ManifestFile {
   std::string path;
   std::uint64_t bytes = 0;

@@ -24,20 +24,9 @@ namespace {
 constexpr int kTokenFormatVersion = 1;
 constexpr std::int64_t kMaxSymbols = std::int64_t{1} << 24;
 
-struct TokenFileEntry {
-  std::string path;
-  std::uint64_t bytes = 0;
-  std::string crc32;
-  template <class F>
-  void fields(F& f) {
-    f("path", path);
-    f("bytes", bytes);
-    f("crc32", crc32);
-  }
-};
 struct TokenSplitEntry {
   std::int64_t tokens = 0;
-  TokenFileEntry file;
+  dataset_dir::ManifestFileRef file;
   template <class F>
   void fields(F& f) {
     f("tokens", tokens);
