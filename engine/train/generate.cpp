@@ -80,7 +80,10 @@ std::vector<std::int32_t> generate_tokens(Module& model, const std::vector<std::
 TextVocabularyRecord record_vocabulary(const TextCorpus& codec) {
   TextVocabularyRecord r;
   r.kind = text_vocabulary_name(codec.vocabulary);
-  for (std::uint32_t s : codec.symbols) r.symbols += (r.symbols.empty() ? "" : ",") + std::to_string(s);
+  for (std::uint32_t s : codec.symbols) {
+    if (!r.symbols.empty()) r.symbols += ',';
+    r.symbols += std::to_string(s);
+  }
   return r;
 }
 

@@ -135,8 +135,8 @@ Tensor GPT::forward(const Tensor& tokens) {
     x = recompute_ == Recompute::none
             ? block.forward(x)
             : checkpoint(
-                  "recompute(block " + std::to_string(i) + ")", [&block](const Tensor& t) { return block.forward(t); },
-                  x, block.parameters());
+                  "recompute(block " + std::to_string(i) + ")",
+                  [&block](const Tensor& in) { return block.forward(in); }, x, block.parameters());
   }
   x = ln_f->forward(x);
   return linear(x.view({b * t, config_.n_embd}), wte->weight);  // the tied head, no bias
