@@ -266,7 +266,9 @@ TEST_CASE("gpt: gradient clipping scales the global norm to grad_clip, and only 
     Trainer trainer(c);
     const auto before = parameter_values(trainer.model());
     double norm = -1;
-    trainer.set_callbacks({.on_step = [&](const StepReport& r) { norm = r.grad_norm; }});
+    TrainCallbacks callbacks;
+    callbacks.on_step = [&](const StepReport& r) { norm = r.grad_norm; };
+    trainer.set_callbacks(callbacks);
     trainer.train(nullptr);
     const double moved = distance(before, parameter_values(trainer.model()));
     INFO("clip " << clip << ": gradient norm " << norm << ", the update's norm " << moved);
