@@ -92,7 +92,7 @@ std::vector<double> forward_pass(const ChainPlan& p, ChainEstimate& e) {
   for (std::size_t i = 0; i < n; ++i) {
     const ChainOp& op = ops[i];
     TL_CHECK(op.out_bytes >= 0 && op.saved_bytes >= 0 && op.dx_bytes >= 0 && op.scratch_bytes >= 0 &&
-                 op.dw_bytes >= 0 && op.dw_master_bytes >= 0,
+                 op.dw_bytes >= 0 && op.dw_master_bytes >= 0 && op.carry_bytes >= 0,
              "memory chain: op '" + op.name + "' has a negative size");
     if (op.block >= 0 && (i == 0 || !p.in_block_with(i, i - 1))) {
       block_base = live;
@@ -147,6 +147,10 @@ void backward_pass(const ChainPlan& p, const std::vector<double>& block_transien
   // `shared`: still the very tensor the main path carries (an add passed it both ways).
   double held = 0;
   bool shared = false;
+  double waiting = 0;  // weight gradients held to the end of the backward (holds_weight_gradient)
+  // A recomputed block's backward runs on its own and hands its weight gradients on only when it
+  // ends (engine/core/autograd.cpp, checkpoint: captured): until then they are held.
+  double captured = 0;
   for (std::size_t k = n; k-- > 0;) {
     const ChainOp& op = ops[k];
     if (p.last_of_block(k)) {
@@ -154,7 +158,8 @@ void backward_pass(const ChainPlan& p, const std::vector<double>& block_transien
       // into it waiting; then what it saves stays for its backward. Its result, when its last op
       // saves it for itself, is released first and made again (engine/core/autograd.h, checkpoint).
       const double result = p.lifetime[k] == ChainLifetime::saved_self ? op.out_bytes : 0.0;
-      note_backward(acts - result + block_transient[k], received + (shared ? 0 : held), op.name + " (recomputed)");
+      note_backward(acts - result + block_transient[k], received + (shared ? 0 : held) + waiting + captured,
+                    op.name + " (recomputed)");
       std::size_t first = k;
       while (first > 0 && p.in_block_with(first - 1, k)) --first;
       for (std::size_t j = first; j <= k; ++j) acts += p.recomputed[j];
@@ -162,17 +167,25 @@ void backward_pass(const ChainPlan& p, const std::vector<double>& block_transien
     const double side_made = op.side == ChainSide::branch || op.side == ChainSide::transform ? op.side_bytes : 0;
     const double side_held = shared ? 0 : held;
     // The op's own backward, then the casts of its weight gradients to the f32 masters.
-    const double during = received + op.scratch_bytes + op.dx_bytes + op.dw_bytes + side_held + side_made;
-    const double casting = op.dx_bytes + op.dw_bytes + op.dw_master_bytes + side_held + side_made;
+    const double during =
+        received + op.scratch_bytes + op.dx_bytes + op.dw_bytes + side_held + side_made + waiting + captured;
+    const double casting =
+        op.dx_bytes + op.carry_bytes + op.dw_bytes + op.dw_master_bytes + side_held + side_made + waiting + captured;
     for (double ws : {during, casting}) note_backward(acts, ws, op.name);
+    const double weight_gradient = op.dw_master_bytes > 0 ? op.dw_master_bytes : op.dw_bytes;
+    if (op.holds_weight_gradient) waiting += weight_gradient;
+    if (op.block >= 0) captured += weight_gradient;
     acts -= p.saved_for[k];
     if (op.side == ChainSide::join && held > 0) {
       // Its input's gradient and the residual's summed into a new tensor (autograd.cpp: sum_into),
       // the gradient it received already released by its backward.
-      note_backward(acts, op.dx_bytes + op.dw_bytes + side_held + op.dx_bytes, op.name + " (sum)");
+      // (A recomputed block's op has its weight gradient among the captured ones already.)
+      const double own_dw = op.block >= 0 ? 0 : op.dw_bytes;
+      note_backward(acts, op.dx_bytes + own_dw + side_held + op.dx_bytes + waiting + captured, op.name + " (sum)");
       held = 0;
       shared = false;
     }
+    if (op.block >= 0 && (k == 0 || !p.in_block_with(k - 1, k))) captured = 0;  // the block's backward ends
     if (op.side == ChainSide::transform) {
       held = op.side_bytes;  // the shortcut's input gradient; the main path's passes on unchanged
       continue;
@@ -184,7 +197,7 @@ void backward_pass(const ChainPlan& p, const std::vector<double>& block_transien
     } else if (!op.passes_gradient) {
       shared = false;  // the main path moves on: the residual's gradient is its own tensor now
     }
-    if (!op.passes_gradient) received = op.dx_bytes;
+    if (!op.passes_gradient) received = op.dx_bytes + op.carry_bytes;
     if (received == 0) break;  // nothing flows further back
   }
 }

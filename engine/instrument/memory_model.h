@@ -76,6 +76,14 @@ struct ChainOp {
   double dx_bytes = 0;
   bool passes_gradient = false;
   double scratch_bytes = 0, dw_bytes = 0, dw_master_bytes = 0;
+  // Of the gradients its backward hands on, the bytes it received and passes through untouched
+  // beside its own dx (attention's dv, made by the second matmul, waits through the softmax and the
+  // first matmul): counted in what the next op receives, not made again.
+  double carry_bytes = 0;
+  // Its weight gradient waits in autograd to the end of the backward (a tied weight's first
+  // contribution: the head's, until the token embedding's is summed with it); its f32 copy where
+  // there is one.
+  bool holds_weight_gradient = false;
   int outlives = 1;  // next_op: how many of the following ops' outputs appear before it is freed
   // The residual path's role of this op in backward (ChainSide) and the gradient it allocates there.
   // A transform op is not on the main path: the gradient the main path carries passes it unchanged.

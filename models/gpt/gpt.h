@@ -42,6 +42,7 @@ class CausalSelfAttention : public Module {
     fused_ = fused;
     Module::set_fused(fused);
   }
+  bool fused() const { return fused_; }
   std::shared_ptr<Linear> c_attn, c_proj;
   std::int64_t n_head, n_embd;
   double dropout;
@@ -97,6 +98,8 @@ class GPT : public Module {
   // the tied head is the token embedding, and is not decayed here, as llm.c does not).
   bool decays(const std::string& name) const override;
   double flop_per_sample(bool forward_only) const override;
+  // The forward as the memory estimate sees it (models/gpt/gpt_memory.cpp): empty with dropout > 0.
+  std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const override;
   const GPTConfig& config() const { return config_; }
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<GPTBlock>> blocks;
