@@ -193,7 +193,7 @@ TARGET ?=
 SCALING_LEDGER ?=
 CONTEND ?= 2
 ACCURACY_CONFIG := $(if $(filter resnet,$(MODEL)),configs/cost_resnet.yaml,configs/cost_fashion.yaml)
-ACCURACY_ARGS := $(if $(filter fashion,$(DATA)),--config $(ACCURACY_CONFIG),$(if $(DATA),--data $(DATA))) $(if $(TARGET),--target $(TARGET))
+ACCURACY_ARGS := $(if $(filter fashion,$(DATA)),--config $(ACCURACY_CONFIG),$(if $(DATA),--data $(DATA)) $(if $(MODEL),--model $(MODEL))) $(if $(TARGET),--target $(TARGET))
 accuracy: build $(if $(filter fashion,$(DATA)),fashion-data)
 	@if [ -z "$(RATE)" ]; then echo "make accuracy: RATE is required, the machine's price in \$$/hour (e.g. make accuracy RATE=0.35): there is no default price" >&2; exit 2; fi
 	@$(BUILD_DIR)/bin/cost_to_accuracy --rate $(RATE) --ledger $(LEDGER) $(ACCURACY_ARGS) $(if $(SCALING_LEDGER),--scaling-ledger $(SCALING_LEDGER))

@@ -31,9 +31,10 @@ int main(int argc, char** argv) {
                  "a data set on disk (trainlab make-dataset) to train and evaluate on instead of the study file's "
                  "(its data: key, else SyntheticImages); its held-out split is the held-out set");
   app.add_option("--target", o.target,
-                 "the held-out accuracy to reach, in (0, 1] (default: the study file's; a real data set needs its own, "
-                 "chosen from a pilot run)")
-      ->check(FiniteRange(1e-9, 1.0));
+                 "the target in the study file's metric: held-out accuracy in (0, 1], or held-out loss > 0 (nats) "
+                 "for a loss study such as configs/cost_gpt.yaml (default: the study file's; a real data set needs "
+                 "its own, chosen from a pilot run)")
+      ->check(FiniteRange(1e-9, 1e9));
   const ModelFlags model_flags = add_model_options(
       app, o.model,
       "the model every configuration trains, in place of the study file's (its model: key, else smallcnn); a "

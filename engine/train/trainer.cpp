@@ -109,6 +109,23 @@ StopRule accuracy_at_least(double target, int consecutive) {
   return rule;
 }
 
+StopRule loss_at_most(double target, int consecutive) {
+  TL_CHECK(std::isfinite(target) && target > 0,
+           "stop rule: target loss must be finite and > 0, got " + std::to_string(target));
+  TL_CHECK(consecutive >= 1, "stop rule: consecutive evaluations must be >= 1, got " + std::to_string(consecutive));
+  StopRule rule;
+  rule.description = fmt::format("held-out loss <= {:g} on {} consecutive evaluation{}", target, consecutive,
+                                 consecutive == 1 ? "" : "s");
+  rule.should_stop = [target, consecutive](const std::vector<EvalResult>& evals) {
+    if (static_cast<int>(evals.size()) < consecutive) return false;
+    for (std::size_t i = evals.size() - static_cast<std::size_t>(consecutive); i < evals.size(); ++i) {
+      if (!(evals[i].loss <= target)) return false;
+    }
+    return true;
+  };
+  return rule;
+}
+
 Trainer::Trainer(const TrainConfig& config, DataParallel* parallel) : Trainer(config, model_task(config), parallel) {}
 
 Trainer::Trainer(const TrainConfig& config, TrainTask task, DataParallel* parallel)

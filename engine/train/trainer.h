@@ -66,6 +66,9 @@ struct StopRule {
 // Held-out accuracy >= `target` on `consecutive` evaluations in a row (seed 000's rule for the cost
 // study: two in a row, so that one lucky evaluation does not end a run).
 StopRule accuracy_at_least(double target, int consecutive = 2);
+// Held-out loss <= `target` (nats per prediction: a language model's cross entropy per token) on
+// `consecutive` evaluations in a row.
+StopRule loss_at_most(double target, int consecutive = 2);
 
 // A driver observes and stops a run through these, without editing the engine.
 struct TrainCallbacks {

@@ -61,14 +61,18 @@ struct CostRun {
 // The study file read and checked against the machine, the ledger and the scaling ledger checked,
 // all before any training.
 CostRun prepare(CostOptions o) {
-  if (o.config_path.empty()) o.config_path = default_study_file();
+  // A language model's study is its own (a held-out loss target, AdamW): configs/cost_gpt.yaml.
+  if (o.config_path.empty())
+    o.config_path = o.model_given && find_model(o.model.name).context ? "configs/cost_gpt.yaml" : default_study_file();
   CostRun run;
   run.spec = load_cost_study(o.config_path);
   // A target is a property of the data: one chosen for SyntheticImages says nothing on another set.
   TL_CHECK(o.data.empty() || o.target > 0 || !run.spec.data.empty(),
-           fmt::format("--data {}: give --target too (the held-out accuracy to reach on it, chosen from a pilot run): "
-                       "{}'s target {:g} was chosen for SyntheticImages",
-                       o.data, o.config_path, o.quick ? run.spec.quick_target : run.spec.target));
+           fmt::format("--data {}: give --target too (the held-out {} to reach on it, chosen from a pilot run): "
+                       "{}'s target {:g} was chosen for its synthetic data",
+                       o.data, cost_metric_name(run.spec.metric), o.config_path,
+                       o.quick ? run.spec.quick_target : run.spec.target));
+  if (o.target > 0) check_cost_target(run.spec.metric, o.target, "--target");
   use_data_set(run.spec.base, o.data);
   if (o.model_given) use_model(run.spec.base, o.model);
   run.configs = cost_configs(run.spec, o.quick);
@@ -119,14 +123,14 @@ CostRun prepare(CostOptions o) {
 
 void print_header(const CostRun& run) {
   std::cout << fmt::format(
-      "# cost_to_accuracy: {} ({}), {} configurations x {} repeats interleaved; target: held-out accuracy >= {:g} on "
+      "# cost_to_accuracy: {} ({}), {} configurations x {} repeats interleaved; target: {} on "
       "{} consecutive evaluations, every {} steps, cap {} steps; rate ${}/hour\n",
-      run.spec.name, run.o.quick ? "quick" : "full", run.configs.size(), run.repeats, run.target, run.spec.consecutive,
-      run.spec.eval_every, run.step_cap, run.o.rate);
+      run.spec.name, run.o.quick ? "quick" : "full", run.configs.size(), run.repeats,
+      target_phrase(run.spec.metric, run.target), run.spec.consecutive, run.spec.eval_every, run.step_cap, run.o.rate);
   std::cout << fmt::format("# device: {} ({}), backend {}, timer {}, engine {}; run {}\n", run.env.device.name,
                            run.env.device.type, run.env.backend, run.env.timer, run.env.engine(), run.run_id);
-  std::cout << fmt::format("# data: {}; held-out accuracy over {} samples of its held-out split\n", run.data.label(),
-                           run.configs.front().data.eval_samples);
+  std::cout << fmt::format("# data: {}; held-out {} over {} samples of its held-out split\n", run.data.label(),
+                           cost_metric_name(run.spec.metric), run.configs.front().data.eval_samples);
   std::cout << fmt::format("# model: {}\n", model_label(run.configs.front().model));
   std::cout.flush();
 }
@@ -152,6 +156,7 @@ CostRepeat train_repeat(const CostRun& run, std::size_t c, int r, const CostConf
   row.config = knobs_of(config);
   row.data = run.data;
   row.target = run.target;
+  row.metric = cost_metric_name(run.spec.metric);
   row.consecutive = run.spec.consecutive;
   row.eval_every = run.spec.eval_every;
   row.step_cap = run.step_cap;
@@ -161,7 +166,9 @@ CostRepeat train_repeat(const CostRun& run, std::size_t c, int r, const CostConf
   try {
     Trainer trainer(config, model_task(config));
     TrainCallbacks callbacks;
-    callbacks.stop_rule = accuracy_at_least(run.target, run.spec.consecutive);
+    const bool by_loss = run.spec.metric == CostMetric::loss;
+    callbacks.stop_rule =
+        by_loss ? loss_at_most(run.target, run.spec.consecutive) : accuracy_at_least(run.target, run.spec.consecutive);
     trainer.set_callbacks(callbacks);
     const TrainResult trained = trainer.train(nullptr);
     rep.samples_per_s = trained.samples_per_s;
@@ -178,14 +185,17 @@ CostRepeat train_repeat(const CostRun& run, std::size_t c, int r, const CostConf
     row.warmup_steps_excluded = trained.warmup_steps;
     row.step_seconds = trained.step_seconds;
     row.evals = json::array();
-    for (const auto& e : trained.evals) row.evals.push_back({e.step, e.accuracy});
+    for (const auto& e : trained.evals) row.evals.push_back({e.step, by_loss ? e.loss : e.accuracy});
     row.wall_s = trained.wall_s;
-    const double last = trained.evals.empty() ? 0.0 : trained.evals.back().accuracy;
-    std::cout << fmt::format(
-        "repeat {}/{} {:<20} {:>8.1f} samples/s  {}\n", r + 1, run.repeats, result.name, rep.samples_per_s,
-        rep.reached ? fmt::format("reached {:g} at step {} ({} samples)", run.target, rep.steps_to_target,
-                                  rep.steps_to_target * config.batch)
-                    : fmt::format("NOT reached within {} steps (last held-out accuracy {:.3f})", run.step_cap, last));
+    const double last = trained.evals.empty() ? 0.0
+                        : by_loss             ? trained.evals.back().loss
+                                              : trained.evals.back().accuracy;
+    std::cout << fmt::format("repeat {}/{} {:<20} {:>8.1f} samples/s  {}\n", r + 1, run.repeats, result.name,
+                             rep.samples_per_s,
+                             rep.reached ? fmt::format("reached {:g} at step {} ({} samples)", run.target,
+                                                       rep.steps_to_target, rep.steps_to_target * config.batch)
+                                         : fmt::format("NOT reached within {} steps (last held-out {} {:.3f})",
+                                                       run.step_cap, cost_metric_name(run.spec.metric), last));
   } catch (const std::exception& e) {
     rep.failed = true;
     rep.error = e.what();
@@ -250,11 +260,10 @@ void print_break_even(const CostRun& run, const CostAnalysis& analysis) {
 int run_study(const CostRun& run) {
   print_header(run);
   const std::vector<CostConfigResult> results = train_all(run);
-  const CostAnalysis analysis = analyse_cost(results, run.o.rate, run.target, run.spec.eval_every, run.step_cap);
-  std::cout << fmt::format(
-      "\nCost to held-out accuracy {:g} at ${}/hour ({}; samples/s over measured steps, {} "
-      "repeats):\n\n",
-      run.target, run.o.rate, run.env.device.name, run.repeats);
+  const CostAnalysis analysis =
+      analyse_cost(results, run.o.rate, run.target, run.spec.eval_every, run.step_cap, run.spec.metric);
+  std::cout << fmt::format("\nCost to {} at ${}/hour ({}; samples/s over measured steps, {} repeats):\n\n",
+                           target_phrase(run.spec.metric, run.target), run.o.rate, run.env.device.name, run.repeats);
   std::cout << cost_table(analysis, true) << "\n" << cost_findings(analysis);
   std::cout << "\nEvery repeat (repeat r trains with the configuration's seed + r):\n\n"
             << cost_repeats_table(analysis, true);

@@ -19,14 +19,38 @@
 
 namespace trainlab::bench {
 
+const char* cost_metric_name(CostMetric metric) { return metric == CostMetric::loss ? "loss" : "accuracy"; }
+
+CostMetric parse_cost_metric(const std::string& name) {
+  if (name == "accuracy") return CostMetric::accuracy;
+  if (name == "loss") return CostMetric::loss;
+  throw Error("cost study: metric " + quote_value(name) +
+              " is not one of accuracy (held-out accuracy at least the target) or loss (held-out loss at most it)");
+}
+
+std::string target_phrase(CostMetric metric, double target) {
+  return fmt::format("held-out {} {} {:g}", cost_metric_name(metric), metric == CostMetric::loss ? "<=" : ">=", target);
+}
+
+void check_cost_target(CostMetric metric, double target, const std::string& where) {
+  if (metric == CostMetric::loss) {
+    TL_CHECK(std::isfinite(target) && target > 0,
+             fmt::format("{} {} is not a held-out loss to reach (a finite number > 0, in nats)", where, target));
+  } else {
+    TL_CHECK(target > 0 && target <= 1,
+             fmt::format("{} {} is not a held-out accuracy to reach (allowed: (0, 1])", where, target));
+  }
+}
+
 namespace {
 
 CostStudySpec cost_study_from_yaml(const YAML::Node& root, const std::string& path) {
   TL_CHECK(root.IsMap(), "cost study file '" + path + "' must be a map");
   static const char* const kAllowed =
-      "study, device, base, data, configs, lr_rule, target, consecutive, eval_every, step_cap, repeats, quick";
-  static const std::set<std::string> allowed = {"study",  "device",      "base",       "data",     "configs", "lr_rule",
-                                                "target", "consecutive", "eval_every", "step_cap", "repeats", "quick"};
+      "study, device, base, data, configs, lr_rule, metric, target, consecutive, eval_every, step_cap, repeats, quick";
+  static const std::set<std::string> allowed = {"study",    "device",  "base",   "data",        "configs",
+                                                "lr_rule",  "metric",  "target", "consecutive", "eval_every",
+                                                "step_cap", "repeats", "quick"};
   for (const auto& item : root) {
     TL_CHECK(item.first.IsScalar(), path + ": every key must be a plain name");
     TL_CHECK(allowed.count(item.first.Scalar()),
@@ -41,6 +65,7 @@ CostStudySpec cost_study_from_yaml(const YAML::Node& root, const std::string& pa
     spec.base = yaml_map(root["base"], path + ": base");
     if (root["data"]) spec.data = root["data"].as<std::string>();
     use_data_set(spec.base, spec.data);
+    if (root["metric"]) spec.metric = parse_cost_metric(root["metric"].as<std::string>());
     if (root["target"]) spec.target = root["target"].as<double>();
     if (root["consecutive"]) spec.consecutive = root["consecutive"].as<int>();
     if (root["eval_every"]) spec.eval_every = root["eval_every"].as<std::int64_t>();
@@ -91,9 +116,8 @@ CostStudySpec cost_study_from_yaml(const YAML::Node& root, const std::string& pa
   } catch (const YAML::Exception& e) {
     throw Error("cost study file '" + path + "': " + e.msg + " (line " + std::to_string(e.mark.line + 1) + ")");
   }
-  TL_CHECK(spec.target > 0 && spec.target <= 1 && spec.quick_target > 0 && spec.quick_target <= 1,
-           fmt::format("{}: target must be in (0, 1] (held-out accuracy), got {} (quick {})", path, spec.target,
-                       spec.quick_target));
+  check_cost_target(spec.metric, spec.target, path + ": target");
+  check_cost_target(spec.metric, spec.quick_target, path + ": quick target");
   TL_CHECK(spec.consecutive >= 1 && spec.consecutive <= 100,
            fmt::format("{}: consecutive must be 1..100, got {}", path, spec.consecutive));
   TL_CHECK(spec.eval_every >= 1, fmt::format("{}: eval_every must be >= 1, got {}", path, spec.eval_every));
@@ -159,11 +183,12 @@ std::vector<TrainConfig> cost_configs(const CostStudySpec& spec, bool quick) {
 }
 
 CostAnalysis analyse_cost(const std::vector<CostConfigResult>& results, double rate, double target,
-                          std::int64_t eval_every, std::int64_t step_cap) {
+                          std::int64_t eval_every, std::int64_t step_cap, CostMetric metric) {
   TL_CHECK(rate > 0 && std::isfinite(rate), fmt::format("cost study: the rate must be > 0 $/hour, got {}", rate));
   CostAnalysis a;
   a.rate = rate;
   a.target = target;
+  a.metric = metric;
   a.eval_every = eval_every;
   a.step_cap = step_cap;
   for (const auto& r : results) {
@@ -296,9 +321,9 @@ std::string cost_findings(const CostAnalysis& a) {
   std::ostringstream out;
   if (!a.any_reached) {
     out << fmt::format(
-        "No configuration reached held-out accuracy {:g} within {} steps: there is no cost to compare, and "
+        "No configuration reached {} within {} steps: there is no cost to compare, and "
         "throughput alone says nothing about it.\n",
-        a.target, a.step_cap);
+        target_phrase(a.metric, a.target), a.step_cap);
     return out.str();
   }
   out << fmt::format("winners_agree: {}. ", a.winners_agree ? "true" : "false");
@@ -341,9 +366,9 @@ std::string cost_findings(const CostAnalysis& a) {
   }
   if (!worst.empty()) {
     out << fmt::format(
-        "Stopping resolution: accuracy is evaluated every {} steps, so samples to target is quantised to {} x batch "
-        "samples, up to {:.0f}% of a row (`{}`); the bias is towards the larger batches.\n",
-        a.eval_every, a.eval_every, 100 * worst_share, worst);
+        "Stopping resolution: held-out {} is evaluated every {} steps, so samples to target is quantised to {} x "
+        "batch samples, up to {:.0f}% of a row (`{}`); the bias is towards the larger batches.\n",
+        cost_metric_name(a.metric), a.eval_every, a.eval_every, 100 * worst_share, worst);
   }
   for (const auto& r : a.rows) {
     if (!r.reached_target) out << fmt::format("`{}` did not reach the target: {}.\n", r.name, r.why_not);
@@ -514,11 +539,11 @@ chart::Figure cost_rank_figure(const CostAnalysis& a, const std::string& title) 
     item.highlight = r.name == a.over_rated;
     ranks.items.push_back(item);
   }
-  return {
-      title,
-      {ranks},
-      {fmt::format("left: the median samples/s order; right: $ to held-out accuracy {:g} at ${}/h", a.target, a.rate),
-       "red: the configuration throughput over-rates the most"}};
+  return {title,
+          {ranks},
+          {fmt::format("left: the median samples/s order; right: $ to {} at ${}/h", target_phrase(a.metric, a.target),
+                       a.rate),
+           "red: the configuration throughput over-rates the most"}};
 }
 
 }  // namespace trainlab::bench

@@ -26,6 +26,17 @@ namespace trainlab::bench {
 
 struct CostRepeatRow;
 
+// What a run must reach: held-out accuracy at least the target (a classifier), or held-out loss at
+// most it (a language model: cross entropy per token, in nats).
+enum class CostMetric { accuracy, loss };
+const char* cost_metric_name(CostMetric metric);  // "accuracy" | "loss"
+// Throws Error naming the value and what is allowed.
+CostMetric parse_cost_metric(const std::string& name);
+// "held-out accuracy >= 0.85" | "held-out loss <= 2.2"
+std::string target_phrase(CostMetric metric, double target);
+// Throws Error unless the target is one the metric can reach: accuracy in (0, 1], loss finite and > 0.
+void check_cost_target(CostMetric metric, double target, const std::string& where);
+
 // cost_to_accuracy as a library call: the options its command line sets (the executable,
 // apps/cost_to_accuracy.cpp, parses the command line and calls run_cost_study).
 struct CostOptions {
@@ -34,7 +45,7 @@ struct CostOptions {
   bool quick = false;
   int repeats = 0;    // 0: the study file's
   std::string data;   // a data set on disk in place of the study file's data (its `data:` key, else SyntheticImages)
-  double target = 0;  // 0: the study file's (its quick one with --quick)
+  double target = 0;  // 0: the study file's (its quick one with --quick), in the file's metric
   std::string ledger_path, scaling_ledger;
   bool no_ledger = false;
   // --model and --model-options: in place of the study file's model (its base's model: key, else
@@ -59,6 +70,7 @@ struct CostStudySpec {
   KnobMap base;
   std::vector<Entry> configs;
   LrRule lr_rule;  // base_lr: the base config's lr at lr_rule.base_batch
+  CostMetric metric = CostMetric::accuracy;
   double target = 0.85;
   int consecutive = 2;
   std::int64_t eval_every = 25, step_cap = 2000;
@@ -119,6 +131,7 @@ struct CostRow {
 struct CostAnalysis {
   std::vector<CostRow> rows;  // in rank-by-cost order (those that did not reach the target last)
   double rate = 0, target = 0;
+  CostMetric metric = CostMetric::accuracy;
   std::int64_t eval_every = 0, step_cap = 0;
   bool any_reached = false;
   bool winners_agree = false;    // the throughput winner is also ranked first by cost
@@ -133,7 +146,7 @@ struct CostAnalysis {
 };
 
 CostAnalysis analyse_cost(const std::vector<CostConfigResult>& results, double rate, double target,
-                          std::int64_t eval_every, std::int64_t step_cap);
+                          std::int64_t eval_every, std::int64_t step_cap, CostMetric metric = CostMetric::accuracy);
 // The seed's table (config, samples/s median and min-max, steps, samples, $ to target, both ranks,
 // the stopping quantum and its share); markdown when `markdown`, else aligned text.
 std::string cost_table(const CostAnalysis& analysis, bool markdown);

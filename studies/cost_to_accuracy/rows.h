@@ -29,6 +29,7 @@ struct CostRepeatRow {
   KnobMap config;                  // as it ran (the trainer's keys)
   std::optional<DataSource> data;  // what it trained on (rows before 2026-12-02 lack it: SyntheticImages)
   double target = 0;
+  std::string metric = "accuracy";  // what the target is of: accuracy | loss (rows before 2026-12-06: accuracy)
   int consecutive = 0;
   std::int64_t eval_every = 0, step_cap = 0;
   double rate = 0;  // $/hour
@@ -40,7 +41,7 @@ struct CostRepeatRow {
   std::string stopped_by, stop_rule;
   std::int64_t measured_steps = 0, warmup_steps_excluded = 0;
   std::vector<double> step_seconds;
-  json evals;  // [[step, held-out accuracy], ...]
+  json evals;  // [[step, held-out accuracy or loss (the metric)], ...]
   double wall_s = 0;
   // Why it did not (status failed).
   std::string error;
@@ -58,6 +59,7 @@ struct CostRepeatRow {
     f.optional("config", config);
     f.optional("data", data);
     f("target", target);
+    f.optional("metric", metric);
     f.optional("consecutive", consecutive);
     f("eval_every", eval_every);
     f("step_cap", step_cap);

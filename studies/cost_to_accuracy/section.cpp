@@ -56,7 +56,8 @@ std::string model_of(const CostRepeatRow& row) {
 
 CostAnalysis analysis_of(const std::vector<CostRepeatRow>& rows) {
   const CostRepeatRow& first = rows.front();
-  return analyse_cost(cost_results_from_rows(rows), first.rate, first.target, first.eval_every, first.step_cap);
+  return analyse_cost(cost_results_from_rows(rows), first.rate, first.target, first.eval_every, first.step_cap,
+                      parse_cost_metric(first.metric));
 }
 
 std::string ranking_words(const CostAnalysis& a, bool by_cost) {
@@ -91,7 +92,8 @@ std::string side_by_side(const std::string& synthetic_run, const CostAnalysis& s
   };
   std::ostringstream md;
   md << fmt::format("| | SyntheticImages (`{}`) | {} (`{}`) |\n|---|---|---|\n", synthetic_run, real_name, real_run);
-  md << fmt::format("| target (held-out accuracy) | {:g} | {:g} |\n", synthetic.target, real.target);
+  md << fmt::format("| target | {} | {} |\n", target_phrase(synthetic.metric, synthetic.target),
+                    target_phrase(real.metric, real.target));
   md << fmt::format("| ranking by throughput | {} | {} |\n", ranking_words(synthetic, false),
                     ranking_words(real, false));
   md << fmt::format("| ranking by $ to target | {} | {} |\n", ranking_words(synthetic, true),
@@ -116,11 +118,12 @@ void run_part(const std::string& heading, const std::string& run_id, const std::
   for (const auto& r : analysis.rows) repeats = std::max(repeats, r.repeats);
   md << fmt::format(
       "\n## {}\n\nRun `{}` of `studies/cost_to_accuracy` ({}{}) on {}, data: {}: each configuration trained "
-      "from scratch until held-out accuracy >= {:g} on {} consecutive evaluations (every {} steps, cap {} steps), "
+      "from scratch until {} on {} consecutive evaluations (every {} steps, cap {} steps), "
       "{} repeat(s) interleaved; $ to target = samples to target / samples/s x ${}/hour / 3600.\n\n",
       heading, run_id, first.study.empty() ? "?" : first.study, first.quick ? ", quick" : "",
-      measured_on(first.header.env), first.data ? first.data->label() : std::string("SyntheticImages"), first.target,
-      first.consecutive, first.eval_every, first.step_cap, repeats, first.rate);
+      measured_on(first.header.env), first.data ? first.data->label() : std::string("SyntheticImages"),
+      target_phrase(parse_cost_metric(first.metric), first.target), first.consecutive, first.eval_every, first.step_cap,
+      repeats, first.rate);
   md << cost_table(analysis, true) << "\n" << cost_findings(analysis);
   md << "\nEvery repeat (repeat r trains with the configuration's seed + r):\n\n" << cost_repeats_table(analysis, true);
 }

@@ -52,6 +52,12 @@ case $which in
     grep -q "winners_agree: " "$tmp/out" || fail "no winners_agree line"
     grep -q "rank by throughput | rank by cost" "$tmp/out" || fail "no table"
     [ "$(grep -c '"kind":"cost_repeat"' "$ledger")" -eq 5 ] || fail "expected 5 cost_repeat rows"
+    # A language model's study (configs/cost_gpt.yaml, chosen by --model gpt): a held-out loss target.
+    "$driver" --quick --rate 0.35 --model gpt --ledger "$ledger" >"$tmp/gpt" 2>&1 || { cat "$tmp/gpt"; fail "gpt quick run failed"; }
+    grep -q "target: held-out loss <= 1.5 on 2 consecutive" "$tmp/gpt" || { cat "$tmp/gpt"; fail "no loss target"; }
+    grep -q "^# model: GPT" "$tmp/gpt" || fail "the gpt run does not name its model"
+    [ "$(grep '"kind":"cost_repeat"' "$ledger" | grep -c '"metric":"loss"')" -eq 5 ] || fail "expected 5 loss rows"
+    expect_error "--target 1.5 is not a held-out accuracy" --quick --rate 0.35 --no-ledger --target 1.5
     # A scaling ledger that does not exist, or holds no bench_scaling run, is named before any training.
     expect_error "nope.jsonl' does not exist" --quick --rate 0.35 --no-ledger --scaling-ledger "$tmp/nope.jsonl"
     expect_error "holds no bench_scaling run" --quick --rate 0.35 --no-ledger --scaling-ledger "$ledger"
@@ -71,7 +77,10 @@ case $which in
     grep -q "^## Cost to accuracy on real data: idx" "$tmp/REPORT.md" || fail "no real-data cost section"
     grep -q "^| winners agree | \(yes\|no\) | \(yes\|no\) |" "$tmp/REPORT.md" || fail "no side-by-side winners_agree"
     grep -q "^On real data, winners_agree \(changes\|does not change\)" "$tmp/REPORT.md" || fail "no side-by-side verdict"
-    [ "$(ls "$tmp"/figures/cost_*.svg | wc -l)" -eq 2 ] || fail "expected a cost figure per run"
+    # The GPT's run is its own section, to its own target: its ranking is not SmallCNN's to set beside.
+    grep -q "^## Cost to accuracy: GPT" "$tmp/REPORT.md" || fail "no GPT cost section"
+    grep -q "until held-out loss <= 1.5 on 2 consecutive" "$tmp/REPORT.md" || fail "the GPT section does not say its target"
+    [ "$(ls "$tmp"/figures/cost_*.svg | wc -l)" -eq 3 ] || fail "expected a cost figure per run"
     ;;
   ladder)
     # The ladder on a data set on disk: a three-rung ladder whose file names the data (data:), and

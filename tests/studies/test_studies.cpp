@@ -137,6 +137,25 @@ TEST_CASE("the stop rule needs the target on consecutive evaluations", "[bench]"
   CHECK(accuracy_at_least(0.85, 1).should_stop(evals_of({0.85})));
 }
 
+TEST_CASE("the loss stop rule needs the held-out loss at most the target on consecutive evaluations", "[bench]") {
+  auto losses = [](std::initializer_list<double> values) {
+    std::vector<EvalResult> evals;
+    for (const double v : values) {
+      EvalResult e;
+      e.loss = v;
+      evals.push_back(e);
+    }
+    return evals;
+  };
+  const StopRule rule = loss_at_most(1.2, 2);
+  CHECK(rule.description == "held-out loss <= 1.2 on 2 consecutive evaluations");
+  CHECK_FALSE(rule.should_stop(losses({1.1})));
+  CHECK_FALSE(rule.should_stop(losses({1.1, 1.3})));
+  CHECK_FALSE(rule.should_stop(losses({1.1, std::nan("")})));  // a NaN loss never reaches a target
+  CHECK(rule.should_stop(losses({2.0, 1.2, 1.19})));
+  CHECK_THROWS_WITH(loss_at_most(0, 2), Catch::Contains("target loss must be finite and > 0, got 0"));
+}
+
 TEST_CASE("a configuration that never reaches the target is a row that says so", "[bench]") {
   // A real run: the study's first configuration, capped at 10 steps against a target it cannot reach.
   const CostStudySpec spec = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cpu.yaml");
@@ -310,7 +329,15 @@ TEST_CASE("the cost study file is checked by name", "[bench]") {
   CHECK(load_cost_study_text(good, "t.yaml").configs.size() == 1);
   CHECK_THROWS_WITH(load_cost_study_text(good + "colour: red\n", "t.yaml"), Catch::Contains("unknown key 'colour'"));
   CHECK_THROWS_WITH(load_cost_study_text(good + "target: 1.5\n", "t.yaml"),
-                    Catch::Contains("target must be in (0, 1]"));
+                    Catch::Contains("target 1.5 is not a held-out accuracy to reach (allowed: (0, 1])"));
+  // A loss study: its target in nats, any finite number > 0.
+  const CostStudySpec loss = load_cost_study_text(good + "metric: loss\ntarget: 2.2\n", "t.yaml");
+  CHECK(loss.metric == CostMetric::loss);
+  CHECK(target_phrase(loss.metric, loss.target) == "held-out loss <= 2.2");
+  CHECK_THROWS_WITH(load_cost_study_text(good + "metric: loss\ntarget: -1\n", "t.yaml"),
+                    Catch::Contains("target -1 is not a held-out loss to reach"));
+  CHECK_THROWS_WITH(load_cost_study_text(good + "metric: bleu\n", "t.yaml"),
+                    Catch::Contains("metric 'bleu' is not one of accuracy"));
   CHECK_THROWS_WITH(load_cost_study_text(good + "  - name: a\n", "t.yaml"), Catch::Contains("'a' appears twice"));
   CHECK_THROWS_WITH(load_cost_study_text(good + "  - name: b\n    lr: doubled\n", "t.yaml"),
                     Catch::Contains("lr must be 'rule'"));
