@@ -7,6 +7,8 @@
 // decode-cost-0 ablation, DDP's overlap, the per-rank step-time distribution naming the slowest
 // rank, and PyTorch DDP (gloo) at world 1 and 2 beside trainlab's (SmallCNN and ResNet: the peer's twins).
 // --model NAME trains another registered model in every run. Every run is a ledger row.
+#include <cstdio>
+
 #include "apps/cli_parse.h"
 #include "apps/model_option.h"
 #include "comm/mpi_communicator.h"
@@ -29,8 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--base-lr", o.base_lr, "LR at the base batch")->check(FiniteRange(1e-6, 10.0));
   app.add_option("--steps", o.steps, "measured steps per run")->check(FiniteRange(1, 100000));
   app.add_option("--warmup", o.warmup, "warm-up steps per run (excluded)")->check(FiniteRange(0, 1000));
-  app.add_option("--decode-cost", o.decode_cost, "per-sample decode work (the ablation reruns at 0)")
-      ->check(FiniteRange(0, 100000));
+  CLI::Option* decode = app.add_option("--decode-cost", o.decode_cost,
+                                       "per-sample decode work (the ablation reruns at 0; a token model has none)")
+                            ->check(FiniteRange(0, 100000));
   app.add_flag("!--no-ablation", o.ablation, "skip the decode-cost-0 tables");
   app.add_option("--trials", o.trials, "paired no_sync comparisons per world size")->check(FiniteRange(0, 1000));
   app.add_option("--trial-steps", o.trial_steps, "measured steps per no_sync trial run")->check(FiniteRange(1, 100000));
@@ -81,5 +84,17 @@ int main(int argc, char** argv) {
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
   if (const auto status = parse_command_line(app, argc, argv, "bench_scaling")) return *status;
+  // A token model's windows are not decoded: its runs are at decode cost 0, with no ablation to add.
+  if (find_model(o.model.name).context) {
+    if (decode->count() > 0 && o.decode_cost != 0) {
+      std::fprintf(stderr,
+                   "bench_scaling: error: --decode-cost %lld: model '%s' trains on windows of token ids, which are "
+                   "not decoded (allowed: 0)\n",
+                   static_cast<long long>(o.decode_cost), o.model.name.c_str());
+      return 2;
+    }
+    o.decode_cost = 0;
+    o.ablation = false;
+  }
   return bench::run_scaling_study(o);
 }

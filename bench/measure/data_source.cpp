@@ -38,10 +38,10 @@ DataSource data_source_of_dir(const std::string& dir) {
   return d;
 }
 
-DataSource data_source_of(const DataConfig& data) {
+DataSource data_source_of(const DataConfig& data, const ModelConfig& model) {
   if (data.dir.empty()) {
     DataSource synthetic;
-    synthetic.name = "SyntheticImages";
+    synthetic.name = find_model(model.name).context ? "SyntheticTokens" : "SyntheticImages";
     return synthetic;
   }
   return data_source_of_dir(data.dir);

@@ -29,9 +29,10 @@ struct DataSource {
   }
 };
 
-// The data a configuration trains on; reads the manifest of a data set on disk (throws Error naming
-// the directory when it has none).
-DataSource data_source_of(const DataConfig& data);
+// The data a configuration trains on: SyntheticImages, or SyntheticTokens for a token model (one whose
+// ModelDef has a context); reads the manifest of a data set on disk (throws Error naming the directory
+// when it has none).
+DataSource data_source_of(const DataConfig& data, const ModelConfig& model = {});
 DataSource data_source_of_dir(const std::string& dir);
 
 // A study's base pointed at a data set on disk (a study file's top-level `data:` key, a driver's

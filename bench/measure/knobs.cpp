@@ -33,6 +33,8 @@ TrainConfig config_from(const KnobMap& knobs, const std::string& origin) {
 void use_model(KnobMap& knobs, const ModelConfig& model) {
   knobs["model"] = model.name;
   knobs["model_options"] = model_options_text(model.options);
+  // A token model's windows are cut from memory, never decoded: SyntheticImages' stand-in goes.
+  if (find_model(model.name).context) knobs.erase("decode_cost");
 }
 
 std::string model_label(const std::string& name, const std::string& options_text) {

@@ -22,7 +22,8 @@ KnobMap knobs_of(const TrainConfig& config);
 KnobMap yaml_map(const YAML::Node& node, const std::string& where);
 
 // The model of a tool's --model and --model-options on top of a file's configuration (a ladder's or
-// a cost study's base): both keys replace the file's.
+// a cost study's base): both keys replace the file's; a token model's base loses decode_cost
+// (SyntheticImages' stand-in for decoding: token windows are not decoded).
 void use_model(KnobMap& knobs, const ModelConfig& model);
 // A model as printouts and reports name it: its registered title and its own keys, "SmallCNN",
 // "MLP (hidden=64)" (a name no longer registered, from an old row, as it is).

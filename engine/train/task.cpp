@@ -36,6 +36,10 @@ void check_model_input(const TrainConfig& config, const ModelInput& input, const
 TrainTask token_task(const TrainConfig& config, const ModelDef& def) {
   check_model_keys(def, config.model.options);
   const std::int64_t context = def.context(config.model.options);
+  TL_CHECK(config.data.decode_cost == 0,
+           "decode_cost " + std::to_string(config.data.decode_cost) +
+               " is SyntheticImages' stand-in for decoding an image; model '" + def.name +
+               "' trains on windows of token ids, which are not decoded: drop decode_cost");
   TrainTask task;
   task.model_name = def.title;
   if (config.data.dir.empty()) {

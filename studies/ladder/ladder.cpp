@@ -130,8 +130,20 @@ bool rung_runs_on(const Rung& rung, const std::string& device_type) {
 }
 
 std::string rung_model_skip_reason(const Rung& rung, const ModelConfig& model) {
-  // Only these knobs act on what the model runs; every other one (the loader, the batch, the dtype,
-  // CUDA graphs) applies to any model, and no probe is built for it.
+  // The loader's knobs hide decoding behind the step; a token model's windows are copied out of memory
+  // (a data set's shards are read once), so there is no work for them to hide.
+  static const std::set<std::string> loader_knobs = {"workers", "persistent_workers", "prefetch"};
+  const ModelDef& def = find_model(model.name);
+  if (def.context) {
+    for (const auto& [key, value] : rung.set) {
+      if (loader_knobs.count(key) > 0)
+        return model_label(model) +
+               " trains on windows of token ids copied from memory, with nothing to decode: " + key +
+               " has no loading work to take off the step, so the rung does not apply to this model";
+    }
+  }
+  // Only these knobs act on what the model runs; every other one (the batch, the dtype, CUDA graphs)
+  // applies to any model, and no probe is built for it.
   static const std::set<std::string> model_knobs = {"layout", "recompute", "fuse", "tf32"};
   TrainConfig knobs;
   bool any = false;
@@ -273,7 +285,7 @@ LadderArmFields arm_fields(const Arm& arm, const LadderSpec& spec) {
   f.rung_index = static_cast<std::int64_t>(arm.index);
   f.calibration = arm.calibration;
   f.config = knobs_of(arm.ran ? *arm.ran : arm.config);
-  f.data = data_source_of(arm.config.data);
+  f.data = data_source_of(arm.config.data, arm.config.model);
   f.changed = arm.change;
   if (arm.rung) f.note = arm.rung->note;
   return f;
@@ -424,7 +436,8 @@ LadderRun run_ladder(const LadderSpec& spec, const LadderOptions& options) {
         "ladder '{}' of {} on {} ({}), {} repeats of {} measured steps after {} warm-up steps, run {}\n", spec.name,
         model_label(arms[0].config.model), arms[0].env.device.name, arms[0].env.backend_describe, options.repeats,
         options.quick ? spec.quick_steps : spec.full_steps, spec.warmup, run.run_id);
-    *log << fmt::format("data: {}\nledger: {}\n", data_source_of(arms[0].config.data).label(), run.ledger_path);
+    *log << fmt::format("data: {}\nledger: {}\n", data_source_of(arms[0].config.data, arms[0].config.model).label(),
+                        run.ledger_path);
   }
   // Skipped rungs are recorded before anything runs.
   for (const Arm& arm : arms) {

@@ -64,7 +64,8 @@ bool rung_runs_on(const Rung& rung, const std::string& device_type);
 // Why `rung` does not apply to `model` ("" where it does): a knob that changes nothing the model
 // runs, so measuring it would measure nothing (or fail): the layout of a model with no 4-D op (an
 // MLP flattens its input first), a recompute level the model marks no blocks for, fusing or TF32 in
-// a model with no convolution or linear layer. Such a rung is skipped with this reason, as a rung
+// a model with no convolution or linear layer, the loader's workers and prefetch for a token model
+// (nothing to decode). Such a rung is skipped with this reason, as a rung
 // that needs another device is.
 std::string rung_model_skip_reason(const Rung& rung, const ModelConfig& model);
 

@@ -377,6 +377,36 @@ TEST_CASE("a study file's data: key points every configuration at a data set and
   CHECK_THROWS_WITH(data_source_of_dir("/nonexistent-trainlab-set"), Catch::Contains("/nonexistent-trainlab-set"));
 }
 
+TEST_CASE("a token model's studies drop the decode stand-in, skip the loader's rungs and name SyntheticTokens",
+          "[bench]") {
+  ModelConfig gpt;
+  gpt.name = "gpt";
+  CHECK(data_source_of(DataConfig{}, gpt).label() == "SyntheticTokens");
+  KnobMap base = {{"batch", "32"}, {"decode_cost", "60"}};
+  use_model(base, gpt);
+  CHECK(base.count("decode_cost") == 0);
+  ModelConfig smallcnn;
+  KnobMap images = {{"decode_cost", "60"}};
+  use_model(images, smallcnn);
+  CHECK(images.at("decode_cost") == "60");
+  // The loader's rungs do not apply (nothing is decoded); the compute rungs do.
+  Rung workers;
+  workers.name = "workers";
+  workers.set = {{"workers", "2"}};
+  CHECK_THAT(rung_model_skip_reason(workers, gpt), Catch::Contains("nothing to decode"));
+  CHECK(rung_model_skip_reason(workers, smallcnn).empty());
+  Rung compile;
+  compile.name = "compile";
+  compile.set = {{"fuse", "true"}};
+  CHECK(rung_model_skip_reason(compile, gpt).empty());
+  // And a config that asks a token model for decode work is refused, by name.
+  TrainConfig config;
+  config.model = gpt;
+  config.data.decode_cost = 60;
+  CHECK_THROWS_WITH(model_task(config), Catch::Contains("decode_cost 60 is SyntheticImages' stand-in") &&
+                                            Catch::Contains("drop decode_cost"));
+}
+
 TEST_CASE("the Fashion-MNIST cost study runs the SyntheticImages study's configurations on the real data", "[bench]") {
   const CostStudySpec synthetic = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_cpu.yaml");
   const CostStudySpec fashion = load_cost_study(std::string(TRAINLAB_SOURCE_DIR) + "/configs/cost_fashion.yaml");
