@@ -20,6 +20,10 @@ variants (--variant), '+'-joined:
   foreach          AdamW(foreach=True): the multi-tensor update (fused AdamW is CUDA-only in 1.13)
   jit_freeze       (forward only) traced, frozen and optimised for inference
   inference_mode   (forward only) torch.inference_mode instead of torch.no_grad
+  omp1             torch.set_num_threads(1) whatever --threads says: ATen's own ops on one thread and the
+                   matrix products on the BLAS's threads (Debian's PyTorch calls OpenBLAS, whose pthreads
+                   take every core; two OMP threads beside them contend for two cores: f32 training ran
+                   1.9x faster here with it, bf16, which goes to oneDNN on the OMP threads, 1.8x slower)
   @ALLOCATOR       (a suffix) tuned (default), system, tcmalloc or jemalloc (peer_malloc.py)
 --variant all measures the list the comparisons use in one process and names the best.
 With --dtype bf16 every variant runs under torch.autocast("cpu", dtype=torch.bfloat16).
@@ -46,12 +50,14 @@ except ImportError as error:
 
 import torch_smallcnn  # noqa: E402  (the shared timing loop)
 
-FEATURES = ("baddbmm", "set_to_none", "foreach", "jit_freeze", "inference_mode")
+FEATURES = ("baddbmm", "set_to_none", "foreach", "jit_freeze", "inference_mode", "omp1")
 MALLOCS = ("system", "tcmalloc", "jemalloc")
 VARIANTS = ["shipped", "set_to_none+foreach", "baddbmm+set_to_none+foreach"] + [
-    "baddbmm+set_to_none+foreach@" + m for m in MALLOCS]
+    "baddbmm+set_to_none+foreach@" + m for m in MALLOCS] + [
+    "set_to_none+foreach+omp1", "baddbmm+set_to_none+foreach+omp1", "baddbmm+set_to_none+foreach+omp1@tcmalloc"]
 INFER_VARIANTS = ["shipped", "baddbmm", "baddbmm+inference_mode", "jit_freeze", "baddbmm+jit_freeze"] + [
-    "baddbmm+jit_freeze@" + m for m in MALLOCS]
+    "baddbmm+jit_freeze@" + m for m in MALLOCS] + ["jit_freeze+omp1", "baddbmm+jit_freeze+omp1@tcmalloc"]
+DEFAULT_THREADS = torch.get_num_threads()  # before any variant sets its own
 DEFAULTS = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0}
 
 
@@ -173,6 +179,7 @@ def build_step(variant: str, args, device, batches, options):
     features = features_of(variant)
     if ("jit_freeze" in features or "inference_mode" in features) and not args.forward_only:
         raise ValueError(f"'{variant}': jit_freeze and inference_mode are inference forms (give --forward-only)")
+    torch.set_num_threads(1 if "omp1" in features else args.threads if args.threads > 0 else DEFAULT_THREADS)
     torch.manual_seed(args.seed)
     no_grad = torch.inference_mode if "inference_mode" in features else torch.no_grad
     model = GPT(vocab=args.vocab, baddbmm="baddbmm" in features, **options).to(device)
@@ -242,8 +249,6 @@ def main() -> int:
         return 2
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     T = options["block_size"]
     batches = [(torch.randint(0, args.vocab, (args.batch, T), device=device),
@@ -254,6 +259,7 @@ def main() -> int:
         try:
             step = build_step(v, args, device, batches, options)
             results[v] = torch_smallcnn.measure_step(step, args, sync)
+            results[v]["threads"] = torch.get_num_threads()
             results[v]["tokens_per_s"] = results[v]["samples_per_s"] * T
             results[v]["gflop_per_s"] = results[v]["samples_per_s"] * flop * 1e-9
         except Exception as error:  # a variant this PyTorch cannot run is recorded, not fatal
