@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--batches", o.batches, "global batch sizes (each split over the ranks)")->capture_default_str();
   app.add_option("--recompute", o.recompute, "recompute levels: none, convs, all (by default, those the model takes)")
       ->capture_default_str();
-  app.add_option("--zero", o.zero, "ZeRO stages: 0, 1")->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stages: 0, 1 (default: 0,1 over two or more ranks, 0 alone on one)");
   app.add_option("--repeats", o.repeats, "repeats per arm, interleaved")
       ->capture_default_str()
       ->check(FiniteRange(1, 100));

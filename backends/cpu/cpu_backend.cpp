@@ -472,6 +472,32 @@ void CpuBackend::bias_add_forward(DType dtype, const void* x, const void* bias, 
     S* py = as<S>(y);
     std::vector<C> b(static_cast<std::size_t>(channels));
     for (std::int64_t c = 0; c < channels; ++c) b[static_cast<std::size_t>(c)] = load<C>(pb[c]);
+    if constexpr (std::is_same_v<S, bf16> || std::is_same_v<S, f16>) {
+      if (inner == 1) {  // rows of `channels` (a linear layer's [N, out]): widened, added, narrowed a row at a time
+#pragma omp parallel num_threads(threads_) if (outer * channels >= kChunk)
+        {
+          std::vector<float> row(static_cast<std::size_t>(channels));
+#pragma omp for schedule(static)
+          for (std::int64_t o = 0; o < outer; ++o) {
+            widen_run(px + o * channels, row.data(), channels);
+            for (std::int64_t c = 0; c < channels; ++c)
+              row[static_cast<std::size_t>(c)] += b[static_cast<std::size_t>(c)];
+            narrow_run(row.data(), py + o * channels, channels);
+          }
+        }
+        return;
+      }
+    }
+    if (inner == 1) {  // rows of `channels`, added as vectors
+#pragma omp parallel for num_threads(threads_) schedule(static) if (outer * channels >= kChunk)
+      for (std::int64_t o = 0; o < outer; ++o) {
+        const S* xr = px + o * channels;
+        S* yr = py + o * channels;
+        const C* br = b.data();
+        for (std::int64_t c = 0; c < channels; ++c) yr[c] = store<S>(load<C>(xr[c]) + br[c]);
+      }
+      return;
+    }
 #pragma omp parallel for num_threads(threads_) schedule(static) if (outer * channels * inner >= kChunk)
     for (std::int64_t o = 0; o < outer; ++o) {
       for (std::int64_t c = 0; c < channels; ++c) {

@@ -92,4 +92,22 @@ inline void relu_run(const S* x, S* y, std::int64_t n) {
   }
 }
 
+// A half-precision row widened to f32 and an f32 row narrowed back (the SIMD casts above).
+template <typename S>
+inline void widen_run(const S* x, float* y, std::int64_t n) {
+  if constexpr (std::is_same_v<S, bf16>) {
+    simd().bf16_to_f32(x, y, n);
+  } else {
+    simd().f16_to_f32(x, y, n);
+  }
+}
+template <typename S>
+inline void narrow_run(const float* x, S* y, std::int64_t n) {
+  if constexpr (std::is_same_v<S, bf16>) {
+    simd().f32_to_bf16(x, y, n);
+  } else {
+    simd().f32_to_f16(x, y, n);
+  }
+}
+
 }  // namespace trainlab::cpu

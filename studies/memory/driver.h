@@ -12,7 +12,8 @@ namespace trainlab::bench {
 
 struct MemoryOptions {
   ModelConfig model;                                                               // what every arm trains
-  std::string batches = "32,128,512", recompute = "none,convs,all", zero = "0,1";  // comma-separated
+  // Comma-separated; zero "" is the default: 0,1 over two or more ranks, 0 alone on one (nothing to shard over).
+  std::string batches = "32,128,512", recompute = "none,convs,all", zero;
   // --recompute given: a level the model takes no blocks for is refused; by default such levels
   // are left out (an MLP marks no blocks to recompute), and the header says so.
   bool recompute_given = false;
