@@ -76,7 +76,8 @@ CostRun prepare(CostOptions o) {
   use_data_set(run.spec.base, o.data);
   if (o.model_given) use_model(run.spec.base, o.model);
   run.configs = cost_configs(run.spec, o.quick);
-  run.data = data_source_of(run.configs.front().data, run.configs.front().model);  // a directory that is not a data set is named now
+  run.data = data_source_of(run.configs.front().data,
+                            run.configs.front().model);  // a directory that is not a data set is named now
   // The model is built for the data (its keys' values, the data's sample shape): refused now, not
   // as a failed row per repeat.
   (void)model_task(run.configs.front());

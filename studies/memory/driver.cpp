@@ -96,7 +96,8 @@ Plan plan_arms(const MemoryOptions& o, int world) {
   levels = levels_the_model_takes(o, levels, left_out);
   std::vector<int> stages;
   if (o.zero.empty() && world < 2)
-    left_out += std::string(left_out.empty() ? "" : "; ") + "zero 1 left out of the default stages: one rank has no peers to shard over";
+    left_out += std::string(left_out.empty() ? "" : "; ") +
+                "zero 1 left out of the default stages: one rank has no peers to shard over";
   for (const std::string& z : split(o.zero.empty() ? (world >= 2 ? "0,1" : "0") : o.zero)) {
     TL_CHECK(z == "0" || z == "1", "memory_study: --zero: " + quote_value(z) + " is not a stage DDP runs (0 or 1)");
     stages.push_back(z[0] - '0');
