@@ -190,7 +190,7 @@ case $which in
     mpirun=$src/scripts/mpirun
     "$mpirun" -np 2 "$driver" --quick --no-ledger --zero 2 >"$tmp/out" 2>&1 && fail "--zero 2 was accepted"
     grep -q "'2' is not a stage DDP runs" "$tmp/out" || fail "--zero 2: $(cat "$tmp/out")"
-    "$mpirun" -np 1 "$driver" --quick --no-ledger >"$tmp/out" 2>&1 && fail "zero 1 at one rank was accepted"
+    "$mpirun" -np 1 "$driver" --quick --no-ledger --zero 0,1 >"$tmp/out" 2>&1 && fail "--zero 0,1 at one rank was accepted"
     grep -q "launch at least 2" "$tmp/out" || fail "one rank: $(cat "$tmp/out")"
     "$mpirun" -np 2 "$driver" --quick --no-ledger --batches 33 >"$tmp/out" 2>&1 && fail "--batches 33 was accepted"
     grep -q "'33' is not a whole number that splits over the 2 ranks" "$tmp/out" || fail "--batches 33: $(cat "$tmp/out")"
