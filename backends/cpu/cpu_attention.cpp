@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_math.h"
+#include "backends/cpu/simd.h"
 
 namespace trainlab::cpu {
 
@@ -47,7 +48,11 @@ const C* head_rows(const S* src, std::int64_t n, std::vector<C>& buffer) {
     return src;
   } else {
     buffer.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = load<C>(src[i]);
+    if constexpr (std::is_same_v<C, float> && (std::is_same_v<S, bf16> || std::is_same_v<S, f16>)) {
+      widen_run(src, buffer.data(), n);  // the SIMD casts, exact
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = load<C>(src[i]);
+    }
     return buffer.data();
   }
 }
@@ -176,7 +181,11 @@ void head_backward(const AttentionShape& s, const C* q, const C* k, const C* v, 
 // dst (storage S) = src (compute C), rounded once.
 template <typename S, typename C>
 void round_rows(const C* src, S* dst, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = store<S>(src[i]);
+  if constexpr (std::is_same_v<C, float> && (std::is_same_v<S, bf16> || std::is_same_v<S, f16>)) {
+    narrow_run(src, dst, n);  // the SIMD casts, bit-identical to store<S>
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = store<S>(src[i]);
+  }
 }
 
 }  // namespace

@@ -93,37 +93,34 @@ std::uint64_t recorded_bytes_per_sample(const Dataset& data) {
 
 }  // namespace
 
-StopRule accuracy_at_least(double target, int consecutive) {
-  TL_CHECK(target > 0 && target <= 1, "stop rule: target accuracy must be in (0, 1], got " + std::to_string(target));
+namespace {
+
+// A rule met when `reached` holds for each of the last `consecutive` evaluations.
+StopRule consecutive_rule(std::string description, int consecutive, std::function<bool(const EvalResult&)> reached) {
   TL_CHECK(consecutive >= 1, "stop rule: consecutive evaluations must be >= 1, got " + std::to_string(consecutive));
   StopRule rule;
-  rule.description = fmt::format("held-out accuracy >= {:g} on {} consecutive evaluation{}", target, consecutive,
-                                 consecutive == 1 ? "" : "s");
-  rule.should_stop = [target, consecutive](const std::vector<EvalResult>& evals) {
+  rule.description =
+      fmt::format("{} on {} consecutive evaluation{}", description, consecutive, consecutive == 1 ? "" : "s");
+  rule.should_stop = [consecutive, reached = std::move(reached)](const std::vector<EvalResult>& evals) {
     if (static_cast<int>(evals.size()) < consecutive) return false;
-    for (std::size_t i = evals.size() - static_cast<std::size_t>(consecutive); i < evals.size(); ++i) {
-      if (evals[i].accuracy < target) return false;
-    }
-    return true;
+    return std::all_of(evals.end() - consecutive, evals.end(), reached);
   };
   return rule;
+}
+
+}  // namespace
+
+StopRule accuracy_at_least(double target, int consecutive) {
+  TL_CHECK(target > 0 && target <= 1, "stop rule: target accuracy must be in (0, 1], got " + std::to_string(target));
+  return consecutive_rule(fmt::format("held-out accuracy >= {:g}", target), consecutive,
+                          [target](const EvalResult& e) { return e.accuracy >= target; });
 }
 
 StopRule loss_at_most(double target, int consecutive) {
   TL_CHECK(std::isfinite(target) && target > 0,
            "stop rule: target loss must be finite and > 0, got " + std::to_string(target));
-  TL_CHECK(consecutive >= 1, "stop rule: consecutive evaluations must be >= 1, got " + std::to_string(consecutive));
-  StopRule rule;
-  rule.description = fmt::format("held-out loss <= {:g} on {} consecutive evaluation{}", target, consecutive,
-                                 consecutive == 1 ? "" : "s");
-  rule.should_stop = [target, consecutive](const std::vector<EvalResult>& evals) {
-    if (static_cast<int>(evals.size()) < consecutive) return false;
-    for (std::size_t i = evals.size() - static_cast<std::size_t>(consecutive); i < evals.size(); ++i) {
-      if (!(evals[i].loss <= target)) return false;
-    }
-    return true;
-  };
-  return rule;
+  return consecutive_rule(fmt::format("held-out loss <= {:g}", target), consecutive,
+                          [target](const EvalResult& e) { return e.loss <= target; });  // a NaN never reaches it
 }
 
 Trainer::Trainer(const TrainConfig& config, DataParallel* parallel) : Trainer(config, model_task(config), parallel) {}
