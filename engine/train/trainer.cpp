@@ -101,9 +101,9 @@ StopRule consecutive_rule(std::string description, int consecutive, std::functio
   StopRule rule;
   rule.description =
       fmt::format("{} on {} consecutive evaluation{}", description, consecutive, consecutive == 1 ? "" : "s");
-  rule.should_stop = [consecutive, reached = std::move(reached)](const std::vector<EvalResult>& evals) {
+  rule.should_stop = [consecutive, test = std::move(reached)](const std::vector<EvalResult>& evals) {
     if (static_cast<int>(evals.size()) < consecutive) return false;
-    return std::all_of(evals.end() - consecutive, evals.end(), reached);
+    return std::all_of(evals.end() - consecutive, evals.end(), test);
   };
   return rule;
 }
