@@ -135,6 +135,8 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // softmax(q k^T / sqrt(D), causal?) v in one backend call that never keeps the scores whole (flash
 // attention's form; engine/core/ops/attention.cpp): q [B, H, T, D], k and v [B, H, S, D].
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+// The same on q, k and v packed as qkv [3, B, H, T, D] (keys = queries); its gradient one tensor.
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal);
 
 // Mean over the batch of -log softmax(logits)[label], computed stably (log-sum-exp).
 // logits: [N, classes] floating; labels: [N] i64 in [0, classes). Returns a 0-d tensor.

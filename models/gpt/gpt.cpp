@@ -63,13 +63,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const std::int64_t b = x.size(0), t = x.size(1), c = n_embd, h = n_head, d = c / h;
   // [B T, 3C] -> [3, B, H, T, D]: q, k and v, each [B, H, T, D] and dense.
   const Tensor qkv = c_attn->forward(x.view({b * t, c})).view({b, t, 3, h, d}).permute({2, 0, 3, 1, 4}).contiguous();
-  const Tensor q = qkv.narrow(0, 0, 1).view({b, h, t, d});
-  const Tensor k = qkv.narrow(0, 1, 1).view({b, h, t, d});
-  const Tensor v = qkv.narrow(0, 2, 1).view({b, h, t, d});
   Tensor heads;
   if (fused_ && (dropout == 0 || !is_training())) {
-    heads = scaled_dot_product_attention(q, k, v, true);
+    heads = scaled_dot_product_attention_packed(qkv, true);  // its gradient one [3, B, H, T, D] tensor
   } else {
+    const Tensor q = qkv.narrow(0, 0, 1).view({b, h, t, d});
+    const Tensor k = qkv.narrow(0, 1, 1).view({b, h, t, d});
+    const Tensor v = qkv.narrow(0, 2, 1).view({b, h, t, d});
     Tensor att = softmax(matmul(q, k.transpose(2, 3)), 1.0 / std::sqrt(static_cast<double>(d)), true);
     heads = matmul(trainlab::dropout(att, dropout, is_training()), v);
   }

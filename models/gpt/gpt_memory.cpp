@@ -6,9 +6,10 @@
 //           MLP's 4C hidden twice (8 n C a: gelu's input and output), the attention's sum's input and
 //           ln_2's output; composed attention also the softmax's [B, H, T, T] probabilities, which the
 //           fused one never keeps (its log-sum-exp only, B H T f32): O(T) per block instead of O(T^2).
-//   backward  the largest workspace is q, k and v's gradient: each head's slice is scattered into a
-//           zero [3, B, H, T, D] gradient and summed with the others (engine/core/tensor.cpp, narrow),
-//           10 n C a at once, on top of the residual's gradient and the tied head's.
+//   backward  the largest workspace is q, k and v's gradient: composed, each slice's is scattered into
+//           a zero [3, B, H, T, D] gradient and summed with the others (engine/core/tensor.cpp, narrow),
+//           10 n C a at once, on top of the residual's gradient and the tied head's; the fused
+//           attention takes them packed and makes the [3, B, H, T, D] gradient itself (3 n C a).
 // Under autocast every linear keeps its input cast to the compute dtype, so a layer norm's f32 output
 // is a temporary held to the end of the residual branch, and the branch's output is widened to f32
 // before the sum. Dropout is not described (a model with dropout > 0 is measured only).
@@ -98,19 +99,20 @@ std::vector<ChainOp> GPT::memory_chain(const ChainShape& shape, Backend& backend
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     g.block = recompute_ != Recompute::none ? static_cast<int>(i) : -1;
     const std::string at = "h." + std::to_string(i) + ".";
-    // Attention: qkv made dense as [3, B, H, T, D], its three slices' gradients scattered and summed.
+    // Attention: qkv made dense as [3, B, H, T, D]; composed, its three slices' gradients scattered and summed.
     const std::size_t ln_1 = g.next();
     g.layer_norm(at + "ln_1", c);
     g.linear(at + "attn.c_attn", c, 3 * c, true);
     g.bias(at + "attn.c_attn.bias", 3 * c, ChainLifetime::next_op).scratch_bytes = 3 * e;  // its gradient made dense
     ChainOp& qkv = g.add({at + "attn.qkv", 3 * e, ChainLifetime::saved_next, 0, 3 * e});
-    qkv.scratch_bytes = 4 * e;
     if (blocks[i]->attn->fused()) {
-      // One call: the heads saved, and each row's log-sum-exp; the scores never in memory.
+      // One call on q, k and v packed: the heads saved, and each row's log-sum-exp; the scores never
+      // in memory; its gradient one [3, B, H, T, D] tensor.
       ChainOp& att = g.add({at + "attn.attention", e, ChainLifetime::saved_self,
                             static_cast<double>(shape.batch) * heads * t * stat, 3 * e});
       att.scratch_bytes = e;  // the heads' gradient made dense
     } else {
+      qkv.scratch_bytes = 4 * e;  // the slices' gradients scattered and summed
       // q k^T, its softmax (kept), times v: dv waits through the softmax's and the first product's backward.
       ChainOp& qk = g.add({at + "attn.scores", scores, ChainLifetime::next_op, 0, 2 * e});
       qk.carry_bytes = e;

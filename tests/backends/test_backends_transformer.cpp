@@ -20,6 +20,18 @@ Tensor indices(const std::vector<std::int64_t>& values, const Shape& shape) {
   return Tensor::from_vector(values, shape, ref());
 }
 
+// q, k and v [B, H, T, D] packed as one [3, B, H, T, D] tensor (of q's dtype, on the reference).
+Tensor stack_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  std::vector<double> all;
+  for (const Tensor* t : {&q, &k, &v}) {
+    const std::vector<double> part = values(*t);
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  Shape shape{3};
+  shape.insert(shape.end(), q.shape().begin(), q.shape().end());
+  return Tensor::from_vector(all, shape, ref()).to(q.dtype());
+}
+
 }  // namespace
 
 TEST_CASE("backends: layer_norm, with and without its affine", "[backends]") {
@@ -200,6 +212,14 @@ TEST_CASE("backends: fused attention, causal or not, as many keys as queries or 
            random({c.b, c.h, c.s, c.d}, gen)},
           {true, true, true}, {}, 950);
     }
+    // Packed (q, k, v as one [3, B, H, T, D] tensor and one gradient): the GPT's fused path.
+    for (const Case& c : {Case{2, 3, 7, 7, 8, true}, Case{1, 4, 64, 64, 32, true}, Case{2, 1, 5, 5, 3, false}}) {
+      INFO("packed qkv [3," << c.b << "," << c.h << "," << c.t << "," << c.d << "]" << (c.causal ? " causal" : ""));
+      check_op(
+          "attention packed", BackendOp::attention, dtype,
+          [c](const auto& x) { return scaled_dot_product_attention_packed(x[0], c.causal); },
+          {random({3, c.b, c.h, c.t, c.d}, gen, -2, 2)}, {true}, {}, 950);
+    }
   }
 }
 
@@ -222,6 +242,36 @@ TEST_CASE("transformer ops: fused attention equals the composed ops", "[backends
     for (std::size_t i = 0; i < fused.size(); ++i) {
       REQUIRE(fused[i].size() == composed[i].size());
       for (std::size_t e = 0; e < fused[i].size(); ++e) CHECK(fused[i][e] == Approx(composed[i][e]).margin(1e-5));
+    }
+    // Packed: the same bits as the three tensors, its gradient theirs laid end to end.
+    Tensor qkv = stack_qkv(q, k, v).to(be).detach();
+    qkv.set_requires_grad(true);
+    const Tensor y = scaled_dot_product_attention_packed(qkv, true);
+    sum(mul(y, y)).backward();
+    CHECK(values(y) == fused[0]);
+    std::vector<double> joined;
+    for (std::size_t i = 1; i < 4; ++i) joined.insert(joined.end(), fused[i].begin(), fused[i].end());
+    CHECK(values(qkv.grad()) == joined);
+  }
+}
+
+TEST_CASE("transformer ops: fused attention in f64 on every CPU backend, against the reference", "[backends]") {
+  Generator gen(139);
+  const Tensor qkv = Tensor::uniform({3, 2, 2, 70, 5}, -2, 2, gen, DType::f64, ref());
+  auto run_on = [&](Backend& be) {
+    Tensor x = qkv.to(be).detach();
+    x.set_requires_grad(true);
+    const Tensor y = scaled_dot_product_attention_packed(x, true);
+    sum(mul(y, y)).backward();
+    return std::vector<std::vector<double>>{values(y), values(x.grad())};
+  };
+  const auto expected = run_on(ref());
+  for (const auto& name : cpu_backends()) {
+    INFO(name);
+    const auto got = run_on(get_backend(name));
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      REQUIRE(got[i].size() == expected[i].size());
+      for (std::size_t e = 0; e < got[i].size(); ++e) CHECK(got[i][e] == Approx(expected[i][e]).margin(1e-12));
     }
   }
 }

@@ -405,6 +405,9 @@ TEST_CASE("gradcheck: layer_norm, gelu, softmax, embedding, matmul", "[gradcheck
       "attention", [](const auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], false); },
       {leaf({2, 1, 3, 4}, gen), leaf({2, 1, 6, 4}, gen), leaf({2, 1, 6, 4}, gen)}, 11);
   gradcheck(
+      "attention packed, causal", [](const auto& in) { return scaled_dot_product_attention_packed(in[0], true); },
+      {leaf({3, 2, 2, 5, 3}, gen)}, 12);
+  gradcheck(
       "matmul, transposed views", [](const auto& in) { return matmul(in[0].transpose(1, 2), in[1].transpose(1, 2)); },
       {leaf({2, 4, 3}, gen), leaf({2, 5, 4}, gen)}, 9);
 }
