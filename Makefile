@@ -16,8 +16,10 @@ PRESET := portable
 TEST_PRESET := portable-avx2
 BUILD_DIR := build-portable
 export ONEDNN_MAX_CPU_ISA := AVX2
-# The PyTorch peers capped alike: their oneDNN by the line above, ATen's own kernels by this one.
+# The PyTorch peers capped alike: their oneDNN by the line above, ATen's own kernels by this one,
+# OpenBLAS (their nn.Linear's BLAS) by its Haswell kernels (AVX2) instead of those it picks here.
 export ATEN_CPU_CAPABILITY := avx2
+export OPENBLAS_CORETYPE := Haswell
 LEDGER ?= results/avx2/ledger_cpu.jsonl
 # docs/RESULTS.md's comparison blocks of this run are the _avx2 ones (the native run's stay).
 AVX2_BLOCKS := _avx2
