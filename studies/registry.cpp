@@ -9,6 +9,7 @@
 #include "studies/ladder/ladder.h"
 #include "studies/memory/memory_study.h"
 #include "studies/pinning/pinning_study.h"
+#include "studies/pipeline/pipeline_study.h"
 #include "studies/scaling/scaling_study.h"
 
 namespace trainlab::bench {
@@ -18,7 +19,7 @@ std::vector<SectionDef> report_sections() {
           memory_report_section(),    dataset_report_section(),       fashion_report_section(),
           resnet_report_section(),    compare_torch_report_section(), compare_torch_resnet_report_section(),
           allreduce_report_section(), collectives_report_section(),   allreduce_hierarchical_report_section(),
-          buckets_report_section(),   scaling_report_section()};
+          buckets_report_section(),   scaling_report_section(),       pipeline_report_section()};
 }
 
 }  // namespace trainlab::bench

@@ -57,6 +57,13 @@ NamedTensors Module::state_dict() const {
   return out;
 }
 
+std::vector<std::string> Module::parameter_names(const std::string& prefix) const {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : named_parameters())
+    if (name.compare(0, prefix.size(), prefix) == 0) names.push_back(name);
+  return names;
+}
+
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [name, tensor] : named_parameters()) out.push_back(tensor);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -23,6 +24,17 @@ namespace trainlab {
 // marks its blocks with checkpoint() (engine/core/autograd.h); which blocks a level covers is its own.
 enum class Recompute { none, convs, all };
 const char* recompute_name(Recompute mode);  // "none", "convs", "all"
+
+// A model's forward as a chain of parts, for cutting it into pipeline stages (comm/pipeline.h):
+// parts[0] takes the batch's inputs as the step delivers them, each next part the output of the one
+// before, and the last gives the logits; composed, they are the model's forward (the same ops on the
+// same values). `parameters` names (dotted, as named_parameters) those a part reads: a tied weight
+// appears in two parts.
+struct ModelPart {
+  std::string name;  // "conv1", "h.0", "head"
+  std::function<Tensor(const Tensor&)> forward;
+  std::vector<std::string> parameters;
+};
 
 class Module {
  public:
@@ -84,6 +96,10 @@ class Module {
     return 0;
   }
   bool is_training() const { return training_; }
+  // The forward as parts (ModelPart above); empty (the default): the model cannot be cut.
+  virtual std::vector<ModelPart> parts() { return {}; }
+  // The dotted names of the parameters under `prefix` ("transformer.h.0."), for a part's list.
+  std::vector<std::string> parameter_names(const std::string& prefix) const;
 
  protected:
   // The ops this module runs itself, beyond its children's: a layer's own, or the relu, add and

@@ -115,6 +115,12 @@ GPT::GPT(const GPTConfig& c, const InitOptions& init) : config_(c) {
 }
 
 Tensor GPT::forward(const Tensor& tokens) {
+  Tensor x = embed(tokens);
+  for (std::size_t i = 0; i < blocks.size(); ++i) x = block(i, x);
+  return head(x);
+}
+
+Tensor GPT::embed(const Tensor& tokens) {
   TL_CHECK(tokens.dtype() == DType::i64 && tokens.dim() == 2,
            "gpt: the input must be token indices [batch, time] in i64, got " + shape_str(tokens.shape()) + " " +
                dtype_name(tokens.dtype()));
@@ -126,20 +132,36 @@ Tensor GPT::forward(const Tensor& tokens) {
   std::vector<std::int64_t> positions(static_cast<std::size_t>(b * t));
   for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<std::int64_t>(i) % t;
   const Tensor pos = Tensor::from_vector(positions, {b, t}, tokens.backend());
-  Tensor x = add(wte->forward(tokens), wpe->forward(pos));
-  x = trainlab::dropout(x, config_.dropout, is_training());
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    GPTBlock& block = *blocks[i];
-    // A recomputed block keeps only its input (engine/core/autograd.h, checkpoint); its dropout
-    // draws again from where its first forward started.
-    x = recompute_ == Recompute::none
-            ? block.forward(x)
-            : checkpoint(
-                  "recompute(block " + std::to_string(i) + ")",
-                  [&block](const Tensor& in) { return block.forward(in); }, x, block.parameters());
-  }
-  x = ln_f->forward(x);
-  return linear(x.view({b * t, config_.n_embd}), wte->weight);  // the tied head, no bias
+  return trainlab::dropout(add(wte->forward(tokens), wpe->forward(pos)), config_.dropout, is_training());
+}
+
+Tensor GPT::block(std::size_t i, const Tensor& x) {
+  GPTBlock& b = *blocks.at(i);
+  // A recomputed block keeps only its input (engine/core/autograd.h, checkpoint); its dropout
+  // draws again from where its first forward started.
+  if (recompute_ == Recompute::none) return b.forward(x);
+  return checkpoint(
+      "recompute(block " + std::to_string(i) + ")", [&b](const Tensor& in) { return b.forward(in); }, x,
+      b.parameters());
+}
+
+Tensor GPT::head(const Tensor& x) {
+  const std::int64_t b = x.size(0), t = x.size(1);
+  return linear(ln_f->forward(x).view({b * t, config_.n_embd}), wte->weight);  // the tied head, no bias
+}
+
+std::vector<ModelPart> GPT::parts() {
+  std::vector<std::string> embeddings = parameter_names("transformer.wte."),
+                           head_names = parameter_names("transformer.ln_f.");
+  const std::vector<std::string> wpe_names = parameter_names("transformer.wpe.");
+  embeddings.insert(embeddings.end(), wpe_names.begin(), wpe_names.end());
+  head_names.push_back("transformer.wte.weight");  // tied: the first part's and the last's
+  std::vector<ModelPart> out{{"embeddings", [this](const Tensor& tokens) { return embed(tokens); }, embeddings}};
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    out.push_back({"h." + std::to_string(i), [this, i](const Tensor& x) { return block(i, x); },
+                   parameter_names("transformer.h." + std::to_string(i) + ".")});
+  out.push_back({"head", [this](const Tensor& x) { return head(x); }, head_names});
+  return out;
 }
 
 bool GPT::decays(const std::string& name) const {

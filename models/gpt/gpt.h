@@ -100,6 +100,9 @@ class GPT : public Module {
   double flop_per_sample(bool forward_only) const override;
   // The forward as the memory estimate sees it (models/gpt/gpt_memory.cpp): empty with dropout > 0.
   std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const override;
+  // embeddings (tokens -> [B, T, C]), h.0 .. h.{n_layer-1}, head (ln_f and the tied head, whose
+  // weight is the embeddings' too): the forward, for pipeline stages (Module::parts).
+  std::vector<ModelPart> parts() override;
   const GPTConfig& config() const { return config_; }
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<GPTBlock>> blocks;
@@ -111,6 +114,11 @@ class GPT : public Module {
   }
 
  private:
+  // The forward's three pieces, shared with parts(): the embeddings summed (and dropout), block i
+  // (recomputed when set), ln_f and the tied head.
+  Tensor embed(const Tensor& tokens);
+  Tensor block(std::size_t i, const Tensor& x);
+  Tensor head(const Tensor& x);
   GPTConfig config_;
   Recompute recompute_ = Recompute::none;
 };

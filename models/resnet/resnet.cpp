@@ -82,8 +82,9 @@ ResNet::ResNet(const InitOptions& init, const ModelInput& input, const ResNetCon
     const std::int64_t out = w << stage;
     for (std::int64_t i = 0; i < config.depth; ++i) {
       const std::int64_t stride = stage > 0 && i == 0 ? 2 : 1;
-      blocks.push_back(register_module("layer" + std::to_string(stage + 1) + "." + std::to_string(i),
-                                       std::make_shared<BasicBlock>(channels, out, stride, config, init)));
+      block_names_.push_back("layer" + std::to_string(stage + 1) + "." + std::to_string(i));
+      blocks.push_back(
+          register_module(block_names_.back(), std::make_shared<BasicBlock>(channels, out, stride, config, init)));
       channels = out;
     }
   }
@@ -101,26 +102,46 @@ void ResNet::set_fused(bool fused) {
 }
 
 Tensor ResNet::forward(const Tensor& x) {
+  Tensor h = stem(x);
+  for (std::size_t i = 0; i < blocks.size(); ++i) h = block(i, h);
+  return head(h);
+}
+
+Tensor ResNet::stem(const Tensor& x) {
   TL_CHECK(x.dim() == 4 && x.size(1) == input_.sample[0] && x.size(2) >= 4 && x.size(3) >= 4,
            "ResNet: input must be [N, " + std::to_string(input_.sample[0]) + ", H >= 4, W >= 4], got " +
                shape_str(x.shape()));
-  auto stem = [this](const Tensor& in) {
+  auto layers = [this](const Tensor& in) {
     return conv_norm(*conv1, *bn1, in, fused_, config_.fold_norm, Tensor(), true);
   };
   // A block recomputed in backward keeps only its input (engine/core/autograd.h, checkpoint).
-  Tensor h = recompute_ == Recompute::all
-                 ? checkpoint("recompute(stem)", stem, x, {conv1->weight, bn1->weight, bn1->bias})
-                 : stem(x);
+  if (recompute_ == Recompute::all)
+    return checkpoint("recompute(stem)", layers, x, {conv1->weight, bn1->weight, bn1->bias});
+  return layers(x);
+}
+
+Tensor ResNet::block(std::size_t i, const Tensor& h) {
+  BasicBlock& b = *blocks.at(i);
+  if (recompute_ == Recompute::none) return b.forward(h);
+  return checkpoint(
+      "recompute(block " + std::to_string(i) + ")", [&b](const Tensor& t) { return b.forward(t); }, h, b.parameters());
+}
+
+Tensor ResNet::head(const Tensor& h) {
+  const Tensor pooled = dropout(global_avg_pool2d(h), config_.dropout, is_training());
+  return fused_ ? linear_fused(pooled, fc->weight, fc->bias, false) : fc->forward(pooled);
+}
+
+std::vector<ModelPart> ResNet::parts() {
+  std::vector<std::string> stem_names = parameter_names("conv1."), bn = parameter_names("bn1.");
+  stem_names.insert(stem_names.end(), bn.begin(), bn.end());
+  std::vector<ModelPart> out{{"stem", [this](const Tensor& x) { return stem(x); }, stem_names}};
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    BasicBlock& block = *blocks[i];
-    h = recompute_ == Recompute::none
-            ? block.forward(h)
-            : checkpoint(
-                  "recompute(block " + std::to_string(i) + ")", [&block](const Tensor& t) { return block.forward(t); },
-                  h, block.parameters());
+    const std::string name = block_names_.at(i);
+    out.push_back({name, [this, i](const Tensor& h) { return block(i, h); }, parameter_names(name + ".")});
   }
-  h = dropout(global_avg_pool2d(h), config_.dropout, is_training());
-  return fused_ ? linear_fused(h, fc->weight, fc->bias, false) : fc->forward(h);
+  out.push_back({"head", [this](const Tensor& h) { return head(h); }, parameter_names("fc.")});
+  return out;
 }
 
 double ResNet::flop_per_sample(bool forward_only) const {

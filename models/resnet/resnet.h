@@ -70,6 +70,9 @@ class ResNet : public Module {
   // recording order with what they allocate, save and make in backward, the residual's gradient as
   // the chain's second path (ChainSide), fused or composed as set, recomputation per block.
   std::vector<ChainOp> memory_chain(const ChainShape& shape, Backend& backend) const override;
+  // stem, each basic block (layer1.0 ...), head (pooling and fc): the forward, for pipeline stages
+  // (Module::parts).
+  std::vector<ModelPart> parts() override;
   const ResNetConfig& config() const { return config_; }
   bool fused() const { return fused_; }
   const ModelInput& input() const { return input_; }
@@ -84,8 +87,13 @@ class ResNet : public Module {
   }
 
  private:
+  // The forward's pieces, shared with parts(): the stem, block i (each recomputed as set), the head.
+  Tensor stem(const Tensor& x);
+  Tensor block(std::size_t i, const Tensor& h);
+  Tensor head(const Tensor& h);
   ResNetConfig config_;
   ModelInput input_;
+  std::vector<std::string> block_names_;  // "layer1.0", as registered
   bool fused_ = false;
   Recompute recompute_ = Recompute::none;
   std::set<std::string> no_decay_;

@@ -66,28 +66,17 @@ Tensor SmallCNN::forward_in(const Tensor& x, MemoryFormat layout) {
   return forward_layers(as_delivered ? x : x.contiguous(layout), layout);
 }
 
-Tensor SmallCNN::forward_layers(const Tensor& x, MemoryFormat layout) {
+void SmallCNN::check_input(const Tensor& x) const {
   TL_CHECK(x.dim() == 4 && x.size(1) == shape_.channels && x.size(2) == shape_.height && x.size(3) == shape_.width,
            "SmallCNN: input must be [N, " + std::to_string(shape_.channels) + ", " + std::to_string(shape_.height) +
                ", " + std::to_string(shape_.width) + "], got " + shape_str(x.shape()));
+}
+
+Tensor SmallCNN::forward_layers(const Tensor& x, MemoryFormat layout) {
+  check_input(x);
   const Pool2dOptions pool = Pool2dOptions::square(2);
-  // Each block is conv, bias, ReLU, 2x2 max-pool, computed as conv, bias, pool, ReLU: max-pooling
-  // commutes with ReLU (both keep order; a NaN wins either way; a window of values <= 0 gives +0
-  // either way), and the gradient reaches the same element, or, where the window's maximum is
-  // <= 0, none: the same bits forward and backward for a quarter of the ReLU's work. Fused, the
-  // convolution does its bias in the same call, and the pool its ReLU (max_pool2d_relu, where the
-  // backend fuses them).
-  auto conv_block = [this, pool](const Conv2d& conv) {
-    return [this, pool, &conv](const Tensor& in) {
-      if (fused_) return max_pool2d_relu(conv2d_fused(in, conv.weight, conv.bias, false, conv.options), pool);
-      return relu(max_pool2d(conv2d(in, conv.weight, conv.bias, conv.options), pool));
-    };
-  };
-  auto classifier = [this](const Tensor& in) {
-    const Tensor h = in.flatten(1);
-    if (fused_) return linear_fused(linear_fused(h, fc1->weight, fc1->bias, true), fc2->weight, fc2->bias, false);
-    return fc2->forward(relu(fc1->forward(h)));
-  };
+  auto conv_block = [this](const Conv2d& conv) { return [this, &conv](const Tensor& in) { return block(conv, in); }; };
+  auto classifier = [this](const Tensor& in) { return logits(hidden(in)); };
   if (inference_blocks(x)) {
     // Inference: each block one call, its convolution's output never leaving the backend; pool2
     // writes NCHW, so the flatten below is a view and fc1 reads it as it lies.
@@ -96,21 +85,56 @@ Tensor SmallCNN::forward_layers(const Tensor& x, MemoryFormat layout) {
         conv2d_relu_max_pool2d(h1, conv2->weight, conv2->bias, conv2->options, pool, MemoryFormat::contiguous));
   }
   // A block recomputed in backward keeps only its input (engine/core/autograd.h, checkpoint).
-  auto run = [](bool recomputed, const char* name, const std::function<Tensor(const Tensor&)>& block, const Tensor& in,
+  auto run = [](bool recomputed, const char* name, const std::function<Tensor(const Tensor&)>& part, const Tensor& in,
                 const std::vector<Tensor>& parameters) {
-    return recomputed ? checkpoint(name, block, in, parameters) : block(in);
+    return recomputed ? checkpoint(name, part, in, parameters) : part(in);
   };
   const bool convs = recompute_ != Recompute::none, all = recompute_ == Recompute::all;
   // Fused, the first block is one op: where its input needs no gradient and the backend fuses the
   // shape (FusedPattern::conv_block(true)) conv1's output and its gradient never reach memory.
-  auto first_block = [this, pool, layout](const Tensor& in) {
-    return conv2d_relu_max_pool2d(in, conv1->weight, conv1->bias, conv1->options, pool, layout);
-  };
+  auto first_block = [this, layout](const Tensor& in) { return first_block_fused(in, layout); };
   Tensor h = run(convs, "recompute(conv1 block)",
                  fused_ && !convs ? std::function<Tensor(const Tensor&)>(first_block) : conv_block(*conv1), x,
                  {conv1->weight, conv1->bias});
   h = run(convs, "recompute(conv2 block)", conv_block(*conv2), h, {conv2->weight, conv2->bias});
   return run(all, "recompute(classifier)", classifier, h, {fc1->weight, fc1->bias, fc2->weight, fc2->bias});
+}
+
+// Each block is conv, bias, ReLU, 2x2 max-pool, computed as conv, bias, pool, ReLU: max-pooling
+// commutes with ReLU (both keep order; a NaN wins either way; a window of values <= 0 gives +0
+// either way), and the gradient reaches the same element, or, where the window's maximum is
+// <= 0, none: the same bits forward and backward for a quarter of the ReLU's work. Fused, the
+// convolution does its bias in the same call, and the pool its ReLU (max_pool2d_relu, where the
+// backend fuses them).
+Tensor SmallCNN::block(const Conv2d& conv, const Tensor& in) const {
+  const Pool2dOptions pool = Pool2dOptions::square(2);
+  if (fused_) return max_pool2d_relu(conv2d_fused(in, conv.weight, conv.bias, false, conv.options), pool);
+  return relu(max_pool2d(conv2d(in, conv.weight, conv.bias, conv.options), pool));
+}
+
+Tensor SmallCNN::first_block_fused(const Tensor& in, MemoryFormat layout) const {
+  return conv2d_relu_max_pool2d(in, conv1->weight, conv1->bias, conv1->options, Pool2dOptions::square(2), layout);
+}
+
+Tensor SmallCNN::hidden(const Tensor& in) const {
+  const Tensor h = in.flatten(1);
+  return fused_ ? linear_fused(h, fc1->weight, fc1->bias, true) : relu(fc1->forward(h));
+}
+
+Tensor SmallCNN::logits(const Tensor& h) const {
+  return fused_ ? linear_fused(h, fc2->weight, fc2->bias, false) : fc2->forward(h);
+}
+
+// The training forward without recomputation, in NCHW, a part per layer with weights.
+std::vector<ModelPart> SmallCNN::parts() {
+  auto first = [this](const Tensor& x) {
+    check_input(x);
+    return fused_ ? first_block_fused(x, MemoryFormat::contiguous) : block(*conv1, x);
+  };
+  return {{"conv1", first, parameter_names("conv1.")},
+          {"conv2", [this](const Tensor& h) { return block(*conv2, h); }, parameter_names("conv2.")},
+          {"fc1", [this](const Tensor& h) { return hidden(h); }, parameter_names("fc1.")},
+          {"fc2", [this](const Tensor& h) { return logits(h); }, parameter_names("fc2.")}};
 }
 
 double SmallCNN::flops(bool forward_only, const SmallCNNShape& shape) {

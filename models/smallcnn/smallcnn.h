@@ -64,6 +64,9 @@ class SmallCNN : public Module {
   // x's layout, the activations in `layout`.
   bool first_block_fused(Backend& backend, DType dtype, std::int64_t batch, bool x_channels_last,
                          MemoryFormat layout) const;
+  // conv1, conv2, fc1 (the flatten, fc1 and its ReLU), fc2: the training forward in NCHW without
+  // recomputation, for pipeline stages (Module::parts).
+  std::vector<ModelPart> parts() override;
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<Linear> fc1, fc2;
 
@@ -77,6 +80,13 @@ class SmallCNN : public Module {
   // The forward with activations in `layout` (x is in it, or read where it lies by the fused
   // inference blocks).
   Tensor forward_layers(const Tensor& x, MemoryFormat layout);
+  void check_input(const Tensor& x) const;  // [N, C, H, W] as built for, else Error naming it
+  // The layers the forward and the parts share: a conv block (conv, bias, ReLU, 2x2 pool), conv1's
+  // block as one op (activations in `layout`), the flatten with fc1 and its ReLU, fc2.
+  Tensor block(const Conv2d& conv, const Tensor& in) const;
+  Tensor first_block_fused(const Tensor& in, MemoryFormat layout) const;
+  Tensor hidden(const Tensor& in) const;
+  Tensor logits(const Tensor& h) const;
   bool inference_blocks(const Tensor& x) const;
   SmallCNNShape shape_;
   bool fused_ = false;

@@ -1,0 +1,70 @@
+// The pipeline study's ledger rows: one `pipeline` row per schedule and micro-batch count
+// (bench_pipeline, studies/pipeline/pipeline_study.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/measure/ledger.h"
+#include "bench/measure/stats.h"
+
+namespace trainlab::bench {
+
+struct PipelineConfig {
+  std::string model;  // its label ("SmallCNN", "GPT (n_layer=4, ...)")
+  int stages = 0;
+  std::string schedule;            // "gpipe" | "1f1b"
+  std::int64_t micro_batches = 0;  // m
+  std::int64_t micro_batch = 0;    // samples per micro-batch
+  std::string cut;                 // each stage's first part and the parts it runs: "0 (conv1) | 1 (conv2) ..."
+  template <class F>
+  void fields(F& f) {
+    f("model", model);
+    f("stages", stages);
+    f("schedule", schedule);
+    f("micro_batches", micro_batches);
+    f("micro_batch", micro_batch);
+    f.optional("cut", cut);
+  }
+};
+
+struct PipelineRow {
+  static constexpr const char* kKind = "pipeline";
+  RowHeader header;
+  PipelineConfig config;
+  std::vector<double> repeats;  // each measured step's seconds (the slowest stage's), warm-up excluded
+  Summary stats;
+  int warmup_steps_excluded = 0;
+  // The schedule's span (the first stage's batches loaded to the last send complete; the stages
+  // start together, after a barrier): what utilisation is measured against, the update excluded.
+  Summary schedule_s;
+  // Per stage, medians over the measured steps: its forwards' and backwards' seconds, and the
+  // fraction of the schedule's span it spent in them.
+  std::vector<double> stage_busy_s, stage_utilisation;
+  std::vector<std::int64_t> stage_peak_in_flight;  // micro-batches whose activations it held at once
+  double utilisation = 0;  // the mean of stage_utilisation: measured
+  double bound = 0;        // seed 003's fill-and-drain bound m / (m + p - 1), balanced stages
+  // The same bound for the stages as measured: sum of m t_s over p ((m - 1) max t_s + sum t_s), with
+  // t_s a micro-batch's forward and backward on stage s (what an imbalanced cut costs).
+  double bound_measured_stages = 0;
+  double loss = 0;  // the last measured step's
+  template <class F>
+  void fields(F& f) {
+    header.fields(f);
+    f("config", config);
+    f.optional("repeats", repeats);
+    f("stats", stats);
+    f.optional("warmup_steps_excluded", warmup_steps_excluded);
+    f("schedule_s", schedule_s);
+    f("stage_busy_s", stage_busy_s);
+    f("stage_utilisation", stage_utilisation);
+    f.optional("stage_peak_in_flight", stage_peak_in_flight);
+    f("utilisation", utilisation);
+    f("bound", bound);
+    f("bound_measured_stages", bound_measured_stages);
+    f.optional("loss", loss);
+  }
+};
+
+}  // namespace trainlab::bench

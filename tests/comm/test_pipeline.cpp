@@ -1,0 +1,198 @@
+// Pipeline parallelism under MPI (comm/pipeline.h; ctest runs it at 2 and 4 ranks, a stage per
+// rank): the schedules' orders, the cuts and their errors, and a pipelined step against the
+// unpipelined step with as many micro-steps (StepRunner, accumulate = m), for SmallCNN and ResNet-8
+// (bit for bit) and a GPT whose tied weight two stages share (within 1e-6).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/registry.h"
+#include "comm/mpi_communicator.h"
+#include "comm/pipeline.h"
+#include "engine/train/step.h"
+#include "engine/nn/model_registry.h"
+#include "models/gpt/gpt.h"
+#include "models/smallcnn/smallcnn.h"
+
+using namespace trainlab;
+using namespace trainlab::comm;
+
+namespace {
+
+// The largest |a - b| / max(|b|, 1e-30) over a parameter's elements, 0 when bitwise equal.
+double relative_difference(const Tensor& a, const Tensor& b) {
+  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  REQUIRE(x.size() == y.size());
+  double diff = 0, norm = 0;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    diff += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
+    norm += static_cast<double>(y[j]) * y[j];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+struct Models {
+  std::function<std::shared_ptr<Module>()> make;
+  std::function<std::function<Batch()>()> batches;  // a fresh source of the same batches
+  double tolerance;                                 // 0: bit for bit
+};
+
+// Two steps of the pipeline and of the unpipelined step on the same batches from the same weights:
+// this stage's parameters and every stage's loss compared.
+void check_against_unpipelined(Communicator& world, const Models& models, PipelineSchedule schedule,
+                               std::int64_t micro) {
+  INFO(pipeline_schedule_name(schedule) << ", " << micro << " micro-batches, " << world.size() << " stages");
+  auto piped = models.make();
+  auto plain = models.make();
+  PipelineStage stage(world, *piped, {schedule, micro, {}});
+  INFO(stage.describe());
+  SgdOptions sgd;
+  sgd.lr = 0.05;
+  sgd.momentum = 0.9;
+  SGD piped_sgd(stage.parameters(), sgd);
+  SGD plain_sgd(plain->named_parameters(), sgd);
+  StepOptions options;
+  options.accumulate = micro;
+  StepRunner runner(get_backend("reference"), *plain, plain_sgd, options);
+  auto piped_batches = models.batches(), plain_batches = models.batches();
+  for (int step = 0; step < 2; ++step) {
+    const PipelineStepResult r = stage.step(piped_batches, piped_sgd);
+    const StepResult expected = runner.step(plain_batches);
+    if (models.tolerance == 0) {
+      CHECK(r.loss == expected.loss);
+    } else {
+      CHECK(r.loss == Approx(expected.loss).epsilon(models.tolerance));
+    }
+    CHECK(r.peak_in_flight <= (schedule == PipelineSchedule::gpipe ? micro : world.size() - world.rank()));
+    CHECK(r.events.size() == static_cast<std::size_t>(2 * micro));
+  }
+  const NamedTensors mine = stage.parameters();
+  REQUIRE(!mine.empty());
+  const NamedTensors all = plain->named_parameters();
+  for (const auto& [name, tensor] : mine) {
+    INFO(name);
+    for (const auto& [n, t] : all) {
+      if (n != name) continue;
+      CHECK(relative_difference(tensor, t) <= models.tolerance);
+    }
+  }
+}
+
+Models smallcnn_models() {
+  auto make = [] {
+    Generator gen(5);
+    return std::shared_ptr<Module>(std::make_shared<SmallCNN>(InitOptions{&gen, DType::f32, &get_backend("reference")}));
+  };
+  auto batches = [] {
+    auto gen = std::make_shared<Generator>(17);
+    return std::function<Batch()>([gen] {
+      Batch b;
+      b.inputs = Tensor::uniform({3, 3, 32, 32}, -1, 1, *gen, DType::f32, get_backend("reference"));
+      std::vector<std::int64_t> labels;
+      for (int i = 0; i < 3; ++i) labels.push_back(static_cast<std::int64_t>(gen->below(10)));
+      b.labels = Tensor::from_vector(labels, {3}, get_backend("reference"));
+      return b;
+    });
+  };
+  return {make, batches, 0.0};
+}
+
+// ResNet-8 (depth 1: a stem, three blocks, the head) on 8x8 images: batch norm's statistics per
+// micro-batch, as the unpipelined micro-steps take them, so bit for bit too.
+Models resnet_models() {
+  auto make = [] {
+    Generator gen(8);
+    return build_model(find_model("resnet"), InitOptions{&gen, DType::f32, &get_backend("reference")},
+                       ModelInput{{3, 8, 8}, 10}, {{"depth", "1"}, {"width", "4"}});
+  };
+  auto batches = [] {
+    auto gen = std::make_shared<Generator>(19);
+    return std::function<Batch()>([gen] {
+      Batch b;
+      b.inputs = Tensor::uniform({4, 3, 8, 8}, -1, 1, *gen, DType::f32, get_backend("reference"));
+      std::vector<std::int64_t> labels;
+      for (int i = 0; i < 4; ++i) labels.push_back(static_cast<std::int64_t>(gen->below(10)));
+      b.labels = Tensor::from_vector(labels, {4}, get_backend("reference"));
+      return b;
+    });
+  };
+  return {make, batches, 0.0};
+}
+
+Models gpt_models() {
+  auto make = [] {
+    Generator gen(6);
+    GPTConfig c;
+    c.vocab = 11;
+    c.block_size = 8;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 16;
+    return std::shared_ptr<Module>(std::make_shared<GPT>(c, InitOptions{&gen, DType::f32, &get_backend("reference")}));
+  };
+  auto batches = [] {
+    auto gen = std::make_shared<Generator>(18);
+    return std::function<Batch()>([gen] {
+      std::vector<std::int64_t> tokens, next;
+      for (int i = 0; i < 2 * 8; ++i) tokens.push_back(static_cast<std::int64_t>(gen->below(11)));
+      for (int i = 0; i < 2 * 8; ++i) next.push_back(static_cast<std::int64_t>(gen->below(11)));
+      Batch b;
+      b.inputs = Tensor::from_vector(tokens, {2, 8}, get_backend("reference"));
+      b.labels = Tensor::from_vector(next, {2, 8}, get_backend("reference"));
+      return b;
+    });
+  };
+  return {make, batches, 1e-6};
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: the schedules' orders and the bound", "[pipeline]") {
+  // GPipe: every forward, then every backward. 1F1B at stage 0 of 4 with 6 micro-batches: 3 to
+  // fill the pipe, then one forward and one backward, then the drain.
+  const auto gpipe = pipeline_order(PipelineSchedule::gpipe, 1, 4, 3);
+  CHECK(gpipe == std::vector<PipelineOp>{{'F', 0}, {'F', 1}, {'F', 2}, {'B', 0}, {'B', 1}, {'B', 2}});
+  const auto one = pipeline_order(PipelineSchedule::one_f_one_b, 0, 4, 6);
+  CHECK(one == std::vector<PipelineOp>{{'F', 0}, {'F', 1}, {'F', 2}, {'F', 3}, {'B', 0}, {'F', 4}, {'B', 1}, {'F', 5},
+                                       {'B', 2}, {'B', 3}, {'B', 4}, {'B', 5}});
+  const auto last = pipeline_order(PipelineSchedule::one_f_one_b, 3, 4, 2);
+  CHECK(last == std::vector<PipelineOp>{{'F', 0}, {'B', 0}, {'F', 1}, {'B', 1}});
+  // Fewer micro-batches than the pipe is deep: all forwards, then all backwards.
+  CHECK(pipeline_order(PipelineSchedule::one_f_one_b, 0, 4, 2) ==
+        std::vector<PipelineOp>{{'F', 0}, {'F', 1}, {'B', 0}, {'B', 1}});
+  CHECK(pipeline_bound(4, 1) == Approx(0.25));
+  CHECK(pipeline_bound(4, 16) == Approx(16.0 / 19.0));
+}
+
+TEST_CASE("pipeline: cuts, and what is refused", "[pipeline]") {
+  CHECK(even_cut(6, 4) == std::vector<int>{0, 2, 4, 5});
+  CHECK(even_cut(4, 4) == std::vector<int>{0, 1, 2, 3});
+  CHECK(parse_cut("0,1,3", 4, 3) == std::vector<int>{0, 1, 3});
+  REQUIRE_THROWS_WITH(even_cut(3, 4), Catch::Contains("4 stages need at least as many parts"));
+  REQUIRE_THROWS_WITH(parse_cut("0,2", 4, 3), Catch::Contains("gives 2 stages, the job has 3"));
+  REQUIRE_THROWS_WITH(parse_cut("1,2,3", 4, 3), Catch::Contains("must start at part 0"));
+  REQUIRE_THROWS_WITH(parse_cut("0,2,2", 4, 3), Catch::Contains("2 is out of order or range"));
+  REQUIRE_THROWS_WITH(parse_cut("0,x,3", 4, 3), Catch::Contains("'x' is not a part index"));
+  REQUIRE_THROWS_WITH(parse_pipeline_schedule("zigzag"), Catch::Contains("allowed: gpipe, 1f1b"));
+}
+
+TEST_CASE("pipeline: SmallCNN, a stage per rank, equals the unpipelined step bit for bit", "[pipeline]") {
+  auto world = MpiCommunicator::world();
+  for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
+    for (std::int64_t micro : {1, 4}) check_against_unpipelined(*world, smallcnn_models(), schedule, micro);
+}
+
+TEST_CASE("pipeline: ResNet-8 with batch norm, bit for bit", "[pipeline]") {
+  auto world = MpiCommunicator::world();
+  for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
+    check_against_unpipelined(*world, resnet_models(), schedule, 3);
+}
+
+TEST_CASE("pipeline: a GPT whose first and last stages share the tied embedding", "[pipeline]") {
+  auto world = MpiCommunicator::world();
+  for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
+    for (std::int64_t micro : {1, 3}) check_against_unpipelined(*world, gpt_models(), schedule, micro);
+}
