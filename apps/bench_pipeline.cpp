@@ -22,10 +22,14 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", o.micro_batch, "samples per micro-batch")
       ->check(FiniteRange(1, 65536))
       ->capture_default_str();
-  app.add_option("--cut", o.cut, "each stage's first part, comma-separated (0,2); default: the parts spread evenly");
+  app.add_option("--cut", o.cut,
+                 "each stage's first part, comma-separated (0,2), or balanced (by each part's measured time); "
+                 "default: the parts spread evenly by count");
   app.add_option("--backend", o.backend, "the CPU backend each stage runs on")->capture_default_str();
   app.add_option("--threads", o.threads, "threads per rank")->check(FiniteRange(1, 1024))->capture_default_str();
-  app.add_option("--steps", o.steps, "measured steps per configuration")->check(FiniteRange(1, 10000))->capture_default_str();
+  app.add_option("--steps", o.steps, "measured steps per configuration")
+      ->check(FiniteRange(1, 10000))
+      ->capture_default_str();
   app.add_option("--warmup", o.warmup, "warm-up steps per configuration (excluded)")
       ->check(FiniteRange(0, 1000))
       ->capture_default_str();

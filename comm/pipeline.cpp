@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -68,21 +69,87 @@ std::vector<int> parse_cut(const std::string& text, int parts, int stages) {
     } catch (const std::exception&) {
       used = 0;
     }
-    TL_CHECK(used == item.size() && !item.empty(),
-             "pipeline: cut '" + text + "': '" + item + "' is not a part index (allowed: 0.." +
-                 std::to_string(parts - 1) + ", comma-separated, one per stage)");
+    TL_CHECK(used == item.size() && !item.empty(), "pipeline: cut '" + text + "': '" + item +
+                                                       "' is not a part index (allowed: 0.." +
+                                                       std::to_string(parts - 1) + ", comma-separated, one per stage)");
     starts.push_back(value);
   }
   const std::string allowed = " (allowed: " + std::to_string(stages) + " increasing part indices starting at 0, each " +
                               "below the model's " + std::to_string(parts) + " parts)";
-  TL_CHECK(static_cast<int>(starts.size()) == stages,
-           "pipeline: cut '" + text + "' gives " + std::to_string(starts.size()) + " stages, the job has " +
-               std::to_string(stages) + allowed);
+  TL_CHECK(static_cast<int>(starts.size()) == stages, "pipeline: cut '" + text + "' gives " +
+                                                          std::to_string(starts.size()) + " stages, the job has " +
+                                                          std::to_string(stages) + allowed);
   TL_CHECK(starts.front() == 0, "pipeline: cut '" + text + "' must start at part 0" + allowed);
   for (std::size_t i = 1; i < starts.size(); ++i)
     TL_CHECK(starts[i] > starts[i - 1] && starts[i] < parts,
              "pipeline: cut '" + text + "': " + std::to_string(starts[i]) + " is out of order or range" + allowed);
   return starts;
+}
+
+std::vector<int> balanced_cut(const std::vector<double>& part_seconds, int stages) {
+  const int n = static_cast<int>(part_seconds.size());
+  TL_CHECK(stages >= 1 && n >= stages, "pipeline: " + std::to_string(stages) + " stages need at least as many " +
+                                           "parts, the model has " + std::to_string(n));
+  std::vector<double> prefix(static_cast<std::size_t>(n + 1), 0.0);
+  for (int i = 0; i < n; ++i)
+    prefix[static_cast<std::size_t>(i + 1)] =
+        prefix[static_cast<std::size_t>(i)] + part_seconds[static_cast<std::size_t>(i)];
+  auto span = [&](int a, int b) { return prefix[static_cast<std::size_t>(b)] - prefix[static_cast<std::size_t>(a)]; };
+  // slowest[k][i]: the best slowest stage over parts [0, i) in k stages; from[k][i]: where its last starts.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> slowest(static_cast<std::size_t>(stages + 1),
+                                           std::vector<double>(static_cast<std::size_t>(n + 1), inf));
+  std::vector<std::vector<int>> from(static_cast<std::size_t>(stages + 1),
+                                     std::vector<int>(static_cast<std::size_t>(n + 1), 0));
+  slowest[0][0] = 0;
+  for (int k = 1; k <= stages; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {
+        const double cost = std::max(slowest[static_cast<std::size_t>(k - 1)][static_cast<std::size_t>(j)], span(j, i));
+        if (cost < slowest[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)]) {
+          slowest[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = cost;
+          from[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = j;
+        }
+      }
+  std::vector<int> starts(static_cast<std::size_t>(stages), 0);
+  int end = n;
+  for (int k = stages; k >= 1; --k) {
+    end = from[static_cast<std::size_t>(k)][static_cast<std::size_t>(end)];
+    starts[static_cast<std::size_t>(k - 1)] = end;
+  }
+  return starts;
+}
+
+std::vector<double> time_parts(Module& model, const Batch& batch, int repeats) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<ModelPart> parts = model.parts();
+  TL_CHECK(!parts.empty(), "pipeline: the model does not describe its parts (Module::parts), so it cannot be cut");
+  TL_CHECK(repeats >= 1, "pipeline: time_parts needs repeats >= 1, got " + std::to_string(repeats));
+  std::vector<std::vector<double>> runs(parts.size());
+  for (int r = 0; r <= repeats; ++r) {  // run 0 is the warm-up
+    Tensor x = batch.inputs;
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      const Tensor in = p == 0 ? x : x.detach().set_requires_grad(true);
+      const auto begin = Clock::now();
+      Tensor y = parts[p].forward(in);
+      if (p + 1 == parts.size()) {
+        y = cross_entropy(y, batch.labels.dim() > 1 ? batch.labels.reshape({-1}) : batch.labels);
+        y.backward();
+      } else {
+        y.backward(Tensor::full(y.shape(), 1e-3, y.dtype(), y.backend()));
+      }
+      const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+      if (r > 0) runs[p].push_back(seconds);
+      x = y.detach();
+    }
+    model.zero_grad(true);
+  }
+  std::vector<double> medians;
+  for (auto& v : runs) {
+    std::sort(v.begin(), v.end());
+    medians.push_back(v[v.size() / 2]);
+  }
+  return medians;
 }
 
 // A micro-batch between its forward and its backward: the stage's input (a leaf that collects the
@@ -155,8 +222,8 @@ Tensor PipelineStage::forward_parts(const Tensor& x) {
 
 void PipelineStage::send(const Tensor& t, int peer, const char* what) {
   const Tensor dense = t.contiguous();
-  TL_CHECK(dense.dim() <= 6, "pipeline: a tensor of " + std::to_string(dense.dim()) + " dimensions crosses stages " +
-                                 "(at most 6)");
+  TL_CHECK(dense.dim() <= 6,
+           "pipeline: a tensor of " + std::to_string(dense.dim()) + " dimensions crosses stages " + "(at most 6)");
   std::vector<std::int64_t> header(8, 0);
   header[0] = static_cast<std::int64_t>(dense.dtype());
   header[1] = dense.dim();

@@ -55,6 +55,13 @@ double pipeline_bound(int stages, std::int64_t micro_batches);
 // parse_cut reads "0,2,3"; both throw Error naming the value and what is allowed.
 std::vector<int> even_cut(int parts, int stages);
 std::vector<int> parse_cut(const std::string& text, int parts, int stages);
+// The cut by time (seed 003: balance stages by measured time, not by layer count): contiguous parts
+// whose slowest stage is the fastest possible, from each part's seconds (ties: the earlier cut).
+std::vector<int> balanced_cut(const std::vector<double>& part_seconds, int stages);
+// Each part's forward and backward seconds on `batch`, measured here: the median of `repeats` runs
+// after one warm-up, the parts in order, each on the output of the one before (the last with the
+// loss). What balanced_cut takes.
+std::vector<double> time_parts(Module& model, const Batch& batch, int repeats);
 
 struct PipelineOptions {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
@@ -70,9 +77,9 @@ struct PipelineEvent {
 };
 
 struct PipelineStepResult {
-  double loss = 0;      // the step's mean loss over its micro-batches (every rank: sent by the last stage)
-  double seconds = 0;   // the whole step on this stage, optimiser included
-  double busy_s = 0;    // this stage's forwards and backwards (the rest: waiting, sending, the update)
+  double loss = 0;     // the step's mean loss over its micro-batches (every rank: sent by the last stage)
+  double seconds = 0;  // the whole step on this stage, optimiser included
+  double busy_s = 0;   // this stage's forwards and backwards (the rest: waiting, sending, the update)
   // The schedule's span on this stage: from its batches loaded to its last send complete, before
   // the shared weights' sum and the update (what the fill-and-drain bound describes).
   double schedule_begin_s = 0, schedule_end_s = 0;

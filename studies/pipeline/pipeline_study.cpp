@@ -24,14 +24,14 @@ namespace {
 
 using comm::PipelineSchedule;
 
-struct Arm {
+struct PipelineArm {
   PipelineSchedule schedule;
   std::int64_t micro;
 };
 
 // Per configuration, what every measured step gave: on each stage its busy seconds, the step's
 // seconds (the slowest stage's), the in-flight peak, and the last step's events (every stage's).
-struct ArmRecord {
+struct PipelineArmRecord {
   std::vector<double> seconds;            // the slowest stage's step, update included
   std::vector<double> span;               // the schedule's, over every stage (PipelineStepResult)
   std::vector<std::vector<double>> busy;  // [step][stage]
@@ -40,7 +40,7 @@ struct ArmRecord {
   double loss = 0;
 };
 
-std::vector<std::int64_t> parse_counts(const std::string& text) {
+std::vector<std::int64_t> parse_micro_counts(const std::string& text) {
   std::vector<std::int64_t> out;
   std::stringstream in(text);
   std::string item;
@@ -60,7 +60,7 @@ std::vector<std::int64_t> parse_counts(const std::string& text) {
   return out;
 }
 
-std::vector<PipelineSchedule> parse_schedules(const std::string& text) {
+std::vector<PipelineSchedule> parse_pipeline_schedules(const std::string& text) {
   std::vector<PipelineSchedule> out;
   std::stringstream in(text);
   std::string item;
@@ -70,7 +70,7 @@ std::vector<PipelineSchedule> parse_schedules(const std::string& text) {
 }
 
 // A source of synthetic batches of `micro` samples for the model's input (images, or token windows).
-std::function<Batch()> synthetic_batches(const ModelInput& input, bool tokens, std::int64_t micro, Backend& be) {
+std::function<Batch()> pipeline_batches(const ModelInput& input, bool tokens, std::int64_t micro, Backend& be) {
   auto gen = std::make_shared<Generator>(23);
   return [gen, input, tokens, micro, &be]() {
     Shape shape{micro};
@@ -94,8 +94,8 @@ std::function<Batch()> synthetic_batches(const ModelInput& input, bool tokens, s
 }
 
 // One step of a configuration on every stage, its figures summed into rank order on every rank.
-void measure_step(comm::MpiCommunicator& world, comm::PipelineStage& stage, Optimizer& sgd,
-                  const std::function<Batch()>& batches, std::int64_t micro, ArmRecord* record) {
+void measure_pipeline_step(comm::MpiCommunicator& world, comm::PipelineStage& stage, Optimizer& sgd,
+                           const std::function<Batch()>& batches, std::int64_t micro, PipelineArmRecord* record) {
   const int p = world.size(), s = world.rank();
   world.barrier();  // the stages start together: their clocks' offsets are the barrier's skew
   const comm::PipelineStepResult r = stage.step(batches, sgd);
@@ -120,15 +120,16 @@ void measure_step(comm::MpiCommunicator& world, comm::PipelineStage& stage, Opti
   record->seconds.push_back(*std::max_element(all.begin() + p, all.begin() + 2 * p));
   record->peak.resize(static_cast<std::size_t>(p), 0);
   for (int i = 0; i < p; ++i)
-    record->peak[static_cast<std::size_t>(i)] = std::max(record->peak[static_cast<std::size_t>(i)],
-                                                         static_cast<std::int64_t>(all[static_cast<std::size_t>(2 * p + i)]));
+    record->peak[static_cast<std::size_t>(i)] = std::max(
+        record->peak[static_cast<std::size_t>(i)], static_cast<std::int64_t>(all[static_cast<std::size_t>(2 * p + i)]));
   record->span.push_back(*std::max_element(all.begin() + 4 * p, all.begin() + 5 * p) -
                          *std::min_element(all.begin() + 3 * p, all.begin() + 4 * p));
   record->events.assign(all.begin() + static_cast<std::ptrdiff_t>(head), all.end());
   record->loss = r.loss;
 }
 
-PipelineRow row_of(const ArmRecord& record, const Arm& arm, int p, const PipelineConfig& base, int warmup) {
+PipelineRow pipeline_row_of(const PipelineArmRecord& record, const PipelineArm& arm, int p, const PipelineConfig& base,
+                            int warmup) {
   PipelineRow row;
   row.config = base;
   row.config.schedule = comm::pipeline_schedule_name(arm.schedule);
@@ -162,18 +163,20 @@ PipelineRow row_of(const ArmRecord& record, const Arm& arm, int p, const Pipelin
 }
 
 // Every configuration's last step as Perfetto's JSON: a process per configuration, a thread per stage.
-std::string trace_json(const std::vector<Arm>& arms, const std::vector<ArmRecord>& records, int p) {
+std::string pipeline_trace_json(const std::vector<PipelineArm>& arms, const std::vector<PipelineArmRecord>& records,
+                                int p) {
   std::ostringstream out;
   out << "{\"traceEvents\":[";
   bool comma = false;
   for (std::size_t a = 0; a < arms.size(); ++a) {
-    const std::string name =
-        fmt::format("{} m={}", comm::pipeline_schedule_name(arms[a].schedule), arms[a].micro);
-    out << (comma ? "," : "") << fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"{}"}}}})", a, name);
+    const std::string name = fmt::format("{} m={}", comm::pipeline_schedule_name(arms[a].schedule), arms[a].micro);
+    out << (comma ? "," : "")
+        << fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"{}"}}}})", a, name);
     comma = true;
     const std::size_t per = static_cast<std::size_t>(8 * arms[a].micro);
     for (int s = 0; s < p; ++s) {
-      out << fmt::format(R"(,{{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"stage {}"}}}})", a, s, s);
+      out << fmt::format(R"(,{{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"stage {}"}}}})", a, s,
+                         s);
       for (std::size_t e = 0; e + 3 < per; e += 4) {
         const double* at = records[a].events.data() + per * static_cast<std::size_t>(s) + e;
         if (at[3] <= 0) continue;
@@ -187,16 +190,34 @@ std::string trace_json(const std::vector<Arm>& arms, const std::vector<ArmRecord
   return out.str();
 }
 
+// The cut by measured time: rank 0 times each part (the others wait asleep, off its cores) and
+// every rank takes the same cut.
+std::vector<int> balanced_starts(comm::MpiCommunicator& world, Module& model, const Batch& batch) {
+  std::vector<double> seconds(model.parts().size(), 0.0);
+  if (world.rank() == 0) seconds = comm::time_parts(model, batch, 5);
+  world.rendezvous();
+  world.broadcast(seconds.data(), seconds.size() * sizeof(double), 0);
+  const std::vector<int> starts = comm::balanced_cut(seconds, world.size());
+  if (world.rank() == 0) {
+    std::cout << "bench_pipeline: --cut balanced: each part's forward and backward (ms):";
+    const auto parts = model.parts();
+    for (std::size_t i = 0; i < seconds.size(); ++i)
+      std::cout << fmt::format(" {} {:.2f}", parts[i].name, 1e3 * seconds[i]);
+    std::cout << "\n";
+  }
+  return starts;
+}
+
 }  // namespace
 
 namespace {
 
-int run_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
+int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
   world->set_timeout(o.timeout);
   const int p = world->size();
   const ModelDef& def = find_model(o.model.name);
-  const auto schedules = parse_schedules(o.schedules);
-  const auto counts = parse_counts(o.micro_batches);
+  const auto schedules = parse_pipeline_schedules(o.schedules);
+  const auto counts = parse_micro_counts(o.micro_batches);
   TL_CHECK(o.steps >= 1 && o.warmup >= 0, "bench_pipeline: --steps must be >= 1 and --warmup >= 0");
   if (!o.trace_path.empty() && world->rank() == 0) check_output_file(o.trace_path, "--trace");
   Backend& be = get_backend(o.backend);
@@ -206,9 +227,10 @@ int run_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
     Generator gen(7);
     return build_model(def, InitOptions{&gen, DType::f32, &be}, input, o.model.options);
   };
-  TL_CHECK(!build()->parts().empty(), "--model " + def.name + " does not describe its parts (Module::parts), so it " +
-                                          "cannot be cut into stages (allowed: a model that does: smallcnn, resnet, gpt)");
-  std::vector<Arm> arms;
+  TL_CHECK(!build()->parts().empty(),
+           "--model " + def.name + " does not describe its parts (Module::parts), so it " +
+               "cannot be cut into stages (allowed: a model that does: smallcnn, resnet, gpt)");
+  std::vector<PipelineArm> arms;
   for (PipelineSchedule s : schedules)
     for (std::int64_t m : counts) arms.push_back({s, m});
   // Each configuration keeps its own model, stage and optimiser; the steps go round-robin.
@@ -217,16 +239,21 @@ int run_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
   std::vector<std::unique_ptr<SGD>> optimizers;
   std::vector<std::function<Batch()>> batches;
   comm::PipelineOptions po;
-  if (!o.cut.empty()) po.starts = comm::parse_cut(o.cut, static_cast<int>(build()->parts().size()), p);
+  if (o.cut == "balanced") {
+    po.starts =
+        balanced_starts(*world, *build(), pipeline_batches(input, static_cast<bool>(def.context), o.micro_batch, be)());
+  } else if (!o.cut.empty()) {
+    po.starts = comm::parse_cut(o.cut, static_cast<int>(build()->parts().size()), p);
+  }
   SgdOptions sgd;
   sgd.lr = 0.01;
-  for (const Arm& arm : arms) {
+  for (const PipelineArm& arm : arms) {
     models.push_back(build());
     po.schedule = arm.schedule;
     po.micro_batches = arm.micro;
     stages.push_back(std::make_unique<comm::PipelineStage>(*world, *models.back(), po));
     optimizers.push_back(std::make_unique<SGD>(stages.back()->parameters(), sgd));
-    batches.push_back(synthetic_batches(input, static_cast<bool>(def.context), o.micro_batch, be));
+    batches.push_back(pipeline_batches(input, static_cast<bool>(def.context), o.micro_batch, be));
   }
   if (world->rank() == 0) {
     std::cout << "bench_pipeline: " << model_label(o.model) << ", " << p << " stages, micro-batches of "
@@ -236,11 +263,11 @@ int run_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
     if (r == world->rank()) std::cout << "  " << stages.front()->describe() << "\n" << std::flush;
     world->barrier();
   }
-  std::vector<ArmRecord> records(arms.size());
+  std::vector<PipelineArmRecord> records(arms.size());
   for (int step = 0; step < o.warmup + o.steps; ++step)
     for (std::size_t a = 0; a < arms.size(); ++a)
-      measure_step(*world, *stages[a], *optimizers[a], batches[a], arms[a].micro,
-                   step < o.warmup ? nullptr : &records[a]);
+      measure_pipeline_step(*world, *stages[a], *optimizers[a], batches[a], arms[a].micro,
+                            step < o.warmup ? nullptr : &records[a]);
   if (world->rank() != 0) return 0;
   PipelineConfig base;
   base.model = model_label(o.model);
@@ -254,7 +281,7 @@ int run_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
   std::cout << "| schedule | m | step ms median (min-max) | schedule ms | utilisation | bound m/(m+p-1) | bound, "
                "measured stages | stage busy ms | in flight |\n|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t a = 0; a < arms.size(); ++a) {
-    PipelineRow row = row_of(records[a], arms[a], p, base, o.warmup);
+    PipelineRow row = pipeline_row_of(records[a], arms[a], p, base, o.warmup);
     row.header.env = env;
     row.header.kind = PipelineRow::kKind;
     row.header.run_id = run_id;
@@ -271,7 +298,7 @@ int run_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
     if (!o.no_ledger) ledger.append(row);
   }
   if (!o.trace_path.empty()) {
-    write_file_atomic(o.trace_path, trace_json(arms, records, p));
+    write_file_atomic(o.trace_path, pipeline_trace_json(arms, records, p));
     std::cout << "trace: " << o.trace_path << " (open in ui.perfetto.dev)\n";
   }
   if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
@@ -283,7 +310,7 @@ int run_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
 int run_pipeline_study(const PipelineStudyOptions& options) {
   auto world = comm::MpiCommunicator::world();
   try {
-    return run_sweep(options, world.get());
+    return run_pipeline_sweep(options, world.get());
   } catch (const Error& e) {
     world->abort(std::string("bench_pipeline: error: ") + e.what(), 2);
   }

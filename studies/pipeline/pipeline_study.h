@@ -20,7 +20,7 @@ struct PipelineStudyOptions {
   std::string schedules = "gpipe,1f1b";
   std::string micro_batches = "1,2,4,8,16,32";
   std::int64_t micro_batch = 8;  // samples per micro-batch (fixed: m scales the step)
-  std::string cut;               // "0,2": each stage's first part; empty: even
+  std::string cut;               // "0,2": each stage's first part; "balanced": by measured time; empty: even
   std::string backend = "onednn";
   int threads = 1;  // per rank
   int steps = 3, warmup = 1;

@@ -43,8 +43,8 @@ struct PipelineRow {
   // fraction of the schedule's span it spent in them.
   std::vector<double> stage_busy_s, stage_utilisation;
   std::vector<std::int64_t> stage_peak_in_flight;  // micro-batches whose activations it held at once
-  double utilisation = 0;  // the mean of stage_utilisation: measured
-  double bound = 0;        // seed 003's fill-and-drain bound m / (m + p - 1), balanced stages
+  double utilisation = 0;                          // the mean of stage_utilisation: measured
+  double bound = 0;                                // seed 003's fill-and-drain bound m / (m + p - 1), balanced stages
   // The same bound for the stages as measured: sum of m t_s over p ((m - 1) max t_s + sum t_s), with
   // t_s a micro-batch's forward and backward on stage s (what an imbalanced cut costs).
   double bound_measured_stages = 0;

@@ -13,9 +13,10 @@ namespace trainlab::bench {
 
 namespace {
 
-std::string joined(const std::vector<double>& values, double scale, const char* format) {
+std::string per_stage(const std::vector<double>& values, double scale, const char* format) {
   std::string out;
-  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? " / " : "") + fmt::format(fmt::runtime(format), scale * values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    out += (i ? " / " : "") + fmt::format(fmt::runtime(format), scale * values[i]);
   return out;
 }
 
@@ -33,10 +34,12 @@ std::optional<ReportSection> pipeline_section(const SectionInput& in) {
     table.push_back({row.config.schedule, fmt::format("{}", row.config.micro_batches),
                      fmt::format("{:.1f} ({:.1f}-{:.1f})", 1e3 * s.median, 1e3 * s.min, 1e3 * s.max),
                      fmt::format("{:.1f}%", 100 * row.utilisation), fmt::format("{:.1f}%", 100 * row.bound),
-                     fmt::format("{:.1f}%", 100 * row.bound_measured_stages), joined(row.stage_busy_s, 1e3, "{:.1f}"),
-                     joined(row.stage_utilisation, 100, "{:.0f}%")});
+                     fmt::format("{:.1f}%", 100 * row.bound_measured_stages),
+                     per_stage(row.stage_busy_s, 1e3, "{:.1f}"), per_stage(row.stage_utilisation, 100, "{:.0f}%")});
     auto [it, fresh] = measured.try_emplace(row.config.schedule);
-    if (fresh) it->second = {row.config.schedule + " (measured)", row.config.schedule == "gpipe" ? chart::kBlue : chart::kRed, {}, false};
+    if (fresh)
+      it->second = {
+          row.config.schedule + " (measured)", row.config.schedule == "gpipe" ? chart::kBlue : chart::kRed, {}, false};
     const auto m = static_cast<double>(row.config.micro_batches);
     it->second.points.push_back({m, 100 * row.utilisation, {}, {}});
     if (row.config.schedule == first->config.schedule) bound.points.push_back({m, 100 * row.bound, {}, {}});
@@ -44,14 +47,20 @@ std::optional<ReportSection> pipeline_section(const SectionInput& in) {
   if (!first) return std::nullopt;
   ReportSection section = section_of("pipeline", run_id, first->header.env);
   const std::string figure = figure_path("pipeline", run_id);
-  const std::vector<std::string> head = {"schedule", "m", "step ms median (min-max)", "utilisation", "bound",
-                                         "bound, measured stages", "stage busy ms", "stage utilisation"};
+  const std::vector<std::string> head = {"schedule",
+                                         "m",
+                                         "step ms median (min-max)",
+                                         "utilisation",
+                                         "bound",
+                                         "bound, measured stages",
+                                         "stage busy ms",
+                                         "stage utilisation"};
   std::ostringstream md;
   md << fmt::format(
       "\n## Pipeline parallelism against its bound\n\nRun `{}` of `bench_pipeline` on {}: {}, {} stages ({}), "
-      "micro-batches of {} samples. Utilisation: each stage's forwards and backwards over the step, averaged over "
-      "the stages; the bound is seed 003's fill-and-drain m / (m + p - 1) for balanced stages, and the same "
-      "bubble for the stage times as measured.\n\n",
+      "micro-batches of {} samples. Utilisation: each stage's forwards and backwards over the schedule's span (the "
+      "update excluded), averaged over the stages; the bound is seed 003's fill-and-drain m / (m + p - 1) for "
+      "balanced stages, and the same bubble for the stage times as measured.\n\n",
       run_id, measured_on(first->header.env), first->config.model, first->config.stages, first->config.cut,
       first->config.micro_batch);
   md << render_table(head, table, true);
@@ -64,8 +73,8 @@ std::optional<ReportSection> pipeline_section(const SectionInput& in) {
   for (auto& [name, series] : measured) lines.series.push_back(series);
   lines.series.push_back(bound);
   lines.log_x = true;
-  section.figures.emplace_back(figure,
-                               chart::render({"pipeline utilisation against the bound (run " + run_id + ")", {lines}, {}}));
+  section.figures.emplace_back(
+      figure, chart::render({"pipeline utilisation against the bound (run " + run_id + ")", {lines}, {}}));
   return section;
 }
 

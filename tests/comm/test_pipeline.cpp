@@ -12,8 +12,8 @@
 #include "backends/registry.h"
 #include "comm/mpi_communicator.h"
 #include "comm/pipeline.h"
-#include "engine/train/step.h"
 #include "engine/nn/model_registry.h"
+#include "engine/train/step.h"
 #include "models/gpt/gpt.h"
 #include "models/smallcnn/smallcnn.h"
 
@@ -84,7 +84,8 @@ void check_against_unpipelined(Communicator& world, const Models& models, Pipeli
 Models smallcnn_models() {
   auto make = [] {
     Generator gen(5);
-    return std::shared_ptr<Module>(std::make_shared<SmallCNN>(InitOptions{&gen, DType::f32, &get_backend("reference")}));
+    return std::shared_ptr<Module>(
+        std::make_shared<SmallCNN>(InitOptions{&gen, DType::f32, &get_backend("reference")}));
   };
   auto batches = [] {
     auto gen = std::make_shared<Generator>(17);
@@ -156,8 +157,18 @@ TEST_CASE("pipeline: the schedules' orders and the bound", "[pipeline]") {
   const auto gpipe = pipeline_order(PipelineSchedule::gpipe, 1, 4, 3);
   CHECK(gpipe == std::vector<PipelineOp>{{'F', 0}, {'F', 1}, {'F', 2}, {'B', 0}, {'B', 1}, {'B', 2}});
   const auto one = pipeline_order(PipelineSchedule::one_f_one_b, 0, 4, 6);
-  CHECK(one == std::vector<PipelineOp>{{'F', 0}, {'F', 1}, {'F', 2}, {'F', 3}, {'B', 0}, {'F', 4}, {'B', 1}, {'F', 5},
-                                       {'B', 2}, {'B', 3}, {'B', 4}, {'B', 5}});
+  CHECK(one == std::vector<PipelineOp>{{'F', 0},
+                                       {'F', 1},
+                                       {'F', 2},
+                                       {'F', 3},
+                                       {'B', 0},
+                                       {'F', 4},
+                                       {'B', 1},
+                                       {'F', 5},
+                                       {'B', 2},
+                                       {'B', 3},
+                                       {'B', 4},
+                                       {'B', 5}});
   const auto last = pipeline_order(PipelineSchedule::one_f_one_b, 3, 4, 2);
   CHECK(last == std::vector<PipelineOp>{{'F', 0}, {'B', 0}, {'F', 1}, {'B', 1}});
   // Fewer micro-batches than the pipe is deep: all forwards, then all backwards.
@@ -177,6 +188,20 @@ TEST_CASE("pipeline: cuts, and what is refused", "[pipeline]") {
   REQUIRE_THROWS_WITH(parse_cut("0,2,2", 4, 3), Catch::Contains("2 is out of order or range"));
   REQUIRE_THROWS_WITH(parse_cut("0,x,3", 4, 3), Catch::Contains("'x' is not a part index"));
   REQUIRE_THROWS_WITH(parse_pipeline_schedule("zigzag"), Catch::Contains("allowed: gpipe, 1f1b"));
+  // By time: the slowest stage as fast as it can be.
+  CHECK(balanced_cut({1, 1, 1, 1}, 2) == std::vector<int>{0, 2});
+  CHECK(balanced_cut({5, 1, 1, 1, 1, 1}, 2) == std::vector<int>{0, 1});
+  CHECK(balanced_cut({1, 2, 3, 4}, 2) == std::vector<int>{0, 3});
+  CHECK(balanced_cut({1, 1, 1, 1, 10}, 3) == std::vector<int>{0, 2, 4});
+  CHECK(balanced_cut({3, 1, 1}, 3) == std::vector<int>{0, 1, 2});
+  REQUIRE_THROWS_WITH(balanced_cut({1, 1}, 3), Catch::Contains("3 stages need at least as many parts"));
+  // Each part timed on a batch: SmallCNN's four, every one measured.
+  const Models cnn = smallcnn_models();
+  const auto model = cnn.make();
+  const std::vector<double> seconds = time_parts(*model, cnn.batches()(), 2);
+  REQUIRE(seconds.size() == 4);
+  for (double t : seconds) CHECK(t > 0);
+  for (const auto& [name, tensor] : model->named_parameters()) CHECK(!tensor.grad().defined());
 }
 
 TEST_CASE("pipeline: SmallCNN, a stage per rank, equals the unpipelined step bit for bit", "[pipeline]") {
