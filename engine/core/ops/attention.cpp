@@ -75,7 +75,9 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const AttentionShape s{
       q.size(0) * q.size(1), q.size(2), k.size(2), d, 1.0 / std::sqrt(static_cast<double>(d)), causal};
   AttentionOperands in{q.raw_data(), k.raw_data(), v.raw_data()};
-  const auto [y, lse] = attention_forward(q.backend(), q.dtype(), s, q.shape(), in);
+  // Named, not a structured binding: the backward captures lse, which clang 14 refuses for a binding.
+  const std::pair<Tensor, Tensor> forward = attention_forward(q.backend(), q.dtype(), s, q.shape(), in);
+  const Tensor y = forward.first, lse = forward.second;
   const Tensor saved_y = y.detach();
   return record(
       y, causal ? "attention_causal" : "attention", {qc, kc, vc}, [=](const Tensor& g, const std::vector<bool>&) {
@@ -103,7 +105,9 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, bool causal) {
   const std::size_t third = static_cast<std::size_t>(qkv.numel() / 3) * dtype_size(qkv.dtype());
   const auto* base = static_cast<const char*>(qkv.raw_data());
   AttentionOperands in{base, base + third, base + 2 * third};
-  const auto [y, lse] = attention_forward(qkv.backend(), qkv.dtype(), s, {qkv.size(1), qkv.size(2), t, d}, in);
+  const std::pair<Tensor, Tensor> forward =
+      attention_forward(qkv.backend(), qkv.dtype(), s, {qkv.size(1), qkv.size(2), t, d}, in);
+  const Tensor y = forward.first, lse = forward.second;
   const Tensor saved_y = y.detach();
   return record(y, causal ? "attention_causal" : "attention", {qc}, [=](const Tensor& g, const std::vector<bool>&) {
     const Tensor dy = ops_detail::dense(g);
