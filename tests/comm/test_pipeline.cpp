@@ -81,24 +81,28 @@ void check_against_unpipelined(Communicator& world, const Models& models, Pipeli
   }
 }
 
+// A fresh source of the same random image batches: inputs `shape` ([B, C, H, W]), B labels below 10.
+std::function<std::function<Batch()>()> image_batches(std::uint64_t seed, Shape shape) {
+  return [seed, shape] {
+    auto gen = std::make_shared<Generator>(seed);
+    return std::function<Batch()>([gen, shape] {
+      Batch b;
+      b.inputs = Tensor::uniform(shape, -1, 1, *gen, DType::f32, get_backend("reference"));
+      std::vector<std::int64_t> labels;
+      for (std::int64_t i = 0; i < shape[0]; ++i) labels.push_back(static_cast<std::int64_t>(gen->below(10)));
+      b.labels = Tensor::from_vector(labels, {shape[0]}, get_backend("reference"));
+      return b;
+    });
+  };
+}
+
 Models smallcnn_models() {
   auto make = [] {
     Generator gen(5);
     return std::shared_ptr<Module>(
         std::make_shared<SmallCNN>(InitOptions{&gen, DType::f32, &get_backend("reference")}));
   };
-  auto batches = [] {
-    auto gen = std::make_shared<Generator>(17);
-    return std::function<Batch()>([gen] {
-      Batch b;
-      b.inputs = Tensor::uniform({3, 3, 32, 32}, -1, 1, *gen, DType::f32, get_backend("reference"));
-      std::vector<std::int64_t> labels;
-      for (int i = 0; i < 3; ++i) labels.push_back(static_cast<std::int64_t>(gen->below(10)));
-      b.labels = Tensor::from_vector(labels, {3}, get_backend("reference"));
-      return b;
-    });
-  };
-  return {make, batches, 0.0};
+  return {make, image_batches(17, {3, 3, 32, 32}), 0.0};
 }
 
 // ResNet-8 (depth 1: a stem, three blocks, the head) on 8x8 images: batch norm's statistics per
@@ -109,18 +113,7 @@ Models resnet_models() {
     return build_model(find_model("resnet"), InitOptions{&gen, DType::f32, &get_backend("reference")},
                        ModelInput{{3, 8, 8}, 10}, {{"depth", "1"}, {"width", "4"}});
   };
-  auto batches = [] {
-    auto gen = std::make_shared<Generator>(19);
-    return std::function<Batch()>([gen] {
-      Batch b;
-      b.inputs = Tensor::uniform({4, 3, 8, 8}, -1, 1, *gen, DType::f32, get_backend("reference"));
-      std::vector<std::int64_t> labels;
-      for (int i = 0; i < 4; ++i) labels.push_back(static_cast<std::int64_t>(gen->below(10)));
-      b.labels = Tensor::from_vector(labels, {4}, get_backend("reference"));
-      return b;
-    });
-  };
-  return {make, batches, 0.0};
+  return {make, image_batches(19, {4, 3, 8, 8}), 0.0};
 }
 
 Models gpt_models() {
