@@ -380,4 +380,60 @@ std::string fit_report(const FitAnalysis& analysis, const std::vector<std::pair<
   return out.str();
 }
 
+AllreduceCost allreduce_cost(AllreduceAlgorithm algorithm, int ranks) {
+  TL_CHECK(ranks >= 1, "allreduce_cost: ranks must be >= 1, got " + std::to_string(ranks));
+  TL_CHECK(algorithm != AllreduceAlgorithm::automatic, "allreduce_cost: resolve `auto` to an algorithm first");
+  const double n = static_cast<double>(ranks);
+  if (ranks == 1) return {};
+  if (algorithm == AllreduceAlgorithm::ring || algorithm == AllreduceAlgorithm::native)
+    return {2.0 * (n - 1), 2.0 * (n - 1) / n};
+  int p = 1, log2p = 0;
+  while (2 * p <= ranks) {
+    p *= 2;
+    ++log2p;
+  }
+  AllreduceCost cost;
+  if (algorithm == AllreduceAlgorithm::recursive_doubling)
+    cost = {static_cast<double>(log2p), static_cast<double>(log2p)};
+  else
+    cost = {2.0 * log2p, 2.0 * (p - 1) / p};
+  if (p != ranks) {  // the fold in and out
+    cost.steps += 2;
+    cost.bytes_factor += 2;
+  }
+  return cost;
+}
+
+AllreduceFit fit_allreduce(const std::vector<AllreducePoint>& points) {
+  TL_CHECK(points.size() >= 2,
+           "fit_allreduce: needs at least two measured all-reduces, got " + std::to_string(points.size()));
+  // T = s a + x c with x = bytes_factor S, a = alpha, c = 1/B; weights 1/T^2 (relative error).
+  double ss = 0, sx = 0, xx = 0, st = 0, xt = 0;
+  for (const AllreducePoint& pt : points) {
+    TL_CHECK(pt.bytes > 0 && pt.seconds > 0, "fit_allreduce: sizes and times must be > 0");
+    const double w = 1.0 / (pt.seconds * pt.seconds), s1 = pt.cost.steps, x = pt.cost.bytes_factor * pt.bytes;
+    ss += w * s1 * s1;
+    sx += w * s1 * x;
+    xx += w * x * x;
+    st += w * s1 * pt.seconds;
+    xt += w * x * pt.seconds;
+  }
+  const double det = ss * xx - sx * sx;
+  TL_CHECK(det > 0 && xx > 0, "fit_allreduce: needs all-reduces of at least two different sizes");
+  double a = (st * xx - sx * xt) / det, c = (ss * xt - sx * st) / det;
+  AllreduceFit fit;
+  if (a < 0) {
+    a = 0;
+    c = xt / xx;
+    fit.alpha_unresolved = true;
+  }
+  fit.alpha_s = a;
+  fit.bandwidth_Bps = c > 0 ? 1.0 / c : INFINITY;
+  for (const AllreducePoint& pt : points) {
+    const double r = (pt.seconds - pt.cost.time_s(fit.alpha_s, fit.bandwidth_Bps, pt.bytes)) / pt.seconds;
+    fit.max_abs_relative_residual = std::max(fit.max_abs_relative_residual, std::abs(r));
+  }
+  return fit;
+}
+
 }  // namespace trainlab::comm

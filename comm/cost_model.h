@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/train/distributed.h"
+
 namespace trainlab::comm {
 
 struct RingModel {
@@ -101,5 +103,34 @@ FitAnalysis analyse_fit(int ranks, std::vector<std::pair<double, double>> points
                         std::size_t min_points = 3);
 // The fit as text: alpha, B, S*, the per-size table of measured, fitted and residual, and the verdict.
 std::string fit_report(const FitAnalysis& analysis, const std::vector<std::pair<double, double>>& points);
+
+// One all-reduce of S bytes per rank by `algorithm` over P ranks, as comm/ring_allreduce.h and
+// comm/latency_allreduce.h run it, in the alpha-beta terms: T = steps alpha + bytes_factor S / B,
+//   ring                2(P - 1) steps,      2(P - 1)/P S
+//   recursive doubling  log2(p) steps,       log2(p) S
+//   halving-doubling    2 log2(p) steps,     2(p - 1)/p S
+// with p the largest power of two <= P; a world that is not one adds the fold in and out, 2 steps
+// of S. The library's own (native) is modelled as the ring. `automatic` must be resolved first
+// (choose_algorithm).
+struct AllreduceCost {
+  double steps = 0, bytes_factor = 0;
+  double time_s(double alpha_s, double bandwidth_Bps, double bytes) const {
+    return steps * alpha_s + bytes_factor * bytes / bandwidth_Bps;
+  }
+};
+AllreduceCost allreduce_cost(AllreduceAlgorithm algorithm, int ranks);
+
+// alpha and B fitted to measured all-reduces, each by its own algorithm's terms (least squares on
+// the relative error, alpha >= 0): what the tensor-parallel bench predicts its step's all-reduces with.
+struct AllreducePoint {
+  AllreduceCost cost;
+  double bytes = 0, seconds = 0;
+};
+struct AllreduceFit {
+  double alpha_s = 0, bandwidth_Bps = 0;
+  double max_abs_relative_residual = 0;
+  bool alpha_unresolved = false;  // the best fit had alpha < 0: refitted with alpha = 0
+};
+AllreduceFit fit_allreduce(const std::vector<AllreducePoint>& points);
 
 }  // namespace trainlab::comm

@@ -25,6 +25,11 @@ void Module::set_recompute(Recompute mode) {
                                         "recompute: none)");
 }
 
+void Module::split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) {
+  (void)group;
+  throw Error("tensor parallelism: this model has no tensor-parallel split (the GPT, SmallCNN and the ResNet have)");
+}
+
 void Module::set_fused(bool fused) {
   for (auto& [name, child] : children_) child->set_fused(fused);
 }
@@ -138,6 +143,17 @@ Tensor& Module::register_parameter(const std::string& name, Tensor tensor) {
   return parameters_.back().second;
 }
 
+Tensor& Module::replace_parameter(const std::string& name, Tensor tensor) {
+  for (auto& [own, t] : parameters_) {
+    if (own != name) continue;
+    tensor.set_requires_grad(true).set_name(name);
+    set_memory_category(tensor, MemoryCategory::parameters);
+    t = tensor;
+    return t;
+  }
+  throw Error("replace_parameter: no parameter named '" + name + "' in this module");
+}
+
 Tensor& Module::register_buffer(const std::string& name, Tensor tensor) {
   TL_CHECK(!tensor.requires_grad(), "register_buffer: buffer '" + name + "' requires grad (a parameter?)");
   tensor.set_name(name);
@@ -179,7 +195,52 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const InitOp
   bias = register_parameter("bias", uniform_init({out_features}, in_features, init));
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) {
+  return split_ == LinearSplit::none ? linear(x, weight, bias) : forward_split(x, false, false);
+}
+
+Tensor Linear::forward_fused(const Tensor& x, bool relu) {
+  return split_ == LinearSplit::none ? linear_fused(x, weight, bias, relu) : forward_split(x, true, relu);
+}
+
+void Linear::split(LinearSplit how, const std::shared_ptr<TensorParallelGroup>& group, const std::string& name,
+                   std::int64_t blocks) {
+  TL_CHECK(group != nullptr, "Linear::split: " + name + " needs a group");
+  TL_CHECK(split_ == LinearSplit::none,
+           "Linear::split: " + name + " is already split (" + linear_split_name(split_) + ")");
+  if (how == LinearSplit::none) return;
+  const int r = group->rank(), p = group->size();
+  if (how == LinearSplit::columns) {
+    const std::int64_t out = weight.size(0), in = weight.size(1);
+    TL_CHECK(blocks >= 1 && out % blocks == 0, "Linear::split: " + name + "'s " + std::to_string(out) +
+                                                   " output features are not " + std::to_string(blocks) + " blocks");
+    const std::string what =
+        name + "'s " + std::to_string(out / blocks) + " output features" + (blocks > 1 ? " per block" : "");
+    weight = replace_parameter(
+        "weight", tensor_slice(weight.view({blocks, out / blocks, in}), 1, r, p, what).view({out / p, in}));
+    bias = replace_parameter("bias", tensor_slice(bias.view({blocks, out / blocks}), 1, r, p, what).view({out / p}));
+  } else {
+    weight = replace_parameter("weight", tensor_slice(weight, 1, r, p, name + "'s input features"));
+  }
+  split_ = how;
+  group_ = group;
+  name_ = name;
+}
+
+Tensor Linear::forward_split(const Tensor& x, bool fused, bool relu) {
+  if (split_ == LinearSplit::columns) {
+    const Tensor in = tp_enter(*group_, x, name_);
+    if (fused) return linear_fused(in, weight, bias, relu);
+    return relu ? trainlab::relu(linear(in, weight, bias)) : linear(in, weight, bias);
+  }
+  Tensor in = x;
+  if (split_ == LinearSplit::rows_of_whole_input) {
+    const std::int64_t part = weight.size(1);
+    in = tp_enter(*group_, x, name_).narrow(1, group_->rank() * part, part).contiguous();
+  }
+  const Tensor y = bias_add(tp_reduce(*group_, linear(in, weight), name_), bias);
+  return relu ? trainlab::relu(y) : y;
+}
 
 BatchNorm2d::BatchNorm2d(std::int64_t channels, const InitOptions& init, bool affine) {
   TL_CHECK(channels > 0, "BatchNorm2d: channels must be positive, got " + std::to_string(channels));

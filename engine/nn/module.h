@@ -17,6 +17,7 @@
 #include "engine/core/state_dict.h"
 #include "engine/core/tensor.h"
 #include "engine/instrument/memory_model.h"
+#include "engine/nn/tensor_parallel.h"
 
 namespace trainlab {
 
@@ -100,6 +101,10 @@ class Module {
   virtual std::vector<ModelPart> parts() { return {}; }
   // The dotted names of the parameters under `prefix` ("transformer.h.0."), for a part's list.
   std::vector<std::string> parameter_names(const std::string& prefix) const;
+  // Tensor parallelism (engine/nn/tensor_parallel.h): keeps this rank's slice of the layers the
+  // model cuts across the group and runs them cut from then on (the whole model built first, from
+  // the same seed on every rank). The default: the model has no such split (Error naming it).
+  virtual void split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group);
 
  protected:
   // The ops this module runs itself, beyond its children's: a layer's own, or the relu, add and
@@ -109,6 +114,9 @@ class Module {
   Tensor& register_parameter(const std::string& name, Tensor tensor);
   // A buffer: module state outside autograd (never requires grad), saved and loaded with the parameters.
   Tensor& register_buffer(const std::string& name, Tensor tensor);
+  // Puts `tensor` in place of the registered parameter `name` (a layer cut to its slice), as
+  // register_parameter would have registered it; the caller keeps its member in step.
+  Tensor& replace_parameter(const std::string& name, Tensor tensor);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     children_.emplace_back(name, module);
@@ -150,10 +158,27 @@ class Linear : public Module {
  public:
   Linear(std::int64_t in_features, std::int64_t out_features, const InitOptions& init);
   Tensor forward(const Tensor& x) override;
+  // With the bias and, when `relu`, the ReLU in the linear's kernel call (linear_fused); cut by
+  // rows, the bias and ReLU come after the sum.
+  Tensor forward_fused(const Tensor& x, bool relu);
+  // Keeps rank group->rank()'s slice (engine/nn/tensor_parallel.h): by columns, the weight's output
+  // rows and the bias; by rows, the weight's input columns (the bias whole, added after the sum).
+  // `name` names the layer in the group's timings and in errors ("transformer.h.0.mlp.c_fc").
+  // `blocks` > 1 cuts the output features as that many equal blocks, each sliced alike (the GPT's
+  // c_attn: q, k and v, each rank its heads of all three).
+  void split(LinearSplit split, const std::shared_ptr<TensorParallelGroup>& group, const std::string& name,
+             std::int64_t blocks = 1);
+  LinearSplit split_kind() const { return split_; }
   Tensor weight, bias;
 
  protected:
   void declare_ops(std::set<BackendOp>& ops) const override { ops.insert({BackendOp::linear, BackendOp::bias_add}); }
+
+ private:
+  Tensor forward_split(const Tensor& x, bool fused, bool relu);
+  LinearSplit split_ = LinearSplit::none;
+  std::shared_ptr<TensorParallelGroup> group_;
+  std::string name_;
 };
 
 class ReLU : public Module {

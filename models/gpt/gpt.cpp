@@ -60,9 +60,12 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c, const InitOptions& 
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
-  const std::int64_t b = x.size(0), t = x.size(1), c = n_embd, h = n_head, d = c / h;
+  const std::int64_t b = x.size(0), t = x.size(1), d = n_embd / n_head;
+  // This rank's heads (all of them unless split over a tensor-parallel group), and their width.
+  const std::int64_t h = c_attn->weight.size(0) / (3 * d), c = h * d;
   // [B T, 3C] -> [3, B, H, T, D]: q, k and v, each [B, H, T, D] and dense.
-  const Tensor qkv = c_attn->forward(x.view({b * t, c})).view({b, t, 3, h, d}).permute({2, 0, 3, 1, 4}).contiguous();
+  const Tensor qkv =
+      c_attn->forward(x.view({b * t, n_embd})).view({b, t, 3, h, d}).permute({2, 0, 3, 1, 4}).contiguous();
   Tensor heads;
   if (fused_ && (dropout == 0 || !is_training())) {
     heads = scaled_dot_product_attention_packed(qkv, true);  // its gradient one [3, B, H, T, D] tensor
@@ -74,7 +77,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     heads = matmul(trainlab::dropout(att, dropout, is_training()), v);
   }
   const Tensor y = heads.permute({0, 2, 1, 3}).contiguous().view({b * t, c});
-  return trainlab::dropout(c_proj->forward(y), dropout, is_training()).view({b, t, c});
+  return trainlab::dropout(c_proj->forward(y), dropout, is_training()).view({b, t, n_embd});
 }
 
 GPTMLP::GPTMLP(const GPTConfig& c, const InitOptions& init) : dropout(c.dropout) {
@@ -162,6 +165,24 @@ std::vector<ModelPart> GPT::parts() {
                    parameter_names("transformer.h." + std::to_string(i) + ".")});
   out.push_back({"head", [this](const Tensor& x) { return head(x); }, head_names});
   return out;
+}
+
+void GPT::split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) {
+  TL_CHECK(group != nullptr, "gpt: tensor parallelism needs a group");
+  const int p = group->size();
+  TL_CHECK(config_.n_head % p == 0, "gpt: n_head " + std::to_string(config_.n_head) + " does not divide over " +
+                                        std::to_string(p) + " tensor-parallel ranks (each rank takes whole heads; " +
+                                        "allowed: a rank count that divides " + std::to_string(config_.n_head) + ")");
+  TL_CHECK(config_.dropout == 0, "gpt: tensor parallelism needs dropout 0, got " + std::to_string(config_.dropout) +
+                                     " (the ranks would draw their heads' dropout masks alike)");
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const std::string at = "transformer.h." + std::to_string(i) + ".";
+    GPTBlock& blk = *blocks[i];
+    blk.attn->c_attn->split(LinearSplit::columns, group, at + "attn.c_attn", 3);
+    blk.attn->c_proj->split(LinearSplit::rows, group, at + "attn.c_proj");
+    blk.mlp->c_fc->split(LinearSplit::columns, group, at + "mlp.c_fc");
+    blk.mlp->c_proj->split(LinearSplit::rows, group, at + "mlp.c_proj");
+  }
 }
 
 bool GPT::decays(const std::string& name) const {

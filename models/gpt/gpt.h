@@ -103,6 +103,11 @@ class GPT : public Module {
   // embeddings (tokens -> [B, T, C]), h.0 .. h.{n_layer-1}, head (ln_f and the tied head, whose
   // weight is the embeddings' too): the forward, for pipeline stages (Module::parts).
   std::vector<ModelPart> parts() override;
+  // Megatron's split (engine/nn/tensor_parallel.h): in every block, attention by heads (c_attn by
+  // columns, each rank its heads' q, k and v; c_proj by rows) and the MLP (c_fc by columns, c_proj by
+  // rows); the embeddings, norms and head replicated. n_head must divide over the ranks; dropout must
+  // be 0 (the ranks would draw their heads' masks alike).
+  void split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) override;
   const GPTConfig& config() const { return config_; }
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<GPTBlock>> blocks;

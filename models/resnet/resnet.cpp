@@ -129,7 +129,11 @@ Tensor ResNet::block(std::size_t i, const Tensor& h) {
 
 Tensor ResNet::head(const Tensor& h) {
   const Tensor pooled = dropout(global_avg_pool2d(h), config_.dropout, is_training());
-  return fused_ ? linear_fused(pooled, fc->weight, fc->bias, false) : fc->forward(pooled);
+  return fused_ ? fc->forward_fused(pooled, false) : fc->forward(pooled);
+}
+
+void ResNet::split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) {
+  fc->split(LinearSplit::rows_of_whole_input, group, "fc");
 }
 
 std::vector<ModelPart> ResNet::parts() {

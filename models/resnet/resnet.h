@@ -73,6 +73,9 @@ class ResNet : public Module {
   // stem, each basic block (layer1.0 ...), head (pooling and fc): the forward, for pipeline stages
   // (Module::parts).
   std::vector<ModelPart> parts() override;
+  // The head cut by rows (engine/nn/tensor_parallel.h): each rank its slice of the pooled features,
+  // the partial logits summed; the convolutions replicated. The last stage's width must divide.
+  void split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) override;
   const ResNetConfig& config() const { return config_; }
   bool fused() const { return fused_; }
   const ModelInput& input() const { return input_; }

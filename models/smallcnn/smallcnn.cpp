@@ -118,11 +118,14 @@ Tensor SmallCNN::first_block_fused(const Tensor& in, MemoryFormat layout) const 
 
 Tensor SmallCNN::hidden(const Tensor& in) const {
   const Tensor h = in.flatten(1);
-  return fused_ ? linear_fused(h, fc1->weight, fc1->bias, true) : relu(fc1->forward(h));
+  return fused_ ? fc1->forward_fused(h, true) : relu(fc1->forward(h));
 }
 
-Tensor SmallCNN::logits(const Tensor& h) const {
-  return fused_ ? linear_fused(h, fc2->weight, fc2->bias, false) : fc2->forward(h);
+Tensor SmallCNN::logits(const Tensor& h) const { return fused_ ? fc2->forward_fused(h, false) : fc2->forward(h); }
+
+void SmallCNN::split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) {
+  fc1->split(LinearSplit::columns, group, "fc1");
+  fc2->split(LinearSplit::rows, group, "fc2");
 }
 
 // The training forward without recomputation, in NCHW, a part per layer with weights.

@@ -67,6 +67,9 @@ class SmallCNN : public Module {
   // conv1, conv2, fc1 (the flatten, fc1 and its ReLU), fc2: the training forward in NCHW without
   // recomputation, for pipeline stages (Module::parts).
   std::vector<ModelPart> parts() override;
+  // Megatron's split of the classifier (engine/nn/tensor_parallel.h): fc1 by columns (each rank its
+  // hidden units), fc2 by rows; the convolutions replicated. fc1's width must divide over the ranks.
+  void split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) override;
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<Linear> fc1, fc2;
 

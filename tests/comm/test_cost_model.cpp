@@ -225,3 +225,32 @@ TEST_CASE("persistent state per worker: seed 003's figures and seed 001's ZeRO-2
   CHECK_THROWS_WITH(persistent_state(0, 8, 1, StateBytes{}), Catch::Contains("parameters must be > 0"));
   CHECK_THROWS_WITH(trainlab::trainlab_state_bytes("lion", 0.9), Catch::Contains("'lion'"));
 }
+
+TEST_CASE("cost model: each all-reduce algorithm's terms, and the fit that recovers alpha and B", "[cost]") {
+  using trainlab::AllreduceAlgorithm;
+  const AllreduceCost ring4 = allreduce_cost(AllreduceAlgorithm::ring, 4);
+  CHECK(ring4.steps == 6);
+  CHECK(ring4.bytes_factor == Approx(1.5));
+  const AllreduceCost rd4 = allreduce_cost(AllreduceAlgorithm::recursive_doubling, 4);
+  CHECK(rd4.steps == 2);
+  CHECK(rd4.bytes_factor == 2);
+  const AllreduceCost hd4 = allreduce_cost(AllreduceAlgorithm::halving_doubling, 4);
+  CHECK(hd4.steps == 4);
+  CHECK(hd4.bytes_factor == Approx(1.5));
+  // 5 ranks: four run the algorithm, the fifth folds in and out (2 steps of the whole buffer).
+  const AllreduceCost hd5 = allreduce_cost(AllreduceAlgorithm::halving_doubling, 5);
+  CHECK(hd5.steps == 6);
+  CHECK(hd5.bytes_factor == Approx(3.5));
+  CHECK(allreduce_cost(AllreduceAlgorithm::native, 2).steps == 2);
+  CHECK(allreduce_cost(AllreduceAlgorithm::ring, 1).steps == 0);
+  REQUIRE_THROWS_WITH(allreduce_cost(AllreduceAlgorithm::automatic, 4), Catch::Contains("resolve `auto`"));
+  // Points drawn from alpha = 3 us, B = 5 GB/s over mixed algorithms: the fit gives them back.
+  std::vector<AllreducePoint> points;
+  for (double bytes : {4096.0, 65536.0, 1048576.0, 16777216.0})
+    for (const AllreduceCost& cost : {rd4, hd4, ring4}) points.push_back({cost, bytes, cost.time_s(3e-6, 5e9, bytes)});
+  const AllreduceFit fit = fit_allreduce(points);
+  CHECK(fit.alpha_s == Approx(3e-6).epsilon(1e-6));
+  CHECK(fit.bandwidth_Bps == Approx(5e9).epsilon(1e-6));
+  CHECK(fit.max_abs_relative_residual < 1e-9);
+  REQUIRE_THROWS_WITH(fit_allreduce({points[0]}), Catch::Contains("at least two"));
+}

@@ -1,0 +1,199 @@
+// Tensor parallelism under MPI (engine/nn/tensor_parallel.h, comm/tensor_parallel.h; ctest runs it at
+// 2 and 4 ranks, every rank in one group): each model's split forward, loss and gradients against
+// the unsplit model's on the same weights and batch (within 1e-6, f32: the row-parallel sums add
+// the partial products in another order), a second step after SGD on both, and what is refused.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/registry.h"
+#include "comm/mpi_communicator.h"
+#include "comm/tensor_parallel.h"
+#include "engine/core/autograd.h"
+#include "engine/data/loader.h"
+#include "engine/nn/model_registry.h"
+#include "engine/optim/optim.h"
+#include "models/gpt/gpt.h"
+#include "models/smallcnn/smallcnn.h"
+
+using namespace trainlab;
+using namespace trainlab::comm;
+
+namespace {
+
+// sqrt(sum (a - b)^2 / sum b^2): 0 when bitwise equal.
+double tp_relative_difference(const Tensor& a, const Tensor& b) {
+  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  REQUIRE(x.size() == y.size());
+  double diff = 0, norm = 0;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    diff += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
+    norm += static_cast<double>(y[j]) * y[j];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+struct SplitCase {
+  std::string name;
+  std::function<std::shared_ptr<Module>()> make;  // the same weights on every call
+  Batch batch;
+  bool fused = false;
+};
+
+// The unsplit model's gradients cut as the split model cuts its weights: a copy whose weights are
+// the gradients, split with the model's own split.
+NamedTensors gradients_as_split(const SplitCase& c, const Module& plain, const std::shared_ptr<TensorParallelGroup>& g) {
+  auto holder = c.make();
+  NamedTensors state = plain.state_dict();
+  for (auto& [name, tensor] : state)
+    for (const auto& [n, p] : plain.named_parameters())
+      if (n == name) tensor = p.grad();
+  holder->load_state_dict(state);
+  holder->split_tensor_parallel(g);
+  return holder->named_parameters();
+}
+
+void check_split(Communicator& world, const SplitCase& c) {
+  INFO(c.name << " at " << world.size() << " tensor-parallel ranks" << (c.fused ? ", fused" : ""));
+  TensorParallel tp(world);
+  auto plain = c.make();
+  auto split = c.make();
+  plain->set_fused(c.fused);
+  split->set_fused(c.fused);
+  split->split_tensor_parallel(tp.group());
+  CHECK(split->num_parameters() < plain->num_parameters());
+  SgdOptions options;
+  options.lr = 0.05;
+  options.momentum = 0.9;
+  SGD plain_sgd(plain->named_parameters(), options), split_sgd(split->named_parameters(), options);
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    // The first step on the same weights: within 1e-6. The second starts from weights that the
+    // first step's rounding already moved apart (the update carries it): within 1e-5.
+    const double tolerance = step == 0 ? 1e-6 : 1e-5;
+    plain->zero_grad(true);
+    split->zero_grad(true);
+    const Tensor y_plain = plain->forward(c.batch.inputs), y_split = split->forward(c.batch.inputs);
+    CHECK(tp_relative_difference(y_split, y_plain) <= tolerance);
+    const Tensor loss_plain = cross_entropy(y_plain, c.batch.labels.view({-1}));
+    const Tensor loss_split = cross_entropy(y_split, c.batch.labels.view({-1}));
+    CHECK(loss_split.item() == Approx(loss_plain.item()).epsilon(tolerance));
+    loss_plain.backward();
+    loss_split.backward();
+    const std::vector<TensorParallelCall> calls = tp.take_calls();
+    CHECK(!calls.empty());
+    for (const TensorParallelCall& call : calls) CHECK(call.bytes > 0);
+    const NamedTensors expected = gradients_as_split(c, *plain, tp.group());
+    const NamedTensors mine = split->named_parameters();
+    REQUIRE(expected.size() == mine.size());
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      INFO(mine[i].first);
+      REQUIRE(mine[i].first == expected[i].first);
+      REQUIRE(mine[i].second.grad().defined());
+      CHECK(tp_relative_difference(mine[i].second.grad(), expected[i].second) <= tolerance);
+    }
+    plain_sgd.step();
+    split_sgd.step();
+  }
+}
+
+Batch random_images(std::uint64_t seed, const Shape& shape, Backend& be) {
+  Generator gen(seed);
+  Batch b;
+  b.inputs = Tensor::uniform(shape, -1, 1, gen, DType::f32, be);
+  std::vector<std::int64_t> labels;
+  for (std::int64_t i = 0; i < shape[0]; ++i) labels.push_back(static_cast<std::int64_t>(gen.below(10)));
+  b.labels = Tensor::from_vector(labels, {shape[0]}, be);
+  return b;
+}
+
+GPTConfig small_gpt(std::int64_t n_head) {
+  GPTConfig c;
+  c.vocab = 11;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = n_head;
+  c.n_embd = 4 * n_head;
+  return c;
+}
+
+SplitCase gpt_case(Backend& be, bool fused) {
+  auto make = [&be] {
+    Generator gen(6);
+    return std::shared_ptr<Module>(std::make_shared<GPT>(small_gpt(4), InitOptions{&gen, DType::f32, &be}));
+  };
+  Generator gen(18);
+  std::vector<std::int64_t> tokens, next;
+  for (int i = 0; i < 3 * 8; ++i) tokens.push_back(static_cast<std::int64_t>(gen.below(11)));
+  for (int i = 0; i < 3 * 8; ++i) next.push_back(static_cast<std::int64_t>(gen.below(11)));
+  Batch b;
+  b.inputs = Tensor::from_vector(tokens, {3, 8}, be);
+  b.labels = Tensor::from_vector(next, {3, 8}, be);
+  return {std::string("GPT (") + be.name() + ")", make, b, fused};
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallel: the GPT's attention heads and MLP split, against the unsplit model",
+          "[tensor_parallel]") {
+  auto world = MpiCommunicator::world();
+  check_split(*world, gpt_case(get_backend("reference"), false));
+  check_split(*world, gpt_case(get_backend("reference"), true));
+  check_split(*world, gpt_case(default_backend(), true));
+}
+
+TEST_CASE("tensor parallel: SmallCNN's classifier (fc1 by columns, fc2 by rows)", "[tensor_parallel]") {
+  auto world = MpiCommunicator::world();
+  Backend& be = get_backend("reference");
+  auto make = [&be] {
+    Generator gen(5);
+    return std::shared_ptr<Module>(std::make_shared<SmallCNN>(InitOptions{&gen, DType::f32, &be}));
+  };
+  check_split(*world, {"SmallCNN", make, random_images(17, {3, 3, 32, 32}, be), false});
+  check_split(*world, {"SmallCNN", make, random_images(17, {3, 3, 32, 32}, be), true});
+}
+
+TEST_CASE("tensor parallel: ResNet-8's head by rows of its whole input", "[tensor_parallel]") {
+  auto world = MpiCommunicator::world();
+  Backend& be = get_backend("reference");
+  auto make = [&be] {
+    Generator gen(8);
+    return build_model(find_model("resnet"), InitOptions{&gen, DType::f32, &be}, ModelInput{{3, 8, 8}, 10},
+                       {{"depth", "1"}, {"width", "4"}});
+  };
+  check_split(*world, {"ResNet-8", make, random_images(19, {4, 3, 8, 8}, be), false});
+}
+
+TEST_CASE("tensor parallel: what is refused", "[tensor_parallel]") {
+  auto world = MpiCommunicator::world();
+  TensorParallel tp(*world);
+  const int p = world->size();
+  Backend& be = get_backend("reference");
+  Generator gen(3);
+  // Heads that do not divide over the ranks (3 heads at 2 or 4 ranks).
+  GPT odd(small_gpt(3), InitOptions{&gen, DType::f32, &be});
+  REQUIRE_THROWS_WITH(odd.split_tensor_parallel(tp.group()),
+                      Catch::Contains("n_head 3 does not divide over " + std::to_string(p) + " tensor-parallel ranks"));
+  GPTConfig with_dropout = small_gpt(4);
+  with_dropout.dropout = 0.1;
+  GPT dropping(with_dropout, InitOptions{&gen, DType::f32, &be});
+  REQUIRE_THROWS_WITH(dropping.split_tensor_parallel(tp.group()), Catch::Contains("needs dropout 0"));
+  // A width that does not divide.
+  Linear narrow(4, 2 * p + 1, InitOptions{&gen, DType::f32, &be});
+  REQUIRE_THROWS_WITH(narrow.split(LinearSplit::columns, tp.group(), "fc"),
+                      Catch::Contains("fc's " + std::to_string(2 * p + 1) + " output features (" +
+                                      std::to_string(2 * p + 1) + ") do not divide over " + std::to_string(p)));
+  Linear rows(2 * p + 1, 4, InitOptions{&gen, DType::f32, &be});
+  REQUIRE_THROWS_WITH(rows.split(LinearSplit::rows, tp.group(), "proj"), Catch::Contains("proj's input features"));
+  // A model without a split of its own.
+  Sequential plain;
+  plain.add(std::make_shared<Linear>(4, 4, InitOptions{&gen, DType::f32, &be}));
+  REQUIRE_THROWS_WITH(plain.split_tensor_parallel(tp.group()), Catch::Contains("no tensor-parallel split"));
+  // A layer split twice.
+  Linear twice(4, 2 * p, InitOptions{&gen, DType::f32, &be});
+  twice.split(LinearSplit::columns, tp.group(), "fc");
+  REQUIRE_THROWS_WITH(twice.split(LinearSplit::columns, tp.group(), "fc"), Catch::Contains("already split"));
+}
