@@ -16,8 +16,8 @@ class TensorParallel::Group : public TensorParallelGroup {
   int size() const override { return comm_.size(); }
 
   void allreduce_sum(Tensor& t, const std::string& what) override {
-    TL_CHECK(t.is_contiguous(), "tensor parallel: " + what + "'s sum needs a dense tensor, got " +
-                                    shape_str(t.shape()));
+    TL_CHECK(t.is_contiguous(),
+             "tensor parallel: " + what + "'s sum needs a dense tensor, got " + shape_str(t.shape()));
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t bytes = static_cast<std::int64_t>(t.nbytes());
     if (comm_.reaches(t.backend())) {
@@ -30,7 +30,8 @@ class TensorParallel::Group : public TensorParallelGroup {
       t.copy_(Tensor::from_host(host.data(), t.shape(), t.dtype(), t.backend()));
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    calls_.push_back({what, bytes, choose_algorithm(algorithm_, bytes, thresholds_), seconds});
+    const double begin = std::chrono::duration<double>(start.time_since_epoch()).count();
+    calls_.push_back({what, bytes, choose_algorithm(algorithm_, bytes, thresholds_), begin, seconds});
   }
 
   std::vector<TensorParallelCall> take() { return std::exchange(calls_, {}); }

@@ -22,13 +22,14 @@
 
 namespace trainlab::comm {
 
-// One sum as it ran: its name, bytes per rank, the algorithm auto chose, and its seconds (from the
-// call to its return: a rank that arrives first waits for the others inside it).
+// One sum as it ran: its name, bytes per rank, the algorithm auto chose, when it was called
+// (steady_clock seconds: one clock for the ranks of one host) and its seconds from the call to its
+// return (a rank that arrives first waits for the others inside it).
 struct TensorParallelCall {
   std::string what;
   std::int64_t bytes = 0;
   Algorithm algorithm = Algorithm::ring;
-  double seconds = 0;
+  double begin_s = 0, seconds = 0;
 };
 
 class TensorParallel {

@@ -53,4 +53,31 @@ void use_data_set(KnobMap& base, const std::string& dir) {
   base.erase("decode_cost");
 }
 
+std::function<Batch()> synthetic_batches(const ModelInput& input, bool tokens, std::int64_t batch, Backend& be,
+                                         std::uint64_t seed) {
+  auto gen = std::make_shared<Generator>(seed);
+  return [gen, input, tokens, batch, &be]() {
+    Shape shape{batch};
+    shape.insert(shape.end(), input.sample.begin(), input.sample.end());
+    const auto below = [&gen, &input] {
+      return static_cast<std::int64_t>(gen->below(static_cast<std::uint64_t>(input.classes)));
+    };
+    Batch b;
+    if (tokens) {
+      const std::int64_t n = shape_numel(shape);
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(n)), next(static_cast<std::size_t>(n));
+      for (auto& v : ids) v = below();
+      for (auto& v : next) v = below();
+      b.inputs = Tensor::from_vector(ids, shape, be);
+      b.labels = Tensor::from_vector(next, shape, be);
+    } else {
+      b.inputs = Tensor::uniform(shape, -1, 1, *gen, DType::f32, be);
+      std::vector<std::int64_t> labels(static_cast<std::size_t>(batch));
+      for (auto& v : labels) v = below();
+      b.labels = Tensor::from_vector(labels, {batch}, be);
+    }
+    return b;
+  };
+}
+
 }  // namespace trainlab::bench

@@ -3,9 +3,13 @@
 // CRC-32, so two rows compare only when they read the same data.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "bench/measure/knobs.h"
+#include "engine/data/loader.h"
+#include "engine/nn/model_registry.h"
 #include "engine/train/config.h"
 
 namespace trainlab::bench {
@@ -39,5 +43,11 @@ DataSource data_source_of_dir(const std::string& dir);
 // --data): the base's `data` set to `dir` and SyntheticImages' decode_cost stand-in dropped, since
 // the decoding is now real. An empty `dir` changes nothing.
 void use_data_set(KnobMap& base, const std::string& dir);
+
+// An endless source of random batches of `batch` samples for a model's input, drawn from `seed`:
+// images uniform in [-1, 1) with labels below input.classes, or (tokens) windows of token indices
+// with the next tokens as labels. What the parallelism benches train on.
+std::function<Batch()> synthetic_batches(const ModelInput& input, bool tokens, std::int64_t batch, Backend& be,
+                                         std::uint64_t seed);
 
 }  // namespace trainlab::bench

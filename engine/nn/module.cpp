@@ -27,7 +27,7 @@ void Module::set_recompute(Recompute mode) {
 
 void Module::split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) {
   (void)group;
-  throw Error("tensor parallelism: this model has no tensor-parallel split (the GPT, SmallCNN and the ResNet have)");
+  throw Error("tensor parallelism: this model has no tensor-parallel split (gpt, smallcnn, resnet and mlp have one)");
 }
 
 void Module::set_fused(bool fused) {

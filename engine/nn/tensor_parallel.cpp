@@ -30,8 +30,9 @@ Tensor tp_enter(TensorParallelGroup& group, const Tensor& x, const std::string& 
 Tensor tp_reduce(TensorParallelGroup& group, const Tensor& x, const std::string& what) {
   TL_CHECK(x.defined(), "tp_reduce: the input of " + what + " is undefined");
   const Tensor y = summed_over(group, x, what + " forward");
-  return record(y, "tp_reduce", {x},
-                [](const Tensor& dy, const std::vector<bool>& needs) { return std::vector<Tensor>{needs[0] ? dy : Tensor()}; });
+  return record(y, "tp_reduce", {x}, [](const Tensor& dy, const std::vector<bool>& needs) {
+    return std::vector<Tensor>{needs[0] ? dy : Tensor()};
+  });
 }
 
 Tensor tensor_slice(const Tensor& t, std::int64_t dim, int rank, int ranks, const std::string& what) {
@@ -39,8 +40,7 @@ Tensor tensor_slice(const Tensor& t, std::int64_t dim, int rank, int ranks, cons
            "tensor_slice: rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " ranks");
   const std::int64_t n = t.size(dim);
   TL_CHECK(n % ranks == 0, what + " (" + std::to_string(n) + ") do not divide over " + std::to_string(ranks) +
-                               " tensor-parallel ranks (allowed: a rank count that divides " + std::to_string(n) +
-                               ")");
+                               " tensor-parallel ranks (allowed: a rank count that divides " + std::to_string(n) + ")");
   NoGradGuard no_grad;
   const std::int64_t part = n / ranks;
   return t.narrow(dim, rank * part, part).contiguous().clone().detach();

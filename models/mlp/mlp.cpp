@@ -22,6 +22,11 @@ Tensor Mlp::forward(const Tensor& x) {
   return (*fc2)(relu((*fc1)(x.dim() == 2 ? x : x.flatten(1))));
 }
 
+void Mlp::split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) {
+  fc1->split(LinearSplit::columns, group, "fc1");
+  fc2->split(LinearSplit::rows, group, "fc2");
+}
+
 double Mlp::flop_per_sample(bool forward_only) const {
   const double forward = 2.0 * static_cast<double>(fc1->weight.numel() + fc2->weight.numel());
   // backward: the weights' gradients of both layers, the data gradient of fc2 only

@@ -20,6 +20,9 @@ class Mlp : public Sequential {
   Mlp(const InitOptions& init, std::int64_t inputs, std::int64_t hidden, std::int64_t classes);
   Tensor forward(const Tensor& x) override;
   double flop_per_sample(bool forward_only) const override;
+  // Megatron's MLP (engine/nn/tensor_parallel.h): fc1 by columns (each rank its hidden units), fc2
+  // by rows; `hidden` must divide over the ranks.
+  void split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>& group) override;
   std::shared_ptr<Linear> fc1, fc2;
 };
 

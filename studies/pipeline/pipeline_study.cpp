@@ -10,6 +10,7 @@
 
 #include "backends/registry.h"
 #include "bench/measure/comm_bench.h"
+#include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
 #include "comm/mpi_communicator.h"
@@ -67,30 +68,6 @@ std::vector<PipelineSchedule> parse_pipeline_schedules(const std::string& text) 
   while (std::getline(in, item, ',')) out.push_back(comm::parse_pipeline_schedule(item));
   TL_CHECK(!out.empty(), "bench_pipeline: --schedules is empty (allowed: gpipe, 1f1b, comma-separated)");
   return out;
-}
-
-// A source of synthetic batches of `micro` samples for the model's input (images, or token windows).
-std::function<Batch()> pipeline_batches(const ModelInput& input, bool tokens, std::int64_t micro, Backend& be) {
-  auto gen = std::make_shared<Generator>(23);
-  return [gen, input, tokens, micro, &be]() {
-    Shape shape{micro};
-    shape.insert(shape.end(), input.sample.begin(), input.sample.end());
-    Batch b;
-    if (tokens) {
-      const std::int64_t n = shape_numel(shape);
-      std::vector<std::int64_t> ids(static_cast<std::size_t>(n)), next(static_cast<std::size_t>(n));
-      for (auto& v : ids) v = static_cast<std::int64_t>(gen->below(static_cast<std::uint64_t>(input.classes)));
-      for (auto& v : next) v = static_cast<std::int64_t>(gen->below(static_cast<std::uint64_t>(input.classes)));
-      b.inputs = Tensor::from_vector(ids, shape, be);
-      b.labels = Tensor::from_vector(next, shape, be);
-    } else {
-      b.inputs = Tensor::uniform(shape, -1, 1, *gen, DType::f32, be);
-      std::vector<std::int64_t> labels(static_cast<std::size_t>(micro));
-      for (auto& v : labels) v = static_cast<std::int64_t>(gen->below(static_cast<std::uint64_t>(input.classes)));
-      b.labels = Tensor::from_vector(labels, {micro}, be);
-    }
-    return b;
-  };
 }
 
 // One step of a configuration on every stage, its figures summed into rank order on every rank.
@@ -240,8 +217,8 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
   std::vector<std::function<Batch()>> batches;
   comm::PipelineOptions po;
   if (o.cut == "balanced") {
-    po.starts =
-        balanced_starts(*world, *build(), pipeline_batches(input, static_cast<bool>(def.context), o.micro_batch, be)());
+    po.starts = balanced_starts(*world, *build(),
+                                synthetic_batches(input, static_cast<bool>(def.context), o.micro_batch, be, 23)());
   } else if (!o.cut.empty()) {
     po.starts = comm::parse_cut(o.cut, static_cast<int>(build()->parts().size()), p);
   }
@@ -253,7 +230,7 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
     po.micro_batches = arm.micro;
     stages.push_back(std::make_unique<comm::PipelineStage>(*world, *models.back(), po));
     optimizers.push_back(std::make_unique<SGD>(stages.back()->parameters(), sgd));
-    batches.push_back(pipeline_batches(input, static_cast<bool>(def.context), o.micro_batch, be));
+    batches.push_back(synthetic_batches(input, static_cast<bool>(def.context), o.micro_batch, be, 23));
   }
   if (world->rank() == 0) {
     std::cout << "bench_pipeline: " << model_label(o.model) << ", " << p << " stages, micro-batches of "

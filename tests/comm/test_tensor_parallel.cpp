@@ -45,7 +45,8 @@ struct SplitCase {
 
 // The unsplit model's gradients cut as the split model cuts its weights: a copy whose weights are
 // the gradients, split with the model's own split.
-NamedTensors gradients_as_split(const SplitCase& c, const Module& plain, const std::shared_ptr<TensorParallelGroup>& g) {
+NamedTensors gradients_as_split(const SplitCase& c, const Module& plain,
+                                const std::shared_ptr<TensorParallelGroup>& g) {
   auto holder = c.make();
   NamedTensors state = plain.state_dict();
   for (auto& [name, tensor] : state)
@@ -137,8 +138,7 @@ SplitCase gpt_case(Backend& be, bool fused) {
 
 }  // namespace
 
-TEST_CASE("tensor parallel: the GPT's attention heads and MLP split, against the unsplit model",
-          "[tensor_parallel]") {
+TEST_CASE("tensor parallel: the GPT's attention heads and MLP split, against the unsplit model", "[tensor_parallel]") {
   auto world = MpiCommunicator::world();
   check_split(*world, gpt_case(get_backend("reference"), false));
   check_split(*world, gpt_case(get_backend("reference"), true));
@@ -154,6 +154,17 @@ TEST_CASE("tensor parallel: SmallCNN's classifier (fc1 by columns, fc2 by rows)"
   };
   check_split(*world, {"SmallCNN", make, random_images(17, {3, 3, 32, 32}, be), false});
   check_split(*world, {"SmallCNN", make, random_images(17, {3, 3, 32, 32}, be), true});
+}
+
+TEST_CASE("tensor parallel: the MLP (Megatron's pair: fc1 by columns, fc2 by rows)", "[tensor_parallel]") {
+  auto world = MpiCommunicator::world();
+  Backend& be = get_backend("reference");
+  auto make = [&be] {
+    Generator gen(4);
+    return build_model(find_model("mlp"), InitOptions{&gen, DType::f32, &be}, ModelInput{{3, 4, 4}, 10},
+                       {{"hidden", "8"}});
+  };
+  check_split(*world, {"MLP", make, random_images(21, {5, 3, 4, 4}, be), false});
 }
 
 TEST_CASE("tensor parallel: ResNet-8's head by rows of its whole input", "[tensor_parallel]") {
@@ -192,6 +203,9 @@ TEST_CASE("tensor parallel: what is refused", "[tensor_parallel]") {
   Sequential plain;
   plain.add(std::make_shared<Linear>(4, 4, InitOptions{&gen, DType::f32, &be}));
   REQUIRE_THROWS_WITH(plain.split_tensor_parallel(tp.group()), Catch::Contains("no tensor-parallel split"));
+  // The MLP's hidden width not dividing (3 hidden units).
+  auto mlp = build_model(find_model("mlp"), InitOptions{&gen, DType::f32, &be}, ModelInput{{4}, 10}, {{"hidden", "3"}});
+  REQUIRE_THROWS_WITH(mlp->split_tensor_parallel(tp.group()), Catch::Contains("fc1's 3 output features"));
   // A layer split twice.
   Linear twice(4, 2 * p, InitOptions{&gen, DType::f32, &be});
   twice.split(LinearSplit::columns, tp.group(), "fc");
