@@ -3,6 +3,7 @@
 //   scripts/mpirun -np 2 build/bin/bench_pipeline                      # SmallCNN, 2 stages
 //   scripts/mpirun -np 4 build/bin/bench_pipeline --model gpt --trace pipeline.json
 //   scripts/mpirun -np 2 build/bin/bench_pipeline --cut 0,3            # an imbalanced cut
+//   scripts/mpirun -np 4 build/bin/bench_pipeline --data-parallel 2    # 2 pipelines x 2 stages
 #include "apps/cli_parse.h"
 #include "apps/model_option.h"
 #include "comm/mpi_communicator.h"
@@ -25,6 +26,11 @@ int main(int argc, char** argv) {
   app.add_option("--cut", o.cut,
                  "each stage's first part, comma-separated (0,2), or balanced (by each part's measured time); "
                  "default: the parts spread evenly by count");
+  app.add_option("--data-parallel", o.data_parallel,
+                 "pipelines: the ranks as this many data-parallel replicas of a pipeline of ranks / N stages, each "
+                 "stage's gradients averaged over them (2 at 4 ranks: 2 x 2)")
+      ->check(FiniteRange(1, 4096))
+      ->capture_default_str();
   app.add_option("--backend", o.backend, "the CPU backend each stage runs on")->capture_default_str();
   app.add_option("--threads", o.threads, "threads per rank")->check(FiniteRange(1, 1024))->capture_default_str();
   app.add_option("--steps", o.steps, "measured steps per configuration")

@@ -12,9 +12,10 @@ using namespace trainlab;
 
 int main(int argc, char** argv) {
   comm::MpiSession session(&argc, &argv);
-  CLI::App app{"bench_tensor_parallel: tensor parallelism (Megatron's split) against the unsplit model and the "
-               "cost model",
-               "bench_tensor_parallel"};
+  CLI::App app{
+      "bench_tensor_parallel: tensor parallelism (Megatron's split) against the unsplit model and the "
+      "cost model",
+      "bench_tensor_parallel"};
   bench::TensorParallelStudyOptions o;
   add_model_options(app, o.model, "the model split across the ranks (gpt, smallcnn, resnet)");
   app.add_option("--batch", o.batch, "samples per step (the whole batch on every rank)")

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,21 @@ struct PipelineOptions {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::int64_t micro_batches = 4;
   std::vector<int> starts;  // empty: even_cut
+  // Data parallel x pipeline: the ranks holding this stage in the other pipelines (ParallelGrid's
+  // `data`); each replica reads its own batches, and before the update every gradient of the stage
+  // is averaged over them (one flat all-reduce, `auto` by size). Null: one pipeline.
+  Communicator* data_parallel = nullptr;
 };
+
+// The world cut into `pipelines` pipelines of world / pipelines stages each: rank r is stage
+// r % stages of pipeline r / stages; `pipeline` holds the stages of its pipeline, `data` the ranks
+// holding the same stage in every pipeline (Megatron's grid, pipeline inner). A collective of the
+// world; both take the world's deadline. Throws Error when the count does not divide the world.
+struct ParallelGrid {
+  std::unique_ptr<Communicator> pipeline, data;
+  int pipelines = 1, stages = 1;
+};
+ParallelGrid make_parallel_grid(Communicator& world, int pipelines);
 
 // A forward or backward as the stage ran it: seconds from the step's start.
 struct PipelineEvent {
@@ -77,12 +92,14 @@ struct PipelineEvent {
 };
 
 struct PipelineStepResult {
-  double loss = 0;     // the step's mean loss over its micro-batches (every rank: sent by the last stage)
+  double loss = 0;     // the step's mean loss over its micro-batches (every rank: sent by the last stage; with data
+                       // parallelism, the mean over the replicas)
   double seconds = 0;  // the whole step on this stage, optimiser included
   double busy_s = 0;   // this stage's forwards and backwards (the rest: waiting, sending, the update)
   // The schedule's span on this stage: from its batches loaded to its last send complete, before
   // the shared weights' sum and the update (what the fill-and-drain bound describes).
   double schedule_begin_s = 0, schedule_end_s = 0;
+  double data_parallel_s = 0;  // the gradients' average over the data-parallel replicas (0: none)
   std::vector<PipelineEvent> events;
   std::int64_t peak_in_flight = 0;  // micro-batches whose activations the stage held at once
 };
@@ -112,6 +129,7 @@ class PipelineStage {
   void send(const Tensor& t, int peer, const char* what);
   Tensor receive(int peer, const char* what);
   void sum_shared_gradients();
+  void average_over_replicas();
 
   Communicator& comm_;
   Module& model_;

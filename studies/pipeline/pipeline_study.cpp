@@ -39,6 +39,7 @@ struct PipelineArmRecord {
   std::vector<std::int64_t> peak;         // [stage], the largest over the steps
   std::vector<double> events;             // [stage][2m][4]: kind (0 F, 1 B), micro, begin, end; the last step
   double loss = 0;
+  std::vector<double> data_parallel_s;  // stage 0's average over the replicas, per step
 };
 
 std::vector<std::int64_t> parse_micro_counts(const std::string& text) {
@@ -71,7 +72,7 @@ std::vector<PipelineSchedule> parse_pipeline_schedules(const std::string& text) 
 }
 
 // One step of a configuration on every stage, its figures summed into rank order on every rank.
-void measure_pipeline_step(comm::MpiCommunicator& world, comm::PipelineStage& stage, Optimizer& sgd,
+void measure_pipeline_step(comm::Communicator& world, comm::PipelineStage& stage, Optimizer& sgd,
                            const std::function<Batch()>& batches, std::int64_t micro, PipelineArmRecord* record) {
   const int p = world.size(), s = world.rank();
   world.barrier();  // the stages start together: their clocks' offsets are the barrier's skew
@@ -103,6 +104,7 @@ void measure_pipeline_step(comm::MpiCommunicator& world, comm::PipelineStage& st
                          *std::min_element(all.begin() + 3 * p, all.begin() + 4 * p));
   record->events.assign(all.begin() + static_cast<std::ptrdiff_t>(head), all.end());
   record->loss = r.loss;
+  record->data_parallel_s.push_back(r.data_parallel_s);
 }
 
 PipelineRow pipeline_row_of(const PipelineArmRecord& record, const PipelineArm& arm, int p, const PipelineConfig& base,
@@ -136,6 +138,7 @@ PipelineRow pipeline_row_of(const PipelineArmRecord& record, const PipelineArm& 
   const double m = static_cast<double>(arm.micro);
   row.bound_measured_stages = m * sum_t / (p * ((m - 1) * max_t + sum_t));
   row.loss = record.loss;
+  if (base.data_parallel > 1) row.data_parallel_s = summarize(record.data_parallel_s).median;
   return row;
 }
 
@@ -169,12 +172,12 @@ std::string pipeline_trace_json(const std::vector<PipelineArm>& arms, const std:
 
 // The cut by measured time: rank 0 times each part (the others wait asleep, off its cores) and
 // every rank takes the same cut.
-std::vector<int> balanced_starts(comm::MpiCommunicator& world, Module& model, const Batch& batch) {
+std::vector<int> balanced_starts(comm::MpiCommunicator& world, int stages, Module& model, const Batch& batch) {
   std::vector<double> seconds(model.parts().size(), 0.0);
   if (world.rank() == 0) seconds = comm::time_parts(model, batch, 5);
   world.rendezvous();
   world.broadcast(seconds.data(), seconds.size() * sizeof(double), 0);
-  const std::vector<int> starts = comm::balanced_cut(seconds, world.size());
+  const std::vector<int> starts = comm::balanced_cut(seconds, stages);
   if (world.rank() == 0) {
     std::cout << "bench_pipeline: --cut balanced: each part's forward and backward (ms):";
     const auto parts = model.parts();
@@ -189,68 +192,15 @@ std::vector<int> balanced_starts(comm::MpiCommunicator& world, Module& model, co
 
 namespace {
 
-int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
-  world->set_timeout(o.timeout);
-  const int p = world->size();
-  const ModelDef& def = find_model(o.model.name);
-  const auto schedules = parse_pipeline_schedules(o.schedules);
-  const auto counts = parse_micro_counts(o.micro_batches);
-  TL_CHECK(o.steps >= 1 && o.warmup >= 0, "bench_pipeline: --steps must be >= 1 and --warmup >= 0");
-  if (!o.trace_path.empty() && world->rank() == 0) check_output_file(o.trace_path, "--trace");
-  Backend& be = get_backend(o.backend);
-  be.set_num_threads(o.threads);
-  const ModelInput input = default_input_for(def, o.model.options);
-  auto build = [&] {
-    Generator gen(7);
-    return build_model(def, InitOptions{&gen, DType::f32, &be}, input, o.model.options);
-  };
-  TL_CHECK(!build()->parts().empty(),
-           "--model " + def.name + " does not describe its parts (Module::parts), so it " +
-               "cannot be cut into stages (allowed: a model that does: smallcnn, resnet, gpt)");
-  std::vector<PipelineArm> arms;
-  for (PipelineSchedule s : schedules)
-    for (std::int64_t m : counts) arms.push_back({s, m});
-  // Each configuration keeps its own model, stage and optimiser; the steps go round-robin.
-  std::vector<std::shared_ptr<Module>> models;
-  std::vector<std::unique_ptr<comm::PipelineStage>> stages;
-  std::vector<std::unique_ptr<SGD>> optimizers;
-  std::vector<std::function<Batch()>> batches;
-  comm::PipelineOptions po;
-  if (o.cut == "balanced") {
-    po.starts = balanced_starts(*world, *build(),
-                                synthetic_batches(input, static_cast<bool>(def.context), o.micro_batch, be, 23)());
-  } else if (!o.cut.empty()) {
-    po.starts = comm::parse_cut(o.cut, static_cast<int>(build()->parts().size()), p);
-  }
-  SgdOptions sgd;
-  sgd.lr = 0.01;
-  for (const PipelineArm& arm : arms) {
-    models.push_back(build());
-    po.schedule = arm.schedule;
-    po.micro_batches = arm.micro;
-    stages.push_back(std::make_unique<comm::PipelineStage>(*world, *models.back(), po));
-    optimizers.push_back(std::make_unique<SGD>(stages.back()->parameters(), sgd));
-    batches.push_back(synthetic_batches(input, static_cast<bool>(def.context), o.micro_batch, be, 23));
-  }
-  if (world->rank() == 0) {
-    std::cout << "bench_pipeline: " << model_label(o.model) << ", " << p << " stages, micro-batches of "
-              << o.micro_batch << ", " << o.backend << " at " << o.threads << " thread(s) a rank\n";
-  }
-  for (int r = 0; r < p; ++r) {
-    if (r == world->rank()) std::cout << "  " << stages.front()->describe() << "\n" << std::flush;
-    world->barrier();
-  }
-  std::vector<PipelineArmRecord> records(arms.size());
-  for (int step = 0; step < o.warmup + o.steps; ++step)
-    for (std::size_t a = 0; a < arms.size(); ++a)
-      measure_pipeline_step(*world, *stages[a], *optimizers[a], batches[a], arms[a].micro,
-                            step < o.warmup ? nullptr : &records[a]);
-  if (world->rank() != 0) return 0;
+// Rank 0: a row per configuration (printed, and appended to the ledger), and the trace.
+int write_pipeline_rows(const PipelineStudyOptions& o, const std::vector<PipelineArm>& arms,
+                        const std::vector<PipelineArmRecord>& records, int p, const std::string& cut, Backend& be) {
   PipelineConfig base;
   base.model = model_label(o.model);
   base.stages = p;
+  base.data_parallel = o.data_parallel;
   base.micro_batch = o.micro_batch;
-  base.cut = stages.front()->describe();
+  base.cut = cut;
   Environment env = mpi_environment(be);
   env.timer = "steady_clock (the slowest stage's step; each stage's forwards and backwards)";
   const std::string run_id = new_run_id();
@@ -280,6 +230,74 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
   }
   if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
   return 0;
+}
+
+int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* world) {
+  world->set_timeout(o.timeout);
+  // The world as o.data_parallel pipelines (one: the whole world is the pipeline); the figures are
+  // the first pipeline's, the others its replicas.
+  comm::ParallelGrid grid = comm::make_parallel_grid(*world, o.data_parallel);
+  comm::Communicator& pipe = *grid.pipeline;
+  const int p = pipe.size();
+  const ModelDef& def = find_model(o.model.name);
+  const auto schedules = parse_pipeline_schedules(o.schedules);
+  const auto counts = parse_micro_counts(o.micro_batches);
+  TL_CHECK(o.steps >= 1 && o.warmup >= 0, "bench_pipeline: --steps must be >= 1 and --warmup >= 0");
+  if (!o.trace_path.empty() && world->rank() == 0) check_output_file(o.trace_path, "--trace");
+  Backend& be = get_backend(o.backend);
+  be.set_num_threads(o.threads);
+  const ModelInput input = default_input_for(def, o.model.options);
+  auto build = [&] {
+    Generator gen(7);
+    return build_model(def, InitOptions{&gen, DType::f32, &be}, input, o.model.options);
+  };
+  TL_CHECK(!build()->parts().empty(),
+           "--model " + def.name + " does not describe its parts (Module::parts), so it " +
+               "cannot be cut into stages (allowed: a model that does: smallcnn, resnet, gpt)");
+  std::vector<PipelineArm> arms;
+  for (PipelineSchedule s : schedules)
+    for (std::int64_t m : counts) arms.push_back({s, m});
+  // Each configuration keeps its own model, stage and optimiser; the steps go round-robin.
+  std::vector<std::shared_ptr<Module>> models;
+  std::vector<std::unique_ptr<comm::PipelineStage>> stages;
+  std::vector<std::unique_ptr<SGD>> optimizers;
+  std::vector<std::function<Batch()>> batches;
+  comm::PipelineOptions po;
+  if (o.cut == "balanced") {
+    po.starts = balanced_starts(*world, p, *build(),
+                                synthetic_batches(input, static_cast<bool>(def.context), o.micro_batch, be, 23)());
+  } else if (!o.cut.empty()) {
+    po.starts = comm::parse_cut(o.cut, static_cast<int>(build()->parts().size()), p);
+  }
+  po.data_parallel = o.data_parallel > 1 ? grid.data.get() : nullptr;
+  SgdOptions sgd;
+  sgd.lr = 0.01;
+  for (const PipelineArm& arm : arms) {
+    models.push_back(build());
+    po.schedule = arm.schedule;
+    po.micro_batches = arm.micro;
+    stages.push_back(std::make_unique<comm::PipelineStage>(pipe, *models.back(), po));
+    optimizers.push_back(std::make_unique<SGD>(stages.back()->parameters(), sgd));
+    batches.push_back(synthetic_batches(input, static_cast<bool>(def.context), o.micro_batch, be,
+                                        23 + static_cast<std::uint64_t>(grid.data->rank())));
+  }
+  if (world->rank() == 0) {
+    std::cout << "bench_pipeline: " << model_label(o.model) << ", " << p << " stages"
+              << (o.data_parallel > 1 ? " x " + std::to_string(o.data_parallel) + " data-parallel pipelines" : "")
+              << ", micro-batches of " << o.micro_batch << ", " << o.backend << " at " << o.threads
+              << " thread(s) a rank\n";
+  }
+  for (int r = 0; r < p; ++r) {
+    if (r == world->rank()) std::cout << "  " << stages.front()->describe() << "\n" << std::flush;
+    world->barrier();
+  }
+  std::vector<PipelineArmRecord> records(arms.size());
+  for (int step = 0; step < o.warmup + o.steps; ++step)
+    for (std::size_t a = 0; a < arms.size(); ++a)
+      measure_pipeline_step(pipe, *stages[a], *optimizers[a], batches[a], arms[a].micro,
+                            step < o.warmup ? nullptr : &records[a]);
+  if (world->rank() != 0) return 0;
+  return write_pipeline_rows(o, arms, records, p, stages.front()->describe(), be);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ struct PipelineConfig {
   std::int64_t micro_batches = 0;  // m
   std::int64_t micro_batch = 0;    // samples per micro-batch
   std::string cut;                 // each stage's first part and the parts it runs: "0 (conv1) | 1 (conv2) ..."
+  int data_parallel = 1;           // pipelines, each stage's gradients averaged over them (1: one pipeline)
   template <class F>
   void fields(F& f) {
     f("model", model);
@@ -26,6 +27,7 @@ struct PipelineConfig {
     f("micro_batches", micro_batches);
     f("micro_batch", micro_batch);
     f.optional("cut", cut);
+    f.optional("data_parallel", data_parallel);
   }
 };
 
@@ -48,7 +50,8 @@ struct PipelineRow {
   // The same bound for the stages as measured: sum of m t_s over p ((m - 1) max t_s + sum t_s), with
   // t_s a micro-batch's forward and backward on stage s (what an imbalanced cut costs).
   double bound_measured_stages = 0;
-  double loss = 0;  // the last measured step's
+  double loss = 0;             // the last measured step's
+  double data_parallel_s = 0;  // stage 0's gradient average over the pipelines, median (data_parallel > 1)
   template <class F>
   void fields(F& f) {
     header.fields(f);
@@ -64,6 +67,7 @@ struct PipelineRow {
     f("bound", bound);
     f("bound_measured_stages", bound_measured_stages);
     f.optional("loss", loss);
+    f.optional("data_parallel_s", data_parallel_s);
   }
 };
 

@@ -12,11 +12,11 @@
 namespace trainlab::bench {
 
 struct TensorParallelConfig {
-  std::string model;      // its label ("SmallCNN", "GPT (n_layer=4, ...)")
-  int ranks = 0;          // tensor-parallel ranks (one group: the world)
+  std::string model;       // its label ("SmallCNN", "GPT (n_layer=4, ...)")
+  int ranks = 0;           // tensor-parallel ranks (one group: the world)
   std::int64_t batch = 0;  // samples per step: the whole batch on every rank
-  int threads = 1;        // per rank
-  std::string algorithm;  // the all-reduce asked for ("auto": by size)
+  int threads = 1;         // per rank
+  std::string algorithm;   // the all-reduce asked for ("auto": by size)
   bool fuse = false;
   template <class F>
   void fields(F& f) {

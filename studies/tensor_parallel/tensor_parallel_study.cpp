@@ -156,8 +156,9 @@ void fill_comm_columns(TensorParallelRow& row, const TpRecord& record, const Alo
                        comm::Algorithm algorithm, int p) {
   std::vector<comm::AllreducePoint> points;
   for (const auto& [bytes, seconds] : alone.cold)
-    if (bytes >= kFitFrom) points.push_back({comm::allreduce_cost(comm::choose_algorithm(algorithm, bytes, {}), p), static_cast<double>(bytes),
-                      seconds});
+    if (bytes >= kFitFrom)
+      points.push_back(
+          {comm::allreduce_cost(comm::choose_algorithm(algorithm, bytes, {}), p), static_cast<double>(bytes), seconds});
   const comm::AllreduceFit fit = comm::fit_allreduce(points);
   row.alpha_s = fit.alpha_s;
   row.bandwidth_Bps = fit.bandwidth_Bps;
@@ -177,12 +178,15 @@ void fill_comm_columns(TensorParallelRow& row, const TpRecord& record, const Alo
 }
 
 void print_tensor_parallel_row(const TensorParallelRow& row, int all_threads) {
-  const auto ms = [](const Summary& x) { return fmt::format("{:.2f} ({:.2f}-{:.2f})", 1e3 * x.median, 1e3 * x.min, 1e3 * x.max); };
+  const auto ms = [](const Summary& x) {
+    return fmt::format("{:.2f} ({:.2f}-{:.2f})", 1e3 * x.median, 1e3 * x.min, 1e3 * x.max);
+  };
   std::cout << fmt::format(
       "| split step ms median (min-max) | unsplit, 1 thread | unsplit, {} threads | speedup | all-reduces | MiB | "
       "in the step ms (share) | waiting ms | transfer ms | alone, cold ms | alone, warm ms | predicted ms |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-      "| {} | {} | {} | {:.2f}x (against {} thread(s)) | {} ({}) | {:.2f} | {:.2f} ({:.1f}%) | {:.2f} | {:.2f} | {:.2f} | "
+      "| {} | {} | {} | {:.2f}x (against {} thread(s)) | {} ({}) | {:.2f} | {:.2f} ({:.1f}%) | {:.2f} | {:.2f} | "
+      "{:.2f} | "
       "{:.2f} | {:.2f} |\n",
       all_threads, ms(row.stats), ms(row.unsplit_one_thread), ms(row.unsplit_all_threads), row.speedup,
       row.baseline_threads, row.allreduces, row.algorithms, static_cast<double>(row.allreduce_bytes) / (1 << 20),
@@ -199,8 +203,7 @@ void print_tensor_parallel_row(const TensorParallelRow& row, int all_threads) {
 int run_tensor_parallel(const TensorParallelStudyOptions& o, comm::MpiCommunicator* world) {
   world->set_timeout(o.timeout);
   const int p = world->size();
-  TL_CHECK(p >= 2, "needs at least 2 ranks, got " + std::to_string(p) +
-                       " (launch it as scripts/mpirun -np 2 or more)");
+  TL_CHECK(p >= 2, "needs at least 2 ranks, got " + std::to_string(p) + " (launch it as scripts/mpirun -np 2 or more)");
   TL_CHECK(o.steps >= 1 && o.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
   TL_CHECK(o.batch >= 1, "--batch must be >= 1, got " + std::to_string(o.batch));
   const comm::Algorithm algorithm = comm::parse_algorithm(o.algorithm);

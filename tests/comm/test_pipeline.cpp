@@ -214,3 +214,49 @@ TEST_CASE("pipeline: a GPT whose first and last stages share the tied embedding"
   for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
     for (std::int64_t micro : {1, 3}) check_against_unpipelined(*world, gpt_models(), schedule, micro);
 }
+
+TEST_CASE("pipeline x data parallel: the world in pipelines whose stages average over the replicas", "[pipeline]") {
+  auto world = MpiCommunicator::world();
+  const int n = world->size();
+  REQUIRE_THROWS_WITH(make_parallel_grid(*world, n + 1), Catch::Contains("do not make " + std::to_string(n + 1)));
+  // Two pipelines of n / 2 stages (2 ranks: two one-stage pipelines, data parallelism alone).
+  ParallelGrid grid = make_parallel_grid(*world, 2);
+  REQUIRE(grid.stages == n / 2);
+  REQUIRE(grid.pipeline->size() == n / 2);
+  REQUIRE(grid.data->size() == 2);
+  const std::int64_t micro = 3;
+  const Models cnn = smallcnn_models();
+  auto piped = cnn.make(), plain = cnn.make();
+  PipelineOptions po;
+  po.schedule = PipelineSchedule::one_f_one_b;
+  po.micro_batches = micro;
+  po.data_parallel = grid.data.get();
+  PipelineStage stage(*grid.pipeline, *piped, po);
+  SgdOptions sgd;
+  sgd.lr = 0.05;
+  sgd.momentum = 0.9;
+  SGD piped_sgd(stage.parameters(), sgd), plain_sgd(plain->named_parameters(), sgd);
+  StepOptions options;
+  options.accumulate = micro * 2;  // every replica's micro-batches, replica 0's first
+  StepRunner runner(get_backend("reference"), *plain, plain_sgd, options);
+  // Replica d reads its own batches; the single process reads both replicas' in turn.
+  const auto source = [](int replica) {
+    return image_batches(40 + static_cast<std::uint64_t>(replica), {2, 3, 32, 32})();
+  };
+  auto mine = source(grid.data->rank());
+  std::vector<std::function<Batch()>> replicas{source(0), source(1)};
+  std::int64_t drawn = 0;
+  auto both = [&] { return replicas[static_cast<std::size_t>((drawn++ / micro) % 2)](); };
+  for (int step = 0; step < 2; ++step) {
+    const PipelineStepResult r = stage.step(mine, piped_sgd);
+    const StepResult expected = runner.step(both);
+    CHECK(r.loss == Approx(expected.loss).epsilon(1e-6));
+    CHECK(r.data_parallel_s > 0);
+  }
+  const NamedTensors all = plain->named_parameters();
+  for (const auto& [name, tensor] : stage.parameters()) {
+    INFO(name);
+    for (const auto& [n2, t] : all)
+      if (n2 == name) CHECK(relative_difference(tensor, t) <= 1e-6);
+  }
+}
