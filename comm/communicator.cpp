@@ -16,6 +16,7 @@
 #include "backends/error.h"
 #include "comm/latency_allreduce.h"
 #include "comm/ring_allreduce.h"
+#include "engine/core/autograd.h"
 #include "engine/instrument/memory_usage.h"
 #include "engine/train/config.h"
 
@@ -342,6 +343,46 @@ void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, 
       return recursive_doubling_allgather(comm, data, count, dtype);
     default:
       return comm.allgather_native(data, count, dtype);
+  }
+}
+
+ParallelGrid make_parallel_grid(Communicator& world, int replicas) {
+  const int n = world.size();
+  TL_CHECK(replicas >= 1 && replicas <= n && n % replicas == 0,
+           "parallel grid: " + std::to_string(n) + " ranks do not make " + std::to_string(replicas) +
+               " data-parallel replicas (allowed: a count that divides " + std::to_string(n) + ")");
+  ParallelGrid grid;
+  grid.replicas = replicas;
+  grid.model_ranks = n / replicas;
+  const int r = world.rank();
+  grid.model = world.split(r / grid.model_ranks, r % grid.model_ranks);
+  grid.data = world.split(r % grid.model_ranks, r / grid.model_ranks);
+  grid.model->set_timeout(world.timeout());  // the world's deadline for every wait
+  grid.data->set_timeout(world.timeout());
+  return grid;
+}
+
+void average_gradients(Communicator& comm, const NamedTensors& params) {
+  if (comm.size() == 1) return;
+  std::int64_t total = 0;
+  for (const auto& [name, t] : params) {
+    TL_CHECK(t.dtype() == DType::f32,
+             "average_gradients: f32 gradients only; " + name + " is " + dtype_name(t.dtype()));
+    total += t.numel();
+  }
+  std::vector<float> flat(static_cast<std::size_t>(total), 0.0f);
+  std::int64_t at = 0;
+  for (const auto& [name, t] : params) {
+    if (t.grad().defined()) t.grad().contiguous().copy_to_host(flat.data() + at);
+    at += t.numel();
+  }
+  allreduce(comm, flat.data(), total, DType::f32, ReduceOp::average, Algorithm::automatic);
+  at = 0;
+  NoGradGuard no_grad;
+  for (const auto& [name, t] : params) {
+    Tensor param = t;
+    param.set_grad(Tensor::from_host(flat.data() + at, t.shape(), DType::f32, t.backend()));
+    at += t.numel();
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "backends/dtype.h"
+#include "engine/core/state_dict.h"
 #include "engine/train/distributed.h"
 
 namespace trainlab::comm {
@@ -202,5 +203,23 @@ void reduce_scatter(Communicator& comm, void* data, std::int64_t count, DType dt
                     const AlgorithmThresholds& thresholds = {});
 void allgather(Communicator& comm, void* data, std::int64_t count, DType dtype, Algorithm algorithm,
                const AlgorithmThresholds& thresholds = {});
+
+// The world as `replicas` data-parallel replicas of a model split over world / replicas ranks (a
+// pipeline's stages, or a tensor split's ranks): rank r is model rank r % model_ranks of replica
+// r / model_ranks. `model` holds the ranks of its replica, `data` the ranks with the same model
+// rank in every replica (Megatron's grid, the model split inner: on one host its ranks are
+// neighbours). A collective of the world; both take the world's deadline. Throws Error when the
+// count does not divide the world.
+struct ParallelGrid {
+  std::unique_ptr<Communicator> model, data;
+  int replicas = 1, model_ranks = 1;
+};
+ParallelGrid make_parallel_grid(Communicator& world, int replicas);
+
+// Every parameter's gradient averaged over the ranks of `comm` (the replicas of data parallelism
+// beside a pipeline or a tensor split): packed into one f32 buffer in host memory, all-reduced
+// (`auto` by size), unpacked; a parameter without a gradient counts as zeros and gets the average.
+// f32 parameters only (Error naming one that is not). Every rank passes the same list.
+void average_gradients(Communicator& comm, const NamedTensors& params);
 
 }  // namespace trainlab::comm

@@ -270,48 +270,6 @@ void PipelineStage::sum_shared_gradients() {
   }
 }
 
-void PipelineStage::average_over_replicas() {
-  Communicator& dp = *options_.data_parallel;
-  if (dp.size() == 1) return;
-  const NamedTensors mine = parameters();
-  std::int64_t total = 0;
-  for (const auto& [name, t] : mine) {
-    TL_CHECK(t.dtype() == DType::f32,
-             "pipeline: data parallelism averages f32 gradients; " + name + " is " + dtype_name(t.dtype()));
-    total += t.numel();
-  }
-  std::vector<float> flat(static_cast<std::size_t>(total), 0.0f);
-  std::int64_t at = 0;
-  for (const auto& [name, t] : mine) {  // a parameter no micro-batch reached adds zeros
-    if (t.grad().defined()) t.grad().contiguous().copy_to_host(flat.data() + at);
-    at += t.numel();
-  }
-  allreduce(dp, flat.data(), total, DType::f32, ReduceOp::average, Algorithm::automatic);
-  at = 0;
-  NoGradGuard no_grad;
-  for (const auto& [name, t] : mine) {
-    Tensor param = t;
-    param.set_grad(Tensor::from_host(flat.data() + at, t.shape(), DType::f32, t.backend()));
-    at += t.numel();
-  }
-}
-
-ParallelGrid make_parallel_grid(Communicator& world, int pipelines) {
-  const int n = world.size();
-  TL_CHECK(pipelines >= 1 && pipelines <= n && n % pipelines == 0,
-           "pipeline: " + std::to_string(n) + " ranks do not make " + std::to_string(pipelines) +
-               " data-parallel pipelines (allowed: a count that divides " + std::to_string(n) + ")");
-  ParallelGrid grid;
-  grid.pipelines = pipelines;
-  grid.stages = n / pipelines;
-  const int r = world.rank();
-  grid.pipeline = world.split(r / grid.stages, r % grid.stages);
-  grid.data = world.split(r % grid.stages, r / grid.stages);
-  grid.pipeline->set_timeout(world.timeout());  // the world's deadline for every wait
-  grid.data->set_timeout(world.timeout());
-  return grid;
-}
-
 PipelineStepResult PipelineStage::step(const std::function<Batch()>& next_batch, Optimizer& optimizer) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -370,7 +328,7 @@ PipelineStepResult PipelineStage::step(const std::function<Batch()>& next_batch,
   comm_.broadcast(&loss_sum, sizeof loss_sum, stages_ - 1);
   if (options_.data_parallel != nullptr) {
     const double before = since();
-    average_over_replicas();
+    average_gradients(*options_.data_parallel, parameters());
     options_.data_parallel->allreduce_native(&loss_sum, 1, DType::f64, ReduceOp::average);
     result.data_parallel_s = since() - before;
   }

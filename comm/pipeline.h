@@ -69,20 +69,10 @@ struct PipelineOptions {
   std::int64_t micro_batches = 4;
   std::vector<int> starts;  // empty: even_cut
   // Data parallel x pipeline: the ranks holding this stage in the other pipelines (ParallelGrid's
-  // `data`); each replica reads its own batches, and before the update every gradient of the stage
+  // `data`, comm/communicator.h); each replica reads its own batches, and before the update every gradient of the stage
   // is averaged over them (one flat all-reduce, `auto` by size). Null: one pipeline.
   Communicator* data_parallel = nullptr;
 };
-
-// The world cut into `pipelines` pipelines of world / pipelines stages each: rank r is stage
-// r % stages of pipeline r / stages; `pipeline` holds the stages of its pipeline, `data` the ranks
-// holding the same stage in every pipeline (Megatron's grid, pipeline inner). A collective of the
-// world; both take the world's deadline. Throws Error when the count does not divide the world.
-struct ParallelGrid {
-  std::unique_ptr<Communicator> pipeline, data;
-  int pipelines = 1, stages = 1;
-};
-ParallelGrid make_parallel_grid(Communicator& world, int pipelines);
 
 // A forward or backward as the stage ran it: seconds from the step's start.
 struct PipelineEvent {
@@ -129,7 +119,6 @@ class PipelineStage {
   void send(const Tensor& t, int peer, const char* what);
   Tensor receive(int peer, const char* what);
   void sum_shared_gradients();
-  void average_over_replicas();
 
   Communicator& comm_;
   Module& model_;

@@ -237,7 +237,7 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
   // The world as o.data_parallel pipelines (one: the whole world is the pipeline); the figures are
   // the first pipeline's, the others its replicas.
   comm::ParallelGrid grid = comm::make_parallel_grid(*world, o.data_parallel);
-  comm::Communicator& pipe = *grid.pipeline;
+  comm::Communicator& pipe = *grid.model;
   const int p = pipe.size();
   const ModelDef& def = find_model(o.model.name);
   const auto schedules = parse_pipeline_schedules(o.schedules);

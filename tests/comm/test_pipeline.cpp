@@ -221,8 +221,8 @@ TEST_CASE("pipeline x data parallel: the world in pipelines whose stages average
   REQUIRE_THROWS_WITH(make_parallel_grid(*world, n + 1), Catch::Contains("do not make " + std::to_string(n + 1)));
   // Two pipelines of n / 2 stages (2 ranks: two one-stage pipelines, data parallelism alone).
   ParallelGrid grid = make_parallel_grid(*world, 2);
-  REQUIRE(grid.stages == n / 2);
-  REQUIRE(grid.pipeline->size() == n / 2);
+  REQUIRE(grid.model_ranks == n / 2);
+  REQUIRE(grid.model->size() == n / 2);
   REQUIRE(grid.data->size() == 2);
   const std::int64_t micro = 3;
   const Models cnn = smallcnn_models();
@@ -231,7 +231,7 @@ TEST_CASE("pipeline x data parallel: the world in pipelines whose stages average
   po.schedule = PipelineSchedule::one_f_one_b;
   po.micro_batches = micro;
   po.data_parallel = grid.data.get();
-  PipelineStage stage(*grid.pipeline, *piped, po);
+  PipelineStage stage(*grid.model, *piped, po);
   SgdOptions sgd;
   sgd.lr = 0.05;
   sgd.momentum = 0.9;

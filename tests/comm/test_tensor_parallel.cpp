@@ -211,3 +211,44 @@ TEST_CASE("tensor parallel: what is refused", "[tensor_parallel]") {
   twice.split(LinearSplit::columns, tp.group(), "fc");
   REQUIRE_THROWS_WITH(twice.split(LinearSplit::columns, tp.group(), "fc"), Catch::Contains("already split"));
 }
+
+TEST_CASE("tensor parallel x data parallel: replicas of a split model average their gradients", "[tensor_parallel]") {
+  auto world = MpiCommunicator::world();
+  // Two replicas of a split over world / 2 ranks (2 ranks: two unsplit replicas, data parallelism alone).
+  ParallelGrid grid = make_parallel_grid(*world, 2);
+  REQUIRE(grid.replicas == 2);
+  TensorParallel tp(*grid.model);
+  Backend& be = get_backend("reference");
+  GPTConfig config = small_gpt(4);
+  auto make = [&be, &config] {
+    Generator gen(6);
+    return std::make_shared<GPT>(config, InitOptions{&gen, DType::f32, &be});
+  };
+  auto split = make(), plain = make();
+  split->split_tensor_parallel(tp.group());
+  // Replica d's batch is rows [2d, 2d + 2) of the single process's batch of 4 windows.
+  Generator gen(31);
+  std::vector<std::int64_t> tokens, next;
+  for (int i = 0; i < 4 * 8; ++i) tokens.push_back(static_cast<std::int64_t>(gen.below(11)));
+  for (int i = 0; i < 4 * 8; ++i) next.push_back(static_cast<std::int64_t>(gen.below(11)));
+  const Tensor all_tokens = Tensor::from_vector(tokens, {4, 8}, be), all_next = Tensor::from_vector(next, {4, 8}, be);
+  const std::int64_t d = grid.data->rank();
+  const Tensor my_tokens = all_tokens.narrow(0, 2 * d, 2).contiguous(),
+               my_next = all_next.narrow(0, 2 * d, 2).contiguous();
+  const Tensor loss_split = cross_entropy(split->forward(my_tokens), my_next.view({-1}));
+  loss_split.backward();
+  average_gradients(*grid.data, split->named_parameters());
+  const Tensor loss_plain = cross_entropy(plain->forward(all_tokens), all_next.view({-1}));
+  loss_plain.backward();
+  double mean_loss = loss_split.item();
+  grid.data->allreduce_native(&mean_loss, 1, DType::f64, ReduceOp::average);
+  CHECK(mean_loss == Approx(loss_plain.item()).epsilon(1e-6));
+  const SplitCase as_case{"GPT", [&make] { return std::shared_ptr<Module>(make()); }, Batch{}, false};
+  const NamedTensors expected = gradients_as_split(as_case, *plain, tp.group());
+  const NamedTensors mine = split->named_parameters();
+  REQUIRE(expected.size() == mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    INFO(mine[i].first);
+    CHECK(tp_relative_difference(mine[i].second.grad(), expected[i].second) <= 1e-6);
+  }
+}
