@@ -8,6 +8,7 @@
 #include "studies/fashion/fashion_study.h"
 #include "studies/ladder/ladder.h"
 #include "studies/memory/memory_study.h"
+#include "studies/parallelism/parallelism_study.h"
 #include "studies/pinning/pinning_study.h"
 #include "studies/pipeline/pipeline_study.h"
 #include "studies/scaling/scaling_study.h"
@@ -16,12 +17,12 @@
 namespace trainlab::bench {
 
 std::vector<SectionDef> report_sections() {
-  return {ladder_report_section(),         cost_report_section(),          pinning_report_section(),
-          memory_report_section(),         dataset_report_section(),       fashion_report_section(),
-          resnet_report_section(),         compare_torch_report_section(), compare_torch_resnet_report_section(),
-          allreduce_report_section(),      collectives_report_section(),   allreduce_hierarchical_report_section(),
-          buckets_report_section(),        scaling_report_section(),       pipeline_report_section(),
-          tensor_parallel_report_section()};
+  return {ladder_report_section(),          cost_report_section(),          pinning_report_section(),
+          memory_report_section(),          dataset_report_section(),       fashion_report_section(),
+          resnet_report_section(),          compare_torch_report_section(), compare_torch_resnet_report_section(),
+          allreduce_report_section(),       collectives_report_section(),   allreduce_hierarchical_report_section(),
+          buckets_report_section(),         scaling_report_section(),       pipeline_report_section(),
+          tensor_parallel_report_section(), parallelism_report_section()};
 }
 
 }  // namespace trainlab::bench

@@ -80,4 +80,12 @@ std::function<Batch()> synthetic_batches(const ModelInput& input, bool tokens, s
   };
 }
 
+double plain_train_step(Module& model, Optimizer& optimizer, const Batch& batch) {
+  optimizer.zero_grad(true);
+  const Tensor loss = cross_entropy(model.forward(batch.inputs), batch.labels.view({-1}));
+  loss.backward();
+  optimizer.step();
+  return loss.item();
+}
+
 }  // namespace trainlab::bench

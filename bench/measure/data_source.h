@@ -10,6 +10,7 @@
 #include "bench/measure/knobs.h"
 #include "engine/data/loader.h"
 #include "engine/nn/model_registry.h"
+#include "engine/optim/optim.h"
 #include "engine/train/config.h"
 
 namespace trainlab::bench {
@@ -49,5 +50,9 @@ void use_data_set(KnobMap& base, const std::string& dir);
 // with the next tokens as labels. What the parallelism benches train on.
 std::function<Batch()> synthetic_batches(const ModelInput& input, bool tokens, std::int64_t batch, Backend& be,
                                          std::uint64_t seed);
+
+// One plain training step on a batch, as the parallelism benches time it: zero the gradients,
+// forward, cross entropy against the labels (flattened), backward, the update. Returns the loss.
+double plain_train_step(Module& model, Optimizer& optimizer, const Batch& batch);
 
 }  // namespace trainlab::bench

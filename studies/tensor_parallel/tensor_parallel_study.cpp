@@ -37,15 +37,6 @@ struct TpRecord {
   double loss = 0;
 };
 
-// Forward, loss, backward and the update: the step's loss.
-double train_step(Module& model, Optimizer& optimizer, const Batch& b) {
-  optimizer.zero_grad(true);
-  const Tensor loss = cross_entropy(model.forward(b.inputs), b.labels.view({-1}));
-  loss.backward();
-  optimizer.step();
-  return loss.item();
-}
-
 // Per sum, every rank's call and return times (one clock on one host): the last arrival, each
 // rank's wait for it and the transfer after it; summed over the step's sums, meaned over the ranks.
 void split_waits(comm::MpiCommunicator& world, const std::vector<comm::TensorParallelCall>& calls, double& wait,
@@ -78,7 +69,7 @@ void measure_split_step(comm::MpiCommunicator& world, comm::TensorParallel& tp, 
   const int p = world.size(), r = world.rank();
   world.barrier();
   const auto start = Clock::now();
-  const double loss = train_step(model, optimizer, b);
+  const double loss = plain_train_step(model, optimizer, b);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<comm::TensorParallelCall> calls = tp.take_calls();
   if (record == nullptr) return;
@@ -107,7 +98,7 @@ void measure_unsplit_step(comm::MpiCommunicator& world, Backend& be, int threads
   if (world.rank() == 0) {
     be.set_num_threads(threads);
     const auto start = Clock::now();
-    train_step(model, optimizer, b);
+    plain_train_step(model, optimizer, b);
     seconds = std::chrono::duration<double>(Clock::now() - start).count();
     be.set_num_threads(rank_threads);
   }

@@ -1,0 +1,265 @@
+// bench_parallelism: seed 004's doors side by side at one global batch
+// (studies/parallelism/parallelism_study.h).
+#include "studies/parallelism/parallelism_study.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "backends/registry.h"
+#include "bench/measure/comm_bench.h"
+#include "bench/measure/data_source.h"
+#include "bench/measure/knobs.h"
+#include "bench/measure/ledger.h"
+#include "comm/ddp.h"
+#include "comm/mpi_communicator.h"
+#include "comm/pipeline.h"
+#include "comm/tensor_parallel.h"
+#include "engine/nn/model_registry.h"
+#include "engine/train/step.h"
+#include "studies/parallelism/rows.h"
+
+namespace trainlab::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One way to divide the step: what it holds, and one step of it on every rank (a collective), which
+// returns this rank's seconds (0 on a rank that only waited) and leaves its loss in `loss`.
+struct Door {
+  std::string name, detail;
+  std::function<double(double& loss)> step;
+  std::vector<double> seconds;
+  double loss = 0;
+};
+
+struct DoorSetup {
+  comm::MpiCommunicator& world;
+  Backend& be;
+  std::function<std::shared_ptr<Module>()> build;
+  ModelInput input;
+  bool tokens = false;
+  const ParallelismStudyOptions& o;
+  SgdOptions sgd;
+};
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+Door one_process_door(const DoorSetup& s, int threads) {
+  auto model = s.build();
+  auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
+  const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch, s.be, 41)();
+  comm::MpiCommunicator* world = &s.world;
+  Backend* be = &s.be;
+  const int rank_threads = s.o.threads;
+  return {fmt::format("one process, {} thread{}", threads, threads == 1 ? "" : "s"),
+          "the unsplit model on rank 0, the other ranks asleep",
+          [=](double& loss) {
+            double seconds = 0;
+            if (world->rank() == 0) {
+              be->set_num_threads(threads);
+              const auto start = Clock::now();
+              loss = plain_train_step(*model, *sgd, batch);
+              seconds = seconds_since(start);
+              be->set_num_threads(rank_threads);
+            }
+            world->rendezvous();
+            return seconds;
+          },
+          {},
+          0};
+}
+
+Door data_door(const DoorSetup& s) {
+  const int p = s.world.size();
+  TL_CHECK(s.o.batch % p == 0, "the data door: batch " + std::to_string(s.o.batch) + " does not divide over " +
+                                   std::to_string(p) + " ranks (allowed: a multiple of " + std::to_string(p) + ")");
+  auto model = s.build();
+  auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
+  comm::DdpOptions options;  // DDP's defaults: 25 MiB buckets, the library's all-reduce, overlapped with backward
+  auto ddp = std::make_shared<comm::Ddp>(s.world, options);
+  ddp->attach(model->named_parameters());
+  auto runner = std::make_shared<StepRunner>(s.be, *model, *sgd, StepOptions{}, nullptr, ddp.get());
+  const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch / p, s.be, 43 + s.world.rank())();
+  return {"data",
+          fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward", p,
+                      s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb),
+          [model, sgd, ddp, runner, batch](double& loss) {
+            const auto start = Clock::now();
+            loss = runner->step([&batch] { return batch; }).loss;
+            return seconds_since(start);
+          },
+          {},
+          0};
+}
+
+Door pipeline_door(const DoorSetup& s) {
+  const std::int64_t m = s.o.micro_batches;
+  TL_CHECK(m >= 1 && s.o.batch % m == 0, "the pipeline door: batch " + std::to_string(s.o.batch) +
+                                             " does not divide into " + std::to_string(m) +
+                                             " micro-batches (allowed: a --micro-batches that divides it)");
+  auto model = s.build();
+  TL_CHECK(!model->parts().empty(), "the pipeline door: --model " + s.o.model.name +
+                                        " does not describe its parts, so it cannot be cut into stages (allowed: "
+                                        "smallcnn, resnet, gpt; or leave pipeline out of --doors)");
+  comm::PipelineOptions po;
+  po.schedule = comm::PipelineSchedule::one_f_one_b;
+  po.micro_batches = m;
+  auto stage = std::make_shared<comm::PipelineStage>(s.world, *model, po);
+  auto sgd = std::make_shared<SGD>(stage->parameters(), s.sgd);
+  auto micro = std::make_shared<std::vector<Batch>>();
+  auto source = synthetic_batches(s.input, s.tokens, s.o.batch / m, s.be, 47);
+  for (std::int64_t i = 0; i < m; ++i) micro->push_back(source());
+  return {"pipeline",
+          fmt::format("1F1B over {} stages ({}), {} micro-batches of {}", s.world.size(), stage->describe(), m,
+                      s.o.batch / m),
+          [model, stage, sgd, micro](double& loss) {
+            std::size_t next = 0;
+            const auto start = Clock::now();
+            loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
+            return seconds_since(start);
+          },
+          {},
+          0};
+}
+
+Door tensor_door(const DoorSetup& s) {
+  auto model = s.build();
+  auto tp = std::make_shared<comm::TensorParallel>(s.world);
+  model->split_tensor_parallel(tp->group());
+  auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
+  const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch, s.be, 41)();
+  return {"tensor",
+          fmt::format("Megatron's split over {} ranks, the whole batch on each, sums by auto's all-reduce",
+                      s.world.size()),
+          [model, tp, sgd, batch](double& loss) {
+            const auto start = Clock::now();
+            loss = plain_train_step(*model, *sgd, batch);
+            tp->take_calls();
+            return seconds_since(start);
+          },
+          {},
+          0};
+}
+
+// The largest of every rank's `seconds` (on every rank).
+double slowest_rank(comm::MpiCommunicator& world, double seconds) {
+  std::vector<double> all(static_cast<std::size_t>(world.size()), 0.0);
+  all[static_cast<std::size_t>(world.rank())] = seconds;
+  world.allreduce_native(all.data(), world.size(), DType::f64, comm::ReduceOp::sum);
+  return *std::max_element(all.begin(), all.end());
+}
+
+std::vector<Door> make_doors(const DoorSetup& s) {
+  std::vector<Door> doors;
+  std::stringstream list(s.o.doors);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    if (name == "one") {
+      doors.push_back(one_process_door(s, 1));
+      if (s.world.size() * s.o.threads > 1) doors.push_back(one_process_door(s, s.world.size() * s.o.threads));
+    } else if (name == "data") {
+      doors.push_back(data_door(s));
+    } else if (name == "pipeline") {
+      doors.push_back(pipeline_door(s));
+    } else if (name == "tensor") {
+      doors.push_back(tensor_door(s));
+    } else {
+      throw Error("--doors: '" + name + "' is not a door (allowed: one, data, pipeline, tensor, comma-separated)");
+    }
+  }
+  TL_CHECK(!doors.empty(), "--doors is empty (allowed: one, data, pipeline, tensor, comma-separated)");
+  return doors;
+}
+
+// Rank 0: a row per door, printed and appended.
+int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& doors, int ranks, Backend& be) {
+  std::vector<ParallelismRow> rows;
+  double one = 0, best = 0;
+  for (Door& d : doors) {
+    ParallelismRow row;
+    row.config = {model_label(o.model), ranks, o.batch, o.threads, d.name, d.detail};
+    row.repeats = d.seconds;
+    row.stats = summarize(d.seconds);
+    row.warmup_steps_excluded = o.warmup;
+    row.samples_per_s = static_cast<double>(o.batch) / row.stats.median;
+    row.loss = d.loss;
+    if (d.name.rfind("one process", 0) == 0 && (one == 0 || row.stats.median < one)) one = row.stats.median;
+    if (best == 0 || row.stats.median < best) best = row.stats.median;
+    rows.push_back(row);
+  }
+  Environment env = mpi_environment(be);
+  env.timer = "steady_clock (each door's step, the slowest rank's; the doors round-robin)";
+  const std::string run_id = new_run_id();
+  const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
+  std::cout << "| door | how | step ms median (min-max) | samples/s | against one process |\n|---|---|---|---|---|\n";
+  for (ParallelismRow& row : rows) {
+    row.speedup = one > 0 ? one / row.stats.median : 0;
+    row.fastest = row.stats.median == best;
+    row.header.env = env;
+    row.header.kind = ParallelismRow::kKind;
+    row.header.run_id = run_id;
+    row.header.status = "ok";
+    std::cout << fmt::format("| {}{} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.0f} | {:.2f}x |\n", row.config.door,
+                             row.fastest ? " (fastest)" : "", row.config.detail, 1e3 * row.stats.median,
+                             1e3 * row.stats.min, 1e3 * row.stats.max, row.samples_per_s, row.speedup);
+    if (!o.no_ledger) ledger.append(row);
+  }
+  if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
+  return 0;
+}
+
+int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* world) {
+  world->set_timeout(o.timeout);
+  TL_CHECK(world->size() >= 2, "needs at least 2 ranks, got " + std::to_string(world->size()) +
+                                   " (launch it as scripts/mpirun -np 2 or more)");
+  TL_CHECK(o.steps >= 1 && o.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+  TL_CHECK(o.batch >= 1, "--batch must be >= 1, got " + std::to_string(o.batch));
+  const ModelDef& def = find_model(o.model.name);
+  Backend& be = get_backend(o.backend);
+  be.set_num_threads(o.threads);
+  DoorSetup setup{*world, be, nullptr, default_input_for(def, o.model.options), static_cast<bool>(def.context), o, {}};
+  setup.build = [&def, &be, &o, &setup] {
+    Generator gen(7);
+    auto model = build_model(def, InitOptions{&gen, DType::f32, &be}, setup.input, o.model.options);
+    model->set_fused(o.fuse);
+    return model;
+  };
+  setup.sgd.lr = 0.01;
+  std::vector<Door> doors = make_doors(setup);
+  if (world->rank() == 0)
+    std::cout << "bench_parallelism: " << model_label(o.model) << ", global batch " << o.batch << ", "
+              << world->size() << " ranks, " << o.backend << " at " << o.threads << " thread(s) a rank"
+              << (o.fuse ? ", fused" : "") << "; the doors round-robin, " << o.warmup << " warm-up and " << o.steps
+              << " measured steps each\n"
+              << std::flush;
+  for (int step = 0; step < o.warmup + o.steps; ++step) {
+    for (Door& d : doors) {
+      world->barrier();
+      double loss = 0;
+      const double seconds = slowest_rank(*world, d.step(loss));
+      if (step >= o.warmup) d.seconds.push_back(seconds);
+      d.loss = loss;
+    }
+  }
+  if (world->rank() != 0) return 0;
+  return write_parallelism_rows(o, doors, world->size(), be);
+}
+
+}  // namespace
+
+int run_parallelism_study(const ParallelismStudyOptions& options) {
+  auto world = comm::MpiCommunicator::world();
+  try {
+    return run_parallelism(options, world.get());
+  } catch (const Error& e) {
+    world->abort(std::string("bench_parallelism: error: ") + e.what(), 2);
+  }
+}
+
+}  // namespace trainlab::bench

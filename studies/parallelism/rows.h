@@ -1,0 +1,57 @@
+// The parallelism study's ledger rows: one `parallelism` row per door (a way to divide the step)
+// of a run (bench_parallelism, studies/parallelism/parallelism_study.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/measure/ledger.h"
+#include "bench/measure/stats.h"
+
+namespace trainlab::bench {
+
+struct ParallelismConfig {
+  std::string model;       // its label
+  int ranks = 0;           // the launched ranks (the one-process doors use rank 0's core(s))
+  std::int64_t batch = 0;  // the global batch of every door
+  int threads = 1;         // per rank (the one-process doors: as their name says)
+  std::string door;        // "one process, 1 thread" | "one process, 2 threads" | "data" | "pipeline" | "tensor"
+  std::string detail;      // how: "DDP, native all-reduce, 16 per rank", "1f1b, 4 micro-batches of 8", ...
+  template <class F>
+  void fields(F& f) {
+    f("model", model);
+    f("ranks", ranks);
+    f("batch", batch);
+    f("threads", threads);
+    f("door", door);
+    f("detail", detail);
+  }
+};
+
+struct ParallelismRow {
+  static constexpr const char* kKind = "parallelism";
+  RowHeader header;
+  ParallelismConfig config;
+  std::vector<double> repeats;  // each measured step's seconds (the slowest rank's), warm-up excluded
+  Summary stats;
+  int warmup_steps_excluded = 0;
+  double samples_per_s = 0;  // the global batch / the median step
+  double speedup = 0;        // against the faster one-process door of the run
+  bool fastest = false;      // the run's fastest door
+  double loss = 0;           // the last measured step's
+  template <class F>
+  void fields(F& f) {
+    header.fields(f);
+    f("config", config);
+    f.optional("repeats", repeats);
+    f("stats", stats);
+    f.optional("warmup_steps_excluded", warmup_steps_excluded);
+    f("samples_per_s", samples_per_s);
+    f("speedup", speedup);
+    f("fastest", fastest);
+    f.optional("loss", loss);
+  }
+};
+
+}  // namespace trainlab::bench

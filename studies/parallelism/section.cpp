@@ -1,0 +1,58 @@
+// The parallelism study's report section: the latest run's doors side by side.
+#include <fmt/format.h>
+
+#include <map>
+#include <sstream>
+
+#include "bench/report/table.h"
+#include "studies/parallelism/parallelism_study.h"
+#include "studies/parallelism/rows.h"
+
+namespace trainlab::bench {
+
+namespace {
+
+std::optional<ReportSection> parallelism_section(const SectionInput& in) {
+  // Every model's latest run (run ids sort by time), its doors in the order they ran.
+  const std::vector<ParallelismRow> all = in.read<ParallelismRow>();
+  std::map<std::string, std::string> latest;  // model -> run id
+  for (const auto& row : all)
+    if (row.header.ok() && row.header.run_id > latest[row.config.model]) latest[row.config.model] = row.header.run_id;
+  if (latest.empty()) return std::nullopt;
+  std::vector<std::vector<std::string>> table;
+  const ParallelismRow* first = nullptr;
+  std::string run_ids;
+  for (const auto& [model, run_id] : latest) run_ids += (run_ids.empty() ? "`" : ", `") + run_id + "`";
+  for (const auto& [model, run_id] : latest) {
+    for (const auto& row : all) {
+      if (!row.header.ok() || row.config.model != model || row.header.run_id != run_id) continue;
+      if (!first || row.header.run_id > first->header.run_id) first = &row;
+      const Summary& s = row.stats;
+      table.push_back({model, fmt::format("{}", row.config.ranks), fmt::format("{}", row.config.batch),
+                       row.config.door + (row.fastest ? " (fastest)" : ""), row.config.detail,
+                       fmt::format("{:.2f} ({:.2f}-{:.2f})", 1e3 * s.median, 1e3 * s.min, 1e3 * s.max),
+                       fmt::format("{:.0f}", row.samples_per_s), fmt::format("{:.2f}x", row.speedup)});
+    }
+  }
+  if (!first) return std::nullopt;
+  ReportSection section = section_of("parallelism", first->header.run_id, first->header.env);
+  const std::vector<std::string> head = {"model", "ranks", "batch", "door", "how", "step ms median (min-max)",
+                                         "samples/s", "against one process"};
+  std::ostringstream md;
+  md << fmt::format(
+      "\n## Which door wins: data, pipeline and tensor parallelism at one global batch\n\n`bench_parallelism` on {} "
+      "(each model's latest run: {}): in a run the doors go round-robin step by step, each from the same initial "
+      "weights. \"Against one process\": the faster of the unsplit model at 1 thread and at every rank's threads "
+      "on rank 0, the same cores.\n\n",
+      measured_on(first->header.env), run_ids);
+  md << render_table(head, table, true);
+  section.markdown = md.str();
+  section.readme_table = render_table(head, table, true);
+  return section;
+}
+
+}  // namespace
+
+SectionDef parallelism_report_section() { return {"parallelism", parallelism_section}; }
+
+}  // namespace trainlab::bench
