@@ -10,6 +10,7 @@
 
 #include "engine/core/autograd.h"
 #include "engine/core/ops.h"
+#include "engine/instrument/memory_usage.h"
 
 namespace trainlab::comm {
 
@@ -221,17 +222,31 @@ Tensor PipelineStage::forward_parts(const Tensor& x) {
 }
 
 void PipelineStage::send(const Tensor& t, int peer, const char* what) {
-  const Tensor dense = t.contiguous();
+  auto pending = std::make_unique<PendingSend>();
+  pending->data = t.contiguous();
+  const Tensor& dense = pending->data;
   TL_CHECK(dense.dim() <= 6,
            "pipeline: a tensor of " + std::to_string(dense.dim()) + " dimensions crosses stages " + "(at most 6)");
-  std::vector<std::int64_t> header(8, 0);
-  header[0] = static_cast<std::int64_t>(dense.dtype());
-  header[1] = dense.dim();
-  for (std::int64_t d = 0; d < dense.dim(); ++d) header[static_cast<std::size_t>(2 + d)] = dense.size(d);
-  headers_.push_back(std::move(header));
-  sends_.push_back(comm_.isend(headers_.back().data(), 8 * sizeof(std::int64_t), peer, what));
-  sends_.push_back(comm_.isend(dense.raw_data(), dense.nbytes(), peer, what));
-  sending_.push_back(dense);
+  pending->header[0] = static_cast<std::int64_t>(dense.dtype());
+  pending->header[1] = dense.dim();
+  for (std::int64_t d = 0; d < dense.dim(); ++d) pending->header[static_cast<std::size_t>(2 + d)] = dense.size(d);
+  pending->requests.push_back(comm_.isend(pending->header.data(), 8 * sizeof(std::int64_t), peer, what));
+  pending->requests.push_back(comm_.isend(dense.raw_data(), dense.nbytes(), peer, what));
+  sends_.push_back(std::move(pending));
+}
+
+void PipelineStage::release_completed_sends() {
+  std::erase_if(sends_, [](const std::unique_ptr<PendingSend>& p) {
+    return std::all_of(p->requests.begin(), p->requests.end(), [](const auto& r) { return r->test(); });
+  });
+}
+
+void PipelineStage::wait_for_sends() {
+  std::vector<std::unique_ptr<Request>> all;
+  for (auto& pending : sends_)
+    for (auto& r : pending->requests) all.push_back(std::move(r));
+  comm_.wait_all(all);
+  sends_.clear();
 }
 
 Tensor PipelineStage::receive(int peer, const char* what) {
@@ -283,9 +298,17 @@ PipelineStepResult PipelineStage::step(const std::function<Batch()>& next_batch,
   std::vector<InFlight> slots(static_cast<std::size_t>(m));
   std::int64_t in_flight = 0;
   double loss_sum = 0;
+  // The activations the schedule holds: what the forwards allocate and keep (the received inputs
+  // among them), counted from what was live before, the peak over the schedule and what the first
+  // forward left.
+  const DeviceType device = batches.front().inputs.device_type();
+  reset_memory_peaks(device);
+  const std::int64_t live_before = memory_usage(device).live_of(MemoryCategory::activations);
   for (const PipelineOp& op : pipeline_order(options_.schedule, stage_, stages_, m)) {
     InFlight& slot = slots[static_cast<std::size_t>(op.micro)];
     const Batch& batch = batches[static_cast<std::size_t>(op.micro)];
+    release_completed_sends();  // a sent activation is freed once its send is done, not at the step's end
+    MemoryCategoryScope category(op.kind == 'F' ? MemoryCategory::activations : MemoryCategory::workspaces);
     if (op.kind == 'F') {
       slot.input = first ? batch.inputs : receive(stage_ - 1, "pipeline: an activation");
       if (!first) slot.input.set_requires_grad(true);
@@ -304,6 +327,12 @@ PipelineStepResult PipelineStage::step(const std::function<Batch()>& next_batch,
       }
       slot.output = y;
       result.peak_in_flight = std::max(result.peak_in_flight, ++in_flight);
+      if (result.events.size() == 1) {
+        const MemoryUsage now = memory_usage(device);
+        result.activation_first_micro_bytes = now.live_of(MemoryCategory::activations) - live_before;
+        result.activation_first_forward_peak_bytes = now.peak_of(MemoryCategory::activations) - live_before;
+        result.activation_received_bytes = first ? 0 : static_cast<std::int64_t>(slot.input.nbytes());
+      }
     } else {
       const Tensor dy = last ? Tensor() : receive(stage_ + 1, "pipeline: a gradient");
       const double begin = since();
@@ -318,11 +347,9 @@ PipelineStepResult PipelineStage::step(const std::function<Batch()>& next_batch,
       --in_flight;
     }
   }
-  comm_.wait_all(sends_);
+  wait_for_sends();
   result.schedule_end_s = since();
-  sends_.clear();
-  sending_.clear();
-  headers_.clear();
+  result.activation_peak_bytes = memory_usage(device).peak_of(MemoryCategory::activations) - live_before;
   sum_shared_gradients();
   // The last stage's loss, on every stage.
   comm_.broadcast(&loss_sum, sizeof loss_sum, stages_ - 1);

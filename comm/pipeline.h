@@ -23,6 +23,7 @@
 // its parts' parameters. f32 only for now (no autocast at the boundaries).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,6 +93,12 @@ struct PipelineStepResult {
   double data_parallel_s = 0;  // the gradients' average over the data-parallel replicas (0: none)
   std::vector<PipelineEvent> events;
   std::int64_t peak_in_flight = 0;  // micro-batches whose activations the stage held at once
+  // Activation bytes (engine/instrument/memory_usage.h: what the forwards allocated and kept, the
+  // received inputs included) above what was live before the schedule: the most held at once; what
+  // the first forward left (one micro-batch's, which the in-flight count multiplies) and the most it
+  // held while it ran (its transients on top).
+  std::int64_t activation_peak_bytes = 0, activation_first_micro_bytes = 0, activation_first_forward_peak_bytes = 0;
+  std::int64_t activation_received_bytes = 0;  // of those, the first forward's input as received (0 on stage 0)
 };
 
 class PipelineStage {
@@ -128,9 +135,15 @@ class PipelineStage {
   std::vector<ModelPart> parts_;
   // A parameter read by this stage and another: the other stage, for the gradient's sum.
   std::vector<std::pair<std::string, int>> shared_;
-  std::vector<std::unique_ptr<Request>> sends_;
-  std::vector<Tensor> sending_;  // kept alive until their sends complete
-  std::vector<std::vector<std::int64_t>> headers_;
+  // A send in flight: its header (dtype, rank, shape) and tensor, kept alive until both complete.
+  struct PendingSend {
+    std::array<std::int64_t, 8> header{};
+    Tensor data;
+    std::vector<std::unique_ptr<Request>> requests;
+  };
+  void release_completed_sends();
+  void wait_for_sends();  // under the deadline
+  std::vector<std::unique_ptr<PendingSend>> sends_;
 };
 
 }  // namespace trainlab::comm

@@ -134,17 +134,17 @@ Door tensor_door(const DoorSetup& s) {
   model->split_tensor_parallel(tp->group());
   auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
   const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch, s.be, 41)();
-  return {"tensor",
-          fmt::format("Megatron's split over {} ranks, the whole batch on each, sums by auto's all-reduce",
-                      s.world.size()),
-          [model, tp, sgd, batch](double& loss) {
-            const auto start = Clock::now();
-            loss = plain_train_step(*model, *sgd, batch);
-            tp->take_calls();
-            return seconds_since(start);
-          },
-          {},
-          0};
+  return {
+      "tensor",
+      fmt::format("Megatron's split over {} ranks, the whole batch on each, sums by auto's all-reduce", s.world.size()),
+      [model, tp, sgd, batch](double& loss) {
+        const auto start = Clock::now();
+        loss = plain_train_step(*model, *sgd, batch);
+        tp->take_calls();
+        return seconds_since(start);
+      },
+      {},
+      0};
 }
 
 // The largest of every rank's `seconds` (on every rank).
@@ -233,10 +233,9 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
   setup.sgd.lr = 0.01;
   std::vector<Door> doors = make_doors(setup);
   if (world->rank() == 0)
-    std::cout << "bench_parallelism: " << model_label(o.model) << ", global batch " << o.batch << ", "
-              << world->size() << " ranks, " << o.backend << " at " << o.threads << " thread(s) a rank"
-              << (o.fuse ? ", fused" : "") << "; the doors round-robin, " << o.warmup << " warm-up and " << o.steps
-              << " measured steps each\n"
+    std::cout << "bench_parallelism: " << model_label(o.model) << ", global batch " << o.batch << ", " << world->size()
+              << " ranks, " << o.backend << " at " << o.threads << " thread(s) a rank" << (o.fuse ? ", fused" : "")
+              << "; the doors round-robin, " << o.warmup << " warm-up and " << o.steps << " measured steps each\n"
               << std::flush;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     for (Door& d : doors) {

@@ -36,8 +36,8 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
   }
   if (!first) return std::nullopt;
   ReportSection section = section_of("parallelism", first->header.run_id, first->header.env);
-  const std::vector<std::string> head = {"model", "ranks", "batch", "door", "how", "step ms median (min-max)",
-                                         "samples/s", "against one process"};
+  const std::vector<std::string> head = {
+      "model", "ranks", "batch", "door", "how", "step ms median (min-max)", "samples/s", "against one process"};
   std::ostringstream md;
   md << fmt::format(
       "\n## Which door wins: data, pipeline and tensor parallelism at one global batch\n\n`bench_parallelism` on {} "

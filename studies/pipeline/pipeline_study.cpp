@@ -40,6 +40,9 @@ struct PipelineArmRecord {
   std::vector<double> events;             // [stage][2m][4]: kind (0 F, 1 B), micro, begin, end; the last step
   double loss = 0;
   std::vector<double> data_parallel_s;  // stage 0's average over the replicas, per step
+  // [stage]: the activation bytes held at once (the largest over the steps), what one micro-batch's
+  // forward left and the most it held while it ran (the last step's)
+  std::vector<std::int64_t> activation_peak, activation_micro, activation_forward_peak, activation_received;
 };
 
 std::vector<std::int64_t> parse_micro_counts(const std::string& text) {
@@ -78,14 +81,19 @@ void measure_pipeline_step(comm::Communicator& world, comm::PipelineStage& stage
   world.barrier();  // the stages start together: their clocks' offsets are the barrier's skew
   const comm::PipelineStepResult r = stage.step(batches, sgd);
   if (record == nullptr) return;
-  // [busy | step seconds | peak | schedule begin | schedule end] per stage, then the events per stage
-  const std::size_t per = static_cast<std::size_t>(8 * micro), head = static_cast<std::size_t>(5 * p);
+  // [busy | step seconds | peak | schedule begin | schedule end | activation peak | one micro-batch's
+  // activations | its forward's peak | its received input] per stage, then the events per stage
+  const std::size_t per = static_cast<std::size_t>(8 * micro), head = static_cast<std::size_t>(9 * p);
   std::vector<double> all(head + per * static_cast<std::size_t>(p), 0.0);
   all[static_cast<std::size_t>(s)] = r.busy_s;
   all[static_cast<std::size_t>(p + s)] = r.seconds;
   all[static_cast<std::size_t>(2 * p + s)] = static_cast<double>(r.peak_in_flight);
   all[static_cast<std::size_t>(3 * p + s)] = r.schedule_begin_s;
   all[static_cast<std::size_t>(4 * p + s)] = r.schedule_end_s;
+  all[static_cast<std::size_t>(5 * p + s)] = static_cast<double>(r.activation_peak_bytes);
+  all[static_cast<std::size_t>(6 * p + s)] = static_cast<double>(r.activation_first_micro_bytes);
+  all[static_cast<std::size_t>(7 * p + s)] = static_cast<double>(r.activation_first_forward_peak_bytes);
+  all[static_cast<std::size_t>(8 * p + s)] = static_cast<double>(r.activation_received_bytes);
   for (std::size_t e = 0; e < r.events.size() && 4 * e + 3 < per; ++e) {
     double* at = all.data() + head + per * static_cast<std::size_t>(s) + 4 * e;
     at[0] = r.events[e].kind == 'F' ? 0 : 1;
@@ -105,10 +113,21 @@ void measure_pipeline_step(comm::Communicator& world, comm::PipelineStage& stage
   record->events.assign(all.begin() + static_cast<std::ptrdiff_t>(head), all.end());
   record->loss = r.loss;
   record->data_parallel_s.push_back(r.data_parallel_s);
+  record->activation_peak.resize(static_cast<std::size_t>(p), 0);
+  record->activation_micro.resize(static_cast<std::size_t>(p), 0);
+  record->activation_forward_peak.resize(static_cast<std::size_t>(p), 0);
+  record->activation_received.resize(static_cast<std::size_t>(p), 0);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(p); ++i) {
+    record->activation_peak[i] =
+        std::max(record->activation_peak[i], static_cast<std::int64_t>(all[5 * static_cast<std::size_t>(p) + i]));
+    record->activation_micro[i] = static_cast<std::int64_t>(all[6 * static_cast<std::size_t>(p) + i]);
+    record->activation_forward_peak[i] = static_cast<std::int64_t>(all[7 * static_cast<std::size_t>(p) + i]);
+    record->activation_received[i] = static_cast<std::int64_t>(all[8 * static_cast<std::size_t>(p) + i]);
+  }
 }
 
 PipelineRow pipeline_row_of(const PipelineArmRecord& record, const PipelineArm& arm, int p, const PipelineConfig& base,
-                            int warmup) {
+                            int warmup, double base_estimate) {
   PipelineRow row;
   row.config = base;
   row.config.schedule = comm::pipeline_schedule_name(arm.schedule);
@@ -138,6 +157,21 @@ PipelineRow pipeline_row_of(const PipelineArmRecord& record, const PipelineArm& 
   const double m = static_cast<double>(arm.micro);
   row.bound_measured_stages = m * sum_t / (p * ((m - 1) * max_t + sum_t));
   row.loss = record.loss;
+  // The schedule's in-flight bound k (GPipe: m; 1F1B: min(m, p - s)): k - 1 micro-batches' activations
+  // held while the k-th runs its forward at its peak.
+  for (int s = 0; s < p; ++s) {
+    const std::int64_t bound =
+        arm.schedule == PipelineSchedule::gpipe ? arm.micro : std::min<std::int64_t>(arm.micro, p - s);
+    row.stage_activation_peak_bytes.push_back(record.activation_peak[static_cast<std::size_t>(s)]);
+    row.stage_activation_predicted_bytes.push_back((bound - 1) * record.activation_micro[static_cast<std::size_t>(s)] +
+                                                   record.activation_forward_peak[static_cast<std::size_t>(s)]);
+  }
+  // One micro-batch's activations over every stage, less the copies the stages received, against
+  // the memory estimator's for the whole model at the micro-batch (what the forward leaves saved).
+  for (int s = 0; s < p; ++s)
+    row.measured_saved_bytes +=
+        record.activation_micro[static_cast<std::size_t>(s)] - record.activation_received[static_cast<std::size_t>(s)];
+  row.estimator_saved_bytes = base_estimate;
   if (base.data_parallel > 1) row.data_parallel_s = summarize(record.data_parallel_s).median;
   return row;
 }
@@ -194,7 +228,8 @@ namespace {
 
 // Rank 0: a row per configuration (printed, and appended to the ledger), and the trace.
 int write_pipeline_rows(const PipelineStudyOptions& o, const std::vector<PipelineArm>& arms,
-                        const std::vector<PipelineArmRecord>& records, int p, const std::string& cut, Backend& be) {
+                        const std::vector<PipelineArmRecord>& records, int p, const std::string& cut, Backend& be,
+                        double estimator_saved) {
   PipelineConfig base;
   base.model = model_label(o.model);
   base.stages = p;
@@ -206,23 +241,37 @@ int write_pipeline_rows(const PipelineStudyOptions& o, const std::vector<Pipelin
   const std::string run_id = new_run_id();
   const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
   std::cout << "| schedule | m | step ms median (min-max) | schedule ms | utilisation | bound m/(m+p-1) | bound, "
-               "measured stages | stage busy ms | in flight |\n|---|---|---|---|---|---|---|---|---|\n";
+               "measured stages | stage busy ms | in flight | activations MiB, measured / predicted |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t a = 0; a < arms.size(); ++a) {
-    PipelineRow row = pipeline_row_of(records[a], arms[a], p, base, o.warmup);
+    PipelineRow row = pipeline_row_of(records[a], arms[a], p, base, o.warmup, estimator_saved);
     row.header.env = env;
     row.header.kind = PipelineRow::kKind;
     row.header.run_id = run_id;
     row.header.status = "ok";
-    std::string busy, peak;
+    std::string busy, peak, memory;
     for (std::size_t s = 0; s < row.stage_busy_s.size(); ++s) {
       busy += fmt::format("{}{:.1f}", s ? " / " : "", 1e3 * row.stage_busy_s[s]);
       peak += fmt::format("{}{}", s ? " / " : "", row.stage_peak_in_flight[s]);
+      memory += fmt::format("{}{:.2f} / {:.2f}", s ? "; " : "", row.stage_activation_peak_bytes[s] / 1048576.0,
+                            row.stage_activation_predicted_bytes[s] / 1048576.0);
     }
-    std::cout << fmt::format("| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.1f} | {:.1f}% | {:.1f}% | {:.1f}% | {} | {} |\n",
-                             row.config.schedule, arms[a].micro, 1e3 * row.stats.median, 1e3 * row.stats.min,
-                             1e3 * row.stats.max, 1e3 * row.schedule_s.median, 100 * row.utilisation, 100 * row.bound,
-                             100 * row.bound_measured_stages, busy, peak);
+    std::cout << fmt::format(
+        "| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.1f} | {:.1f}% | {:.1f}% | {:.1f}% | {} | {} | {} |\n",
+        row.config.schedule, arms[a].micro, 1e3 * row.stats.median, 1e3 * row.stats.min, 1e3 * row.stats.max,
+        1e3 * row.schedule_s.median, 100 * row.utilisation, 100 * row.bound, 100 * row.bound_measured_stages, busy,
+        peak, memory);
     if (!o.no_ledger) ledger.append(row);
+  }
+  if (!arms.empty()) {
+    const PipelineRow first = pipeline_row_of(records.front(), arms.front(), p, {}, o.warmup, estimator_saved);
+    std::cout << fmt::format(
+        "one micro-batch's activations over the stages, less the inputs they received: {:.3f} MiB; the memory "
+        "estimator's for the whole model at {} samples: {}\n",
+        first.measured_saved_bytes / 1048576.0, o.micro_batch,
+        estimator_saved > 0 ? fmt::format("{:.3f} MiB ({:+.1f}%)", estimator_saved / 1048576.0,
+                                          100 * (first.measured_saved_bytes / estimator_saved - 1))
+                            : std::string("none (the model has no memory chain)"));
   }
   if (!o.trace_path.empty()) {
     write_file_atomic(o.trace_path, pipeline_trace_json(arms, records, p));
@@ -297,7 +346,11 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
       measure_pipeline_step(pipe, *stages[a], *optimizers[a], batches[a], arms[a].micro,
                             step < o.warmup ? nullptr : &records[a]);
   if (world->rank() != 0) return 0;
-  return write_pipeline_rows(o, arms, records, p, stages.front()->describe(), be);
+  // The memory estimator's saved activations for the whole model at one micro-batch (0: the model
+  // does not describe its forward to it).
+  const std::vector<ChainOp> chain = models.front()->memory_chain(ChainShape{o.micro_batch, DType::f32, false}, be);
+  const double estimator_saved = chain.empty() ? 0.0 : estimate_chain(chain).saved;
+  return write_pipeline_rows(o, arms, records, p, stages.front()->describe(), be, estimator_saved);
 }
 
 }  // namespace

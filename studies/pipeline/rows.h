@@ -45,8 +45,17 @@ struct PipelineRow {
   // fraction of the schedule's span it spent in them.
   std::vector<double> stage_busy_s, stage_utilisation;
   std::vector<std::int64_t> stage_peak_in_flight;  // micro-batches whose activations it held at once
-  double utilisation = 0;                          // the mean of stage_utilisation: measured
-  double bound = 0;                                // seed 003's fill-and-drain bound m / (m + p - 1), balanced stages
+  // Per stage: the activation bytes it held at once (memory_usage's accounting, the received inputs
+  // included; the largest over the steps), and the schedule's prediction from one micro-batch's
+  // forward on that stage: with k the in-flight bound (GPipe m, 1F1B min(m, p - s)), k - 1 times what
+  // it left plus the most it held while it ran.
+  std::vector<std::int64_t> stage_activation_peak_bytes, stage_activation_predicted_bytes;
+  // One micro-batch's activations summed over the stages, less the inputs the stages received (copies
+  // of what the stage before keeps), and the memory estimator's (engine/instrument/memory_model.h)
+  // saved activations for the whole model at the micro-batch (0: the model has no chain).
+  double measured_saved_bytes = 0, estimator_saved_bytes = 0;
+  double utilisation = 0;  // the mean of stage_utilisation: measured
+  double bound = 0;        // seed 003's fill-and-drain bound m / (m + p - 1), balanced stages
   // The same bound for the stages as measured: sum of m t_s over p ((m - 1) max t_s + sum t_s), with
   // t_s a micro-batch's forward and backward on stage s (what an imbalanced cut costs).
   double bound_measured_stages = 0;
@@ -63,6 +72,10 @@ struct PipelineRow {
     f("stage_busy_s", stage_busy_s);
     f("stage_utilisation", stage_utilisation);
     f.optional("stage_peak_in_flight", stage_peak_in_flight);
+    f.optional("stage_activation_peak_bytes", stage_activation_peak_bytes);
+    f.optional("stage_activation_predicted_bytes", stage_activation_predicted_bytes);
+    f.optional("measured_saved_bytes", measured_saved_bytes);
+    f.optional("estimator_saved_bytes", estimator_saved_bytes);
     f("utilisation", utilisation);
     f("bound", bound);
     f("bound_measured_stages", bound_measured_stages);

@@ -20,6 +20,17 @@ std::string per_stage(const std::vector<double>& values, double scale, const cha
   return out;
 }
 
+// Per stage, the activations held at once against the schedule's prediction, MiB ("" in rows from
+// before they were measured).
+std::string activations(const PipelineRow& row) {
+  std::string out;
+  for (std::size_t i = 0; i < row.stage_activation_peak_bytes.size() && i < row.stage_activation_predicted_bytes.size();
+       ++i)
+    out += fmt::format("{}{:.2f} / {:.2f}", i ? "; " : "", row.stage_activation_peak_bytes[i] / 1048576.0,
+                       row.stage_activation_predicted_bytes[i] / 1048576.0);
+  return out;
+}
+
 std::optional<ReportSection> pipeline_section(const SectionInput& in) {
   const auto [run_id, rows] = latest_run(in.read<PipelineRow>());
   if (run_id.empty()) return std::nullopt;
@@ -35,7 +46,8 @@ std::optional<ReportSection> pipeline_section(const SectionInput& in) {
                      fmt::format("{:.1f} ({:.1f}-{:.1f})", 1e3 * s.median, 1e3 * s.min, 1e3 * s.max),
                      fmt::format("{:.1f}%", 100 * row.utilisation), fmt::format("{:.1f}%", 100 * row.bound),
                      fmt::format("{:.1f}%", 100 * row.bound_measured_stages),
-                     per_stage(row.stage_busy_s, 1e3, "{:.1f}"), per_stage(row.stage_utilisation, 100, "{:.0f}%")});
+                     per_stage(row.stage_busy_s, 1e3, "{:.1f}"), per_stage(row.stage_utilisation, 100, "{:.0f}%"),
+                     activations(row)});
     auto [it, fresh] = measured.try_emplace(row.config.schedule);
     if (fresh)
       it->second = {
@@ -54,13 +66,16 @@ std::optional<ReportSection> pipeline_section(const SectionInput& in) {
                                          "bound",
                                          "bound, measured stages",
                                          "stage busy ms",
-                                         "stage utilisation"};
+                                         "stage utilisation",
+                                         "activations MiB, measured / predicted"};
   std::ostringstream md;
   md << fmt::format(
       "\n## Pipeline parallelism against its bound\n\nRun `{}` of `bench_pipeline` on {}: {}, {} stages ({}), "
       "micro-batches of {} samples. Utilisation: each stage's forwards and backwards over the schedule's span (the "
       "update excluded), averaged over the stages; the bound is seed 003's fill-and-drain m / (m + p - 1) for "
-      "balanced stages, and the same bubble for the stage times as measured.\n\n",
+      "balanced stages, and the same bubble for the stage times as measured. Activations: what each stage held at once "
+      "against the schedule's prediction from one micro-batch's forward there (k - 1 micro-batches kept while the "
+      "k-th runs at its peak; k = m for GPipe, min(m, p - s) for 1F1B).\n\n",
       run_id, measured_on(first->header.env), first->config.model, first->config.stages, first->config.cut,
       first->config.micro_batch);
   md << render_table(head, table, true);
