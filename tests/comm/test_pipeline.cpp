@@ -219,6 +219,10 @@ TEST_CASE("pipeline x data parallel: the world in pipelines whose stages average
   auto world = MpiCommunicator::world();
   const int n = world->size();
   REQUIRE_THROWS_WITH(make_parallel_grid(*world, n + 1), Catch::Contains("do not make " + std::to_string(n + 1)));
+  if (n % 2 != 0) {  // an odd world makes no two pipelines, and says so
+    REQUIRE_THROWS_WITH(make_parallel_grid(*world, 2), Catch::Contains("do not make 2 data-parallel replicas"));
+    return;
+  }
   // Two pipelines of n / 2 stages (2 ranks: two one-stage pipelines, data parallelism alone).
   ParallelGrid grid = make_parallel_grid(*world, 2);
   REQUIRE(grid.model_ranks == n / 2);

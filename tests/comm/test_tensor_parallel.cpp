@@ -124,7 +124,7 @@ GPTConfig small_gpt(std::int64_t n_head) {
 SplitCase gpt_case(Backend& be, bool fused) {
   auto make = [&be] {
     Generator gen(6);
-    return std::shared_ptr<Module>(std::make_shared<GPT>(small_gpt(4), InitOptions{&gen, DType::f32, &be}));
+    return std::shared_ptr<Module>(std::make_shared<GPT>(small_gpt(12), InitOptions{&gen, DType::f32, &be}));
   };
   Generator gen(18);
   std::vector<std::int64_t> tokens, next;
@@ -152,6 +152,12 @@ TEST_CASE("tensor parallel: SmallCNN's classifier (fc1 by columns, fc2 by rows)"
     Generator gen(5);
     return std::shared_ptr<Module>(std::make_shared<SmallCNN>(InitOptions{&gen, DType::f32, &be}));
   };
+  if (256 % world->size() != 0) {  // 3 ranks: fc1's 256 hidden units do not divide, and it says so
+    TensorParallel tp(*world);
+    REQUIRE_THROWS_WITH(make()->split_tensor_parallel(tp.group()),
+                        Catch::Contains("fc1's 256 output features (256) do not divide over 3"));
+    return;
+  }
   check_split(*world, {"SmallCNN", make, random_images(17, {3, 3, 32, 32}, be), false});
   check_split(*world, {"SmallCNN", make, random_images(17, {3, 3, 32, 32}, be), true});
 }
@@ -162,7 +168,7 @@ TEST_CASE("tensor parallel: the MLP (Megatron's pair: fc1 by columns, fc2 by row
   auto make = [&be] {
     Generator gen(4);
     return build_model(find_model("mlp"), InitOptions{&gen, DType::f32, &be}, ModelInput{{3, 4, 4}, 10},
-                       {{"hidden", "8"}});
+                       {{"hidden", "12"}});
   };
   check_split(*world, {"MLP", make, random_images(21, {5, 3, 4, 4}, be), false});
 }
@@ -173,7 +179,7 @@ TEST_CASE("tensor parallel: ResNet-8's head by rows of its whole input", "[tenso
   auto make = [&be] {
     Generator gen(8);
     return build_model(find_model("resnet"), InitOptions{&gen, DType::f32, &be}, ModelInput{{3, 8, 8}, 10},
-                       {{"depth", "1"}, {"width", "4"}});
+                       {{"depth", "1"}, {"width", "6"}});  // a head of 24 features: 2, 3 or 4 ranks
   };
   check_split(*world, {"ResNet-8", make, random_images(19, {4, 3, 8, 8}, be), false});
 }
@@ -184,11 +190,11 @@ TEST_CASE("tensor parallel: what is refused", "[tensor_parallel]") {
   const int p = world->size();
   Backend& be = get_backend("reference");
   Generator gen(3);
-  // Heads that do not divide over the ranks (3 heads at 2 or 4 ranks).
-  GPT odd(small_gpt(3), InitOptions{&gen, DType::f32, &be});
+  // Heads that do not divide over the ranks (5 heads at 2, 3 or 4 ranks).
+  GPT odd(small_gpt(5), InitOptions{&gen, DType::f32, &be});
   REQUIRE_THROWS_WITH(odd.split_tensor_parallel(tp.group()),
-                      Catch::Contains("n_head 3 does not divide over " + std::to_string(p) + " tensor-parallel ranks"));
-  GPTConfig with_dropout = small_gpt(4);
+                      Catch::Contains("n_head 5 does not divide over " + std::to_string(p) + " tensor-parallel ranks"));
+  GPTConfig with_dropout = small_gpt(12);
   with_dropout.dropout = 0.1;
   GPT dropping(with_dropout, InitOptions{&gen, DType::f32, &be});
   REQUIRE_THROWS_WITH(dropping.split_tensor_parallel(tp.group()), Catch::Contains("needs dropout 0"));
@@ -203,9 +209,9 @@ TEST_CASE("tensor parallel: what is refused", "[tensor_parallel]") {
   Sequential plain;
   plain.add(std::make_shared<Linear>(4, 4, InitOptions{&gen, DType::f32, &be}));
   REQUIRE_THROWS_WITH(plain.split_tensor_parallel(tp.group()), Catch::Contains("no tensor-parallel split"));
-  // The MLP's hidden width not dividing (3 hidden units).
-  auto mlp = build_model(find_model("mlp"), InitOptions{&gen, DType::f32, &be}, ModelInput{{4}, 10}, {{"hidden", "3"}});
-  REQUIRE_THROWS_WITH(mlp->split_tensor_parallel(tp.group()), Catch::Contains("fc1's 3 output features"));
+  // The MLP's hidden width not dividing (5 hidden units).
+  auto mlp = build_model(find_model("mlp"), InitOptions{&gen, DType::f32, &be}, ModelInput{{4}, 10}, {{"hidden", "5"}});
+  REQUIRE_THROWS_WITH(mlp->split_tensor_parallel(tp.group()), Catch::Contains("fc1's 5 output features"));
   // A layer split twice.
   Linear twice(4, 2 * p, InitOptions{&gen, DType::f32, &be});
   twice.split(LinearSplit::columns, tp.group(), "fc");
@@ -214,12 +220,16 @@ TEST_CASE("tensor parallel: what is refused", "[tensor_parallel]") {
 
 TEST_CASE("tensor parallel x data parallel: replicas of a split model average their gradients", "[tensor_parallel]") {
   auto world = MpiCommunicator::world();
+  if (world->size() % 2 != 0) {  // an odd world makes no two replicas, and says so
+    REQUIRE_THROWS_WITH(make_parallel_grid(*world, 2), Catch::Contains("do not make 2 data-parallel replicas"));
+    return;
+  }
   // Two replicas of a split over world / 2 ranks (2 ranks: two unsplit replicas, data parallelism alone).
   ParallelGrid grid = make_parallel_grid(*world, 2);
   REQUIRE(grid.replicas == 2);
   TensorParallel tp(*grid.model);
   Backend& be = get_backend("reference");
-  GPTConfig config = small_gpt(4);
+  GPTConfig config = small_gpt(12);
   auto make = [&be, &config] {
     Generator gen(6);
     return std::make_shared<GPT>(config, InitOptions{&gen, DType::f32, &be});
