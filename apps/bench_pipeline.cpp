@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   app.add_option("--cut", o.cut,
                  "each stage's first part, comma-separated (0,2), or balanced (by each part's measured time); "
                  "default: the parts spread evenly by count");
+  app.add_option("--dtype", o.dtype, "f32, or bf16 (autocast over f32 master weights; activations cross in bf16)")
+      ->capture_default_str();
   app.add_option("--data-parallel", o.data_parallel,
                  "pipelines: the ranks as this many data-parallel replicas of a pipeline of ranks / N stages, each "
                  "stage's gradients averaged over them (2 at 4 ranks: 2 x 2)")

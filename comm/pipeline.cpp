@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/core/autocast.h"
 #include "engine/core/autograd.h"
 #include "engine/core/ops.h"
 #include "engine/instrument/memory_usage.h"
@@ -165,6 +166,9 @@ PipelineStage::PipelineStage(Communicator& comm, Module& model, const PipelineOp
   parts_ = model.parts();
   const int parts = static_cast<int>(parts_.size());
   TL_CHECK(parts > 0, "pipeline: the model does not describe its parts (Module::parts), so it cannot be cut");
+  TL_CHECK(options.dtype == DType::f32 || options.dtype == DType::bf16,
+           std::string("pipeline: dtype ") + dtype_name(options.dtype) +
+               " is not supported (allowed: f32, bf16; f16 needs a loss scaler the pipeline does not run)");
   TL_CHECK(options.micro_batches >= 1,
            "pipeline: micro_batches must be >= 1, got " + std::to_string(options.micro_batches));
   TL_CHECK(parts >= stages_, "pipeline: " + std::to_string(stages_) + " stages need at least as many parts; the " +
@@ -313,11 +317,17 @@ PipelineStepResult PipelineStage::step(const std::function<Batch()>& next_batch,
       slot.input = first ? batch.inputs : receive(stage_ - 1, "pipeline: an activation");
       if (!first) slot.input.set_requires_grad(true);
       const double begin = since();
-      Tensor y = forward_parts(slot.input);
-      if (last) {
-        const Tensor targets = batch.labels.dim() > 1 ? batch.labels.reshape({-1}) : batch.labels;
-        y = cross_entropy(y, targets);
-        if (m > 1) y = y * (1.0 / static_cast<double>(m));  // as StepRunner's micro-steps: the mean
+      Tensor y;
+      {
+        // The compute dtype (bf16: autocast over the f32 masters, as StepRunner runs it); the
+        // activations cross in whatever dtype the part gave them.
+        AutocastGuard autocast(options_.dtype, &optimizer);
+        y = forward_parts(slot.input);
+        if (last) {
+          const Tensor targets = batch.labels.dim() > 1 ? batch.labels.reshape({-1}) : batch.labels;
+          y = cross_entropy(y, targets);
+          if (m > 1) y = y * (1.0 / static_cast<double>(m));  // as StepRunner's micro-steps: the mean
+        }
       }
       result.events.push_back({'F', op.micro, begin, since()});
       if (last) {

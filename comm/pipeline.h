@@ -20,7 +20,7 @@
 //
 // Every rank builds the whole model from the same seed (the same initial weights everywhere) and
 // reads every batch (the first stage uses the inputs, the last the labels); a stage touches only
-// its parts' parameters. f32 only for now (no autocast at the boundaries).
+// its parts' parameters. f32 or bf16 (autocast; `dtype`).
 #pragma once
 
 #include <array>
@@ -69,6 +69,9 @@ struct PipelineOptions {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   std::int64_t micro_batches = 4;
   std::vector<int> starts;  // empty: even_cut
+  // The compute dtype: f32, or bf16 (autocast over the f32 master weights, as StepRunner's dtype
+  // bf16; the activations and their gradients cross the stages in the dtype the parts give them).
+  DType dtype = DType::f32;
   // Data parallel x pipeline: the ranks holding this stage in the other pipelines (ParallelGrid's
   // `data`, comm/communicator.h); each replica reads its own batches, and before the update every gradient of the stage
   // is averaged over them (one flat all-reduce, `auto` by size). Null: one pipeline.

@@ -234,6 +234,7 @@ int write_pipeline_rows(const PipelineStudyOptions& o, const std::vector<Pipelin
   base.model = model_label(o.model);
   base.stages = p;
   base.data_parallel = o.data_parallel;
+  base.dtype = o.dtype;
   base.micro_batch = o.micro_batch;
   base.cut = cut;
   Environment env = mpi_environment(be);
@@ -319,6 +320,7 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
     po.starts = comm::parse_cut(o.cut, static_cast<int>(build()->parts().size()), p);
   }
   po.data_parallel = o.data_parallel > 1 ? grid.data.get() : nullptr;
+  po.dtype = parse_dtype(o.dtype);
   SgdOptions sgd;
   sgd.lr = 0.01;
   for (const PipelineArm& arm : arms) {
@@ -333,7 +335,7 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
   if (world->rank() == 0) {
     std::cout << "bench_pipeline: " << model_label(o.model) << ", " << p << " stages"
               << (o.data_parallel > 1 ? " x " + std::to_string(o.data_parallel) + " data-parallel pipelines" : "")
-              << ", micro-batches of " << o.micro_batch << ", " << o.backend << " at " << o.threads
+              << ", micro-batches of " << o.micro_batch << ", " << o.dtype << ", " << o.backend << " at " << o.threads
               << " thread(s) a rank\n";
   }
   for (int r = 0; r < p; ++r) {
@@ -348,7 +350,8 @@ int run_pipeline_sweep(const PipelineStudyOptions& o, comm::MpiCommunicator* wor
   if (world->rank() != 0) return 0;
   // The memory estimator's saved activations for the whole model at one micro-batch (0: the model
   // does not describe its forward to it).
-  const std::vector<ChainOp> chain = models.front()->memory_chain(ChainShape{o.micro_batch, DType::f32, false}, be);
+  const std::vector<ChainOp> chain =
+      models.front()->memory_chain(ChainShape{o.micro_batch, parse_dtype(o.dtype), false}, be);
   const double estimator_saved = chain.empty() ? 0.0 : estimate_chain(chain).saved;
   return write_pipeline_rows(o, arms, records, p, stages.front()->describe(), be, estimator_saved);
 }

@@ -21,6 +21,7 @@ struct PipelineStudyOptions {
   std::string micro_batches = "1,2,4,8,16,32";
   std::int64_t micro_batch = 8;  // samples per micro-batch (fixed: m scales the step)
   std::string cut;               // "0,2": each stage's first part; "balanced": by measured time; empty: even
+  std::string dtype = "f32";     // f32 | bf16 (autocast over f32 masters)
   int data_parallel = 1;         // pipelines (each world / data_parallel stages), gradients averaged over them
   std::string backend = "onednn";
   int threads = 1;  // per rank

@@ -19,6 +19,7 @@ struct PipelineConfig {
   std::int64_t micro_batch = 0;    // samples per micro-batch
   std::string cut;                 // each stage's first part and the parts it runs: "0 (conv1) | 1 (conv2) ..."
   int data_parallel = 1;           // pipelines, each stage's gradients averaged over them (1: one pipeline)
+  std::string dtype = "f32";       // the compute dtype (bf16: autocast)
   template <class F>
   void fields(F& f) {
     f("model", model);
@@ -28,6 +29,7 @@ struct PipelineConfig {
     f("micro_batch", micro_batch);
     f.optional("cut", cut);
     f.optional("data_parallel", data_parallel);
+    f.optional("dtype", dtype);
   }
 };
 

@@ -42,12 +42,17 @@ struct Models {
 
 // Two steps of the pipeline and of the unpipelined step on the same batches from the same weights:
 // this stage's parameters and every stage's loss compared.
-void check_against_unpipelined(Communicator& world, const Models& models, PipelineSchedule schedule,
-                               std::int64_t micro) {
-  INFO(pipeline_schedule_name(schedule) << ", " << micro << " micro-batches, " << world.size() << " stages");
+void check_against_unpipelined(Communicator& world, const Models& models, PipelineSchedule schedule, std::int64_t micro,
+                               DType dtype = DType::f32) {
+  INFO(pipeline_schedule_name(schedule) << ", " << micro << " micro-batches, " << world.size() << " stages, "
+                                        << dtype_name(dtype));
   auto piped = models.make();
   auto plain = models.make();
-  PipelineStage stage(world, *piped, {schedule, micro, {}});
+  PipelineOptions po;
+  po.schedule = schedule;
+  po.micro_batches = micro;
+  po.dtype = dtype;
+  PipelineStage stage(world, *piped, po);
   INFO(stage.describe());
   SgdOptions sgd;
   sgd.lr = 0.05;
@@ -56,6 +61,7 @@ void check_against_unpipelined(Communicator& world, const Models& models, Pipeli
   SGD plain_sgd(plain->named_parameters(), sgd);
   StepOptions options;
   options.accumulate = micro;
+  options.dtype = dtype;
   StepRunner runner(get_backend("reference"), *plain, plain_sgd, options);
   auto piped_batches = models.batches(), plain_batches = models.batches();
   for (int step = 0; step < 2; ++step) {
@@ -297,4 +303,31 @@ TEST_CASE("pipeline: the activations each stage holds, against the schedule and 
   const double estimate =
       estimate_chain(whole->memory_chain(ChainShape{3, DType::f32, false}, get_backend("reference"))).saved;
   CHECK(saved == Approx(estimate).epsilon(1e-9));
+}
+
+TEST_CASE("pipeline: bf16 (autocast over f32 masters) as the unpipelined step in bf16", "[pipeline]") {
+  auto world = MpiCommunicator::world();
+  for (PipelineSchedule schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
+    check_against_unpipelined(*world, smallcnn_models(), schedule, 3, DType::bf16);
+    check_against_unpipelined(*world, gpt_models(), schedule, 3, DType::bf16);
+  }
+  // The autocast takes: one step in bf16 and one in f32 from the same weights and batches differ.
+  double losses[2] = {0, 0};
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    auto m = smallcnn_models().make();
+    PipelineOptions o;
+    o.micro_batches = 2;
+    o.dtype = dtype;
+    PipelineStage stage(*world, *m, o);
+    SgdOptions sgd;
+    SGD opt(stage.parameters(), sgd);
+    losses[dtype == DType::bf16 ? 1 : 0] = stage.step(smallcnn_models().batches(), opt).loss;
+  }
+  CHECK(losses[0] != losses[1]);
+  CHECK(losses[1] == Approx(losses[0]).epsilon(0.05));
+  auto model = smallcnn_models().make();
+  PipelineOptions po;
+  po.dtype = DType::f16;
+  REQUIRE_THROWS_WITH(PipelineStage(*world, *model, po),
+                      Catch::Contains("dtype f16 is not supported (allowed: f32, bf16"));
 }
