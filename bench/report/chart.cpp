@@ -276,6 +276,45 @@ void draw(Canvas& svg, const Heatmap& c, int x0, int y0) {
   }
 }
 
+// ---- lanes of intervals
+
+Size size_of(const Timeline& c) {
+  return {c.label_width + c.width + 20, 24 + static_cast<int>(c.lanes.size()) * (c.lane_height + c.gap) + 50};
+}
+
+void draw(Canvas& svg, const Timeline& c, int x0, int y0) {
+  double end = 0;
+  for (const Lane& lane : c.lanes)
+    for (const Interval& i : lane.intervals) end = std::max(end, i.end);
+  if (end <= 0) end = 1;
+  const double left = x0 + c.label_width, top = y0 + 24, scale = c.width / end;
+  svg.text(left, y0 + 8, c.title, "start", nullptr, true);
+  for (std::size_t k = 0; k < c.lanes.size(); ++k) {
+    const double y = top + static_cast<double>(k) * (c.lane_height + c.gap);
+    svg.text(left - 6, y + c.lane_height / 2.0 + 4, c.lanes[k].label, "end");
+    svg.frame(left, y, c.width, c.lane_height);
+    for (const Interval& i : c.lanes[k].intervals) {
+      const double x = left + i.begin * scale, w = (i.end - i.begin) * scale;
+      svg.rect(x, y, w, c.lane_height, i.colour);
+      if (!i.label.empty() && w >= 7.0 * static_cast<double>(i.label.size()))
+        svg.text(x + w / 2, y + c.lane_height / 2.0 + 4, i.label, "middle", "#fff");
+    }
+  }
+  const double axis = top + static_cast<double>(c.lanes.size()) * (c.lane_height + c.gap) + 4;
+  for (int t = 0; t <= 4; ++t) {
+    const double v = end * t / 4;
+    svg.line(left + v * scale, axis, left + v * scale, axis + 4, "#555");
+    svg.text(left + v * scale, axis + 16, fmt::format("{:.3g}", v), "middle", "#555");
+  }
+  svg.text(left + c.width, axis + 30, c.x_label, "end", "#555");
+  double lx = left;
+  for (const LegendEntry& e : c.legend) {
+    svg.rect(lx, axis + 22, 12, 12, e.colour);
+    svg.text(lx + 16, axis + 32, e.name);
+    lx += 28 + 7.0 * static_cast<double>(e.name.size());
+  }
+}
+
 }  // namespace
 
 std::string render(const Figure& figure) {

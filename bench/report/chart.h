@@ -104,7 +104,25 @@ struct Heatmap {
   int label_width = 110;                    // room for the row labels, px
 };
 
-using Panel = std::variant<BarChart, LineChart, Scatter, RankChart, Heatmap>;
+// Lanes of intervals over time (a pipeline's stages: each forward and backward a box, the idle time
+// between them blank), a lane per row top to bottom, the time axis shared.
+struct Interval {
+  double begin = 0, end = 0;
+  std::string colour = kBlue;
+  std::string label;  // inside the box where it fits ("" : none)
+};
+struct Lane {
+  std::string label;
+  std::vector<Interval> intervals;
+};
+struct Timeline {
+  std::string title, x_label = "ms";
+  std::vector<Lane> lanes;
+  std::vector<LegendEntry> legend;  // below the lanes
+  int label_width = 70, width = 600, lane_height = 22, gap = 6;
+};
+
+using Panel = std::variant<BarChart, LineChart, Scatter, RankChart, Heatmap, Timeline>;
 
 struct Figure {
   std::string title;

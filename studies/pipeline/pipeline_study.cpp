@@ -172,6 +172,7 @@ PipelineRow pipeline_row_of(const PipelineArmRecord& record, const PipelineArm& 
     row.measured_saved_bytes +=
         record.activation_micro[static_cast<std::size_t>(s)] - record.activation_received[static_cast<std::size_t>(s)];
   row.estimator_saved_bytes = base_estimate;
+  row.last_step_events = record.events;
   if (base.data_parallel > 1) row.data_parallel_s = summarize(record.data_parallel_s).median;
   return row;
 }

@@ -56,6 +56,10 @@ struct PipelineRow {
   // of what the stage before keeps), and the memory estimator's (engine/instrument/memory_model.h)
   // saved activations for the whole model at the micro-batch (0: the model has no chain).
   double measured_saved_bytes = 0, estimator_saved_bytes = 0;
+  // The last measured step's forwards and backwards, stage by stage, 2m of them each: kind (0
+  // forward, 1 backward), micro-batch, begin and end in seconds from that stage's step start (the
+  // stages start together after a barrier): the report's timeline.
+  std::vector<double> last_step_events;
   double utilisation = 0;  // the mean of stage_utilisation: measured
   double bound = 0;        // seed 003's fill-and-drain bound m / (m + p - 1), balanced stages
   // The same bound for the stages as measured: sum of m t_s over p ((m - 1) max t_s + sum t_s), with
@@ -78,6 +82,7 @@ struct PipelineRow {
     f.optional("stage_activation_predicted_bytes", stage_activation_predicted_bytes);
     f.optional("measured_saved_bytes", measured_saved_bytes);
     f.optional("estimator_saved_bytes", estimator_saved_bytes);
+    f.optional("last_step_events", last_step_events);
     f("utilisation", utilisation);
     f("bound", bound);
     f("bound_measured_stages", bound_measured_stages);

@@ -2,6 +2,7 @@
 // schedule and micro-batch count, and the figure of both.
 #include <fmt/format.h>
 
+#include <map>
 #include <sstream>
 
 #include "bench/report/chart.h"
@@ -29,6 +30,25 @@ std::string activations(const PipelineRow& row) {
     out += fmt::format("{}{:.2f} / {:.2f}", i ? "; " : "", row.stage_activation_peak_bytes[i] / 1048576.0,
                        row.stage_activation_predicted_bytes[i] / 1048576.0);
   return out;
+}
+
+// One configuration's last step as lanes: a stage each, its forwards blue and backwards red.
+chart::Timeline timeline_of(const PipelineRow& row) {
+  chart::Timeline t;
+  t.title = fmt::format("{}, m = {}", row.config.schedule, row.config.micro_batches);
+  const std::size_t per = static_cast<std::size_t>(8 * row.config.micro_batches);
+  for (std::size_t s = 0; s < static_cast<std::size_t>(row.config.stages); ++s) {
+    chart::Lane lane{fmt::format("stage {}", s), {}};
+    for (std::size_t e = 0; e + 3 < per && s * per + e + 3 < row.last_step_events.size(); e += 4) {
+      const double* at = row.last_step_events.data() + s * per + e;
+      if (at[3] <= 0) continue;
+      lane.intervals.push_back({1e3 * at[2], 1e3 * at[3], at[0] == 0 ? chart::kBlue : chart::kRed,
+                                fmt::format("{}{}", at[0] == 0 ? "F" : "B", static_cast<int>(at[1]))});
+    }
+    t.lanes.push_back(lane);
+  }
+  t.legend = {{"forward", chart::kBlue}, {"backward", chart::kRed}};
+  return t;
 }
 
 std::optional<ReportSection> pipeline_section(const SectionInput& in) {
@@ -90,6 +110,23 @@ std::optional<ReportSection> pipeline_section(const SectionInput& in) {
   lines.log_x = true;
   section.figures.emplace_back(
       figure, chart::render({"pipeline utilisation against the bound (run " + run_id + ")", {lines}, {}}));
+  // Each schedule's last step at the largest m <= 8 the run measured, stage by stage.
+  std::map<std::string, const PipelineRow*> shown;
+  for (const auto& row : rows)
+    if (row.header.ok() && !row.last_step_events.empty() && row.config.micro_batches <= 8) {
+      const PipelineRow*& best = shown[row.config.schedule];
+      if (!best || row.config.micro_batches > best->config.micro_batches) best = &row;
+    }
+  if (!shown.empty()) {
+    chart::Figure timelines{
+        "each stage's forwards and backwards, the last measured step (run " + run_id + ")",
+        {},
+        {"idle: blank; times from each stage's step start, the stages started together after a barrier"}};
+    for (const auto& [schedule, row] : shown) timelines.panels.emplace_back(timeline_of(*row));
+    const std::string path = figure_path("pipeline_timeline", run_id);
+    section.figures.emplace_back(path, chart::render(timelines));
+    section.markdown += "\n![each stage's timeline](" + path + ")\n";
+  }
   return section;
 }
 

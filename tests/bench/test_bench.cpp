@@ -566,3 +566,18 @@ TEST_CASE("trace: valid Chrome trace JSON whose spans nest and cover each step",
   CHECK(steps == 4);
   fs::remove_all(fs::path(path).parent_path());
 }
+
+TEST_CASE("chart: a timeline draws each lane's intervals to scale, labelled where they fit", "[bench]") {
+  chart::Timeline t;
+  t.title = "1f1b, m = 2";
+  t.width = 400;
+  t.lanes = {{"stage 0", {{0, 10, chart::kBlue, "F0"}, {10, 20, chart::kBlue, "F1"}, {30, 40, chart::kRed, "B0"}}},
+             {"stage 1", {{10, 20, chart::kBlue, "F0"}, {20, 30, chart::kRed, "B0"}, {39, 40, chart::kRed, "B1"}}}};
+  const std::string svg = chart::render({"timeline", {t}, {}});
+  CHECK(svg.find("</svg>") != std::string::npos);
+  CHECK(svg.find(">stage 1</text>") != std::string::npos);
+  CHECK(svg.find(">B0</text>") != std::string::npos);
+  // 40 ms over 400 px: the 1 ms box of B1 is 10 px wide, too narrow for its label.
+  CHECK(svg.find(R"(width="10.0" height="22.0" fill="#d1495b")") != std::string::npos);
+  CHECK(svg.find(">B1</text>") == std::string::npos);
+}
