@@ -28,6 +28,7 @@ namespace trainlab::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr const char* kDoors = "one, data, pipeline, tensor, data-pipeline, data-tensor";
 
 // One way to divide the step: what it holds, and one step of it on every rank (a collective), which
 // returns this rank's seconds (0 on a rank that only waited) and leaves its loss in `loss`.
@@ -155,6 +156,71 @@ double slowest_rank(comm::MpiCommunicator& world, double seconds) {
   return *std::max_element(all.begin(), all.end());
 }
 
+// Two replicas of a model split over half the ranks each (the world must be even): the grid, and the
+// samples per replica.
+std::shared_ptr<comm::ParallelGrid> two_replicas(const DoorSetup& s, const std::string& door) {
+  const int p = s.world.size();
+  TL_CHECK(p % 2 == 0 && p >= 4, "the " + door + " door: needs an even world of at least 4 ranks (2 replicas of " +
+                                     "at least 2), got " + std::to_string(p));
+  TL_CHECK(s.o.batch % 2 == 0, "the " + door + " door: batch " + std::to_string(s.o.batch) +
+                                   " does not divide over 2 replicas (allowed: an even batch)");
+  return std::make_shared<comm::ParallelGrid>(comm::make_parallel_grid(s.world, 2));
+}
+
+Door data_pipeline_door(const DoorSetup& s) {
+  auto grid = two_replicas(s, "data x pipeline");
+  const std::int64_t m = s.o.micro_batches, replica_batch = s.o.batch / 2;
+  TL_CHECK(replica_batch % m == 0, "the data x pipeline door: a replica's " + std::to_string(replica_batch) +
+                                       " samples do not divide into " + std::to_string(m) + " micro-batches");
+  auto model = s.build();
+  comm::PipelineOptions po;
+  po.micro_batches = m;
+  po.data_parallel = grid->data.get();
+  auto stage = std::make_shared<comm::PipelineStage>(*grid->model, *model, po);
+  auto sgd = std::make_shared<SGD>(stage->parameters(), s.sgd);
+  auto micro = std::make_shared<std::vector<Batch>>();
+  auto source = synthetic_batches(s.input, s.tokens, replica_batch / m, s.be, 53 + grid->data->rank());
+  for (std::int64_t i = 0; i < m; ++i) micro->push_back(source());
+  return {"data x pipeline",
+          fmt::format("2 replicas of a 1F1B pipeline of {} stages, {} micro-batches of {} each, stage gradients "
+                      "averaged over the replicas",
+                      grid->model_ranks, m, replica_batch / m),
+          [grid, model, stage, sgd, micro](double& loss) {
+            std::size_t next = 0;
+            const auto start = Clock::now();
+            loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
+            return seconds_since(start);
+          },
+          {},
+          0};
+}
+
+Door data_tensor_door(const DoorSetup& s) {
+  auto grid = two_replicas(s, "data x tensor");
+  auto model = s.build();
+  auto tp = std::make_shared<comm::TensorParallel>(*grid->model);
+  model->split_tensor_parallel(tp->group());
+  auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
+  const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch / 2, s.be, 59 + grid->data->rank())();
+  return {"data x tensor",
+          fmt::format("2 replicas of Megatron's split over {} ranks, {} samples each, gradients averaged over the "
+                      "replicas",
+                      grid->model_ranks, s.o.batch / 2),
+          [grid, model, tp, sgd, batch](double& loss) {
+            const auto start = Clock::now();
+            sgd->zero_grad(true);
+            const Tensor l = cross_entropy(model->forward(batch.inputs), batch.labels.view({-1}));
+            l.backward();
+            comm::average_gradients(*grid->data, model->named_parameters());
+            sgd->step();
+            loss = l.item();
+            tp->take_calls();
+            return seconds_since(start);
+          },
+          {},
+          0};
+}
+
 std::vector<Door> make_doors(const DoorSetup& s) {
   std::vector<Door> doors;
   std::stringstream list(s.o.doors);
@@ -169,11 +235,15 @@ std::vector<Door> make_doors(const DoorSetup& s) {
       doors.push_back(pipeline_door(s));
     } else if (name == "tensor") {
       doors.push_back(tensor_door(s));
+    } else if (name == "data-pipeline") {
+      doors.push_back(data_pipeline_door(s));
+    } else if (name == "data-tensor") {
+      doors.push_back(data_tensor_door(s));
     } else {
-      throw Error("--doors: '" + name + "' is not a door (allowed: one, data, pipeline, tensor, comma-separated)");
+      throw Error("--doors: '" + name + "' is not a door (allowed: " + std::string(kDoors) + ", comma-separated)");
     }
   }
-  TL_CHECK(!doors.empty(), "--doors is empty (allowed: one, data, pipeline, tensor, comma-separated)");
+  TL_CHECK(!doors.empty(), "--doors is empty (allowed: " + std::string(kDoors) + ", comma-separated)");
   return doors;
 }
 

@@ -6,6 +6,8 @@
 //   data           DDP (comm/ddp.h), each rank batch / ranks of the batch
 //   pipeline       a stage per rank (comm/pipeline.h), 1F1B, the batch in micro-batches
 //   tensor         Megatron's split over every rank (engine/nn/tensor_parallel.h), the whole batch
+//   data-pipeline  2 replicas of a pipeline of half the ranks, each half the batch (an even world >= 4)
+//   data-tensor    2 replicas of a tensor split over half the ranks, each half the batch
 // Each door trains its own copy of the model from the same initial weights with SGD. A
 // `parallelism` ledger row per door: the step (the slowest rank's), samples/s, the speedup over the
 // faster one-process door, which door won. A door the model cannot take (no parts to cut, no split,

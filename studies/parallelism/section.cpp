@@ -13,17 +13,20 @@ namespace trainlab::bench {
 namespace {
 
 std::optional<ReportSection> parallelism_section(const SectionInput& in) {
-  // Every model's latest run (run ids sort by time), its doors in the order they ran.
+  // Every model's latest run at each rank count (run ids sort by time), its doors in the order they ran.
   const std::vector<ParallelismRow> all = in.read<ParallelismRow>();
-  std::map<std::string, std::string> latest;  // model -> run id
-  for (const auto& row : all)
-    if (row.header.ok() && row.header.run_id > latest[row.config.model]) latest[row.config.model] = row.header.run_id;
+  std::map<std::pair<std::string, int>, std::string> latest;  // (model, ranks) -> run id
+  for (const auto& row : all) {
+    std::string& id = latest[{row.config.model, row.config.ranks}];
+    if (row.header.ok() && row.header.run_id > id) id = row.header.run_id;
+  }
   if (latest.empty()) return std::nullopt;
   std::vector<std::vector<std::string>> table;
   const ParallelismRow* first = nullptr;
   std::string run_ids;
-  for (const auto& [model, run_id] : latest) run_ids += (run_ids.empty() ? "`" : ", `") + run_id + "`";
-  for (const auto& [model, run_id] : latest) {
+  for (const auto& [key, run_id] : latest) run_ids += (run_ids.empty() ? "`" : ", `") + run_id + "`";
+  for (const auto& [key, run_id] : latest) {
+    const std::string& model = key.first;
     for (const auto& row : all) {
       if (!row.header.ok() || row.config.model != model || row.header.run_id != run_id) continue;
       if (!first || row.header.run_id > first->header.run_id) first = &row;
@@ -41,7 +44,8 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
   std::ostringstream md;
   md << fmt::format(
       "\n## Which door wins: data, pipeline and tensor parallelism at one global batch\n\n`bench_parallelism` on {} "
-      "(each model's latest run: {}): in a run the doors go round-robin step by step, each from the same initial "
+      "(each model's latest run at each rank count: {}): in a run the doors go round-robin step by step, each from the "
+      "same initial "
       "weights. \"Against one process\": the faster of the unsplit model at 1 thread and at every rank's threads "
       "on rank 0, the same cores.\n\n",
       measured_on(first->header.env), run_ids);
