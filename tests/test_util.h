@@ -75,6 +75,18 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return x == y;
 }
 
+// sqrt(sum (a - b)^2 / sum b^2) over two tensors of one shape (any floating dtype): 0 when equal.
+inline double relative_l2_difference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = values(a), y = values(b);
+  REQUIRE(x.size() == y.size());
+  double diff = 0, norm = 0;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    diff += (x[j] - y[j]) * (x[j] - y[j]);
+    norm += y[j] * y[j];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
 // Throws-with-message matcher: the Error's text contains every fragment.
 #define REQUIRE_THROWS_CONTAINING(expr, ...)                                          \
   do {                                                                                \

@@ -16,23 +16,12 @@
 #include "engine/train/step.h"
 #include "models/gpt/gpt.h"
 #include "models/smallcnn/smallcnn.h"
+#include "test_util.h"
 
 using namespace trainlab;
 using namespace trainlab::comm;
 
 namespace {
-
-// The largest |a - b| / max(|b|, 1e-30) over a parameter's elements, 0 when bitwise equal.
-double relative_difference(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  REQUIRE(x.size() == y.size());
-  double diff = 0, norm = 0;
-  for (std::size_t j = 0; j < x.size(); ++j) {
-    diff += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
-    norm += static_cast<double>(y[j]) * y[j];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
 
 struct Models {
   std::function<std::shared_ptr<Module>()> make;
@@ -82,7 +71,7 @@ void check_against_unpipelined(Communicator& world, const Models& models, Pipeli
     INFO(name);
     for (const auto& [n, t] : all) {
       if (n != name) continue;
-      CHECK(relative_difference(tensor, t) <= models.tolerance);
+      CHECK(test::relative_l2_difference(tensor, t) <= models.tolerance);
     }
   }
 }
@@ -267,7 +256,7 @@ TEST_CASE("pipeline x data parallel: the world in pipelines whose stages average
   for (const auto& [name, tensor] : stage.parameters()) {
     INFO(name);
     for (const auto& [n2, t] : all)
-      if (n2 == name) CHECK(relative_difference(tensor, t) <= 1e-6);
+      if (n2 == name) CHECK(test::relative_l2_difference(tensor, t) <= 1e-6);
   }
 }
 

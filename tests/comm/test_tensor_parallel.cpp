@@ -18,23 +18,12 @@
 #include "engine/optim/optim.h"
 #include "models/gpt/gpt.h"
 #include "models/smallcnn/smallcnn.h"
+#include "test_util.h"
 
 using namespace trainlab;
 using namespace trainlab::comm;
 
 namespace {
-
-// sqrt(sum (a - b)^2 / sum b^2): 0 when bitwise equal.
-double tp_relative_difference(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  REQUIRE(x.size() == y.size());
-  double diff = 0, norm = 0;
-  for (std::size_t j = 0; j < x.size(); ++j) {
-    diff += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
-    norm += static_cast<double>(y[j]) * y[j];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
 
 struct SplitCase {
   std::string name;
@@ -78,7 +67,7 @@ void check_split(Communicator& world, const SplitCase& c) {
     plain->zero_grad(true);
     split->zero_grad(true);
     const Tensor y_plain = plain->forward(c.batch.inputs), y_split = split->forward(c.batch.inputs);
-    CHECK(tp_relative_difference(y_split, y_plain) <= tolerance);
+    CHECK(test::relative_l2_difference(y_split, y_plain) <= tolerance);
     const Tensor loss_plain = cross_entropy(y_plain, c.batch.labels.view({-1}));
     const Tensor loss_split = cross_entropy(y_split, c.batch.labels.view({-1}));
     CHECK(loss_split.item() == Approx(loss_plain.item()).epsilon(tolerance));
@@ -94,7 +83,7 @@ void check_split(Communicator& world, const SplitCase& c) {
       INFO(mine[i].first);
       REQUIRE(mine[i].first == expected[i].first);
       REQUIRE(mine[i].second.grad().defined());
-      CHECK(tp_relative_difference(mine[i].second.grad(), expected[i].second) <= tolerance);
+      CHECK(test::relative_l2_difference(mine[i].second.grad(), expected[i].second) <= tolerance);
     }
     plain_sgd.step();
     split_sgd.step();
@@ -259,6 +248,6 @@ TEST_CASE("tensor parallel x data parallel: replicas of a split model average th
   REQUIRE(expected.size() == mine.size());
   for (std::size_t i = 0; i < mine.size(); ++i) {
     INFO(mine[i].first);
-    CHECK(tp_relative_difference(mine[i].second.grad(), expected[i].second) <= 1e-6);
+    CHECK(test::relative_l2_difference(mine[i].second.grad(), expected[i].second) <= 1e-6);
   }
 }
