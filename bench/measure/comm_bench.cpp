@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backends/error.h"
+#include "bench/measure/affinity.h"
 #include "backends/registry.h"
 #include "bench/measure/stats.h"
 #include "comm/mpi_communicator.h"
@@ -242,6 +243,38 @@ std::vector<SizeTiming> CommHarness::sweep(const std::vector<std::int64_t>& size
     out.push_back(std::move(t));
   }
   return out;
+}
+
+JobCpus::JobCpus(comm::MpiCommunicator& world) {
+  constexpr int kMaxCpus = 4096;
+  std::vector<double> seen(kMaxCpus, 0.0);
+  for (int cpu : thread_affinity(0))
+    if (cpu >= 0 && cpu < kMaxCpus) seen[static_cast<std::size_t>(cpu)] = 1;
+  world.allreduce_native(seen.data(), kMaxCpus, DType::f64, comm::ReduceOp::sum);
+  for (int cpu = 0; cpu < kMaxCpus; ++cpu)
+    if (seen[static_cast<std::size_t>(cpu)] > 0) cpus_.push_back(cpu);
+}
+
+void JobCpus::on_every_cpu(const std::function<void()>& work) const {
+  // Afterwards every thread gets its mask back; one the work started (an OpenMP worker) gets the
+  // calling thread's.
+  struct Restore {
+    std::vector<ThreadAffinity> before = process_threads();
+    CpuSet own = thread_affinity(0);
+    ~Restore() {
+      for (const ThreadAffinity& now : process_threads()) {
+        const CpuSet* mask = &own;
+        for (const ThreadAffinity& t : before)
+          if (t.tid == now.tid) mask = &t.cpus;
+        try {
+          set_thread_affinity(now.tid, *mask);
+        } catch (const Error&) {  // a thread that ended meanwhile
+        }
+      }
+    }
+  } restore;
+  set_process_affinity(cpus_);
+  work();
 }
 
 }  // namespace trainlab::bench

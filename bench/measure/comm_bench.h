@@ -51,6 +51,22 @@ double memcpy_gbps();
 
 // The ledger environment of a run over MPI: `backend`'s, with the MPI library's version.
 Environment mpi_environment(Backend& backend);
+
+// A one-process baseline beside a run of `world`'s ranks, on the same cores: while it lives, this
+// process's threads may run on every CPU any rank of `world` may (the union of their masks; mpirun
+// binds a rank to one core at 2 ranks or fewer, and a process's OpenMP threads would share it);
+// then each thread gets its own mask back. A collective of `world` when made (every rank), used
+// by one rank.
+class JobCpus {
+ public:
+  explicit JobCpus(comm::MpiCommunicator& world);
+  const std::vector<int>& cpus() const { return cpus_; }
+  // Runs `work` with this process's threads on every CPU of the job.
+  void on_every_cpu(const std::function<void()>& work) const;
+
+ private:
+  std::vector<int> cpus_;
+};
 // What bench_allreduce and bench_buckets share at set-up: the single-core memcpy rate (measured on
 // rank 0 while the others wait, then given to every rank) and the environment of a host run (the
 // default CPU backend on one thread, with the MPI library's version).

@@ -47,6 +47,7 @@ struct DoorSetup {
   bool tokens = false;
   const ParallelismStudyOptions& o;
   SgdOptions sgd;
+  std::shared_ptr<const JobCpus> job_cpus;  // every CPU the job's ranks may use
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -58,16 +59,19 @@ Door one_process_door(const DoorSetup& s, int threads) {
   comm::MpiCommunicator* world = &s.world;
   Backend* be = &s.be;
   const int rank_threads = s.o.threads;
+  auto cpus = s.job_cpus;
   return {fmt::format("one process, {} thread{}", threads, threads == 1 ? "" : "s"),
-          "the unsplit model on rank 0, the other ranks asleep",
+          "the unsplit model on rank 0, free to run on every core of the job, the other ranks asleep",
           [=](double& loss) {
             double seconds = 0;
             if (world->rank() == 0) {
-              be->set_num_threads(threads);
-              const auto start = Clock::now();
-              loss = plain_train_step(*model, *sgd, batch);
-              seconds = seconds_since(start);
-              be->set_num_threads(rank_threads);
+              cpus->on_every_cpu([&] {  // the same cores as the split doors, every one of them
+                be->set_num_threads(threads);
+                const auto start = Clock::now();
+                loss = plain_train_step(*model, *sgd, batch);
+                seconds = seconds_since(start);
+                be->set_num_threads(rank_threads);
+              });
             }
             world->rendezvous();
             return seconds;
@@ -293,7 +297,8 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
   const ModelDef& def = find_model(o.model.name);
   Backend& be = get_backend(o.backend);
   be.set_num_threads(o.threads);
-  DoorSetup setup{*world, be, nullptr, default_input_for(def, o.model.options), static_cast<bool>(def.context), o, {}};
+  DoorSetup setup{*world, be, nullptr, default_input_for(def, o.model.options), static_cast<bool>(def.context), o, {},
+                  nullptr};
   setup.build = [&def, &be, &o, &setup] {
     Generator gen(7);
     auto model = build_model(def, InitOptions{&gen, DType::f32, &be}, setup.input, o.model.options);
@@ -301,6 +306,7 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
     return model;
   };
   setup.sgd.lr = 0.01;
+  setup.job_cpus = std::make_shared<const JobCpus>(*world);
   std::vector<Door> doors = make_doors(setup);
   if (world->rank() == 0)
     std::cout << "bench_parallelism: " << model_label(o.model) << ", global batch " << o.batch << ", " << world->size()

@@ -91,16 +91,20 @@ void measure_split_step(comm::MpiCommunicator& world, comm::TensorParallel& tp, 
   record->loss = loss;
 }
 
-// The unsplit model on rank 0 at `threads` threads; the others wait asleep, off its cores.
-void measure_unsplit_step(comm::MpiCommunicator& world, Backend& be, int threads, int rank_threads, Module& model,
-                          Optimizer& optimizer, const Batch& b, std::vector<double>* into) {
+// The unsplit model on rank 0 at `threads` threads, free to run on every core of the job; the
+// others wait asleep, off its cores.
+void measure_unsplit_step(comm::MpiCommunicator& world, const JobCpus& cpus, Backend& be, int threads,
+                          int rank_threads, Module& model, Optimizer& optimizer, const Batch& b,
+                          std::vector<double>* into) {
   double seconds = 0;
   if (world.rank() == 0) {
-    be.set_num_threads(threads);
-    const auto start = Clock::now();
-    plain_train_step(model, optimizer, b);
-    seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    be.set_num_threads(rank_threads);
+    cpus.on_every_cpu([&] {
+      be.set_num_threads(threads);
+      const auto start = Clock::now();
+      plain_train_step(model, optimizer, b);
+      seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      be.set_num_threads(rank_threads);
+    });
   }
   world.rendezvous();
   if (into != nullptr && world.rank() == 0) into->push_back(seconds);
@@ -223,12 +227,13 @@ int run_tensor_parallel(const TensorParallelStudyOptions& o, comm::MpiCommunicat
               << o.batch << " on every rank" << (o.fuse ? ", fused" : "") << ", " << o.backend << " at " << o.threads
               << " thread(s) a rank; the unsplit model at " << p * o.threads << " threads in one process\n"
               << std::flush;
+  const JobCpus job_cpus(*world);
   TpRecord record;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     const bool measured = step >= o.warmup;
-    measure_unsplit_step(*world, be, 1, o.threads, *whole_one, whole_one_sgd, batch,
+    measure_unsplit_step(*world, job_cpus, be, 1, o.threads, *whole_one, whole_one_sgd, batch,
                          measured ? &record.one_thread_s : nullptr);
-    measure_unsplit_step(*world, be, p * o.threads, o.threads, *whole, whole_sgd, batch,
+    measure_unsplit_step(*world, job_cpus, be, p * o.threads, o.threads, *whole, whole_sgd, batch,
                          measured ? &record.all_threads_s : nullptr);
     measure_split_step(*world, tp, *split, split_sgd, batch, measured ? &record : nullptr);
   }
