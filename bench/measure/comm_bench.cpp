@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "backends/error.h"
-#include "bench/measure/affinity.h"
 #include "backends/registry.h"
+#include "bench/measure/affinity.h"
 #include "bench/measure/stats.h"
 #include "comm/mpi_communicator.h"
 #include "engine/io/fileio.h"

@@ -297,8 +297,8 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
   const ModelDef& def = find_model(o.model.name);
   Backend& be = get_backend(o.backend);
   be.set_num_threads(o.threads);
-  DoorSetup setup{*world, be, nullptr, default_input_for(def, o.model.options), static_cast<bool>(def.context), o, {},
-                  nullptr};
+  DoorSetup setup{*world, be, nullptr, default_input_for(def, o.model.options), static_cast<bool>(def.context),
+                  o,      {}, nullptr};
   setup.build = [&def, &be, &o, &setup] {
     Generator gen(7);
     auto model = build_model(def, InitOptions{&gen, DType::f32, &be}, setup.input, o.model.options);

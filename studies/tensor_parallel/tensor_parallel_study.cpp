@@ -93,9 +93,8 @@ void measure_split_step(comm::MpiCommunicator& world, comm::TensorParallel& tp, 
 
 // The unsplit model on rank 0 at `threads` threads, free to run on every core of the job; the
 // others wait asleep, off its cores.
-void measure_unsplit_step(comm::MpiCommunicator& world, const JobCpus& cpus, Backend& be, int threads,
-                          int rank_threads, Module& model, Optimizer& optimizer, const Batch& b,
-                          std::vector<double>* into) {
+void measure_unsplit_step(comm::MpiCommunicator& world, const JobCpus& cpus, Backend& be, int threads, int rank_threads,
+                          Module& model, Optimizer& optimizer, const Batch& b, std::vector<double>* into) {
   double seconds = 0;
   if (world.rank() == 0) {
     cpus.on_every_cpu([&] {
