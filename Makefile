@@ -54,6 +54,7 @@ test: build
 # studies/ladder/ladder.cpp, -O1 with ASan and UBSan), and the code then builds warning-free under
 # both compilers; install-deps --sanitize adds clang, its sanitizer runtimes and its OpenMP.
 SANITIZE_TARGETS = trainlab_tests trainlab_comm_tests trainlab_cli bench_allreduce bench_buckets bench_report \
+                    bench_pipeline bench_tensor_parallel bench_parallelism \
                     bench_scaling own_model_and_data gradient_timeline $(addprefix fuzz_,$(FUZZ_TARGETS))
 test-sanitize:
 	@bash scripts/install-deps.sh --sanitize
