@@ -12,7 +12,7 @@ namespace {
 // A dense copy of t summed over the group.
 Tensor summed_over(TensorParallelGroup& group, const Tensor& t, const std::string& what) {
   NoGradGuard no_grad;
-  Tensor out = t.contiguous().clone();
+  Tensor out = t.is_contiguous() ? t.clone() : t.contiguous();  // a copy of its own either way, made once
   group.allreduce_sum(out, what);
   return out;
 }
