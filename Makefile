@@ -69,6 +69,9 @@ test-sanitize:
 # there is none, only the library (the cuda backend, the kernels), the communicators (NCCL) and the
 # kernel test: the rest is host code the other builds compile, and nothing here could run it. Skipped, saying so, when there is no CUDA toolkit.
 NVCC ?= /usr/local/cuda/bin/nvcc
+# CI (CI=true) compiles it as a unity build (preset cuda-ci, build-cuda-ci/: CI time); everyone else
+# gets the file-by-file build the GPU figures are measured with (preset cuda, build-cuda/).
+CUDA_PRESET := $(if $(filter true 1,$(CI)),cuda-ci,cuda)
 CUDA_TARGETS := trainlab trainlab_comm trainlab_cuda_kernels_test
 CUDA_GPU_TARGETS := $(CUDA_TARGETS) trainlab_comm_tests trainlab_cli trainlab_tests bench_allreduce bench_scaling \
                     cost_to_accuracy
@@ -79,9 +82,9 @@ build-cuda: deps
 	  targets="$(CUDA_TARGETS)"; \
 	  echo "build-cuda: no GPU here: building the targets with CUDA or NCCL code only ($$targets)"; \
 	fi; \
-	cmake --preset cuda > /dev/null && \
-	cmake --build --preset cuda --target $$targets && \
-	ctest --preset cuda -L gpu
+	cmake --preset $(CUDA_PRESET) > /dev/null && \
+	cmake --build --preset $(CUDA_PRESET) --target $$targets && \
+	ctest --preset $(CUDA_PRESET) -L gpu
 
 # Every parser under libFuzzer (clang-14, coverage-guided, with AddressSanitizer and
 # UndefinedBehaviorSanitizer; build-fuzz/): each target runs FUZZ_SECONDS from its seed corpus
@@ -267,4 +270,4 @@ check-format:
 	@git ls-files '*.cpp' '*.h' '*.cu' | xargs clang-format --dry-run --Werror
 
 clean:
-	@rm -rf $(BUILD_DIR) build-sanitize build-cuda build-fuzz
+	@rm -rf $(BUILD_DIR) build-sanitize build-cuda build-cuda-ci build-fuzz
