@@ -33,9 +33,10 @@ void nccl_check(ncclResult_t code, const char* call, int rank, ncclComm_t comm, 
 #define NCCL_CHECK(call) ::trainlab::comm::nccl_check((call), #call, rank_, comm_)
 #define NCCL_CHECK_PEER(call, peer) ::trainlab::comm::nccl_check((call), #call, rank_, comm_, (peer))
 
-namespace {
-
 // A point-to-point operation: queued until the next flush, then an event recorded after its group.
+// In a named namespace, not the anonymous one: NcclCommunicator::Pending holds it, and a unity
+// build (CI's) would see a class with external linkage using an internal type (-Wsubobject-linkage).
+namespace nccl_detail {
 struct P2pState {
   cudaEvent_t done = nullptr;
   bool launched = false;
@@ -44,6 +45,10 @@ struct P2pState {
     if (done != nullptr) cudaEventDestroy(done);
   }
 };
+}  // namespace nccl_detail
+using nccl_detail::P2pState;
+
+namespace {
 
 class NcclRequest final : public Request {
  public:
