@@ -69,22 +69,23 @@ test-sanitize:
 # there is none, only the library (the cuda backend, the kernels), the communicators (NCCL) and the
 # kernel test: the rest is host code the other builds compile, and nothing here could run it. Skipped, saying so, when there is no CUDA toolkit.
 NVCC ?= /usr/local/cuda/bin/nvcc
-# CI (CI=true) compiles it as a unity build (preset cuda-ci, build-cuda-ci/: CI time); everyone else
-# gets the file-by-file build the GPU figures are measured with (preset cuda, build-cuda/).
-CUDA_PRESET := $(if $(filter true 1,$(CI)),cuda-ci,cuda)
+# CI without a GPU (CI=true) only checks that it compiles and links: a unity build with host code
+# at -O1 (preset cuda-ci, build-cuda-ci/: CI time). Everywhere else, and wherever there is a GPU,
+# the file-by-file -O3 build the GPU figures are measured with (preset cuda, build-cuda/).
 CUDA_TARGETS := trainlab trainlab_comm trainlab_cuda_kernels_test
 CUDA_GPU_TARGETS := $(CUDA_TARGETS) trainlab_comm_tests trainlab_cli trainlab_tests bench_allreduce bench_scaling \
                     cost_to_accuracy
 build-cuda: deps
 	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
-	targets="$(CUDA_GPU_TARGETS)"; \
+	targets="$(CUDA_GPU_TARGETS)"; preset=cuda; \
 	if ! nvidia-smi -L > /dev/null 2>&1; then \
 	  targets="$(CUDA_TARGETS)"; \
-	  echo "build-cuda: no GPU here: building the targets with CUDA or NCCL code only ($$targets)"; \
+	  case "$(CI)" in true|1) preset=cuda-ci;; esac; \
+	  echo "build-cuda: no GPU here: building the targets with CUDA or NCCL code only ($$targets; preset $$preset)"; \
 	fi; \
-	cmake --preset $(CUDA_PRESET) > /dev/null && \
-	cmake --build --preset $(CUDA_PRESET) --target $$targets && \
-	ctest --preset $(CUDA_PRESET) -L gpu
+	cmake --preset $$preset > /dev/null && \
+	cmake --build --preset $$preset --target $$targets && \
+	ctest --preset $$preset -L gpu
 
 # Every parser under libFuzzer (clang-14, coverage-guided, with AddressSanitizer and
 # UndefinedBehaviorSanitizer; build-fuzz/): each target runs FUZZ_SECONDS from its seed corpus
