@@ -2,7 +2,8 @@
 # missing (scripts/install-deps.sh, Debian packages), configures and builds, then runs.
 # CI sets CI=true, which builds with warnings as errors (the `ci` preset, same build/ folder).
 
-PRESET := $(if $(filter true 1 yes,$(CI)),ci,release)
+IN_CI := $(filter true 1 yes,$(CI))
+PRESET := $(if $(IN_CI),ci,release)
 TEST_PRESET = $(PRESET)
 BUILD_DIR := build
 # CPU=avx2: every target as an AVX2 machine without AVX-512 runs it, on this machine: the portable
@@ -79,8 +80,7 @@ build-cuda: deps
 	@if [ ! -x "$(NVCC)" ]; then echo "build-cuda: skipped: no CUDA toolkit ($(NVCC) not found)"; exit 0; fi; \
 	targets="$(CUDA_GPU_TARGETS)"; preset=cuda; \
 	if ! nvidia-smi -L > /dev/null 2>&1; then \
-	  targets="$(CUDA_TARGETS)"; \
-	  case "$(CI)" in true|1) preset=cuda-ci;; esac; \
+	  targets="$(CUDA_TARGETS)"; preset=$(if $(IN_CI),cuda-ci,cuda); \
 	  echo "build-cuda: no GPU here: building the targets with CUDA or NCCL code only ($$targets; preset $$preset)"; \
 	fi; \
 	cmake --preset $$preset > /dev/null && \
