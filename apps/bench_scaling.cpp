@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
                "weak-scaling efficiency at world 2 with --bind none (twice: the calibration pair) and core, "
                "interleaved, instead of the scaling tables");
   app.add_option("--zero", o.zero,
-                 "ZeRO stage of the runs: 0 (replicated optimiser state) or 1 (sharded); 0,1 compares them side by "
-                 "side (weak scaling at each world >= 2, interleaved) instead of the scaling tables")
+                 "ZeRO stage of the runs: 0 (replicated), 1 (optimiser state sharded) or 2 (gradients too); a list "
+                 "(0,1,2) compares them side by side (weak scaling at each world >= 2, interleaved) instead of the "
+                 "scaling tables")
       ->capture_default_str();
   app.add_option("--grad-compress", o.grad_compress,
                  "DDP communication hook: none, bf16 or fp16; a list (none,bf16) compares them side by side "

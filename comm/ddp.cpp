@@ -47,9 +47,10 @@ Ddp::Ddp(Communicator& comm, const DdpOptions& options) : comm_(comm), options_(
   TL_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_mb > 0,
            fmt::format("ddp: bucket caps must be > 0 MiB (got bucket_cap_mb {}, first bucket {})",
                        options.bucket_cap_mb, options.first_bucket_mb));
-  TL_CHECK(
-      options.zero == 0 || options.zero == 1,
-      fmt::format("ddp: zero {} is not a stage DDP runs (0: replicated optimiser state, 1: sharded)", options.zero));
+  TL_CHECK(options.zero >= 0 && options.zero <= 2,
+           fmt::format("ddp: zero {} is not a stage DDP runs (0: replicated, 1: optimiser state sharded, 2: "
+                       "gradients too; stage 3, parameters too, is not built)",
+                       options.zero));
   if (options.allreduce == Algorithm::automatic) {
     thresholds_ = thresholds_for(options.allreduce_tuning, comm.size(), nullptr);
   } else {
@@ -134,15 +135,12 @@ void Ddp::attach(const NamedTensors& parameters) {
       slot.offset = bucket.numel;
       bucket.numel += slot.numel;
     }
-    {
+    if (!shards_gradients()) {  // ZeRO-2 allocates each when backward reaches it (ensure_bucket)
       // With gradient_as_bucket_view the buckets are the gradients, and counted as such.
       MemoryCategoryScope category(options_.gradient_as_bucket_view ? MemoryCategory::gradients
                                                                     : MemoryCategory::communication);
       bucket.buffer = Tensor::zeros({bucket.numel}, dtype_, *backend_);
-    }
-    for (int s : bucket.slots) {
-      Slot& slot = slots_[static_cast<std::size_t>(s)];
-      slot.view = bucket.buffer.narrow(0, slot.offset, slot.numel).view(slot.parameter.shape());
+      make_views(bucket);
     }
     if (options_.grad_compress != GradCompression::none) {
       bucket.packed = comm_.allocate(static_cast<std::size_t>(bucket.numel) * dtype_size(wire_dtype()));
@@ -156,11 +154,11 @@ void Ddp::attach(const NamedTensors& parameters) {
       }
     }
   }
-  if (options_.zero == 1) {
+  if (options_.zero >= 1) {
     const NamedTensors views = piece_views(parameters, pieces_of(comm_.rank()));
     const std::vector<ChunkPiece> chunk = chunk_pieces(comm_.rank());
     for (std::size_t i = 0; i < chunk.size(); ++i) {
-      owned_.push_back({chunk[i].bucket, chunk[i].slot, chunk[i].bucket_offset, views[i].second});
+      owned_.push_back({chunk[i].bucket, chunk[i].slot, chunk[i].bucket_offset, views[i].second, Tensor()});
     }
   }
   for (std::size_t s = 0; s < slots_.size(); ++s) {
@@ -254,7 +252,20 @@ std::string Ddp::algorithms() const {
 
 void Ddp::begin_backward(bool sync) {
   TL_CHECK(!slots_.empty(), "ddp: begin_backward before attach");
-  std::lock_guard lock(mutex_);
+  {
+    std::lock_guard lock(mutex_);
+    reset_for_backward(sync);
+  }
+  if (shards_gradients()) {
+    // ZeRO-2: the first bucket backward fills; the others as it reaches them.
+    next_release_ = 0;
+    if (sync_) ensure_bucket(0);
+  } else if (options_.gradient_as_bucket_view) {
+    point_gradients_at_buckets();
+  }
+}
+
+void Ddp::reset_for_backward(bool sync) {
   sync_ = sync && communicate_;
   local_step_ = sync && !communicate_;
   in_backward_ = true;
@@ -270,7 +281,6 @@ void Ddp::begin_backward(bool sync) {
     bucket.finished.reset();
     bucket.comm_start_ns = bucket.comm_end_ns = 0;
   }
-  if (options_.gradient_as_bucket_view) point_gradients_at_buckets();
 }
 
 void Ddp::point_gradients_at_buckets() {
@@ -290,6 +300,7 @@ void Ddp::point_gradients_at_buckets() {
 void Ddp::on_gradient_ready(int s) {
   if (!in_backward_ || !sync_) return;  // no_sync: gradients accumulate locally
   Slot& slot = slots_[static_cast<std::size_t>(s)];
+  if (shards_gradients()) ensure_bucket(slot.bucket);  // ZeRO-2: backward got here before the prefetch
   Bucket& bucket = buckets_[static_cast<std::size_t>(slot.bucket)];
   const Tensor grad = slot.parameter.grad();
   TL_CHECK(grad.defined(), "ddp: parameter " + slot.name + " reported ready without a gradient");
@@ -297,14 +308,26 @@ void Ddp::on_gradient_ready(int s) {
     // Into its range of the bucket, on the backend (a device copy on a GPU): queued, not waited for.
     NoGradGuard no_grad;
     slot.view.copy_(grad);
+    if (shards_gradients()) slot.parameter.set_grad(Tensor());  // ZeRO-2: only the bucket holds it
   }
-  std::lock_guard lock(mutex_);
-  TL_CHECK(!slot.ready, "ddp: parameter " + slot.name + " became ready twice in one backward");
-  slot.ready = true;
-  if (--bucket.pending == 0) {
-    // The communicator will wait for this point of the compute stream (on the device, for NCCL).
-    if (StreamEvents* events = backend_->stream_events()) bucket.ready = events->record_event();
-    launch_ready_buckets();
+  bool launched = false;
+  {
+    std::lock_guard lock(mutex_);
+    TL_CHECK(!slot.ready, "ddp: parameter " + slot.name + " became ready twice in one backward");
+    slot.ready = true;
+    if (--bucket.pending == 0) {
+      // The communicator will wait for this point of the compute stream (on the device, for NCCL).
+      if (StreamEvents* events = backend_->stream_events()) bucket.ready = events->record_event();
+      launch_ready_buckets();
+      launched = true;
+    }
+  }
+  if (shards_gradients()) {
+    // ZeRO-2: the next bucket made before backward writes its first gradient (so that the
+    // gradients are its views), and every bucket whose reduce-scatter is done released.
+    const auto next = static_cast<std::size_t>(slot.bucket) + 1;
+    if (launched && options_.gradient_as_bucket_view && next < buckets_.size()) ensure_bucket(static_cast<int>(next));
+    release_done_buckets();
   }
 }
 
@@ -326,7 +349,7 @@ DType Ddp::wire_dtype() const {
 
 void Ddp::reduce_bucket(Bucket& bucket) {
   void* memory = comm_memory(bucket);
-  const bool zero = options_.zero == 1;
+  const bool zero = options_.zero >= 1;
   if (options_.grad_compress == GradCompression::none) {
     if (zero) {
       reduce_scatter(comm_, memory, bucket.numel, dtype_, ReduceOp::average, options_.allreduce, thresholds_);
@@ -417,7 +440,7 @@ void Ddp::comm_loop() {
     }
     const std::int64_t end = Profiler::now_ns();
     if (Profiler::instance().enabled()) {
-      Profiler::instance().record(fmt::format("{} bucket {} ({})", options_.zero == 1 ? "reduce-scatter" : "allreduce",
+      Profiler::instance().record(fmt::format("{} bucket {} ({})", options_.zero >= 1 ? "reduce-scatter" : "allreduce",
                                               b, mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)))),
                                   start, end);
     }
@@ -444,7 +467,7 @@ DdpStepStats Ddp::finish_backward() {
     if (!sync_) {
       // Communication off (timing only): each rank still updates its pieces, from its own
       // gradient, so that the step does the same optimiser work without the collectives.
-      if (local_step_ && options_.zero == 1) {
+      if (local_step_ && options_.zero >= 1) {
         for (OwnedPiece& piece : owned_) attach_piece_gradient(piece, nullptr);
       }
       return stats;
@@ -465,6 +488,10 @@ DdpStepStats Ddp::finish_backward() {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return bucket.done; });
       if (error_) std::rethrow_exception(error_);
+    }
+    if (shards_gradients()) {
+      release_done_buckets();  // this one and any before it: the chunk to the shard, the rest freed
+      continue;
     }
     if (options_.zero == 1) {
       // Only this rank's chunk is averaged: it goes to the pieces its optimiser updates.
@@ -513,157 +540,19 @@ DdpStepStats Ddp::finish_backward() {
   return stats;
 }
 
-void Ddp::attach_piece_gradient(OwnedPiece& piece, const Bucket* bucket) {
-  NoGradGuard no_grad;  // bookkeeping, not part of any graph
-  // The piece's gradient is its range of the parameter's own (local) gradient when that is
-  // row-major: no memory of its own (and with gradient_as_bucket_view that range is the bucket's,
-  // where the reduce-scatter left the averaged chunk). A channels_last gradient's piece is not one
-  // range of it, and gets a buffer.
-  const Slot& slot = slots_[static_cast<std::size_t>(piece.slot)];
-  const Tensor local = slot.parameter.grad();
-  const std::int64_t begin = piece.bucket_offset - slot.offset;
-  Tensor grad = piece.view.grad();
-  if (local.defined() && local.is_contiguous()) {
-    piece.view.set_grad(local.detach().flatten().narrow(0, begin, piece.view.numel()));
-    grad = piece.view.grad();
-  } else if (!grad.defined()) {
-    MemoryCategoryScope category(MemoryCategory::gradients);
-    piece.view.set_grad(Tensor::empty(piece.view.shape(), dtype_, piece.view.backend()));
-    grad = piece.view.grad();
-  }
-  if (bucket != nullptr) {
-    // The averaged chunk, from the bucket (nothing to copy when the gradient is that range).
-    const Tensor chunk = bucket->buffer.narrow(0, piece.bucket_offset, piece.view.numel());
-    if (!grad.same_view(chunk)) grad.copy_(chunk);
-  } else if (!local.is_contiguous()) {
-    // Communication off: the local gradient's range, in row-major order.
-    grad.copy_(local.contiguous().flatten().narrow(0, begin, piece.view.numel()));
-  }
-}
-
 NamedTensors Ddp::parameters() const {
   NamedTensors named;
   for (const Slot& slot : slots_) named.emplace_back(slot.name, slot.parameter);
   return named;
 }
 
-std::vector<Ddp::ChunkPiece> Ddp::chunk_pieces(int rank) const {
-  std::vector<ChunkPiece> pieces;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    const ChunkRange chunk = shard_chunk(buckets_[b].numel, comm_.size(), rank);
-    for (int s : buckets_[b].slots) {
-      const Slot& slot = slots_[static_cast<std::size_t>(s)];
-      const std::int64_t begin = std::max(chunk.begin, slot.offset);
-      const std::int64_t end = std::min(chunk.begin + chunk.count, slot.offset + slot.numel);
-      if (begin < end) pieces.push_back({static_cast<int>(b), s, begin, end - begin});
-    }
-  }
-  return pieces;
-}
-
-std::vector<ParameterPiece> Ddp::pieces_of(int rank) const {
-  std::vector<ParameterPiece> pieces;
-  for (const ChunkPiece& c : chunk_pieces(rank)) {
-    const Slot& slot = slots_[static_cast<std::size_t>(c.slot)];
-    pieces.push_back({slot.name, c.bucket_offset - slot.offset, c.count});
-  }
-  return pieces;
-}
-
-NamedTensors Ddp::optimizer_parameters() const {
-  TL_CHECK(!slots_.empty(), "ddp: optimizer_parameters before attach");
-  if (options_.zero == 0) return parameters();
-  NamedTensors views;
-  for (const OwnedPiece& piece : owned_) views.emplace_back(piece.view.name(), piece.view);
-  return views;
-}
-
-void Ddp::finish_step() {
-  if (options_.zero == 0) return;
-  if (!communicate_) {  // timing only: no all-gather; the local gradients are spent all the same
-    for (Slot& slot : slots_) slot.parameter.zero_grad();
-    return;
-  }
-  TL_PROFILE_SCOPE("zero.allgather_parameters");
-  NoGradGuard no_grad;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = buckets_[b];
-    // This rank's chunk holds its updated pieces; the all-gather brings everyone else's. (With
-    // gradient_as_bucket_view this overwrites the spent gradients; they are zeroed below.)
-    for (const OwnedPiece& piece : owned_) {
-      if (piece.bucket == static_cast<int>(b))
-        bucket.buffer.narrow(0, piece.bucket_offset, piece.view.numel()).copy_(piece.view);
-    }
-    if (StreamEvents* events = backend_->stream_events()) {
-      auto written = events->record_event();
-      if (direct_) {
-        comm_.wait_for(*written);
-      } else {
-        written->synchronize();
-      }
-    }
-    stage_out(bucket);
-    allgather(comm_, comm_memory(bucket), bucket.numel, dtype_, options_.allreduce, thresholds_);
-    stage_in(bucket);
-    for (int s : bucket.slots) {
-      Slot& slot = slots_[static_cast<std::size_t>(s)];
-      slot.parameter.detach().copy_(slot.view);
-      slot.parameter.zero_grad();  // the local gradient: this step's is spent
-    }
-  }
-  note_parameter_write();  // low-precision working copies of the parameters are stale
-}
-
-StateDict Ddp::gather_optimizer_state(const StateDict& local) {
-  if (options_.zero == 0) return local;
-  TL_PROFILE_SCOPE("zero.gather_optimizer_state");
-  // Each rank's shard as bytes to rank 0, which merges them into the unsharded state.
-  const std::vector<unsigned char> mine = encode_state_dict(local);
-  const std::vector<std::int64_t> sizes = gather(static_cast<std::int64_t>(mine.size()));
-  const int P = comm_.size();
-  if (comm_.rank() != 0) {
-    auto memory = comm_.allocate(mine.size());
-    comm_.copy_in(memory.get(), mine.data(), mine.size());
-    std::vector<std::unique_ptr<Request>> requests;
-    requests.push_back(comm_.isend(memory.get(), mine.size(), 0, "optimizer shard to rank 0"));
-    comm_.wait_all(requests);
-    return {};
-  }
-  std::vector<std::shared_ptr<void>> memory(static_cast<std::size_t>(P));
-  std::vector<std::unique_ptr<Request>> requests;
-  for (int r = 1; r < P; ++r) {
-    memory[static_cast<std::size_t>(r)] = comm_.allocate(static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
-    requests.push_back(comm_.irecv(memory[static_cast<std::size_t>(r)].get(),
-                                   static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]), r,
-                                   "optimizer shard from rank"));
-  }
-  comm_.wait_all(requests);
-  Backend& backend = slots_.front().parameter.backend();
-  std::vector<StateDict> shards;
-  std::vector<std::vector<ParameterPiece>> pieces;
-  for (int r = 0; r < P; ++r) {
-    pieces.push_back(pieces_of(r));
-    if (r == 0) {
-      shards.push_back(local);
-      continue;
-    }
-    std::vector<unsigned char> bytes(static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
-    comm_.copy_out(bytes.data(), memory[static_cast<std::size_t>(r)].get(), bytes.size());
-    shards.push_back(
-        decode_state_dict(bytes.data(), bytes.size(), "rank " + std::to_string(r) + "'s optimizer shard", backend));
-  }
-  return merge_optimizer_shards(shards, pieces, parameters());
-}
-
-StateDict Ddp::shard_optimizer_state(const StateDict& full) {
-  if (options_.zero == 0) return full;
-  return trainlab::shard_optimizer_state(full, parameters(), pieces_of(comm_.rank()));
-}
-
 std::string Ddp::gradient_reduction() const {
   const std::string dtype = dtype_name(dtype_);
   const std::string shape =
-      options_.zero == 1 ? "reduce-scatter, then the updated parameters all-gathered" : "all-reduce";
+      options_.zero == 0 ? "all-reduce"
+      : options_.zero == 1
+          ? "reduce-scatter, then the updated parameters all-gathered"
+          : "reduce-scatter into this rank's gradient shard (ZeRO-2), then the updated parameters all-gathered";
   if (options_.grad_compress != GradCompression::none) {
     const std::string wire = dtype_name(wire_dtype());
     const std::string summed = options_.allreduce != Algorithm::native
@@ -690,12 +579,16 @@ std::string Ddp::describe() const {
     sizes += (sizes.empty() ? "" : ", ") + mib(bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_)));
   }
   std::string zero;
-  if (options_.zero == 1) {
+  if (options_.zero >= 1) {
     std::int64_t owned = 0, total = 0;
     for (const OwnedPiece& piece : owned_) owned += piece.view.numel();
     for (const Slot& slot : slots_) total += slot.numel;
-    zero = fmt::format("; ZeRO-1: this rank's optimiser updates {} of {} elements in {} pieces", owned, total,
-                       owned_.size());
+    zero = fmt::format("; ZeRO-{}: this rank's optimiser updates {} of {} elements in {} pieces{}", options_.zero,
+                       owned, total, owned_.size(),
+                       shards_gradients()
+                           ? ", and holds their averaged gradient only from the reduce-scatters to the step "
+                             "(each bucket from backward to its reduce-scatter)"
+                           : "");
   }
   const std::string memory = fmt::format(
       "{} in {} memory{}{}",
@@ -708,7 +601,7 @@ std::string Ddp::describe() const {
                                                       : std::string(", compressed to ") + dtype_name(wire_dtype()));
   return fmt::format("DDP over {}, {} rank{}, {} {}, {} bucket{} ({}; cap {} MiB, first {} MiB; {}){}; {}",
                      comm_.backend(), comm_.size(), comm_.size() == 1 ? "" : "s", algorithms(),
-                     options_.zero == 1 ? "reduce-scatter + all-gather" : "all-reduce", buckets_.size(),
+                     options_.zero >= 1 ? "reduce-scatter + all-gather" : "all-reduce", buckets_.size(),
                      buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb, options_.first_bucket_mb, memory,
                      zero, hosts_);
 }

@@ -30,6 +30,18 @@
 // their owners. Each hand-written reduce-scatter is bit for bit its all-reduce's first half, so a
 // sharded run's gradients are plain DDP's with the same algorithm.
 //
+// ZeRO-2 (zero = 2): the same shards, and the gradients sharded too, as DeepSpeed's stage 2 does.
+// A bucket's memory exists only from the backward that fills it to its reduce-scatter: it is
+// allocated when backward reaches it (when the bucket before it is launched, or its first gradient
+// is ready), the gradients are its views while it lives (gradient_as_bucket_view; without it each
+// is copied in and dropped), and once its reduce-scatter is done this rank's averaged chunk is
+// copied into this rank's gradient shard of that bucket (the .grad of its pieces, 1/W of it) and
+// the bucket and its parameters' gradients are released, during backward where the communication
+// has finished by then. After the optimiser's step the shards are spent and released too, and each
+// bucket is all-gathered through one transient buffer: between steps a rank holds no gradient. Micro-steps under
+// no_sync accumulate whole local gradients, as DDP's do; the synchronised one moves them into the buckets. The
+// reductions are ZeRO-1's, so a run is bit for bit ZeRO-1's. (ddp_zero.cpp holds the sharding.)
+//
 // Every parameter must receive a gradient in each synchronised backward (find_unused_parameters
 // is not supported): a missing one is an error naming it.
 #pragma once
@@ -81,13 +93,18 @@ class Ddp final : public DataParallel {
   std::string describe() const override;
   std::string gradient_reduction() const override;
 
-  bool shards_optimizer_state() const override { return options_.zero == 1; }
+  bool shards_optimizer_state() const override { return options_.zero >= 1; }
+  int zero_stage() const override { return static_cast<int>(options_.zero); }
+  bool shards_gradients() const { return options_.zero >= 2; }
   NamedTensors optimizer_parameters() const override;
   void finish_step() override;
   StateDict gather_optimizer_state(const StateDict& local) override;
   StateDict shard_optimizer_state(const StateDict& full) override;
-  // ZeRO-1: the pieces rank `rank` owns (in bucket order), and this rank's optimiser elements.
+  // ZeRO-1/2: the pieces rank `rank` owns (in bucket order), and this rank's optimiser elements.
   std::vector<ParameterPiece> pieces_of(int rank) const;
+  // The bytes of gradient memory this rank holds now: the buckets alive, ZeRO-2's gradient shards
+  // and the parameters' own gradients (what the memory accounting checks between steps).
+  std::int64_t gradient_bytes_held() const;
 
   // Every rank's value, in rank order (one all-reduce of world_size values).
   std::vector<double> gather(double value);
@@ -114,8 +131,10 @@ class Ddp final : public DataParallel {
     std::vector<int> slots;
     std::int64_t numel = 0;
     Tensor buffer;                       // in the backend's memory: what the communicator reduces
+                                         // (ZeRO-2: only from its backward to its reduce-scatter)
     std::shared_ptr<void> staging;       // host memory, when the communicator cannot reach the buffer
     std::shared_ptr<void> packed;        // gradient compression: the 16-bit copy, in the communicator's memory
+    Tensor shard;                        // ZeRO-2: this rank's averaged chunk, from its reduce-scatter to the step
     std::shared_ptr<DeviceEvent> ready;  // on the compute stream, after its last gradient
     // On a device: on the communicator's stream, when its reduction started and ended (timing).
     std::shared_ptr<DeviceEvent> started, finished;
@@ -124,13 +143,24 @@ class Ddp final : public DataParallel {
     std::int64_t comm_start_ns = 0, comm_end_ns = 0;
   };
   void on_gradient_ready(int slot);
-  void launch_ready_buckets();  // in order; caller holds mutex_
+  void reset_for_backward(bool sync);  // the per-backward state (caller holds mutex_)
+  void launch_ready_buckets();         // in order; caller holds mutex_
   void comm_loop();
   void verify_replicas();
   void verify_thresholds();  // allreduce auto: every rank chooses by the same thresholds
   // The all-reduce by name; for auto, with its thresholds and where they came from.
   std::string algorithms() const;
   struct OwnedPiece;
+  // ZeRO-2: the bucket's memory, allocated if it was released, its slots' views made and, with
+  // gradient_as_bucket_view, their gradients pointed at them (an accumulated one copied in).
+  void ensure_bucket(int b);
+  void make_views(Bucket& bucket);  // its slots' views of its buffer, in their parameters' shapes
+  // ZeRO-2: this rank's averaged chunk into the gradient shard, then the bucket and its
+  // parameters' gradients released; every done bucket in launch order (the main thread's call).
+  void release_bucket(Bucket& bucket);
+  void release_done_buckets();
+  // ZeRO-2: the bucket's gradient shard, allocated if it is not, its pieces' .grad pointed at it.
+  void ensure_shard(int b);
   // ZeRO-1: gives the piece its gradient: the averaged chunk from the bucket, or (null) the local
   // gradient's range when communication is off.
   void attach_piece_gradient(OwnedPiece& piece, const Bucket* bucket);
@@ -161,6 +191,7 @@ class Ddp final : public DataParallel {
     int slot = 0;                    // the parameter it is a piece of
     std::int64_t bucket_offset = 0;  // elements into the bucket
     Tensor view;                     // the optimiser's parameter
+    Tensor shard_grad;               // ZeRO-2: its range of its bucket's gradient shard (its .grad)
   };
 
   Communicator& comm_;
@@ -180,6 +211,7 @@ class Ddp final : public DataParallel {
   std::shared_ptr<DeviceEvent> backward_start_event_;
   std::size_t next_launch_ = 0;
   std::vector<OwnedPiece> owned_;
+  std::size_t next_release_ = 0;  // ZeRO-2: the first bucket not yet released this backward
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -335,13 +335,14 @@ std::vector<ConfigField> parallel_and_numerics_fields() {
                                       {"halving_doubling", AllreduceAlgorithm::halving_doubling},
                                       {"auto", AllreduceAlgorithm::automatic},
                                       {"native", AllreduceAlgorithm::native}},
-                                     "DDP all-reduce (and ZeRO-1's halves): a hand-written one, auto (one of them by "
+                                     "DDP all-reduce (and ZeRO-1 and 2's halves): a hand-written one, auto (one of them by "
                                      "bucket size, from allreduce_tuning's thresholds), or the library's own"),
       string_field("allreduce_tuning", TL_KEY(parallel.allreduce_tuning), "a file path",
                    "allreduce auto: the thresholds bench_allreduce --write-tuning wrote (empty: the built-in ones)"),
-      int_field("zero", TL_KEY(parallel.zero), 0, 1,
-                "DDP optimiser state: 0 every rank holds all of it, 1 sharded over the ranks (ZeRO-1: reduce-scatter, "
-                "update the shard, all-gather)"),
+      int_field("zero", TL_KEY(parallel.zero), 0, 2,
+                "DDP's ZeRO stage: 0 every rank holds all the state, 1 the optimiser state sharded over the ranks "
+                "(reduce-scatter, update the shard, all-gather), 2 the gradients too (each bucket freed after its "
+                "reduce-scatter)"),
       enum_field<CommBackend>("comm", TL_KEY(parallel.comm), {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                               "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
       double_field("loss_scale_init", TL_KEY(execution.loss_scale_init), 0.0, 1e30, true,

@@ -95,7 +95,7 @@ struct ParallelConfig {
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;
   std::string allreduce_tuning;  // auto's thresholds: a file bench_allreduce --write-tuning wrote ("": built in)
   GradCompression grad_compress = GradCompression::none;  // none | bf16 | fp16 (DDP's compress hook)
-  std::int64_t zero = 0;                // ZeRO stage: 0 every rank holds the optimiser state, 1 sharded over the ranks
+  std::int64_t zero = 0;                // ZeRO stage: 0 replicated, 1 optimiser state sharded, 2 gradients too
   CommBackend comm = CommBackend::mpi;  // mpi | nccl (a CUDA build, one GPU per rank)
   double comm_timeout = 300;            // seconds any communication may wait
   // Meet the other ranks at a sleeping rendezvous before each bucket's all-reduce, so an early rank

@@ -60,11 +60,12 @@ class DataParallel {
   // (the hand-written ring's adds), averaged over 2 ranks by all-reduce".
   virtual std::string gradient_reduction() const = 0;
 
-  // ---- sharded optimiser state (ZeRO-1; engine/optim/sharded_state.h) ----
+  // ---- sharded optimiser state (ZeRO-1 and 2; engine/optim/sharded_state.h) ----
   // True when each rank's optimiser updates only its pieces of the parameters: finish_backward
   // then leaves the averaged gradient in those pieces' .grad (a reduce-scatter) and not in the
   // parameters', and finish_step all-gathers the updated parameters.
   virtual bool shards_optimizer_state() const { return false; }
+  virtual int zero_stage() const { return shards_optimizer_state() ? 1 : 0; }  // 2: the gradients sharded too
   // After attach: what this rank's optimiser is built over (views of its pieces, or the parameters).
   virtual NamedTensors optimizer_parameters() const = 0;
   // After the optimiser's step (applied or skipped alike, on every rank): all-gathers the

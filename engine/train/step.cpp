@@ -154,8 +154,8 @@ StepRunner::StepRunner(Backend& backend, Module& model, Optimizer& optimizer, co
              "while backward runs");
   }
   TL_CHECK(scaler == nullptr || parallel == nullptr || !parallel->shards_optimizer_state(),
-           "dtype f16 with zero: 1 is not supported: the loss scaler checks the gradients it unscales, and each rank "
-           "holds only its shard of them (use bf16, which needs no scaler, or zero: 0)");
+           "dtype f16 with zero: 1 or 2 is not supported: the loss scaler checks the gradients it unscales, and each "
+           "rank holds only its shard of them (use bf16, which needs no scaler, or zero: 0)");
 }
 
 StepRunner::~StepRunner() = default;
@@ -323,7 +323,7 @@ StepResult StepRunner::step(const std::function<Batch()>& next_batch) {
     apply_or_skip_update(optimizer_, scaler_, parallel_, result);
   }
   if (parallel_ != nullptr && parallel_->shards_optimizer_state()) {
-    // ZeRO-1: every rank updated its pieces; the parameters are gathered from their owners.
+    // ZeRO-1/2: every rank updated its pieces; the parameters are gathered from their owners.
     PhaseTimer t(backend_, timer("param_allgather"), "param_allgather", phases.comm_s);
     MemoryCategoryScope category(MemoryCategory::communication);
     parallel_->finish_step();

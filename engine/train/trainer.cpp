@@ -320,7 +320,8 @@ PrecisionAudit Trainer::precision_audit(const TrainResult& run, const TrainResul
   a.optimizer_state_dtype = state.tensors.empty()
                                 ? std::string("none (") + run_.optimizer->name() + " keeps no buffers here)"
                                 : dtype_name(state.tensors.begin()->second.dtype());
-  if (parallel_ != nullptr && parallel_->shards_optimizer_state()) a.optimizer_state_dtype += ", sharded (ZeRO-1)";
+  if (parallel_ != nullptr && parallel_->shards_optimizer_state())
+    a.optimizer_state_dtype += fmt::format(", sharded (ZeRO-{})", parallel_->zero_stage());
   const bool sharded = parallel_ != nullptr && parallel_->shards_optimizer_state();
   if ((config_.execution.dtype == DType::bf16 || config_.execution.dtype == DType::f16) && !sharded) {
     a.optimizer_state_dtype += fmt::format("; {} working copies of the weights written by each step", a.compute_dtype);

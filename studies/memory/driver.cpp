@@ -97,17 +97,20 @@ Plan plan_arms(const MemoryOptions& o, int world) {
   std::vector<int> stages;
   if (o.zero.empty() && world < 2)
     left_out += std::string(left_out.empty() ? "" : "; ") +
-                "zero 1 left out of the default stages: one rank has no peers to shard over";
-  for (const std::string& z : split(o.zero.empty() ? (world >= 2 ? "0,1" : "0") : o.zero)) {
-    TL_CHECK(z == "0" || z == "1", "memory_study: --zero: " + quote_value(z) + " is not a stage DDP runs (0 or 1)");
+                "zero 1 and 2 left out of the default stages: one rank has no peers to shard over";
+  for (const std::string& z : split(o.zero.empty() ? (world >= 2 ? "0,1,2" : "0") : o.zero)) {
+    TL_CHECK(z == "0" || z == "1" || z == "2",
+             "memory_study: --zero: " + quote_value(z) + " is not a stage DDP runs (0, 1 or 2)");
     stages.push_back(z[0] - '0');
   }
   TL_CHECK(!batches.empty() && !levels.empty() && !stages.empty(),
            "memory_study: --batches, --recompute and --zero each need at least one value");
   TL_CHECK(levels.front() == Recompute::none && stages.front() == 0,
            "memory_study: the first --recompute must be none and the first --zero 0 (the controls)");
-  TL_CHECK(world >= 2 || std::find(stages.begin(), stages.end(), 1) == stages.end(),
-           "memory_study: zero 1 shards over the ranks: launch at least 2 (scripts/mpirun -np 2 ...)");
+  const auto sharded = std::find_if(stages.begin(), stages.end(), [](int z) { return z > 0; });
+  TL_CHECK(world >= 2 || sharded == stages.end(),
+           fmt::format("memory_study: zero {} shards over the ranks: launch at least 2 (scripts/mpirun -np 2 ...)",
+                       sharded == stages.end() ? 0 : *sharded));
   Plan plan;
   plan.left_out = left_out;
   plan.control_batch = batches[batches.size() / 2];

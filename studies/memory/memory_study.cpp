@@ -229,7 +229,11 @@ chart::Scatter peak_against_step(const MemoryAnalysis& a) {
     p.x_hi = a.step[i].max;
     p.colour = arm.recompute == "none" ? "#4e79a7" : arm.recompute == "convs" ? "#f28e2b" : "#e15759";
     p.square = arm.zero != 0;
-    if (a.control[i] == static_cast<int>(i)) p.label = fmt::format("batch {}", arm.batch);
+    if (a.control[i] == static_cast<int>(i)) {
+      p.label = fmt::format("batch {}", arm.batch);
+    } else if (arm.zero == 2) {
+      p.label = "z2";
+    }
     points.points.push_back(p);
   }
   return points;
@@ -241,7 +245,7 @@ chart::Figure memory_figure(const MemoryAnalysis& a, const std::string& title) {
   return {title,
           {peak_bars(a), peak_against_step(a)},
           {"left: the peak's bytes by category (MiB, largest rank); right: recompute none blue, convs orange, all "
-           "red; zero 0 circle, zero 1 square",
+           "red; zero 0 circle, zero 1 and 2 square (zero 2 labelled z2)",
            fmt::format("noise floor {:.1f}% of the step time{}", a.calibration.noise_floor_percent,
                        a.separability_test_valid ? "" : " (NO CONCLUSION: the calibration pair does not overlap)")}};
 }

@@ -79,13 +79,13 @@ std::vector<int> parse_zeros(const ScalingOptions& o) {
   std::stringstream list(o.zero);
   std::string item;
   while (std::getline(list, item, ',')) {
-    TL_CHECK(item == "0" || item == "1",
-             "bench_scaling: --zero: " + quote_value(item) + " is not a stage DDP runs (0 or 1, e.g. --zero 0,1)");
+    TL_CHECK(item == "0" || item == "1" || item == "2",
+             "bench_scaling: --zero: " + quote_value(item) + " is not a stage DDP runs (0, 1 or 2, e.g. --zero 0,1,2)");
     TL_CHECK(std::find(zeros.begin(), zeros.end(), item[0] - '0') == zeros.end(),
              "bench_scaling: --zero " + quote_value(o.zero) + ": stage " + item + " is listed twice");
     zeros.push_back(item[0] - '0');
   }
-  TL_CHECK(!zeros.empty(), "bench_scaling: --zero is empty (0, 1 or 0,1)");
+  TL_CHECK(!zeros.empty(), "bench_scaling: --zero is empty (a stage 0, 1 or 2, or a list: 0,1,2)");
   TL_CHECK(zeros.size() == 1 || !o.bind_compare, "bench_scaling: --bind-compare and --zero 0,1 are separate studies");
   return zeros;
 }

@@ -1,4 +1,5 @@
 // DDP under MPI (every rank runs every test; ctest runs them at 2 and 4 ranks).
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -325,7 +326,8 @@ std::int64_t optimizer_state_elements(Trainer& trainer) {
 
 }  // namespace
 
-TEST_CASE("ZeRO-1 equals DDP (SGD and AdamW, f32 and bf16, every all-reduce), bitwise across ranks", "[ddp]") {
+TEST_CASE("ZeRO-1 and ZeRO-2 equal DDP (SGD and AdamW, f32 and bf16, every all-reduce), bitwise across ranks",
+          "[ddp]") {
   auto world = MpiCommunicator::world();
   const int P = world->size();
   for (OptimizerKind optimizer : {OptimizerKind::sgd, OptimizerKind::adamw}) {
@@ -355,34 +357,48 @@ TEST_CASE("ZeRO-1 equals DDP (SGD and AdamW, f32 and bf16, every all-reduce), bi
         Ddp plain_ddp(*world, options);
         Trainer plain(config, &plain_ddp);
         plain.train(nullptr);
-        options.zero = 1;
-        Ddp zero_ddp(*world, options);
-        Trainer sharded(config, &zero_ddp);
-        sharded.train(nullptr);
-        const double difference = max_relative_difference(sharded, plain);
-        if (world->rank() == 0)
-          std::cout << "zero-1 " << optimizer_name(optimizer) << " " << dtype_name(dtype) << " " << allreduce
-                    << " world " << P << ": max relative parameter difference " << difference << " against DDP"
-                    << std::endl;
-        // The same gradients (bit for bit with a hand-written algorithm, whose reduce-scatter is
-        // its all-reduce's first half, auto choosing the same one for the same bucket; MPI's
-        // reduce-scatter may sum in another order than its all-reduce) and the same elementwise
-        // update on a slice of the vector (the reference backend's loop).
-        if (options.allreduce != Algorithm::native) {
-          CHECK(difference == 0.0);
-        } else {
-          CHECK(difference < 1e-5);
+        for (int stage : {1, 2}) {
+          // The sanitizer pass runs ZeRO-2 on the ring arms (its buckets' lives, views and buffered pieces).
+          if (stage == 2 && quick_tests() && std::string(allreduce) != "ring") continue;
+          INFO("zero " << stage);
+          options.zero = stage;
+          Ddp zero_ddp(*world, options);
+          Trainer sharded(config, &zero_ddp);
+          sharded.train(nullptr);
+          const double difference = max_relative_difference(sharded, plain);
+          if (world->rank() == 0)
+            std::cout << "zero-" << stage << " " << optimizer_name(optimizer) << " " << dtype_name(dtype) << " "
+                      << allreduce << " world " << P << ": max relative parameter difference " << difference
+                      << " against DDP" << std::endl;
+          // The same gradients (bit for bit with a hand-written algorithm, whose reduce-scatter is
+          // its all-reduce's first half, auto choosing the same one for the same bucket; MPI's
+          // reduce-scatter may sum in another order than its all-reduce) and the same elementwise
+          // update on a slice of the vector (the reference backend's loop).
+          if (options.allreduce != Algorithm::native) {
+            CHECK(difference == 0.0);
+          } else {
+            CHECK(difference < 1e-5);
+          }
+          CHECK(same_on_every_rank(zero_ddp, sharded));
+          // The optimiser state is cut: each rank holds its pieces' (a ~1/P share; SGD without
+          // state before a step has none).
+          const std::int64_t whole = optimizer_state_elements(plain), mine = optimizer_state_elements(sharded);
+          const auto everyone = zero_ddp.gather(mine);
+          std::int64_t total = 0;
+          for (std::int64_t e : everyone) total += e;
+          CHECK(total == whole);
+          CHECK(static_cast<double>(mine) <=
+                static_cast<double>(whole) / P + 64.0 * static_cast<double>(plain_ddp.buckets().size()));
+          // Between steps ZeRO-1 holds every gradient (the buckets), ZeRO-2 none: its buckets went
+          // after their reduce-scatters, its shards after the step.
+          std::int64_t gradient_bytes = 0;
+          for (const auto& [name, p] : plain.model().named_parameters())
+            gradient_bytes += static_cast<std::int64_t>(p.nbytes());
+          const auto held = zero_ddp.gather(zero_ddp.gradient_bytes_held());
+          std::int64_t held_total = 0;
+          for (std::int64_t bytes : held) held_total += bytes;
+          CHECK(held_total == (stage == 2 ? 0 : P * gradient_bytes));
         }
-        CHECK(same_on_every_rank(zero_ddp, sharded));
-        // The optimiser state is cut: each rank holds its pieces' (a ~1/P share; SGD without
-        // state before a step has none).
-        const std::int64_t whole = optimizer_state_elements(plain), mine = optimizer_state_elements(sharded);
-        const auto everyone = zero_ddp.gather(mine);
-        std::int64_t total = 0;
-        for (std::int64_t e : everyone) total += e;
-        CHECK(total == whole);
-        CHECK(static_cast<double>(mine) <=
-              static_cast<double>(whole) / P + 64.0 * static_cast<double>(plain_ddp.buckets().size()));
       }
     }
   }
@@ -459,17 +475,114 @@ TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or
   if (world->rank() == 0) fs::remove_all(dir);
 }
 
-TEST_CASE("ZeRO-1 refuses f16 (its loss scaler would see one shard) and an unknown stage", "[ddp]") {
+TEST_CASE("ZeRO-1 and 2 refuse f16 (its loss scaler would see one shard) and an unknown stage", "[ddp]") {
   auto world = MpiCommunicator::world();
   DdpOptions options;
-  options.zero = 2;
-  REQUIRE_THROWS_WITH(Ddp(*world, options), Catch::Contains("zero 2"));
-  options.zero = 1;
-  TrainConfig config = ddp_config();
-  config.execution.dtype = DType::f16;
-  Ddp ddp(*world, options);
-  REQUIRE_THROWS_WITH(Trainer(config, &ddp), Catch::Contains("f16 with zero: 1"));
+  for (int stage : {3, -1}) {
+    options.zero = stage;
+    REQUIRE_THROWS_WITH(Ddp(*world, options),
+                        Catch::Contains(fmt::format("zero {}", stage)) && Catch::Contains("0: replicated"));
+  }
+  for (int stage : {1, 2}) {
+    options.zero = stage;
+    TrainConfig config = ddp_config();
+    config.execution.dtype = DType::f16;
+    Ddp ddp(*world, options);
+    REQUIRE_THROWS_WITH(Trainer(config, &ddp), Catch::Contains("f16 with zero: 1 or 2"));
+  }
   world->barrier();
+}
+
+TEST_CASE("ZeRO-2 holds 1/W of the gradients from the reduce-scatters to the step, and none after", "[ddp]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size(), r = world->rank();
+  Backend& be = get_backend("reference");
+  // 1001 and 7 elements: neither divides by 2 or 4, so the last shards are shorter.
+  Tensor w = Tensor::zeros({1001}, DType::f32, be).set_requires_grad(true);
+  Tensor b = Tensor::zeros({7}, DType::f32, be).set_requires_grad(true);
+  DdpOptions options;
+  options.zero = 2;
+  options.bucket_cap_mb = 2048.0 / (1024 * 1024);  // two buckets: b with w's tail, and w's head
+  options.first_bucket_mb = 64.0 / (1024 * 1024);
+  Ddp ddp(*world, options);
+  ddp.attach({{"w", w}, {"b", b}});
+  CHECK(ddp.gradient_bytes_held() == 0);  // nothing before the first backward
+  ddp.begin_backward(true);
+  // Rank r's gradient is (r + 1) everywhere: the average is (P + 1) / 2.
+  const double factor = r + 1.0;
+  Tensor loss = add(mul_scalar(sum(w), factor), mul_scalar(sum(b), factor));
+  loss.backward();
+  ddp.finish_backward();
+  CHECK(!w.grad().defined());  // the buckets and the parameters' gradients went after their reduce-scatters
+  CHECK(!b.grad().defined());
+  const auto held = ddp.gather(ddp.gradient_bytes_held());
+  std::int64_t total = 0;
+  for (std::int64_t bytes : held) {
+    CHECK(bytes <= (1008 / P + 2) * 4);  // this rank's chunk of each bucket
+    total += bytes;
+  }
+  CHECK(total == 1008 * 4);  // the ranks' shards: one copy of the gradients
+  for (const auto& [name, piece] : ddp.optimizer_parameters()) {
+    for (float g : piece.grad().to_vector<float>()) REQUIRE(g == static_cast<float>((P + 1) / 2.0));
+  }
+  ddp.finish_step();
+  CHECK(ddp.gradient_bytes_held() == 0);
+  world->barrier();
+}
+
+TEST_CASE("ZeRO-2 under gradient accumulation and without bucket views equals DDP; its checkpoint resumes as ZeRO-1",
+          "[ddp]") {
+  auto world = MpiCommunicator::world();
+  const std::string dir = shared_directory(*world, "zero2");
+  TrainConfig config = ddp_config();
+  config.steps = 4;
+  config.batch = 12;                // 1-4 ranks (ctest: 2 and 4)
+  config.execution.accumulate = 2;  // no_sync micro-steps: whole local gradients, then the buckets
+  config.optimizer.kind = OptimizerKind::adamw;
+  config.optimizer.lr = 1e-3;
+  DdpOptions options;
+  options.bucket_cap_mb = 0.05;
+  options.first_bucket_mb = 0.01;
+  options.allreduce = Algorithm::ring;
+  Ddp plain_ddp(*world, options);
+  Trainer plain(config, &plain_ddp);
+  plain.train(nullptr);
+  for (bool views : {true, false}) {
+    if (quick_tests() && !views) continue;  // the sanitizer pass: the bucket views only
+    INFO("gradient_as_bucket_view " << views);
+    DdpOptions sharded_options = options;
+    sharded_options.zero = 2;
+    sharded_options.gradient_as_bucket_view = views;
+    Ddp ddp(*world, sharded_options);
+    Trainer sharded(config, &ddp);
+    sharded.train(nullptr);
+    CHECK(max_relative_difference(sharded, plain) == 0.0);
+    CHECK(same_on_every_rank(ddp, sharded));
+  }
+  {
+    TrainConfig first = config;
+    first.stop_at = 2;
+    first.checkpoint.save = dir;
+    DdpOptions sharded_options = options;
+    sharded_options.zero = 2;
+    Ddp ddp(*world, sharded_options);
+    Trainer trainer(first, &ddp);
+    trainer.train(nullptr);
+  }
+  {
+    // The checkpoint is the whole state, whatever the stage: resumed under ZeRO-1, the same bits.
+    TrainConfig rest = config;
+    rest.checkpoint.resume = dir;
+    DdpOptions sharded_options = options;
+    sharded_options.zero = 1;
+    Ddp ddp(*world, sharded_options);
+    Trainer resumed(rest, &ddp);
+    REQUIRE(resumed.step() == 2);
+    resumed.train(nullptr);
+    CHECK(checksum(resumed.model().named_parameters()) == checksum(plain.model().named_parameters()));
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
 }
 
 TEST_CASE("recompute under DDP and ZeRO-1: the gradient hooks fire through recomputed blocks, same bits", "[ddp]") {
