@@ -1,5 +1,6 @@
-// bench_allreduce: the hand-written all-reduces (the ring; with --algorithms recursive doubling and
-// halving-doubling too) against MPI_Allreduce, size by size, side by side.
+// bench_allreduce: the hand-written all-reduces (the ring; with --algorithms recursive doubling,
+// halving-doubling and the single-copy one in a shared window too) against MPI_Allreduce, size by
+// size, side by side.
 //   scripts/mpirun -np 2 build/bin/bench_allreduce --sizes 4K..256M
 // Per size: a correctness check (ring and native on the same integer-valued data must agree bit
 // for bit), then iterations alternating ring and native (warm-up excluded); each iteration starts
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-iters", o.max_iters, "at most this many iterations")->check(FiniteRange(1, 100000));
   app.add_option("--algorithms", o.algorithms,
                  "the hand-written all-reduces timed beside MPI's, comma-separated: ring, recursive_doubling, "
-                 "halving_doubling")
+                 "halving_doubling, single_copy (its data in a window the host's ranks share; the ring where they "
+                 "cannot)")
       ->capture_default_str();
   app.add_option("--collective", o.collective,
                  "all_reduce, or reduce_scatter (ring, halving_doubling against MPI's), all_gather (ring, "

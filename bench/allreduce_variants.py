@@ -10,7 +10,7 @@ OMPI_MCA_coll_tuned_use_dynamic_rules=1 and OMPI_MCA_coll_tuned_allreduce_algori
 Open MPI's own decision), with glibc's default malloc or with its mmap and trim thresholds raised
 (GLIBC_TUNABLES, as the PyTorch peers run: Open MPI's large all-reduces allocate a temporary the size
 of the message on every call, and glibc's default hands each one fresh pages). Every process times
-trainlab's all-reduces (the ring, recursive doubling, halving-doubling: --hand-written) beside MPI's
+trainlab's all-reduces (the ring, recursive doubling, halving-doubling, single-copy: --hand-written) beside MPI's
 under its own malloc, and writes its rows into one run (--run-id)
 with its round. Rounds interleave the variants (A B C ... A B C ..., the order rotated each round).
 bench_report draws the run: per size, the variant with the lowest median is the peer, named.
@@ -34,7 +34,7 @@ from peer_malloc import TUNABLES  # noqa: E402  (the PyTorch peers' tuned malloc
 ALGORITHMS = {"decision": 0, "basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
               "segmented_ring": 5, "rabenseifner": 6}
 MALLOCS = ("default", "tuned")
-HAND_WRITTEN = ("ring", "recursive_doubling", "halving_doubling")
+HAND_WRITTEN = ("ring", "recursive_doubling", "halving_doubling", "single_copy")
 
 
 def names(text, allowed, what):

@@ -29,6 +29,7 @@
 #include "comm/latency_allreduce.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
+#include "comm/single_copy_allreduce.h"
 #include "comm/tuning.h"
 #include "engine/core/rng.h"
 #include "engine/io/fileio.h"
@@ -53,14 +54,15 @@ std::string env_or_empty(const char* name) {
 
 // --algorithms: a comma-separated list of the hand-written all-reduces, each once.
 std::vector<std::string> parse_algorithms(const std::string& spec) {
-  static const std::vector<std::string> known = {"ring", "recursive_doubling", "halving_doubling"};
+  static const std::vector<std::string> known = {"ring", "recursive_doubling", "halving_doubling", "single_copy"};
   std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= spec.size()) {
     const std::size_t comma = std::min(spec.find(',', at), spec.size());
     const std::string name = spec.substr(at, comma - at);
     TL_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
-             "--algorithms '" + spec + "': '" + name + "' is not one of ring, recursive_doubling, halving_doubling");
+             "--algorithms '" + spec + "': '" + name +
+                 "' is not one of ring, recursive_doubling, halving_doubling, single_copy");
     TL_CHECK(std::find(out.begin(), out.end(), name) == out.end(),
              "--algorithms '" + spec + "': '" + name + "' is listed twice");
     out.push_back(name);
@@ -85,16 +87,23 @@ struct AllreduceRun {
   MpiVariant variant;                             // over MPI
   std::vector<std::string> algorithms;            // the hand-written ones timed beside native (--algorithms)
   comm::Hierarchy* hierarchy = nullptr;           // --node-size: the two-level arms
+  // single_copy among --algorithms: its window (a segment of the largest size per rank), where its
+  // arm's data lies.
+  comm::SingleCopyAllreduce* single_copy = nullptr;
 };
 
 // The arms of a two-level run (--node-size) that are not all-reduces of the whole world: the two
 // links the prediction is fitted to. Left out of the table's lines and of the targets.
 bool link_arm(const std::string& name) { return name == "within_nodes" || name == "across_nodes"; }
 
-// One hand-written algorithm, by name (--algorithms).
+// One hand-written algorithm, by name (--algorithms); single_copy reduces its window, where `data` lies.
 void hand_written(const std::string& algorithm, comm::Communicator& comm, void* data, std::int64_t count, DType dtype,
-                  const comm::RingOptions& ring_options) {
-  if (algorithm == "ring") {
+                  const comm::RingOptions& ring_options, comm::SingleCopyAllreduce* single_copy) {
+  if (algorithm == "single_copy") {
+    TL_CHECK(single_copy != nullptr && data == single_copy->buffer(),
+             "bench_allreduce: single_copy without its window");
+    single_copy->allreduce(count, dtype, ReduceOp::sum);
+  } else if (algorithm == "ring") {
     comm::ring_allreduce(comm, data, count, dtype, ReduceOp::sum, ring_options);
   } else if (algorithm == "recursive_doubling") {
     comm::recursive_doubling_allreduce(comm, data, count, dtype, ReduceOp::sum);
@@ -111,7 +120,7 @@ void add_hand_written_arms(SizeCase& size, const AllreduceRun& run, const std::v
     const std::string algorithm = run.algorithms[i];
     std::shared_ptr<void> m = memory[i];
     size.arms.push_back({algorithm, count * run.elem, [&run, m, count, dtype, algorithm](int) {
-                           hand_written(algorithm, run.comm, m.get(), count, dtype, run.ring_options);
+                           hand_written(algorithm, run.comm, m.get(), count, dtype, run.ring_options, run.single_copy);
                          }});
   }
 }
@@ -132,7 +141,12 @@ SizeCase size_case(const AllreduceRun& run, std::int64_t bytes) {
   const std::int64_t count = std::max<std::int64_t>(1, bytes / run.elem);
   const auto actual = static_cast<std::size_t>(count * run.elem);
   std::vector<std::shared_ptr<void>> memory;
-  for (std::size_t i = 0; i <= run.algorithms.size(); ++i) memory.push_back(run.comm.allocate(actual));
+  for (std::size_t i = 0; i <= run.algorithms.size(); ++i) {
+    // single_copy's data lies in its window (not owned here); every other arm's in its own buffer.
+    const bool window = i < run.algorithms.size() && run.algorithms[i] == "single_copy";
+    memory.push_back(window ? std::shared_ptr<void>(run.single_copy->buffer(), [](void*) {})
+                            : run.comm.allocate(actual));
+  }
   if (run.hierarchy != nullptr) return two_level_case(run, count, std::move(memory));
   SizeCase size;
   size.check = [&run, count, actual, memory] {
@@ -141,7 +155,7 @@ SizeCase size_case(const AllreduceRun& run, std::int64_t bytes) {
     fill_integers(data, count, run.dtype, run.world.rank(), run.world.size());
     for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
     for (std::size_t i = 0; i < run.algorithms.size(); ++i)
-      hand_written(run.algorithms[i], comm, memory[i].get(), count, run.dtype, run.ring_options);
+      hand_written(run.algorithms[i], comm, memory[i].get(), count, run.dtype, run.ring_options, run.single_copy);
     expected = data;
     run.world.allreduce_native(expected.data(), count, run.dtype, ReduceOp::sum);  // MPI on the host: exact
     comm.allreduce_native(memory.back().get(), count, run.dtype, ReduceOp::sum);
@@ -176,7 +190,7 @@ SizeCase two_level_case(const AllreduceRun& run, std::int64_t count, std::vector
     fill_integers(data, count, run.dtype, run.world.rank(), run.world.size());
     for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
     for (std::size_t i = 0; i + 1 < flat; ++i)
-      hand_written(run.algorithms[i], comm, memory[i].get(), count, run.dtype, run.ring_options);
+      hand_written(run.algorithms[i], comm, memory[i].get(), count, run.dtype, run.ring_options, run.single_copy);
     comm.allreduce_native(memory[flat - 1].get(), count, run.dtype, ReduceOp::sum);
     comm::hierarchical_allreduce(h, memory[two].get(), count, run.dtype, ReduceOp::sum);
     h.reduce_scatter_inside(memory[within].get(), count, run.dtype, ReduceOp::sum);
@@ -238,6 +252,7 @@ void print_header(const AllreduceRun& run) {
         "bytes go as up to 4 pieces of at most {} (the transport's eager limit less its header), not through a "
         "rendezvous\n",
         eager + 1, 4 * eager, eager);
+  if (run.single_copy != nullptr) std::cout << "# single_copy: " << run.single_copy->describe() << "\n";
   if (run.hierarchy != nullptr)
     std::cout << "# two levels: " << run.hierarchy->describe()
               << "; the links within_nodes and across_nodes (its message S / node size) are timed too, for the "
@@ -514,6 +529,14 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
   if (o.node_size > 0)
     hierarchy = std::make_unique<comm::Hierarchy>(comm, comm::node_map_by_size(comm, o.node_size),
                                                   comm::parse_intra_node(o.intra_node));
+  const std::vector<std::string> algorithms =
+      parse_algorithms(o.tune_path.empty() ? o.algorithms : "ring,recursive_doubling,halving_doubling");
+  std::unique_ptr<comm::SingleCopyAllreduce> single_copy;
+  if (std::find(algorithms.begin(), algorithms.end(), "single_copy") != algorithms.end()) {
+    std::int64_t largest = 0;
+    for (std::int64_t bytes : sizes) largest = std::max(largest, std::max<std::int64_t>(1, bytes / elem) * elem);
+    single_copy = std::make_unique<comm::SingleCopyAllreduce>(comm, static_cast<std::size_t>(largest));
+  }
   const AllreduceRun run{
       o,
       world,
@@ -527,8 +550,9 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
       Ledger(o.ledger_path.empty() ? default_ledger_path(comm.device_memory() ? "cuda" : "cpu") : o.ledger_path),
       parse_collective(o.collective),
       comm.backend() == "mpi" ? mpi_variant_of_environment() : MpiVariant{},
-      parse_algorithms(o.tune_path.empty() ? o.algorithms : "ring,recursive_doubling,halving_doubling"),
-      hierarchy.get()};
+      algorithms,
+      hierarchy.get(),
+      single_copy.get()};
   const int rank = world.rank();
   if (rank == 0) print_header(run);
   CommHarness harness(world, run.collective);

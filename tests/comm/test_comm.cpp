@@ -1,8 +1,8 @@
 // The comm layer under mpirun (np 2 and 4; the latency-optimal algorithms and the hierarchical one at
 // np 5 too): the ring all-reduce, recursive doubling, halving-doubling and the two-level all-reduce
 // against MPI_Allreduce and each other, exactly on
-// integer-valued data and within a tolerance on random data, uneven lengths, every dtype, sum and
-// average, sub-communicators, and bitwise identity of the result across ranks.
+// integer-valued data and within a tolerance on random data, the single-copy all-reduce in its shared window, uneven
+// lengths, every dtype, sum and average, sub-communicators, and bitwise identity of the result across ranks.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +13,7 @@
 #include "comm/latency_allreduce.h"
 #include "comm/mpi_communicator.h"
 #include "comm/ring_allreduce.h"
+#include "comm/single_copy_allreduce.h"
 #include "engine/core/rng.h"
 
 using namespace trainlab;
@@ -385,6 +386,57 @@ TEST_CASE("the hierarchical all-reduce equals the ring bit for bit at every node
       hierarchical_allreduce(h, bf.data(), 4099, DType::bf16, ReduceOp::sum, Algorithm::automatic);
       CHECK(same_on_every_rank(*world, bf.data(), bf.size() * sizeof(bf16)));
     }
+  }
+  world->barrier();
+}
+
+namespace {
+
+// The single-copy all-reduce on integer-valued data written into its buffer: MPI_Allreduce's
+// result bit for bit, the same bits on every rank.
+template <typename T>
+void check_single_copy_exact(Communicator& world, SingleCopyAllreduce& sc, DType dtype, std::int64_t n, ReduceOp op,
+                             int bound, std::uint64_t seed) {
+  INFO("dtype " << dtype_name(dtype) << " n " << n << " op " << (op == ReduceOp::sum ? "sum" : "average") << " "
+                << sc.describe());
+  const auto values = integers(n, seed + static_cast<std::uint64_t>(world.rank()) * 31, -bound, bound);
+  auto native = make<T>(values);
+  const auto mine = make<T>(values);
+  const std::size_t bytes = mine.size() * sizeof(T);
+  if (bytes > 0) std::memcpy(sc.buffer(), mine.data(), bytes);
+  sc.allreduce(n, dtype, op);
+  world.allreduce_native(native.data(), n, dtype, op);
+  CHECK((bytes == 0 || std::memcmp(sc.buffer(), native.data(), bytes) == 0));
+  CHECK(same_on_every_rank(world, sc.buffer(), bytes));
+}
+
+}  // namespace
+
+TEST_CASE("the single-copy all-reduce equals MPI_Allreduce bit for bit in its shared window, and the ring without one",
+          "[comm]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  for (bool share : {true, false}) {
+    SingleCopyAllreduce sc(*world, ((1 << 16) + 3) * sizeof(double), share);
+    CHECK(sc.shared() == share);  // every rank on this host: a window whenever it is asked for
+    CHECK_THAT(sc.describe(), Catch::Contains(share ? "single-copy over a shared window" : "the ring"));
+    for (std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{P - 1}, std::int64_t{7}, std::int64_t{1001},
+                           std::int64_t{(1 << 16) + 3}}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+        check_single_copy_exact<float>(*world, sc, DType::f32, n, op, 1000, 7000);
+        check_single_copy_exact<double>(*world, sc, DType::f64, n, op, 1000, 7001);
+        check_single_copy_exact<bf16>(*world, sc, DType::bf16, n, op, 256 / (2 * P), 7002);
+        check_single_copy_exact<f16>(*world, sc, DType::f16, n, op, 2048 / (2 * P), 7003);
+      }
+    }
+    // Back to back with new data each time: a rank that refills its segment early must not reach
+    // into a call its peers are still reading (the closing fence).
+    for (std::uint64_t round = 0; round < 20; ++round)
+      check_single_copy_exact<float>(*world, sc, DType::f32, 4099 + static_cast<std::int64_t>(round), ReduceOp::sum,
+                                     1000, 9000 + round);
+    CHECK_THROWS_WITH(sc.allreduce((1 << 16) + 4, DType::f64, ReduceOp::sum),
+                      Catch::Contains("65540 elements of f64") && Catch::Contains("do not fit"));
+    CHECK_THROWS_WITH(sc.allreduce(4, DType::i64, ReduceOp::sum), Catch::Contains("dtype i64"));
   }
   world->barrier();
 }
