@@ -29,7 +29,7 @@ $(error CPU=$(CPU): the only emulated CPU is avx2 (CPU=avx2), or leave it unset 
 endif
 TRAINLAB := $(BUILD_DIR)/bin/trainlab
 
-.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare headline accuracy pinning memory dataset-study fashion resnet gpt fashion-data allreduce-variants allreduce-two-level clean format check-format fuzz
+.PHONY: all deps configure build install test test-sanitize build-cuda ladder ladder-full report verify compare headline accuracy pinning memory parallelism dataset-study fashion resnet gpt fashion-data allreduce-variants allreduce-two-level clean format check-format fuzz
 
 all: build
 
@@ -215,6 +215,16 @@ pinning: build
 # results/ledger_cpu.jsonl, then REPORT.md with its table and figure.
 memory: build
 	@scripts/mpirun -np 2 $(BUILD_DIR)/bin/memory_study --ledger $(LEDGER)
+	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
+
+# The parallelism study (issue 48, studies/parallelism): every door (one process, DDP, ZeRO-1 and 2,
+# pipeline, tensor split) at one global batch for each model, round-robin over NP ranks.
+PARALLELISM_DOORS ?= one,data,zero1,zero2,pipeline,tensor
+parallelism: build
+	@for model in smallcnn resnet gpt; do \
+	  scripts/mpirun -np $(NP) $(BUILD_DIR)/bin/bench_parallelism --model $$model --fuse --doors $(PARALLELISM_DOORS) \
+	    --steps 10 --ledger $(LEDGER) || exit 1; \
+	done
 	@$(BUILD_DIR)/bin/bench_report --ledger $(LEDGER) --out $(REPORT) > /dev/null && echo "report: $(REPORT)"
 
 # The data set study (studies/dataset, seed 002's re-export regression): the same images as large raw

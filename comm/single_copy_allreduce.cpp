@@ -29,9 +29,10 @@ SingleCopyAllreduce::SingleCopyAllreduce(Communicator& comm, std::size_t bytes, 
   }
   local_ = comm.allocate(bytes);
   data_ = local_.get();
-  description_ = share ? fmt::format("the ring: the {} do not share one host's memory (a window needs every rank on "
-                                     "one host, and a communicator that maps host memory), so no window",
-                                     ranks)
+  description_ = share ? fmt::format(
+                             "the ring: the {} do not share one host's memory (a window needs every rank on "
+                             "one host, and a communicator that maps host memory), so no window",
+                             ranks)
                        : fmt::format("the ring ({}; the window not asked for)", ranks);
 }
 
@@ -40,8 +41,9 @@ void SingleCopyAllreduce::allreduce(std::int64_t count, DType dtype, ReduceOp op
   TL_CHECK(count >= 0 && static_cast<std::size_t>(count * elem) <= bytes_,
            fmt::format("single-copy all-reduce: {} elements of {} ({} bytes) do not fit in the {}-byte segment", count,
                        dtype_name(dtype), count * elem, bytes_));
-  TL_CHECK(dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16 || dtype == DType::f16,
-           std::string("single-copy all-reduce: dtype ") + dtype_name(dtype) + " is not one it sums (f32, f64, bf16, f16)");
+  TL_CHECK(
+      dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16 || dtype == DType::f16,
+      std::string("single-copy all-reduce: dtype ") + dtype_name(dtype) + " is not one it sums (f32, f64, bf16, f16)");
   if (window_ == nullptr) {
     comm::allreduce(comm_, data_, count, dtype, op, Algorithm::ring);
     return;

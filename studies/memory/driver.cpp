@@ -186,6 +186,14 @@ std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const M
     memory.peak_bytes[memory_category_name(category)] = *std::max_element(peaks.begin(), peaks.end());
     memory.at_peak_bytes[memory_category_name(category)] = ats[largest];
   }
+  // Between steps: what the trainer still holds (its model, optimiser and DDP are alive).
+  const MemoryUsage now = memory_usage(trainer->backend().device_type());
+  for (MemoryCategory category :
+       {MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer_state}) {
+    const auto live = ddp.gather(now.live_of(category));
+    memory.held_bytes[memory_category_name(category)] = *std::max_element(live.begin(), live.end());
+  }
+  for (const auto& [name, p] : trainer->model().named_parameters()) memory.parameters += p.numel();
   const auto phases = ddp.gather(static_cast<std::int64_t>(m.peak_phase));
   const auto held = ddp.gather(m.activations_after_forward);
   if (run.rank != 0) return std::nullopt;
@@ -266,6 +274,8 @@ int run_memory_study(const MemoryOptions& o) {
     if (run.rank == 0) {
       const MemoryAnalysis analysis = analyse_memory(memory_arms_from_rows(rows));
       std::cout << "\n" << memory_table(analysis, true) << "\n" << memory_findings(analysis);
+      if (const std::string persistent = memory_persistent_table(analysis, true); !persistent.empty())
+        std::cout << "\nPersistent state per rank, three ways:\n" << persistent;
       if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run.run_id << ")\n";
     }
     return 0;

@@ -8,6 +8,7 @@
 
 #include "backends/error.h"
 #include "bench/report/table.h"
+#include "engine/instrument/memory_model.h"
 
 namespace trainlab::bench {
 
@@ -103,6 +104,45 @@ std::string memory_table(const MemoryAnalysis& a, bool markdown) {
                       rows, markdown);
 }
 
+std::string memory_persistent_table(const MemoryAnalysis& a, bool markdown) {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<int> stages;
+  for (const MemoryArm& arm : a.arms) {
+    // Persistent state does not depend on the batch or recomputation: one arm per stage.
+    if (arm.parameters <= 0 || arm.world < 1 || arm.recompute != "none" ||
+        std::find(stages.begin(), stages.end(), arm.zero) != stages.end())
+      continue;
+    stages.push_back(arm.zero);
+    const auto P = static_cast<double>(arm.parameters);
+    const PersistentState seed = persistent_state(P, arm.world, arm.zero, StateBytes{});
+    const PersistentState estimate =
+        persistent_state(P, arm.world, arm.zero, trainlab_state_bytes(arm.optimizer, arm.optimizer == "sgd" ? 0.9 : 0));
+    const auto measured = [&](MemoryCategory c) { return static_cast<double>(category(arm.held, c)); };
+    const auto three = [](double formula, double estimator, double held) {
+      return fmt::format("{:.2f} / {:.2f} / {:.2f}", formula / kMiB, estimator / kMiB, held / kMiB);
+    };
+    const double held_total = measured(MemoryCategory::parameters) + measured(MemoryCategory::gradients) +
+                              measured(MemoryCategory::optimizer_state);
+    const std::string versus =
+        estimate.total() > 0 ? fmt::format("{:+.1f}%", 100 * (held_total - estimate.total()) / estimate.total()) : "-";
+    rows.push_back({std::to_string(arm.zero), std::to_string(arm.world),
+                    three(seed.params, estimate.params, measured(MemoryCategory::parameters)),
+                    three(seed.grads, estimate.grads, measured(MemoryCategory::gradients)),
+                    three(seed.optimizer, estimate.optimizer, measured(MemoryCategory::optimizer_state)),
+                    three(seed.total(), estimate.total(), held_total), versus});
+  }
+  if (rows.empty()) return "";
+  return render_table({"zero", "ranks", "parameters MiB: seed 003 / estimator / measured", "gradients",
+                       "optimizer state", "total", "measured vs estimator"},
+                      rows, markdown) +
+         "seed 003: mixed-precision Adam (2 + 2 + 12 bytes a parameter); estimator: the same formula with what "
+         "trainlab "
+         "keeps for this optimiser (f32 parameters and gradients, f32 moments, no separate master); measured: held "
+         "between steps, the largest rank's. ZeRO-2 releases its gradient shards after the optimiser's step (the "
+         "formula keeps them, as DeepSpeed does for accumulation), so its measured gradients are 0 between steps and "
+         "1/W during the step.\n";
+}
+
 std::string memory_findings(const MemoryAnalysis& a) {
   std::ostringstream out;
   out << fmt::format("noise floor: {:.1f}% of the step time ({}); separability_test_valid: {}\n",
@@ -158,6 +198,10 @@ std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>&
       arm.batch = row.config.batch;
       arm.recompute = row.config.recompute;
       arm.zero = row.config.zero;
+      arm.world = row.config.world;
+      arm.optimizer = row.config.optimizer;
+      arm.held = bytes_of(row.memory_per_rank.held_bytes);
+      arm.parameters = row.memory_per_rank.parameters;
       it = at.emplace(row.arm, arms.size()).first;
       arms.push_back(arm);
     }

@@ -30,6 +30,10 @@ struct MemoryArm {
   std::vector<double> step_ms;  // per repeat: the median measured step of the slowest rank
   std::array<std::int64_t, kMemoryCategories> peak{}, at_peak{};
   std::int64_t total_peak = 0, activations_after_forward = 0;
+  std::array<std::int64_t, kMemoryCategories> held{};  // between steps (rows before it: zeros)
+  std::int64_t parameters = 0;                         // 0: the rows do not say
+  int world = 0;
+  std::string optimizer = "sgd";
   std::string peak_phase;
   bool repeats_agree = true;  // every repeat measured the same bytes
 };
@@ -55,6 +59,11 @@ struct MemoryAnalysis {
 MemoryAnalysis analyse_memory(std::vector<MemoryArm> arms);
 std::string memory_table(const MemoryAnalysis& analysis, bool markdown);
 std::string memory_findings(const MemoryAnalysis& analysis);
+// The persistent state per rank by ZeRO stage, three ways: seed 003's formula (mixed-precision Adam,
+// 16 bytes a parameter), the estimator (the same formula with the bytes trainlab keeps for this
+// optimiser, engine/instrument/memory_model.h), and the bytes measured between steps. Empty when the
+// rows do not carry the held bytes.
+std::string memory_persistent_table(const MemoryAnalysis& analysis, bool markdown);
 // A run's ok rows, gathered by arm in the order they appear.
 std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>& rows);
 // Peak bytes by category (stacked) per arm, and peak against step time.

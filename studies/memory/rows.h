@@ -50,6 +50,10 @@ struct MemoryPerRank {
   std::int64_t peak_rank = 0;
   std::string peak_phase;  // "forward", "backward", ...
   std::int64_t activations_after_forward_bytes = 0;
+  // Between steps (after the run's last step): the bytes still held by category, the largest
+  // rank's per category, and the model's parameter count: the persistent state the ZeRO stages cut.
+  std::map<std::string, std::int64_t> held_bytes;
+  std::int64_t parameters = 0;
   std::string note;
   template <class F>
   void fields(F& f) {
@@ -59,6 +63,8 @@ struct MemoryPerRank {
     f.optional("peak_rank", peak_rank);
     f("peak_phase", peak_phase);
     f("activations_after_forward_bytes", activations_after_forward_bytes);
+    f.optional("held_bytes", held_bytes);
+    f.optional("parameters", parameters);
     f.optional("note", note);
   }
 };

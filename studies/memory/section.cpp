@@ -30,6 +30,8 @@ std::optional<ReportSection> memory_section(const SectionInput& in) {
       config.dtype, config.optimizer, config.steps, config.warmup_steps_excluded,
       analysis.arms.empty() ? 0 : analysis.arms.front().step_ms.size());
   md << memory_table(analysis, true) << "\n" << memory_findings(analysis);
+  if (const std::string persistent = memory_persistent_table(analysis, true); !persistent.empty())
+    md << "\nPersistent state per rank, three ways (MiB):\n\n" << persistent;
   md << "\n![peak bytes by category, and peak against step time](" << figure << ")\n";
   section.markdown = md.str();
   section.figures.emplace_back(

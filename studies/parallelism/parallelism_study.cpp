@@ -28,7 +28,7 @@ namespace trainlab::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kDoors = "one, data, pipeline, tensor, data-pipeline, data-tensor";
+constexpr const char* kDoors = "one, data, zero1, zero2, pipeline, tensor, data-pipeline, data-tensor";
 
 // One way to divide the step: what it holds, and one step of it on every rank (a collective), which
 // returns this rank's seconds (0 on a rank that only waited) and leaves its loss in `loss`.
@@ -80,20 +80,27 @@ Door one_process_door(const DoorSetup& s, int threads) {
           0};
 }
 
-Door data_door(const DoorSetup& s) {
+// DDP (zero 0), or with its optimiser state (zero 1) and gradients (zero 2) sharded over the ranks.
+Door data_door(const DoorSetup& s, int zero) {
   const int p = s.world.size();
-  TL_CHECK(s.o.batch % p == 0, "the data door: batch " + std::to_string(s.o.batch) + " does not divide over " +
+  const std::string name = zero == 0 ? "data" : fmt::format("zero{}", zero);
+  TL_CHECK(s.o.batch % p == 0, "the " + name + " door: batch " + std::to_string(s.o.batch) + " does not divide over " +
                                    std::to_string(p) + " ranks (allowed: a multiple of " + std::to_string(p) + ")");
   auto model = s.build();
-  auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
   comm::DdpOptions options;  // DDP's defaults: 25 MiB buckets, the library's all-reduce, overlapped with backward
+  options.zero = zero;
   auto ddp = std::make_shared<comm::Ddp>(s.world, options);
   ddp->attach(model->named_parameters());
+  auto sgd = std::make_shared<SGD>(ddp->optimizer_parameters(), s.sgd);  // the pieces this rank updates
   auto runner = std::make_shared<StepRunner>(s.be, *model, *sgd, StepOptions{}, nullptr, ddp.get());
   const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch / p, s.be, 43 + s.world.rank())();
-  return {"data",
-          fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward", p,
-                      s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb),
+  const char* sharded = zero == 0   ? ""
+                        : zero == 1 ? ", ZeRO-1 (optimiser state sharded; the parameters all-gathered after the step)"
+                                    : ", ZeRO-2 (optimiser state and gradients sharded; the parameters all-gathered "
+                                      "after the step)";
+  return {name,
+          fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward{}", p,
+                      s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb, sharded),
           [model, sgd, ddp, runner, batch](double& loss) {
             const auto start = Clock::now();
             loss = runner->step([&batch] { return batch; }).loss;
@@ -234,7 +241,9 @@ std::vector<Door> make_doors(const DoorSetup& s) {
       doors.push_back(one_process_door(s, 1));
       if (s.world.size() * s.o.threads > 1) doors.push_back(one_process_door(s, s.world.size() * s.o.threads));
     } else if (name == "data") {
-      doors.push_back(data_door(s));
+      doors.push_back(data_door(s, 0));
+    } else if (name == "zero1" || name == "zero2") {
+      doors.push_back(data_door(s, name == "zero1" ? 1 : 2));
     } else if (name == "pipeline") {
       doors.push_back(pipeline_door(s));
     } else if (name == "tensor") {

@@ -4,6 +4,7 @@
 //   one process    the unsplit model on rank 0 at 1 thread and at every rank's threads (the others
 //                  asleep): what the split ones must beat on the same cores
 //   data           DDP (comm/ddp.h), each rank batch / ranks of the batch
+//   zero1, zero2   DDP with ZeRO-1 (the optimiser state sharded) or ZeRO-2 (the gradients too); asked for
 //   pipeline       a stage per rank (comm/pipeline.h), 1F1B, the batch in micro-batches
 //   tensor         Megatron's split over every rank (engine/nn/tensor_parallel.h), the whole batch
 //   data-pipeline  2 replicas of a pipeline of half the ranks, each half the batch (an even world >= 4)

@@ -16,7 +16,8 @@ struct ParallelismConfig {
   int ranks = 0;           // the launched ranks (the one-process doors use rank 0's core(s))
   std::int64_t batch = 0;  // the global batch of every door
   int threads = 1;         // per rank (the one-process doors: as their name says)
-  std::string door;        // "one process, 1 thread" | "one process, 2 threads" | "data" | "pipeline" | "tensor"
+  std::string door;        // "one process, 1 thread" | "one process, 2 threads" | "data" | "zero1" | "zero2" |
+                           // "pipeline" | "tensor" | "data-pipeline" | "data-tensor"
   std::string detail;      // how: "DDP, native all-reduce, 16 per rank", "1f1b, 4 micro-batches of 8", ...
   template <class F>
   void fields(F& f) {
