@@ -188,12 +188,14 @@ std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const M
   }
   // Between steps: what the trainer still holds (its model, optimiser and DDP are alive).
   const MemoryUsage now = memory_usage(trainer->backend().device_type());
+  memory.held_bytes.emplace();
   for (MemoryCategory category :
        {MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer_state}) {
     const auto live = ddp.gather(now.live_of(category));
-    memory.held_bytes[memory_category_name(category)] = *std::max_element(live.begin(), live.end());
+    (*memory.held_bytes)[memory_category_name(category)] = *std::max_element(live.begin(), live.end());
   }
-  for (const auto& [name, p] : trainer->model().named_parameters()) memory.parameters += p.numel();
+  memory.parameters = 0;
+  for (const auto& [name, p] : trainer->model().named_parameters()) *memory.parameters += p.numel();
   const auto phases = ddp.gather(static_cast<std::int64_t>(m.peak_phase));
   const auto held = ddp.gather(m.activations_after_forward);
   if (run.rank != 0) return std::nullopt;

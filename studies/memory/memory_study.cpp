@@ -200,8 +200,8 @@ std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>&
       arm.zero = row.config.zero;
       arm.world = row.config.world;
       arm.optimizer = row.config.optimizer;
-      arm.held = bytes_of(row.memory_per_rank.held_bytes);
-      arm.parameters = row.memory_per_rank.parameters;
+      arm.held = bytes_of(row.memory_per_rank.held_bytes.value_or(std::map<std::string, std::int64_t>{}));
+      arm.parameters = row.memory_per_rank.parameters.value_or(0);
       it = at.emplace(row.arm, arms.size()).first;
       arms.push_back(arm);
     }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,9 +52,10 @@ struct MemoryPerRank {
   std::string peak_phase;  // "forward", "backward", ...
   std::int64_t activations_after_forward_bytes = 0;
   // Between steps (after the run's last step): the bytes still held by category, the largest
-  // rank's per category, and the model's parameter count: the persistent state the ZeRO stages cut.
-  std::map<std::string, std::int64_t> held_bytes;
-  std::int64_t parameters = 0;
+  // rank's per category, and the model's parameter count: the persistent state the ZeRO stages cut
+  // (absent in rows written before them).
+  std::optional<std::map<std::string, std::int64_t>> held_bytes;
+  std::optional<std::int64_t> parameters;
   std::string note;
   template <class F>
   void fields(F& f) {
