@@ -43,10 +43,14 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "warm-up iterations per algorithm and size")->check(FiniteRange(0, 100));
   app.add_option("--min-iters", o.min_iters, "at least this many iterations")->check(FiniteRange(1, 100000));
   app.add_option("--max-iters", o.max_iters, "at most this many iterations")->check(FiniteRange(1, 100000));
+  app.add_flag("--routes", o.routes,
+               "seed 004's routes for the same buffer: to_one (to rank 0, then broadcast), sharded (the library's "
+               "reduce-scatter and all-gather), ring, single_copy, each against the alpha-beta model fitted to this "
+               "run's ring");
   app.add_option("--algorithms", o.algorithms,
                  "the hand-written all-reduces timed beside MPI's, comma-separated: ring, recursive_doubling, "
                  "halving_doubling, single_copy (its data in a window the host's ranks share; the ring where they "
-                 "cannot)")
+                 "cannot), to_one, sharded (seed 004's routes)")
       ->capture_default_str();
   app.add_option("--collective", o.collective,
                  "all_reduce, or reduce_scatter (ring, halving_doubling against MPI's), all_gather (ring, "

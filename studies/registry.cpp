@@ -17,12 +17,24 @@
 namespace trainlab::bench {
 
 std::vector<SectionDef> report_sections() {
-  return {ladder_report_section(),          cost_report_section(),          pinning_report_section(),
-          memory_report_section(),          dataset_report_section(),       fashion_report_section(),
-          resnet_report_section(),          compare_torch_report_section(), compare_torch_resnet_report_section(),
-          allreduce_report_section(),       collectives_report_section(),   allreduce_hierarchical_report_section(),
-          buckets_report_section(),         scaling_report_section(),       pipeline_report_section(),
-          tensor_parallel_report_section(), parallelism_report_section()};
+  return {ladder_report_section(),
+          cost_report_section(),
+          pinning_report_section(),
+          memory_report_section(),
+          dataset_report_section(),
+          fashion_report_section(),
+          resnet_report_section(),
+          compare_torch_report_section(),
+          compare_torch_resnet_report_section(),
+          allreduce_report_section(),
+          collectives_report_section(),
+          allreduce_hierarchical_report_section(),
+          allreduce_routes_report_section(),
+          buckets_report_section(),
+          scaling_report_section(),
+          pipeline_report_section(),
+          tensor_parallel_report_section(),
+          parallelism_report_section()};
 }
 
 }  // namespace trainlab::bench

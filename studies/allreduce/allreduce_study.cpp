@@ -35,6 +35,7 @@
 #include "engine/io/fileio.h"
 #include "studies/allreduce/collectives.h"
 #include "studies/allreduce/hierarchical.h"
+#include "studies/allreduce/routes.h"
 #include "studies/allreduce/rows.h"
 
 namespace trainlab::bench {
@@ -54,7 +55,8 @@ std::string env_or_empty(const char* name) {
 
 // --algorithms: a comma-separated list of the hand-written all-reduces, each once.
 std::vector<std::string> parse_algorithms(const std::string& spec) {
-  static const std::vector<std::string> known = {"ring", "recursive_doubling", "halving_doubling", "single_copy"};
+  static const std::vector<std::string> known = {
+      "ring", "recursive_doubling", "halving_doubling", "single_copy", "to_one", "sharded"};
   std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= spec.size()) {
@@ -62,7 +64,7 @@ std::vector<std::string> parse_algorithms(const std::string& spec) {
     const std::string name = spec.substr(at, comma - at);
     TL_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
              "--algorithms '" + spec + "': '" + name +
-                 "' is not one of ring, recursive_doubling, halving_doubling, single_copy");
+                 "' is not one of ring, recursive_doubling, halving_doubling, single_copy, to_one, sharded");
     TL_CHECK(std::find(out.begin(), out.end(), name) == out.end(),
              "--algorithms '" + spec + "': '" + name + "' is listed twice");
     out.push_back(name);
@@ -103,6 +105,10 @@ void hand_written(const std::string& algorithm, comm::Communicator& comm, void* 
     TL_CHECK(single_copy != nullptr && data == single_copy->buffer(),
              "bench_allreduce: single_copy without its window");
     single_copy->allreduce(count, dtype, ReduceOp::sum);
+  } else if (algorithm == "to_one") {
+    route_to_one(comm, data, count, dtype);
+  } else if (algorithm == "sharded") {
+    route_sharded(comm, data, count, dtype);
   } else if (algorithm == "ring") {
     comm::ring_allreduce(comm, data, count, dtype, ReduceOp::sum, ring_options);
   } else if (algorithm == "recursive_doubling") {
@@ -329,6 +335,7 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, st
       row.config.intra_node = comm::intra_node_name(run.hierarchy->intra());
     }
     if (run.o.round > 0) row.round = run.o.round;
+    if (run.o.routes) row.config.study = "routes";
     row.repeats = t.seconds;
     row.stats = t.stats;
     row.warmup_iterations_excluded = run.o.warmup;
@@ -489,9 +496,33 @@ void write_tuning(const AllreduceRun& run, const std::vector<SizeTiming>& sizes)
   for (const std::string& d : disagreements) std::cout << "  tuning: " << d << "\n";
 }
 
+// --routes: seed 004's routes against the model fitted to this run's ring (studies/allreduce/routes.h).
+void print_routes(const AllreduceRun& run, const std::vector<SizeTiming>& sizes) {
+  std::vector<RoutePoint> points;
+  for (const SizeTiming& s : sizes) {
+    RoutePoint p;
+    p.bytes = s.arms.front().bytes;
+    for (const ArmTiming& arm : s.arms) p.medians.emplace_back(arm.name, arm.stats.median);
+    points.push_back(std::move(p));
+  }
+  if (points.size() < 2) {
+    std::cout << "routes: no prediction (the fit needs two sizes or more)\n";
+    return;
+  }
+  const RouteTable table = route_table(run.world.size(), points, run.copy_rate);
+  std::cout << "\n# seed 004's routes: measured (median) against seed 001's alpha-beta model; " << table.fit
+            << "; single_copy against one memcpy of S at " << fmt::format("{:.2f}", run.copy_rate)
+            << " GB/s; native is modelled as the ring; via host staging is a GPU route (not on this host)\n"
+            << render_table(table.head, table.rows, true);
+}
+
 // Options that cannot go together, and --write-tuning's file, are refused before the run: a path it may
 // write, and an existing file a tuning file.
 void check_options(const AllreduceOptions& o) {
+  TL_CHECK(!o.routes || (o.algorithms == "ring" && o.collective == "all_reduce" && o.node_size == 0 &&
+                         o.tune_path.empty() && o.comm_kind == "mpi"),
+           "--routes times its own arms (to_one, sharded, ring, single_copy) over MPI: not with --algorithms, "
+           "--collective, --node-size, --write-tuning or --comm nccl");
   std::string arms;
   for (const std::string& a : hand_written_arms(parse_collective(o.collective))) arms += a + ", ";
   TL_CHECK(
@@ -530,7 +561,9 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
     hierarchy = std::make_unique<comm::Hierarchy>(comm, comm::node_map_by_size(comm, o.node_size),
                                                   comm::parse_intra_node(o.intra_node));
   const std::vector<std::string> algorithms =
-      parse_algorithms(o.tune_path.empty() ? o.algorithms : "ring,recursive_doubling,halving_doubling");
+      parse_algorithms(o.routes              ? "to_one,sharded,ring,single_copy"
+                       : o.tune_path.empty() ? o.algorithms
+                                             : "ring,recursive_doubling,halving_doubling");
   std::unique_ptr<comm::SingleCopyAllreduce> single_copy;
   if (std::find(algorithms.begin(), algorithms.end(), "single_copy") != algorithms.end()) {
     std::int64_t largest = 0;
@@ -582,6 +615,7 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
   if (rank == 0) {
     if (run.collective == Collective::allreduce) print_targets(timings, run.copy_rate, all_correct);
     if (run.hierarchy != nullptr) print_prediction(*run.hierarchy, timings, phases);
+    if (o.routes && all_correct) print_routes(run, timings);
     if (run.collective != Collective::allreduce)
       std::cout << fmt::format("results {}\n", all_correct ? "all correct" : "MISMATCHED");
     if (!o.tune_path.empty() && all_correct) write_tuning(run, timings);

@@ -35,6 +35,10 @@ struct AllreduceOptions {
   // how data moves inside a node (shared_memory, point_to_point).
   int node_size = 0;
   std::string intra_node = "shared_memory";
+  // --routes: seed 004's routes for the same gradients (to_one, sharded, ring, single_copy; the
+  // library's all-reduce last), each against the alpha-beta model fitted to this run's ring
+  // (studies/allreduce/routes.h). Its rows say study "routes" and stay out of the all-reduce section.
+  bool routes = false;
 };
 
 // The MPI variant a process runs under, read from its environment as Open MPI and glibc read it:
@@ -61,5 +65,6 @@ int run_allreduce_study(const AllreduceOptions& options);
 SectionDef allreduce_report_section();
 SectionDef collectives_report_section();
 SectionDef allreduce_hierarchical_report_section();  // --node-size (hierarchical_section.cpp)
+SectionDef allreduce_routes_report_section();        // --routes (routes_section.cpp)
 
 }  // namespace trainlab::bench

@@ -35,6 +35,9 @@ struct AllreduceConfig {
   // S / node_size.
   std::optional<int> node_size;
   std::optional<std::string> intra_node;
+  // bench_allreduce --routes: "routes" (seed 004's routes side by side; its own table, not the
+  // all-reduce section's run).
+  std::optional<std::string> study;
   bool is_allreduce() const { return !collective || *collective == "all_reduce"; }
   bool two_level() const { return node_size.has_value(); }
   template <class F>
@@ -52,6 +55,7 @@ struct AllreduceConfig {
     f.optional("collective", collective);
     f.optional("node_size", node_size);
     f.optional("intra_node", intra_node);
+    f.optional("study", study);
   }
 };
 

@@ -386,7 +386,9 @@ std::optional<ReportSection> allreduce_section(const SectionInput& in) {
   // The other collectives have their own section (collectives_section.cpp), and so has the two-level
   // run (hierarchical_section.cpp).
   all.erase(std::remove_if(all.begin(), all.end(),
-                           [](const AllreduceRow& r) { return !r.config.is_allreduce() || r.config.two_level(); }),
+                           [](const AllreduceRow& r) {
+                             return !r.config.is_allreduce() || r.config.two_level() || r.config.study.has_value();
+                           }),
             all.end());
   const auto [run_id, rows] = latest_run(all, [](const AllreduceRow& row) { return !row.from_bench_buckets(); });
   if (run_id.empty()) return std::nullopt;
