@@ -62,8 +62,9 @@ RouteTable route_table(int ranks, const std::vector<RoutePoint>& points, double 
     const double S = static_cast<double>(p.bytes);
     const comm::RingModel link = link_model(fit, S);
     for (const auto& [route, seconds] : p.medians) {
-      const double predicted = route == "single_copy" ? S / (memcpy_gbps * 1e9)
-                                                      : route_cost(route, ranks).time_s(link.alpha_s, link.bandwidth_Bps, S);
+      const double predicted = route == "single_copy"
+                                   ? S / (memcpy_gbps * 1e9)
+                                   : route_cost(route, ranks).time_s(link.alpha_s, link.bandwidth_Bps, S);
       table.rows.push_back({human_bytes(p.bytes), route, fmt::format("{:.1f}", seconds * 1e6),
                             fmt::format("{:.1f}", predicted * 1e6), fmt::format("{:.2f}", seconds / predicted),
                             fmt::format("{:.2f}", S / seconds / 1e9)});
@@ -72,12 +73,12 @@ RouteTable route_table(int ranks, const std::vector<RoutePoint>& points, double 
   const auto line = [](const comm::Fit& f) {
     return fmt::format("alpha {:.2f} us, B {:.2f} GB/s", f.model.alpha_s * 1e6, f.model.bandwidth_Bps / 1e9);
   };
-  table.fit = fit.one_line_fits || !fit.split
-                  ? fmt::format("the ring's medians fitted as one line: {} (largest residual {:.0f}%)", line(fit.one_line),
-                                100 * fit.one_line.max_abs_relative_residual)
-                  : fmt::format("the ring's medians fitted as two regimes split at {}: below {}, from there {}",
-                                human_bytes(static_cast<std::int64_t>(fit.split_bytes)), line(fit.lower),
-                                line(fit.upper));
+  table.fit =
+      fit.one_line_fits || !fit.split
+          ? fmt::format("the ring's medians fitted as one line: {} (largest residual {:.0f}%)", line(fit.one_line),
+                        100 * fit.one_line.max_abs_relative_residual)
+          : fmt::format("the ring's medians fitted as two regimes split at {}: below {}, from there {}",
+                        human_bytes(static_cast<std::int64_t>(fit.split_bytes)), line(fit.lower), line(fit.upper));
   return table;
 }
 

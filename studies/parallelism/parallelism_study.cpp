@@ -37,6 +37,9 @@ struct Door {
   std::function<double(double& loss)> step;
   std::vector<double> seconds;
   double loss = 0;
+  // The persistent state this rank holds between steps (its parameters, their gradients, the
+  // optimiser's state), bytes; asked once, after the last step.
+  std::function<std::int64_t()> held;
 };
 
 struct DoorSetup {
@@ -52,6 +55,18 @@ struct DoorSetup {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// Bytes of `params`, of their gradients (`gradient_bytes` when the caller knows better: DDP's
+// buckets and shards; -1: every defined .grad) and of the optimiser's state.
+std::int64_t state_bytes(const NamedTensors& params, const Optimizer& optimizer, std::int64_t gradient_bytes = -1) {
+  std::int64_t bytes = 0, grads = 0;
+  for (const auto& [name, p] : params) {
+    bytes += static_cast<std::int64_t>(p.nbytes());
+    if (p.grad().defined()) grads += static_cast<std::int64_t>(p.grad().nbytes());
+  }
+  for (const auto& [key, t] : optimizer.state_dict().tensors) bytes += static_cast<std::int64_t>(t.nbytes());
+  return bytes + (gradient_bytes >= 0 ? gradient_bytes : grads);
+}
+
 Door one_process_door(const DoorSetup& s, int threads) {
   auto model = s.build();
   auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
@@ -60,24 +75,27 @@ Door one_process_door(const DoorSetup& s, int threads) {
   Backend* be = &s.be;
   const int rank_threads = s.o.threads;
   auto cpus = s.job_cpus;
-  return {fmt::format("one process, {} thread{}", threads, threads == 1 ? "" : "s"),
-          "the unsplit model on rank 0, free to run on every core of the job, the other ranks asleep",
-          [=](double& loss) {
-            double seconds = 0;
-            if (world->rank() == 0) {
-              cpus->on_every_cpu([&] {  // the same cores as the split doors, every one of them
-                be->set_num_threads(threads);
-                const auto start = Clock::now();
-                loss = plain_train_step(*model, *sgd, batch);
-                seconds = seconds_since(start);
-                be->set_num_threads(rank_threads);
-              });
-            }
-            world->rendezvous();
-            return seconds;
-          },
-          {},
-          0};
+  Door door{fmt::format("one process, {} thread{}", threads, threads == 1 ? "" : "s"),
+            "the unsplit model on rank 0, free to run on every core of the job, the other ranks asleep",
+            [=](double& loss) {
+              double seconds = 0;
+              if (world->rank() == 0) {
+                cpus->on_every_cpu([&] {  // the same cores as the split doors, every one of them
+                  be->set_num_threads(threads);
+                  const auto start = Clock::now();
+                  loss = plain_train_step(*model, *sgd, batch);
+                  seconds = seconds_since(start);
+                  be->set_num_threads(rank_threads);
+                });
+              }
+              world->rendezvous();
+              return seconds;
+            },
+            {},
+            0,
+            {}};
+  door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
+  return door;
 }
 
 // DDP (zero 0), or with its optimiser state (zero 1) and gradients (zero 2) sharded over the ranks.
@@ -98,16 +116,24 @@ Door data_door(const DoorSetup& s, int zero) {
                         : zero == 1 ? ", ZeRO-1 (optimiser state sharded; the parameters all-gathered after the step)"
                                     : ", ZeRO-2 (optimiser state and gradients sharded; the parameters all-gathered "
                                       "after the step)";
-  return {name,
-          fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward{}", p,
-                      s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb, sharded),
-          [model, sgd, ddp, runner, batch](double& loss) {
-            const auto start = Clock::now();
-            loss = runner->step([&batch] { return batch; }).loss;
-            return seconds_since(start);
-          },
-          {},
-          0};
+  Door door{name,
+            fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward{}",
+                        p, s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb, sharded),
+            [model, sgd, ddp, runner, batch](double& loss) {
+              const auto start = Clock::now();
+              loss = runner->step([&batch] { return batch; }).loss;
+              return seconds_since(start);
+            },
+            {},
+            0,
+            {}};
+  // The optimiser's parameters are pieces of the model's under ZeRO: the model's bytes, the pieces' state.
+  door.held = [model, sgd, ddp] {
+    std::int64_t bytes = state_bytes({}, *sgd, ddp->gradient_bytes_held());
+    for (const auto& named : model->named_parameters()) bytes += static_cast<std::int64_t>(named.second.nbytes());
+    return bytes;
+  };
+  return door;
 }
 
 Door pipeline_door(const DoorSetup& s) {
@@ -127,17 +153,20 @@ Door pipeline_door(const DoorSetup& s) {
   auto micro = std::make_shared<std::vector<Batch>>();
   auto source = synthetic_batches(s.input, s.tokens, s.o.batch / m, s.be, 47);
   for (std::int64_t i = 0; i < m; ++i) micro->push_back(source());
-  return {"pipeline",
-          fmt::format("1F1B over {} stages ({}), {} micro-batches of {}", s.world.size(), stage->describe(), m,
-                      s.o.batch / m),
-          [model, stage, sgd, micro](double& loss) {
-            std::size_t next = 0;
-            const auto start = Clock::now();
-            loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
-            return seconds_since(start);
-          },
-          {},
-          0};
+  Door door{"pipeline",
+            fmt::format("1F1B over {} stages ({}), {} micro-batches of {}", s.world.size(), stage->describe(), m,
+                        s.o.batch / m),
+            [model, stage, sgd, micro](double& loss) {
+              std::size_t next = 0;
+              const auto start = Clock::now();
+              loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
+              return seconds_since(start);
+            },
+            {},
+            0,
+            {}};
+  door.held = [stage, sgd] { return state_bytes(stage->parameters(), *sgd); };
+  return door;
 }
 
 Door tensor_door(const DoorSetup& s) {
@@ -146,7 +175,7 @@ Door tensor_door(const DoorSetup& s) {
   model->split_tensor_parallel(tp->group());
   auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
   const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch, s.be, 41)();
-  return {
+  Door door{
       "tensor",
       fmt::format("Megatron's split over {} ranks, the whole batch on each, sums by auto's all-reduce", s.world.size()),
       [model, tp, sgd, batch](double& loss) {
@@ -156,7 +185,10 @@ Door tensor_door(const DoorSetup& s) {
         return seconds_since(start);
       },
       {},
-      0};
+      0,
+      {}};
+  door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
+  return door;
 }
 
 // The largest of every rank's `seconds` (on every rank).
@@ -192,18 +224,21 @@ Door data_pipeline_door(const DoorSetup& s) {
   auto micro = std::make_shared<std::vector<Batch>>();
   auto source = synthetic_batches(s.input, s.tokens, replica_batch / m, s.be, 53 + grid->data->rank());
   for (std::int64_t i = 0; i < m; ++i) micro->push_back(source());
-  return {"data x pipeline",
-          fmt::format("2 replicas of a 1F1B pipeline of {} stages, {} micro-batches of {} each, stage gradients "
-                      "averaged over the replicas",
-                      grid->model_ranks, m, replica_batch / m),
-          [grid, model, stage, sgd, micro](double& loss) {
-            std::size_t next = 0;
-            const auto start = Clock::now();
-            loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
-            return seconds_since(start);
-          },
-          {},
-          0};
+  Door door{"data x pipeline",
+            fmt::format("2 replicas of a 1F1B pipeline of {} stages, {} micro-batches of {} each, stage gradients "
+                        "averaged over the replicas",
+                        grid->model_ranks, m, replica_batch / m),
+            [grid, model, stage, sgd, micro](double& loss) {
+              std::size_t next = 0;
+              const auto start = Clock::now();
+              loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
+              return seconds_since(start);
+            },
+            {},
+            0,
+            {}};
+  door.held = [stage, sgd] { return state_bytes(stage->parameters(), *sgd); };
+  return door;
 }
 
 Door data_tensor_door(const DoorSetup& s) {
@@ -213,23 +248,26 @@ Door data_tensor_door(const DoorSetup& s) {
   model->split_tensor_parallel(tp->group());
   auto sgd = std::make_shared<SGD>(model->named_parameters(), s.sgd);
   const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch / 2, s.be, 59 + grid->data->rank())();
-  return {"data x tensor",
-          fmt::format("2 replicas of Megatron's split over {} ranks, {} samples each, gradients averaged over the "
-                      "replicas",
-                      grid->model_ranks, s.o.batch / 2),
-          [grid, model, tp, sgd, batch](double& loss) {
-            const auto start = Clock::now();
-            sgd->zero_grad(true);
-            const Tensor l = cross_entropy(model->forward(batch.inputs), batch.labels.view({-1}));
-            l.backward();
-            comm::average_gradients(*grid->data, model->named_parameters());
-            sgd->step();
-            loss = l.item();
-            tp->take_calls();
-            return seconds_since(start);
-          },
-          {},
-          0};
+  Door door{"data x tensor",
+            fmt::format("2 replicas of Megatron's split over {} ranks, {} samples each, gradients averaged over the "
+                        "replicas",
+                        grid->model_ranks, s.o.batch / 2),
+            [grid, model, tp, sgd, batch](double& loss) {
+              const auto start = Clock::now();
+              sgd->zero_grad(true);
+              const Tensor l = cross_entropy(model->forward(batch.inputs), batch.labels.view({-1}));
+              l.backward();
+              comm::average_gradients(*grid->data, model->named_parameters());
+              sgd->step();
+              loss = l.item();
+              tp->take_calls();
+              return seconds_since(start);
+            },
+            {},
+            0,
+            {}};
+  door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
+  return door;
 }
 
 std::vector<Door> make_doors(const DoorSetup& s) {
@@ -261,11 +299,14 @@ std::vector<Door> make_doors(const DoorSetup& s) {
 }
 
 // Rank 0: a row per door, printed and appended.
-int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& doors, int ranks, Backend& be) {
+int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& doors,
+                           const std::vector<std::int64_t>& held, int ranks, Backend& be) {
   std::vector<ParallelismRow> rows;
   double one = 0, best = 0;
-  for (Door& d : doors) {
+  for (std::size_t i = 0; i < doors.size(); ++i) {
+    Door& d = doors[i];
     ParallelismRow row;
+    row.state_bytes_per_rank = held[i];
     row.config = {model_label(o.model), ranks, o.batch, o.threads, d.name, d.detail};
     row.repeats = d.seconds;
     row.stats = summarize(d.seconds);
@@ -280,7 +321,8 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
   env.timer = "steady_clock (each door's step, the slowest rank's; the doors round-robin)";
   const std::string run_id = new_run_id();
   const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
-  std::cout << "| door | how | step ms median (min-max) | samples/s | against one process |\n|---|---|---|---|---|\n";
+  std::cout << "| door | how | step ms median (min-max) | samples/s | against one process | state MiB per rank "
+               "|\n|---|---|---|---|---|---|\n";
   for (ParallelismRow& row : rows) {
     row.speedup = one > 0 ? one / row.stats.median : 0;
     row.fastest = row.stats.median == best;
@@ -288,9 +330,10 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
     row.header.kind = ParallelismRow::kKind;
     row.header.run_id = run_id;
     row.header.status = "ok";
-    std::cout << fmt::format("| {}{} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.0f} | {:.2f}x |\n", row.config.door,
+    std::cout << fmt::format("| {}{} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.0f} | {:.2f}x | {:.2f} |\n", row.config.door,
                              row.fastest ? " (fastest)" : "", row.config.detail, 1e3 * row.stats.median,
-                             1e3 * row.stats.min, 1e3 * row.stats.max, row.samples_per_s, row.speedup);
+                             1e3 * row.stats.min, 1e3 * row.stats.max, row.samples_per_s, row.speedup,
+                             static_cast<double>(*row.state_bytes_per_rank) / (1024.0 * 1024.0));
     if (!o.no_ledger) ledger.append(row);
   }
   if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
@@ -315,6 +358,7 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
     return model;
   };
   setup.sgd.lr = 0.01;
+  setup.sgd.momentum = 0.9;  // optimiser state for ZeRO to shard (seed 003's accounting has it)
   setup.job_cpus = std::make_shared<const JobCpus>(*world);
   std::vector<Door> doors = make_doors(setup);
   if (world->rank() == 0)
@@ -331,8 +375,16 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
       d.loss = loss;
     }
   }
+  // Each door's state per rank between steps, the largest rank's (a collective: every rank).
+  std::vector<std::int64_t> held;
+  for (Door& d : doors) {
+    std::vector<double> all(static_cast<std::size_t>(world->size()), 0.0);
+    all[static_cast<std::size_t>(world->rank())] = static_cast<double>(d.held());
+    world->allreduce_native(all.data(), world->size(), DType::f64, comm::ReduceOp::sum);
+    held.push_back(static_cast<std::int64_t>(*std::max_element(all.begin(), all.end())));
+  }
   if (world->rank() != 0) return 0;
-  return write_parallelism_rows(o, doors, world->size(), be);
+  return write_parallelism_rows(o, doors, held, world->size(), be);
 }
 
 }  // namespace

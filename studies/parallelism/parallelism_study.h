@@ -9,7 +9,7 @@
 //   tensor         Megatron's split over every rank (engine/nn/tensor_parallel.h), the whole batch
 //   data-pipeline  2 replicas of a pipeline of half the ranks, each half the batch (an even world >= 4)
 //   data-tensor    2 replicas of a tensor split over half the ranks, each half the batch
-// Each door trains its own copy of the model from the same initial weights with SGD. A
+// Each door trains its own copy of the model from the same initial weights with SGD (momentum 0.9). A
 // `parallelism` ledger row per door: the step (the slowest rank's), samples/s, the speedup over the
 // faster one-process door, which door won. A door the model cannot take (no parts to cut, no split,
 // a batch the ranks or micro-batches do not divide) is refused before anything runs, naming it.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct ParallelismRow {
   double speedup = 0;        // against the faster one-process door of the run
   bool fastest = false;      // the run's fastest door
   double loss = 0;           // the last measured step's
+  // Between steps, the largest rank's: its parameters, their gradients and the optimiser's state
+  // (absent in rows written before it).
+  std::optional<std::int64_t> state_bytes_per_rank;
   template <class F>
   void fields(F& f) {
     header.fields(f);
@@ -52,6 +56,7 @@ struct ParallelismRow {
     f("speedup", speedup);
     f("fastest", fastest);
     f.optional("loss", loss);
+    f.optional("state_bytes_per_rank", state_bytes_per_rank);
   }
 };
 

@@ -34,20 +34,31 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
       table.push_back({model, fmt::format("{}", row.config.ranks), fmt::format("{}", row.config.batch),
                        row.config.door + (row.fastest ? " (fastest)" : ""), row.config.detail,
                        fmt::format("{:.2f} ({:.2f}-{:.2f})", 1e3 * s.median, 1e3 * s.min, 1e3 * s.max),
-                       fmt::format("{:.0f}", row.samples_per_s), fmt::format("{:.2f}x", row.speedup)});
+                       fmt::format("{:.0f}", row.samples_per_s), fmt::format("{:.2f}x", row.speedup),
+                       row.state_bytes_per_rank
+                           ? fmt::format("{:.2f}", static_cast<double>(*row.state_bytes_per_rank) / (1024.0 * 1024.0))
+                           : "-"});
     }
   }
   if (!first) return std::nullopt;
   ReportSection section = section_of("parallelism", first->header.run_id, first->header.env);
-  const std::vector<std::string> head = {
-      "model", "ranks", "batch", "door", "how", "step ms median (min-max)", "samples/s", "against one process"};
+  const std::vector<std::string> head = {"model",
+                                         "ranks",
+                                         "batch",
+                                         "door",
+                                         "how",
+                                         "step ms median (min-max)",
+                                         "samples/s",
+                                         "against one process",
+                                         "state MiB per rank"};
   std::ostringstream md;
   md << fmt::format(
       "\n## Which door wins: data, pipeline and tensor parallelism at one global batch\n\n`bench_parallelism` on {} "
       "(each model's latest run at each rank count: {}): in a run the doors go round-robin step by step, each from the "
       "same initial "
       "weights. \"Against one process\": the faster of the unsplit model at 1 thread and at every rank's threads "
-      "on rank 0, the same cores.\n\n",
+      "on rank 0, the same cores. \"State MiB per rank\": what the largest rank holds between steps, its parameters, "
+      "their gradients and the optimiser's state (- in rows before it was recorded).\n\n",
       measured_on(first->header.env), run_ids);
   md << render_table(head, table, true);
   section.markdown = md.str();
