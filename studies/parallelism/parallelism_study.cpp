@@ -136,6 +136,26 @@ Door data_door(const DoorSetup& s, int zero) {
   return door;
 }
 
+// A pipeline stage's door: each step runs the stage's schedule over the micro-batches. The stage
+// refers to its model (and, with replicas, to its grid's communicators): the door keeps them alive.
+Door stage_door(std::string name, std::string detail, std::shared_ptr<const void> model,
+                std::shared_ptr<const void> grid, std::shared_ptr<comm::PipelineStage> stage, std::shared_ptr<SGD> sgd,
+                std::shared_ptr<std::vector<Batch>> micro) {
+  Door door{std::move(name),
+            std::move(detail),
+            [model, grid, stage, sgd, micro](double& loss) {
+              std::size_t next = 0;
+              const auto start = Clock::now();
+              loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
+              return seconds_since(start);
+            },
+            {},
+            0,
+            {}};
+  door.held = [stage, sgd] { return state_bytes(stage->parameters(), *sgd); };
+  return door;
+}
+
 Door pipeline_door(const DoorSetup& s) {
   const std::int64_t m = s.o.micro_batches;
   TL_CHECK(m >= 1 && s.o.batch % m == 0, "the pipeline door: batch " + std::to_string(s.o.batch) +
@@ -153,20 +173,10 @@ Door pipeline_door(const DoorSetup& s) {
   auto micro = std::make_shared<std::vector<Batch>>();
   auto source = synthetic_batches(s.input, s.tokens, s.o.batch / m, s.be, 47);
   for (std::int64_t i = 0; i < m; ++i) micro->push_back(source());
-  Door door{"pipeline",
-            fmt::format("1F1B over {} stages ({}), {} micro-batches of {}", s.world.size(), stage->describe(), m,
-                        s.o.batch / m),
-            [model, stage, sgd, micro](double& loss) {
-              std::size_t next = 0;
-              const auto start = Clock::now();
-              loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
-              return seconds_since(start);
-            },
-            {},
-            0,
-            {}};
-  door.held = [stage, sgd] { return state_bytes(stage->parameters(), *sgd); };
-  return door;
+  return stage_door("pipeline",
+                    fmt::format("1F1B over {} stages ({}), {} micro-batches of {}", s.world.size(), stage->describe(),
+                                m, s.o.batch / m),
+                    model, nullptr, stage, sgd, micro);
 }
 
 Door tensor_door(const DoorSetup& s) {
@@ -224,21 +234,11 @@ Door data_pipeline_door(const DoorSetup& s) {
   auto micro = std::make_shared<std::vector<Batch>>();
   auto source = synthetic_batches(s.input, s.tokens, replica_batch / m, s.be, 53 + grid->data->rank());
   for (std::int64_t i = 0; i < m; ++i) micro->push_back(source());
-  Door door{"data x pipeline",
-            fmt::format("2 replicas of a 1F1B pipeline of {} stages, {} micro-batches of {} each, stage gradients "
-                        "averaged over the replicas",
-                        grid->model_ranks, m, replica_batch / m),
-            [grid, model, stage, sgd, micro](double& loss) {
-              std::size_t next = 0;
-              const auto start = Clock::now();
-              loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
-              return seconds_since(start);
-            },
-            {},
-            0,
-            {}};
-  door.held = [stage, sgd] { return state_bytes(stage->parameters(), *sgd); };
-  return door;
+  return stage_door("data x pipeline",
+                    fmt::format("2 replicas of a 1F1B pipeline of {} stages, {} micro-batches of {} each, stage "
+                                "gradients averaged over the replicas",
+                                grid->model_ranks, m, replica_batch / m),
+                    model, grid, stage, sgd, micro);
 }
 
 Door data_tensor_door(const DoorSetup& s) {
