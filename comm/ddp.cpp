@@ -47,9 +47,9 @@ Ddp::Ddp(Communicator& comm, const DdpOptions& options) : comm_(comm), options_(
   TL_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_mb > 0,
            fmt::format("ddp: bucket caps must be > 0 MiB (got bucket_cap_mb {}, first bucket {})",
                        options.bucket_cap_mb, options.first_bucket_mb));
-  TL_CHECK(options.zero >= 0 && options.zero <= 2,
+  TL_CHECK(options.zero >= 0 && options.zero <= 3,
            fmt::format("ddp: zero {} is not a stage DDP runs (0: replicated, 1: optimiser state sharded, 2: "
-                       "gradients too; stage 3, parameters too, is not built)",
+                       "gradients too, 3: parameters too)",
                        options.zero));
   if (options.allreduce == Algorithm::automatic) {
     thresholds_ = thresholds_for(options.allreduce_tuning, comm.size(), nullptr);
@@ -70,6 +70,26 @@ Ddp::~Ddp() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Ddp::broadcast_parameters() {
+  // The replicas start equal: rank 0's parameters everywhere (checked after by verify_replicas).
+  backend_->synchronize();  // their initialisation has finished (a GPU backend queues it)
+  for (Slot& slot : slots_) {
+    const std::size_t size = slot.parameter.nbytes();
+    if (direct_) {
+      comm_.broadcast(slot.parameter.raw_data(), size, 0);
+    } else {
+      std::vector<unsigned char> host(size);
+      slot.parameter.copy_to_host(host.data());
+      auto memory = comm_.allocate(size);
+      comm_.copy_in(memory.get(), host.data(), size);
+      comm_.broadcast(memory.get(), size, 0);
+      comm_.copy_out(host.data(), memory.get(), size);
+      if (comm_.rank() != 0) backend_->copy_from_host(slot.parameter.raw_data(), host.data(), size);
+    }
+    if (comm_.rank() != 0) note_parameter_write();  // low-precision working copies of it are stale
+  }
+}
+
 void Ddp::attach(const NamedTensors& parameters) {
   TL_CHECK(slots_.empty(), "ddp: attach() was already called");
   TL_CHECK(!parameters.empty(), "ddp: the model has no parameters");
@@ -81,6 +101,10 @@ void Ddp::attach(const NamedTensors& parameters) {
                (comm_.device_name().empty() ? std::string("its device's") : comm_.device_name()) +
                " memory, and the backend '" + backend_->name() +
                "' keeps the model elsewhere: use the cuda backend with it (--backend cuda), or --comm mpi");
+  TL_CHECK(direct_ || !shards_parameters(), "ddp: zero 3 gathers the parameters in the backend's memory, and the " +
+                                                comm_.backend() + " communicator cannot reach backend '" +
+                                                backend_->name() +
+                                                "' (use --comm nccl with the cuda backend, or zero: 2)");
   TL_CHECK(dtype_ == DType::f32 || dtype_ == DType::f64,
            std::string("ddp: parameters must be f32 or f64 (master weights), got ") + dtype_name(dtype_));
   std::vector<std::int64_t> bytes;
@@ -100,30 +124,15 @@ void Ddp::attach(const NamedTensors& parameters) {
     bytes.push_back(static_cast<std::int64_t>(parameter.nbytes()));
   }
 
-  // The replicas start equal: rank 0's parameters everywhere, then checked.
-  backend_->synchronize();  // their initialisation has finished (a GPU backend queues it)
-  for (Slot& slot : slots_) {
-    const std::size_t size = slot.parameter.nbytes();
-    if (direct_) {
-      comm_.broadcast(slot.parameter.raw_data(), size, 0);
-    } else {
-      std::vector<unsigned char> host(size);
-      slot.parameter.copy_to_host(host.data());
-      auto memory = comm_.allocate(size);
-      comm_.copy_in(memory.get(), host.data(), size);
-      comm_.broadcast(memory.get(), size, 0);
-      comm_.copy_out(host.data(), memory.get(), size);
-      if (comm_.rank() != 0) backend_->copy_from_host(slot.parameter.raw_data(), host.data(), size);
-    }
-    if (comm_.rank() != 0) note_parameter_write();  // low-precision working copies of it are stale
-  }
+  broadcast_parameters();
   verify_replicas();
   if (options_.allreduce == Algorithm::automatic) verify_thresholds();
   hosts_ = hosts_summary(gather_host_names(comm_));
 
   const auto first_cap = static_cast<std::int64_t>(options_.first_bucket_mb * kMiB);
   const auto cap = static_cast<std::int64_t>(options_.bucket_cap_mb * kMiB);
-  auto members = assign_buckets(bytes, first_cap, cap);
+  auto members =
+      shards_parameters() && !units_.empty() ? unit_buckets(parameters) : assign_buckets(bytes, first_cap, cap);
   const auto elem = static_cast<std::int64_t>(dtype_size(dtype_));
   buckets_.resize(members.size());
   for (std::size_t b = 0; b < members.size(); ++b) {
@@ -154,7 +163,9 @@ void Ddp::attach(const NamedTensors& parameters) {
       }
     }
   }
-  if (options_.zero >= 1) {
+  if (shards_parameters()) {
+    shard_parameters();  // the optimiser's pieces are the shards'; the parameters released
+  } else if (options_.zero >= 1) {
     const NamedTensors views = piece_views(parameters, pieces_of(comm_.rank()));
     const std::vector<ChunkPiece> chunk = chunk_pieces(comm_.rank());
     for (std::size_t i = 0; i < chunk.size(); ++i) {
@@ -274,7 +285,7 @@ void Ddp::reset_for_backward(bool sync) {
   next_launch_ = 0;
   for (Slot& slot : slots_) slot.ready = false;
   for (Bucket& bucket : buckets_) {
-    bucket.pending = static_cast<int>(bucket.slots.size());
+    bucket.pending = bucket.param_users = static_cast<int>(bucket.slots.size());
     bucket.done = false;
     bucket.ready.reset();
     bucket.started.reset();
@@ -298,8 +309,13 @@ void Ddp::point_gradients_at_buckets() {
 }
 
 void Ddp::on_gradient_ready(int s) {
-  if (!in_backward_ || !sync_) return;  // no_sync: gradients accumulate locally
+  if (!in_backward_) return;
   Slot& slot = slots_[static_cast<std::size_t>(s)];
+  if (shards_parameters()) {  // ZeRO-3: no node left reads them
+    Bucket& bucket = buckets_[static_cast<std::size_t>(slot.bucket)];
+    if (--bucket.param_users == 0) release_params(bucket);
+  }
+  if (!sync_) return;                                  // no_sync: gradients accumulate locally
   if (shards_gradients()) ensure_bucket(slot.bucket);  // ZeRO-2: backward got here before the prefetch
   Bucket& bucket = buckets_[static_cast<std::size_t>(slot.bucket)];
   const Tensor grad = slot.parameter.grad();
@@ -391,7 +407,7 @@ void Ddp::stage_in(Bucket& bucket) {
 void Ddp::launch_ready_buckets() {
   bool launched = false;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    queue_.push_back(static_cast<int>(next_launch_));
+    queue_.push_back({static_cast<int>(next_launch_), false});
     ++next_launch_;
     launched = true;
   }
@@ -409,15 +425,31 @@ void Ddp::comm_loop() {
     unbound = std::current_exception();
   }
   while (true) {
-    int b = -1;
+    Task task;
     {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
-      b = queue_.front();
+      task = queue_.front();
       queue_.pop_front();
     }
+    const int b = task.bucket;
     Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
+    if (task.gather) {  // ZeRO-3: the bucket's parameters
+      try {
+        if (unbound) std::rethrow_exception(unbound);
+        run_gather(bucket);
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        error_ = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex_);
+        bucket.gathered = true;
+      }
+      cv_.notify_all();
+      continue;
+    }
     const std::int64_t start = Profiler::now_ns();
     try {
       if (unbound) std::rethrow_exception(unbound);
@@ -549,10 +581,12 @@ NamedTensors Ddp::parameters() const {
 std::string Ddp::gradient_reduction() const {
   const std::string dtype = dtype_name(dtype_);
   const std::string shape =
-      options_.zero == 0 ? "all-reduce"
-      : options_.zero == 1
-          ? "reduce-scatter, then the updated parameters all-gathered"
-          : "reduce-scatter into this rank's gradient shard (ZeRO-2), then the updated parameters all-gathered";
+      options_.zero == 0   ? "all-reduce"
+      : options_.zero == 1 ? "reduce-scatter, then the updated parameters all-gathered"
+      : options_.zero == 2
+          ? "reduce-scatter into this rank's gradient shard (ZeRO-2), then the updated parameters all-gathered"
+          : "reduce-scatter into this rank's gradient shard (ZeRO-3), the parameters all-gathered before each part's "
+            "forward and backward";
   if (options_.grad_compress != GradCompression::none) {
     const std::string wire = dtype_name(wire_dtype());
     const std::string summed = options_.allreduce != Algorithm::native
@@ -589,6 +623,9 @@ std::string Ddp::describe() const {
                            ? ", and holds their averaged gradient only from the reduce-scatters to the step "
                              "(each bucket from backward to its reduce-scatter)"
                            : "");
+    if (shards_parameters())
+      zero += fmt::format("; the parameters too (each bucket whole only around its {} use{})",
+                          units_.empty() ? "model's" : "part's", units_.empty() ? "" : "s");
   }
   const std::string memory = fmt::format(
       "{} in {} memory{}{}",

@@ -42,6 +42,25 @@
 // no_sync accumulate whole local gradients, as DDP's do; the synchronised one moves them into the buckets. The
 // reductions are ZeRO-1's, so a run is bit for bit ZeRO-1's. (ddp_zero.cpp holds the sharding.)
 //
+// ZeRO-3 (zero = 3), FSDP-style: ZeRO-2, and the parameters sharded too. The buckets are the
+// gathering units: one per part of the model (Module::parts, set_parameter_units; the parts' own
+// parameters, in reverse registration order as DDP's; a model without parts is DDP's buckets, all
+// gathered together), so a bucket is FSDP's flat parameter. Between uses a rank holds its chunk of
+// each bucket's parameters (the shard its optimiser updates in place) and every parameter tensor
+// has no memory (Tensor::release_data). Before a part's forward its buckets are all-gathered into
+// the bucket's buffer (the parameters are its views; its memory exists only from a gather to a
+// release: Tensor::release_data, so the handles the ops saved lose it too), the next part's gather
+// queued behind it (prefetch); after the part the buckets no later part reads are released (the
+// last part's are kept for its backward). The part's output carries a node whose
+// backward gathers the part again (and queues the part before it) before the part's own backward
+// runs; a bucket's parameters are released as soon as its last gradient is ready, in no_sync
+// micro-steps too. Gathers and reductions run in the order they were asked for on the communication
+// thread, the same order on every rank. The buckets differ from DDP's, so at more than 2 ranks
+// the ring sums an element's contributions in another order than DDP's (equal within f32's
+// rounding; at 2 ranks the sum is the same bits). Needs a communicator that reaches the backend's
+// memory. With communication off (timing only) a gather keeps zeros where the other ranks'
+// chunks would be.
+//
 // Every parameter must receive a gradient in each synchronised backward (find_unused_parameters
 // is not supported): a missing one is an error naming it.
 #pragma once
@@ -96,6 +115,15 @@ class Ddp final : public DataParallel {
   bool shards_optimizer_state() const override { return options_.zero >= 1; }
   int zero_stage() const override { return static_cast<int>(options_.zero); }
   bool shards_gradients() const { return options_.zero >= 2; }
+  bool shards_parameters() const override { return options_.zero >= 3; }
+  void set_parameter_units(const std::vector<std::vector<std::string>>& units) override;
+  void before_part(int part) override;
+  Tensor after_part(int part, const Tensor& output) override;
+  void gather_parameters() override;
+  void release_parameters() override;
+  // The bytes of parameter memory this rank holds now: ZeRO-3's shards and the gathered buckets
+  // alive (every parameter's bytes otherwise).
+  std::int64_t parameter_bytes_held() const;
   NamedTensors optimizer_parameters() const override;
   void finish_step() override;
   StateDict gather_optimizer_state(const StateDict& local) override;
@@ -141,11 +169,35 @@ class Ddp final : public DataParallel {
     int pending = 0;
     bool done = false;
     std::int64_t comm_start_ns = 0, comm_end_ns = 0;
+    // ZeRO-3: this rank's chunk of the bucket's parameters (persistent), and the whole bucket (the
+    // parameters are its views), whose memory exists from its all-gather (queued, then done) to its
+    // release (Tensor::release_data).
+    Tensor param_shard, params;
+    std::shared_ptr<DeviceEvent> shard_copied;  // on the compute stream, after this rank's chunk went in
+    bool gather_queued = false, gathered = false;
+    int param_users = 0;  // parameters whose gradient is not yet ready in this backward
+  };
+  // What the communication thread does next: a bucket's reduction, or ZeRO-3's all-gather of its parameters.
+  struct Task {
+    int bucket = 0;
+    bool gather = false;
   };
   void on_gradient_ready(int slot);
+  // ZeRO-3 (ddp_zero3.cpp): the bucket assignment by units; the shards made and the parameters
+  // released at attach; a bucket's all-gather queued (its buffer made, this rank's chunk in it),
+  // waited for and bound (the parameters pointed at it), and released; the part's buckets gathered
+  // before its backward; the gather on the communication thread.
+  std::vector<std::vector<int>> unit_buckets(const NamedTensors& parameters) const;
+  void shard_parameters();
+  void queue_gather(int b);
+  void wait_gathered(int b);
+  void release_params(Bucket& bucket);
+  void gather_unit(int unit, int prefetch);
+  void run_gather(Bucket& bucket);
   void reset_for_backward(bool sync);  // the per-backward state (caller holds mutex_)
   void launch_ready_buckets();         // in order; caller holds mutex_
   void comm_loop();
+  void broadcast_parameters();  // rank 0's to every rank (attach)
   void verify_replicas();
   void verify_thresholds();  // allreduce auto: every rank chooses by the same thresholds
   // The all-reduce by name; for auto, with its thresholds and where they came from.
@@ -212,10 +264,15 @@ class Ddp final : public DataParallel {
   std::size_t next_launch_ = 0;
   std::vector<OwnedPiece> owned_;
   std::size_t next_release_ = 0;  // ZeRO-2: the first bucket not yet released this backward
+  // ZeRO-3: the units' parameter names (forward order), each unit's buckets, and per bucket the
+  // last unit whose forward reads it.
+  std::vector<std::vector<std::string>> units_;
+  std::vector<std::vector<int>> unit_buckets_;
+  std::vector<int> last_forward_use_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<int> queue_;
+  std::deque<Task> queue_;
   bool stopping_ = false;
   std::exception_ptr error_;
   std::thread thread_;

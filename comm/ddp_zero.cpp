@@ -173,6 +173,12 @@ void Ddp::finish_step() {
     }
     for (Bucket& bucket : buckets_) bucket.shard = Tensor();
   }
+  if (shards_parameters()) {
+    // ZeRO-3: the optimiser updated the shards in place; the next forward gathers them.
+    for (Slot& slot : slots_) slot.parameter.zero_grad(true);
+    note_parameter_write();
+    return;
+  }
   if (!communicate_) {  // timing only: no all-gather; the local gradients are spent all the same
     for (Slot& slot : slots_) slot.parameter.zero_grad(shards_gradients());
     return;

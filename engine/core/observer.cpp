@@ -33,7 +33,7 @@ void freed(DeviceType device, std::int64_t bytes, std::uint8_t tag) {
   for (EngineObserver* o : observers()) o->on_free(device, bytes, tag);
 }
 void role(const Tensor& tensor, StorageRole role) {
-  if (!tensor.defined()) return;
+  if (!tensor.defined() || tensor.impl()->storage->released()) return;
   Storage& storage = *tensor.impl()->storage;
   for (EngineObserver* o : observers())
     o->on_role(storage.backend().device_type(), static_cast<std::int64_t>(storage.bytes()), storage.observer_tag(),

@@ -102,8 +102,24 @@ Storage::Storage(Backend& backend, std::size_t bytes)
 }
 
 Storage::~Storage() {
+  if (released_) return;
   observe::freed(backend_->device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
   backend_->deallocate(data_, bytes_);
+}
+
+void Storage::release() {
+  if (released_) return;
+  observe::freed(backend_->device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
+  backend_->deallocate(data_, bytes_);
+  data_ = nullptr;
+  released_ = true;
+}
+
+void Storage::restore() {
+  if (!released_) return;
+  data_ = backend_->allocate(bytes_);
+  released_ = false;
+  observe::allocated(backend_->device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -205,11 +221,45 @@ bool Tensor::same_view(const Tensor& other) const {
          impl_->shape == other.impl_->shape && impl_->strides == other.impl_->strides;
 }
 
-void* Tensor::raw_data() const {
+void* Tensor::storage_data() const {
   check_defined("raw_data");
-  return static_cast<unsigned char*>(impl_->storage->data()) +
+  if (impl_->storage->released()) {
+    const std::string name = impl_->name.empty() ? "a tensor " + shape_str(impl_->shape) : "tensor " + impl_->name;
+    throw Error(name +
+                " has no memory: it was released (ZeRO-3 keeps 1/W of each parameter between uses and "
+                "gathers it for the forward and backward of the parts that read it; FullParameters for the rest)");
+  }
+  return impl_->storage->data();
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<unsigned char*>(storage_data()) +
          impl_->offset * static_cast<std::int64_t>(dtype_size(impl_->dtype));
 }
+
+void Tensor::set_data(const Tensor& source) {
+  check_defined("set_data");
+  TL_CHECK(
+      source.defined() && source.shape() == shape() && source.dtype() == dtype() && source.is_contiguous() &&
+          is_contiguous(),
+      "set_data: " + name() + " " + shape_str(shape()) + " " + dtype_name(dtype()) +
+          " (row-major) cannot take the memory of " +
+          (source.defined() ? shape_str(source.shape()) + " " + dtype_name(source.dtype()) : "an undefined tensor"));
+  impl_->storage = source.impl_->storage;
+  impl_->offset = source.impl_->offset;
+}
+
+void Tensor::release_data() {
+  check_defined("release_data");
+  impl_->storage->release();
+}
+
+void Tensor::restore_data() {
+  check_defined("restore_data");
+  impl_->storage->restore();
+}
+
+bool Tensor::has_data() const { return defined() && !impl_->storage->released(); }
 
 void Tensor::check_host_access(DType expected) const {
   check_defined("data");
@@ -259,15 +309,14 @@ Tensor Tensor::contiguous(MemoryFormat format) const {
   if (is_contiguous(format)) return *this;
   TL_SPAN("reorder");
   Tensor out = empty(shape(), dtype(), backend(), format);
-  backend().copy_strided(dtype(), impl_->storage->data(), layout(), out.raw_data(),
-                         Layout{out.shape(), out.strides(), 0});
+  backend().copy_strided(dtype(), storage_data(), layout(), out.raw_data(), Layout{out.shape(), out.strides(), 0});
   return record(out, "reorder", {*this},
                 [](const Tensor& grad, const std::vector<bool>&) { return std::vector<Tensor>{grad}; });
 }
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), backend());
-  backend().copy_strided(dtype(), impl_->storage->data(), layout(), out.raw_data(),
+  backend().copy_strided(dtype(), storage_data(), layout(), out.raw_data(),
                          Layout{shape(), contiguous_strides(shape()), 0});
   return record(out, "clone", {*this},
                 [](const Tensor& grad, const std::vector<bool>&) { return std::vector<Tensor>{grad}; });
@@ -421,7 +470,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (source.dtype() != dtype()) source = source.detach().to(dtype());
   // Views of one storage may overlap: read from a private copy so no element is read after it was written.
   if (source.impl()->storage == impl_->storage && !source.same_view(*this)) source = source.detach().clone();
-  backend().copy_strided(dtype(), source.impl()->storage->data(), source.layout(), impl_->storage->data(), layout());
+  backend().copy_strided(dtype(), source.storage_data(), source.layout(), storage_data(), layout());
   return *this;
 }
 

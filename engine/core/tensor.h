@@ -49,6 +49,11 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
+  // FSDP's storage resized to 0 and back: the memory freed (an observer event) while every handle
+  // keeps this Storage, then allocated again at the same size (uninitialised, maybe elsewhere).
+  void release();
+  void restore();
+  bool released() const { return released_; }
   Backend& backend() const { return *backend_; }
   std::uint8_t& observer_tag() { return observer_tag_; }
 
@@ -57,6 +62,7 @@ class Storage {
   void* data_;
   std::size_t bytes_;
   std::uint8_t observer_tag_ = 0;
+  bool released_ = false;
 };
 
 template <typename T>
@@ -140,6 +146,16 @@ class Tensor {
 
   // ---- data access ----
   void* raw_data() const;  // device pointer to the first element (the offset applied)
+  // Memory handed around (ZeRO-3's sharded parameters, comm/ddp.h). set_data points this tensor at
+  // `source`'s memory (the same shape and dtype, row-major; PyTorch's `param.data = ...`), keeping
+  // what it is to autograd (its gradient, hooks and name) for every handle of it. release_data frees
+  // its storage's memory (FSDP's resize to 0: every view of it, and every handle an op saved, loses
+  // it together) and restore_data allocates it again, uninitialised; in between, reading any of
+  // them is an error naming the tensor.
+  void set_data(const Tensor& source);
+  void release_data();
+  void restore_data();
+  bool has_data() const;
   template <typename T>
   T* data() const {
     check_host_access(dtype_of<T>());
@@ -203,6 +219,7 @@ class Tensor {
  private:
   void check_host_access(DType expected) const;
   void check_defined(const char* what) const;
+  void* storage_data() const;  // the storage's start (checked: not released)
   std::shared_ptr<TensorImpl> impl_;
 };
 

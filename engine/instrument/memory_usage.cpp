@@ -188,7 +188,7 @@ const bool accounting_subscribed = (subscribe(accounting), true);
 }  // namespace
 
 void set_memory_category(const Tensor& tensor, MemoryCategory category) {
-  if (!tensor.defined() || !tensor.impl()->storage) return;
+  if (!tensor.defined() || !tensor.impl()->storage || tensor.impl()->storage->released()) return;
   Storage& storage = *tensor.impl()->storage;
   move_bytes(storage.backend().device_type(), static_cast<std::int64_t>(storage.bytes()), storage.observer_tag(),
              category);

@@ -329,21 +329,21 @@ std::vector<ConfigField> parallel_and_numerics_fields() {
           {{"none", GradCompression::none}, {"bf16", GradCompression::bf16}, {"fp16", GradCompression::f16}},
           "DDP communication hook: gradients cast to bf16/fp16 for the reduction (half the "
           "bytes; the ring adds in f32 at each hop) and back"),
-      enum_field<AllreduceAlgorithm>(
-          "allreduce", TL_KEY(parallel.allreduce),
-          {{"ring", AllreduceAlgorithm::ring},
-           {"recursive_doubling", AllreduceAlgorithm::recursive_doubling},
-           {"halving_doubling", AllreduceAlgorithm::halving_doubling},
-           {"auto", AllreduceAlgorithm::automatic},
-           {"native", AllreduceAlgorithm::native}},
-          "DDP all-reduce (and ZeRO-1 and 2's halves): a hand-written one, auto (one of them by "
-          "bucket size, from allreduce_tuning's thresholds), or the library's own"),
+      enum_field<AllreduceAlgorithm>("allreduce", TL_KEY(parallel.allreduce),
+                                     {{"ring", AllreduceAlgorithm::ring},
+                                      {"recursive_doubling", AllreduceAlgorithm::recursive_doubling},
+                                      {"halving_doubling", AllreduceAlgorithm::halving_doubling},
+                                      {"auto", AllreduceAlgorithm::automatic},
+                                      {"native", AllreduceAlgorithm::native}},
+                                     "DDP all-reduce (and ZeRO's halves): a hand-written one, auto (one of them by "
+                                     "bucket size, from allreduce_tuning's thresholds), or the library's own"),
       string_field("allreduce_tuning", TL_KEY(parallel.allreduce_tuning), "a file path",
                    "allreduce auto: the thresholds bench_allreduce --write-tuning wrote (empty: the built-in ones)"),
-      int_field("zero", TL_KEY(parallel.zero), 0, 2,
+      int_field("zero", TL_KEY(parallel.zero), 0, 3,
                 "DDP's ZeRO stage: 0 every rank holds all the state, 1 the optimiser state sharded over the ranks "
                 "(reduce-scatter, update the shard, all-gather), 2 the gradients too (each bucket freed after its "
-                "reduce-scatter)"),
+                "reduce-scatter), 3 the parameters too (FSDP: each part's all-gathered before its forward and "
+                "backward, freed after)"),
       enum_field<CommBackend>("comm", TL_KEY(parallel.comm), {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                               "DDP communicator (nccl: CUDA builds, one GPU per rank)"),
       double_field("loss_scale_init", TL_KEY(execution.loss_scale_init), 0.0, 1e30, true,

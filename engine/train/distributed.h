@@ -65,7 +65,8 @@ class DataParallel {
   // then leaves the averaged gradient in those pieces' .grad (a reduce-scatter) and not in the
   // parameters', and finish_step all-gathers the updated parameters.
   virtual bool shards_optimizer_state() const { return false; }
-  virtual int zero_stage() const { return shards_optimizer_state() ? 1 : 0; }  // 2: the gradients sharded too
+  // 2: the gradients sharded too; 3: the parameters too (shards_parameters)
+  virtual int zero_stage() const { return shards_optimizer_state() ? 1 : 0; }
   // After attach: what this rank's optimiser is built over (views of its pieces, or the parameters).
   virtual NamedTensors optimizer_parameters() const = 0;
   // After the optimiser's step (applied or skipped alike, on every rank): all-gathers the
@@ -75,6 +76,47 @@ class DataParallel {
   // rank 0, an empty one elsewhere), and this rank's cut of a whole one. Identity when unsharded.
   virtual StateDict gather_optimizer_state(const StateDict& local) { return local; }
   virtual StateDict shard_optimizer_state(const StateDict& full) { return full; }
+
+  // ---- sharded parameters (ZeRO-3, FSDP-style) ----
+  // True when each rank keeps only its shard of the parameters between uses: a parameter has memory
+  // (Tensor::has_data) only from the all-gather before the forward of the part that reads it to the
+  // end of that part, and again from before that part's backward to when its gradient is ready.
+  virtual bool shards_parameters() const { return false; }
+  // Before attach: the units gathered together, the model's parts in forward order (Module::parts:
+  // each part's parameter names). None: the whole model is one unit.
+  virtual void set_parameter_units(const std::vector<std::vector<std::string>>& units) { (void)units; }
+  // Around part `part`'s forward in a step (the step runs the model as its parts): gathers what it
+  // reads (the next part's prefetched), and after it releases what no later part reads; the output
+  // comes back with a node whose backward gathers the part again before its own backward runs.
+  virtual void before_part(int part) { (void)part; }
+  virtual Tensor after_part(int part, const Tensor& output) {
+    (void)part;
+    return output;
+  }
+  // Every parameter whole on every rank, for what reads or writes them outside a step (evaluation
+  // outside the step, a checkpoint, a resume); release_parameters keeps this rank's shard of what
+  // they hold then (a resume's values) and drops the rest. The gather is a collective (every rank
+  // calls it); the release is local.
+  virtual void gather_parameters() {}
+  virtual void release_parameters() {}
+};
+
+// The parameters whole for a scope (nothing unless they are sharded): DataParallel::gather_parameters
+// and release_parameters.
+class FullParameters {
+ public:
+  explicit FullParameters(DataParallel* parallel)
+      : parallel_(parallel != nullptr && parallel->shards_parameters() ? parallel : nullptr) {
+    if (parallel_ != nullptr) parallel_->gather_parameters();
+  }
+  ~FullParameters() {
+    if (parallel_ != nullptr) parallel_->release_parameters();
+  }
+  FullParameters(const FullParameters&) = delete;
+  FullParameters& operator=(const FullParameters&) = delete;
+
+ private:
+  DataParallel* parallel_;
 };
 
 }  // namespace trainlab

@@ -45,7 +45,10 @@ ResumedCounters restore_run(const Checkpoint& checkpoint, const std::string& own
   // Weights or optimiser state holding NaN or inf would only propagate: refused unless asked for.
   if (!config.checkpoint.allow_nonfinite_checkpoint) check_finite(checkpoint, owner);
   try {
-    run.model->load_state_dict(checkpoint.model);
+    {
+      FullParameters whole(parallel);  // ZeRO-3: loaded whole, then this rank's shard kept
+      run.model->load_state_dict(checkpoint.model);
+    }
     run.optimizer->load_state_dict(parallel != nullptr ? parallel->shard_optimizer_state(checkpoint.optimizer)
                                                        : checkpoint.optimizer);
     run.scheduler->load_state_dict(checkpoint.scheduler);

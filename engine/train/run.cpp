@@ -50,7 +50,15 @@ RunParts make_run(const TrainConfig& config, const TrainTask& task, Generator& g
   run.model->set_recompute(x.recompute);
   // Data parallel: the replicas start from rank 0's parameters, and with sharded optimiser state
   // (zero: 1) this rank's optimiser is built over its pieces of them.
-  if (parallel != nullptr) parallel->attach(run.model->named_parameters());
+  if (parallel != nullptr) {
+    // ZeRO-3 gathers the parameters by the model's parts (the whole model as one unit without them).
+    if (parallel->shards_parameters()) {
+      std::vector<std::vector<std::string>> units;
+      for (const ModelPart& part : run.model->parts()) units.push_back(part.parameters);
+      parallel->set_parameter_units(units);
+    }
+    parallel->attach(run.model->named_parameters());
+  }
   const bool sharded = parallel != nullptr && parallel->shards_optimizer_state();
   run.optimizer = make_optimizer(
       config.optimizer, parallel != nullptr ? parallel->optimizer_parameters() : run.model->named_parameters());

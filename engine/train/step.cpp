@@ -153,9 +153,10 @@ StepRunner::StepRunner(Backend& backend, Module& model, Optimizer& optimizer, co
              "cuda_graph with data-parallel training is not supported yet: the all-reduce hooks run on the host "
              "while backward runs");
   }
-  TL_CHECK(scaler == nullptr || parallel == nullptr || !parallel->shards_optimizer_state(),
-           "dtype f16 with zero: 1 or 2 is not supported: the loss scaler checks the gradients it unscales, and each "
-           "rank holds only its shard of them (use bf16, which needs no scaler, or zero: 0)");
+  TL_CHECK(
+      scaler == nullptr || parallel == nullptr || !parallel->shards_optimizer_state(),
+      "dtype f16 with zero: 1, 2 or 3 is not supported: the loss scaler checks the gradients it unscales, and each "
+      "rank holds only its shard of them (use bf16, which needs no scaler, or zero: 0)");
 }
 
 StepRunner::~StepRunner() = default;
@@ -169,12 +170,35 @@ Timer& StepRunner::timer(const char* phase) {
 DType StepRunner::autocast_dtype() const { return param_dtype_ != options_.dtype ? options_.dtype : DType::f32; }
 
 Tensor StepRunner::model_forward(const Tensor& inputs) {
+  if (parallel_ != nullptr && parallel_->shards_parameters()) return sharded_forward(inputs);
   // Token ids go in as they are: no layout, no cast.
   if (inputs.dtype() == DType::i64) return model_.forward(inputs);
   // The reorder to channels_last is real work, done (and timed) inside the forward phase, by the
   // model where it can do without (Module::forward_in).
   if (param_dtype_ != DType::f32) return model_.forward(inputs.contiguous(options_.layout).to(param_dtype_));
   return model_.forward_in(inputs, options_.layout);
+}
+
+Tensor StepRunner::sharded_forward(const Tensor& inputs) {
+  if (!parts_taken_) {
+    parts_ = model_.parts();
+    parts_taken_ = true;
+  }
+  // The batch as model_forward hands it to the model (parts[0] takes it in the step's layout).
+  Tensor h = inputs;
+  if (inputs.dtype() != DType::i64) {
+    h = inputs.contiguous(options_.layout);
+    if (param_dtype_ != DType::f32) h = h.to(param_dtype_);
+  }
+  if (parts_.empty()) {
+    parallel_->before_part(0);
+    return parallel_->after_part(0, model_.forward(h));
+  }
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    parallel_->before_part(static_cast<int>(i));
+    h = parallel_->after_part(static_cast<int>(i), parts_[i].forward(h));
+  }
+  return h;
 }
 
 Tensor StepRunner::forward(const Tensor& inputs) {

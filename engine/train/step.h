@@ -126,6 +126,9 @@ class StepRunner {
  private:
   DType autocast_dtype() const;                // the compute dtype under mixed precision, else f32 (off)
   Tensor model_forward(const Tensor& inputs);  // layout, input dtype, the model; inside an autocast scope
+  // ZeRO-3 (DataParallel::shards_parameters): the model as its parts, each between the hooks that
+  // gather its parameters and release them (the whole model as one unit when it has no parts).
+  Tensor sharded_forward(const Tensor& inputs);
   Tensor forward_loss(const Tensor& inputs, const Tensor& labels);
   void stage_for_graph(const Batch& batch);
   Timer& timer(const char* phase);         // one per phase name, made by the backend, reused
@@ -148,6 +151,8 @@ class StepRunner {
   Tensor gradient_sums_;             // one element per parameter, for the finiteness check
   Tensor clip_sums_, clip_scratch_;  // per parameter its sum of squares (f64); a gradient's squares
   std::int64_t steps_ = 0;
+  std::vector<ModelPart> parts_;  // ZeRO-3's, taken from the model at the first forward
+  bool parts_taken_ = false;
 };
 
 // Inference on constant weights for as long as it lives (backends/backend.h, FrozenWeights): the

@@ -355,6 +355,7 @@ void Trainer::save(const std::string& dir) {
     // before the write, completion marker last, is done. Sharded optimiser state is gathered
     // first: the checkpoint holds the whole state, as an unsharded run writes it.
     StateDict optimizer_state = parallel_->gather_optimizer_state(run_.optimizer->state_dict());
+    FullParameters whole(parallel_);  // ZeRO-3: the parameters whole on rank 0 too
     parallel_->barrier();
     if (parallel_->rank() == 0) save_local(dir, optimizer_state);
     parallel_->barrier();

@@ -1,5 +1,6 @@
 // Tensors: shapes, strides, views, copies, conversions, the RNG and its saved state, and errors.
 #include "engine/core/rng.h"
+#include "engine/instrument/memory_usage.h"
 #include "test_util.h"
 
 using namespace trainlab;
@@ -207,4 +208,29 @@ TEST_CASE("reference backend: results do not depend on the thread count", "[tens
     CHECK(bitwise_equal(one[i], three[i]));
   }
   REQUIRE_THROWS_CONTAINING(be.set_num_threads(0), "threads must be >= 1");
+}
+
+TEST_CASE("tensor: release_data frees a storage under every handle, restore_data brings it back; set_data",
+          "[tensor]") {
+  Backend& be = get_backend("reference");
+  Tensor flat = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {6}, be);
+  Tensor w = Tensor::zeros({2, 2}, DType::f32, be).set_requires_grad(true);
+  w.set_name("fc.weight");
+  w.set_data(flat.narrow(0, 2, 4).view({2, 2}));  // now a view of `flat`, still the same leaf
+  CHECK(w.requires_grad());
+  CHECK(w.to_vector<float>() == std::vector<float>{3, 4, 5, 6});
+  const Tensor saved = w.detach();  // a handle an op would save
+  const std::int64_t live = memory_usage(DeviceType::cpu).total_live;
+  flat.release_data();
+  CHECK(memory_usage(DeviceType::cpu).total_live == live - 24);  // freed, though four handles remain
+  CHECK_FALSE(w.has_data());
+  CHECK_FALSE(saved.has_data());
+  CHECK(w.numel() == 4);  // the metadata stays
+  REQUIRE_THROWS_WITH(w.to_vector<float>(), Catch::Contains("tensor fc.weight has no memory"));
+  REQUIRE_THROWS_WITH(saved.clone(), Catch::Contains("has no memory"));
+  flat.restore_data();
+  flat.copy_(Tensor::from_vector<float>({6, 5, 4, 3, 2, 1}, {6}, be));
+  CHECK(saved.to_vector<float>() == std::vector<float>{4, 3, 2, 1});  // the saved handle sees the new memory
+  CHECK(memory_usage(DeviceType::cpu).total_live == live);
+  REQUIRE_THROWS_WITH(w.set_data(flat), Catch::Contains("cannot take the memory of [6] f32"));
 }
