@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
                "weak-scaling efficiency at world 2 with --bind none (twice: the calibration pair) and core, "
                "interleaved, instead of the scaling tables");
   app.add_option("--zero", o.zero,
-                 "ZeRO stage of the runs: 0 (replicated), 1 (optimiser state sharded) or 2 (gradients too); a list "
-                 "(0,1,2) compares them side by side (weak scaling at each world >= 2, interleaved) instead of the "
+                 "ZeRO stage of the runs: 0 (replicated), 1 (optimiser state sharded), 2 (gradients too) or 3 "
+                 "(parameters too); a list (0,1,2,3) compares them side by side (weak scaling at each world >= 2, "
+                 "interleaved) instead of the "
                  "scaling tables")
       ->capture_default_str();
   app.add_option("--grad-compress", o.grad_compress,

@@ -2,7 +2,7 @@
 // rank, and what it costs in step time.
 //
 //   scripts/mpirun -np 2 build/bin/memory_study [--batches 32,128,512] [--recompute none,convs,all]
-//                                               [--zero 0,1,2] [--repeats 7] [--quick] [--model NAME]
+//                                               [--zero 0,1,2,3] [--repeats 7] [--quick] [--model NAME]
 //
 // Every arm (batch x recompute x zero) is a short DDP training run over the launched ranks: warm-up
 // steps excluded, then the measured steps, the tensor memory of each rank by category (the engine's
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--batches", o.batches, "global batch sizes (each split over the ranks)")->capture_default_str();
   app.add_option("--recompute", o.recompute, "recompute levels: none, convs, all (by default, those the model takes)")
       ->capture_default_str();
-  app.add_option("--zero", o.zero, "ZeRO stages: 0, 1, 2 (default: 0,1,2 over two or more ranks, 0 alone on one)");
+  app.add_option("--zero", o.zero, "ZeRO stages: 0, 1, 2, 3 (default: 0,1,2,3 over two or more ranks, 0 alone on one)");
   app.add_option("--repeats", o.repeats, "repeats per arm, interleaved")
       ->capture_default_str()
       ->check(FiniteRange(1, 100));

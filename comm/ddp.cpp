@@ -513,6 +513,15 @@ DdpStepStats Ddp::finish_backward() {
                   " (every parameter must take part in every synchronised step; unused parameters are not supported)");
     }
   }
+  // The parameters' all-gathers: ZeRO-3's so far (forward and backward), ZeRO-1 and 2's to come.
+  if (shards_parameters()) {
+    stats.gather_bytes = gathered_bytes_;
+    stats.gather_wait_s = static_cast<double>(gather_wait_ns_) * 1e-9;
+  } else if (options_.zero >= 1) {
+    for (const Bucket& bucket : buckets_)
+      stats.gather_bytes += bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_));
+  }
+  gathered_bytes_ = gather_wait_ns_ = 0;
   // Wait for the buckets in order, writing each back (when the gradients are not its views) as
   // soon as it is done.
   for (Bucket& bucket : buckets_) {

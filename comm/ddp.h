@@ -269,6 +269,7 @@ class Ddp final : public DataParallel {
   std::vector<std::vector<std::string>> units_;
   std::vector<std::vector<int>> unit_buckets_;
   std::vector<int> last_forward_use_;
+  std::int64_t gathered_bytes_ = 0, gather_wait_ns_ = 0;  // since the last synchronised backward
 
   std::mutex mutex_;
   std::condition_variable cv_;

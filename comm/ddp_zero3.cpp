@@ -109,6 +109,7 @@ void Ddp::queue_gather(int b) {
   if (mine.count > 0) bucket.params.narrow(0, mine.begin, mine.count).copy_(bucket.param_shard);
   std::shared_ptr<DeviceEvent> copied;
   if (StreamEvents* events = backend_->stream_events()) copied = events->record_event();
+  if (communicate_) gathered_bytes_ += static_cast<std::int64_t>(bucket.params.nbytes());
   {
     std::lock_guard lock(mutex_);
     bucket.shard_copied = std::move(copied);
@@ -160,7 +161,9 @@ void Ddp::gather_unit(int unit, int prefetch) {
   if (prefetch >= 0 && prefetch < units) {
     for (int b : unit_buckets_[static_cast<std::size_t>(prefetch)]) queue_gather(b);
   }
+  const std::int64_t start = Profiler::now_ns();
   for (int b : unit_buckets_[static_cast<std::size_t>(unit)]) wait_gathered(b);
+  gather_wait_ns_ += Profiler::now_ns() - start;
 }
 
 void Ddp::before_part(int part) {
@@ -175,6 +178,11 @@ Tensor Ddp::after_part(int part, const Tensor& output) {
   for (int b : unit_buckets_[static_cast<std::size_t>(part)]) {
     if (last_forward_use_[static_cast<std::size_t>(b)] == part && !(last && backward_follows))
       release_params(buckets_[static_cast<std::size_t>(b)]);
+  }
+  // Backward starts with the last part, whose buckets stayed: the part before it is queued now, to
+  // arrive while the loss and the last part's backward run (FSDP's backward prefetch).
+  if (last && backward_follows && part >= 1) {
+    for (int b : unit_buckets_[static_cast<std::size_t>(part - 1)]) queue_gather(b);
   }
   if (last || !backward_follows) return output;
   // Before the part's own backward: its buckets again, the part before it queued behind them.

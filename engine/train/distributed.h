@@ -31,7 +31,12 @@ struct DdpStepStats {
   double overlap_s = 0;           // the part of comm_s inside backward (avg_backward_compute_comm_overlap_time)
   double exposed_s = 0;           // waited for after backward (the step sees this)
   std::vector<std::int64_t> bucket_bytes;  // on the wire (halved by gradient compression)
-  bool device_clock = false;               // the times above are device events' (a GPU), not the host's steady clock
+  // ZeRO: the parameter bytes all-gathered for this step (1 and 2: every bucket once, after the
+  // optimiser; 3: each part's before its forward and again before its backward, over the step's
+  // micro-steps), and (3) the time the forward and backward waited for them (not in comm_s).
+  std::int64_t gather_bytes = 0;
+  double gather_wait_s = 0;
+  bool device_clock = false;  // the times above are device events' (a GPU), not the host's steady clock
 };
 
 class DataParallel {

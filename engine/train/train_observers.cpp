@@ -83,6 +83,8 @@ class ThroughputObserver final : public TrainObserver {
     result.ddp.overlap_s += r.ddp.overlap_s;
     result.ddp.exposed_s += r.ddp.exposed_s;
     result.ddp.bucket_bytes = r.ddp.bucket_bytes;
+    result.ddp.gather_bytes = r.ddp.gather_bytes;
+    result.ddp.gather_wait_s += r.ddp.gather_wait_s;
     result.ddp.device_clock = r.ddp.device_clock;
     ++result.measured_steps;
     return false;

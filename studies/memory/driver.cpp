@@ -97,10 +97,10 @@ Plan plan_arms(const MemoryOptions& o, int world) {
   std::vector<int> stages;
   if (o.zero.empty() && world < 2)
     left_out += std::string(left_out.empty() ? "" : "; ") +
-                "zero 1 and 2 left out of the default stages: one rank has no peers to shard over";
-  for (const std::string& z : split(o.zero.empty() ? (world >= 2 ? "0,1,2" : "0") : o.zero)) {
-    TL_CHECK(z == "0" || z == "1" || z == "2",
-             "memory_study: --zero: " + quote_value(z) + " is not a stage DDP runs (0, 1 or 2)");
+                "zero 1-3 left out of the default stages: one rank has no peers to shard over";
+  for (const std::string& z : split(o.zero.empty() ? (world >= 2 ? "0,1,2,3" : "0") : o.zero)) {
+    TL_CHECK(z == "0" || z == "1" || z == "2" || z == "3",
+             "memory_study: --zero: " + quote_value(z) + " is not a stage DDP runs (0, 1, 2 or 3)");
     stages.push_back(z[0] - '0');
   }
   TL_CHECK(!batches.empty() && !levels.empty() && !stages.empty(),

@@ -12,7 +12,7 @@ namespace trainlab::bench {
 
 struct MemoryOptions {
   ModelConfig model;  // what every arm trains
-  // Comma-separated; zero "" is the default: 0,1,2 over two or more ranks, 0 alone on one (nothing to shard over).
+  // Comma-separated; zero "" is the default: 0,1,2,3 over two or more ranks, 0 alone on one (nothing to shard over).
   std::string batches = "32,128,512", recompute = "none,convs,all", zero;
   // --recompute given: a level the model takes no blocks for is refused; by default such levels
   // are left out (an MLP marks no blocks to recompute), and the header says so.

@@ -138,9 +138,10 @@ std::string memory_persistent_table(const MemoryAnalysis& a, bool markdown) {
          "seed 003: mixed-precision Adam (2 + 2 + 12 bytes a parameter); estimator: the same formula with what "
          "trainlab "
          "keeps for this optimiser (f32 parameters and gradients, f32 moments, no separate master); measured: held "
-         "between steps, the largest rank's. ZeRO-2 releases its gradient shards after the optimiser's step (the "
-         "formula keeps them, as DeepSpeed does for accumulation), so its measured gradients are 0 between steps and "
-         "1/W during the step.\n";
+         "between steps, the largest rank's. ZeRO-2 and 3 release their gradient shards after the optimiser's step "
+         "(the formula keeps them, as DeepSpeed does for accumulation), so their measured gradients are 0 between "
+         "steps and 1/W during the step; ZeRO-3's parameters are this rank's shards between steps, each part whole "
+         "only around its forward and backward.\n";
 }
 
 std::string memory_findings(const MemoryAnalysis& a) {
@@ -275,8 +276,8 @@ chart::Scatter peak_against_step(const MemoryAnalysis& a) {
     p.square = arm.zero != 0;
     if (a.control[i] == static_cast<int>(i)) {
       p.label = fmt::format("batch {}", arm.batch);
-    } else if (arm.zero == 2) {
-      p.label = "z2";
+    } else if (arm.zero >= 2) {
+      p.label = fmt::format("z{}", arm.zero);
     }
     points.points.push_back(p);
   }
@@ -289,7 +290,7 @@ chart::Figure memory_figure(const MemoryAnalysis& a, const std::string& title) {
   return {title,
           {peak_bars(a), peak_against_step(a)},
           {"left: the peak's bytes by category (MiB, largest rank); right: recompute none blue, convs orange, all "
-           "red; zero 0 circle, zero 1 and 2 square (zero 2 labelled z2)",
+           "red; zero 0 circle, zero 1-3 square (zero 2 and 3 labelled z2, z3)",
            fmt::format("noise floor {:.1f}% of the step time{}", a.calibration.noise_floor_percent,
                        a.separability_test_valid ? "" : " (NO CONCLUSION: the calibration pair does not overlap)")}};
 }

@@ -111,7 +111,7 @@ void print_world(const Launch& l, Comparison& c, int w, std::map<std::size_t, do
     const std::vector<Trained>& runs = c.results[{w, a}];
     double comm = 0, exposed = 0, compute = 0;
     for (const Trained& r : runs) {
-      comm += r.comm_wait_s;
+      comm += r.comm_wait_s + r.ddp.gather_wait_s;  // ZeRO-3's gathers are waited for inside forward and backward
       exposed += r.ddp.exposed_s;
       compute += r.compute_s;
     }
@@ -121,6 +121,11 @@ void print_world(const Launch& l, Comparison& c, int w, std::map<std::size_t, do
     const Trained& last = runs.back();
     std::int64_t wire = 0;
     for (std::int64_t bytes : last.ddp.bucket_bytes) wire += bytes;
+    const std::string wire_cell =
+        last.ddp.gather_bytes == 0
+            ? fmt::format("{:.2f} MiB", static_cast<double>(wire) / (1 << 20))
+            : fmt::format("{:.2f} MiB reduced + {:.2f} MiB gathered", static_cast<double>(wire) / (1 << 20),
+                          static_cast<double>(last.ddp.gather_bytes) / (1 << 20));
     std::string efficiency = "-";
     if (c.hooks) {
       std::vector<double> per_round;
@@ -137,8 +142,7 @@ void print_world(const Launch& l, Comparison& c, int w, std::map<std::size_t, do
     std::cout << fmt::format(
         "| {} | {} | {:.1f} ({:.1f}-{:.1f}) | {} | {:.2f} | {:.2f} | {:.2f} | {} | {:.2f} MiB | {:.2f} MiB | "
         "{} |\n",
-        w, c.arms[a].name, s.median, s.min, s.max, efficiency, 1e3 * comm, 1e3 * exposed, 1e3 * compute,
-        fmt::format("{:.2f} MiB", static_cast<double>(wire) / (1 << 20)),
+        w, c.arms[a].name, s.median, s.min, s.max, efficiency, 1e3 * comm, 1e3 * exposed, 1e3 * compute, wire_cell,
         static_cast<double>(last.optimizer_state_bytes) / (1 << 20), static_cast<double>(last.peak_bytes) / (1 << 20),
         against);
   }
@@ -182,6 +186,10 @@ void print_comparison(const Launch& l, Comparison& c) {
                    c.arms.front().name + " |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<std::size_t, double> median_efficiency;  // at world 2, per arm (hooks)
   for (int w : c.compared) print_world(l, c, w, median_efficiency);
+  if (!c.hooks)
+    std::cout << "comm wait: the step's waits for the reductions and the optimiser's all-gather, and ZeRO-3's waits "
+                 "inside forward and backward for each part's all-gather (taken out of compute); bytes: the "
+                 "gradients reduced and the parameters all-gathered per step\n";
   if (c.hooks && median_efficiency.count(0) > 0) print_hook_targets(l, c, median_efficiency);
 }
 

@@ -88,6 +88,9 @@ struct DdpPerStep {
   double backward_compute_s = 0, comm_s = 0, overlap_s = 0, exposed_s = 0;
   std::vector<std::int64_t> bucket_bytes;
   std::string clock;  // "device events" | "host steady_clock"
+  // ZeRO: the parameters all-gathered per step, and (ZeRO-3) the forward's and backward's wait for them.
+  std::optional<std::int64_t> gather_bytes;
+  std::optional<double> gather_wait_s;
   template <class F>
   void fields(F& f) {
     f("backward_compute_s", backward_compute_s);
@@ -96,6 +99,8 @@ struct DdpPerStep {
     f("exposed_s", exposed_s);
     f.optional("bucket_bytes", bucket_bytes);
     f.optional("clock", clock);
+    f.optional("gather_bytes", gather_bytes);
+    f.optional("gather_wait_s", gather_wait_s);
   }
 };
 

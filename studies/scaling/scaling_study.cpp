@@ -79,13 +79,14 @@ std::vector<int> parse_zeros(const ScalingOptions& o) {
   std::stringstream list(o.zero);
   std::string item;
   while (std::getline(list, item, ',')) {
-    TL_CHECK(item == "0" || item == "1" || item == "2",
-             "bench_scaling: --zero: " + quote_value(item) + " is not a stage DDP runs (0, 1 or 2, e.g. --zero 0,1,2)");
+    TL_CHECK(
+        item == "0" || item == "1" || item == "2" || item == "3",
+        "bench_scaling: --zero: " + quote_value(item) + " is not a stage DDP runs (0, 1, 2 or 3, e.g. --zero 1,3)");
     TL_CHECK(std::find(zeros.begin(), zeros.end(), item[0] - '0') == zeros.end(),
              "bench_scaling: --zero " + quote_value(o.zero) + ": stage " + item + " is listed twice");
     zeros.push_back(item[0] - '0');
   }
-  TL_CHECK(!zeros.empty(), "bench_scaling: --zero is empty (a stage 0, 1 or 2, or a list: 0,1,2)");
+  TL_CHECK(!zeros.empty(), "bench_scaling: --zero is empty (a stage 0-3, or a list: 0,1,2,3)");
   TL_CHECK(zeros.size() == 1 || !o.bind_compare, "bench_scaling: --bind-compare and --zero 0,1 are separate studies");
   return zeros;
 }
@@ -244,9 +245,12 @@ Trained Launch::train(const Arm& arm) {
     result.ddp.comm_s /= n;
     result.ddp.overlap_s /= n;
     result.ddp.exposed_s /= n;
+    result.ddp.gather_wait_s /= n;
     result.comm_wait_s = trained.measured.comm_s / n;
+    // ZeRO-3's waits for its gathers are inside forward and backward: communication, not compute.
     result.compute_s = ddp.max_over_ranks(
-        (trained.measured.forward_s + trained.measured.backward_s + trained.measured.optimizer_s) / n);
+        (trained.measured.forward_s + trained.measured.backward_s + trained.measured.optimizer_s) / n -
+        result.ddp.gather_wait_s);
     for (std::int64_t b : ddp.gather(trained.memory.peak_of(MemoryCategory::optimizer_state)))
       result.optimizer_state_bytes = std::max(result.optimizer_state_bytes, b);
     for (std::int64_t b : ddp.gather(trained.memory.total_peak)) result.peak_bytes = std::max(result.peak_bytes, b);
@@ -309,6 +313,10 @@ void Launch::record(const std::string& mode, const Arm& arm, const Trained& r) c
   row.ddp_per_step = {r.ddp.backward_compute_s, r.ddp.comm_s,
                       r.ddp.overlap_s,          r.ddp.exposed_s,
                       r.ddp.bucket_bytes,       r.ddp.device_clock ? "device events" : "host steady_clock"};
+  if (r.ddp.gather_bytes > 0) {
+    row.ddp_per_step.gather_bytes = r.ddp.gather_bytes;
+    row.ddp_per_step.gather_wait_s = r.ddp.gather_wait_s;
+  }
   ledger.append(row);
 }
 
