@@ -219,7 +219,7 @@ memory: build
 
 # The parallelism study (issue 48, studies/parallelism): every door (one process, DDP, ZeRO-1 and 2,
 # pipeline, tensor split) at one global batch for each model, round-robin over NP ranks.
-PARALLELISM_DOORS ?= one,data,zero1,zero2,pipeline,tensor
+PARALLELISM_DOORS ?= one,data,zero1,zero2,zero3,pipeline,tensor
 parallelism: build
 	@for model in smallcnn resnet gpt; do \
 	  scripts/mpirun -np $(NP) $(BUILD_DIR)/bin/bench_parallelism --model $$model --fuse --doors $(PARALLELISM_DOORS) \

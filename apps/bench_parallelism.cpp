@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       ->check(FiniteRange(1, 65536))
       ->capture_default_str();
   app.add_option("--doors", o.doors,
-                 "one (the unsplit model in one process), data, zero1, zero2 (DDP with ZeRO-1 or 2), pipeline, "
+                 "one (the unsplit model in one process), data, zero1, zero2, zero3 (DDP with ZeRO-1, 2 or 3), pipeline, "
                  "tensor, data-pipeline, data-tensor (2 replicas of the split over half the ranks: an even world >= "
                  "4); comma-separated")
       ->capture_default_str();

@@ -28,7 +28,7 @@ namespace trainlab::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kDoors = "one, data, zero1, zero2, pipeline, tensor, data-pipeline, data-tensor";
+constexpr const char* kDoors = "one, data, zero1, zero2, zero3, pipeline, tensor, data-pipeline, data-tensor";
 
 // One way to divide the step: what it holds, and one step of it on every rank (a collective), which
 // returns this rank's seconds (0 on a rank that only waited) and leaves its loss in `loss`.
@@ -98,7 +98,8 @@ Door one_process_door(const DoorSetup& s, int threads) {
   return door;
 }
 
-// DDP (zero 0), or with its optimiser state (zero 1) and gradients (zero 2) sharded over the ranks.
+// DDP (zero 0), or with its optimiser state (zero 1), gradients (zero 2) and parameters (zero 3)
+// sharded over the ranks.
 Door data_door(const DoorSetup& s, int zero) {
   const int p = s.world.size();
   const std::string name = zero == 0 ? "data" : fmt::format("zero{}", zero);
@@ -108,14 +109,21 @@ Door data_door(const DoorSetup& s, int zero) {
   comm::DdpOptions options;  // DDP's defaults: 25 MiB buckets, the library's all-reduce, overlapped with backward
   options.zero = zero;
   auto ddp = std::make_shared<comm::Ddp>(s.world, options);
+  if (zero == 3) {  // gathered part by part, as the trainer does (engine/train/run.cpp)
+    std::vector<std::vector<std::string>> units;
+    for (const ModelPart& part : model->parts()) units.push_back(part.parameters);
+    ddp->set_parameter_units(units);
+  }
   ddp->attach(model->named_parameters());
   auto sgd = std::make_shared<SGD>(ddp->optimizer_parameters(), s.sgd);  // the pieces this rank updates
   auto runner = std::make_shared<StepRunner>(s.be, *model, *sgd, StepOptions{}, nullptr, ddp.get());
   const Batch batch = synthetic_batches(s.input, s.tokens, s.o.batch / p, s.be, 43 + s.world.rank())();
   const char* sharded = zero == 0   ? ""
                         : zero == 1 ? ", ZeRO-1 (optimiser state sharded; the parameters all-gathered after the step)"
-                                    : ", ZeRO-2 (optimiser state and gradients sharded; the parameters all-gathered "
-                                      "after the step)";
+                        : zero == 2 ? ", ZeRO-2 (optimiser state and gradients sharded; the parameters all-gathered "
+                                      "after the step)"
+                                    : ", ZeRO-3 (optimiser state, gradients and parameters sharded; each part's "
+                                      "parameters all-gathered before its forward and its backward)";
   Door door{name,
             fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward{}",
                         p, s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb, sharded),
@@ -127,12 +135,9 @@ Door data_door(const DoorSetup& s, int zero) {
             {},
             0,
             {}};
-  // The optimiser's parameters are pieces of the model's under ZeRO: the model's bytes, the pieces' state.
-  door.held = [model, sgd, ddp] {
-    std::int64_t bytes = state_bytes({}, *sgd, ddp->gradient_bytes_held());
-    for (const auto& named : model->named_parameters()) bytes += static_cast<std::int64_t>(named.second.nbytes());
-    return bytes;
-  };
+  // The optimiser's parameters are pieces of the model's under ZeRO: the parameters this rank holds
+  // (ZeRO-3: its shards), the pieces' state.
+  door.held = [sgd, ddp] { return state_bytes({}, *sgd, ddp->gradient_bytes_held()) + ddp->parameter_bytes_held(); };
   return door;
 }
 
@@ -280,8 +285,8 @@ std::vector<Door> make_doors(const DoorSetup& s) {
       if (s.world.size() * s.o.threads > 1) doors.push_back(one_process_door(s, s.world.size() * s.o.threads));
     } else if (name == "data") {
       doors.push_back(data_door(s, 0));
-    } else if (name == "zero1" || name == "zero2") {
-      doors.push_back(data_door(s, name == "zero1" ? 1 : 2));
+    } else if (name == "zero1" || name == "zero2" || name == "zero3") {
+      doors.push_back(data_door(s, name[4] - '0'));
     } else if (name == "pipeline") {
       doors.push_back(pipeline_door(s));
     } else if (name == "tensor") {
