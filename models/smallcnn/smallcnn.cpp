@@ -128,11 +128,12 @@ void SmallCNN::split_tensor_parallel(const std::shared_ptr<TensorParallelGroup>&
   fc2->split(LinearSplit::rows, group, "fc2");
 }
 
-// The training forward without recomputation, in NCHW, a part per layer with weights.
+// The training forward without recomputation, a part per layer with weights, in the layout of the
+// batch it is given (ZeRO-3's step gives it in the step's layout; the pipeline as delivered).
 std::vector<ModelPart> SmallCNN::parts() {
   auto first = [this](const Tensor& x) {
     check_input(x);
-    return fused_ ? first_block_fused(x, MemoryFormat::contiguous) : block(*conv1, x);
+    return fused_ ? first_block_fused(x, x.memory_format()) : block(*conv1, x);
   };
   return {{"conv1", first, parameter_names("conv1.")},
           {"conv2", [this](const Tensor& h) { return block(*conv2, h); }, parameter_names("conv2.")},
