@@ -18,10 +18,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "the global batch of every door")
       ->check(FiniteRange(1, 65536))
       ->capture_default_str();
-  app.add_option("--doors", o.doors,
-                 "one (the unsplit model in one process), data, zero1, zero2, zero3 (DDP with ZeRO-1, 2 or 3), pipeline, "
-                 "tensor, data-pipeline, data-tensor (2 replicas of the split over half the ranks: an even world >= "
-                 "4); comma-separated")
+  app.add_option(
+         "--doors", o.doors,
+         "one (the unsplit model in one process), data, zero1, zero2, zero3 (DDP with ZeRO-1, 2 or 3), pipeline, "
+         "tensor, data-pipeline, data-tensor (2 replicas of the split over half the ranks: an even world >= "
+         "4); comma-separated")
       ->capture_default_str();
   app.add_option("--micro-batches", o.micro_batches, "the pipeline door's micro-batches (1F1B)")
       ->check(FiniteRange(1, 4096))
@@ -39,6 +40,11 @@ int main(int argc, char** argv) {
       ->check(FiniteRange(0.1, 86400.0));
   app.add_option("--ledger", o.ledger_path, "ledger (default results/ledger_cpu.jsonl)")->check(NonEmptyPath());
   app.add_flag("--no-ledger", o.no_ledger, "print only");
+  app.add_option("--memory-gib", o.memory_gib,
+                 "the memory per rank the \"fits\" column divides: the largest model whose state (parameters, "
+                 "gradients, optimiser state, at each door's bytes per parameter) fits in it")
+      ->check(FiniteRange(0.001, 1e6))
+      ->capture_default_str();
   if (const auto status = parse_command_line(app, argc, argv, "bench_parallelism")) return *status;
   return bench::run_parallelism_study(o);
 }

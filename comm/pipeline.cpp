@@ -236,6 +236,7 @@ void PipelineStage::send(const Tensor& t, int peer, const char* what) {
   for (std::int64_t d = 0; d < dense.dim(); ++d) pending->header[static_cast<std::size_t>(2 + d)] = dense.size(d);
   pending->requests.push_back(comm_.isend(pending->header.data(), 8 * sizeof(std::int64_t), peer, what));
   pending->requests.push_back(comm_.isend(dense.raw_data(), dense.nbytes(), peer, what));
+  sent_bytes_ += static_cast<std::int64_t>(8 * sizeof(std::int64_t) + dense.nbytes());
   sends_.push_back(std::move(pending));
 }
 
@@ -282,6 +283,7 @@ void PipelineStage::sum_shared_gradients() {
     std::vector<std::unique_ptr<Request>> wait;
     const Tensor own = grad.contiguous();
     wait.push_back(comm_.isend(own.raw_data(), own.nbytes(), peer, "pipeline: a shared weight's gradient"));
+    sent_bytes_ += static_cast<std::int64_t>(own.nbytes());
     wait.push_back(comm_.irecv(theirs.raw_data(), theirs.nbytes(), peer, "pipeline: a shared weight's gradient"));
     comm_.wait_all(wait);
     NoGradGuard no_grad;
@@ -368,7 +370,10 @@ PipelineStepResult PipelineStage::step(const std::function<Batch()>& next_batch,
     average_gradients(*options_.data_parallel, parameters());
     options_.data_parallel->allreduce_native(&loss_sum, 1, DType::f64, ReduceOp::average);
     result.data_parallel_s = since() - before;
+    for (const auto& [name, p] : parameters()) result.averaged_bytes += static_cast<std::int64_t>(p.nbytes());
   }
+  result.sent_bytes = sent_bytes_;
+  sent_bytes_ = 0;
   optimizer.step();
   optimizer.zero_grad();
   for (const PipelineEvent& e : result.events) result.busy_s += e.end_s - e.begin_s;

@@ -102,6 +102,10 @@ struct PipelineStepResult {
   // held while it ran (its transients on top).
   std::int64_t activation_peak_bytes = 0, activation_first_micro_bytes = 0, activation_first_forward_peak_bytes = 0;
   std::int64_t activation_received_bytes = 0;  // of those, the first forward's input as received (0 on stage 0)
+  // What this stage sent: activations and gradients to its neighbours (their headers too) and a
+  // shared weight's gradient; and, with data parallelism, the gradients it averaged (its
+  // parameters' bytes, handed to the all-reduce).
+  std::int64_t sent_bytes = 0, averaged_bytes = 0;
 };
 
 class PipelineStage {
@@ -147,6 +151,7 @@ class PipelineStage {
   void release_completed_sends();
   void wait_for_sends();  // under the deadline
   std::vector<std::unique_ptr<PendingSend>> sends_;
+  std::int64_t sent_bytes_ = 0;  // this step's, so far
 };
 
 }  // namespace trainlab::comm

@@ -19,6 +19,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/pipeline.h"
 #include "comm/tensor_parallel.h"
+#include "engine/instrument/memory_usage.h"
 #include "engine/nn/model_registry.h"
 #include "engine/train/step.h"
 #include "studies/parallelism/rows.h"
@@ -30,16 +31,32 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kDoors = "one, data, zero1, zero2, zero3, pipeline, tensor, data-pipeline, data-tensor";
 
+// What one step of a door left on this rank: its loss, and the bytes this rank sent: point to point
+// as sent, a collective over p ranks as a bandwidth-optimal algorithm (the ring) sends it per rank,
+// 2 (p-1)/p of the buffer for an all-reduce, (p-1)/p for a reduce-scatter or an all-gather (what
+// bus bandwidth counts), so that DDP's all-reduce and ZeRO-1's two halves weigh the same.
+struct StepOut {
+  double loss = 0;
+  std::int64_t bytes = 0;
+};
+
+std::int64_t allreduce_bytes(std::int64_t buffer, int p) { return buffer * 2 * (p - 1) / std::max(p, 1); }
+std::int64_t half_bytes(std::int64_t buffer, int p) {  // a reduce-scatter or an all-gather
+  return buffer * (p - 1) / std::max(p, 1);
+}
+
 // One way to divide the step: what it holds, and one step of it on every rank (a collective), which
-// returns this rank's seconds (0 on a rank that only waited) and leaves its loss in `loss`.
+// returns this rank's seconds (0 on a rank that only waited) and fills `out`.
 struct Door {
   std::string name, detail;
-  std::function<double(double& loss)> step;
+  std::function<double(StepOut& out)> step;
   std::vector<double> seconds;
   double loss = 0;
   // The persistent state this rank holds between steps (its parameters, their gradients, the
   // optimiser's state), bytes; asked once, after the last step.
   std::function<std::int64_t()> held;
+  std::int64_t bytes = 0;           // the last measured step's, this rank
+  std::int64_t transient_peak = 0;  // the most a measured step allocated above what was live before it, this rank
 };
 
 struct DoorSetup {
@@ -54,6 +71,15 @@ struct DoorSetup {
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double mebibytes(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+// The largest model (in parameters) whose state, at this door's bytes per parameter, fits in `gib`.
+std::string fits_in(double gib, std::int64_t state_bytes, std::int64_t parameters) {
+  if (state_bytes <= 0 || parameters <= 0) return "-";
+  const double fit = gib * 1024 * 1024 * 1024 / (static_cast<double>(state_bytes) / static_cast<double>(parameters));
+  return fit >= 1e9 ? fmt::format("{:.2f}B", fit / 1e9) : fmt::format("{:.0f}M", fit / 1e6);
+}
 
 // Bytes of `params`, of their gradients (`gradient_bytes` when the caller knows better: DDP's
 // buckets and shards; -1: every defined .grad) and of the optimiser's state.
@@ -77,13 +103,13 @@ Door one_process_door(const DoorSetup& s, int threads) {
   auto cpus = s.job_cpus;
   Door door{fmt::format("one process, {} thread{}", threads, threads == 1 ? "" : "s"),
             "the unsplit model on rank 0, free to run on every core of the job, the other ranks asleep",
-            [=](double& loss) {
+            [=](StepOut& out) {
               double seconds = 0;
               if (world->rank() == 0) {
                 cpus->on_every_cpu([&] {  // the same cores as the split doors, every one of them
                   be->set_num_threads(threads);
                   const auto start = Clock::now();
-                  loss = plain_train_step(*model, *sgd, batch);
+                  out.loss = plain_train_step(*model, *sgd, batch);
                   seconds = seconds_since(start);
                   be->set_num_threads(rank_threads);
                 });
@@ -127,10 +153,16 @@ Door data_door(const DoorSetup& s, int zero) {
   Door door{name,
             fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward{}",
                         p, s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb, sharded),
-            [model, sgd, ddp, runner, batch](double& loss) {
+            [model, sgd, ddp, runner, batch, p, zero](StepOut& out) {
               const auto start = Clock::now();
-              loss = runner->step([&batch] { return batch; }).loss;
-              return seconds_since(start);
+              const StepResult r = runner->step([&batch] { return batch; });
+              const double seconds = seconds_since(start);
+              out.loss = r.loss;
+              std::int64_t reduced = 0;
+              for (std::int64_t bytes : r.ddp.bucket_bytes) reduced += bytes;
+              // DDP all-reduces; ZeRO reduce-scatters, then all-gathers the parameters (ZeRO-3 twice a part).
+              out.bytes = zero == 0 ? allreduce_bytes(reduced, p) : half_bytes(reduced + r.ddp.gather_bytes, p);
+              return seconds;
             },
             {},
             0,
@@ -148,11 +180,14 @@ Door stage_door(std::string name, std::string detail, std::shared_ptr<const void
                 std::shared_ptr<std::vector<Batch>> micro) {
   Door door{std::move(name),
             std::move(detail),
-            [model, grid, stage, sgd, micro](double& loss) {
+            [model, grid, stage, sgd, micro](StepOut& out) {
               std::size_t next = 0;
               const auto start = Clock::now();
-              loss = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd).loss;
-              return seconds_since(start);
+              const comm::PipelineStepResult r = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd);
+              const double seconds = seconds_since(start);
+              out.loss = r.loss;
+              out.bytes = r.sent_bytes + allreduce_bytes(r.averaged_bytes, 2);  // the replicas: 2
+              return seconds;
             },
             {},
             0,
@@ -193,11 +228,12 @@ Door tensor_door(const DoorSetup& s) {
   Door door{
       "tensor",
       fmt::format("Megatron's split over {} ranks, the whole batch on each, sums by auto's all-reduce", s.world.size()),
-      [model, tp, sgd, batch](double& loss) {
+      [model, tp, sgd, batch, p = s.world.size()](StepOut& out) {
         const auto start = Clock::now();
-        loss = plain_train_step(*model, *sgd, batch);
-        tp->take_calls();
-        return seconds_since(start);
+        out.loss = plain_train_step(*model, *sgd, batch);
+        const double seconds = seconds_since(start);
+        for (const comm::TensorParallelCall& call : tp->take_calls()) out.bytes += allreduce_bytes(call.bytes, p);
+        return seconds;
       },
       {},
       0,
@@ -213,6 +249,15 @@ double slowest_rank(comm::MpiCommunicator& world, double seconds) {
   world.allreduce_native(all.data(), world.size(), DType::f64, comm::ReduceOp::sum);
   return *std::max_element(all.begin(), all.end());
 }
+
+std::int64_t largest_over_ranks(comm::MpiCommunicator& world, std::int64_t value) {
+  return static_cast<std::int64_t>(slowest_rank(world, static_cast<double>(value)));
+}
+
+// A door's bytes per rank (the largest rank's): its state between steps, its peak, what a step sent.
+struct DoorBytes {
+  std::int64_t held = 0, peak = 0, sent = 0;
+};
 
 // Two replicas of a model split over half the ranks each (the world must be even): the grid, and the
 // samples per replica.
@@ -257,16 +302,19 @@ Door data_tensor_door(const DoorSetup& s) {
             fmt::format("2 replicas of Megatron's split over {} ranks, {} samples each, gradients averaged over the "
                         "replicas",
                         grid->model_ranks, s.o.batch / 2),
-            [grid, model, tp, sgd, batch](double& loss) {
+            [grid, model, tp, sgd, batch, p = grid->model_ranks](StepOut& out) {
               const auto start = Clock::now();
               sgd->zero_grad(true);
               const Tensor l = cross_entropy(model->forward(batch.inputs), batch.labels.view({-1}));
               l.backward();
               comm::average_gradients(*grid->data, model->named_parameters());
               sgd->step();
-              loss = l.item();
-              tp->take_calls();
-              return seconds_since(start);
+              out.loss = l.item();
+              const double seconds = seconds_since(start);
+              for (const comm::TensorParallelCall& call : tp->take_calls()) out.bytes += allreduce_bytes(call.bytes, p);
+              for (const auto& [name, t] : model->named_parameters())
+                out.bytes += allreduce_bytes(static_cast<std::int64_t>(t.nbytes()), 2);  // over the 2 replicas
+              return seconds;
             },
             {},
             0,
@@ -283,8 +331,10 @@ std::vector<Door> make_doors(const DoorSetup& s) {
     if (name == "one") {
       doors.push_back(one_process_door(s, 1));
       if (s.world.size() * s.o.threads > 1) doors.push_back(one_process_door(s, s.world.size() * s.o.threads));
-    } else if (name == "data") {
+    } else if (name == "data") {  // twice: the calibration pair (identical configurations), the noise floor
       doors.push_back(data_door(s, 0));
+      doors.push_back(data_door(s, 0));
+      doors.back().name = "data again";
     } else if (name == "zero1" || name == "zero2" || name == "zero3") {
       doors.push_back(data_door(s, name[4] - '0'));
     } else if (name == "pipeline") {
@@ -303,15 +353,52 @@ std::vector<Door> make_doors(const DoorSetup& s) {
   return doors;
 }
 
+// The samples/s of each of a door's measured steps.
+std::vector<double> door_samples(const Door& d, std::int64_t batch) {
+  std::vector<double> samples;
+  for (double seconds : d.seconds) samples.push_back(static_cast<double>(batch) / seconds);
+  return samples;
+}
+
+// Each door against DDP ("data"), in units of the noise floor that DDP's calibration pair ("data
+// again") measured; nothing without them.
+void compare_with_data(const ParallelismStudyOptions& o, const std::vector<Door>& doors,
+                       std::vector<ParallelismRow>& rows) {
+  const auto find = [&](const char* name) {
+    return std::find_if(doors.begin(), doors.end(), [name](const Door& d) { return d.name == name; });
+  };
+  const auto data = find("data"), again = find("data again");
+  if (data == doors.end() || again == doors.end()) return;
+  const Calibration calibration = calibrate(door_samples(*data, o.batch), door_samples(*again, o.batch));
+  const bool valid = calibration.valid && o.steps >= 2;
+  const Summary control = summarize(door_samples(*data, o.batch));
+  for (std::size_t i = 0; i < doors.size(); ++i) {
+    ParallelismRow& row = rows[i];
+    row.noise_floor_percent = calibration.noise_floor_percent;
+    if (doors[i].name == "data") {
+      row.against_data = "control";
+    } else if (doors[i].name == "data again") {
+      row.against_data = "calibration pair";
+    } else {
+      const Summary s = summarize(door_samples(doors[i], o.batch));
+      const Verdict v = verdict(s, control, valid ? std::optional(calibration) : std::nullopt);
+      row.against_data = effect_words(effect_percent(s, control), calibration, valid ? v : Verdict::no_conclusion);
+    }
+  }
+}
+
 // Rank 0: a row per door, printed and appended.
 int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& doors,
-                           const std::vector<std::int64_t>& held, int ranks, Backend& be) {
+                           const std::vector<DoorBytes>& bytes, int ranks, Backend& be, std::int64_t parameters) {
   std::vector<ParallelismRow> rows;
   double one = 0, best = 0;
   for (std::size_t i = 0; i < doors.size(); ++i) {
     Door& d = doors[i];
     ParallelismRow row;
-    row.state_bytes_per_rank = held[i];
+    row.state_bytes_per_rank = bytes[i].held;
+    row.peak_bytes_per_rank = bytes[i].peak;
+    row.bytes_per_step = bytes[i].sent;
+    row.parameters = parameters;
     row.config = {model_label(o.model), ranks, o.batch, o.threads, d.name, d.detail};
     row.repeats = d.seconds;
     row.stats = summarize(d.seconds);
@@ -322,12 +409,16 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
     if (best == 0 || row.stats.median < best) best = row.stats.median;
     rows.push_back(row);
   }
+  compare_with_data(o, doors, rows);
   Environment env = mpi_environment(be);
   env.timer = "steady_clock (each door's step, the slowest rank's; the doors round-robin)";
   const std::string run_id = new_run_id();
   const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
-  std::cout << "| door | how | step ms median (min-max) | samples/s | against one process | state MiB per rank "
-               "|\n|---|---|---|---|---|---|\n";
+  std::cout << fmt::format(
+      "| door | how | step ms median (min-max) | samples/s | against one process | against data | state MiB per "
+      "rank | peak MiB per rank | MiB sent per step per rank | parameters whose state fits in {:g} GiB |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n",
+      o.memory_gib);
   for (ParallelismRow& row : rows) {
     row.speedup = one > 0 ? one / row.stats.median : 0;
     row.fastest = row.stats.median == best;
@@ -335,12 +426,23 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
     row.header.kind = ParallelismRow::kKind;
     row.header.run_id = run_id;
     row.header.status = "ok";
-    std::cout << fmt::format("| {}{} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.0f} | {:.2f}x | {:.2f} |\n", row.config.door,
-                             row.fastest ? " (fastest)" : "", row.config.detail, 1e3 * row.stats.median,
-                             1e3 * row.stats.min, 1e3 * row.stats.max, row.samples_per_s, row.speedup,
-                             static_cast<double>(*row.state_bytes_per_rank) / (1024.0 * 1024.0));
+    std::cout << fmt::format(
+        "| {}{} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.0f} | {:.2f}x | {} | {:.2f} | {:.2f} | {:.2f} | "
+        "{} |\n",
+        row.config.door, row.fastest ? " (fastest)" : "", row.config.detail, 1e3 * row.stats.median,
+        1e3 * row.stats.min, 1e3 * row.stats.max, row.samples_per_s, row.speedup, row.against_data.value_or("-"),
+        mebibytes(*row.state_bytes_per_rank), mebibytes(*row.peak_bytes_per_rank), mebibytes(*row.bytes_per_step),
+        fits_in(o.memory_gib, *row.state_bytes_per_rank, parameters));
     if (!o.no_ledger) ledger.append(row);
   }
+  if (!rows.empty() && rows.front().noise_floor_percent)
+    std::cout << fmt::format("noise floor: {:.1f}% between data and data again (the calibration pair)\n",
+                             *rows.front().noise_floor_percent);
+  std::cout << "peak: the state held between steps and the most a step allocated on top (activations, "
+               "workspaces, gradients in flight, gathered parameters); sent: point to point as sent, a collective "
+               "over p ranks as the ring sends it (2 (p-1)/p of the buffer for an all-reduce, (p-1)/p for each "
+               "half); fits: the budget over the state's bytes per parameter of "
+               "the model (activations excluded: they scale with the batch, not the parameters)\n";
   if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
   return 0;
 }
@@ -371,25 +473,34 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
               << " ranks, " << o.backend << " at " << o.threads << " thread(s) a rank" << (o.fuse ? ", fused" : "")
               << "; the doors round-robin, " << o.warmup << " warm-up and " << o.steps << " measured steps each\n"
               << std::flush;
+  const DeviceType device = be.device_type();
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     for (Door& d : doors) {
       world->barrier();
-      double loss = 0;
-      const double seconds = slowest_rank(*world, d.step(loss));
-      if (step >= o.warmup) d.seconds.push_back(seconds);
-      d.loss = loss;
+      StepOut out;
+      // Every door's model lives beside the others: a step's own peak is what it allocated above
+      // what was live before it.
+      const std::int64_t live = memory_usage(device).total_live;
+      reset_memory_peaks(device);
+      const double seconds = slowest_rank(*world, d.step(out));
+      if (step >= o.warmup) {
+        d.seconds.push_back(seconds);
+        d.transient_peak = std::max(d.transient_peak, memory_usage(device).total_peak - live);
+        d.bytes = out.bytes;
+      }
+      d.loss = out.loss;
     }
   }
-  // Each door's state per rank between steps, the largest rank's (a collective: every rank).
-  std::vector<std::int64_t> held;
+  // Per door, the largest rank's: the state it holds between steps, its peak (that state and the
+  // step's own allocations on top) and the bytes it sent in a step (collectives every rank calls).
+  std::vector<DoorBytes> bytes;
   for (Door& d : doors) {
-    std::vector<double> all(static_cast<std::size_t>(world->size()), 0.0);
-    all[static_cast<std::size_t>(world->rank())] = static_cast<double>(d.held());
-    world->allreduce_native(all.data(), world->size(), DType::f64, comm::ReduceOp::sum);
-    held.push_back(static_cast<std::int64_t>(*std::max_element(all.begin(), all.end())));
+    const std::int64_t held = largest_over_ranks(*world, d.held());
+    bytes.push_back(
+        {held, largest_over_ranks(*world, d.held() + d.transient_peak), largest_over_ranks(*world, d.bytes)});
   }
   if (world->rank() != 0) return 0;
-  return write_parallelism_rows(o, doors, held, world->size(), be);
+  return write_parallelism_rows(o, doors, bytes, world->size(), be, setup.build()->num_parameters());
 }
 
 }  // namespace

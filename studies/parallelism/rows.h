@@ -17,8 +17,8 @@ struct ParallelismConfig {
   int ranks = 0;           // the launched ranks (the one-process doors use rank 0's core(s))
   std::int64_t batch = 0;  // the global batch of every door
   int threads = 1;         // per rank (the one-process doors: as their name says)
-  std::string door;        // "one process, 1 thread" | "one process, 2 threads" | "data" | "zero1" | "zero2" |
-                           // "pipeline" | "tensor" | "data-pipeline" | "data-tensor"
+  std::string door;        // "one process, 1 thread" | "one process, 2 threads" | "data" | "data again" |
+                           // "zero1" | "zero2" | "zero3" | "pipeline" | "tensor" | "data x pipeline" | "data x tensor"
   std::string detail;      // how: "DDP, native all-reduce, 16 per rank", "1f1b, 4 micro-batches of 8", ...
   template <class F>
   void fields(F& f) {
@@ -45,6 +45,14 @@ struct ParallelismRow {
   // Between steps, the largest rank's: its parameters, their gradients and the optimiser's state
   // (absent in rows written before it).
   std::optional<std::int64_t> state_bytes_per_rank;
+  // The largest rank's peak (that state and the most a step allocated on top), and the bytes it
+  // handed to collectives and sent point to point in a step; the model's parameters (absent in
+  // rows written before them).
+  std::optional<std::int64_t> peak_bytes_per_rank, bytes_per_step, parameters;
+  // Against DDP ("data"), in units of the noise floor its calibration pair ("data again") measured:
+  // "control", "calibration pair", "-12.3% (4.1x the noise floor), separable".
+  std::optional<std::string> against_data;
+  std::optional<double> noise_floor_percent;
   template <class F>
   void fields(F& f) {
     header.fields(f);
@@ -57,6 +65,11 @@ struct ParallelismRow {
     f("fastest", fastest);
     f.optional("loss", loss);
     f.optional("state_bytes_per_rank", state_bytes_per_rank);
+    f.optional("peak_bytes_per_rank", peak_bytes_per_rank);
+    f.optional("bytes_per_step", bytes_per_step);
+    f.optional("parameters", parameters);
+    f.optional("against_data", against_data);
+    f.optional("noise_floor_percent", noise_floor_percent);
   }
 };
 

@@ -31,13 +31,15 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
       if (!row.header.ok() || row.config.model != model || row.header.run_id != run_id) continue;
       if (!first || row.header.run_id > first->header.run_id) first = &row;
       const Summary& s = row.stats;
+      const auto mib = [](const std::optional<std::int64_t>& bytes) {
+        return bytes ? fmt::format("{:.2f}", static_cast<double>(*bytes) / (1024.0 * 1024.0)) : std::string("-");
+      };
       table.push_back({model, fmt::format("{}", row.config.ranks), fmt::format("{}", row.config.batch),
                        row.config.door + (row.fastest ? " (fastest)" : ""), row.config.detail,
                        fmt::format("{:.2f} ({:.2f}-{:.2f})", 1e3 * s.median, 1e3 * s.min, 1e3 * s.max),
                        fmt::format("{:.0f}", row.samples_per_s), fmt::format("{:.2f}x", row.speedup),
-                       row.state_bytes_per_rank
-                           ? fmt::format("{:.2f}", static_cast<double>(*row.state_bytes_per_rank) / (1024.0 * 1024.0))
-                           : "-"});
+                       row.against_data.value_or("-"), mib(row.state_bytes_per_rank), mib(row.peak_bytes_per_rank),
+                       mib(row.bytes_per_step)});
     }
   }
   if (!first) return std::nullopt;
@@ -50,15 +52,23 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
                                          "step ms median (min-max)",
                                          "samples/s",
                                          "against one process",
-                                         "state MiB per rank"};
+                                         "against data",
+                                         "state MiB per rank",
+                                         "peak MiB per rank",
+                                         "MiB sent per step per rank"};
   std::ostringstream md;
   md << fmt::format(
       "\n## Which door wins: data, pipeline and tensor parallelism at one global batch\n\n`bench_parallelism` on {} "
       "(each model's latest run at each rank count: {}): in a run the doors go round-robin step by step, each from the "
       "same initial "
       "weights. \"Against one process\": the faster of the unsplit model at 1 thread and at every rank's threads "
-      "on rank 0, the same cores. \"State MiB per rank\": what the largest rank holds between steps, its parameters, "
-      "their gradients and the optimiser's state (- in rows before it was recorded).\n\n",
+      "on rank 0, the same cores. \"Against data\": the effect on samples/s against DDP, in units of the noise floor "
+      "DDP's calibration pair (data, data again) measured. Per rank, the largest: \"state\", what it holds between "
+      "steps (its parameters, their gradients and the optimiser's state); \"peak\", that state and the most a step "
+      "allocated on top; \"sent\", point to point as sent and a collective over p ranks as the ring sends it (2 "
+      "(p-1)/p "
+      "of the buffer for an all-reduce, (p-1)/p for each half), in a step (- in rows "
+      "before they were recorded).\n\n",
       measured_on(first->header.env), run_ids);
   md << render_table(head, table, true);
   section.markdown = md.str();
