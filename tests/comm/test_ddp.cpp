@@ -340,7 +340,9 @@ TEST_CASE("ZeRO-1, 2 and 3 equal DDP (SGD and AdamW, f32 and bf16, every all-red
           continue;
         INFO(optimizer_name(optimizer) << " " << dtype_name(dtype) << " " << allreduce << ", " << P << " ranks");
         TrainConfig config = ddp_config();
-        config.steps = 3;  // momentum and both AdamW moments in play; 16 runs (the sanitizer's time)
+        config.steps = 3;   // momentum and both AdamW moments in play; 16 runs (the sanitizer's time)
+        config.batch = 12;  // 1-4 ranks (ctest: 2 and 4; 3 by hand)
+        config.data.train_samples = 48;
         config.optimizer.kind = optimizer;
         config.optimizer.momentum = 0.9;
         config.optimizer.weight_decay = 0.01;

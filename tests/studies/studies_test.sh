@@ -188,8 +188,8 @@ case $which in
   memory)
     # Under MPI (scripts/mpirun): a refusal ends the job, naming the bad value.
     mpirun=$src/scripts/mpirun
-    "$mpirun" -np 2 "$driver" --quick --no-ledger --zero 3 >"$tmp/out" 2>&1 && fail "--zero 3 was accepted"
-    grep -q "'3' is not a stage DDP runs" "$tmp/out" || fail "--zero 3: $(cat "$tmp/out")"
+    "$mpirun" -np 2 "$driver" --quick --no-ledger --zero 4 >"$tmp/out" 2>&1 && fail "--zero 4 was accepted"
+    grep -q "'4' is not a stage DDP runs (0, 1, 2 or 3)" "$tmp/out" || fail "--zero 4: $(cat "$tmp/out")"
     "$mpirun" -np 1 "$driver" --quick --no-ledger --zero 0,1 >"$tmp/out" 2>&1 && fail "--zero 0,1 at one rank was accepted"
     grep -q "launch at least 2" "$tmp/out" || fail "one rank: $(cat "$tmp/out")"
     "$mpirun" -np 2 "$driver" --quick --no-ledger --batches 33 >"$tmp/out" 2>&1 && fail "--batches 33 was accepted"
@@ -198,7 +198,8 @@ case $which in
     cat "$tmp/out"
     grep -q "separability_test_valid: " "$tmp/out" || fail "no separability_test_valid line"
     grep -q "| global batch | recompute | zero |" "$tmp/out" || fail "no table"
-    [ "$(grep -c '"kind":"memory_repeat"' "$ledger")" -eq 26 ] || fail "expected 26 memory_repeat rows (2 batches x 2 recompute x 3 stages + the control again, 2 repeats)"
+    [ "$(grep -c '"kind":"memory_repeat"' "$ledger")" -eq 34 ] || fail "expected 34 memory_repeat rows (2 batches x 2 recompute x 4 stages + the control again, 2 repeats)"
+    grep -q "^| 3 | 2 | 1.02 / 2.04 / 2.04 |" "$tmp/out" || fail "no ZeRO-3 row in the persistent-state table"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## Memory: batch x recompute x ZeRO" "$tmp/REPORT.md" || fail "no memory section in the report"
     ls "$tmp"/figures/memory_*.svg >/dev/null || fail "no memory figure"
