@@ -51,7 +51,7 @@
 // the bucket's buffer (the parameters are its views; its memory exists only from a gather to a
 // release: Tensor::release_data, so the handles the ops saved lose it too), the next part's gather
 // queued behind it (prefetch); after the part the buckets no later part reads are released (the
-// last part's are kept for its backward). The part's output carries a node whose
+// last two parts' are kept for the backward, which starts with them). The part's output carries a node whose
 // backward gathers the part again (and queues the part before it) before the part's own backward
 // runs; a bucket's parameters are released as soon as its last gradient is ready, in no_sync
 // micro-steps too. Gathers and reductions run in the order they were asked for on the communication

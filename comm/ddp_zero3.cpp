@@ -172,20 +172,20 @@ void Ddp::before_part(int part) {
 }
 
 Tensor Ddp::after_part(int part, const Tensor& output) {
-  const bool last = part + 1 == static_cast<int>(unit_buckets_.size());
+  const auto units = static_cast<int>(unit_buckets_.size());
+  const bool last = part + 1 == units;
   const bool backward_follows = GradMode::enabled() && output.requires_grad();
-  // What no later part reads goes now; the last part's stays for its backward (when one follows).
+  // What no later part reads goes now. When a backward follows, the last two parts' stay: backward
+  // starts with them right after the forward (the second's would be gathered again at once: FSDP's
+  // reshard_after_forward off for the tail).
+  const bool keep = backward_follows && part + 2 >= units;
   for (int b : unit_buckets_[static_cast<std::size_t>(part)]) {
-    if (last_forward_use_[static_cast<std::size_t>(b)] == part && !(last && backward_follows))
+    if (last_forward_use_[static_cast<std::size_t>(b)] == part && !keep)
       release_params(buckets_[static_cast<std::size_t>(b)]);
   }
-  // Backward starts with the last part, whose buckets stayed: the part before it is queued now, to
-  // arrive while the loss and the last part's backward run (FSDP's backward prefetch).
-  if (last && backward_follows && part >= 1) {
-    for (int b : unit_buckets_[static_cast<std::size_t>(part - 1)]) queue_gather(b);
-  }
   if (last || !backward_follows) return output;
-  // Before the part's own backward: its buckets again, the part before it queued behind them.
+  // Before the part's own backward: its buckets again (nothing to do for a kept part), the part
+  // before it queued behind them.
   return record(output.detach(), "zero3.gather_parameters", {output},
                 [this, part](const Tensor& grad, const std::vector<bool>&) {
                   gather_unit(part, part - 1);
