@@ -119,7 +119,9 @@ Door one_process_door(const DoorSetup& s, int threads) {
             },
             {},
             0,
-            {}};
+            {},
+            0,
+            0};
   door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
   return door;
 }
@@ -166,7 +168,9 @@ Door data_door(const DoorSetup& s, int zero) {
             },
             {},
             0,
-            {}};
+            {},
+            0,
+            0};
   // The optimiser's parameters are pieces of the model's under ZeRO: the parameters this rank holds
   // (ZeRO-3: its shards), the pieces' state.
   door.held = [sgd, ddp] { return state_bytes({}, *sgd, ddp->gradient_bytes_held()) + ddp->parameter_bytes_held(); };
@@ -191,7 +195,9 @@ Door stage_door(std::string name, std::string detail, std::shared_ptr<const void
             },
             {},
             0,
-            {}};
+            {},
+            0,
+            0};
   door.held = [stage, sgd] { return state_bytes(stage->parameters(), *sgd); };
   return door;
 }
@@ -237,7 +243,9 @@ Door tensor_door(const DoorSetup& s) {
       },
       {},
       0,
-      {}};
+      {},
+      0,
+      0};
   door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
   return door;
 }
@@ -318,7 +326,9 @@ Door data_tensor_door(const DoorSetup& s) {
             },
             {},
             0,
-            {}};
+            {},
+            0,
+            0};
   door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
   return door;
 }

@@ -310,9 +310,13 @@ void Launch::record(const std::string& mode, const Arm& arm, const Trained& r) c
   row.warmup_steps_excluded = o.warmup;
   row.measured_steps = r.steps;
   for (const auto& v : r.rank_p50_p99_max) row.per_rank_step.push_back({v[0], v[1], v[2]});
-  row.ddp_per_step = {r.ddp.backward_compute_s, r.ddp.comm_s,
-                      r.ddp.overlap_s,          r.ddp.exposed_s,
-                      r.ddp.bucket_bytes,       r.ddp.device_clock ? "device events" : "host steady_clock"};
+  DdpPerStep& d = row.ddp_per_step;
+  d.backward_compute_s = r.ddp.backward_compute_s;
+  d.comm_s = r.ddp.comm_s;
+  d.overlap_s = r.ddp.overlap_s;
+  d.exposed_s = r.ddp.exposed_s;
+  d.bucket_bytes = r.ddp.bucket_bytes;
+  d.clock = r.ddp.device_clock ? "device events" : "host steady_clock";
   if (r.ddp.gather_bytes > 0) {
     row.ddp_per_step.gather_bytes = r.ddp.gather_bytes;
     row.ddp_per_step.gather_wait_s = r.ddp.gather_wait_s;
