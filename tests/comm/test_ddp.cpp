@@ -359,9 +359,10 @@ TEST_CASE("ZeRO-1, 2 and 3 equal DDP (SGD and AdamW, f32 and bf16, every all-red
         Trainer plain(config, &plain_ddp);
         plain.train(nullptr);
         for (int stage : {1, 2, 3}) {
-          // The sanitizer pass runs ZeRO-2 and 3 on the ring arms (their buckets' lives, views and
-          // buffered pieces, the gathers).
-          if (stage >= 2 && quick_tests() && std::string(allreduce) != "ring") continue;
+          // The sanitizer pass runs ZeRO-2 on the ring arms (its buckets' lives, views and buffered
+          // pieces) and ZeRO-3 on the first (the gathers; its own case below runs the rest).
+          if (stage == 2 && quick_tests() && std::string(allreduce) != "ring") continue;
+          if (stage == 3 && quick_tests() && arm != "sgd f32 ring") continue;
           INFO("zero " << stage);
           options.zero = stage;
           Ddp zero_ddp(*world, options);
@@ -655,6 +656,7 @@ TEST_CASE(
   }
   // A ZeRO-3 checkpoint resumed under ZeRO-1, and a ZeRO-1 one under ZeRO-3: the whole state both ways.
   for (int saved_stage : {3, 1}) {
+    if (quick_tests() && saved_stage == 1) continue;  // the sanitizer pass: one direction (the gathers on save)
     const int resumed_stage = saved_stage == 3 ? 1 : 3;
     INFO("saved under zero " << saved_stage << ", resumed under zero " << resumed_stage);
     {
