@@ -183,10 +183,10 @@ class Ddp final : public DataParallel {
     bool gather = false;
   };
   void on_gradient_ready(int slot);
-  // ZeRO-3 (ddp_zero3.cpp): the bucket assignment by units; the shards made and the parameters
-  // released at attach; a bucket's all-gather queued (its buffer made, this rank's chunk in it),
-  // waited for and bound (the parameters pointed at it), and released; the part's buckets gathered
-  // before its backward; the gather on the communication thread.
+  // ZeRO-3 (ddp_zero3.cpp): the bucket assignment by units; the parameters made views of their
+  // bucket's buffer, the shards cut and the buffers released at attach; a bucket's all-gather
+  // queued (its buffer's memory restored, this rank's chunk in it), waited for, and its memory
+  // released; a part's buckets gathered (the next queued); the gather on the communication thread.
   std::vector<std::vector<int>> unit_buckets(const NamedTensors& parameters) const;
   void shard_parameters();
   void queue_gather(int b);
