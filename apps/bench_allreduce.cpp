@@ -17,8 +17,8 @@
 // algorithm, glibc's malloc tunables: mpi_variant_of_environment); bench/allreduce_variants.py
 // launches one process per variant, round after round, into one run.
 //
-// --write-tuning FILE times the three hand-written all-reduces and writes the thresholds `allreduce: auto`
-// chooses by (comm/tuning.h) for this world size:
+// --write-tuning FILE times the hand-written all-reduces (single-copy where the ranks share a window)
+// and writes the thresholds `allreduce: auto` chooses by (comm/tuning.h) for this world size:
 //   scripts/mpirun -np 4 build/bin/bench_allreduce --write-tuning results/allreduce_tuning.json
 // --node-size N adds the two-level (hierarchical) all-reduce, N consecutive ranks per node; over
 // TCP on one host it is the stand-in for a cluster (shared memory inside a node, TCP between):
@@ -69,8 +69,9 @@ int main(int argc, char** argv) {
   app.add_option("--round", o.round, "the sweep's round this process is (recorded in its rows)")
       ->check(FiniteRange(1, 100000));
   app.add_option("--write-tuning", o.tune_path,
-                 "time ring, recursive_doubling and halving_doubling and write allreduce auto's thresholds for this "
-                 "world size into this file (its other world sizes kept); the config's allreduce_tuning reads it")
+                 "time ring, recursive_doubling, halving_doubling and single_copy (where the ranks share a window) "
+                 "and write allreduce auto's thresholds for this world size into this file (its other world sizes "
+                 "kept); the config's allreduce_tuning reads it")
       ->check(NonEmptyPath());
   app.add_option("--node-size", o.node_size,
                  "time the hierarchical all-reduce with this many consecutive ranks per node (dividing the world), "

@@ -40,8 +40,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "compute threads per rank")->check(FiniteRange(1, 1024));
   app.add_option("--backend", o.backend, "engine backend (default: the default CPU backend)");
   app.add_option("--dtype", o.dtype, "f32 | bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--allreduce", o.allreduce, "ring | recursive_doubling | halving_doubling | auto | native")
-      ->check(CLI::IsMember({"ring", "recursive_doubling", "halving_doubling", "auto", "native"}));
+  app.add_option("--allreduce", o.allreduce,
+                 "ring | recursive_doubling | halving_doubling | single_copy | auto | native, or a list compared "
+                 "side by side (ring,single_copy)")
+      ->capture_default_str();
   app.add_option(
       "--allreduce-tuning", o.allreduce_tuning,
       "--allreduce auto: the thresholds file bench_allreduce --write-tuning wrote (default: built-in thresholds)");

@@ -25,7 +25,7 @@ namespace trainlab::comm {
 Algorithm parse_algorithm(const std::string& name) {
   std::string allowed;
   for (Algorithm algorithm : {Algorithm::ring, Algorithm::recursive_doubling, Algorithm::halving_doubling,
-                              Algorithm::automatic, Algorithm::native}) {
+                              Algorithm::single_copy, Algorithm::automatic, Algorithm::native}) {
     if (name == algorithm_name(algorithm)) return algorithm;
     allowed += (allowed.empty() ? "" : ", ") + std::string(algorithm_name(algorithm));
   }
@@ -35,6 +35,7 @@ Algorithm parse_algorithm(const std::string& name) {
 const char* algorithm_name(Algorithm algorithm) { return allreduce_name(algorithm); }
 
 Algorithm choose_algorithm(Algorithm requested, std::int64_t bytes, const AlgorithmThresholds& thresholds) {
+  if (requested == Algorithm::single_copy) return Algorithm::ring;  // no window here
   if (requested != Algorithm::automatic) return requested;
   if (bytes < thresholds.recursive_doubling_below) return Algorithm::recursive_doubling;
   if (bytes < thresholds.ring_from) return Algorithm::halving_doubling;
@@ -58,7 +59,11 @@ std::string describe_thresholds(const AlgorithmThresholds& t) {
                     (from.empty() && below.empty() ? std::string(" at every size") : from + below));
   }
   if (hi < never) parts.push_back(hi == 0 ? "ring at every size" : "ring from " + size(hi));
-  return fmt::format("{} ({})", fmt::join(parts, ", "), t.source);
+  const std::string window = t.single_copy_from >= never ? "; single-copy never"
+                             : t.single_copy_from == 0
+                                 ? "; single-copy at every size in a shared window"
+                                 : "; single-copy from " + size(t.single_copy_from) + " in a shared window";
+  return fmt::format("{}{} ({})", fmt::join(parts, ", "), window, t.source);
 }
 
 void Communicator::set_timeout(double seconds) {

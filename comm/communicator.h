@@ -31,11 +31,18 @@ const char* algorithm_name(Algorithm algorithm);
 struct AlgorithmThresholds {
   std::int64_t recursive_doubling_below = 8 << 10;
   std::int64_t ring_from = 32 << 20;
+  // Where the data lies in a window the ranks share (DDP's buckets on one host): single-copy from
+  // this size (INT64_MAX: never). Built in: every size (it won each one measured at 2 ranks here,
+  // 4K-256M, docs/RESULTS.md's routes table); a tuning file's is what its run measured.
+  std::int64_t single_copy_from = 0;
   std::string source = "built-in";  // or "FILE (world N, run ID)"
 };
-// The algorithm that runs for a message of `bytes`: `requested` itself unless it is auto.
+// The algorithm that runs for a message of `bytes`: `requested` itself unless it is auto. Never
+// single_copy (it needs its data in a window, which only DDP's buckets have: comm/ddp.h decides
+// that itself by single_copy_from): a free collective asked for single_copy runs the ring.
 Algorithm choose_algorithm(Algorithm requested, std::int64_t bytes, const AlgorithmThresholds& thresholds);
-// "recursive doubling below 8K, halving-doubling from 8K below 32M, ring from 32M (built-in)".
+// "recursive doubling below 8K, halving-doubling from 8K below 32M, ring from 32M; single-copy at
+// every size in a shared window (built-in)".
 std::string describe_thresholds(const AlgorithmThresholds& thresholds);
 
 // Chunk c of a buffer of `count` elements cut into `ranks` chunks, the first count % ranks of them

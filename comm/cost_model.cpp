@@ -383,6 +383,8 @@ std::string fit_report(const FitAnalysis& analysis, const std::vector<std::pair<
 AllreduceCost allreduce_cost(AllreduceAlgorithm algorithm, int ranks) {
   TL_CHECK(ranks >= 1, "allreduce_cost: ranks must be >= 1, got " + std::to_string(ranks));
   TL_CHECK(algorithm != AllreduceAlgorithm::automatic, "allreduce_cost: resolve `auto` to an algorithm first");
+  TL_CHECK(algorithm != AllreduceAlgorithm::single_copy,
+           "allreduce_cost: single_copy moves S through memory (a memcpy's cost), not over the alpha-beta wire");
   const double n = static_cast<double>(ranks);
   if (ranks == 1) return {};
   if (algorithm == AllreduceAlgorithm::ring || algorithm == AllreduceAlgorithm::native)

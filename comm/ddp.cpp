@@ -68,6 +68,7 @@ Ddp::~Ddp() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  close_window();
 }
 
 void Ddp::broadcast_parameters() {
@@ -144,11 +145,20 @@ void Ddp::attach(const NamedTensors& parameters) {
       slot.offset = bucket.numel;
       bucket.numel += slot.numel;
     }
+  }
+  open_window();  // single-copy: the buckets it reduces placed in a window the host's ranks share
+  for (Bucket& bucket : buckets_) {
     if (!shards_gradients()) {  // ZeRO-2 allocates each when backward reaches it (ensure_bucket)
       // With gradient_as_bucket_view the buckets are the gradients, and counted as such.
       MemoryCategoryScope category(options_.gradient_as_bucket_view ? MemoryCategory::gradients
                                                                     : MemoryCategory::communication);
-      bucket.buffer = Tensor::zeros({bucket.numel}, dtype_, *backend_);
+      if (bucket.window_offset >= 0) {
+        void* memory = static_cast<unsigned char*>(window_->buffer()) + bucket.window_offset;
+        bucket.buffer = Tensor::borrowed(memory, {bucket.numel}, dtype_, *backend_);
+        backend_->fill(dtype_, memory, bucket.numel, 0.0);
+      } else {
+        bucket.buffer = Tensor::zeros({bucket.numel}, dtype_, *backend_);
+      }
       make_views(bucket);
     }
     if (options_.grad_compress != GradCompression::none) {
@@ -246,10 +256,12 @@ void Ddp::verify_replicas() {
 
 void Ddp::verify_thresholds() {
   // Ranks that chose different algorithms for one bucket would wait on each other forever.
-  const auto below = gather(thresholds_.recursive_doubling_below), from = gather(thresholds_.ring_from);
+  const auto below = gather(thresholds_.recursive_doubling_below), from = gather(thresholds_.ring_from),
+             window = gather(thresholds_.single_copy_from);
   std::string differing;
   for (std::size_t r = 1; r < below.size(); ++r) {
-    if (below[r] != below[0] || from[r] != from[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+    if (below[r] != below[0] || from[r] != from[0] || window[r] != window[0])
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
   }
   TL_CHECK(differing.empty(), "ddp: allreduce auto: rank(s) " + differing + " read other thresholds than rank 0 (" +
                                   describe_thresholds(thresholds_) + " here): every rank must see the same " +
@@ -364,6 +376,10 @@ DType Ddp::wire_dtype() const {
 }
 
 void Ddp::reduce_bucket(Bucket& bucket) {
+  if (bucket.window_offset >= 0) {  // in place, where every rank's copy lies (no copy in or out)
+    window_->allreduce(bucket.numel, dtype_, ReduceOp::average, static_cast<std::size_t>(bucket.window_offset));
+    return;
+  }
   void* memory = comm_memory(bucket);
   const bool zero = options_.zero >= 1;
   if (options_.grad_compress == GradCompression::none) {
@@ -649,7 +665,7 @@ std::string Ddp::describe() const {
                      comm_.backend(), comm_.size(), comm_.size() == 1 ? "" : "s", algorithms(),
                      options_.zero >= 1 ? "reduce-scatter + all-gather" : "all-reduce", buckets_.size(),
                      buckets_.size() == 1 ? "" : "s", sizes, options_.bucket_cap_mb, options_.first_bucket_mb, memory,
-                     zero, hosts_);
+                     zero, window_note_.empty() ? hosts_ : window_note_ + "; " + hosts_);
 }
 
 }  // namespace trainlab::comm

@@ -21,6 +21,16 @@
 // host buffer, copied on the communication thread. Buckets are launched and completed in order;
 // finish_backward waits for them in order.
 //
+// Single-copy (allreduce single_copy, or auto from the thresholds' single_copy_from; ddp_single_copy.cpp):
+// where every rank is on one host and the buckets are host memory (zero 0, no compression), the
+// buckets chosen lie in one window the ranks share (Tensor::borrowed) and are averaged there by the
+// single-copy all-reduce: each rank sums its chunk of every rank's bucket where it lies, in rank
+// order, and writes the sum into every bucket. At 2 ranks the same bits as every other algorithm
+// (one addition, then the 1/world scale); beyond, each element summed in rank order. Where the
+// window cannot be (another host, ZeRO, compression, a GPU's memory) the buckets stay where they
+// were and single_copy runs the ring, said by describe(). At the end the buckets' memory is made
+// this process's own (the gradients outlive DDP) and the window freed, a collective.
+//
 // ZeRO-1 (zero = 1): each bucket is cut into world-size chunks (comm::shard_chunk) and rank r owns
 // chunk r of every bucket, so the shards are balanced by bytes whatever the parameter sizes. A
 // bucket is reduce-scattered instead of all-reduced (comm::reduce_scatter: the ring's first half,
@@ -76,6 +86,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/single_copy_allreduce.h"
 #include "engine/core/tensor.h"
 #include "engine/optim/sharded_state.h"
 #include "engine/train/config.h"
@@ -176,6 +187,8 @@ class Ddp final : public DataParallel {
     std::shared_ptr<DeviceEvent> shard_copied;  // on the compute stream, after this rank's chunk went in
     bool gather_queued = false, gathered = false;
     int param_users = 0;  // parameters whose gradient is not yet ready in this backward
+    // Single-copy: where the buffer lies in the window (bytes into this rank's segment); -1: not in it.
+    std::int64_t window_offset = -1;
   };
   // What the communication thread does next: a bucket's reduction, or ZeRO-3's all-gather of its parameters.
   struct Task {
@@ -200,6 +213,11 @@ class Ddp final : public DataParallel {
   void broadcast_parameters();  // rank 0's to every rank (attach)
   void verify_replicas();
   void verify_thresholds();  // allreduce auto: every rank chooses by the same thresholds
+  // Single-copy (ddp_single_copy.cpp): the window opened (a collective) and the buckets that use it
+  // given their offsets, or why none does (window_note_); at the end their memory made this
+  // process's own and the window freed (a collective too).
+  void open_window();
+  void close_window();
   // The all-reduce by name; for auto, with its thresholds and where they came from.
   std::string algorithms() const;
   struct OwnedPiece;
@@ -250,6 +268,8 @@ class Ddp final : public DataParallel {
   DdpOptions options_;
   std::string hosts_;               // where the ranks run (hosts_summary), for describe()
   AlgorithmThresholds thresholds_;  // allreduce auto's (the source says when the file had no entry for this world)
+  std::unique_ptr<SingleCopyAllreduce> window_;  // single-copy's, where some bucket lies in it
+  std::string window_note_;                      // which buckets it reduces, or why none
   DType dtype_ = DType::f32;
   Backend* backend_ = nullptr;
   bool direct_ = true;  // the communicator reaches the backend's memory

@@ -36,16 +36,17 @@ SingleCopyAllreduce::SingleCopyAllreduce(Communicator& comm, std::size_t bytes, 
                        : fmt::format("the ring ({}; the window not asked for)", ranks);
 }
 
-void SingleCopyAllreduce::allreduce(std::int64_t count, DType dtype, ReduceOp op) {
+void SingleCopyAllreduce::allreduce(std::int64_t count, DType dtype, ReduceOp op, std::size_t offset) {
   const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
-  TL_CHECK(count >= 0 && static_cast<std::size_t>(count * elem) <= bytes_,
-           fmt::format("single-copy all-reduce: {} elements of {} ({} bytes) do not fit in the {}-byte segment", count,
-                       dtype_name(dtype), count * elem, bytes_));
+  TL_CHECK(count >= 0 && offset <= bytes_ && static_cast<std::size_t>(count * elem) <= bytes_ - offset,
+           fmt::format("single-copy all-reduce: {} elements of {} ({} bytes) from byte {} do not fit in the {}-byte "
+                       "segment",
+                       count, dtype_name(dtype), count * elem, offset, bytes_));
   TL_CHECK(
       dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16 || dtype == DType::f16,
       std::string("single-copy all-reduce: dtype ") + dtype_name(dtype) + " is not one it sums (f32, f64, bf16, f16)");
   if (window_ == nullptr) {
-    comm::allreduce(comm_, data_, count, dtype, op, Algorithm::ring);
+    comm::allreduce(comm_, static_cast<unsigned char*>(data_) + offset, count, dtype, op, Algorithm::ring);
     return;
   }
   const int P = comm_.size();
@@ -57,8 +58,8 @@ void SingleCopyAllreduce::allreduce(std::int64_t count, DType dtype, ReduceOp op
   const double last_scale = op == ReduceOp::average ? 1.0 / P : 1.0;
   for (std::int64_t at = mine.begin; at < mine.begin + mine.count; at += block) {
     const std::int64_t n = std::min(block, mine.begin + mine.count - at);
-    const auto offset = static_cast<std::size_t>(at * elem), length = static_cast<std::size_t>(n * elem);
-    auto segment = [&](int r) { return static_cast<unsigned char*>(window_->segment(r)) + offset; };
+    const auto from = offset + static_cast<std::size_t>(at * elem), length = static_cast<std::size_t>(n * elem);
+    auto segment = [&](int r) { return static_cast<unsigned char*>(window_->segment(r)) + from; };
     // In rank order, read where each rank's data lies; the average's scale in the last add.
     std::memcpy(sum.data(), segment(0), length);
     for (int r = 1; r < P; ++r) comm_.reduce_local(dtype, sum.data(), segment(r), n, r + 1 == P ? last_scale : 1.0);

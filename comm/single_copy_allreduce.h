@@ -36,9 +36,10 @@ class SingleCopyAllreduce {
   // "single-copy over a shared window (2 ranks on one host)", or why the ring runs instead.
   const std::string& describe() const { return description_; }
 
-  // In place over every rank's buffer(): the first `count` elements. Throws Error when they do not
-  // fit in the segment (naming both sizes) or the dtype is not f32, f64, bf16 or f16.
-  void allreduce(std::int64_t count, DType dtype, ReduceOp op);
+  // In place over every rank's buffer(): `count` elements from `offset` bytes into it (DDP keeps
+  // every bucket in one window, each at its offset). Throws Error when they do not fit in the
+  // segment (naming both sizes) or the dtype is not f32, f64, bf16 or f16.
+  void allreduce(std::int64_t count, DType dtype, ReduceOp op, std::size_t offset = 0);
 
  private:
   Communicator& comm_;

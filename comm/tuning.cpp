@@ -53,6 +53,8 @@ TuningEntry entry_of(const json& e, const std::string& where) {
   if (t.ring_from < t.recursive_doubling_below)
     throw Error(fmt::format("{}: ring_from {} is below recursive_doubling_below {} (the ring takes the largest sizes)",
                             at, t.ring_from, t.recursive_doubling_below));
+  t.single_copy_from =
+      e.contains("single_copy_from") ? whole(e, "single_copy_from", 0, kNever - 1, at, &kNever) : kNever;
   t.run_id = text_member(e, "run_id");
   t.communicator = text_member(e, "communicator");
   t.library = text_member(e, "library");
@@ -82,6 +84,7 @@ json json_of(const TuningEntry& t) {
           {"recursive_doubling_below",
            t.recursive_doubling_below == kNever ? json(nullptr) : json(t.recursive_doubling_below)},
           {"ring_from", t.ring_from == kNever ? json(nullptr) : json(t.ring_from)},
+          {"single_copy_from", t.single_copy_from == kNever ? json(nullptr) : json(t.single_copy_from)},
           {"run_id", t.run_id},
           {"communicator", t.communicator},
           {"library", t.library},
@@ -117,6 +120,33 @@ TuningEntry derive_thresholds(int world, const std::vector<TuningPoint>& points,
   };
   t.recursive_doubling_below = between(k1);
   t.ring_from = k1 == n ? kNever : between(k2);
+  t.single_copy_from = kNever;
+  const bool window = std::all_of(t.measured.begin(), t.measured.end(),
+                                  [](const TuningPoint& p) { return p.median_s.count("single_copy") > 0; });
+  if (window) {
+    // Sizes [k3, n) to single-copy: the k3 whose choice takes the least time summed over the sizes
+    // (a near-tie at one size does not move the threshold past sizes it wins by far); a tie keeps
+    // the larger k3. A size inside the range that another algorithm won is a disagreement too.
+    const auto given = [&](std::size_t i) { return t.measured[i].median_s.at(t.measured[i].best); };
+    double cost = 0;
+    for (std::size_t i = 0; i < n; ++i) cost += given(i);
+    double best_cost = cost;
+    std::size_t k3 = n;
+    for (std::size_t k = n; k-- > 0;) {
+      cost += t.measured[k].median_s.at("single_copy") - given(k);
+      if (cost < best_cost) best_cost = cost, k3 = k;
+    }
+    t.single_copy_from = k3 == n ? kNever : between(k3);
+    for (std::size_t i = k3; i < n && disagreements != nullptr; ++i) {
+      const TuningPoint& p = t.measured[i];
+      const double single = p.median_s.at("single_copy"), best = given(i);
+      if (single > best)
+        disagreements->push_back(
+            fmt::format("at {} bytes {} was fastest ({:.1f} us); the thresholds give single_copy "
+                        "({:.1f} us, {:+.1f}%)",
+                        p.bytes, p.best, best * 1e6, single * 1e6, (single / best - 1) * 100));
+    }
+  }
   for (std::size_t i = k1; i < k2 && disagreements != nullptr; ++i) {
     const TuningPoint& p = t.measured[i];
     if (p.best == "halving_doubling" || !p.median_s.count("halving_doubling")) continue;
@@ -190,6 +220,7 @@ AlgorithmThresholds thresholds_of(const TuningEntry& entry, const std::string& p
   AlgorithmThresholds t;
   t.recursive_doubling_below = entry.recursive_doubling_below;
   t.ring_from = entry.ring_from;
+  t.single_copy_from = entry.single_copy_from;
   t.source = fmt::format("{}, world {}{}", path, entry.world, entry.run_id.empty() ? "" : ", run " + entry.run_id);
   return t;
 }

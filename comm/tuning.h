@@ -37,6 +37,9 @@ struct TuningPoint {
 struct TuningEntry {
   int world = 0;
   std::int64_t recursive_doubling_below = 0, ring_from = 0;  // INT64_MAX for never
+  // Where the ranks shared a window and single_copy was timed: from where it wins to the largest
+  // size (INT64_MAX: never, and where the file has no "single_copy_from": it was not measured).
+  std::int64_t single_copy_from = INT64_MAX;
   std::string run_id, communicator, library;
   std::vector<TuningPoint> measured;
 };
@@ -50,7 +53,12 @@ struct TuningFile {
 // size: recursive doubling below the end of the run of sizes it wins from the smallest, the ring
 // from the start of the run it wins to the largest (each boundary the geometric mean of the two
 // sizes beside it), halving-doubling between. A size inside the middle that another algorithm won
-// is a disagreement, described in `disagreements` (what the thresholds give up there).
+// is a disagreement, described in `disagreements` (what the thresholds give up there). Where
+// single_copy was timed at every size (the ranks shared a window), single_copy_from is where
+// single-copy from there to the largest size, the fastest of the three below, takes the least time
+// summed over the sizes (a size it loses inside its range is a disagreement); the three's
+// thresholds are the path without a window.
+//   {"world": 2, ..., "single_copy_from": 0}   (optional; null or absent: never)
 std::string fastest(const TuningPoint& point);
 TuningEntry derive_thresholds(int world, const std::vector<TuningPoint>& points,
                               std::vector<std::string>* disagreements);

@@ -101,13 +101,31 @@ Storage::Storage(Backend& backend, std::size_t bytes)
   observe::allocated(backend.device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
 }
 
+Storage::Storage(Backend& backend, void* borrowed, std::size_t bytes)
+    : backend_(&backend), data_(borrowed), bytes_(bytes), borrowed_(true) {
+  TL_CHECK(backend.device_type() == DeviceType::cpu,
+           std::string("a tensor over borrowed memory needs a CPU backend; '") + backend.name() + "' is on " +
+               device_type_name(backend.device_type()));
+  TL_CHECK(borrowed != nullptr || bytes == 0, "a tensor over borrowed memory: the pointer is null");
+  observe::allocated(backend.device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
+}
+
 Storage::~Storage() {
   if (released_) return;
   observe::freed(backend_->device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
-  backend_->deallocate(data_, bytes_);
+  if (!borrowed_) backend_->deallocate(data_, bytes_);
+}
+
+void Storage::own() {
+  if (!borrowed_) return;
+  void* mine = backend_->allocate(bytes_);
+  std::memcpy(mine, data_, bytes_);
+  data_ = mine;
+  borrowed_ = false;
 }
 
 void Storage::release() {
+  TL_CHECK(!borrowed_, "release_data: the tensor's memory is borrowed (not this backend's to free)");
   if (released_) return;
   observe::freed(backend_->device_type(), static_cast<std::int64_t>(bytes_), observer_tag_);
   backend_->deallocate(data_, bytes_);
@@ -133,6 +151,18 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Backend& backend, MemoryFo
   impl->storage = std::make_shared<Storage>(backend, bytes);
   impl->shape = shape;
   impl->strides = strides_for(shape, format);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::borrowed(void* data, const Shape& shape, DType dtype, Backend& backend) {
+  std::size_t bytes = 0;
+  TL_CHECK(!__builtin_mul_overflow(static_cast<std::size_t>(shape_numel(shape)), dtype_size(dtype), &bytes),
+           "tensor shape " + shape_str(shape) + " needs more bytes than fit in 64 bits");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(backend, data, bytes);
+  impl->shape = shape;
+  impl->strides = strides_for(shape, MemoryFormat::contiguous);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
@@ -260,6 +290,11 @@ void Tensor::restore_data() {
 }
 
 bool Tensor::has_data() const { return defined() && !impl_->storage->released(); }
+
+void Tensor::own_data() {
+  check_defined("own_data");
+  impl_->storage->own();
+}
 
 void Tensor::check_host_access(DType expected) const {
   check_defined("data");

@@ -44,6 +44,9 @@ using GradReadyHook = std::function<void(const Tensor& param)>;
 class Storage {
  public:
   Storage(Backend& backend, std::size_t bytes);
+  // Over memory this process does not own (a host backend's: another's allocation, a window
+  // shared with other processes): never freed here; own() copies it into the backend's memory.
+  Storage(Backend& backend, void* borrowed, std::size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -54,6 +57,8 @@ class Storage {
   void release();
   void restore();
   bool released() const { return released_; }
+  bool borrowed() const { return borrowed_; }
+  void own();  // borrowed memory copied into the backend's (every handle follows); else nothing
   Backend& backend() const { return *backend_; }
   std::uint8_t& observer_tag() { return observer_tag_; }
 
@@ -63,6 +68,7 @@ class Storage {
   std::size_t bytes_;
   std::uint8_t observer_tag_ = 0;
   bool released_ = false;
+  bool borrowed_ = false;
 };
 
 template <typename T>
@@ -108,6 +114,10 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, DType dtype, Backend& backend);
   // Copies host data (laid out row-major, of the given dtype) to a new tensor.
   static Tensor from_host(const void* data, const Shape& shape, DType dtype, Backend& backend);
+  // A row-major tensor over `data`, memory a CPU backend can read that this process does not own
+  // (DDP's buckets in a window shared with the other ranks of a host, comm/ddp.h): the caller keeps
+  // it alive until own_data() has copied it into the backend's memory, or every handle is gone.
+  static Tensor borrowed(void* data, const Shape& shape, DType dtype, Backend& backend);
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Backend& backend) {
     TL_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape),
@@ -156,6 +166,7 @@ class Tensor {
   void release_data();
   void restore_data();
   bool has_data() const;
+  void own_data();  // a borrowed() tensor's memory copied into the backend's, for every handle of it
   template <typename T>
   T* data() const {
     check_host_access(dtype_of<T>());

@@ -333,10 +333,13 @@ std::vector<ConfigField> parallel_and_numerics_fields() {
                                      {{"ring", AllreduceAlgorithm::ring},
                                       {"recursive_doubling", AllreduceAlgorithm::recursive_doubling},
                                       {"halving_doubling", AllreduceAlgorithm::halving_doubling},
+                                      {"single_copy", AllreduceAlgorithm::single_copy},
                                       {"auto", AllreduceAlgorithm::automatic},
                                       {"native", AllreduceAlgorithm::native}},
-                                     "DDP all-reduce (and ZeRO's halves): a hand-written one, auto (one of them by "
-                                     "bucket size, from allreduce_tuning's thresholds), or the library's own"),
+                                     "DDP all-reduce (and ZeRO's halves): a hand-written one (single_copy: DDP's "
+                                     "buckets in a window the host's ranks share, zero 0 without compression; the "
+                                     "ring where it cannot be), auto (one of them by bucket size, from "
+                                     "allreduce_tuning's thresholds), or the library's own"),
       string_field("allreduce_tuning", TL_KEY(parallel.allreduce_tuning), "a file path",
                    "allreduce auto: the thresholds bench_allreduce --write-tuning wrote (empty: the built-in ones)"),
       int_field("zero", TL_KEY(parallel.zero), 0, 3,
@@ -375,6 +378,8 @@ const char* allreduce_name(AllreduceAlgorithm algorithm) {
       return "halving_doubling";
     case AllreduceAlgorithm::automatic:
       return "auto";
+    case AllreduceAlgorithm::single_copy:
+      return "single_copy";
     case AllreduceAlgorithm::native:
       break;
   }

@@ -13,10 +13,11 @@
 namespace trainlab {
 
 // The all-reduce data-parallel training uses (the config's `allreduce`): a hand-written one (the
-// ring; recursive doubling and halving-doubling, comm/latency_allreduce.h), `auto` (one of the
-// three chosen by message size, comm::AlgorithmThresholds), or the communication library's own
-// (MPI_Allreduce, ncclAllReduce). comm/ implements them all.
-enum class AllreduceAlgorithm { ring, native, recursive_doubling, halving_doubling, automatic };
+// ring; recursive doubling and halving-doubling, comm/latency_allreduce.h; single-copy over a
+// window the host's ranks share, comm/single_copy_allreduce.h, where DDP's buckets lie in one, the
+// ring elsewhere), `auto` (one of them chosen by message size, comm::AlgorithmThresholds), or the
+// communication library's own (MPI_Allreduce, ncclAllReduce). comm/ implements them all.
+enum class AllreduceAlgorithm { ring, native, recursive_doubling, halving_doubling, automatic, single_copy };
 // DDP's communication hook (PyTorch's bf16/fp16_compress_hook): gradients cast to a 16-bit type
 // (the 1/world scale applied in the cast) before the reduction and cast back after; the ring adds
 // in f32 at each hop. Halves the bytes on the wire.

@@ -478,8 +478,10 @@ void write_tuning(const AllreduceRun& run, const std::vector<SizeTiming>& sizes)
   for (const SizeTiming& s : sizes) {
     comm::TuningPoint p;
     p.bytes = s.arms.front().bytes;
+    // single_copy's arm is the ring where the ranks could not share a window: then it is not measured.
+    const bool window = run.single_copy != nullptr && run.single_copy->shared();
     for (const ArmTiming& arm : s.arms)
-      if (arm.name != "native") p.median_s[arm.name] = arm.stats.median;
+      if (arm.name != "native" && (arm.name != "single_copy" || window)) p.median_s[arm.name] = arm.stats.median;
     points.push_back(p);
   }
   std::vector<std::string> disagreements;
@@ -538,8 +540,8 @@ void check_options(const AllreduceOptions& o) {
   TL_CHECK(o.collective == "all_reduce",
            "--write-tuning tunes the all-reduce; --collective " + o.collective + " cannot go with it");
   TL_CHECK(o.algorithms == "ring" || o.algorithms == "ring,recursive_doubling,halving_doubling",
-           "--write-tuning times ring, recursive_doubling and halving_doubling; --algorithms " + o.algorithms +
-               " cannot go with it");
+           "--write-tuning times ring, recursive_doubling, halving_doubling and single_copy; --algorithms " +
+               o.algorithms + " cannot go with it");
   check_output_file(o.tune_path, "--write-tuning");
   if (file_kind(o.tune_path) == "a regular file") comm::read_tuning(o.tune_path);
 }
@@ -563,7 +565,7 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
   const std::vector<std::string> algorithms =
       parse_algorithms(o.routes              ? "to_one,sharded,ring,single_copy"
                        : o.tune_path.empty() ? o.algorithms
-                                             : "ring,recursive_doubling,halving_doubling");
+                                             : "ring,recursive_doubling,halving_doubling,single_copy");
   std::unique_ptr<comm::SingleCopyAllreduce> single_copy;
   if (std::find(algorithms.begin(), algorithms.end(), "single_copy") != algorithms.end()) {
     std::int64_t largest = 0;

@@ -20,6 +20,7 @@ struct CompareArm {
   std::string name;
   int zero;
   GradCompression compression;
+  AllreduceAlgorithm allreduce;
 };
 
 // ZeRO stages, or communication hooks, side by side: weak scaling at each world of 2 or more,
@@ -28,9 +29,10 @@ struct CompareArm {
 // against the targets), and trained on paired seeds for their held-out accuracy.
 struct Comparison {
   bool hooks = false;
+  bool allreduces = false;    // --allreduce ring,single_copy: DDP's all-reduces side by side
   std::vector<int> compared;  // the worlds of 2 or more
   std::vector<CompareArm> arms;
-  std::string mode;                                                     // compress_compare | zero_compare
+  std::string mode;  // compress_compare | zero_compare | allreduce_compare
   std::map<std::pair<int, std::size_t>, std::vector<Trained>> results;  // (world, arm) -> per round
   std::vector<double> world1;                                           // samples/s at world 1, per round (hooks)
   std::vector<double> world1_compute;                                   // its compute ms per step
@@ -50,21 +52,29 @@ Comparison plan_comparison(const Launch& l) {
   for (int w : plan.worlds)
     if (w >= 2) c.compared.push_back(w);
   TL_CHECK(!c.compared.empty(),
-           std::string("bench_scaling: --") + (c.hooks ? "grad-compress " + o.grad_compress : "zero " + o.zero) +
+           std::string("bench_scaling: --") +
+               (c.hooks                      ? "grad-compress " + o.grad_compress
+                : plan.allreduces.size() > 1 ? "allreduce " + o.allreduce
+                                             : "zero " + o.zero) +
                " compares at world 2 or more: give --worlds with one (and launch that many ranks)");
   TL_CHECK(!c.hooks || std::find(plan.worlds.begin(), plan.worlds.end(), 1) != plan.worlds.end(),
            "bench_scaling: --grad-compress " + o.grad_compress +
                " measures weak-scaling efficiency against world 1: give --worlds 1,2");
-  const std::size_t kinds = c.hooks ? plan.compressions.size() : plan.zeros.size();
+  c.allreduces = plan.allreduces.size() > 1;
+  const std::size_t kinds = c.hooks        ? plan.compressions.size()
+                            : c.allreduces ? plan.allreduces.size()
+                                           : plan.zeros.size();
   for (std::size_t i = 0; i < kinds; ++i) {
-    const int zero = c.hooks ? plan.zeros.front() : plan.zeros[i];
+    const int zero = c.hooks || c.allreduces ? plan.zeros.front() : plan.zeros[i];
     const GradCompression compression = c.hooks ? plan.compressions[i] : l.compression0();
-    const std::string name =
-        c.hooks ? std::string("compress ") + compression_name(compression) : fmt::format("zero {}", zero);
-    c.arms.push_back({name, zero, compression});
-    if (i == 0) c.arms.push_back({name + " again", zero, compression});
+    const AllreduceAlgorithm allreduce = c.allreduces ? plan.allreduces[i] : l.allreduce0();
+    const std::string name = c.hooks        ? std::string("compress ") + compression_name(compression)
+                             : c.allreduces ? std::string(comm::algorithm_name(allreduce))
+                                            : fmt::format("zero {}", zero);
+    c.arms.push_back({name, zero, compression, allreduce});
+    if (i == 0) c.arms.push_back({name + " again", zero, compression, allreduce});
   }
-  c.mode = c.hooks ? "compress_compare" : "zero_compare";
+  c.mode = c.hooks ? "compress_compare" : c.allreduces ? "allreduce_compare" : "zero_compare";
   return c;
 }
 
@@ -85,6 +95,7 @@ void time_rounds(Launch& l, Comparison& c) {
         Arm arm = l.arm(w, o.batch * w, o.decode_cost, true, o.steps);
         arm.zero = c.arms[a].zero;
         arm.compression = c.arms[a].compression;
+        arm.allreduce = c.arms[a].allreduce;
         const Trained r = l.train(arm);
         l.record(c.mode, arm, r);
         c.results[{w, a}].push_back(r);
@@ -177,7 +188,10 @@ void print_comparison(const Launch& l, Comparison& c) {
   std::cout << fmt::format(
       "\n{}, weak scaling (per-worker batch {}, decode cost {}, {}, {} all-reduce, gradients {}), {} rounds "
       "interleaved; memory is the largest rank's peak:\n",
-      c.hooks ? "Communication hooks" : "ZeRO stages", o.batch, o.decode_cost, o.dtype, o.allreduce,
+      c.hooks        ? "Communication hooks"
+      : c.allreduces ? "All-reduces"
+                     : "ZeRO stages",
+      o.batch, o.decode_cost, o.dtype, c.allreduces ? std::string("each arm's") : o.allreduce,
       o.bucket_view ? "as bucket views" : "copied into the buckets", o.repeats);
   std::cout << "| world | arm | samples/s median (min-max) | weak efficiency median (min-max) | comm wait "
                "ms/step | exposed comm ms/step | compute ms/step | bytes on the wire per step | optimizer state "

@@ -21,9 +21,10 @@ namespace trainlab::bench::scaling {
 
 // The command line's lists, parsed and checked.
 struct Plan {
-  std::vector<int> worlds;                    // starting at 1, each at most the launched ranks
-  std::vector<int> zeros;                     // ZeRO stages: one for every run, or several compared
-  std::vector<GradCompression> compressions;  // DDP's hooks: one for every run, or several compared
+  std::vector<int> worlds;                     // starting at 1, each at most the launched ranks
+  std::vector<int> zeros;                      // ZeRO stages: one for every run, or several compared
+  std::vector<GradCompression> compressions;   // DDP's hooks: one for every run, or several compared
+  std::vector<AllreduceAlgorithm> allreduces;  // DDP's all-reduce: one for every run, or several compared
 };
 Plan plan_of(const ScalingOptions& o, int launched_ranks);
 
@@ -54,6 +55,7 @@ struct Arm {
   int zero = 0;
   GradCompression compression = GradCompression::none;
   std::uint64_t seed = 0;  // > 0: an accuracy run on that seed, evaluated on held-out data at the end
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::native;
 };
 
 class Launch {
@@ -72,6 +74,7 @@ class Launch {
 
   GradCompression compression0() const { return plan.compressions.front(); }
   int zero0() const { return plan.zeros.front(); }
+  AllreduceAlgorithm allreduce0() const { return plan.allreduces.front(); }
   // An arm of the launch's settings: world `w` at `global_batch`, `measured` steps.
   Arm arm(int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured) const;
   // One training run on the first `arm.world` ranks; every launched rank calls it (the others wait

@@ -15,7 +15,7 @@
 namespace trainlab::bench {
 
 struct ScalingConfig {
-  std::string mode;  // weak | strong | zero_compare | compress_compare | compress_accuracy
+  std::string mode;  // weak | strong | zero_compare | compress_compare | allreduce_compare | compress_accuracy
   int world = 0;
   std::int64_t global_batch = 0, per_worker_batch = 0;
   double lr = 0;  // the LR rule's, at the global batch

@@ -91,6 +91,29 @@ std::vector<int> parse_zeros(const ScalingOptions& o) {
   return zeros;
 }
 
+// --allreduce: one for every run, or several compared side by side (e.g. ring,single_copy).
+std::vector<AllreduceAlgorithm> parse_allreduces(const ScalingOptions& o, const Plan& plan) {
+  std::vector<AllreduceAlgorithm> allreduces;
+  std::stringstream list(o.allreduce);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    AllreduceAlgorithm algorithm{};
+    try {
+      algorithm = comm::parse_algorithm(item);
+    } catch (const Error& e) {
+      throw Error("bench_scaling: --allreduce: " + std::string(e.what()));
+    }
+    TL_CHECK(std::find(allreduces.begin(), allreduces.end(), algorithm) == allreduces.end(),
+             "bench_scaling: --allreduce " + quote_value(o.allreduce) + ": " + item + " is listed twice");
+    allreduces.push_back(algorithm);
+  }
+  TL_CHECK(!allreduces.empty(), "bench_scaling: --allreduce is empty (an all-reduce, or a list: ring,single_copy)");
+  TL_CHECK(allreduces.size() == 1 || (plan.zeros.size() == 1 && plan.compressions.size() == 1 && !o.bind_compare),
+           "bench_scaling: --allreduce with a list is a study of its own: not with --zero 0,1, --grad-compress "
+           "none,bf16 or --bind-compare");
+  return allreduces;
+}
+
 // --grad-compress: one hook for every run, or several compared side by side.
 std::vector<GradCompression> parse_compressions(const ScalingOptions& o, const std::vector<int>& zeros) {
   std::vector<GradCompression> compressions;
@@ -137,7 +160,7 @@ TrainConfig train_config(const ScalingOptions& o, const Arm& arm) {
     config.data.eval_batch = 500;
   }
   config.parallel.bucket_cap_mb = o.bucket_cap_mb;
-  config.parallel.allreduce = comm::parse_algorithm(o.allreduce);
+  config.parallel.allreduce = arm.allreduce;
   config.parallel.allreduce_tuning = o.allreduce_tuning;
   config.parallel.rendezvous = o.rendezvous;
   config.parallel.first_bucket_mb = o.first_bucket_mb;
@@ -154,6 +177,7 @@ Plan plan_of(const ScalingOptions& o, int launched_ranks) {
   plan.worlds = parse_worlds(o, launched_ranks);
   plan.zeros = parse_zeros(o);
   plan.compressions = parse_compressions(o, plan.zeros);
+  plan.allreduces = parse_allreduces(o, plan);
   return plan;
 }
 
@@ -211,7 +235,7 @@ std::string Launch::bind(const std::string& how) {
 }
 
 Arm Launch::arm(int w, std::int64_t global_batch, std::int64_t decode_cost, bool communicate, int measured) const {
-  return {w, global_batch, decode_cost, communicate, measured, zero0(), compression0(), 0};
+  return {w, global_batch, decode_cost, communicate, measured, zero0(), compression0(), 0, allreduce0()};
 }
 
 Trained Launch::train(const Arm& arm) {
@@ -284,7 +308,7 @@ void Launch::record(const std::string& mode, const Arm& arm, const Trained& r) c
   c.lr = lr_for(o, arm.global_batch);
   c.decode_cost = arm.decode_cost;
   c.no_sync = !arm.communicate;
-  c.allreduce = o.allreduce;
+  c.allreduce = comm::algorithm_name(arm.allreduce);
   c.rendezvous = o.rendezvous;
   c.bucket_cap_mb = o.bucket_cap_mb;
   c.first_bucket_mb = o.first_bucket_mb;
@@ -353,10 +377,14 @@ int run_scaling_study(const ScalingOptions& options) {
     world->set_timeout(options.timeout);
     check_backend_name(options.backend);
     // The model takes SyntheticImages (its keys' values too): refused here, before any run.
-    (void)model_task(scaling::train_config(options, scaling::Arm{}));
-    scaling::Launch launch(options, *world, scaling::plan_of(options, world->size()));
+    scaling::Plan plan = scaling::plan_of(options, world->size());
+    scaling::Arm first;
+    first.allreduce = plan.allreduces.front();
+    (void)model_task(scaling::train_config(options, first));
+    scaling::Launch launch(options, *world, std::move(plan));
     if (launch.rank == 0) launch.print_header();
-    if (launch.plan.zeros.size() > 1 || launch.plan.compressions.size() > 1) return scaling::compare_arms(launch);
+    if (launch.plan.zeros.size() > 1 || launch.plan.compressions.size() > 1 || launch.plan.allreduces.size() > 1)
+      return scaling::compare_arms(launch);
     if (options.bind_compare) return scaling::compare_binding(launch);
     return scaling::scaling_tables(launch);
   } catch (const Error& e) {

@@ -61,17 +61,26 @@ TEST_CASE("allreduce auto chooses by size from its thresholds; the others are wh
   CHECK(choose_algorithm(Algorithm::automatic, std::int64_t{1} << 40, t) == Algorithm::halving_doubling);
   for (Algorithm a : {Algorithm::ring, Algorithm::native, Algorithm::recursive_doubling, Algorithm::halving_doubling})
     CHECK(choose_algorithm(a, 4096, t) == a);
+  // single_copy needs its data in a window (DDP's buckets): a free collective runs the ring.
+  CHECK(choose_algorithm(Algorithm::single_copy, 4096, t) == Algorithm::ring);
+  CHECK(parse_algorithm("single_copy") == Algorithm::single_copy);
   CHECK(parse_algorithm("auto") == Algorithm::automatic);
   CHECK(std::string(algorithm_name(Algorithm::halving_doubling)) == "halving_doubling");
   CHECK_THROWS_WITH(parse_algorithm("tree"),
-                    Catch::Contains("allowed: ring, recursive_doubling, halving_doubling, auto, native"));
-  CHECK(describe_thresholds(t) == "recursive doubling below 8K, halving-doubling from 8K (built-in)");
+                    Catch::Contains("allowed: ring, recursive_doubling, halving_doubling, single_copy, auto, native"));
+  CHECK(describe_thresholds(t) ==
+        "recursive doubling below 8K, halving-doubling from 8K; single-copy at every size in a shared window "
+        "(built-in)");
   CHECK(describe_thresholds(AlgorithmThresholds{}) ==
-        "recursive doubling below 8K, halving-doubling from 8K below 32M, ring from 32M (built-in)");
-  CHECK(describe_thresholds({0, 0, "f"}) == "ring at every size (f)");
-  CHECK(describe_thresholds({0, 1 << 20, "f"}) == "halving-doubling below 1M, ring from 1M (f)");
-  CHECK(describe_thresholds({kNever, kNever, "f"}) == "recursive doubling at every size (f)");
-  CHECK(describe_thresholds({4096, 4096, "f"}) == "recursive doubling below 4K, ring from 4K (f)");
+        "recursive doubling below 8K, halving-doubling from 8K below 32M, ring from 32M; single-copy at every size "
+        "in a shared window (built-in)");
+  CHECK(describe_thresholds({0, 0, kNever, "f"}) == "ring at every size; single-copy never (f)");
+  CHECK(describe_thresholds({0, 1 << 20, 64 << 10, "f"}) ==
+        "halving-doubling below 1M, ring from 1M; single-copy from 64K in a shared window (f)");
+  CHECK(describe_thresholds({kNever, kNever, kNever, "f"}) ==
+        "recursive doubling at every size; single-copy never (f)");
+  CHECK(describe_thresholds({4096, 4096, kNever, "f"}) ==
+        "recursive doubling below 4K, ring from 4K; single-copy never (f)");
 }
 
 TEST_CASE("tuning: thresholds from the medians, boundaries between the sizes, disagreements named", "[comm-unit]") {
@@ -100,6 +109,27 @@ TEST_CASE("tuning: thresholds from the medians, boundaries between the sizes, di
   CHECK(doubling.recursive_doubling_below == kNever);
   CHECK(doubling.ring_from == kNever);
   CHECK_THROWS_WITH(derive_thresholds(2, {}, nullptr), Catch::Contains("no sizes measured"));
+  CHECK(e.single_copy_from == kNever);  // not measured: never
+  // single_copy timed (a shared window): from where it takes the least time to the largest size; the
+  // three's thresholds are the path without a window, as before.
+  std::vector<TuningPoint> window = points;
+  for (TuningPoint& p : window) p.median_s["single_copy"] = p.bytes >= (64 << 10) ? 1e-9 : 1.0;
+  window[2].median_s["single_copy"] = 1e-9;  // 16K won, 4K lost: the run starts at 16K
+  const TuningEntry w = derive_thresholds(2, window, nullptr);
+  CHECK(w.single_copy_from == 8 << 10);  // between 4K and 16K
+  CHECK(w.recursive_doubling_below == e.recursive_doubling_below);
+  CHECK(w.ring_from == e.ring_from);
+  // A near-tie lost at 4M (inside its range) does not move it: a disagreement, named.
+  window[5].median_s["single_copy"] = 801e-6;
+  std::vector<std::string> lost;
+  CHECK(derive_thresholds(2, window, &lost).single_copy_from == 8 << 10);
+  REQUIRE(lost.size() == 2);  // and the ring's win at 256K
+  CHECK_THAT(lost.front(), Catch::Contains("at 4194304 bytes halving_doubling was fastest (800.0 us); the thresholds "
+                                           "give single_copy (801.0 us, +0.1%)"));
+  window[0].median_s["single_copy"] = 1.0;  // it loses the largest size by far: never
+  CHECK(derive_thresholds(2, window, nullptr).single_copy_from == kNever);
+  for (TuningPoint& p : window) p.median_s["single_copy"] = 1e-9;  // it wins every size: from 0
+  CHECK(derive_thresholds(2, window, nullptr).single_copy_from == 0);
 }
 
 TEST_CASE("tuning: the file round-trips, merges by world size, and feeds thresholds_for", "[comm-unit]") {
@@ -118,6 +148,8 @@ TEST_CASE("tuning: the file round-trips, merges by world size, and feeds thresho
   CHECK(back.entries[0].world == 2);
   CHECK(back.entries[0].recursive_doubling_below == two.recursive_doubling_below);
   CHECK(back.entries[0].ring_from == two.ring_from);
+  CHECK(back.entries[0].single_copy_from == kNever);
+  CHECK(read_text(path).find("\"single_copy_from\": null") != std::string::npos);
   CHECK(back.entries[0].run_id == "RUN2");
   CHECK(back.entries[0].library == "Open MPI v4.1.4");
   REQUIRE(back.entries[0].measured.size() == 3);
@@ -139,6 +171,7 @@ TEST_CASE("tuning: the file round-trips, merges by world size, and feeds thresho
 
   const AlgorithmThresholds t2 = thresholds_for(path, 2, nullptr);
   CHECK(t2.recursive_doubling_below == 1234);
+  CHECK(t2.single_copy_from == kNever);  // the file measured no window: never
   CHECK(t2.source == path + ", world 2, run RUN2");
   std::string note;
   const AlgorithmThresholds t8 = thresholds_for(path, 8, &note);

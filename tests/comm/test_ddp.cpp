@@ -91,7 +91,7 @@ TEST_CASE("DDP averages gradients exactly on integer-valued data, with no_sync a
   auto world = MpiCommunicator::world();
   const int P = world->size(), r = world->rank();
   for (Algorithm algorithm : {Algorithm::native, Algorithm::ring, Algorithm::recursive_doubling,
-                              Algorithm::halving_doubling, Algorithm::automatic}) {
+                              Algorithm::halving_doubling, Algorithm::automatic, Algorithm::single_copy}) {
     // The sanitizer pass (TRAINLAB_TEST_QUICK) leaves out recursive doubling and auto (their
     // reductions are the same loops); make test runs all five.
     if (quick_tests() && (algorithm == Algorithm::recursive_doubling || algorithm == Algorithm::automatic)) continue;
@@ -381,7 +381,10 @@ TEST_CASE("ZeRO-1, 2 and 3 equal DDP (SGD and AdamW, f32 and bf16, every all-red
           // reduce-scatter may sum in another order than its all-reduce) and the same elementwise
           // update on a slice of the vector (the reference backend's loop). ZeRO-3's buckets are the
           // model's parts, not DDP's: beyond 2 ranks a ring sums an element in another rank order.
-          if (options.allreduce != Algorithm::native && (stage < 3 || P <= 2)) {
+          // DDP under auto keeps its buckets in the host's shared window from the built-in
+          // single_copy_from (0): single-copy sums each element in rank order, the same bits at 2.
+          const bool same_order = options.allreduce != Algorithm::automatic || P <= 2;
+          if (options.allreduce != Algorithm::native && same_order && (stage < 3 || P <= 2)) {
             CHECK(difference == 0.0);
           } else {
             CHECK(difference < 1e-5);
@@ -416,6 +419,66 @@ TEST_CASE("ZeRO-1, 2 and 3 equal DDP (SGD and AdamW, f32 and bf16, every all-red
       }
     }
   }
+}
+
+TEST_CASE("DDP's buckets in the host's shared window (single_copy, auto) equal the ring's; the gradients outlive DDP",
+          "[ddp]") {
+  auto world = MpiCommunicator::world();
+  const int P = world->size();
+  TrainConfig config = ddp_config();
+  config.steps = 3;
+  config.batch = 12;  // 1-4 ranks
+  config.data.train_samples = 48;
+  const auto options_for = [](Algorithm algorithm, int zero) {
+    DdpOptions options;
+    options.allreduce = algorithm;
+    options.zero = zero;
+    options.bucket_cap_mb = 0.05;  // several buckets, each at its offset in the window
+    options.first_bucket_mb = 0.01;
+    return options;
+  };
+  Ddp ring_ddp(*world, options_for(Algorithm::ring, 0));
+  Trainer ring(config, &ring_ddp);
+  ring.train(nullptr);
+  for (Algorithm algorithm : {Algorithm::single_copy, Algorithm::automatic}) {
+    // The sanitizer pass runs single_copy (auto's window is the same code, its choice unit-tested).
+    if (quick_tests() && algorithm == Algorithm::automatic) continue;
+    INFO(algorithm_name(algorithm) << ", " << P << " ranks");
+    auto ddp = std::make_unique<Ddp>(*world, options_for(algorithm, 0));
+    Trainer replica(config, ddp.get());
+    replica.train(nullptr);
+    // MPI with every rank on this host: every bucket in the window (auto: from the built-in 0 bytes).
+    if (P > 1)
+      CHECK_THAT(ddp->describe(), Catch::Contains(fmt::format("{0} of {0} buckets single-copy (single-copy "
+                                                              "over a shared window",
+                                                              ddp->buckets().size())));
+    // At 2 ranks one addition and the 1/2 scale: the ring's bits. Beyond, each element summed in
+    // rank order, the ring's in another: f32's rounding.
+    const double difference = max_relative_difference(replica, ring);
+    INFO("max relative difference " << difference);
+    if (P <= 2) {
+      CHECK(difference == 0.0);
+    } else {
+      CHECK(difference < 1e-5);
+    }
+    CHECK(same_on_every_rank(*ddp, replica));
+    // The gradients were views of the window; DDP's end frees it (a collective) and they keep
+    // their values in this process's own memory.
+    std::vector<std::vector<float>> before;
+    for (const auto& [name, p] : replica.model().named_parameters()) before.push_back(p.grad().to_vector<float>());
+    ddp.reset();
+    const auto after = replica.model().named_parameters();
+    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].second.grad().to_vector<float>() == before[i]);
+  }
+  // Where the buckets cannot lie in the window, single_copy says why and runs the ring: the same bits.
+  if (quick_tests()) return;
+  Ddp zero_ddp(*world, options_for(Algorithm::single_copy, 1));
+  Trainer sharded(config, &zero_ddp);
+  sharded.train(nullptr);
+  if (P > 1)
+    CHECK_THAT(zero_ddp.describe(),
+               Catch::Contains("single_copy: ZeRO-1 reduce-scatters its buckets; the ring reduces"));
+  CHECK(max_relative_difference(sharded, ring) == 0.0);
 }
 
 TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or at world 1, bit for bit", "[ddp]") {

@@ -234,3 +234,28 @@ TEST_CASE("tensor: release_data frees a storage under every handle, restore_data
   CHECK(memory_usage(DeviceType::cpu).total_live == live);
   REQUIRE_THROWS_WITH(w.set_data(flat), Catch::Contains("cannot take the memory of [6] f32"));
 }
+
+TEST_CASE("tensor: borrowed memory is read and written in place, counted, never freed here; own_data copies it out",
+          "[tensor]") {
+  Backend& be = get_backend("reference");
+  std::vector<float> host = {1, 2, 3, 4, 5, 6};  // memory someone else owns (DDP's shared window)
+  const std::int64_t live = memory_usage(DeviceType::cpu).total_live;
+  {
+    Tensor t = Tensor::borrowed(host.data(), {6}, DType::f32, be);
+    CHECK(memory_usage(DeviceType::cpu).total_live == live + 24);  // counted as this process's tensor memory
+    const Tensor view = t.narrow(0, 2, 4).view({2, 2});
+    CHECK(view.to_vector<float>() == std::vector<float>{3, 4, 5, 6});
+    host[2] = 30;  // in place: the tensor reads the owner's memory
+    CHECK(view.to_vector<float>()[0] == 30);
+    t.copy_(Tensor::from_vector<float>({6, 5, 4, 3, 2, 1}, {6}, be));
+    CHECK(host[0] == 6);  // and writes it
+    REQUIRE_THROWS_WITH(t.release_data(), Catch::Contains("borrowed"));
+    t.own_data();  // every handle follows, with the values it had
+    host.assign(6, -1.0f);
+    CHECK(view.to_vector<float>() == std::vector<float>{4, 3, 2, 1});
+    CHECK(memory_usage(DeviceType::cpu).total_live == live + 24);
+  }
+  CHECK(memory_usage(DeviceType::cpu).total_live == live);
+  CHECK(host[0] == -1.0f);  // never freed or written after own_data
+  REQUIRE_THROWS_WITH(Tensor::borrowed(nullptr, {2}, DType::f32, be), Catch::Contains("the pointer is null"));
+}
