@@ -532,12 +532,15 @@ DdpStepStats Ddp::finish_backward() {
   // The parameters' all-gathers: ZeRO-3's so far (forward and backward), ZeRO-1 and 2's to come.
   if (shards_parameters()) {
     stats.gather_bytes = gathered_bytes_;
+    stats.gathers = gathers_;
     stats.gather_wait_s = static_cast<double>(gather_wait_ns_) * 1e-9;
   } else if (options_.zero >= 1) {
     for (const Bucket& bucket : buckets_)
       stats.gather_bytes += bucket.numel * static_cast<std::int64_t>(dtype_size(dtype_));
+    stats.gathers = static_cast<int>(buckets_.size());
   }
   gathered_bytes_ = gather_wait_ns_ = 0;
+  gathers_ = 0;
   // Wait for the buckets in order, writing each back (when the gradients are not its views) as
   // soon as it is done.
   for (Bucket& bucket : buckets_) {

@@ -290,6 +290,7 @@ class Ddp final : public DataParallel {
   std::vector<std::vector<int>> unit_buckets_;
   std::vector<int> last_forward_use_;
   std::int64_t gathered_bytes_ = 0, gather_wait_ns_ = 0;  // since the last synchronised backward
+  int gathers_ = 0;                                       // ZeRO-3's all-gathers, since then too
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -109,7 +109,10 @@ void Ddp::queue_gather(int b) {
   if (mine.count > 0) bucket.params.narrow(0, mine.begin, mine.count).copy_(bucket.param_shard);
   std::shared_ptr<DeviceEvent> copied;
   if (StreamEvents* events = backend_->stream_events()) copied = events->record_event();
-  if (communicate_) gathered_bytes_ += static_cast<std::int64_t>(bucket.params.nbytes());
+  if (communicate_) {
+    gathered_bytes_ += static_cast<std::int64_t>(bucket.params.nbytes());
+    ++gathers_;
+  }
   {
     std::lock_guard lock(mutex_);
     bucket.shard_copied = std::move(copied);

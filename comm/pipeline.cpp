@@ -177,7 +177,10 @@ PipelineStage::PipelineStage(Communicator& comm, Module& model, const PipelineOp
   std::vector<int> starts = options.starts.empty() ? even_cut(parts, stages_) : options.starts;
   if (!options.starts.empty()) {
     std::string text;
-    for (int s : starts) text += (text.empty() ? "" : ",") + std::to_string(s);
+    for (int s : starts) {  // appended piece by piece (GCC 12 at -O3 misreads the concatenation: -Wrestrict)
+      if (!text.empty()) text += ',';
+      text += std::to_string(s);
+    }
     starts = parse_cut(text, parts, stages_);  // the same checks for a cut given as numbers
   }
   options_.starts = starts;

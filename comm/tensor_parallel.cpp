@@ -44,7 +44,11 @@ class TensorParallel::Group : public TensorParallelGroup {
 };
 
 TensorParallel::TensorParallel(Communicator& comm, Algorithm algorithm, AlgorithmThresholds thresholds)
-    : impl_(std::make_shared<Group>(comm, algorithm, std::move(thresholds))), group_(impl_) {}
+    : impl_(std::make_shared<Group>(comm, algorithm, std::move(thresholds))), group_(impl_) {
+  TL_CHECK(algorithm != Algorithm::single_copy,
+           "tensor parallel: single_copy reduces DDP's buckets in a shared window, not a split layer's sums "
+           "(allowed: ring, recursive_doubling, halving_doubling, auto, native)");
+}
 
 std::vector<TensorParallelCall> TensorParallel::take_calls() { return impl_->take(); }
 

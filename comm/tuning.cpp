@@ -134,7 +134,10 @@ TuningEntry derive_thresholds(int world, const std::vector<TuningPoint>& points,
     std::size_t k3 = n;
     for (std::size_t k = n; k-- > 0;) {
       cost += t.measured[k].median_s.at("single_copy") - given(k);
-      if (cost < best_cost) best_cost = cost, k3 = k;
+      if (cost < best_cost) {
+        best_cost = cost;
+        k3 = k;
+      }
     }
     t.single_copy_from = k3 == n ? kNever : between(k3);
     for (std::size_t i = k3; i < n && disagreements != nullptr; ++i) {

@@ -36,6 +36,7 @@ struct DdpStepStats {
   // optimiser; 3: each part's before its forward and again before its backward, over the step's
   // micro-steps), and (3) the time the forward and backward waited for them (not in comm_s).
   std::int64_t gather_bytes = 0;
+  int gathers = 0;  // the all-gathers those bytes took (a bucket each)
   double gather_wait_s = 0;
   bool device_clock = false;  // the times above are device events' (a GPU), not the host's steady clock
 };

@@ -85,6 +85,10 @@ void plan(BucketsRun& run) {
   run.world.set_timeout(o.timeout);
   run.dtype = parse_dtype(o.dtype_name);
   run.algorithm = comm::parse_algorithm(o.algorithm_name_);
+  TL_CHECK(run.algorithm != comm::Algorithm::single_copy,
+           "bench_buckets: --algorithm single_copy reduces DDP's buckets in a shared window, not this sweep's own "
+           "buffers (allowed: ring, recursive_doubling, halving_doubling, auto, native; bench_scaling --allreduce "
+           "ring,single_copy times it in training)");
   run.elem = static_cast<std::int64_t>(dtype_size(run.dtype));
   // The model's gradient: its parameter count at its default input (the gradient DDP all-reduces).
   run.gradient = o.params == 0 ? model_label(o.model) : "--params";

@@ -15,6 +15,7 @@
 #include "bench/measure/data_source.h"
 #include "bench/measure/knobs.h"
 #include "bench/measure/ledger.h"
+#include "comm/cost_model.h"
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
 #include "comm/pipeline.h"
@@ -38,6 +39,24 @@ constexpr const char* kDoors = "one, data, zero1, zero2, zero3, pipeline, tensor
 struct StepOut {
   double loss = 0;
   std::int64_t bytes = 0;
+  // Its communication: seed 001's prediction for what it sent (Wire), and what the step waited
+  // for (-1: not timed apart).
+  double predicted_s = 0, waited_s = -1;
+};
+
+// Seed 001's alpha-beta model of this run's wire (comm/cost_model.h): alpha and B fitted to the
+// ring all-reduce timed at four sizes at the start of the run, every collective and send then
+// priced as if it had the wire to itself (steps x alpha + the bytes it moves / B).
+struct Wire {
+  comm::AllreduceFit fit;
+  double time(double steps, double moved_bytes) const { return steps * fit.alpha_s + moved_bytes / fit.bandwidth_Bps; }
+  double allreduce(int ranks, std::int64_t buffer, AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring) const {
+    return comm::allreduce_cost(algorithm, ranks).time_s(fit.alpha_s, fit.bandwidth_Bps, static_cast<double>(buffer));
+  }
+  // A reduce-scatter or an all-gather (the ring's half), `count` of them over `buffer` bytes in all.
+  double half(int ranks, std::int64_t buffer, int count = 1) const {
+    return time(static_cast<double>(count * (ranks - 1)), static_cast<double>(buffer) * (ranks - 1) / ranks);
+  }
 };
 
 std::int64_t allreduce_bytes(std::int64_t buffer, int p) { return buffer * 2 * (p - 1) / std::max(p, 1); }
@@ -57,6 +76,8 @@ struct Door {
   std::function<std::int64_t()> held;
   std::int64_t bytes = 0;           // the last measured step's, this rank
   std::int64_t transient_peak = 0;  // the most a measured step allocated above what was live before it, this rank
+  double predicted_s = 0;           // the last measured step's predicted communication, this rank (StepOut)
+  std::vector<double> waited;       // each measured step's wait, this rank (none: not timed apart)
 };
 
 struct DoorSetup {
@@ -68,6 +89,7 @@ struct DoorSetup {
   const ParallelismStudyOptions& o;
   SgdOptions sgd;
   std::shared_ptr<const JobCpus> job_cpus;  // every CPU the job's ranks may use
+  std::shared_ptr<const Wire> wire;         // fitted before the doors are made
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -121,7 +143,9 @@ Door one_process_door(const DoorSetup& s, int threads) {
             0,
             {},
             0,
-            0};
+            0,
+            0,
+            {}};
   door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
   return door;
 }
@@ -155,22 +179,31 @@ Door data_door(const DoorSetup& s, int zero) {
   Door door{name,
             fmt::format("DDP over {} ranks, {} samples each, {} all-reduce, {} MiB buckets overlapped with backward{}",
                         p, s.o.batch / p, comm::algorithm_name(options.allreduce), options.bucket_cap_mb, sharded),
-            [model, sgd, ddp, runner, batch, p, zero](StepOut& out) {
+            [model, sgd, ddp, runner, batch, p, zero, wire = s.wire](StepOut& out) {
               const auto start = Clock::now();
               const StepResult r = runner->step([&batch] { return batch; });
               const double seconds = seconds_since(start);
               out.loss = r.loss;
               std::int64_t reduced = 0;
-              for (std::int64_t bytes : r.ddp.bucket_bytes) reduced += bytes;
+              for (std::int64_t bytes : r.ddp.bucket_bytes) {
+                reduced += bytes;
+                out.predicted_s += zero == 0 ? wire->allreduce(p, bytes) : wire->half(p, bytes);
+              }
               // DDP all-reduces; ZeRO reduce-scatters, then all-gathers the parameters (ZeRO-3 twice a part).
               out.bytes = zero == 0 ? allreduce_bytes(reduced, p) : half_bytes(reduced + r.ddp.gather_bytes, p);
+              if (r.ddp.gathers > 0) out.predicted_s += wire->half(p, r.ddp.gather_bytes, r.ddp.gathers);
+              // Waited: the reductions still running after backward, ZeRO's gathers after the update
+              // and (ZeRO-3) inside forward and backward.
+              out.waited_s = r.phases.comm_s + r.ddp.gather_wait_s;
               return seconds;
             },
             {},
             0,
             {},
             0,
-            0};
+            0,
+            0,
+            {}};
   // The optimiser's parameters are pieces of the model's under ZeRO: the parameters this rank holds
   // (ZeRO-3: its shards), the pieces' state.
   door.held = [sgd, ddp] { return state_bytes({}, *sgd, ddp->gradient_bytes_held()) + ddp->parameter_bytes_held(); };
@@ -181,23 +214,33 @@ Door data_door(const DoorSetup& s, int zero) {
 // refers to its model (and, with replicas, to its grid's communicators): the door keeps them alive.
 Door stage_door(std::string name, std::string detail, std::shared_ptr<const void> model,
                 std::shared_ptr<const void> grid, std::shared_ptr<comm::PipelineStage> stage, std::shared_ptr<SGD> sgd,
-                std::shared_ptr<std::vector<Batch>> micro) {
+                std::shared_ptr<std::vector<Batch>> micro, std::shared_ptr<const Wire> wire) {
   Door door{std::move(name),
             std::move(detail),
-            [model, grid, stage, sgd, micro](StepOut& out) {
+            [model, grid, stage, sgd, micro, wire](StepOut& out) {
               std::size_t next = 0;
               const auto start = Clock::now();
               const comm::PipelineStepResult r = stage->step([&] { return (*micro)[next++ % micro->size()]; }, *sgd);
               const double seconds = seconds_since(start);
               out.loss = r.loss;
               out.bytes = r.sent_bytes + allreduce_bytes(r.averaged_bytes, 2);  // the replicas: 2
+              // A message per micro-batch: activations forward (but from the last stage), gradients
+              // back (but from the first).
+              const auto micro_batches = std::count_if(r.events.begin(), r.events.end(),
+                                                       [](const comm::PipelineEvent& e) { return e.kind == 'F'; });
+              const int messages = static_cast<int>(micro_batches) *
+                                   ((stage->stage() + 1 < stage->stages() ? 1 : 0) + (stage->stage() > 0 ? 1 : 0));
+              out.predicted_s = wire->time(messages, static_cast<double>(r.sent_bytes)) +
+                                (r.averaged_bytes > 0 ? wire->allreduce(2, r.averaged_bytes) : 0.0);
               return seconds;
             },
             {},
             0,
             {},
             0,
-            0};
+            0,
+            0,
+            {}};
   door.held = [stage, sgd] { return state_bytes(stage->parameters(), *sgd); };
   return door;
 }
@@ -222,7 +265,7 @@ Door pipeline_door(const DoorSetup& s) {
   return stage_door("pipeline",
                     fmt::format("1F1B over {} stages ({}), {} micro-batches of {}", s.world.size(), stage->describe(),
                                 m, s.o.batch / m),
-                    model, nullptr, stage, sgd, micro);
+                    model, nullptr, stage, sgd, micro, s.wire);
 }
 
 Door tensor_door(const DoorSetup& s) {
@@ -234,18 +277,25 @@ Door tensor_door(const DoorSetup& s) {
   Door door{
       "tensor",
       fmt::format("Megatron's split over {} ranks, the whole batch on each, sums by auto's all-reduce", s.world.size()),
-      [model, tp, sgd, batch, p = s.world.size()](StepOut& out) {
+      [model, tp, sgd, batch, p = s.world.size(), wire = s.wire](StepOut& out) {
         const auto start = Clock::now();
         out.loss = plain_train_step(*model, *sgd, batch);
         const double seconds = seconds_since(start);
-        for (const comm::TensorParallelCall& call : tp->take_calls()) out.bytes += allreduce_bytes(call.bytes, p);
+        out.waited_s = 0;  // every all-reduce on the critical path
+        for (const comm::TensorParallelCall& call : tp->take_calls()) {
+          out.bytes += allreduce_bytes(call.bytes, p);
+          out.predicted_s += wire->allreduce(p, call.bytes, call.algorithm);
+          out.waited_s += call.seconds;
+        }
         return seconds;
       },
       {},
       0,
       {},
       0,
-      0};
+      0,
+      0,
+      {}};
   door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
   return door;
 }
@@ -262,10 +312,35 @@ std::int64_t largest_over_ranks(comm::MpiCommunicator& world, std::int64_t value
   return static_cast<std::int64_t>(slowest_rank(world, static_cast<double>(value)));
 }
 
-// A door's bytes per rank (the largest rank's): its state between steps, its peak, what a step sent.
+// A door's bytes per rank (the largest rank's): its state between steps, its peak, what a step sent;
+// and its communication (the largest rank's seconds, StepOut).
 struct DoorBytes {
   std::int64_t held = 0, peak = 0, sent = 0;
+  double predicted_s = 0, waited_s = -1;
 };
+
+// The wire's alpha and B (Wire): the ring all-reduce at 4K, 64K, 1M and 8M, 2 warm-up and 7 timed
+// calls each, the slowest rank's median.
+std::shared_ptr<const Wire> fit_wire(comm::MpiCommunicator& world) {
+  auto wire = std::make_shared<Wire>();
+  const comm::AllreduceCost cost = comm::allreduce_cost(AllreduceAlgorithm::ring, world.size());
+  std::vector<comm::AllreducePoint> points;
+  for (const std::int64_t bytes :
+       {std::int64_t{4} << 10, std::int64_t{64} << 10, std::int64_t{1} << 20, std::int64_t{8} << 20}) {
+    std::vector<float> buffer(static_cast<std::size_t>(bytes / 4), 1.0f);
+    std::vector<double> seconds;
+    for (int i = 0; i < 9; ++i) {
+      world.barrier();
+      const auto start = Clock::now();
+      comm::allreduce(world, buffer.data(), bytes / 4, DType::f32, comm::ReduceOp::sum, AllreduceAlgorithm::ring);
+      const double slowest = slowest_rank(world, seconds_since(start));
+      if (i >= 2) seconds.push_back(slowest);
+    }
+    points.push_back({cost, static_cast<double>(bytes), summarize(seconds).median});
+  }
+  wire->fit = comm::fit_allreduce(points);
+  return wire;
+}
 
 // Two replicas of a model split over half the ranks each (the world must be even): the grid, and the
 // samples per replica.
@@ -296,7 +371,7 @@ Door data_pipeline_door(const DoorSetup& s) {
                     fmt::format("2 replicas of a 1F1B pipeline of {} stages, {} micro-batches of {} each, stage "
                                 "gradients averaged over the replicas",
                                 grid->model_ranks, m, replica_batch / m),
-                    model, grid, stage, sgd, micro);
+                    model, grid, stage, sgd, micro, s.wire);
 }
 
 Door data_tensor_door(const DoorSetup& s) {
@@ -310,25 +385,36 @@ Door data_tensor_door(const DoorSetup& s) {
             fmt::format("2 replicas of Megatron's split over {} ranks, {} samples each, gradients averaged over the "
                         "replicas",
                         grid->model_ranks, s.o.batch / 2),
-            [grid, model, tp, sgd, batch, p = grid->model_ranks](StepOut& out) {
+            [grid, model, tp, sgd, batch, p = grid->model_ranks, wire = s.wire](StepOut& out) {
               const auto start = Clock::now();
               sgd->zero_grad(true);
               const Tensor l = cross_entropy(model->forward(batch.inputs), batch.labels.view({-1}));
               l.backward();
+              const auto averaging = Clock::now();
               comm::average_gradients(*grid->data, model->named_parameters());
+              out.waited_s = seconds_since(averaging);
               sgd->step();
               out.loss = l.item();
               const double seconds = seconds_since(start);
-              for (const comm::TensorParallelCall& call : tp->take_calls()) out.bytes += allreduce_bytes(call.bytes, p);
-              for (const auto& [name, t] : model->named_parameters())
-                out.bytes += allreduce_bytes(static_cast<std::int64_t>(t.nbytes()), 2);  // over the 2 replicas
+              for (const comm::TensorParallelCall& call : tp->take_calls()) {
+                out.bytes += allreduce_bytes(call.bytes, p);
+                out.predicted_s += wire->allreduce(p, call.bytes, call.algorithm);
+                out.waited_s += call.seconds;
+              }
+              std::int64_t averaged = 0;  // one all-reduce of every gradient over the 2 replicas
+              for (const auto& [name, t] : model->named_parameters()) averaged += static_cast<std::int64_t>(t.nbytes());
+              out.bytes += allreduce_bytes(averaged, 2);
+              out.predicted_s +=
+                  wire->allreduce(2, averaged, comm::choose_algorithm(AllreduceAlgorithm::automatic, averaged, {}));
               return seconds;
             },
             {},
             0,
             {},
             0,
-            0};
+            0,
+            0,
+            {}};
   door.held = [model, sgd] { return state_bytes(model->named_parameters(), *sgd); };
   return door;
 }
@@ -399,7 +485,8 @@ void compare_with_data(const ParallelismStudyOptions& o, const std::vector<Door>
 
 // Rank 0: a row per door, printed and appended.
 int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& doors,
-                           const std::vector<DoorBytes>& bytes, int ranks, Backend& be, std::int64_t parameters) {
+                           const std::vector<DoorBytes>& bytes, int ranks, Backend& be, std::int64_t parameters,
+                           const Wire& wire) {
   std::vector<ParallelismRow> rows;
   double one = 0, best = 0;
   for (std::size_t i = 0; i < doors.size(); ++i) {
@@ -408,6 +495,8 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
     row.state_bytes_per_rank = bytes[i].held;
     row.peak_bytes_per_rank = bytes[i].peak;
     row.bytes_per_step = bytes[i].sent;
+    row.predicted_comm_s = bytes[i].predicted_s;
+    if (bytes[i].waited_s >= 0) row.waited_comm_s = bytes[i].waited_s;
     row.parameters = parameters;
     row.config = {model_label(o.model), ranks, o.batch, o.threads, d.name, d.detail};
     row.repeats = d.seconds;
@@ -426,8 +515,9 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
   const Ledger ledger(o.ledger_path.empty() ? default_ledger_path("cpu") : o.ledger_path);
   std::cout << fmt::format(
       "| door | how | step ms median (min-max) | samples/s | against one process | against data | state MiB per "
-      "rank | peak MiB per rank | MiB sent per step per rank | parameters whose state fits in {:g} GiB |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n",
+      "rank | peak MiB per rank | MiB sent per step per rank | comm ms per step: predicted, waited | parameters "
+      "whose state fits in {:g} GiB |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n",
       o.memory_gib);
   for (ParallelismRow& row : rows) {
     row.speedup = one > 0 ? one / row.stats.median : 0;
@@ -437,11 +527,12 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
     row.header.run_id = run_id;
     row.header.status = "ok";
     std::cout << fmt::format(
-        "| {}{} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.0f} | {:.2f}x | {} | {:.2f} | {:.2f} | {:.2f} | "
+        "| {}{} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.0f} | {:.2f}x | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f}, {} | "
         "{} |\n",
         row.config.door, row.fastest ? " (fastest)" : "", row.config.detail, 1e3 * row.stats.median,
         1e3 * row.stats.min, 1e3 * row.stats.max, row.samples_per_s, row.speedup, row.against_data.value_or("-"),
         mebibytes(*row.state_bytes_per_rank), mebibytes(*row.peak_bytes_per_rank), mebibytes(*row.bytes_per_step),
+        1e3 * *row.predicted_comm_s, row.waited_comm_s ? fmt::format("{:.2f}", 1e3 * *row.waited_comm_s) : "-",
         fits_in(o.memory_gib, *row.state_bytes_per_rank, parameters));
     if (!o.no_ledger) ledger.append(row);
   }
@@ -453,6 +544,13 @@ int write_parallelism_rows(const ParallelismStudyOptions& o, std::vector<Door>& 
                "over p ranks as the ring sends it (2 (p-1)/p of the buffer for an all-reduce, (p-1)/p for each "
                "half); fits: the budget over the state's bytes per parameter of "
                "the model (activations excluded: they scale with the batch, not the parameters)\n";
+  std::cout << fmt::format(
+      "comm: predicted is seed 001's alpha-beta model (alpha {:.1f} us, B {:.2f} GB/s, fitted to this run's ring "
+      "all-reduce at 4K-8M) for what the step sent, each collective and send as if alone on the wire; waited is "
+      "the median step's wait (DDP: the reductions still running after backward and ZeRO's gathers; tensor: its "
+      "all-reduces, on the critical path; -: not timed apart, a pipeline's waits are its bubble), the waits for a "
+      "slower rank included. Predicted above waited is communication hidden under compute\n",
+      1e6 * wire.fit.alpha_s, 1e-9 * wire.fit.bandwidth_Bps);
   if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run_id << ")\n";
   return 0;
 }
@@ -466,8 +564,8 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
   const ModelDef& def = find_model(o.model.name);
   Backend& be = get_backend(o.backend);
   be.set_num_threads(o.threads);
-  DoorSetup setup{*world, be, nullptr, default_input_for(def, o.model.options), static_cast<bool>(def.context),
-                  o,      {}, nullptr};
+  DoorSetup setup{*world, be,      nullptr, default_input_for(def, o.model.options), static_cast<bool>(def.context), o,
+                  {},     nullptr, nullptr};
   setup.build = [&def, &be, &o, &setup] {
     Generator gen(7);
     auto model = build_model(def, InitOptions{&gen, DType::f32, &be}, setup.input, o.model.options);
@@ -477,6 +575,7 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
   setup.sgd.lr = 0.01;
   setup.sgd.momentum = 0.9;  // optimiser state for ZeRO to shard (seed 003's accounting has it)
   setup.job_cpus = std::make_shared<const JobCpus>(*world);
+  setup.wire = fit_wire(*world);
   std::vector<Door> doors = make_doors(setup);
   if (world->rank() == 0)
     std::cout << "bench_parallelism: " << model_label(o.model) << ", global batch " << o.batch << ", " << world->size()
@@ -497,6 +596,8 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
         d.seconds.push_back(seconds);
         d.transient_peak = std::max(d.transient_peak, memory_usage(device).total_peak - live);
         d.bytes = out.bytes;
+        d.predicted_s = out.predicted_s;
+        if (out.waited_s >= 0) d.waited.push_back(out.waited_s);
       }
       d.loss = out.loss;
     }
@@ -505,12 +606,16 @@ int run_parallelism(const ParallelismStudyOptions& o, comm::MpiCommunicator* wor
   // step's own allocations on top) and the bytes it sent in a step (collectives every rank calls).
   std::vector<DoorBytes> bytes;
   for (Door& d : doors) {
-    const std::int64_t held = largest_over_ranks(*world, d.held());
-    bytes.push_back(
-        {held, largest_over_ranks(*world, d.held() + d.transient_peak), largest_over_ranks(*world, d.bytes)});
+    DoorBytes b;
+    b.held = largest_over_ranks(*world, d.held());
+    b.peak = largest_over_ranks(*world, d.held() + d.transient_peak);
+    b.sent = largest_over_ranks(*world, d.bytes);
+    b.predicted_s = slowest_rank(*world, d.predicted_s);
+    b.waited_s = slowest_rank(*world, d.waited.empty() ? -1.0 : summarize(d.waited).median);
+    bytes.push_back(b);
   }
   if (world->rank() != 0) return 0;
-  return write_parallelism_rows(o, doors, bytes, world->size(), be, setup.build()->num_parameters());
+  return write_parallelism_rows(o, doors, bytes, world->size(), be, setup.build()->num_parameters(), *setup.wire);
 }
 
 }  // namespace

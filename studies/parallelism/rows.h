@@ -53,6 +53,12 @@ struct ParallelismRow {
   // "control", "calibration pair", "-12.3% (4.1x the noise floor), separable".
   std::optional<std::string> against_data;
   std::optional<double> noise_floor_percent;
+  // The largest rank's communication in the last measured step: what seed 001's alpha-beta model,
+  // fitted to this run's ring all-reduces, predicts for what it sent (every collective and send
+  // timed as if alone on the wire), and what the median step waited for (the rest overlapped compute):
+  // DDP's exposed reductions and ZeRO's gathers, a tensor split's all-reduces; absent where the
+  // door does not time it apart (a pipeline's sends and waits are its bubble), and in older rows.
+  std::optional<double> predicted_comm_s, waited_comm_s;
   template <class F>
   void fields(F& f) {
     header.fields(f);
@@ -70,6 +76,8 @@ struct ParallelismRow {
     f.optional("parameters", parameters);
     f.optional("against_data", against_data);
     f.optional("noise_floor_percent", noise_floor_percent);
+    f.optional("predicted_comm_s", predicted_comm_s);
+    f.optional("waited_comm_s", waited_comm_s);
   }
 };
 

@@ -39,7 +39,9 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
                        fmt::format("{:.2f} ({:.2f}-{:.2f})", 1e3 * s.median, 1e3 * s.min, 1e3 * s.max),
                        fmt::format("{:.0f}", row.samples_per_s), fmt::format("{:.2f}x", row.speedup),
                        row.against_data.value_or("-"), mib(row.state_bytes_per_rank), mib(row.peak_bytes_per_rank),
-                       mib(row.bytes_per_step)});
+                       mib(row.bytes_per_step),
+                       row.predicted_comm_s ? fmt::format("{:.2f}", 1e3 * *row.predicted_comm_s) : std::string("-"),
+                       row.waited_comm_s ? fmt::format("{:.2f}", 1e3 * *row.waited_comm_s) : std::string("-")});
     }
   }
   if (!first) return std::nullopt;
@@ -55,7 +57,9 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
                                          "against data",
                                          "state MiB per rank",
                                          "peak MiB per rank",
-                                         "MiB sent per step per rank"};
+                                         "MiB sent per step per rank",
+                                         "comm ms predicted",
+                                         "comm ms waited"};
   std::ostringstream md;
   md << fmt::format(
       "\n## Which door wins: data, pipeline and tensor parallelism at one global batch\n\n`bench_parallelism` on {} "
@@ -67,8 +71,11 @@ std::optional<ReportSection> parallelism_section(const SectionInput& in) {
       "steps (its parameters, their gradients and the optimiser's state); \"peak\", that state and the most a step "
       "allocated on top; \"sent\", point to point as sent and a collective over p ranks as the ring sends it (2 "
       "(p-1)/p "
-      "of the buffer for an all-reduce, (p-1)/p for each half), in a step (- in rows "
-      "before they were recorded).\n\n",
+      "of the buffer for an all-reduce, (p-1)/p for each half), in a step. Communication per step: \"predicted\", seed "
+      "001's alpha-beta model fitted to the run's own ring all-reduces, for what the step sent as if alone on the "
+      "wire; "
+      "\"waited\", what the median step waited for (a slower rank's arrival included; - where the door does not time "
+      "it apart: a pipeline's waits are its bubble). - in rows before they were recorded.\n\n",
       measured_on(first->header.env), run_ids);
   md << render_table(head, table, true);
   section.markdown = md.str();

@@ -198,6 +198,9 @@ TEST_CASE("tensor parallel: what is refused", "[tensor_parallel]") {
   Sequential plain;
   plain.add(std::make_shared<Linear>(4, 4, InitOptions{&gen, DType::f32, &be}));
   REQUIRE_THROWS_WITH(plain.split_tensor_parallel(tp.group()), Catch::Contains("no tensor-parallel split"));
+  // single_copy needs its data in a shared window (DDP's buckets): a split layer's sums cannot use it.
+  REQUIRE_THROWS_WITH(TensorParallel(*world, Algorithm::single_copy),
+                      Catch::Contains("allowed: ring, recursive_doubling"));
   // The MLP's hidden width not dividing (5 hidden units).
   auto mlp = build_model(find_model("mlp"), InitOptions{&gen, DType::f32, &be}, ModelInput{{4}, 10}, {{"hidden", "5"}});
   REQUIRE_THROWS_WITH(mlp->split_tensor_parallel(tp.group()), Catch::Contains("fc1's 5 output features"));
