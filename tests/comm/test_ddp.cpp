@@ -522,7 +522,9 @@ TEST_CASE("ZeRO-1 checkpoints hold the whole state: resume sharded, unsharded or
     resumed.train(nullptr);
     CHECK(checksum(resumed.model().named_parameters()) == checksum(straight.model().named_parameters()));
   }
-  {
+  // The sanitizer pass leaves out the resumes as plain DDP and at world 1 (the ZeRO-2 and ZeRO-3
+  // cases resume across stages, the accumulation case at world 1): CI time.
+  if (!quick_tests()) {
     // Resumed as plain DDP (zero 0), and at world 1: the same run, as f32 rounding allows.
     TrainConfig rest = config;
     rest.checkpoint.resume = dir;
