@@ -53,9 +53,9 @@ void Ddp::open_window() {
     return;
   }
   window_ = std::move(window);
-  window_note_ = fmt::format("{} of {} bucket{} single-copy ({}, {} per rank)", chosen, buckets_.size(),
-                             buckets_.size() == 1 ? "" : "s", window_->describe(),
-                             fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)));
+  window_note_ =
+      fmt::format("{} of {} bucket{} single-copy ({}, {:.2f} MiB per rank)", chosen, buckets_.size(),
+                  buckets_.size() == 1 ? "" : "s", window_->describe(), static_cast<double>(bytes) / (1 << 20));
 }
 
 void Ddp::close_window() {

@@ -44,6 +44,11 @@ struct StepOut {
   double predicted_s = 0, waited_s = -1;
 };
 
+std::int64_t allreduce_bytes(std::int64_t buffer, int p) { return buffer * 2 * (p - 1) / std::max(p, 1); }
+std::int64_t half_bytes(std::int64_t buffer, int p) {  // a reduce-scatter or an all-gather
+  return buffer * (p - 1) / std::max(p, 1);
+}
+
 // Seed 001's alpha-beta model of this run's wire (comm/cost_model.h): alpha and B fitted to the
 // ring all-reduce timed at four sizes at the start of the run, every collective and send then
 // priced as if it had the wire to itself (steps x alpha + the bytes it moves / B).
@@ -55,14 +60,9 @@ struct Wire {
   }
   // A reduce-scatter or an all-gather (the ring's half), `count` of them over `buffer` bytes in all.
   double half(int ranks, std::int64_t buffer, int count = 1) const {
-    return time(static_cast<double>(count * (ranks - 1)), static_cast<double>(buffer) * (ranks - 1) / ranks);
+    return time(static_cast<double>(count * (ranks - 1)), static_cast<double>(half_bytes(buffer, ranks)));
   }
 };
-
-std::int64_t allreduce_bytes(std::int64_t buffer, int p) { return buffer * 2 * (p - 1) / std::max(p, 1); }
-std::int64_t half_bytes(std::int64_t buffer, int p) {  // a reduce-scatter or an all-gather
-  return buffer * (p - 1) / std::max(p, 1);
-}
 
 // One way to divide the step: what it holds, and one step of it on every rank (a collective), which
 // returns this rank's seconds (0 on a rank that only waited) and fills `out`.
