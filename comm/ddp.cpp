@@ -193,6 +193,19 @@ std::vector<std::vector<int>> Ddp::buckets() const {
   return members;
 }
 
+CommBufferPlan Ddp::communication_buffer_plan() const {
+  CommBufferPlan plan;
+  const auto elem = static_cast<double>(dtype_size(dtype_));
+  for (const Bucket& bucket : buckets_) plan.bucket_bytes.push_back(static_cast<double>(bucket.numel) * elem);
+  plan.world = comm_.size();
+  plan.zero = static_cast<int>(options_.zero);
+  plan.buckets_are_gradients = options_.gradient_as_bucket_view;
+  if (options_.grad_compress != GradCompression::none)
+    plan.wire_fraction = static_cast<double>(dtype_size(wire_dtype())) / elem;
+  plan.staged = !direct_;
+  return plan;
+}
+
 std::uint64_t Ddp::parameter_checksum() const {
   std::uint64_t hash = 1469598103934665603ULL;  // FNV-1a, 64 bits
   std::vector<unsigned char> host;

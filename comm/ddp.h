@@ -88,6 +88,7 @@
 #include "comm/communicator.h"
 #include "comm/single_copy_allreduce.h"
 #include "engine/core/tensor.h"
+#include "engine/instrument/memory_model.h"
 #include "engine/optim/sharded_state.h"
 #include "engine/train/config.h"
 #include "engine/train/distributed.h"
@@ -152,6 +153,9 @@ class Ddp final : public DataParallel {
   std::uint64_t parameter_checksum() const;
   // Parameter indices per bucket, buckets in launch order.
   std::vector<std::vector<int>> buckets() const;
+  // What it allocates beside the gradients (its buckets, stage, compression, staging), as the
+  // communication-buffer estimator's plan (engine/instrument/memory_model.h).
+  CommBufferPlan communication_buffer_plan() const;
   // Off: every step runs as no_sync (no communication at all), for bench_scaling's paired
   // comparison; the replicas then drift apart, so this is for timing only.
   void set_communication(bool on) { communicate_ = on; }

@@ -45,13 +45,21 @@ struct ChainPlan {
   // op's output when saved for it. `recomputed[i]`: the part of that a recomputed block drops
   // after its forward and makes again in backward (all of it, but the block's input).
   std::vector<double> saved_for, recomputed;
+  // A recomputed block's result that nothing after it keeps (ChainOp::saves_input): dropped once the
+  // next op has run, made again with the block (it is in `recomputed` too).
+  std::vector<bool> result_dropped;
   bool in_block_with(std::size_t i, std::size_t j) const { return ops[i].block >= 0 && ops[i].block == ops[j].block; }
   bool last_of_block(std::size_t i) const { return ops[i].block >= 0 && (i + 1 == n || !in_block_with(i, i + 1)); }
 };
 
 ChainPlan plan_chain(const std::vector<ChainOp>& ops) {
   const std::size_t n = ops.size();
-  ChainPlan p{ops, n, std::vector<ChainLifetime>(n), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  ChainPlan p{ops,
+              n,
+              std::vector<ChainLifetime>(n),
+              std::vector<double>(n, 0.0),
+              std::vector<double>(n, 0.0),
+              std::vector<bool>(n, false)};
   std::vector<ChainLifetime>& lifetime = p.lifetime;
   // A recomputed block's input is held by the block until its backward: saved for the next op.
   for (std::size_t i = 0; i < n; ++i) {
@@ -65,8 +73,14 @@ ChainPlan plan_chain(const std::vector<ChainOp>& ops) {
     if (lifetime[i] == ChainLifetime::saved_next) p.saved_for[std::min(i + 1, n - 1)] += ops[i].out_bytes;
     if (ops[i].block < 0) continue;
     p.recomputed[i] += ops[i].saved_bytes;
-    // The block's output stays (it is the block's result) even when its last op saves it.
+    // The block's output stays (it is the block's result) even when its last op saves it, if the
+    // op after it keeps it.
     if (lifetime[i] == ChainLifetime::saved_self && !p.last_of_block(i)) p.recomputed[i] += ops[i].out_bytes;
+    if (lifetime[i] == ChainLifetime::saved_self && p.last_of_block(i) && i + 1 < n && ops[i + 1].block < 0 &&
+        !ops[i + 1].saves_input) {
+      p.recomputed[i] += ops[i].out_bytes;
+      p.result_dropped[i] = true;
+    }
     if (lifetime[i] == ChainLifetime::saved_next && !p.last_of_block(i) && i + 1 < n)
       p.recomputed[i + 1] += ops[i].out_bytes;
   }
@@ -111,8 +125,10 @@ std::vector<double> forward_pass(const ChainPlan& p, ChainEstimate& e) {
       if (p.lifetime[j] == ChainLifetime::next_op && j + static_cast<std::size_t>(std::max(1, ops[j].outlives)) == i)
         live -= ops[j].out_bytes;
     }
+    if (i > 0 && p.result_dropped[i - 1]) live -= ops[i - 1].out_bytes;  // the block's result, read
     if (op.block >= 0 && p.last_of_block(i)) {
-      for (std::size_t j = block_first; j <= i; ++j) live -= p.recomputed[j];
+      for (std::size_t j = block_first; j <= i; ++j)
+        live -= p.recomputed[j] - (p.result_dropped[j] ? ops[j].out_bytes : 0.0);
     }
   }
   // The forward ends: what only it held goes (the last op's output is the loss, kept for backward).
@@ -157,7 +173,7 @@ void backward_pass(const ChainPlan& p, const std::vector<double>& block_transien
       // The block runs again: its forward's own peak on top of what is live, with the gradient
       // into it waiting; then what it saves stays for its backward. Its result, when its last op
       // saves it for itself, is released first and made again (engine/core/autograd.h, checkpoint).
-      const double result = p.lifetime[k] == ChainLifetime::saved_self ? op.out_bytes : 0.0;
+      const double result = p.lifetime[k] == ChainLifetime::saved_self && !p.result_dropped[k] ? op.out_bytes : 0.0;
       note_backward(acts - result + block_transient[k], received + (shared ? 0 : held) + waiting + captured,
                     op.name + " (recomputed)");
       std::size_t first = k;
@@ -225,6 +241,41 @@ TrainingMemoryEstimate estimate_training_memory(std::int64_t parameters, DType p
   m.working_copies = compute_dtype != param_dtype ? p * static_cast<double>(dtype_size(compute_dtype)) : 0.0;
   m.chain = estimate_chain(chain);
   return m;
+}
+
+double seed_activation_bytes(const std::vector<ChainOp>& ops) {
+  double bytes = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const bool boundary = ops[i].block < 0 || i + 1 == ops.size() || ops[i + 1].block != ops[i].block;
+    if (boundary) bytes += ops[i].out_bytes;
+  }
+  return bytes;
+}
+
+CommBufferEstimate estimate_communication_buffers(const CommBufferPlan& plan) {
+  TL_CHECK(plan.world >= 1,
+           fmt::format("memory: communication buffers need a world of at least 1, got {}", plan.world));
+  TL_CHECK(plan.zero >= 0 && plan.zero <= 3, fmt::format("memory: ZeRO stage {} is not one of 0, 1, 2, 3", plan.zero));
+  double all = 0, largest = 0;
+  for (double b : plan.bucket_bytes) {
+    TL_CHECK(b >= 0, fmt::format("memory: a bucket of {} bytes (must be >= 0)", b));
+    all += b;
+    largest = std::max(largest, b);
+  }
+  CommBufferEstimate e;
+  if (!plan.buckets_are_gradients && plan.zero < 2) e.persistent += all;
+  e.persistent += all * plan.wire_fraction;
+  if (plan.staged) e.persistent += all;
+  const double agreement = plan.zero >= 1 ? 8.0 * plan.world : 0.0;
+  const double scratch = plan.zero == 2 ? largest : 0.0;
+  if (scratch >= agreement && scratch > 0) {
+    e.transient = scratch;
+    e.transient_what = "ZeRO-2's all-gather scratch (the largest bucket)";
+  } else if (agreement > 0) {
+    e.transient = agreement;
+    e.transient_what = "the step's non-finite agreement (one f64 per rank)";
+  }
+  return e;
 }
 
 }  // namespace trainlab

@@ -93,6 +93,11 @@ struct ChainOp {
   // recomputed block. What they save is dropped when the block ends (its output and its input
   // stay) and made again when backward reaches the block's last op.
   int block = -1;
+  // Whether its backward needs its input (most ops'; a global average pool needs only the shape).
+  // A recomputed block's result is kept after its forward only when the op after it needs it (or
+  // is another block, which holds its input); otherwise it goes once that op has run, and is made
+  // again with the block in backward.
+  bool saves_input = true;
 };
 
 struct ChainEstimate {
@@ -125,5 +130,39 @@ struct TrainingMemoryEstimate {
 TrainingMemoryEstimate estimate_training_memory(std::int64_t parameters, DType param_dtype, DType compute_dtype,
                                                 const std::string& optimizer, double momentum,
                                                 const std::vector<ChainOp>& chain);
+
+// Seed 003's activation formula, M = B x S x H x q for each saved layer: the outputs of the chain's
+// ops (out_bytes is B x S x H x q at the step's batch and compute dtype), every op's when nothing is
+// recomputed; under recomputation the ops outside a recomputed block and each block's output (its
+// boundary: what the seed's "stores selected boundaries" keeps). No transient, no workspace, no
+// tensor freed early: the seed's term, not the estimator's walk.
+double seed_activation_bytes(const std::vector<ChainOp>& ops);
+
+// ---- communication buffers: what data parallelism allocates beside the gradients ----
+//
+// Seed 003 leaves them out of its accounting ("excludes activations, temporary gathered parameters,
+// communication buffers"). trainlab's DDP (comm/ddp.h) allocates, in the communication category, per
+// rank:
+//   persistent: the buckets when they are not the gradients (gradient_as_bucket_view off, stages
+//     0-1; from stage 2 they are gradient shards' staging, counted as gradients), their packed
+//     copies under gradient compression, their host staging copies where the communicator cannot
+//     reach the backend's memory;
+//   transient, one at a time: ZeRO-2's all-gather scratch (the largest bucket) and, with sharded
+//     optimiser state, the step's agreement on a non-finite gradient (one f64 per rank).
+// ZeRO-3's gathered parameters are parameters (the parameters category), not buffers.
+struct CommBufferPlan {
+  std::vector<double> bucket_bytes;  // each bucket's bytes in the gradients' dtype, launch order
+  int world = 1, zero = 0;
+  bool buckets_are_gradients = true;  // gradient_as_bucket_view (or the buckets in a shared window)
+  double wire_fraction = 0;           // compressed: wire bytes per gradient byte (0: not compressed)
+  bool staged = false;                // copied through host buffers (a device the communicator cannot reach)
+};
+struct CommBufferEstimate {
+  double persistent = 0, transient = 0;
+  std::string transient_what;  // "ZeRO-2's all-gather scratch (the largest bucket)", ... ("" none)
+  double peak() const { return persistent + transient; }
+};
+// Throws Error for a world < 1, a stage outside 0..3 or a negative bucket, naming the value.
+CommBufferEstimate estimate_communication_buffers(const CommBufferPlan& plan);
 
 }  // namespace trainlab

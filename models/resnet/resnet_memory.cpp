@@ -120,6 +120,7 @@ std::vector<ChainOp> ResNet::memory_chain(const ChainShape& shape, Backend& back
   const auto channels = static_cast<double>(fc->weight.size(1)), classes = static_cast<double>(fc->weight.size(0));
   b.add({"global_avg_pool2d", b.act(channels), config_.dropout > 0 ? ChainLifetime::next_op : ChainLifetime::saved_next,
          0, b.act(plane(fc->weight.size(1)))});
+  b.ops.back().saves_input = false;  // its backward spreads the gradient over the plane: the shape is enough
   if (config_.dropout > 0) {
     const double mask = static_cast<double>((static_cast<std::int64_t>(channels * b.n) + 7) / 8 * 8);
     b.add({"dropout", b.act(channels), ChainLifetime::saved_next, mask, b.act(channels)});

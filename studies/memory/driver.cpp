@@ -14,6 +14,7 @@
 #include "comm/ddp.h"
 #include "comm/mpi_communicator.h"
 #include "comm/run_training.h"
+#include "engine/instrument/memory_model.h"
 #include "engine/train/trainer.h"
 #include "studies/memory/memory_study.h"
 
@@ -160,6 +161,35 @@ struct RunHeader {
   int world = 0, rank = 0;
 };
 
+// Seed 003's formula and the estimator beside what the arm measured: its activations (the model's
+// memory chain at the batch per rank; a model without one: not estimated) and DDP's communication
+// buffers (its plan).
+void estimate_arm(Trainer& trainer, const TrainConfig& config, const comm::Ddp& ddp, std::int64_t per_rank_batch,
+                  MemoryPerRank& memory) {
+  const ChainShape shape{per_rank_batch, config.execution.dtype,
+                         config.execution.layout == MemoryFormat::channels_last};
+  const std::vector<ChainOp> chain = trainer.model().memory_chain(shape, trainer.backend());
+  memory.formula_bytes.emplace();
+  memory.estimated_bytes.emplace();
+  if (!chain.empty()) {
+    (*memory.formula_bytes)["activations"] = seed_activation_bytes(chain);
+    const ChainEstimate estimate = estimate_chain(chain);
+    (*memory.estimated_bytes)["activations"] = estimate.activation_peak;
+    (*memory.estimated_bytes)["activations_saved"] = estimate.saved;
+  }
+  const CommBufferEstimate buffers = estimate_communication_buffers(ddp.communication_buffer_plan());
+  (*memory.estimated_bytes)["communication"] = buffers.peak();
+  const auto size = [](double bytes) {
+    return bytes < 10240 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} MiB", bytes / (1 << 20));
+  };
+  std::string parts;
+  if (buffers.persistent > 0) parts = size(buffers.persistent) + " held (the buckets' copies)";
+  if (buffers.transient > 0)
+    parts +=
+        fmt::format("{}{} at most: {}", parts.empty() ? "" : "; ", size(buffers.transient), buffers.transient_what);
+  memory.communication_estimate = parts.empty() ? "none" : parts;
+}
+
 // One repeat of one arm, trained over every rank; every rank takes part in the gathers, and rank 0
 // gets the row: the slowest rank's median step and the largest rank's memory (its breakdown at the
 // peak; each category's peak over the ranks).
@@ -199,6 +229,7 @@ std::optional<MemoryRepeatRow> measure_arm(comm::MpiCommunicator& world, const M
   const auto phases = ddp.gather(static_cast<std::int64_t>(m.peak_phase));
   const auto held = ddp.gather(m.activations_after_forward);
   if (run.rank != 0) return std::nullopt;
+  estimate_arm(*trainer, config, ddp, arm.batch / run.world, memory);
   row.header.env = run.env;
   row.header.run_id = run.run_id;
   row.header.kind = MemoryRepeatRow::kKind;
@@ -278,6 +309,8 @@ int run_memory_study(const MemoryOptions& o) {
       std::cout << "\n" << memory_table(analysis, true) << "\n" << memory_findings(analysis);
       if (const std::string persistent = memory_persistent_table(analysis, true); !persistent.empty())
         std::cout << "\nPersistent state per rank, three ways:\n" << persistent;
+      if (const std::string transient = memory_transient_table(analysis, true); !transient.empty())
+        std::cout << "\nActivations and communication buffers per rank, three ways:\n" << transient;
       if (!o.no_ledger) std::cout << "ledger: " << ledger.path() << " (run " << run.run_id << ")\n";
     }
     return 0;

@@ -144,6 +144,58 @@ std::string memory_persistent_table(const MemoryAnalysis& a, bool markdown) {
          "only around its forward and backward.\n";
 }
 
+std::string memory_transient_table(const MemoryAnalysis& a, bool markdown) {
+  const auto control = std::find_if(a.arms.begin(), a.arms.end(),
+                                    [&](const MemoryArm& arm) { return arm.name.find(" again") != std::string::npos; });
+  if (control == a.arms.end()) return "";
+  const std::int64_t batch = control->batch;
+  std::vector<const MemoryArm*> shown;
+  for (const MemoryArm& arm : a.arms)  // every stage without recomputation, then the levels at stage 0
+    if (arm.batch == batch && arm.recompute == "none" && arm.name.find(" again") == std::string::npos)
+      shown.push_back(&arm);
+  for (const MemoryArm& arm : a.arms)
+    if (arm.batch == batch && arm.recompute != "none" && arm.zero == 0) shown.push_back(&arm);
+  const auto cell = [](double bytes) {  // MiB; a few bytes as bytes, not as 0.00
+    if (bytes < 0) return std::string("-");
+    return bytes > 0 && bytes < 10240 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f}", bytes / kMiB);
+  };
+  const auto versus = [](double estimated, double measured) {
+    if (estimated < 0) return std::string("-");
+    if (estimated == measured) return std::string("exact");
+    if (measured <= 0) return std::string("measured none");
+    const double percent = 100 * (estimated - measured) / measured;
+    return std::abs(percent) < 0.05 ? fmt::format("{:+.0f} B", estimated - measured) : fmt::format("{:+.1f}%", percent);
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (const MemoryArm* arm : shown) {
+    if (arm->estimated_activations < 0 && arm->estimated_communication < 0) continue;
+    const auto activations = static_cast<double>(category(arm->peak, MemoryCategory::activations));
+    const auto buffers = static_cast<double>(category(arm->peak, MemoryCategory::communication));
+    const auto saved = static_cast<double>(arm->activations_after_forward);
+    rows.push_back(
+        {std::to_string(arm->zero), arm->recompute, std::to_string(arm->world), std::to_string(arm->per_rank_batch),
+         cell(arm->formula_activations) + " / " + cell(arm->estimated_saved) + " / " + cell(saved),
+         cell(arm->estimated_activations) + " / " + cell(activations), versus(arm->estimated_activations, activations),
+         "- / " + cell(arm->estimated_communication) + " / " + cell(buffers),
+         versus(arm->estimated_communication, buffers),
+         arm->communication_estimate.empty() ? "-" : arm->communication_estimate});
+  }
+  if (rows.empty()) return "";
+  return render_table({"zero", "recompute", "ranks", "batch per rank",
+                       "activations kept for backward MiB: seed 003 / estimator / measured",
+                       "activations' peak: estimator / measured", "estimator vs measured",
+                       "communication buffers MiB: seed 003 / estimator / measured", "estimator vs measured",
+                       "the estimator's buffers"},
+                      rows, markdown) +
+         "seed 003: B x S x H x q for every saved layer's output (under recomputation the blocks' boundaries only): "
+         "what backward keeps when the forward ends, measured then; it has no term for the step's peak (transients, "
+         "the recomputed blocks made again) nor for communication buffers. estimator: the model's memory chain "
+         "walked at the batch per rank (engine/instrument/memory_model.h), and DDP's plan of its buffers "
+         "(buckets that are not the gradients, compression and staging copies, ZeRO-2's all-gather scratch, the "
+         "sharded stages' one-f64-per-rank agreement); measured: each category's peak over the step, the largest "
+         "rank's. ZeRO-3's gathered parameters are parameters, not buffers.\n";
+}
+
 std::string memory_findings(const MemoryAnalysis& a) {
   std::ostringstream out;
   out << fmt::format("noise floor: {:.1f}% of the step time ({}); separability_test_valid: {}\n",
@@ -203,6 +255,17 @@ std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>&
       arm.optimizer = row.config.optimizer;
       arm.held = bytes_of(row.memory_per_rank.held_bytes.value_or(std::map<std::string, std::int64_t>{}));
       arm.parameters = row.memory_per_rank.parameters.value_or(0);
+      arm.per_rank_batch = row.config.per_rank_batch;
+      const auto value = [](const std::optional<std::map<std::string, double>>& by_name, const char* key) {
+        if (!by_name) return -1.0;
+        const auto found = by_name->find(key);
+        return found == by_name->end() ? -1.0 : found->second;
+      };
+      arm.formula_activations = value(row.memory_per_rank.formula_bytes, "activations");
+      arm.estimated_activations = value(row.memory_per_rank.estimated_bytes, "activations");
+      arm.estimated_saved = value(row.memory_per_rank.estimated_bytes, "activations_saved");
+      arm.estimated_communication = value(row.memory_per_rank.estimated_bytes, "communication");
+      arm.communication_estimate = row.memory_per_rank.communication_estimate.value_or("");
       it = at.emplace(row.arm, arms.size()).first;
       arms.push_back(arm);
     }

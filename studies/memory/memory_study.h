@@ -32,6 +32,11 @@ struct MemoryArm {
   std::int64_t total_peak = 0, activations_after_forward = 0;
   std::array<std::int64_t, kMemoryCategories> held{};  // between steps (rows before it: zeros)
   std::int64_t parameters = 0;                         // 0: the rows do not say
+  // Seed 003's formula and the estimator per rank (rows before them, or a model without a memory
+  // chain: -1): activations; communication buffers (the estimator only) and what its transient is.
+  double formula_activations = -1, estimated_activations = -1, estimated_saved = -1, estimated_communication = -1;
+  std::string communication_estimate;
+  std::int64_t per_rank_batch = 0;
   int world = 0;
   std::string optimizer = "sgd";
   std::string peak_phase;
@@ -64,6 +69,13 @@ std::string memory_findings(const MemoryAnalysis& analysis);
 // optimiser, engine/instrument/memory_model.h), and the bytes measured between steps. Empty when the
 // rows do not carry the held bytes.
 std::string memory_persistent_table(const MemoryAnalysis& analysis, bool markdown);
+// The transient side per rank, three ways: activations (seed 003's B x S x H x q per saved layer
+// beside the estimator's walk of the model's chain and the measured bytes when the forward ends;
+// the step's peak, estimated and measured) and communication buffers (seed 003 has none; the
+// estimator from DDP's plan; the measured peak), at the control batch: every
+// ZeRO stage without recomputation, then each recompute level at stage 0. Empty when the rows do
+// not carry the estimates.
+std::string memory_transient_table(const MemoryAnalysis& analysis, bool markdown);
 // A run's ok rows, gathered by arm in the order they appear.
 std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>& rows);
 // Peak bytes by category (stacked) per arm, and peak against step time.

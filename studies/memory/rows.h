@@ -56,6 +56,13 @@ struct MemoryPerRank {
   // (absent in rows written before them).
   std::optional<std::map<std::string, std::int64_t>> held_bytes;
   std::optional<std::int64_t> parameters;
+  // Beside the measured peaks, seed 003's formula and the estimator, per rank (absent in rows
+  // before them; a key absent: not estimated): "activations" (both; the model's memory chain at the
+  // per-rank batch: the peak; seed 003's term is what backward keeps, beside the estimator's
+  // "activations_saved"), and "communication" (the estimator only, from DDP's plan: seed 003 has no
+  // term for the buffers); what the estimator's buffers are.
+  std::optional<std::map<std::string, double>> formula_bytes, estimated_bytes;
+  std::optional<std::string> communication_estimate;
   std::string note;
   template <class F>
   void fields(F& f) {
@@ -67,6 +74,9 @@ struct MemoryPerRank {
     f("activations_after_forward_bytes", activations_after_forward_bytes);
     f.optional("held_bytes", held_bytes);
     f.optional("parameters", parameters);
+    f.optional("formula_bytes", formula_bytes);
+    f.optional("estimated_bytes", estimated_bytes);
+    f.optional("communication_estimate", communication_estimate);
     f.optional("note", note);
   }
 };

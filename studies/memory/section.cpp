@@ -32,6 +32,8 @@ std::optional<ReportSection> memory_section(const SectionInput& in) {
   md << memory_table(analysis, true) << "\n" << memory_findings(analysis);
   if (const std::string persistent = memory_persistent_table(analysis, true); !persistent.empty())
     md << "\nPersistent state per rank, three ways (MiB):\n\n" << persistent;
+  if (const std::string transient = memory_transient_table(analysis, true); !transient.empty())
+    md << "\nActivations and communication buffers per rank, three ways:\n\n" << transient;
   md << "\n![peak bytes by category, and peak against step time](" << figure << ")\n";
   section.markdown = md.str();
   section.figures.emplace_back(

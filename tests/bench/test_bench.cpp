@@ -445,6 +445,29 @@ TEST_CASE("memory study: effects against each batch's control, in units of the n
   CHECK(std::get<chart::BarChart>(figure.panels[0]).rows.size() == 4);
   CHECK(std::get<chart::Scatter>(figure.panels[1]).points.size() == 4);
   CHECK(chart::render(figure).find("</svg>") != std::string::npos);
+  // No estimates in these rows (as in rows written before them): no three-ways table.
+  CHECK(memory_transient_table(a, true).empty());
+  // With them: the control batch's stages and recompute levels, seed 003 / estimator / measured.
+  for (MemoryRepeatRow& r : rows) {
+    r.config.world = 2;
+    r.config.per_rank_batch = 32;
+    r.memory_per_rank.peak_bytes["activations"] = 3 << 20;
+    r.memory_per_rank.peak_bytes["communication"] = r.config.zero == 1 ? 16 : 0;
+    r.memory_per_rank.formula_bytes = std::map<std::string, double>{{"activations", 4 << 20}};
+    r.memory_per_rank.estimated_bytes = std::map<std::string, double>{
+        {"activations", 3 << 20},
+        {"activations_saved", static_cast<double>(r.memory_per_rank.activations_after_forward_bytes)},
+        {"communication", r.config.zero == 1 ? 16 : 8}};
+  }
+  const std::string transient = memory_transient_table(analyse_memory(memory_arms_from_rows(rows)), true);
+  CHECK(transient.find(
+            "| 0 | none | 2 | 32 | 4.00 / 250 B / 250 B | 3.00 / 3.00 | exact | - / 8 B / 0.00 | measured none |") !=
+        std::string::npos);
+  CHECK(
+      transient.find("| 1 | none | 2 | 32 | 4.00 / 240 B / 240 B | 3.00 / 3.00 | exact | - / 16 B / 16 B | exact |") !=
+      std::string::npos);
+  CHECK(transient.find("| 0 | convs | 2 | 32 |") != std::string::npos);
+  CHECK(transient.find("| 0 | none |") == transient.rfind("| 0 | none |"));  // the control once, not its pair
   // Without the pair there is no floor: refused, naming it.
   rows.erase(
       std::remove_if(rows.begin(), rows.end(), [](const MemoryRepeatRow& r) { return r.arm == "b64 none z0 again"; }),

@@ -161,8 +161,59 @@ TEST_CASE("memory: the chain estimate by hand", "[memory]") {
   CHECK(r.workspace_peak == 156);
   CHECK(r.backward_peak == 266);
   CHECK(r.backward_peak_at == "b");
+  // d needs only c's shape (a global average pool): the block's result goes once d has run and
+  // is made again with the block; the peaks are as before.
+  recomputed[3].saves_input = false;
+  const ChainEstimate dropped = estimate_chain(recomputed);
+  CHECK(dropped.saved == 101);
+  CHECK(dropped.forward_peak == 180);
+  CHECK(dropped.activation_peak == 180);
+  CHECK(dropped.backward_peak == 266);
+  // Seed 003's term: every op's output (100 + 50 + 20 + 1); recomputed, the block's boundary only.
+  CHECK(seed_activation_bytes(ops) == 171);
+  CHECK(seed_activation_bytes(recomputed) == 121);
   ops[2].out_bytes = -1;
   CHECK_THROWS_WITH(estimate_chain(ops), Catch::Contains("'c'") && Catch::Contains("negative"));
+}
+
+TEST_CASE("memory: DDP's communication buffers per stage, by hand", "[memory]") {
+  CommBufferPlan plan;
+  plan.bucket_bytes = {1000, 4000, 2000};
+  plan.world = 4;
+  // Stage 0, the buckets the gradients: nothing beside them.
+  CHECK(estimate_communication_buffers(plan).peak() == 0);
+  CHECK(estimate_communication_buffers(plan).transient_what.empty());
+  // Gradients copied into the buckets: the buckets are buffers, held.
+  plan.buckets_are_gradients = false;
+  CHECK(estimate_communication_buffers(plan).persistent == 7000);
+  plan.buckets_are_gradients = true;
+  // Sharded optimiser state: the step's agreement on a non-finite gradient, one f64 per rank.
+  plan.zero = 1;
+  CommBufferEstimate e = estimate_communication_buffers(plan);
+  CHECK(e.persistent == 0);
+  CHECK(e.transient == 32);
+  CHECK(e.transient_what.find("non-finite") != std::string::npos);
+  // ZeRO-2: the all-gather's scratch, the largest bucket (the agreement is over by then).
+  plan.zero = 2;
+  plan.buckets_are_gradients = false;  // from stage 2 the buckets are gradient shards' staging
+  e = estimate_communication_buffers(plan);
+  CHECK(e.persistent == 0);
+  CHECK(e.transient == 4000);
+  CHECK(e.transient_what.find("all-gather scratch") != std::string::npos);
+  // ZeRO-3: its gathered parameters are parameters; the agreement is all.
+  plan.zero = 3;
+  CHECK(estimate_communication_buffers(plan).peak() == 32);
+  // bf16 compression packs each bucket at half its bytes; host staging copies every bucket.
+  plan.zero = 0;
+  plan.buckets_are_gradients = true;
+  plan.wire_fraction = 0.5;
+  plan.staged = true;
+  CHECK(estimate_communication_buffers(plan).persistent == 3500 + 7000);
+  plan.zero = 4;
+  CHECK_THROWS_WITH(estimate_communication_buffers(plan), Catch::Contains("stage 4"));
+  plan.zero = 0;
+  plan.world = 0;
+  CHECK_THROWS_WITH(estimate_communication_buffers(plan), Catch::Contains("got 0"));
 }
 
 TEST_CASE("memory: SmallCNN's estimate is within 10% of the measured step, every category", "[memory]") {

@@ -200,6 +200,9 @@ case $which in
     grep -q "| global batch | recompute | zero |" "$tmp/out" || fail "no table"
     [ "$(grep -c '"kind":"memory_repeat"' "$ledger")" -eq 34 ] || fail "expected 34 memory_repeat rows (2 batches x 2 recompute x 4 stages + the control again, 2 repeats)"
     grep -q "^| 3 | 2 | 1.02 / 2.04 / 2.04 |" "$tmp/out" || fail "no ZeRO-3 row in the persistent-state table"
+    # Activations and buffers three ways: the estimator equals the measured bytes (SmallCNN, batch 64 a rank).
+    grep -qE "^\| 2 \| none \| 2 \| 64 \| [0-9.]+ / 3\.81 / 3\.81 \| 16\.00 / 16\.00 \| exact \| - / 4\.01 / 4\.01 \| exact \|" "$tmp/out" ||
+      fail "no ZeRO-2 row with exact activations and buffers in the transient table"
     "$report" --ledger "$ledger" --out "$tmp/REPORT.md" >/dev/null || fail "bench_report failed"
     grep -q "^## Memory: batch x recompute x ZeRO" "$tmp/REPORT.md" || fail "no memory section in the report"
     ls "$tmp"/figures/memory_*.svg >/dev/null || fail "no memory figure"
