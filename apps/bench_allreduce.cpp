@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
                "seed 004's routes for the same buffer: to_one (to rank 0, then broadcast), sharded (the library's "
                "reduce-scatter and all-gather), ring, single_copy, each against the alpha-beta model fitted to this "
                "run's ring");
+  app.add_option("--routes-device", o.routes_device,
+                 "with --routes: the via-host route too, its data in this backend's memory (cuda: copied to a "
+                 "host staging buffer, summed there, copied back; several ranks on one GPU need "
+                 "TRAINLAB_CUDA_DEVICE=0)");
   app.add_option("--algorithms", o.algorithms,
                  "the hand-written all-reduces timed beside MPI's, comma-separated: ring, recursive_doubling, "
                  "halving_doubling, single_copy (its data in a window the host's ranks share; the ring where they "

@@ -17,7 +17,8 @@
 #   throughput    100 s  trainlab f32, bf16 and bf16 fused + CUDA graphs against PyTorch eager's variants, one round
 #   ladder         45 s  optional: bench_ladder --device cuda --quick --repeats 1
 #   cost           35 s  optional: cost_to_accuracy --quick on the GPU
-#   total         530 s  (8.8 minutes; one device-tool command may run 10)
+#   routes         25 s  optional: bench_allreduce --routes --routes-device cuda, two ranks on GPU 0
+#   total         555 s  (9.3 minutes; one device-tool command may run 10)
 #
 # What comes back (the device tool returns at most 8 files from $OUT): $OUT/summary.txt, the table,
 # rewritten after every stage so that a run cut short still says what it found, and
@@ -37,7 +38,7 @@ mkdir -p "$work"
 started=$(date +%s)
 left() { echo $((budget - ($(date +%s) - started))); }
 
-plan="unpack 15, configure 45, build 150, smoke 20, gpu-tests 80, nccl 40, throughput 100, ladder 45 (optional), cost 35 (optional): 530 s planned, stopping at ${budget} s"
+plan="unpack 15, configure 45, build 150, smoke 20, gpu-tests 80, nccl 40, throughput 100, ladder 45 (optional), cost 35 (optional), routes 25 (optional): 555 s planned, stopping at ${budget} s"
 echo "device-check: plan: $plan"
 echo "device-check: plan: $plan" > "$work/stages.txt"
 
@@ -188,6 +189,12 @@ stage ladder 45 optional -- $bin/bench_ladder --device cuda --quick --repeats 1 
   --no-report
 stage cost 35 optional -- $bin/cost_to_accuracy --config configs/cost_cuda.yaml --quick --rate 1 \
   --ledger "$work/cost_cuda.jsonl"
+# Seed 004's via-host route (issue 48): two ranks on this GPU, each buffer in device memory copied
+# to a pinned host buffer, summed by MPI there and copied back, beside the host routes, each against
+# the model (the device-host copy rate measured at the run's start).
+stage routes 25 optional -- env TRAINLAB_CUDA_DEVICE=0 scripts/mpirun -np 2 -x TRAINLAB_CUDA_DEVICE \
+  $bin/bench_allreduce --routes --routes-device cuda --sizes 64K,1M,16M,64M --seconds-per-size 0.1 \
+  --ledger "$work/ledger_cuda.jsonl"
 note "done after $(($(date +%s) - started)) s of the ${budget} s budget"
 summarize
 cat "$out/summary.txt"

@@ -96,7 +96,8 @@ def main():
                 "| configuration | trainlab samples/s | PyTorch eager samples/s (best variant) | ratio |",
                 "|---|---|---|---|"] + table + [""]
 
-    for name, title in (("ladder", "CUDA ladder (quick, 1 repeat)"), ("cost", "cost to accuracy (quick)")):
+    for name, title in (("ladder", "CUDA ladder (quick, 1 repeat)"), ("cost", "cost to accuracy (quick)"),
+                        ("routes", "seed 004's routes with via_host (bench_allreduce --routes --routes-device cuda)")):
         text = read(os.path.join(work, f"{name}.log"))
         if text:
             out += [f"## {title}", "", "```"] + text.splitlines()[-24:] + ["```", ""]

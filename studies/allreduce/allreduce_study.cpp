@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 #include "backends/error.h"
+#include "backends/registry.h"
 #include "bench/measure/comm_bench.h"
 #include "bench/measure/ledger.h"
 #include "bench/measure/stats.h"
@@ -92,16 +94,27 @@ struct AllreduceRun {
   // single_copy among --algorithms: its window (a segment of the largest size per rank), where its
   // arm's data lies.
   comm::SingleCopyAllreduce* single_copy = nullptr;
+  // --routes-device: the backend whose memory via_host's data lies in, the host staging buffer (the
+  // largest size; pinned where the backend has it) and the device-host copy rate (GB/s, one way).
+  Backend* route_device = nullptr;
+  void* staging = nullptr;
+  double device_copy_rate = 0;
 };
 
 // The arms of a two-level run (--node-size) that are not all-reduces of the whole world: the two
 // links the prediction is fitted to. Left out of the table's lines and of the targets.
 bool link_arm(const std::string& name) { return name == "within_nodes" || name == "across_nodes"; }
 
-// One hand-written algorithm, by name (--algorithms); single_copy reduces its window, where `data` lies.
-void hand_written(const std::string& algorithm, comm::Communicator& comm, void* data, std::int64_t count, DType dtype,
-                  const comm::RingOptions& ring_options, comm::SingleCopyAllreduce* single_copy) {
-  if (algorithm == "single_copy") {
+// One hand-written algorithm, by name (--algorithms); single_copy reduces its window, where `data`
+// lies; via_host's `data` is in the route device's memory.
+void hand_written(const AllreduceRun& run, const std::string& algorithm, void* data, std::int64_t count) {
+  comm::Communicator& comm = run.comm;
+  const DType dtype = run.dtype;
+  comm::SingleCopyAllreduce* single_copy = run.single_copy;
+  if (algorithm == "via_host") {
+    TL_CHECK(run.route_device != nullptr && run.staging != nullptr, "bench_allreduce: via_host without its device");
+    route_via_host(comm, *run.route_device, data, run.staging, count, dtype);
+  } else if (algorithm == "single_copy") {
     TL_CHECK(single_copy != nullptr && data == single_copy->buffer(),
              "bench_allreduce: single_copy without its window");
     single_copy->allreduce(count, dtype, ReduceOp::sum);
@@ -110,7 +123,7 @@ void hand_written(const std::string& algorithm, comm::Communicator& comm, void* 
   } else if (algorithm == "sharded") {
     route_sharded(comm, data, count, dtype);
   } else if (algorithm == "ring") {
-    comm::ring_allreduce(comm, data, count, dtype, ReduceOp::sum, ring_options);
+    comm::ring_allreduce(comm, data, count, dtype, ReduceOp::sum, run.ring_options);
   } else if (algorithm == "recursive_doubling") {
     comm::recursive_doubling_allreduce(comm, data, count, dtype, ReduceOp::sum);
   } else {
@@ -121,13 +134,11 @@ void hand_written(const std::string& algorithm, comm::Communicator& comm, void* 
 // The flat arms of a size: each hand-written algorithm (--algorithms) on memory[i]; native on `last`.
 void add_hand_written_arms(SizeCase& size, const AllreduceRun& run, const std::vector<std::shared_ptr<void>>& memory,
                            std::int64_t count) {
-  const auto dtype = run.dtype;
   for (std::size_t i = 0; i < run.algorithms.size(); ++i) {
     const std::string algorithm = run.algorithms[i];
     std::shared_ptr<void> m = memory[i];
-    size.arms.push_back({algorithm, count * run.elem, [&run, m, count, dtype, algorithm](int) {
-                           hand_written(algorithm, run.comm, m.get(), count, dtype, run.ring_options, run.single_copy);
-                         }});
+    size.arms.push_back({algorithm, count * run.elem,
+                         [&run, m, count, algorithm](int) { hand_written(run, algorithm, m.get(), count); }});
   }
 }
 void add_native_arm(SizeCase& size, const AllreduceRun& run, std::shared_ptr<void> last, std::int64_t count) {
@@ -147,31 +158,54 @@ SizeCase size_case(const AllreduceRun& run, std::int64_t bytes) {
   const std::int64_t count = std::max<std::int64_t>(1, bytes / run.elem);
   const auto actual = static_cast<std::size_t>(count * run.elem);
   std::vector<std::shared_ptr<void>> memory;
+  std::vector<bool> on_device;  // via_host's buffer, in the route device's memory
   for (std::size_t i = 0; i <= run.algorithms.size(); ++i) {
     // single_copy's data lies in its window (not owned here); every other arm's in its own buffer.
-    const bool window = i < run.algorithms.size() && run.algorithms[i] == "single_copy";
-    memory.push_back(window ? std::shared_ptr<void>(run.single_copy->buffer(), [](void*) {})
-                            : run.comm.allocate(actual));
+    const std::string algorithm = i < run.algorithms.size() ? run.algorithms[i] : "native";
+    on_device.push_back(algorithm == "via_host");
+    if (algorithm == "single_copy") {
+      memory.emplace_back(run.single_copy->buffer(), [](void*) {});
+    } else if (algorithm == "via_host") {
+      Backend* device = run.route_device;
+      memory.emplace_back(device->allocate(actual), [device, actual](void* p) { device->deallocate(p, actual); });
+    } else {
+      memory.push_back(run.comm.allocate(actual));
+    }
   }
   if (run.hierarchy != nullptr) return two_level_case(run, count, std::move(memory));
   SizeCase size;
-  size.check = [&run, count, actual, memory] {
+  size.check = [&run, count, actual, memory, on_device] {
     comm::Communicator& comm = run.comm;
+    const auto put = [&](std::size_t i, const void* host) {
+      if (on_device[i]) {
+        run.route_device->copy_from_host(memory[i].get(), host, actual);
+        run.route_device->synchronize();
+      } else {
+        comm.copy_in(memory[i].get(), host, actual);
+      }
+    };
+    const auto get = [&](std::size_t i, void* host) {
+      if (on_device[i]) {
+        run.route_device->copy_to_host(host, memory[i].get(), actual);
+      } else {
+        comm.copy_out(host, memory[i].get(), actual);
+      }
+    };
     std::vector<unsigned char> data(actual), expected(actual), result(actual);
     fill_integers(data, count, run.dtype, run.world.rank(), run.world.size());
-    for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
+    for (std::size_t i = 0; i < memory.size(); ++i) put(i, data.data());
     for (std::size_t i = 0; i < run.algorithms.size(); ++i)
-      hand_written(run.algorithms[i], comm, memory[i].get(), count, run.dtype, run.ring_options, run.single_copy);
+      hand_written(run, run.algorithms[i], memory[i].get(), count);
     expected = data;
     run.world.allreduce_native(expected.data(), count, run.dtype, ReduceOp::sum);  // MPI on the host: exact
     comm.allreduce_native(memory.back().get(), count, run.dtype, ReduceOp::sum);
     std::int64_t wrong = 0;
-    for (const auto& m : memory) {
-      comm.copy_out(result.data(), m.get(), actual);
+    for (std::size_t i = 0; i < memory.size(); ++i) {
+      get(i, result.data());
       wrong += count_wrong(result, expected, 0, count, run.elem);
     }
     std::fill(data.begin(), data.end(), 0);
-    for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
+    for (std::size_t i = 0; i < memory.size(); ++i) put(i, data.data());
     return wrong;
   };
   add_hand_written_arms(size, run, memory, count);
@@ -195,8 +229,7 @@ SizeCase two_level_case(const AllreduceRun& run, std::int64_t count, std::vector
     std::vector<unsigned char> data(actual), result(actual);
     fill_integers(data, count, run.dtype, run.world.rank(), run.world.size());
     for (const auto& m : memory) comm.copy_in(m.get(), data.data(), actual);
-    for (std::size_t i = 0; i + 1 < flat; ++i)
-      hand_written(run.algorithms[i], comm, memory[i].get(), count, run.dtype, run.ring_options, run.single_copy);
+    for (std::size_t i = 0; i + 1 < flat; ++i) hand_written(run, run.algorithms[i], memory[i].get(), count);
     comm.allreduce_native(memory[flat - 1].get(), count, run.dtype, ReduceOp::sum);
     comm::hierarchical_allreduce(h, memory[two].get(), count, run.dtype, ReduceOp::sum);
     h.reduce_scatter_inside(memory[within].get(), count, run.dtype, ReduceOp::sum);
@@ -342,6 +375,7 @@ void append_rows(const AllreduceRun& run, const std::vector<ArmTiming>& arms, st
     row.algbw_gbps = t.algbw_gbps;
     row.busbw_gbps = t.busbw_gbps;
     row.memcpy_gbps = run.copy_rate;
+    if (run.device_copy_rate > 0) row.device_copy_gbps = run.device_copy_rate;
     row.correct = wrong == 0;
     row.wrong = wrong;
     if (arms.back().noise_floor) row.noise_floor_percent = arms.back().noise_floor->noise_floor_percent;
@@ -511,16 +545,23 @@ void print_routes(const AllreduceRun& run, const std::vector<SizeTiming>& sizes)
     std::cout << "routes: no prediction (the fit needs two sizes or more)\n";
     return;
   }
-  const RouteTable table = route_table(run.world.size(), points, run.copy_rate);
+  const RouteTable table = route_table(run.world.size(), points, run.copy_rate, run.device_copy_rate);
   std::cout << "\n# seed 004's routes: measured (median) against seed 001's alpha-beta model; " << table.fit
             << "; single_copy against one memcpy of S at " << fmt::format("{:.2f}", run.copy_rate)
-            << " GB/s; native is modelled as the ring; via host staging is a GPU route (not on this host)\n"
+            << " GB/s; native is modelled as the ring; "
+            << (run.route_device != nullptr
+                    ? fmt::format("via_host as native plus S down and S up at {:.2f} GB/s ({} memory)",
+                                  run.device_copy_rate, run.route_device->name())
+                    : std::string("via host staging needs a device: --routes-device cuda on a GPU box"))
+            << "\n"
             << render_table(table.head, table.rows, true);
 }
 
 // Options that cannot go together, and --write-tuning's file, are refused before the run: a path it may
 // write, and an existing file a tuning file.
 void check_options(const AllreduceOptions& o) {
+  TL_CHECK(o.routes_device.empty() || o.routes,
+           "--routes-device " + o.routes_device + " adds the via-host route to --routes: give --routes too");
   TL_CHECK(!o.routes || (o.algorithms == "ring" && o.collective == "all_reduce" && o.node_size == 0 &&
                          o.tune_path.empty() && o.comm_kind == "mpi"),
            "--routes times its own arms (to_one, sharded, ring, single_copy) over MPI: not with --algorithms, "
@@ -544,6 +585,47 @@ void check_options(const AllreduceOptions& o) {
                o.algorithms + " cannot go with it");
   check_output_file(o.tune_path, "--write-tuning");
   if (file_kind(o.tune_path) == "a regular file") comm::read_tuning(o.tune_path);
+}
+
+// --routes-device: the backend via_host's data lies in (one with its own memory), a host staging
+// buffer of the largest size (pinned where the backend has it) and the device-host copy rate at
+// that size, one way (the best of four round trips, the first one warm-up).
+struct RouteDevice {
+  Backend* backend = nullptr;
+  std::shared_ptr<void> staging;
+  double copy_gbps = 0;
+};
+RouteDevice route_device(const AllreduceOptions& o, const std::vector<std::int64_t>& sizes, std::int64_t elem) {
+  RouteDevice d;
+  if (o.routes_device.empty()) return d;
+  Backend& backend = get_backend(o.routes_device);
+  TL_CHECK(backend.device_type() != DeviceType::cpu,
+           "--routes-device " + o.routes_device +
+               ": its tensors are host memory already; the via-host route needs a backend with its own memory "
+               "(cuda)");
+  std::size_t largest = 0;
+  for (std::int64_t bytes : sizes)
+    largest = std::max(largest, static_cast<std::size_t>(std::max<std::int64_t>(1, bytes / elem) * elem));
+  if (PinnedUploads* pinned = backend.pinned_uploads()) {
+    d.staging = {pinned->allocate_pinned(largest), [pinned](void* p) { pinned->deallocate_pinned(p); }};
+  } else {
+    d.staging = {std::aligned_alloc(64, (largest + 63) / 64 * 64), [](void* p) { std::free(p); }};
+  }
+  void* on_device = backend.allocate(largest);
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    backend.copy_to_host(d.staging.get(), on_device, largest);
+    backend.copy_from_host(on_device, d.staging.get(), largest);
+    backend.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0 && (best == 0 || seconds < best)) best = seconds;
+  }
+  backend.deallocate(on_device, largest);
+  d.backend = &backend;
+  d.copy_gbps = best > 0 ? 2.0 * static_cast<double>(largest) / best / 1e9 : 0;
+  TL_CHECK(d.copy_gbps > 0, "--routes-device " + o.routes_device + ": the device-host copy took no measurable time");
+  return d;
 }
 
 int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
@@ -572,6 +654,9 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
     for (std::int64_t bytes : sizes) largest = std::max(largest, std::max<std::int64_t>(1, bytes / elem) * elem);
     single_copy = std::make_unique<comm::SingleCopyAllreduce>(comm, static_cast<std::size_t>(largest));
   }
+  RouteDevice device = route_device(o, sizes, elem);
+  std::vector<std::string> arms = algorithms;
+  if (device.backend != nullptr) arms.push_back("via_host");
   const AllreduceRun run{
       o,
       world,
@@ -585,9 +670,12 @@ int run_sizes(const AllreduceOptions& o, comm::MpiCommunicator& world) {
       Ledger(o.ledger_path.empty() ? default_ledger_path(comm.device_memory() ? "cuda" : "cpu") : o.ledger_path),
       parse_collective(o.collective),
       comm.backend() == "mpi" ? mpi_variant_of_environment() : MpiVariant{},
-      algorithms,
+      arms,
       hierarchy.get(),
-      single_copy.get()};
+      single_copy.get(),
+      device.backend,
+      device.staging.get(),
+      device.copy_gbps};
   const int rank = world.rank();
   if (rank == 0) print_header(run);
   CommHarness harness(world, run.collective);

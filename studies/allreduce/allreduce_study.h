@@ -39,6 +39,9 @@ struct AllreduceOptions {
   // library's all-reduce last), each against the alpha-beta model fitted to this run's ring
   // (studies/allreduce/routes.h). Its rows say study "routes" and stay out of the all-reduce section.
   bool routes = false;
+  // --routes-device NAME: with --routes, the via-host route too, its data in this backend's memory
+  // (cuda; a backend whose tensors are host memory is refused).
+  std::string routes_device;
 };
 
 // The MPI variant a process runs under, read from its environment as Open MPI and glibc read it:

@@ -37,6 +37,16 @@ void route_sharded(comm::Communicator& comm, void* data, std::int64_t count, DTy
   comm.allgather_native(data, count, dtype);
 }
 
+void route_via_host(comm::Communicator& comm, Backend& device, void* data, void* staging, std::int64_t count,
+                    DType dtype) {
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  if (bytes == 0) return;
+  device.copy_to_host(staging, data, bytes);  // after the device's work so far
+  comm.allreduce_native(staging, count, dtype, comm::ReduceOp::sum);
+  device.copy_from_host(data, staging, bytes);
+  device.synchronize();  // the sum is on the device when the route returns
+}
+
 namespace {
 
 // The route's alpha-beta terms over P ranks (comm::AllreduceCost: T = steps alpha + factor S / B).
@@ -48,7 +58,7 @@ comm::AllreduceCost route_cost(const std::string& route, int P) {
 
 }  // namespace
 
-RouteTable route_table(int ranks, const std::vector<RoutePoint>& points, double memcpy_gbps) {
+RouteTable route_table(int ranks, const std::vector<RoutePoint>& points, double memcpy_gbps, double device_copy_gbps) {
   std::vector<std::pair<double, double>> ring;
   for (const RoutePoint& p : points) {
     for (const auto& [route, seconds] : p.medians)
@@ -62,9 +72,11 @@ RouteTable route_table(int ranks, const std::vector<RoutePoint>& points, double 
     const double S = static_cast<double>(p.bytes);
     const comm::RingModel link = link_model(fit, S);
     for (const auto& [route, seconds] : p.medians) {
-      const double predicted = route == "single_copy"
-                                   ? S / (memcpy_gbps * 1e9)
-                                   : route_cost(route, ranks).time_s(link.alpha_s, link.bandwidth_Bps, S);
+      TL_CHECK(route != "via_host" || device_copy_gbps > 0,
+               "routes: via_host needs the device-host copy rate it is predicted with");
+      double predicted = route == "single_copy" ? S / (memcpy_gbps * 1e9)
+                                                : route_cost(route, ranks).time_s(link.alpha_s, link.bandwidth_Bps, S);
+      if (route == "via_host") predicted += 2 * S / (device_copy_gbps * 1e9);
       table.rows.push_back({human_bytes(p.bytes), route, fmt::format("{:.1f}", seconds * 1e6),
                             fmt::format("{:.1f}", predicted * 1e6), fmt::format("{:.2f}", seconds / predicted),
                             fmt::format("{:.2f}", S / seconds / 1e9)});

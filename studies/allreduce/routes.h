@@ -12,13 +12,19 @@
 // own medians in the same run (one line, or two regimes where one does not fit): the ring's row is
 // the fit's residual, the others' a prediction. single_copy is predicted by memory traffic instead:
 // S read and S written per rank, one memcpy of S at this run's single-core rate (a bound: the ranks
-// share one memory bus). Via host staging is a GPU route: on this host the buffers are host memory.
+// share one memory bus).
+//   via_host     (--routes-device, a backend with its own memory: cuda) the buffer lies in the
+//                device's memory: copied to a host staging buffer, summed there by the library's
+//                all-reduce, copied back; predicted as the library's all-reduce (modelled as the
+//                ring) plus S down and S up at the device-host copy rate measured at the run's start.
+//                On a CPU backend there is no such route: the buffers are host memory already.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "comm/communicator.h"
 
 namespace trainlab::bench {
@@ -27,6 +33,10 @@ namespace trainlab::bench {
 // sum (the same bits everywhere: one rank adds, then copies go out).
 void route_to_one(comm::Communicator& comm, void* data, std::int64_t count, DType dtype);
 void route_sharded(comm::Communicator& comm, void* data, std::int64_t count, DType dtype);
+// `data` in `device`'s memory, `staging` host memory of the same bytes; returns when the sum is back
+// in `data` on the device.
+void route_via_host(comm::Communicator& comm, Backend& device, void* data, void* staging, std::int64_t count,
+                    DType dtype);
 
 // One size's measured medians (seconds) by route name.
 struct RoutePoint {
@@ -41,6 +51,9 @@ struct RouteTable {
   std::vector<std::vector<std::string>> rows;
   std::string fit;  // "alpha 2.1 us, B 6.3 GB/s (one line within 20%)"
 };
-RouteTable route_table(int ranks, const std::vector<RoutePoint>& points, double memcpy_gbps);
+// `device_copy_gbps`: the device-host copy rate (one direction) via_host is predicted with (0: no
+// via_host route).
+RouteTable route_table(int ranks, const std::vector<RoutePoint>& points, double memcpy_gbps,
+                       double device_copy_gbps = 0);
 
 }  // namespace trainlab::bench

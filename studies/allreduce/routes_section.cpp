@@ -40,16 +40,23 @@ std::optional<ReportSection> routes_section(const SectionInput& in) {
       "\n## Seed 004's routes: the same gradients summed four ways, {} ranks\n\nRun `{}` of `bench_allreduce "
       "--routes` on {} (malloc {}): to_one (every buffer to rank 0, added there, broadcast), sharded (the library's "
       "reduce-scatter and all-gather: every rank serves a chunk), the hand-written ring, single_copy (a shared "
-      "window, no messages) and the library's all-reduce; medians over iterations, each the slowest rank's, "
+      "window, no messages) and the library's all-reduce{}; medians over iterations, each the slowest rank's, "
       "against seed 001's alpha-beta model fitted to the ring's medians of the same run (single_copy against one "
-      "memcpy of S).\n\n",
-      ranks, run_id, measured_on(first->header.env), first->config.malloc.value_or("?"));
+      "memcpy of S{}).\n\n",
+      ranks, run_id, measured_on(first->header.env), first->config.malloc.value_or("?"),
+      first->device_copy_gbps ? ", and via_host (the data in device memory, copied to a host buffer, summed there, "
+                                "copied back)"
+                              : "",
+      first->device_copy_gbps
+          ? fmt::format("; via_host against the library's plus S each way at {:.2f} GB/s", *first->device_copy_gbps)
+          : "");
   if (points.size() < 2) {
     md << "No prediction: the fit needs two sizes or more.\n";
     section.markdown = md.str();
     return section;
   }
-  const RouteTable table = route_table(ranks, points, first->memcpy_gbps.value_or(0));
+  const RouteTable table =
+      route_table(ranks, points, first->memcpy_gbps.value_or(0), first->device_copy_gbps.value_or(0));
   md << render_table(table.head, table.rows, true) << "\n" << table.fit << ".\n";
   section.markdown = md.str();
   section.readme_table = render_table(table.head, table.rows, true) + "\n" + table.fit + ".\n";

@@ -70,6 +70,7 @@ struct AllreduceRow {
   int warmup_iterations_excluded = 0;
   std::optional<double> algbw_gbps, busbw_gbps;  // at the median (bench_allreduce)
   std::optional<double> memcpy_gbps;             // the single-core memcpy rate of the same run
+  std::optional<double> device_copy_gbps;        // --routes-device: its device-host copy rate, one way
   std::optional<bool> correct;                   // bench_allreduce: every arm's result exact
   std::optional<std::int64_t> wrong;             // its #wrong: elements that differed, over arms and ranks
   std::optional<double> noise_floor_percent;     // native's even against its odd iterations
@@ -92,6 +93,7 @@ struct AllreduceRow {
     f.optional("algbw_gbps", algbw_gbps);
     f.optional("busbw_gbps", busbw_gbps);
     f.optional("memcpy_gbps", memcpy_gbps);
+    f.optional("device_copy_gbps", device_copy_gbps);
     f.optional("correct", correct);
     f.optional("wrong", wrong);
     f.optional("noise_floor_percent", noise_floor_percent);

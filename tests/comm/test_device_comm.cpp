@@ -20,6 +20,7 @@
 #include "device_communicator.h"
 #include "emulated_device.h"
 #include "engine/train/trainer.h"
+#include "studies/allreduce/routes.h"
 #ifdef TRAINLAB_HAVE_NCCL
 #include "comm/nccl_communicator.h"
 #endif
@@ -71,6 +72,35 @@ std::vector<unsigned char> random_buffer(DType dtype, std::int64_t count, int ra
 }
 
 }  // namespace
+
+TEST_CASE("seed 004's via-host route: device memory through a host staging buffer, the library's sum bit for bit",
+          "[device-comm]") {
+  auto world = MpiCommunicator::world();
+  Backend& device = device_backend();
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const std::int64_t count : {1, 1000, 100003}) {
+      INFO(dtype_name(dtype) << ", " << count << " elements");
+      std::vector<unsigned char> data = random_buffer(dtype, count, world->rank(), 5);
+      std::vector<unsigned char> expected = data, staging(data.size()), result(data.size());
+      world->allreduce_native(expected.data(), count, dtype, ReduceOp::sum);
+      void* on_device = device.allocate(data.size());
+      device.copy_from_host(on_device, data.data(), data.size());
+      bench::route_via_host(*world, device, on_device, staging.data(), count, dtype);
+      device.copy_to_host(result.data(), on_device, result.size());
+      device.deallocate(on_device, data.size());
+      CHECK(result == expected);
+    }
+  }
+  // Its prediction: the library's all-reduce (modelled as the ring) plus S each way at the copy rate.
+  std::vector<bench::RoutePoint> points = {{1 << 20, {{"ring", 1e-3}, {"via_host", 3e-3}}},
+                                           {1 << 24, {{"ring", 16e-3}, {"via_host", 40e-3}}}};
+  const bench::RouteTable table = bench::route_table(2, points, 10.0, 2.0);
+  REQUIRE(table.rows.size() == 4);
+  // At 16M: the ring's fit passes through its two points (16 ms), plus 2 x 16 MiB at 2 GB/s.
+  CHECK(table.rows[3][1] == "via_host");
+  CHECK(std::stod(table.rows[3][3]) == Approx(16e3 + 2 * 16777216 / 2e9 * 1e6).epsilon(1e-3));
+  CHECK_THROWS_WITH(bench::route_table(2, points, 10.0), Catch::Contains("via_host needs the device-host copy rate"));
+}
 
 TEST_CASE("the ring on device-style buffers, stream-ordered, is bit for bit the ring over MPI", "[device-comm]") {
   auto host = MpiCommunicator::world();

@@ -24,4 +24,9 @@ done
 grep -q "^## All-reduce" "$tmp/REPORT.md" && fail "the all-reduce section drew the routes run"
 out=$("$mpirun" -np 2 "$bench" --routes --algorithms ring,single_copy --no-ledger 2>&1) && fail "--routes with --algorithms ran"
 echo "$out" | has "routes times its own arms" || { echo "$out"; fail "--routes' refusal"; }
+# The via-host route needs a backend with its own memory (cuda), and --routes.
+out=$("$mpirun" -np 2 "$bench" --routes --routes-device reference --no-ledger 2>&1) && fail "--routes-device reference ran"
+echo "$out" | has "routes-device reference: its tensors are host memory already" || { echo "$out"; fail "--routes-device's refusal"; }
+out=$("$mpirun" -np 2 "$bench" --routes-device cuda --no-ledger 2>&1) && fail "--routes-device without --routes ran"
+echo "$out" | has "give --routes too" || { echo "$out"; fail "--routes-device without --routes: $out"; }
 echo "routes_test: ok"
