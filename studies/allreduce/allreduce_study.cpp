@@ -599,7 +599,9 @@ RouteDevice route_device(const AllreduceOptions& o, const std::vector<std::int64
   RouteDevice d;
   if (o.routes_device.empty()) return d;
   Backend& backend = get_backend(o.routes_device);
-  TL_CHECK(backend.device_type() != DeviceType::cpu,
+  // Its own memory: a device (cuda), or a backend that stages host data through pinned buffers
+  // into memory of its own (the tests' emulated device); the CPU backends' tensors are host memory.
+  TL_CHECK(backend.device_type() != DeviceType::cpu || backend.pinned_uploads() != nullptr,
            "--routes-device " + o.routes_device +
                ": its tensors are host memory already; the via-host route needs a backend with its own memory "
                "(cuda)");

@@ -20,6 +20,7 @@
 #include "device_communicator.h"
 #include "emulated_device.h"
 #include "engine/train/trainer.h"
+#include "studies/allreduce/allreduce_study.h"
 #include "studies/allreduce/routes.h"
 #ifdef TRAINLAB_HAVE_NCCL
 #include "comm/nccl_communicator.h"
@@ -100,6 +101,18 @@ TEST_CASE("seed 004's via-host route: device memory through a host staging buffe
   CHECK(table.rows[3][1] == "via_host");
   CHECK(std::stod(table.rows[3][3]) == Approx(16e3 + 2 * 16777216 / 2e9 * 1e6).epsilon(1e-3));
   CHECK_THROWS_WITH(bench::route_table(2, points, 10.0), Catch::Contains("via_host needs the device-host copy rate"));
+  // bench_allreduce --routes --routes-device on the emulated device: its buffers put and read back
+  // through the device's copies, every route's result checked against the exact sum (0: all correct).
+  bench::AllreduceOptions options;
+  options.routes = true;
+  options.routes_device = trainlab::testing::emulated_device();
+  options.sizes_spec = "4K,64K";
+  options.seconds_per_size = 0.01;
+  options.warmup = 1;
+  options.min_iters = 2;
+  options.max_iters = 3;
+  options.no_ledger = true;
+  CHECK(bench::run_allreduce_study(options) == 0);
 }
 
 TEST_CASE("the ring on device-style buffers, stream-ordered, is bit for bit the ring over MPI", "[device-comm]") {
