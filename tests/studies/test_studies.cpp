@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -62,25 +62,30 @@ const CostRow& row_named(const CostAnalysis& a, const std::string& name) {
 }
 
 // The committed ledger of a machine that ran every seed study (pinning, memory, data set, PyTorch),
-// one row a line. The sanitizer pass (TRAINLAB_TEST_QUICK) keeps the latest run of each kind: the
-// ledger grows every session, and make test reads back every row of it.
+// one row a line. The sanitizer pass (TRAINLAB_TEST_QUICK) keeps the runs the committed REPORT.md
+// shows (the latest of each section, named in its text): the ledger grows every session, and make
+// test reads back every row of it.
 std::vector<std::string> committed_lines() {
+  const std::string dir = std::string(TRAINLAB_SOURCE_DIR) + "/bench/results/amd_epyc/";
   std::vector<std::string> lines;
-  std::ifstream in(std::string(TRAINLAB_SOURCE_DIR) + "/bench/results/amd_epyc/ledger_cpu.jsonl");
+  std::ifstream in(dir + "ledger_cpu.jsonl");
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   if (std::getenv("TRAINLAB_TEST_QUICK") == nullptr) return lines;
-  const auto field = [](const std::string& line, const std::string& key) {  // a top-level string's first
-    const std::string at = "\"" + key + "\":\"";
-    const std::size_t from = line.find(at);
-    if (from == std::string::npos) return std::string();
-    const std::size_t begin = from + at.size();
-    return line.substr(begin, line.find('"', begin) - begin);
-  };
-  std::map<std::string, std::string> latest;  // kind -> its last run
-  for (const std::string& line : lines) latest[field(line, "kind")] = field(line, "run_id");
+  std::ifstream report_in(dir + "REPORT.md");
+  const std::string report((std::istreambuf_iterator<char>(report_in)), std::istreambuf_iterator<char>());
+  std::set<std::string> shown;  // run ids: 20261207T185056Z-14542
+  const std::regex run_id("[0-9]{8}T[0-9]{6}Z-[0-9]+");
+  for (auto it = std::sregex_iterator(report.begin(), report.end(), run_id); it != std::sregex_iterator(); ++it)
+    shown.insert(it->str());
   std::vector<std::string> kept;
-  for (const std::string& line : lines)
-    if (latest[field(line, "kind")] == field(line, "run_id")) kept.push_back(line);
+  for (const std::string& line : lines) {
+    const std::string key = "\"run_id\":\"";
+    const std::size_t at = line.find(key);
+    const std::string id = at == std::string::npos
+                               ? std::string()
+                               : line.substr(at + key.size(), line.find('"', at + key.size()) - at - key.size());
+    if (id.empty() || shown.count(id) == 1) kept.push_back(line);
+  }
   return kept;
 }
 
