@@ -179,14 +179,11 @@ void estimate_arm(Trainer& trainer, const TrainConfig& config, const comm::Ddp& 
   }
   const CommBufferEstimate buffers = estimate_communication_buffers(ddp.communication_buffer_plan());
   (*memory.estimated_bytes)["communication"] = buffers.peak();
-  const auto size = [](double bytes) {
-    return bytes < 10240 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} MiB", bytes / (1 << 20));
-  };
   std::string parts;
-  if (buffers.persistent > 0) parts = size(buffers.persistent) + " held (the buckets' copies)";
+  if (buffers.persistent > 0) parts = mib_or_bytes(buffers.persistent, " MiB") + " held (the buckets' copies)";
   if (buffers.transient > 0)
-    parts +=
-        fmt::format("{}{} at most: {}", parts.empty() ? "" : "; ", size(buffers.transient), buffers.transient_what);
+    parts += fmt::format("{}{} at most: {}", parts.empty() ? "" : "; ", mib_or_bytes(buffers.transient, " MiB"),
+                         buffers.transient_what);
   memory.communication_estimate = parts.empty() ? "none" : parts;
 }
 

@@ -144,6 +144,10 @@ std::string memory_persistent_table(const MemoryAnalysis& a, bool markdown) {
          "only around its forward and backward.\n";
 }
 
+std::string mib_or_bytes(double bytes, const char* unit) {
+  return bytes > 0 && bytes < 10240 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f}{}", bytes / kMiB, unit);
+}
+
 std::string memory_transient_table(const MemoryAnalysis& a, bool markdown) {
   const auto control = std::find_if(a.arms.begin(), a.arms.end(),
                                     [&](const MemoryArm& arm) { return arm.name.find(" again") != std::string::npos; });
@@ -155,10 +159,7 @@ std::string memory_transient_table(const MemoryAnalysis& a, bool markdown) {
       shown.push_back(&arm);
   for (const MemoryArm& arm : a.arms)
     if (arm.batch == batch && arm.recompute != "none" && arm.zero == 0) shown.push_back(&arm);
-  const auto cell = [](double bytes) {  // MiB; a few bytes as bytes, not as 0.00
-    if (bytes < 0) return std::string("-");
-    return bytes > 0 && bytes < 10240 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f}", bytes / kMiB);
-  };
+  const auto cell = [](double bytes) { return bytes < 0 ? std::string("-") : mib_or_bytes(bytes); };
   const auto versus = [](double estimated, double measured) {
     if (estimated < 0) return std::string("-");
     if (estimated == measured) return std::string("exact");

@@ -76,6 +76,8 @@ std::string memory_persistent_table(const MemoryAnalysis& analysis, bool markdow
 // ZeRO stage without recomputation, then each recompute level at stage 0. Empty when the rows do
 // not carry the estimates.
 std::string memory_transient_table(const MemoryAnalysis& analysis, bool markdown);
+// Bytes as MiB ("4.01", then `unit`), or, between 0 and 10 KiB, as bytes ("32 B") rather than 0.00.
+std::string mib_or_bytes(double bytes, const char* unit = "");
 // A run's ok rows, gathered by arm in the order they appear.
 std::vector<MemoryArm> memory_arms_from_rows(const std::vector<MemoryRepeatRow>& rows);
 // Peak bytes by category (stacked) per arm, and peak against step time.
