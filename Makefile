@@ -56,7 +56,7 @@ test: build
 # both compilers; install-deps --sanitize adds clang, its sanitizer runtimes and its OpenMP.
 SANITIZE_TARGETS = trainlab_tests trainlab_comm_tests trainlab_cli bench_allreduce bench_buckets bench_report \
                     bench_pipeline bench_tensor_parallel bench_parallelism \
-                    bench_scaling own_model_and_data gradient_timeline $(addprefix fuzz_,$(FUZZ_TARGETS))
+                    bench_scaling own_model_and_data gradient_timeline reference_row_check $(addprefix fuzz_,$(FUZZ_TARGETS))
 test-sanitize:
 	@bash scripts/install-deps.sh --sanitize
 	@cmake --preset sanitize > /dev/null
