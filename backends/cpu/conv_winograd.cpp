@@ -304,6 +304,7 @@ bool chosen(DType dtype, const Conv2dShape& s, Pass pass) {
       return false;
     case Pass::backward_data:
     case Pass::backward_weights:
+    case Pass::inference:
       return simd().isa == CpuIsa::avx2;
   }
   return false;
@@ -318,8 +319,9 @@ std::string policy() {
     case Algo::automatic:
       break;
   }
-  return simd().isa == CpuIsa::avx2 ? "direct forward, Winograd F(4x4,3x3) gradients (auto on avx2)"
-                                    : std::string("direct (auto on ") + cpu_isa_name(simd().isa) + ")";
+  return simd().isa == CpuIsa::avx2
+             ? "direct forward, Winograd F(4x4,3x3) gradients and inference blocks (auto on avx2)"
+             : std::string("direct (auto on ") + cpu_isa_name(simd().isa) + ")";
 }
 
 bool applies(DType dtype, const Conv2dShape& s) {

@@ -45,8 +45,12 @@ bool applies(DType dtype, const Conv2dShape& s);
 //     through the batch norms that follow: ResNet-20's f32 gradients then differ from PyTorch f64's
 //     by up to 3e-4 (relative), past PyTorch f32's own (tests/engine/check_torch_grads.py); with the
 //     backward passes alone they stay within it.
+//   inference (a forward no gradient goes through: the conv block of a forward-only pass, whose
+//     pool keeps no places): winograd on AVX2, where no gradient carries its rounding (outputs
+//     within about 1e-6 of the direct sum's, relative to the inputs' magnitude times the channels);
+//     direct on AVX-512, where oneDNN's direct kernels are faster than this one.
 // Throws Error naming the variable, its value and the allowed values when the value is none of them.
-enum class Pass { forward, backward_data, backward_weights };
+enum class Pass { forward, backward_data, backward_weights, inference };
 bool chosen(DType dtype, const Conv2dShape& s, Pass pass);
 // The policy in force, for the backend's list of implementations.
 std::string policy();

@@ -222,6 +222,12 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   void conv_pool(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x, const void* weight,
                  const void* bias, void* y, std::uint8_t* places);
 
+  // conv_pool in inference by trainlab's Winograd (cpu::winograd::Pass::inference: f32,
+  // channels_last, 3x3 stride 1): the kernel transformed once, then a slice at a time, each
+  // slice's channels-last output pooled while in cache; a slice with a NaN or an infinity in its
+  // input by the direct convolution (conv_pool_slice), so that NaN lands where the direct sum's does.
+  void winograd_pool(const Conv2dShape& s, const Pool2dShape& p, std::int64_t slice, const void* x, const void* weight,
+                     const void* bias, void* y);
   // conv_pool over one slice of the batch.
   void conv_pool_slice(DType dtype, const Conv2dShape& s, const Pool2dShape& p, const void* x, const void* weight,
                        const void* bias, void* y, std::uint8_t* places);

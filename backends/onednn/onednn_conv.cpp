@@ -161,7 +161,7 @@ OnednnBackend::ConvDescs OnednnBackend::conv_descs(DType dtype, dt c, const Conv
 
 bool OnednnBackend::conv_winograd(DType dtype, const Conv2dShape& s, cpu::winograd::Pass pass) {
   if (!cpu::winograd::chosen(dtype, s, pass)) return false;
-  static constexpr const char* kPass[] = {"forward", "backward-data", "backward-weights"};
+  static constexpr const char* kPass[] = {"forward", "backward-data", "backward-weights", "inference (conv blocks)"};
   std::lock_guard lock(mutex_);
   impls_.insert(std::string("trainlab Winograd F(4x4,3x3) ") + kPass[static_cast<int>(pass)] +
                 " for f32 3x3 convolutions, stride 1, channels_last");

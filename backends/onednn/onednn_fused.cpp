@@ -73,6 +73,10 @@ void OnednnBackend::conv_pool(DType dtype, const Conv2dShape& s, const Pool2dSha
   const auto per_sample =
       static_cast<std::int64_t>(s.out_channels * s.out_h() * s.out_w()) * static_cast<std::int64_t>(sizeof(float));
   const std::int64_t slice = std::clamp<std::int64_t>(kSliceBytes / per_sample, 1, s.batch);
+  if (places == nullptr && conv_winograd(dtype, s, cpu::winograd::Pass::inference)) {
+    guarded("conv2d_pool_forward", [&] { winograd_pool(s, p, slice, x, weight, bias, y); });
+    return;
+  }
   const std::size_t x_sample = dtype_size(dtype) * static_cast<std::size_t>(s.in_channels * s.in_h * s.in_w);
   const std::int64_t y_cells = p.channels * p.out_h() * p.out_w();
   const std::size_t y_sample = dtype_size(dtype) * static_cast<std::size_t>(y_cells);
@@ -83,6 +87,50 @@ void OnednnBackend::conv_pool(DType dtype, const Conv2dShape& s, const Pool2dSha
     conv_pool_slice(dtype, cs, ps, static_cast<const char*>(x) + static_cast<std::size_t>(n0) * x_sample, weight, bias,
                     static_cast<char*>(y) + static_cast<std::size_t>(n0) * y_sample,
                     places != nullptr ? places + n0 * y_cells : nullptr);
+  }
+}
+
+namespace {
+
+// Whether every float of x[0, n) is finite (its exponent not all ones).
+bool all_finite(const float* x, std::int64_t n) {
+  std::uint32_t top = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    top = std::max(top, bits & 0x7f800000u);
+  }
+  return top != 0x7f800000u;
+}
+
+}  // namespace
+
+void OnednnBackend::winograd_pool(const Conv2dShape& s, const Pool2dShape& p, std::int64_t slice, const void* x,
+                                  const void* weight, const void* bias, void* y) {
+  Scratch scratch(*this);
+  auto* u = scratch.get<float>(static_cast<std::int64_t>(cpu::winograd::weights_floats(s.in_channels, s.out_channels)));
+  cpu::winograd::transform_weights(static_cast<const float*>(weight), s.out_channels, s.in_channels, false, u);
+  void* workspace = scratch.get(cpu::winograd::workspace_bytes(s.in_channels, s.out_channels, threads_));
+  const std::int64_t conv_sample = s.out_channels * s.out_h() * s.out_w();
+  auto* conv_out = scratch.get<float>(std::min(slice, s.batch) * conv_sample);
+  const std::int64_t x_sample = s.in_channels * s.in_h * s.in_w, y_sample = p.channels * p.out_h() * p.out_w();
+  for (std::int64_t n0 = 0; n0 < s.batch; n0 += slice) {
+    const std::int64_t count = std::min(slice, s.batch - n0);
+    const float* xs = static_cast<const float*>(x) + n0 * x_sample;
+    float* ys = static_cast<float*>(y) + n0 * y_sample;
+    if (!all_finite(xs, count * x_sample)) {
+      // A NaN or an infinity: the direct convolution, whose outputs are NaN (or infinite) exactly
+      // where the sum's are; Winograd's transforms would spread one over its whole tile.
+      Conv2dShape cs = s;
+      Pool2dShape ps = p;
+      cs.batch = ps.batch = count;
+      conv_pool_slice(DType::f32, cs, ps, xs, weight, bias, ys, nullptr);
+      continue;
+    }
+    cpu::winograd::convolve(xs, count, s.in_h, s.in_w, s.in_channels, u, s.out_channels,
+                            static_cast<const float*>(bias), /*relu=*/false, conv_out, threads_, workspace);
+    cpu::pool2x2::forward_blocked_relu(conv_out, count, s.out_channels, /*block=*/s.out_channels, s.out_h(), s.out_w(),
+                                       ys, p.channels_last, nullptr, threads_);
   }
 }
 

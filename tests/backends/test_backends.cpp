@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 
+#include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/simd.h"
 #include "backends/device_selection.h"
 #include "backends/registry.h"
@@ -294,6 +295,69 @@ TEST_CASE("backends: conv2d_relu_max_pool2d, inference's one-call conv block, is
   REQUIRE(y.grad_fn() != nullptr);
   sum(y).backward();
   CHECK(x.grad().defined());
+}
+
+TEST_CASE("backends: inference's conv block by Winograd (AVX2) is the composed ops, NaN where theirs is",
+          "[backends][winograd-inference]") {
+  // Where cpu::winograd::chosen(Pass::inference) (auto: f32, channels_last, 3x3 stride 1, channels by
+  // 8, on AVX2; engine.backends.winograd-inference runs this capped to AVX2) the onednn backend's
+  // inference block is trainlab's Winograd then the pool, a slice of the batch at a time: against
+  // the composed ops (the direct convolution), within F(4x4,3x3)'s rounding; an input with a NaN or
+  // an infinity in one slice gets the direct convolution for that slice, so that NaN and infinity
+  // land exactly where the composed ops put them. Elsewhere the block is the direct one.
+  const auto fast = fast_backends();
+  if (std::find(fast.begin(), fast.end(), "onednn") == fast.end()) {
+    WARN("skipped: no onednn backend in this build");
+    return;
+  }
+  Backend& backend = get_backend("onednn");
+  Generator gen(109);
+  struct Case {
+    Shape x, w;
+  };
+  // SmallCNN's conv2; odd sizes (a partial tile, a row and column in no window); 1 MiB of output a
+  // sample (slices of one).
+  const Case cases[] = {
+      {{4, 32, 16, 16}, {64, 32, 3, 3}}, {{3, 16, 9, 11}, {24, 16, 3, 3}}, {{3, 8, 64, 64}, {64, 8, 3, 3}}};
+  const Conv2dOptions o = Conv2dOptions::square(1, 1);
+  const Pool2dOptions pool = Pool2dOptions::square(2);
+  bool winograd = false;
+  for (const Case& c : cases) {
+    Conv2dShape cs{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], 3, 3, 1, 1, 1, 1};
+    cs.channels_last = true;
+    winograd = winograd || cpu::winograd::chosen(DType::f32, cs, cpu::winograd::Pass::inference);
+    for (int poisoned = 0; poisoned < 3; ++poisoned) {  // none, a NaN, an infinity: in the last sample
+      INFO("x " << shape_str(c.x) << " w " << shape_str(c.w) << " poisoned " << poisoned);
+      std::vector<float> xv = random(c.x, gen).to_vector<float>();
+      if (poisoned > 0)
+        xv[xv.size() - xv.size() / (2 * c.x[0])] =
+            poisoned == 1 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+      const Tensor x = Tensor::from_vector(xv, c.x, ref()).to(backend).contiguous(MemoryFormat::channels_last);
+      const Tensor w = random(c.w, gen, -0.3, 0.3).to(backend), b = random({c.w[0]}, gen).to(backend);
+      NoGradGuard no_grad;
+      const Tensor got = conv2d_relu_max_pool2d(x, w, b, o, pool, MemoryFormat::channels_last);
+      const Tensor want = max_pool2d_relu(conv2d_fused(x, w, b, false, o), pool);
+      REQUIRE(got.shape() == want.shape());
+      const auto g = values(got), e = values(want);
+      double diff = 0, norm = 0;
+      std::int64_t odd = 0, mismatched = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (!std::isfinite(e[i]) || !std::isfinite(g[i])) {
+          ++odd;
+          mismatched += std::isnan(e[i]) != std::isnan(g[i]) || (std::isinf(e[i]) && e[i] != g[i]) ? 1 : 0;
+          continue;
+        }
+        diff += (g[i] - e[i]) * (g[i] - e[i]);
+        norm += e[i] * e[i];
+      }
+      CHECK(mismatched == 0);
+      CHECK((odd > 0) == (poisoned > 0));
+      CHECK(std::sqrt(diff / norm) < tolerance(DType::f32));
+    }
+  }
+  const std::string described = backend.describe();
+  INFO(described);
+  CHECK((described.find("Winograd F(4x4,3x3) inference") != std::string::npos) == winograd);
 }
 
 TEST_CASE("backends: conv2d_relu_max_pool2d in training, a first layer's block in one op, is the composed ops",
