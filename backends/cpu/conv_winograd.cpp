@@ -171,11 +171,13 @@ void multiply(const float* v, const float* u, const Geometry& g, std::int64_t co
   }
 }
 
-// y's outputs of the chunk's tiles from M: A^T m A, the bias, the ReLU (a NaN passes).
-void transform_outputs(const float* m, const Geometry& g, std::int64_t first, std::int64_t count, const float* bias,
+// y's outputs of the chunk's tiles from M: A^T m A, the bias, the ReLU (a NaN passes); whether
+// every output before the ReLU is finite.
+bool transform_outputs(const float* m, const Geometry& g, std::int64_t first, std::int64_t count, const float* bias,
                        bool relu, float* y) {
   const std::int64_t per_image = g.tiles_h * g.tiles_w;
   const V8 zero = _mm256_setzero_ps();
+  V8 odd = zero;  // lanes where some output before the ReLU was NaN or infinite (v - v is NaN there)
   for (std::int64_t t = 0; t < count; ++t) {
     const std::int64_t tile = first + t, n = tile / per_image;
     const std::int64_t y0 = (tile % per_image) / g.tiles_w * kTile, x0 = tile % g.tiles_w * kTile;
@@ -196,12 +198,14 @@ void transform_outputs(const float* m, const Geometry& g, std::int64_t first, st
         output_1d(row, r);
         for (int b = 0; b < kTile && x0 + b < g.w; ++b) {
           V8 value = r[b] + shift;
+          odd = _mm256_or_ps(odd, _mm256_cmp_ps(_mm256_sub_ps(value, value), zero, _CMP_UNORD_Q));
           if (relu) value = _mm256_andnot_ps(_mm256_cmp_ps(value, zero, _CMP_LE_OQ), value);
           _mm256_storeu_ps(image + ((y0 + a) * g.w + x0 + b) * g.out + o, value);
         }
       }
     }
   }
+  return _mm256_movemask_ps(odd) == 0;
 }
 
 // D[36][kChunkTiles][out] = A dy A^T of the chunk's tiles (dy beyond the image is 0), and each
@@ -365,7 +369,7 @@ std::size_t workspace_bytes(std::int64_t in_channels, std::int64_t out_channels,
          sizeof(float);
 }
 
-void convolve(const float* x, std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in_channels,
+bool convolve(const float* x, std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in_channels,
               const float* u, std::int64_t out_channels, const float* bias, bool relu, float* y, int threads,
               void* workspace) {
   const Geometry g{h, w, in_channels, out_channels, (h + kTile - 1) / kTile, (w + kTile - 1) / kTile};
@@ -375,15 +379,17 @@ void convolve(const float* x, std::int64_t batch, std::int64_t h, std::int64_t w
   base += (kAlignFloats - reinterpret_cast<std::uintptr_t>(base) / sizeof(float) % kAlignFloats) % kAlignFloats;
   const std::size_t per_thread = thread_floats(in_channels, out_channels);
   threads = std::max(1, static_cast<int>(std::min<std::int64_t>(threads, chunks)));
-#pragma omp parallel for num_threads(threads) schedule(static)
+  bool finite = true;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : finite)
   for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
     float* v = base + per_thread * static_cast<std::size_t>(omp_get_thread_num());
     float* m = v + kComponents * kChunkTiles * in_channels;
     const std::int64_t first = chunk * kChunkTiles, count = std::min(kChunkTiles, tiles - first);
     transform_inputs(x, g, first, count, v);
     multiply(v, u, g, count, m);
-    transform_outputs(m, g, first, count, bias, relu, y);
+    finite = transform_outputs(m, g, first, count, bias, relu, y) && finite;
   }
+  return finite;
 }
 
 std::size_t backward_weights_workspace_bytes(std::int64_t in_channels, std::int64_t out_channels, int threads) {

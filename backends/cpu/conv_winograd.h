@@ -70,8 +70,11 @@ std::size_t workspace_bytes(std::int64_t in_channels, std::int64_t out_channels,
 
 // y [batch, h, w, out] = the convolution of x [batch, h, w, in] (both channels-last) with the
 // transformed kernel u (transform_weights), plus bias [out] unless null, then ReLU when asked
-// (torch.relu's rule: a NaN passes); on at most `threads` OpenMP threads.
-void convolve(const float* x, std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in_channels,
+// (torch.relu's rule: a NaN passes); on at most `threads` OpenMP threads. Returns whether every
+// output before the ReLU is finite: where one is not (a NaN or an infinity in x, u or the bias, or
+// an overflow in the transforms), the transforms have spread it over its tile, and a caller that
+// wants NaN exactly where the direct sum has it recomputes the call with the direct convolution.
+bool convolve(const float* x, std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in_channels,
               const float* u, std::int64_t out_channels, const float* bias, bool relu, float* y, int threads,
               void* workspace);
 

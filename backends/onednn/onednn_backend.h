@@ -32,7 +32,8 @@
 // widened) once, into a buffer kept until thawed; counters() reports weight_reorders, so a frozen
 // forward's profile shows none after the first. Inference's conv blocks (conv2d_pool_forward,
 // backends/fusion.h) are one call: the convolution reads x in its own layout (NCHW too) and writes the one
-// oneDNN likes into scratch, a slice of the batch at a time, and the shared pool loops read it there.
+// oneDNN likes into scratch, a slice of the batch at a time, and the shared pool loops read it there
+// (on AVX2 a 3x3 f32 channels_last convolution there is trainlab's Winograd: winograd_pool).
 #pragma once
 
 #include <omp.h>
@@ -224,8 +225,9 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
 
   // conv_pool in inference by trainlab's Winograd (cpu::winograd::Pass::inference: f32,
   // channels_last, 3x3 stride 1): the kernel transformed once, then a slice at a time, each
-  // slice's channels-last output pooled while in cache; a slice with a NaN or an infinity in its
-  // input by the direct convolution (conv_pool_slice), so that NaN lands where the direct sum's does.
+  // slice's channels-last output pooled while in cache; a slice whose Winograd output holds a NaN
+  // or an infinity again by the direct convolution (conv_pool_slice), so that NaN lands where the
+  // direct sum's does.
   void winograd_pool(const Conv2dShape& s, const Pool2dShape& p, std::int64_t slice, const void* x, const void* weight,
                      const void* bias, void* y);
   // conv_pool over one slice of the batch.
@@ -408,11 +410,11 @@ class OnednnBackend final : public cpu::CpuBackend, public FrozenWeights {
   bool conv_few_channels(DType dtype, const Conv2dShape& s);
   // An f32 3x3 convolution of stride 1, channels_last, goes to Winograd F(4x4, 3x3) where
   // TRAINLAB_CONV_ALGO chooses it for the pass (backends/cpu/conv_winograd.h: by default both
-  // backward passes on AVX2, where oneDNN has none); winograd() runs the forward and backward-data: y [batch, h, w,
-  // out] from x [batch, h, w, in], the layer's weight (turned for the backward pass, whose `in` is the layer's
-  // outputs).
+  // backward passes and inference's forwards on AVX2, where oneDNN has none); winograd() runs the forward and
+  // backward-data: y [batch, h, w, out] from x [batch, h, w, in], the layer's weight (turned for the backward pass,
+  // whose `in` is the layer's outputs), and returns whether every output is finite (cpu::winograd::convolve).
   bool conv_winograd(DType dtype, const Conv2dShape& s, cpu::winograd::Pass pass);
-  void winograd(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in, const void* x, const void* weight,
+  bool winograd(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in, const void* x, const void* weight,
                 std::int64_t out, bool backward_data, const void* bias, bool relu, void* y);
 
   void note_impl(const char* impl, DType dtype, dt compute) {

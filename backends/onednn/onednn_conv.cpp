@@ -6,10 +6,17 @@ namespace trainlab::onednn {
 void OnednnBackend::conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* weight,
                                    const void* bias, bool relu, void* y) {
   check(dtype, BackendOp::conv2d, s.channels_last);
-  if (conv_winograd(dtype, s, cpu::winograd::Pass::forward)) {
-    guarded("conv2d_forward",
-            [&] { winograd(s.batch, s.in_h, s.in_w, s.in_channels, x, weight, s.out_channels, false, bias, relu, y); });
-    return;
+  // Frozen weights: inference's forward, which no gradient goes through (its primitives are
+  // oneDNN's inference ones). Winograd's outputs stand where they are all finite; elsewhere its
+  // transforms have spread a NaN or an infinity over the tile, and the direct convolution below
+  // computes the call again, NaN exactly where the sum has it.
+  const auto pass = frozen() ? cpu::winograd::Pass::inference : cpu::winograd::Pass::forward;
+  if (conv_winograd(dtype, s, pass)) {
+    bool finite = false;
+    guarded("conv2d_forward", [&] {
+      finite = winograd(s.batch, s.in_h, s.in_w, s.in_channels, x, weight, s.out_channels, false, bias, relu, y);
+    });
+    if (finite) return;
   }
   guarded("conv2d_forward", [&] {
     Scratch scratch(*this);
@@ -161,14 +168,14 @@ OnednnBackend::ConvDescs OnednnBackend::conv_descs(DType dtype, dt c, const Conv
 
 bool OnednnBackend::conv_winograd(DType dtype, const Conv2dShape& s, cpu::winograd::Pass pass) {
   if (!cpu::winograd::chosen(dtype, s, pass)) return false;
-  static constexpr const char* kPass[] = {"forward", "backward-data", "backward-weights", "inference (conv blocks)"};
+  static constexpr const char* kPass[] = {"forward", "backward-data", "backward-weights", "inference"};
   std::lock_guard lock(mutex_);
   impls_.insert(std::string("trainlab Winograd F(4x4,3x3) ") + kPass[static_cast<int>(pass)] +
                 " for f32 3x3 convolutions, stride 1, channels_last");
   return true;
 }
 
-void OnednnBackend::winograd(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in, const void* x,
+bool OnednnBackend::winograd(std::int64_t batch, std::int64_t h, std::int64_t w, std::int64_t in, const void* x,
                              const void* weight, std::int64_t out, bool backward_data, const void* bias, bool relu,
                              void* y) {
   Scratch scratch(*this);
@@ -180,8 +187,8 @@ void OnednnBackend::winograd(std::int64_t batch, std::int64_t h, std::int64_t w,
     cpu::winograd::transform_weights(static_cast<const float*>(weight), out, in, false, u);
   }
   void* workspace = scratch.get(cpu::winograd::workspace_bytes(in, out, threads_));
-  cpu::winograd::convolve(static_cast<const float*>(x), batch, h, w, in, u, out, static_cast<const float*>(bias), relu,
-                          static_cast<float*>(y), threads_, workspace);
+  return cpu::winograd::convolve(static_cast<const float*>(x), batch, h, w, in, u, out, static_cast<const float*>(bias),
+                                 relu, static_cast<float*>(y), threads_, workspace);
 }
 
 bool OnednnBackend::conv_few_channels(DType dtype, const Conv2dShape& s) {

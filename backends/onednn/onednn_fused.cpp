@@ -26,11 +26,15 @@ OpSupport OnednnBackend::supports_fused(const FusedPattern& pattern, DType dtype
     return CpuBackend::supports_fused(pattern, dtype, channels_last, shapes);
   const OpSupport conv = supports_op(BackendOp::conv2d, dtype, channels_last);
   if (!conv.runs()) return conv;
-  if (!pattern.training)
-    return conv.level != Support::native ? conv
-                                         : OpSupport::native(
-                                               "oneDNN convolution into scratch, a slice of the batch at a time, "
-                                               "then the shared 2x2 pool loops");
+  if (!pattern.training) {
+    if (conv.level != Support::native) return conv;
+    if (shapes.conv != nullptr && cpu::winograd::chosen(dtype, *shapes.conv, cpu::winograd::Pass::inference))
+      return OpSupport::native(
+          "trainlab's Winograd F(4x4,3x3) into scratch (TRAINLAB_CONV_ALGO), a slice of the batch at a time, "
+          "then the shared 2x2 pool loops");
+    return OpSupport::native(
+        "oneDNN convolution into scratch, a slice of the batch at a time, then the shared 2x2 pool loops");
+  }
   if (!(dtype == DType::f32 || (dtype == DType::bf16 && native(dtype, Family::conv))))
     return OpSupport::unsupported("training's fused block runs in f32, and in bf16 where the convolution is native");
   if (shapes.conv == nullptr || shapes.pool == nullptr)
@@ -90,21 +94,6 @@ void OnednnBackend::conv_pool(DType dtype, const Conv2dShape& s, const Pool2dSha
   }
 }
 
-namespace {
-
-// Whether every float of x[0, n) is finite (its exponent not all ones).
-bool all_finite(const float* x, std::int64_t n) {
-  std::uint32_t top = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof bits);
-    top = std::max(top, bits & 0x7f800000u);
-  }
-  return top != 0x7f800000u;
-}
-
-}  // namespace
-
 void OnednnBackend::winograd_pool(const Conv2dShape& s, const Pool2dShape& p, std::int64_t slice, const void* x,
                                   const void* weight, const void* bias, void* y) {
   Scratch scratch(*this);
@@ -118,17 +107,16 @@ void OnednnBackend::winograd_pool(const Conv2dShape& s, const Pool2dShape& p, st
     const std::int64_t count = std::min(slice, s.batch - n0);
     const float* xs = static_cast<const float*>(x) + n0 * x_sample;
     float* ys = static_cast<float*>(y) + n0 * y_sample;
-    if (!all_finite(xs, count * x_sample)) {
-      // A NaN or an infinity: the direct convolution, whose outputs are NaN (or infinite) exactly
-      // where the sum's are; Winograd's transforms would spread one over its whole tile.
+    if (!cpu::winograd::convolve(xs, count, s.in_h, s.in_w, s.in_channels, u, s.out_channels,
+                                 static_cast<const float*>(bias), /*relu=*/false, conv_out, threads_, workspace)) {
+      // A NaN or an infinity, spread over its tile by the transforms: the slice again by the direct
+      // convolution, whose outputs are NaN (or infinite) exactly where the sum's are.
       Conv2dShape cs = s;
       Pool2dShape ps = p;
       cs.batch = ps.batch = count;
       conv_pool_slice(DType::f32, cs, ps, xs, weight, bias, ys, nullptr);
       continue;
     }
-    cpu::winograd::convolve(xs, count, s.in_h, s.in_w, s.in_channels, u, s.out_channels,
-                            static_cast<const float*>(bias), /*relu=*/false, conv_out, threads_, workspace);
     cpu::pool2x2::forward_blocked_relu(conv_out, count, s.out_channels, /*block=*/s.out_channels, s.out_h(), s.out_w(),
                                        ys, p.channels_last, nullptr, threads_);
   }

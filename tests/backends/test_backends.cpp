@@ -304,7 +304,9 @@ TEST_CASE("backends: inference's conv block by Winograd (AVX2) is the composed o
   // inference block is trainlab's Winograd then the pool, a slice of the batch at a time: against
   // the composed ops (the direct convolution), within F(4x4,3x3)'s rounding; an input with a NaN or
   // an infinity in one slice gets the direct convolution for that slice, so that NaN and infinity
-  // land exactly where the composed ops put them. Elsewhere the block is the direct one.
+  // land exactly where the composed ops put them. The same for a convolution alone on frozen
+  // weights (inference's conv2d_forward, the ResNet's), with its ReLU and without. Elsewhere both are
+  // the direct ones.
   const auto fast = fast_backends();
   if (std::find(fast.begin(), fast.end(), "onednn") == fast.end()) {
     WARN("skipped: no onednn backend in this build");
@@ -335,24 +337,31 @@ TEST_CASE("backends: inference's conv block by Winograd (AVX2) is the composed o
       const Tensor x = Tensor::from_vector(xv, c.x, ref()).to(backend).contiguous(MemoryFormat::channels_last);
       const Tensor w = random(c.w, gen, -0.3, 0.3).to(backend), b = random({c.w[0]}, gen).to(backend);
       NoGradGuard no_grad;
-      const Tensor got = conv2d_relu_max_pool2d(x, w, b, o, pool, MemoryFormat::channels_last);
-      const Tensor want = max_pool2d_relu(conv2d_fused(x, w, b, false, o), pool);
-      REQUIRE(got.shape() == want.shape());
-      const auto g = values(got), e = values(want);
-      double diff = 0, norm = 0;
-      std::int64_t odd = 0, mismatched = 0;
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        if (!std::isfinite(e[i]) || !std::isfinite(g[i])) {
-          ++odd;
-          mismatched += std::isnan(e[i]) != std::isnan(g[i]) || (std::isinf(e[i]) && e[i] != g[i]) ? 1 : 0;
-          continue;
+      auto check = [&](const Tensor& got, const Tensor& want) {
+        REQUIRE(got.shape() == want.shape());
+        const auto g = values(got), e = values(want);
+        double diff = 0, norm = 0;
+        std::int64_t odd = 0, mismatched = 0;
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          if (!std::isfinite(e[i]) || !std::isfinite(g[i])) {
+            ++odd;
+            mismatched += std::isnan(e[i]) != std::isnan(g[i]) || (std::isinf(e[i]) && e[i] != g[i]) ? 1 : 0;
+            continue;
+          }
+          diff += (g[i] - e[i]) * (g[i] - e[i]);
+          norm += e[i] * e[i];
         }
-        diff += (g[i] - e[i]) * (g[i] - e[i]);
-        norm += e[i] * e[i];
-      }
-      CHECK(mismatched == 0);
-      CHECK((odd > 0) == (poisoned > 0));
-      CHECK(std::sqrt(diff / norm) < tolerance(DType::f32));
+        CHECK(mismatched == 0);
+        CHECK((odd > 0) == (poisoned > 0));
+        CHECK(std::sqrt(diff / norm) < tolerance(DType::f32));
+      };
+      const Tensor composed = conv2d_fused(x, w, b, false, o);
+      // The conv block, and (the ResNet's inference) the convolution alone on frozen weights, with
+      // its ReLU and without.
+      check(conv2d_relu_max_pool2d(x, w, b, o, pool, MemoryFormat::channels_last), max_pool2d_relu(composed, pool));
+      FrozenWeightsScope frozen(backend);
+      check(conv2d_fused(x, w, b, false, o), composed);
+      check(conv2d_fused(x, w, b, true, o), relu(composed));
     }
   }
   const std::string described = backend.describe();
