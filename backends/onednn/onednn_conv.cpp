@@ -54,11 +54,14 @@ void OnednnBackend::conv2d_backward_data(DType dtype, const Conv2dShape& s, cons
                                          void* dx) {
   check(dtype, BackendOp::conv2d, s.channels_last);
   if (conv_winograd(dtype, s, cpu::winograd::Pass::backward_data)) {
-    // The same convolution of dy with the kernel turned 180 degrees, its channels swapped.
+    // The same convolution of dy with the kernel turned 180 degrees, its channels swapped; where a
+    // NaN or an infinity came out (spread over its tile), the direct pass below again.
+    bool finite = false;
     guarded("conv2d_backward_data", [&] {
-      winograd(s.batch, s.out_h(), s.out_w(), s.out_channels, dy, weight, s.in_channels, true, nullptr, false, dx);
+      finite =
+          winograd(s.batch, s.out_h(), s.out_w(), s.out_channels, dy, weight, s.in_channels, true, nullptr, false, dx);
     });
-    return;
+    if (finite) return;
   }
   guarded("conv2d_backward_data", [&] {
     Scratch scratch(*this);

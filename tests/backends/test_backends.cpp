@@ -298,9 +298,9 @@ TEST_CASE("backends: conv2d_relu_max_pool2d, inference's one-call conv block, is
 }
 
 TEST_CASE("backends: inference's conv block by Winograd (AVX2) is the composed ops, NaN where theirs is",
-          "[backends][winograd-inference]") {
+          "[backends][winograd-avx2]") {
   // Where cpu::winograd::chosen(Pass::inference) (auto: f32, channels_last, 3x3 stride 1, channels by
-  // 8, on AVX2; engine.backends.winograd-inference runs this capped to AVX2) the onednn backend's
+  // 8, on AVX2; engine.backends.winograd-avx2 runs this capped to AVX2) the onednn backend's
   // inference block is trainlab's Winograd then the pool, a slice of the batch at a time: against
   // the composed ops (the direct convolution), within F(4x4,3x3)'s rounding; an input with a NaN or
   // an infinity in one slice gets the direct convolution for that slice, so that NaN and infinity
@@ -367,6 +367,55 @@ TEST_CASE("backends: inference's conv block by Winograd (AVX2) is the composed o
   const std::string described = backend.describe();
   INFO(described);
   CHECK((described.find("Winograd F(4x4,3x3) inference") != std::string::npos) == winograd);
+}
+
+TEST_CASE("backends: Winograd's gradient for the input (AVX2) puts NaN and infinity where the direct one does",
+          "[backends][winograd-avx2]") {
+  // Training's backward-data by Winograd (auto: on AVX2; engine.backends.winograd-avx2 runs this
+  // capped to AVX2) against the reference backend's direct sums: within F(4x4,3x3)'s rounding, and
+  // with a NaN or an infinity in dy the pass computed again directly, so that dx is NaN (or
+  // infinite) exactly where the direct sum's is.
+  const auto fast = fast_backends();
+  if (std::find(fast.begin(), fast.end(), "onednn") == fast.end()) {
+    WARN("skipped: no onednn backend in this build");
+    return;
+  }
+  Generator gen(110);
+  const Shape xs{2, 16, 9, 11}, ws{24, 16, 3, 3};
+  const Conv2dOptions o = Conv2dOptions::square(1, 1);
+  const Tensor host_x = random(xs, gen), host_w = random(ws, gen, -0.3, 0.3);
+  const Shape ys{2, 24, 9, 11};
+  for (int poisoned = 0; poisoned < 3; ++poisoned) {  // none, a NaN, an infinity in dy
+    INFO("poisoned " << poisoned);
+    std::vector<float> rv = random(ys, gen).to_vector<float>();
+    if (poisoned > 0)
+      rv[rv.size() / 2 + 5] =
+          poisoned == 1 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    std::vector<std::vector<double>> dx;
+    for (Backend* be : {&get_backend("onednn"), &ref()}) {
+      Tensor x = host_x.to(*be).contiguous(MemoryFormat::channels_last).detach();
+      x.set_requires_grad(true);
+      const Tensor y = conv2d_fused(x, host_w.to(*be), Tensor(), false, o);
+      sum(mul(y, Tensor::from_vector(rv, ys, ref()).to(*be))).backward();
+      dx.push_back(values(x.grad()));
+    }
+    REQUIRE(dx[0].size() == dx[1].size());
+    double diff = 0, norm = 0;
+    std::int64_t odd = 0, mismatched = 0;
+    for (std::size_t i = 0; i < dx[0].size(); ++i) {
+      const double g = dx[0][i], e = dx[1][i];
+      if (!std::isfinite(e) || !std::isfinite(g)) {
+        ++odd;
+        mismatched += std::isnan(e) != std::isnan(g) || (std::isinf(e) && e != g) ? 1 : 0;
+        continue;
+      }
+      diff += (g - e) * (g - e);
+      norm += e * e;
+    }
+    CHECK(mismatched == 0);
+    CHECK((odd > 0) == (poisoned > 0));
+    CHECK(std::sqrt(diff / norm) < tolerance(DType::f32));
+  }
 }
 
 TEST_CASE("backends: conv2d_relu_max_pool2d in training, a first layer's block in one op, is the composed ops",
