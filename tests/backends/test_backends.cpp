@@ -297,6 +297,26 @@ TEST_CASE("backends: conv2d_relu_max_pool2d, inference's one-call conv block, is
   CHECK(x.grad().defined());
 }
 
+// Winograd's results g against the direct sums' e: NaN and infinity in the same places (some of
+// them exactly when the input was poisoned), the finite values within f32's tolerance.
+void check_like_direct(const std::vector<double>& g, const std::vector<double>& e, bool poisoned) {
+  REQUIRE(g.size() == e.size());
+  double diff = 0, norm = 0;
+  std::int64_t odd = 0, mismatched = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(e[i]) || !std::isfinite(g[i])) {
+      ++odd;
+      mismatched += std::isnan(e[i]) != std::isnan(g[i]) || (std::isinf(e[i]) && e[i] != g[i]) ? 1 : 0;
+      continue;
+    }
+    diff += (g[i] - e[i]) * (g[i] - e[i]);
+    norm += e[i] * e[i];
+  }
+  CHECK(mismatched == 0);
+  CHECK((odd > 0) == poisoned);
+  CHECK(std::sqrt(diff / norm) < tolerance(DType::f32));
+}
+
 TEST_CASE("backends: inference's conv block by Winograd (AVX2) is the composed ops, NaN where theirs is",
           "[backends][winograd-avx2]") {
   // Where cpu::winograd::chosen(Pass::inference) (auto: f32, channels_last, 3x3 stride 1, channels by
@@ -339,21 +359,7 @@ TEST_CASE("backends: inference's conv block by Winograd (AVX2) is the composed o
       NoGradGuard no_grad;
       auto check = [&](const Tensor& got, const Tensor& want) {
         REQUIRE(got.shape() == want.shape());
-        const auto g = values(got), e = values(want);
-        double diff = 0, norm = 0;
-        std::int64_t odd = 0, mismatched = 0;
-        for (std::size_t i = 0; i < g.size(); ++i) {
-          if (!std::isfinite(e[i]) || !std::isfinite(g[i])) {
-            ++odd;
-            mismatched += std::isnan(e[i]) != std::isnan(g[i]) || (std::isinf(e[i]) && e[i] != g[i]) ? 1 : 0;
-            continue;
-          }
-          diff += (g[i] - e[i]) * (g[i] - e[i]);
-          norm += e[i] * e[i];
-        }
-        CHECK(mismatched == 0);
-        CHECK((odd > 0) == (poisoned > 0));
-        CHECK(std::sqrt(diff / norm) < tolerance(DType::f32));
+        check_like_direct(values(got), values(want), poisoned > 0);
       };
       const Tensor composed = conv2d_fused(x, w, b, false, o);
       // The conv block, and (the ResNet's inference) the convolution alone on frozen weights, with
@@ -399,22 +405,7 @@ TEST_CASE("backends: Winograd's gradient for the input (AVX2) puts NaN and infin
       sum(mul(y, Tensor::from_vector(rv, ys, ref()).to(*be))).backward();
       dx.push_back(values(x.grad()));
     }
-    REQUIRE(dx[0].size() == dx[1].size());
-    double diff = 0, norm = 0;
-    std::int64_t odd = 0, mismatched = 0;
-    for (std::size_t i = 0; i < dx[0].size(); ++i) {
-      const double g = dx[0][i], e = dx[1][i];
-      if (!std::isfinite(e) || !std::isfinite(g)) {
-        ++odd;
-        mismatched += std::isnan(e) != std::isnan(g) || (std::isinf(e) && e != g) ? 1 : 0;
-        continue;
-      }
-      diff += (g - e) * (g - e);
-      norm += e * e;
-    }
-    CHECK(mismatched == 0);
-    CHECK((odd > 0) == (poisoned > 0));
-    CHECK(std::sqrt(diff / norm) < tolerance(DType::f32));
+    check_like_direct(dx[0], dx[1], poisoned > 0);
   }
 }
 
